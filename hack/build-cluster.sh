@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds the upstream control plane, the kubelet, etcd, containerd and agnhost
+# from their Go modules into _output/bin/. Go's module and build caches make a
+# warm rebuild take seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+bin=$root/_output/bin
+mkdir -p "$bin"
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+
+what=${1:-all}
+
+log() { echo "build-cluster: $*" >&2; }
+
+build_k8s() {
+  log "kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, etcd (k8s.io/kubernetes $(grep -m1 'k8s.io/kubernetes v' tests/cluster/go.mod | awk '{print $NF}'))"
+  (cd tests/cluster && go build -trimpath -ldflags='-s -w' -o "$bin/" \
+    k8s.io/kubernetes/cmd/kube-apiserver \
+    k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kubelet \
+    ./cmd/etcd)
+}
+
+build_agnhost() {
+  log "agnhost (static, for the agnhost image)"
+  (cd tests/cluster && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$bin/agnhost" k8s.io/kubernetes/test/images/agnhost)
+}
+
+build_containerd() {
+  log "containerd, containerd-shim-runc-v2, ctr (github.com/containerd/containerd/v2)"
+  (cd tests/cluster/node && go build -trimpath -ldflags='-s -w' -o "$bin/" \
+    github.com/containerd/containerd/v2/cmd/containerd \
+    github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+    github.com/containerd/containerd/v2/cmd/ctr)
+}
+
+build_images() {
+  log "image builder"
+  (cd tests/cluster/node && CGO_ENABLED=0 go build -trimpath -o "$bin/" ./cmd/imagebuild ./cmd/pause)
+}
+
+build_e2e() {
+  log "e2e.test (k8s.io/kubernetes/test/e2e)"
+  (cd tests/cluster && go test -c -trimpath -o "$bin/e2e.test" k8s.io/kubernetes/test/e2e)
+}
+
+case "$what" in
+  all) build_k8s; build_containerd; build_agnhost; build_images ;;
+  k8s) build_k8s ;;
+  containerd) build_containerd ;;
+  agnhost) build_agnhost ;;
+  images) build_images ;;
+  e2e) build_e2e ;;
+  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|e2e)" >&2; exit 2 ;;
+esac

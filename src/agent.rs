@@ -1,0 +1,367 @@
+//! Wiring: one `kube::Client`, one CRI handle, the node's registration, status
+//! and Lease loops, housekeeping, and the pod controller; shutdown on signal.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow};
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client};
+use tracing::{info, warn};
+
+use crate::cli::{Cli, Command, LogFormat, RunArgs};
+use crate::config::{self, Settings};
+use crate::cri::Runtime;
+use crate::node::MachineInfo;
+use crate::node::status::{NodeConfig, RuntimeFacts};
+use crate::pod::status::StatusContext;
+use crate::pod::translate::{HostDns, NodeContext};
+use crate::pod::{pleg, worker};
+
+/// Entry point of the `rustlet` binary: parses flags, runs, and turns any error
+/// into one line on stderr and exit code 1 (2 for bad flags, from clap).
+#[must_use]
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Version => {
+            println!(
+                "rustlet {} (kubelet {})",
+                env!("CARGO_PKG_VERSION"),
+                crate::KUBERNETES_VERSION
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Run(args) => {
+            init_logging(args.log_format);
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("rustlet: error: start async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rustlet: error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Plain => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Flags over file over defaults.
+///
+/// # Errors
+/// An unreadable or invalid `--config` file.
+pub fn settings(args: &RunArgs) -> anyhow::Result<Settings> {
+    let mut s = Settings::default();
+    if let Some(path) = &args.config {
+        let ignored = config::apply_file(&mut s, path)?;
+        if !ignored.is_empty() {
+            warn!(fields = ?ignored, "config file: these KubeletConfiguration fields are not supported and are ignored");
+        }
+    }
+    if let Some(v) = &args.container_runtime_endpoint {
+        s.container_runtime_endpoint.clone_from(v);
+    }
+    if let Some(v) = &args.root_dir {
+        s.root_dir.clone_from(v);
+    }
+    if let Some(v) = &args.pod_logs_dir {
+        s.pod_logs_dir.clone_from(v);
+    }
+    Ok(s)
+}
+
+async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("load kubeconfig {}", path.display()))?
+        }
+        None => match kube::Config::incluster() {
+            Ok(c) => c,
+            Err(_) => kube::Config::from_kubeconfig(&KubeConfigOptions::default())
+                .await
+                .context(
+                    "no in-cluster config and no usable kubeconfig ($KUBECONFIG or ~/.kube/config)",
+                )?,
+        },
+    };
+    Client::try_from(config).context("build API client")
+}
+
+fn hostname() -> String {
+    gethostname::gethostname().to_string_lossy().to_lowercase()
+}
+
+/// Runs the agent until SIGINT/SIGTERM.
+///
+/// # Errors
+/// Bad configuration, an unreadable kubeconfig or an unreachable runtime at
+/// start; later failures are retried and logged instead.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let settings = settings(&args)?;
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let runtime = Runtime::connect(
+        &settings.container_runtime_endpoint,
+        settings.runtime_request_timeout,
+    )
+    .await?;
+    let version = runtime.version().await.map_err(|e| {
+        anyhow!(
+            "container runtime at {} is not answering: {e}",
+            settings.container_runtime_endpoint
+        )
+    })?;
+    let runtime_version = format!(
+        "{}://{}",
+        version.runtime_name,
+        version.runtime_version.trim_start_matches('v')
+    );
+    let node_name = args.node_name.clone().unwrap_or_else(hostname);
+    let node_ip = args
+        .node_ip
+        .map_or_else(|| "127.0.0.1".to_string(), |ip| ip.to_string());
+    info!(node = node_name, runtime = runtime_version, "starting");
+    for dir in [&settings.root_dir, &settings.pod_logs_dir] {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("create directory {}", dir.display()))?;
+    }
+
+    let node_cfg = NodeConfig {
+        name: node_name.clone(),
+        ips: vec![node_ip.clone()],
+        hostname: node_name.clone(),
+        max_pods: settings.max_pods,
+        port: settings.port,
+        version: crate::node_version(),
+    };
+    let machine = MachineInfo::read(&settings.root_dir);
+    let node_uid = register(&client, &runtime, &node_cfg, &machine, &runtime_version).await;
+    tokio::spawn(node_status_loop(
+        client.clone(),
+        runtime.clone(),
+        node_cfg.clone(),
+        machine,
+        runtime_version,
+        settings.clone(),
+    ));
+    tokio::spawn(lease_loop(
+        client.clone(),
+        node_name.clone(),
+        node_uid,
+        settings.node_lease_duration_seconds,
+    ));
+
+    let host_dns =
+        HostDns::parse(&std::fs::read_to_string(&settings.resolv_conf).unwrap_or_default());
+    let (pleg_events, pleg_connected) = pleg::start(&runtime);
+    let ctx = Arc::new(worker::Context::new(
+        client.clone(),
+        runtime.clone(),
+        Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "kubelet".into(),
+                instance: Some(node_name.clone()),
+            },
+        ),
+        NodeContext {
+            node_name: node_name.clone(),
+            node_ips: vec![node_ip.clone()],
+            pod_logs_dir: settings.pod_logs_dir.clone(),
+            host_dns,
+            cluster_dns: settings.cluster_dns.clone(),
+            cluster_domain: settings.cluster_domain.clone(),
+        },
+        StatusContext {
+            host_ips: vec![node_ip],
+            runtime_name: version.runtime_name.clone(),
+        },
+        pleg_connected,
+    ));
+
+    let pods: Api<Pod> = Api::all(client.clone());
+    let controller = Controller::new(
+        pods,
+        watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
+    )
+    .reconcile_on(pleg_events)
+    .shutdown_on_signal();
+    let store = controller.store();
+    let housekeeping = tokio::spawn({
+        let runtime = runtime.clone();
+        async move {
+            if store.wait_until_ready().await.is_err() {
+                return;
+            }
+            info!("pods of this node listed; housekeeping started");
+            let mut tick = tokio::time::interval(Duration::from_secs(2));
+            loop {
+                tick.tick().await;
+                if let Err(e) = worker::cleanup_orphans(&runtime, &store).await {
+                    warn!(error = %e, "housekeeping");
+                }
+            }
+        }
+    });
+    controller
+        .run(worker::reconcile, worker::error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "reconcile");
+            }
+        })
+        .await;
+    housekeeping.abort();
+    info!("stopped");
+    Ok(())
+}
+
+async fn runtime_facts(runtime: &Runtime, version: &str) -> RuntimeFacts {
+    let mut facts = RuntimeFacts {
+        version: version.to_string(),
+        ..Default::default()
+    };
+    match runtime.status().await {
+        Ok(st) => {
+            for c in st.status.map(|s| s.conditions).unwrap_or_default() {
+                if c.status {
+                    continue;
+                }
+                let text = format!(
+                    "{}=false reason:{} message:{}",
+                    c.r#type, c.reason, c.message
+                );
+                match c.r#type.as_str() {
+                    "RuntimeReady" => facts.runtime_not_ready = Some(text),
+                    "NetworkReady" => facts.network_not_ready = Some(text),
+                    _ => {}
+                }
+            }
+        }
+        Err(e) => facts.runtime_not_ready = Some(e.to_string()),
+    }
+    facts
+}
+
+/// Creates the Node, or adopts an existing one (labels merged); returns its UID.
+/// Retries until the API server accepts, as `registerWithAPIServer`.
+async fn register(
+    client: &Client,
+    runtime: &Runtime,
+    cfg: &NodeConfig,
+    m: &MachineInfo,
+    version: &str,
+) -> String {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let facts = runtime_facts(runtime, version).await;
+        let node = crate::node::status::initial_node(
+            cfg,
+            crate::node::status::status(cfg, m, &facts, None, Timestamp::now()),
+        );
+        let result = match api.create(&PostParams::default(), &node).await {
+            Ok(n) => Ok(n),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let patch = serde_json::json!({ "metadata": { "labels": node.metadata.labels } });
+                api.patch(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(n) => {
+                info!(node = cfg.name, "node registered");
+                return n.metadata.uid.unwrap_or_default();
+            }
+            Err(e) => warn!(error = %e, "register node; retrying"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(7));
+    }
+}
+
+/// Computes node status every `nodeStatusUpdateFrequency` and patches it when it
+/// changed or `nodeStatusReportFrequency` passed, as `syncNodeStatus`.
+async fn node_status_loop(
+    client: Client,
+    runtime: Runtime,
+    cfg: NodeConfig,
+    machine: MachineInfo,
+    version: String,
+    settings: Settings,
+) {
+    let api: Api<Node> = Api::all(client);
+    let mut last_report: Option<Instant> = None;
+    let mut tick = tokio::time::interval(settings.node_status_update_frequency);
+    loop {
+        tick.tick().await;
+        let old = match api.get_status(&cfg.name).await {
+            Ok(n) => n.status,
+            Err(e) => {
+                warn!(error = %e, "get node status");
+                continue;
+            }
+        };
+        let facts = runtime_facts(&runtime, &version).await;
+        let new =
+            crate::node::status::status(&cfg, &machine, &facts, old.as_ref(), Timestamp::now());
+        let due = last_report.is_none_or(|t| t.elapsed() >= settings.node_status_report_frequency);
+        if !due && !crate::node::status::changed(old.as_ref(), &new) {
+            continue;
+        }
+        let patch = serde_json::json!({ "status": new });
+        match api
+            .patch_status(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => last_report = Some(Instant::now()),
+            Err(e) => warn!(error = %e, "patch node status"),
+        }
+    }
+}
+
+/// Renews the node Lease every quarter of its duration (10 s for 40 s).
+async fn lease_loop(client: Client, name: String, uid: String, duration_seconds: i32) {
+    let period = Duration::from_secs(u64::try_from(duration_seconds / 4).unwrap_or(10).max(1));
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        if let Err(e) = crate::node::lease::renew(&client, &name, &uid, duration_seconds).await {
+            warn!(error = %e, "renew node lease");
+        }
+    }
+}

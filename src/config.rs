@@ -1,0 +1,234 @@
+//! The agent's configuration: command-line flags over a KubeletConfiguration
+//! file (`kubelet.config.k8s.io/v1beta1`) over the kubelet's defaults.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// Errors reading the configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file could not be read.
+    #[error("read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not YAML or JSON of the right shape.
+    #[error("parse config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The settings rustlet runs with, after flags, file and defaults are merged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// CRI endpoint (`unix:///run/containerd/containerd.sock`).
+    pub container_runtime_endpoint: String,
+    /// Root directory of the agent's state (`/var/lib/rustlet`).
+    pub root_dir: PathBuf,
+    /// Directory of pod logs (`/var/log/pods`).
+    pub pod_logs_dir: PathBuf,
+    /// Deadline of each CRI call (`runtimeRequestTimeout`, 2 min).
+    pub runtime_request_timeout: Duration,
+    /// Pods this node accepts (`maxPods`, 110).
+    pub max_pods: u32,
+    /// How often node status is computed (`nodeStatusUpdateFrequency`, 10 s).
+    pub node_status_update_frequency: Duration,
+    /// How often an unchanged node status is still reported (`nodeStatusReportFrequency`, 5 min).
+    pub node_status_report_frequency: Duration,
+    /// Node lease duration in seconds (`nodeLeaseDurationSeconds`, 40).
+    pub node_lease_duration_seconds: i32,
+    /// Cluster DNS server IPs (`clusterDNS`; empty: pods use the host's resolver).
+    pub cluster_dns: Vec<String>,
+    /// Cluster domain (`clusterDomain`, `cluster.local`).
+    pub cluster_domain: String,
+    /// The host resolver file (`resolvConf`, `/etc/resolv.conf`).
+    pub resolv_conf: PathBuf,
+    /// Port of the node API (`port`, 10250), reported in daemonEndpoints.
+    pub port: i32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            container_runtime_endpoint: "unix:///run/containerd/containerd.sock".into(),
+            root_dir: "/var/lib/rustlet".into(),
+            pod_logs_dir: "/var/log/pods".into(),
+            runtime_request_timeout: Duration::from_secs(120),
+            max_pods: 110,
+            node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(300),
+            node_lease_duration_seconds: 40,
+            cluster_dns: Vec::new(),
+            cluster_domain: "cluster.local".into(),
+            resolv_conf: "/etc/resolv.conf".into(),
+            port: 10250,
+        }
+    }
+}
+
+/// KubeletConfiguration fields this agent reads; every other field is reported as ignored.
+pub const SUPPORTED_FIELDS: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "containerRuntimeEndpoint",
+    "podLogsDir",
+    "runtimeRequestTimeout",
+    "maxPods",
+    "nodeStatusUpdateFrequency",
+    "nodeStatusReportFrequency",
+    "nodeLeaseDurationSeconds",
+    "clusterDNS",
+    "clusterDomain",
+    "resolvConf",
+    "port",
+];
+
+fn duration(path: &Path, key: &str, v: &Value) -> Result<Duration, Error> {
+    let bad = |m: String| Error::Parse {
+        path: path.to_path_buf(),
+        message: format!("{key}: {m}"),
+    };
+    let s = v
+        .as_str()
+        .ok_or_else(|| bad("expected a duration string like \"10s\"".into()))?;
+    let nanos = go_parse_duration::parse_duration(s).map_err(|e| bad(format!("{s:?}: {e:?}")))?;
+    u64::try_from(nanos)
+        .map(Duration::from_nanos)
+        .map_err(|_| bad(format!("{s:?} is negative")))
+}
+
+/// Applies a KubeletConfiguration document (YAML or JSON text) onto `settings`;
+/// returns the names of the top-level fields it ignored, sorted.
+///
+/// # Errors
+/// [`Error::Parse`] when the text is not a mapping or a supported field has the wrong type.
+pub fn apply_file_text(
+    settings: &mut Settings,
+    path: &Path,
+    text: &str,
+) -> Result<Vec<String>, Error> {
+    let doc: Value = serde_yaml::from_str(text).map_err(|e| Error::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let map = doc.as_object().ok_or_else(|| Error::Parse {
+        path: path.to_path_buf(),
+        message: "expected a KubeletConfiguration mapping".into(),
+    })?;
+    let bad = |key: &str, want: &str| Error::Parse {
+        path: path.to_path_buf(),
+        message: format!("{key}: expected {want}"),
+    };
+    let string = |key: &str, v: &Value| {
+        v.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| bad(key, "a string"))
+    };
+    let mut ignored = Vec::new();
+    for (key, v) in map {
+        match key.as_str() {
+            "apiVersion" | "kind" => {}
+            "containerRuntimeEndpoint" => settings.container_runtime_endpoint = string(key, v)?,
+            "podLogsDir" => settings.pod_logs_dir = string(key, v)?.into(),
+            "resolvConf" => settings.resolv_conf = string(key, v)?.into(),
+            "clusterDomain" => settings.cluster_domain = string(key, v)?,
+            "runtimeRequestTimeout" => settings.runtime_request_timeout = duration(path, key, v)?,
+            "nodeStatusUpdateFrequency" => {
+                settings.node_status_update_frequency = duration(path, key, v)?
+            }
+            "nodeStatusReportFrequency" => {
+                settings.node_status_report_frequency = duration(path, key, v)?
+            }
+            "maxPods" => {
+                settings.max_pods = v
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| bad(key, "a count"))?;
+            }
+            "nodeLeaseDurationSeconds" => {
+                settings.node_lease_duration_seconds = v
+                    .as_i64()
+                    .and_then(|n| i32::try_from(n).ok())
+                    .ok_or_else(|| bad(key, "seconds"))?;
+            }
+            "port" => {
+                settings.port = v
+                    .as_i64()
+                    .and_then(|n| i32::try_from(n).ok())
+                    .ok_or_else(|| bad(key, "a port"))?
+            }
+            "clusterDNS" => {
+                settings.cluster_dns = v
+                    .as_array()
+                    .ok_or_else(|| bad(key, "a list of IPs"))?
+                    .iter()
+                    .map(|ip| string(key, ip))
+                    .collect::<Result<_, _>>()?;
+            }
+            _ => ignored.push(key.clone()),
+        }
+    }
+    ignored.sort();
+    Ok(ignored)
+}
+
+/// Reads a KubeletConfiguration file onto `settings`; returns the ignored fields.
+///
+/// # Errors
+/// [`Error::Read`] or [`Error::Parse`].
+pub fn apply_file(settings: &mut Settings, path: &Path) -> Result<Vec<String>, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    apply_file_text(settings, path, &text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_fields_apply_and_unknown_ones_are_named() {
+        let mut s = Settings::default();
+        let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 50\n\
+                    runtimeRequestTimeout: 1m30s\nclusterDNS: [10.0.0.10]\ncgroupDriver: cgroupfs\nfailSwapOn: false\n";
+        let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert_eq!(ignored, vec!["cgroupDriver", "failSwapOn"]);
+        assert_eq!(s.max_pods, 50);
+        assert_eq!(s.runtime_request_timeout, Duration::from_secs(90));
+        assert_eq!(s.cluster_dns, vec!["10.0.0.10"]);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let mut s = Settings::default();
+        let err = apply_file_text(&mut s, Path::new("k.yaml"), "maxPods: lots\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "parse config file k.yaml: maxPods: expected a count"
+        );
+        let err = apply_file_text(&mut s, Path::new("k.yaml"), "- a\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("expected a KubeletConfiguration mapping")
+        );
+        let err = apply_file_text(
+            &mut s,
+            Path::new("k.yaml"),
+            "nodeStatusUpdateFrequency: soon\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("nodeStatusUpdateFrequency"));
+    }
+}

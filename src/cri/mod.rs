@@ -1,0 +1,446 @@
+//! The CRI client: the kubelet's `remote runtime service` and `remote image
+//! service` over one gRPC channel on a unix socket (tonic, `k8s-cri` bindings).
+//!
+//! Every call carries a deadline (the kubelet's `runtimeRequestTimeout`, 2 min
+//! by default) and fails with an [`Error`] that names the CRI call and the object
+//! (pod or container) it was made for.
+
+use std::{collections::HashMap, future::Future, io, path::PathBuf, time::Duration};
+
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1 as cri;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tower::service_fn;
+
+pub use cri::image_service_client::ImageServiceClient;
+pub use cri::runtime_service_client::RuntimeServiceClient;
+
+/// Label the kubelet puts on every sandbox and container: the pod's UID.
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// Label with the pod's name.
+pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+/// Label with the pod's namespace.
+pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+/// Label with the container's name (containers only).
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+/// Annotation with the hash of the container spec the container was made from.
+pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
+/// Annotation with the container's restart count.
+pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
+/// Annotation with the container's termination message path.
+pub const TERMINATION_MESSAGE_PATH_ANNOTATION: &str =
+    "io.kubernetes.container.terminationMessagePath";
+/// Annotation with the pod's termination grace period (seconds).
+pub const TERMINATION_GRACE_PERIOD_ANNOTATION: &str = "io.kubernetes.pod.terminationGracePeriod";
+
+/// Errors of the CRI client.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The endpoint is not a `unix://` URL.
+    #[error("container runtime endpoint {0:?} is not a unix:// socket")]
+    Endpoint(String),
+    /// The socket could not be reached.
+    #[error("connect to container runtime at {endpoint}: {source}")]
+    Connect {
+        /// The endpoint as given.
+        endpoint: String,
+        /// What the transport said.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The runtime answered a call with an error.
+    #[error("CRI {call} for {target}: {message} ({code:?})")]
+    Call {
+        /// The CRI method, e.g. `RunPodSandbox`.
+        call: &'static str,
+        /// The object the call was for, e.g. `pod default/web` or a container ID.
+        target: String,
+        /// The gRPC status code.
+        code: tonic::Code,
+        /// The runtime's message.
+        message: String,
+    },
+    /// The call did not finish within the request timeout.
+    #[error("CRI {call} for {target}: no answer within {timeout:?}")]
+    Timeout {
+        /// The CRI method.
+        call: &'static str,
+        /// The object the call was for.
+        target: String,
+        /// The deadline that passed.
+        timeout: Duration,
+    },
+}
+
+impl Error {
+    /// The gRPC code of a failed call, if the runtime answered at all.
+    #[must_use]
+    pub fn code(&self) -> Option<tonic::Code> {
+        match self {
+            Self::Call { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// Result of CRI calls.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A handle to the container runtime: one channel, both CRI services.
+/// Cheap to clone; every clone shares the channel.
+#[derive(Clone)]
+pub struct Runtime {
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+    timeout: Duration,
+}
+
+/// Parses `unix:///path` (or a bare absolute path) into the socket path.
+///
+/// # Errors
+/// [`Error::Endpoint`] for any other scheme.
+pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
+    if let Some(p) = endpoint.strip_prefix("unix://") {
+        return Ok(PathBuf::from(p));
+    }
+    if endpoint.starts_with('/') {
+        return Ok(PathBuf::from(endpoint));
+    }
+    Err(Error::Endpoint(endpoint.to_string()))
+}
+
+impl Runtime {
+    /// Connects to the runtime at `endpoint` (`unix:///run/containerd/containerd.sock`);
+    /// `timeout` bounds every later call.
+    ///
+    /// # Errors
+    /// [`Error::Endpoint`] for a non-unix endpoint, [`Error::Connect`] when the
+    /// socket does not answer.
+    pub async fn connect(endpoint: &str, timeout: Duration) -> Result<Self> {
+        let path = socket_path(endpoint)?;
+        // The URI is required by tonic but unused: the connector dials the socket.
+        let channel = Endpoint::from_static("http://[::]:50051")
+            .connect_timeout(Duration::from_secs(5))
+            .connect_with_connector(service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+            }))
+            .await
+            .map_err(|source| Error::Connect {
+                endpoint: endpoint.to_string(),
+                source,
+            })?;
+        Ok(Self {
+            runtime: RuntimeServiceClient::new(channel.clone()),
+            images: ImageServiceClient::new(channel),
+            timeout,
+        })
+    }
+
+    /// The runtime service client, for calls this handle does not wrap.
+    #[must_use]
+    pub fn runtime_client(&self) -> RuntimeServiceClient<Channel> {
+        self.runtime.clone()
+    }
+
+    async fn call<T, F>(&self, call: &'static str, target: impl Into<String>, fut: F) -> Result<T>
+    where
+        F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(Error::Call {
+                call,
+                target: target.into(),
+                code: status.code(),
+                message: status.message().to_string(),
+            }),
+            Err(_) => Err(Error::Timeout {
+                call,
+                target: target.into(),
+                timeout: self.timeout,
+            }),
+        }
+    }
+
+    /// CRI `Version`: the runtime's name and version (e.g. `containerd`, `v2.4.2`).
+    ///
+    /// # Errors
+    /// As every call: [`Error::Call`] or [`Error::Timeout`].
+    pub async fn version(&self) -> Result<cri::VersionResponse> {
+        let mut c = self.runtime.clone();
+        self.call(
+            "Version",
+            "runtime",
+            c.version(cri::VersionRequest {
+                version: "v1".into(),
+            }),
+        )
+        .await
+    }
+
+    /// CRI `Status`: the RuntimeReady and NetworkReady conditions.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn status(&self) -> Result<cri::StatusResponse> {
+        let mut c = self.runtime.clone();
+        self.call(
+            "Status",
+            "runtime",
+            c.status(cri::StatusRequest { verbose: false }),
+        )
+        .await
+    }
+
+    /// CRI `RunPodSandbox`; returns the new sandbox's ID.
+    ///
+    /// # Errors
+    /// As every call; `target` names the pod in the error.
+    pub async fn run_pod_sandbox(
+        &self,
+        config: cri::PodSandboxConfig,
+        target: &str,
+    ) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let req = cri::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        };
+        Ok(self
+            .call("RunPodSandbox", target, c.run_pod_sandbox(req))
+            .await?
+            .pod_sandbox_id)
+    }
+
+    /// CRI `StopPodSandbox`: stops every container in it and tears down its network.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = cri::StopPodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        self.call("StopPodSandbox", id, c.stop_pod_sandbox(req))
+            .await
+            .map(drop)
+    }
+
+    /// CRI `RemovePodSandbox`.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = cri::RemovePodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        self.call("RemovePodSandbox", id, c.remove_pod_sandbox(req))
+            .await
+            .map(drop)
+    }
+
+    /// CRI `PodSandboxStatus` (network status included).
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn pod_sandbox_status(&self, id: &str) -> Result<Option<cri::PodSandboxStatus>> {
+        let mut c = self.runtime.clone();
+        let req = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: false,
+        };
+        Ok(self
+            .call("PodSandboxStatus", id, c.pod_sandbox_status(req))
+            .await?
+            .status)
+    }
+
+    /// CRI `ListPodSandbox` filtered by labels (empty: all sandboxes).
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn list_pod_sandboxes(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<cri::PodSandbox>> {
+        let mut c = self.runtime.clone();
+        let req = cri::ListPodSandboxRequest {
+            filter: Some(cri::PodSandboxFilter {
+                label_selector: labels,
+                ..Default::default()
+            }),
+        };
+        Ok(self
+            .call("ListPodSandbox", "node", c.list_pod_sandbox(req))
+            .await?
+            .items)
+    }
+
+    /// CRI `ListContainers` filtered by labels.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn list_containers(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<cri::Container>> {
+        let mut c = self.runtime.clone();
+        let req = cri::ListContainersRequest {
+            filter: Some(cri::ContainerFilter {
+                label_selector: labels,
+                ..Default::default()
+            }),
+        };
+        Ok(self
+            .call("ListContainers", "node", c.list_containers(req))
+            .await?
+            .containers)
+    }
+
+    /// CRI `ContainerStatus` (exit code, times, reason).
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn container_status(&self, id: &str) -> Result<Option<cri::ContainerStatus>> {
+        let mut c = self.runtime.clone();
+        let req = cri::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        };
+        Ok(self
+            .call("ContainerStatus", id, c.container_status(req))
+            .await?
+            .status)
+    }
+
+    /// CRI `CreateContainer` in a sandbox; returns the container's ID.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+        target: &str,
+    ) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let req = cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.into(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        };
+        Ok(self
+            .call("CreateContainer", target, c.create_container(req))
+            .await?
+            .container_id)
+    }
+
+    /// CRI `StartContainer`.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn start_container(&self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = cri::StartContainerRequest {
+            container_id: id.into(),
+        };
+        self.call("StartContainer", id, c.start_container(req))
+            .await
+            .map(drop)
+    }
+
+    /// CRI `StopContainer`: SIGTERM, then SIGKILL after `grace_seconds`.
+    /// The call's own deadline is stretched by the grace period.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn stop_container(&self, id: &str, grace_seconds: i64) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = cri::StopContainerRequest {
+            container_id: id.into(),
+            timeout: grace_seconds,
+        };
+        let grace = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
+        let this = Self {
+            timeout: self.timeout + grace,
+            ..self.clone()
+        };
+        this.call("StopContainer", id, c.stop_container(req))
+            .await
+            .map(drop)
+    }
+
+    /// CRI `RemoveContainer`.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn remove_container(&self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = cri::RemoveContainerRequest {
+            container_id: id.into(),
+        };
+        self.call("RemoveContainer", id, c.remove_container(req))
+            .await
+            .map(drop)
+    }
+
+    /// CRI `ImageStatus`: the image's ID (`sha256:...`) if present on the node.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn image_id(&self, image: &str) -> Result<Option<cri::Image>> {
+        let mut c = self.images.clone();
+        let req = cri::ImageStatusRequest {
+            image: Some(cri::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            verbose: false,
+        };
+        Ok(self
+            .call("ImageStatus", image, c.image_status(req))
+            .await?
+            .image)
+    }
+
+    /// CRI `ListImages`: every image on the node.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn list_images(&self) -> Result<Vec<cri::Image>> {
+        let mut c = self.images.clone();
+        let req = cri::ListImagesRequest { filter: None };
+        Ok(self
+            .call("ListImages", "node", c.list_images(req))
+            .await?
+            .images)
+    }
+
+    /// CRI `PullImage`; returns the image reference the runtime resolved.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn pull_image(
+        &self,
+        image: &str,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> Result<String> {
+        let mut c = self.images.clone();
+        let req = cri::PullImageRequest {
+            image: Some(cri::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            auth: None,
+            sandbox_config: Some(sandbox_config),
+        };
+        Ok(self
+            .call("PullImage", image, c.pull_image(req))
+            .await?
+            .image_ref)
+    }
+}

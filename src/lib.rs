@@ -1,0 +1,22 @@
+//! rustlet: a Kubernetes node agent. It does the kubelet's job on one node,
+//! built as a kube-rs controller: a reflector on the pods bound to the node, one
+//! reconcile per pod (the pod worker) that drives a CRI runtime, a status
+//! manager, and the Node object with its Lease.
+#![forbid(unsafe_code)]
+
+pub mod agent;
+pub mod cli;
+pub mod config;
+pub mod cri;
+pub mod node;
+pub mod pod;
+
+/// The Kubernetes version whose kubelet this agent follows.
+pub const KUBERNETES_VERSION: &str = "v1.37.0";
+
+/// The version reported as the node's `kubeletVersion`: the Kubernetes version
+/// followed, with this agent's own version as build metadata.
+#[must_use]
+pub fn node_version() -> String {
+    format!("{KUBERNETES_VERSION}+rustlet-{}", env!("CARGO_PKG_VERSION"))
+}

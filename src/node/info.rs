@@ -1,0 +1,109 @@
+//! Facts about this machine read from /proc, /sys and /etc (the kubelet reads
+//! them through cAdvisor): cores, memory, the root dir's filesystem, kernel, OS,
+//! machine and boot IDs.
+
+use std::path::Path;
+
+/// What the node reports about its machine.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MachineInfo {
+    /// Logical CPUs.
+    pub cpus: u64,
+    /// Memory in bytes (MemTotal).
+    pub memory_bytes: u64,
+    /// Size of the filesystem holding the root dir, in bytes.
+    pub ephemeral_storage_bytes: u64,
+    /// Kernel release (`uname -r`).
+    pub kernel_version: String,
+    /// OS image (`PRETTY_NAME` of os-release).
+    pub os_image: String,
+    /// `/etc/machine-id`.
+    pub machine_id: String,
+    /// System UUID (DMI product UUID, or the machine ID when unreadable).
+    pub system_uuid: String,
+    /// Boot ID.
+    pub boot_id: String,
+}
+
+fn read_trim(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Parses `MemTotal` (kB) of /proc/meminfo text into bytes.
+#[must_use]
+pub fn mem_total_bytes(meminfo: &str) -> u64 {
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Reads `PRETTY_NAME` from os-release text.
+#[must_use]
+pub fn pretty_name(os_release: &str) -> String {
+    os_release
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .unwrap_or_else(|| "Linux".into())
+}
+
+impl MachineInfo {
+    /// Reads the machine's facts; `root_dir` names the filesystem for ephemeral storage.
+    /// Unreadable facts are left empty or zero.
+    #[must_use]
+    pub fn read(root_dir: &Path) -> Self {
+        let machine_id = read_trim("/etc/machine-id");
+        let uuid = read_trim("/sys/class/dmi/id/product_uuid");
+        Self {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+            memory_bytes: mem_total_bytes(
+                &std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
+            ),
+            ephemeral_storage_bytes: fs2::total_space(root_dir).unwrap_or(0),
+            kernel_version: read_trim("/proc/sys/kernel/osrelease"),
+            os_image: pretty_name(&std::fs::read_to_string("/etc/os-release").unwrap_or_default()),
+            system_uuid: if uuid.is_empty() {
+                machine_id.clone()
+            } else {
+                uuid
+            },
+            machine_id,
+            boot_id: read_trim("/proc/sys/kernel/random/boot_id"),
+        }
+    }
+}
+
+/// The architecture as Kubernetes names it (`amd64`, `arm64`, …).
+#[must_use]
+pub fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_meminfo_and_os_release() {
+        assert_eq!(
+            mem_total_bytes("MemTotal:       24576000 kB\nMemFree: 1 kB\n"),
+            24_576_000 * 1024
+        );
+        assert_eq!(mem_total_bytes(""), 0);
+        assert_eq!(
+            pretty_name("NAME=x\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n"),
+            "Debian GNU/Linux 12 (bookworm)"
+        );
+    }
+}

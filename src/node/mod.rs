@@ -1,0 +1,10 @@
+//! The Node object and its heartbeats: registration (the kubelet's
+//! `registerWithAPIServer`), node status (`syncNodeStatus`: capacity,
+//! allocatable, addresses, nodeInfo, conditions), and the node Lease in
+//! `kube-node-lease` (the kubelet's node lease controller).
+
+pub mod info;
+pub mod lease;
+pub mod status;
+
+pub use info::MachineInfo;

@@ -1,0 +1,338 @@
+//! The Node object's content: labels, capacity and allocatable, addresses,
+//! nodeInfo, conditions and daemon endpoints, as the kubelet's node status
+//! setters (pkg/kubelet/nodestatus/setters.go). Pure: facts and time in, Node out.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use super::info::{MachineInfo, go_arch};
+
+/// Memory held back from allocatable: the default hard eviction threshold
+/// `memory.available<100Mi`, in bytes.
+pub const EVICTION_HARD_MEMORY_BYTES: u64 = 100 * 1024 * 1024;
+/// Share of ephemeral storage held back: `nodefs.available<10%`.
+pub const EVICTION_HARD_NODEFS_PERCENT: u64 = 10;
+
+/// What the runtime says about itself (CRI `Version` and `Status`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeFacts {
+    /// `containerd://2.4.2`.
+    pub version: String,
+    /// RuntimeReady condition: None when ready, else the reason and message.
+    pub runtime_not_ready: Option<String>,
+    /// NetworkReady condition: None when ready, else the reason and message.
+    pub network_not_ready: Option<String>,
+}
+
+/// The node's configuration that shapes its object.
+#[derive(Clone, Debug, Default)]
+pub struct NodeConfig {
+    /// Node name.
+    pub name: String,
+    /// Node IPs (InternalIP addresses).
+    pub ips: Vec<String>,
+    /// Hostname (the Hostname address and the hostname label).
+    pub hostname: String,
+    /// Maximum pods (`maxPods`, 110).
+    pub max_pods: u32,
+    /// Port of the node's API (`daemonEndpoints.kubeletEndpoint`, 10250).
+    pub port: i32,
+    /// The version reported as `kubeletVersion`.
+    pub version: String,
+}
+
+/// The standard labels of the node (kubernetes.io/hostname, os, arch).
+#[must_use]
+pub fn labels(cfg: &NodeConfig) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("kubernetes.io/hostname".to_string(), cfg.hostname.clone()),
+        ("kubernetes.io/os".to_string(), "linux".to_string()),
+        ("kubernetes.io/arch".to_string(), go_arch().to_string()),
+        ("beta.kubernetes.io/os".to_string(), "linux".to_string()),
+        ("beta.kubernetes.io/arch".to_string(), go_arch().to_string()),
+    ])
+}
+
+/// Capacity and allocatable: allocatable is capacity minus the default hard
+/// eviction thresholds (no kube/system reservations), as `GetNodeAllocatable`.
+#[must_use]
+pub fn resources(
+    m: &MachineInfo,
+    max_pods: u32,
+) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+    let q = |s: String| Quantity(s);
+    let capacity = BTreeMap::from([
+        ("cpu".to_string(), q(m.cpus.to_string())),
+        (
+            "memory".to_string(),
+            q(format!("{}Ki", m.memory_bytes / 1024)),
+        ),
+        (
+            "ephemeral-storage".to_string(),
+            q(format!("{}Ki", m.ephemeral_storage_bytes / 1024)),
+        ),
+        ("pods".to_string(), q(max_pods.to_string())),
+    ]);
+    let mem = m.memory_bytes.saturating_sub(EVICTION_HARD_MEMORY_BYTES);
+    let storage =
+        m.ephemeral_storage_bytes - m.ephemeral_storage_bytes * EVICTION_HARD_NODEFS_PERCENT / 100;
+    let allocatable = BTreeMap::from([
+        ("cpu".to_string(), q(m.cpus.to_string())),
+        ("memory".to_string(), q(format!("{}Ki", mem / 1024))),
+        ("ephemeral-storage".to_string(), q(storage.to_string())),
+        ("pods".to_string(), q(max_pods.to_string())),
+    ]);
+    (capacity, allocatable)
+}
+
+fn condition(
+    type_: &str,
+    ok: bool,
+    reasons: (&str, &str),
+    messages: (&str, String),
+    old: Option<&NodeStatus>,
+    now: Timestamp,
+) -> NodeCondition {
+    // For pressure conditions "ok" means status False.
+    let status = if type_ == "Ready" { ok } else { !ok };
+    let status = if status { "True" } else { "False" };
+    let previous = old
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_));
+    let last_transition_time = match previous {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => Some(Time(now)),
+    };
+    NodeCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: Some(if ok { reasons.0 } else { reasons.1 }.into()),
+        message: Some(if ok {
+            messages.0.to_string()
+        } else {
+            messages.1
+        }),
+        last_heartbeat_time: Some(Time(now)),
+        last_transition_time,
+    }
+}
+
+/// The node's status at `now`, keeping the transition times of `old`'s conditions.
+/// Conditions and reasons as the kubelet's `MemoryPressureCondition`,
+/// `DiskPressureCondition`, `PIDPressureCondition` and `ReadyCondition`.
+#[must_use]
+pub fn status(
+    cfg: &NodeConfig,
+    m: &MachineInfo,
+    rt: &RuntimeFacts,
+    old: Option<&NodeStatus>,
+    now: Timestamp,
+) -> NodeStatus {
+    let (capacity, allocatable) = resources(m, cfg.max_pods);
+    let mut problems = Vec::new();
+    if let Some(r) = &rt.runtime_not_ready {
+        problems.push(format!(
+            "container runtime status check may not have completed yet: {r}"
+        ));
+    }
+    if let Some(n) = &rt.network_not_ready {
+        problems.push(format!("container runtime network not ready: {n}"));
+    }
+    let ready = problems.is_empty();
+    let mut addresses: Vec<NodeAddress> = cfg
+        .ips
+        .iter()
+        .map(|ip| NodeAddress {
+            type_: "InternalIP".into(),
+            address: ip.clone(),
+        })
+        .collect();
+    addresses.push(NodeAddress {
+        type_: "Hostname".into(),
+        address: cfg.hostname.clone(),
+    });
+    NodeStatus {
+        capacity: Some(capacity),
+        allocatable: Some(allocatable),
+        addresses: Some(addresses),
+        conditions: Some(vec![
+            condition(
+                "MemoryPressure",
+                true,
+                ("KubeletHasSufficientMemory", "KubeletHasInsufficientMemory"),
+                ("kubelet has sufficient memory available", String::new()),
+                old,
+                now,
+            ),
+            condition(
+                "DiskPressure",
+                true,
+                ("KubeletHasNoDiskPressure", "KubeletHasDiskPressure"),
+                ("kubelet has no disk pressure", String::new()),
+                old,
+                now,
+            ),
+            condition(
+                "PIDPressure",
+                true,
+                ("KubeletHasSufficientPID", "KubeletHasInsufficientPID"),
+                ("kubelet has sufficient PID available", String::new()),
+                old,
+                now,
+            ),
+            condition(
+                "Ready",
+                ready,
+                ("KubeletReady", "KubeletNotReady"),
+                ("kubelet is posting ready status", problems.join(", ")),
+                old,
+                now,
+            ),
+        ]),
+        daemon_endpoints: Some(NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint { port: cfg.port }),
+        }),
+        node_info: Some(NodeSystemInfo {
+            architecture: go_arch().into(),
+            boot_id: m.boot_id.clone(),
+            container_runtime_version: rt.version.clone(),
+            kernel_version: m.kernel_version.clone(),
+            kube_proxy_version: String::new(),
+            kubelet_version: cfg.version.clone(),
+            machine_id: m.machine_id.clone(),
+            operating_system: "linux".into(),
+            os_image: m.os_image.clone(),
+            system_uuid: m.system_uuid.clone(),
+            swap: None,
+            running_in_user_namespace: None,
+        }),
+        images: old.and_then(|o| o.images.clone()),
+        ..Default::default()
+    }
+}
+
+/// The Node object registered for `cfg` (labels, status); as `initialNode`.
+#[must_use]
+pub fn initial_node(cfg: &NodeConfig, status: NodeStatus) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(cfg.name.clone()),
+            labels: Some(labels(cfg)),
+            annotations: Some(BTreeMap::from([(
+                "volumes.kubernetes.io/controller-managed-attach-detach".to_string(),
+                "true".to_string(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec::default()),
+        status: Some(status),
+    }
+}
+
+/// True when `new` differs from `old` in anything but heartbeat times: the
+/// node status must be patched now rather than at the next report period.
+#[must_use]
+pub fn changed(old: Option<&NodeStatus>, new: &NodeStatus) -> bool {
+    let strip = |s: &NodeStatus| {
+        let mut s = s.clone();
+        for c in s.conditions.iter_mut().flatten() {
+            c.last_heartbeat_time = None;
+        }
+        s.images = None;
+        s
+    };
+    old.map(strip) != Some(strip(new))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine() -> MachineInfo {
+        MachineInfo {
+            cpus: 2,
+            memory_bytes: 1024 * 1024 * 1024,
+            ephemeral_storage_bytes: 1000 * 1024,
+            ..Default::default()
+        }
+    }
+
+    fn cfg() -> NodeConfig {
+        NodeConfig {
+            name: "n1".into(),
+            ips: vec!["127.0.0.1".into()],
+            hostname: "n1".into(),
+            max_pods: 110,
+            port: 10250,
+            version: "v1.37.0".into(),
+        }
+    }
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + s).unwrap()
+    }
+
+    #[test]
+    fn allocatable_subtracts_hard_eviction() {
+        let (cap, alloc) = resources(&machine(), 110);
+        assert_eq!(cap["memory"].0, "1048576Ki");
+        assert_eq!(alloc["memory"].0, format!("{}Ki", 1024 * 1024 - 100 * 1024));
+        assert_eq!(cap["ephemeral-storage"].0, "1000Ki");
+        assert_eq!(
+            alloc["ephemeral-storage"].0,
+            (1000 * 1024 - 1000 * 1024 / 10).to_string()
+        );
+        assert_eq!(alloc["pods"].0, "110");
+    }
+
+    #[test]
+    fn ready_follows_runtime_and_keeps_transition_times() {
+        let ok = RuntimeFacts {
+            version: "containerd://2.4.2".into(),
+            ..Default::default()
+        };
+        let s1 = status(&cfg(), &machine(), &ok, None, t(0));
+        let ready = |s: &NodeStatus| {
+            s.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(ready(&s1).status, "True");
+        assert_eq!(ready(&s1).reason.as_deref(), Some("KubeletReady"));
+        let s2 = status(&cfg(), &machine(), &ok, Some(&s1), t(10));
+        assert!(!changed(Some(&s1), &s2), "only heartbeats moved");
+        assert_eq!(ready(&s2).last_transition_time, Some(Time(t(0))));
+        let bad = RuntimeFacts {
+            network_not_ready: Some("NetworkReady=false reason:NetworkPluginNotReady".into()),
+            ..ok
+        };
+        let s3 = status(&cfg(), &machine(), &bad, Some(&s2), t(20));
+        assert!(changed(Some(&s2), &s3));
+        assert_eq!(ready(&s3).status, "False");
+        assert_eq!(ready(&s3).reason.as_deref(), Some("KubeletNotReady"));
+        assert!(ready(&s3).message.unwrap().contains("network not ready"));
+        let pressure = s3
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "MemoryPressure")
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            (pressure.status.as_str(), pressure.reason.as_deref()),
+            ("False", Some("KubeletHasSufficientMemory"))
+        );
+    }
+}

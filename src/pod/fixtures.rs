@@ -1,0 +1,120 @@
+//! Test fixtures: small builders for pods and runtime state, so tables read as
+//! specifications (`pod("web").container("c", "busybox").build()`).
+
+use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod, PodSpec};
+use k8s_openapi::jiff::Timestamp;
+
+use super::state::{Container, ContainerState, PodRuntime, Sandbox};
+
+/// Builder of a test pod.
+pub struct PodBuilder(Pod);
+
+/// A pod named `name` in `default`, UID `uid-<name>`, no containers yet.
+pub fn pod(name: &str) -> PodBuilder {
+    let mut p = Pod::default();
+    p.metadata.name = Some(name.into());
+    p.metadata.namespace = Some("default".into());
+    p.metadata.uid = Some(format!("uid-{name}"));
+    p.spec = Some(PodSpec::default());
+    PodBuilder(p)
+}
+
+impl PodBuilder {
+    /// Adds a container.
+    pub fn container(mut self, name: &str, image: &str) -> Self {
+        self.spec().containers.push(ApiContainer {
+            name: name.into(),
+            image: Some(image.into()),
+            ..Default::default()
+        });
+        self
+    }
+    /// Sets the restart policy.
+    pub fn restart_policy(mut self, policy: &str) -> Self {
+        self.spec().restart_policy = Some(policy.into());
+        self
+    }
+    /// Adds a label.
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.0
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(k.into(), v.into());
+        self
+    }
+    /// Marks the pod deleted at `at` with a grace period.
+    pub fn deleted(mut self, at: Timestamp, grace: i64) -> Self {
+        self.0.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at));
+        self.0.metadata.deletion_grace_period_seconds = Some(grace);
+        self
+    }
+    fn spec(&mut self) -> &mut PodSpec {
+        self.0.spec.get_or_insert_default()
+    }
+    /// The pod.
+    pub fn build(self) -> Pod {
+        self.0
+    }
+}
+
+/// A time `secs` seconds after a fixed epoch.
+pub fn t(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_700_000_000 + secs).expect("valid test time")
+}
+
+/// A ready sandbox `id` at `attempt`, with IP 10.88.0.2.
+pub fn sandbox(id: &str, attempt: u32, ready: bool) -> Sandbox {
+    Sandbox {
+        id: id.into(),
+        attempt,
+        ready,
+        created_at: t(i64::from(attempt)),
+        ips: if ready {
+            vec!["10.88.0.2".into()]
+        } else {
+            vec![]
+        },
+    }
+}
+
+/// A container record.
+pub fn ctr(
+    id: &str,
+    name: &str,
+    attempt: u32,
+    sandbox_id: &str,
+    state: ContainerState,
+) -> Container {
+    Container {
+        id: id.into(),
+        name: name.into(),
+        attempt,
+        sandbox_id: sandbox_id.into(),
+        state,
+        created_at: t(10 + i64::from(attempt)),
+        started_at: (state != ContainerState::Created).then(|| t(11 + i64::from(attempt))),
+        image: "busybox".into(),
+        image_ref: "sha256:b".into(),
+        ..Default::default()
+    }
+}
+
+/// Container `c` exited with `code` at `at`.
+pub fn exited(mut c: Container, code: i32, at: Timestamp) -> Container {
+    c.state = ContainerState::Exited;
+    c.exit_code = code;
+    c.finished_at = Some(at);
+    c
+}
+
+/// Runtime state from parts (sorted newest first).
+pub fn runtime(sandboxes: Vec<Sandbox>, containers: Vec<Container>) -> PodRuntime {
+    let mut rt = PodRuntime {
+        sandboxes,
+        containers,
+    };
+    rt.sort();
+    rt
+}

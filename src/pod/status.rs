@@ -1,0 +1,585 @@
+//! The pod's status as the kubelet's status manager reports it: phase
+//! (`getPhase`), conditions, container statuses, IPs, start time and QoS class
+//! (`generateAPIPodStatus` in kubelet_pods.go). Pure.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container as ApiContainer, ContainerState as ApiState, ContainerStateRunning,
+    ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition,
+    PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use super::plan::{Waiting, restart_policy, should_restart};
+use super::state::{Container, ContainerState, PodRuntime};
+
+/// Node-side facts the status needs.
+#[derive(Clone, Debug, Default)]
+pub struct StatusContext {
+    /// Host IPs, primary first.
+    pub host_ips: Vec<String>,
+    /// Runtime name for container IDs (`containerd` → `containerd://<id>`).
+    pub runtime_name: String,
+}
+
+fn terminated(c: &Container, runtime: &str) -> ContainerStateTerminated {
+    let reason = if !c.reason.is_empty() && c.reason != "Unknown" {
+        c.reason.clone()
+    } else if c.exit_code == 0 {
+        "Completed".into()
+    } else {
+        "Error".into()
+    };
+    ContainerStateTerminated {
+        exit_code: c.exit_code,
+        reason: Some(reason),
+        message: (!c.message.is_empty()).then(|| c.message.clone()),
+        started_at: c.started_at.map(Time),
+        finished_at: c.finished_at.map(Time),
+        container_id: Some(format!("{runtime}://{}", c.id)),
+        signal: None,
+    }
+}
+
+fn container_status(
+    spec: &ApiContainer,
+    rt: &PodRuntime,
+    waiting: Option<&Waiting>,
+    policy: &str,
+    ctx: &StatusContext,
+) -> ContainerStatus {
+    let (latest, previous) = rt.latest_two(&spec.name);
+    let runtime = &ctx.runtime_name;
+    let mut st = ContainerStatus {
+        name: spec.name.clone(),
+        image: spec.image.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    let wait = |reason: &str, message: Option<String>| ApiState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.into()),
+            message,
+        }),
+        ..Default::default()
+    };
+    match latest {
+        None => {
+            st.state = Some(match waiting {
+                Some(w) => wait(&w.reason, Some(w.message.clone())),
+                None => wait("ContainerCreating", None),
+            });
+            st.started = Some(false);
+        }
+        Some(c) => {
+            st.container_id = Some(format!("{runtime}://{}", c.id));
+            st.image_id = c.image_ref.clone();
+            st.restart_count = i32::try_from(c.attempt).unwrap_or(i32::MAX);
+            st.last_state = previous
+                .filter(|p| p.state == ContainerState::Exited)
+                .map(|p| ApiState {
+                    terminated: Some(terminated(p, runtime)),
+                    ..Default::default()
+                });
+            match c.state {
+                ContainerState::Running => {
+                    st.state = Some(ApiState {
+                        running: Some(ContainerStateRunning {
+                            started_at: c.started_at.map(Time),
+                        }),
+                        ..Default::default()
+                    });
+                    st.ready = true;
+                    st.started = Some(true);
+                }
+                ContainerState::Exited | ContainerState::Unknown => {
+                    let restarting = should_restart(policy, c.exit_code) || waiting.is_some();
+                    if restarting && let Some(w) = waiting {
+                        st.last_state = Some(ApiState {
+                            terminated: Some(terminated(c, runtime)),
+                            ..Default::default()
+                        });
+                        st.state = Some(wait(&w.reason, Some(w.message.clone())));
+                    } else {
+                        st.state = Some(ApiState {
+                            terminated: Some(terminated(c, runtime)),
+                            ..Default::default()
+                        });
+                    }
+                    st.started = Some(false);
+                }
+                ContainerState::Created => {
+                    st.state = Some(wait("ContainerCreating", None));
+                    st.started = Some(false);
+                }
+            }
+        }
+    }
+    st
+}
+
+/// The pod phase from its container statuses, as the kubelet's `getPhase`.
+#[must_use]
+pub fn phase(statuses: &[ContainerStatus], policy: &str) -> &'static str {
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in statuses {
+        let state = s.state.as_ref();
+        if state.is_some_and(|x| x.running.is_some()) {
+            running += 1;
+        } else if let Some(t) = state.and_then(|x| x.terminated.as_ref()) {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if state.is_some_and(|x| x.waiting.is_some()) {
+            if s.last_state
+                .as_ref()
+                .is_some_and(|l| l.terminated.is_some())
+            {
+                stopped += 1;
+            } else {
+                waiting += 1;
+            }
+        } else {
+            waiting += 1;
+        }
+    }
+    if waiting > 0 || statuses.is_empty() {
+        return "Pending";
+    }
+    if running > 0 {
+        return "Running";
+    }
+    if stopped > 0 {
+        if policy == "Always" {
+            return "Running";
+        }
+        if stopped == succeeded {
+            return "Succeeded";
+        }
+        if policy == "Never" {
+            return "Failed";
+        }
+        return "Running";
+    }
+    "Pending"
+}
+
+/// The pod's QoS class, as `GetPodQOS`: Guaranteed when every container's cpu
+/// and memory limits equal its requests, BestEffort when none are set, else Burstable.
+#[must_use]
+pub fn qos_class(pod: &Pod) -> &'static str {
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for c in containers {
+        let r = c.resources.as_ref();
+        let empty = BTreeMap::<String, Quantity>::new();
+        let limits = r.and_then(|r| r.limits.as_ref()).unwrap_or(&empty);
+        let requests = r.and_then(|r| r.requests.as_ref()).unwrap_or(&empty);
+        for res in ["cpu", "memory"] {
+            let (l, q) = (limits.get(res), requests.get(res).or(limits.get(res)));
+            any |= l.is_some() || q.is_some();
+            guaranteed &= l.is_some() && l == q;
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        _ => "Burstable",
+    }
+}
+
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: Option<&str>,
+    old: Option<&PodStatus>,
+    now: Timestamp,
+) -> PodCondition {
+    let status = if ok { "True" } else { "False" };
+    let previous = old
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_));
+    let last_transition_time = match previous {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => Some(Time(now)),
+    };
+    PodCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: (!ok)
+            .then(|| reason.unwrap_or_default().to_string())
+            .filter(|r| !r.is_empty()),
+        last_transition_time,
+        ..Default::default()
+    }
+}
+
+/// The pod's status from its runtime state at `now`. `waiting` holds reasons the
+/// last sync left for containers that could not start (the kubelet's reason cache).
+/// A pod already in a terminal phase keeps that phase.
+#[must_use]
+pub fn status(
+    pod: &Pod,
+    rt: &PodRuntime,
+    waiting: &BTreeMap<String, Waiting>,
+    ctx: &StatusContext,
+    now: Timestamp,
+) -> PodStatus {
+    let old = pod.status.as_ref();
+    let policy = restart_policy(pod);
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    let statuses: Vec<ContainerStatus> = containers
+        .iter()
+        .map(|c| container_status(c, rt, waiting.get(&c.name), policy, ctx))
+        .collect();
+    let old_phase = old.and_then(|s| s.phase.as_deref());
+    let phase = match old_phase {
+        Some(p @ ("Succeeded" | "Failed")) => p.to_string(),
+        _ => phase(&statuses, policy).to_string(),
+    };
+    let terminal = phase == "Succeeded" || phase == "Failed";
+    let sandbox = rt.latest_sandbox().filter(|s| s.ready);
+    let ips: Vec<String> = match sandbox {
+        Some(_)
+            if pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.host_network)
+                .unwrap_or(false) =>
+        {
+            ctx.host_ips.clone()
+        }
+        Some(s) => s.ips.clone(),
+        None => old
+            .and_then(|o| o.pod_ips.as_ref())
+            .map(|v| v.iter().map(|p| p.ip.clone()).collect())
+            .unwrap_or_default(),
+    };
+    let all_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready) && !terminal;
+    let mut conditions = vec![
+        condition(
+            "PodReadyToStartContainers",
+            sandbox.is_some(),
+            None,
+            old,
+            now,
+        ),
+        condition("Initialized", true, None, old, now),
+        condition(
+            "ContainersReady",
+            all_ready,
+            Some(if terminal {
+                "PodCompleted"
+            } else {
+                "ContainersNotReady"
+            }),
+            old,
+            now,
+        ),
+        condition(
+            "Ready",
+            all_ready,
+            Some(if terminal {
+                "PodCompleted"
+            } else {
+                "ContainersNotReady"
+            }),
+            old,
+            now,
+        ),
+    ];
+    let not_ready: Vec<&str> = statuses
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    if !all_ready && !terminal {
+        let msg = format!("containers with unready status: [{}]", not_ready.join(" "));
+        conditions[2].message = Some(msg.clone());
+        conditions[3].message = Some(msg);
+    }
+    if let Some(scheduled) = old
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+    {
+        conditions.push(scheduled.clone());
+    }
+    PodStatus {
+        phase: Some(phase),
+        conditions: Some(conditions),
+        container_statuses: Some(statuses),
+        host_ip: ctx.host_ips.first().cloned(),
+        host_ips: Some(
+            ctx.host_ips
+                .iter()
+                .map(|ip| HostIP { ip: ip.clone() })
+                .collect(),
+        ),
+        pod_ip: ips.first().cloned(),
+        pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
+        start_time: old.and_then(|s| s.start_time.clone()).or(Some(Time(now))),
+        qos_class: Some(qos_class(pod).into()),
+        observed_generation: pod.metadata.generation,
+        ..old.cloned().unwrap_or_default()
+    }
+}
+
+/// True when two statuses differ in anything but condition probe times, so a
+/// patch is worth sending (the status manager's `needsUpdate`).
+#[must_use]
+pub fn differs(old: Option<&PodStatus>, new: &PodStatus) -> bool {
+    old != Some(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::fixtures::{ctr, exited, pod, runtime, sandbox, t};
+    use ContainerState::Running;
+
+    fn ctx() -> StatusContext {
+        StatusContext {
+            host_ips: vec!["127.0.0.1".into()],
+            runtime_name: "containerd".into(),
+        }
+    }
+
+    fn state_of(s: &ContainerStatus) -> String {
+        let st = s.state.as_ref().unwrap();
+        if st.running.is_some() {
+            "running".into()
+        } else if let Some(t) = &st.terminated {
+            format!(
+                "terminated:{}:{}",
+                t.exit_code,
+                t.reason.clone().unwrap_or_default()
+            )
+        } else {
+            format!(
+                "waiting:{}",
+                st.waiting
+                    .as_ref()
+                    .unwrap()
+                    .reason
+                    .clone()
+                    .unwrap_or_default()
+            )
+        }
+    }
+
+    #[test]
+    fn table() {
+        let always = pod("web").container("a", "busybox").build();
+        let never = pod("job")
+            .container("a", "busybox")
+            .restart_policy("Never")
+            .build();
+        let none = BTreeMap::new();
+        let crash = BTreeMap::from([(
+            "a".to_string(),
+            Waiting {
+                reason: "CrashLoopBackOff".into(),
+                message: "back-off 10s".into(),
+            },
+        )]);
+        let pull = BTreeMap::from([(
+            "a".to_string(),
+            Waiting {
+                reason: "ErrImagePull".into(),
+                message: "not found".into(),
+            },
+        )]);
+        let s0 = || vec![sandbox("s0", 0, true)];
+        // (name, pod, runtime, waiting, phase, container state, ready, restarts)
+        let cases = vec![
+            (
+                "nothing yet",
+                &always,
+                runtime(vec![], vec![]),
+                &none,
+                "Pending",
+                "waiting:ContainerCreating",
+                false,
+                0,
+            ),
+            (
+                "image pull failed",
+                &always,
+                runtime(s0(), vec![]),
+                &pull,
+                "Pending",
+                "waiting:ErrImagePull",
+                false,
+                0,
+            ),
+            (
+                "running",
+                &always,
+                runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]),
+                &none,
+                "Running",
+                "running",
+                true,
+                0,
+            ),
+            (
+                "exit 3 under Never",
+                &never,
+                runtime(
+                    s0(),
+                    vec![exited(ctr("c1", "a", 0, "s0", Running), 3, t(5))],
+                ),
+                &none,
+                "Failed",
+                "terminated:3:Error",
+                false,
+                0,
+            ),
+            (
+                "exit 0 under Never",
+                &never,
+                runtime(
+                    s0(),
+                    vec![exited(ctr("c1", "a", 0, "s0", Running), 0, t(5))],
+                ),
+                &none,
+                "Succeeded",
+                "terminated:0:Completed",
+                false,
+                0,
+            ),
+            (
+                "crash loop under Always",
+                &always,
+                runtime(
+                    s0(),
+                    vec![
+                        exited(ctr("c2", "a", 2, "s0", Running), 1, t(9)),
+                        exited(ctr("c1", "a", 1, "s0", Running), 1, t(5)),
+                    ],
+                ),
+                &crash,
+                "Running",
+                "waiting:CrashLoopBackOff",
+                false,
+                2,
+            ),
+            (
+                "restarted and running",
+                &always,
+                runtime(
+                    s0(),
+                    vec![
+                        ctr("c2", "a", 1, "s0", Running),
+                        exited(ctr("c1", "a", 0, "s0", Running), 1, t(5)),
+                    ],
+                ),
+                &none,
+                "Running",
+                "running",
+                true,
+                1,
+            ),
+        ];
+        for (name, p, rt, waiting, want_phase, want_state, want_ready, restarts) in cases {
+            let st = status(p, &rt, waiting, &ctx(), t(100));
+            let cs = &st.container_statuses.as_ref().unwrap()[0];
+            assert_eq!(st.phase.as_deref(), Some(want_phase), "{name}: phase");
+            assert_eq!(state_of(cs), want_state, "{name}: state");
+            assert_eq!(cs.ready, want_ready, "{name}: ready");
+            assert_eq!(cs.restart_count, restarts, "{name}: restarts");
+            let ready = st
+                .conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .unwrap();
+            assert_eq!(
+                ready.status,
+                if want_ready { "True" } else { "False" },
+                "{name}: Ready condition"
+            );
+        }
+    }
+
+    #[test]
+    fn running_pod_reports_ips_ids_and_keeps_scheduled() {
+        let mut p = pod("web").container("a", "busybox").build();
+        p.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![ctr("c1", "a", 0, "s0", Running)],
+        );
+        let st = status(&p, &rt, &BTreeMap::new(), &ctx(), t(100));
+        assert_eq!(st.pod_ip.as_deref(), Some("10.88.0.2"));
+        assert_eq!(st.host_ip.as_deref(), Some("127.0.0.1"));
+        assert_eq!(st.qos_class.as_deref(), Some("BestEffort"));
+        assert_eq!(st.start_time, Some(Time(t(100))));
+        let cs = &st.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(cs.container_id.as_deref(), Some("containerd://c1"));
+        assert_eq!(cs.image_id, "sha256:b");
+        let types: Vec<&str> = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(
+            types,
+            vec![
+                "PodReadyToStartContainers",
+                "Initialized",
+                "ContainersReady",
+                "Ready",
+                "PodScheduled"
+            ]
+        );
+        // Same state later: conditions keep their transition times, so nothing to patch.
+        p.status = Some(st.clone());
+        let again = status(&p, &rt, &BTreeMap::new(), &ctx(), t(200));
+        assert!(!differs(Some(&st), &again));
+    }
+
+    #[test]
+    fn qos_classes() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        let mut p = pod("q").container("a", "busybox").build();
+        assert_eq!(qos_class(&p), "BestEffort");
+        let q = |s: &str| Quantity(s.into());
+        let both = BTreeMap::from([
+            ("cpu".to_string(), q("100m")),
+            ("memory".to_string(), q("64Mi")),
+        ]);
+        p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
+            limits: Some(both.clone()),
+            ..Default::default()
+        });
+        assert_eq!(qos_class(&p), "Guaranteed");
+        p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([("cpu".to_string(), q("50m"))])),
+            ..Default::default()
+        });
+        assert_eq!(qos_class(&p), "Burstable");
+    }
+}

@@ -1,0 +1,642 @@
+//! The reconcile of one pod and what it needs: the pod worker of the kubelet
+//! (pod_workers.go → `SyncPod`), with its reason cache and image back-off kept
+//! in memory and everything else read back from CRI on each pass.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{debug, info, warn};
+
+use super::observe::observe;
+use super::plan::{MAX_BACKOFF, PullBackoff, Step, Waiting, plan};
+use super::state::PodRuntime;
+use super::status::{StatusContext, differs, status};
+use super::translate::{self, NodeContext, PodFacts, pod_identity};
+use crate::cri::{POD_UID_LABEL, Runtime};
+
+/// Errors of one pod sync; the controller logs them and requeues the pod.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading the runtime state or a runtime call failed.
+    #[error("sync pod {pod}: {source}")]
+    Runtime {
+        /// `namespace/name`.
+        pod: String,
+        /// The CRI error.
+        #[source]
+        source: crate::cri::Error,
+    },
+    /// An API call failed.
+    #[error("sync pod {pod}: {source}")]
+    Api {
+        /// `namespace/name`.
+        pod: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Result of a pod sync.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What the worker remembers of a pod between syncs (the rest is in CRI).
+#[derive(Default)]
+struct PodMemory {
+    /// Waiting reasons left by the last sync (the kubelet's reason cache).
+    waiting: BTreeMap<String, Waiting>,
+    /// Image pull back-off per container: (failures, back-off).
+    pulls: BTreeMap<String, (u32, PullBackoff)>,
+}
+
+/// Everything a pod sync needs; one per agent, shared by every pod worker.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// The runtime.
+    pub runtime: Runtime,
+    /// Event recorder (reporting component `kubelet`, instance the node name).
+    pub recorder: Recorder,
+    /// Node facts for sandbox and container configs.
+    pub node: NodeContext,
+    /// Node facts for the status.
+    pub status: StatusContext,
+    /// True while the PLEG's event stream is connected (then relists can be rare).
+    pub pleg_connected: Arc<AtomicBool>,
+    /// Serializes image pulls (the kubelet's `serializeImagePulls: true`).
+    pub pull_lock: tokio::sync::Mutex<()>,
+    memory: Mutex<HashMap<String, PodMemory>>,
+}
+
+impl Context {
+    /// A context for the given parts.
+    #[must_use]
+    pub fn new(
+        client: Client,
+        runtime: Runtime,
+        recorder: Recorder,
+        node: NodeContext,
+        status: StatusContext,
+        pleg_connected: Arc<AtomicBool>,
+    ) -> Self {
+        Self {
+            client,
+            runtime,
+            recorder,
+            node,
+            status,
+            pleg_connected,
+            pull_lock: tokio::sync::Mutex::new(()),
+            memory: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How long a pod with nothing pending waits for its next sync: the relist
+    /// period, 2 s without runtime events (the generic PLEG relists every 1 s)
+    /// and 30 s with them (a safety net only).
+    #[must_use]
+    pub fn resync(&self) -> Duration {
+        if self.pleg_connected.load(Ordering::Relaxed) {
+            Duration::from_secs(30)
+        } else {
+            Duration::from_secs(2)
+        }
+    }
+
+    fn memory<T>(&self, uid: &str, f: impl FnOnce(&mut PodMemory) -> T) -> T {
+        let mut map = self
+            .memory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(map.entry(uid.to_string()).or_default())
+    }
+
+    fn forget(&self, uid: &str) {
+        let mut map = self
+            .memory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.remove(uid);
+    }
+
+    /// Publishes an event about `pod` (or one of its containers) without waiting for it.
+    fn event(
+        &self,
+        pod: &Pod,
+        container: Option<&str>,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let mut reference: ObjectReference = pod.object_ref(&());
+        reference.field_path = container.map(|c| format!("spec.containers{{{c}}}"));
+        let recorder = self.recorder.clone();
+        let ev = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: reason.to_string(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&ev, &reference).await {
+                debug!(error = %e, reason = ev.reason, "event not recorded");
+            }
+        });
+    }
+}
+
+/// One sync of `pod`: observe, plan, act, report. Never sleeps; waiting is a requeue.
+///
+/// # Errors
+/// A failed CRI observation or API call; the controller's error policy requeues.
+#[tracing::instrument(skip_all, fields(pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())))]
+pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
+    let (ns, name, uid) = pod_identity(&pod);
+    let key = format!("{ns}/{name}");
+    let rt_err = |source| Error::Runtime {
+        pod: key.clone(),
+        source,
+    };
+    let mut rt = observe(&ctx.runtime, &uid).await.map_err(rt_err)?;
+    let now = Timestamp::now();
+    let backoffs = ctx.memory(&uid, |m| {
+        m.pulls
+            .iter()
+            .map(|(k, (_, b))| (k.clone(), b.clone()))
+            .collect()
+    });
+    let plan = plan(&pod, &rt, &backoffs, now);
+    if !plan.steps.is_empty() {
+        debug!(steps = ?plan.steps, "plan");
+    }
+    let mut waiting = plan.waiting.clone();
+    for (c, w) in &plan.waiting {
+        let (type_, reason) = match w.reason.as_str() {
+            "CrashLoopBackOff" => (EventType::Warning, "BackOff"),
+            _ => (EventType::Normal, "BackOff"),
+        };
+        let note = if w.reason == "CrashLoopBackOff" {
+            format!("Back-off restarting failed container {c} in pod {name}_{ns}({uid})")
+        } else {
+            w.message.clone()
+        };
+        ctx.event(&pod, Some(c), type_, reason, note);
+    }
+    let acted = !plan.steps.is_empty();
+    let mut deleted = false;
+    let mut current: Option<(String, cri::PodSandboxConfig, Vec<String>)> = None;
+    for step in &plan.steps {
+        match step {
+            Step::KillContainer {
+                id,
+                name: c,
+                grace_seconds,
+                reason,
+            } => {
+                ctx.event(
+                    &pod,
+                    Some(c),
+                    EventType::Normal,
+                    "Killing",
+                    format!("Stopping container {c}"),
+                );
+                debug!(container = c, reason, "kill container");
+                ctx.runtime
+                    .stop_container(id, *grace_seconds)
+                    .await
+                    .map_err(rt_err)?;
+            }
+            Step::StopSandbox { id } => ctx.runtime.stop_pod_sandbox(id).await.map_err(rt_err)?,
+            Step::RemoveContainer { id } => {
+                ctx.runtime.remove_container(id).await.map_err(rt_err)?
+            }
+            Step::RemoveSandbox { id } => {
+                ctx.runtime.remove_pod_sandbox(id).await.map_err(rt_err)?
+            }
+            Step::CreateSandbox { attempt, changed } => {
+                if *changed {
+                    ctx.event(
+                        &pod,
+                        None,
+                        EventType::Normal,
+                        "SandboxChanged",
+                        "Pod sandbox changed, it will be killed and re-created.".into(),
+                    );
+                }
+                match create_sandbox(&pod, *attempt, &ctx).await {
+                    Ok(s) => current = Some(s),
+                    Err(msg) => {
+                        ctx.event(
+                            &pod,
+                            None,
+                            EventType::Warning,
+                            "FailedCreatePodSandBox",
+                            msg,
+                        );
+                        break;
+                    }
+                }
+            }
+            Step::StartContainer { name: c, attempt } => {
+                if current.is_none() {
+                    current = current_sandbox(&pod, &rt, &ctx)?;
+                }
+                let Some((sandbox_id, sandbox_config, ips)) = &current else {
+                    break;
+                };
+                match start_container(&pod, c, *attempt, sandbox_id, sandbox_config, ips, &ctx)
+                    .await
+                {
+                    Ok(()) => ctx.memory(&uid, |m| m.pulls.remove(c)).map_or((), drop),
+                    Err(w) => {
+                        waiting.insert(c.clone(), w);
+                    }
+                }
+            }
+            Step::DeletePod => {
+                let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+                let dp = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                match api.delete(&name, &dp).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                    Err(source) => return Err(Error::Api { pod: key, source }),
+                }
+                info!("pod terminated and deleted");
+                deleted = true;
+            }
+        }
+    }
+    if deleted {
+        ctx.forget(&uid);
+        return Ok(Action::await_change());
+    }
+    ctx.memory(&uid, |m| m.waiting = waiting.clone());
+    if acted {
+        rt = observe(&ctx.runtime, &uid).await.map_err(rt_err)?;
+    }
+    let new_status = status(&pod, &rt, &waiting, &ctx.status, Timestamp::now());
+    if differs(pod.status.as_ref(), &new_status) {
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        let patch = serde_json::json!({ "metadata": { "uid": uid }, "status": new_status });
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::Api { pod: key, source })?;
+    }
+    let requeue = plan
+        .requeue_after
+        .map_or(ctx.resync(), |r| r.min(ctx.resync()));
+    Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// The ready sandbox of the pod with its config and IPs, for starting containers in it.
+fn current_sandbox(
+    pod: &Pod,
+    rt: &PodRuntime,
+    ctx: &Context,
+) -> Result<Option<(String, cri::PodSandboxConfig, Vec<String>)>> {
+    let Some(s) = rt.latest_sandbox().filter(|s| s.ready) else {
+        return Ok(None);
+    };
+    match translate::sandbox_config(pod, s.attempt, &ctx.node) {
+        Ok(cfg) => Ok(Some((s.id.clone(), cfg, s.ips.clone()))),
+        Err(e) => {
+            warn!(error = %e, "sandbox config");
+            Ok(None)
+        }
+    }
+}
+
+/// Creates the pod's log directory and sandbox; returns its ID, config and IPs,
+/// or the message of the `FailedCreatePodSandBox` event.
+async fn create_sandbox(
+    pod: &Pod,
+    attempt: u32,
+    ctx: &Context,
+) -> std::result::Result<(String, cri::PodSandboxConfig, Vec<String>), String> {
+    let (ns, name, _) = pod_identity(pod);
+    let config = translate::sandbox_config(pod, attempt, &ctx.node)
+        .map_err(|e| format!("Failed to create pod sandbox: {e}"))?;
+    tokio::fs::create_dir_all(&config.log_directory)
+        .await
+        .map_err(|e| {
+            format!(
+                "Failed to create pod sandbox: create log directory {}: {e}",
+                config.log_directory
+            )
+        })?;
+    let id = ctx
+        .runtime
+        .run_pod_sandbox(config.clone(), &format!("pod {ns}/{name}"))
+        .await
+        .map_err(|e| format!("Failed to create pod sandbox: {e}"))?;
+    let ips = match ctx.runtime.pod_sandbox_status(&id).await {
+        Ok(Some(st)) => super::observe::sandbox_from(&st).ips,
+        _ => Vec::new(),
+    };
+    Ok((id, config, ips))
+}
+
+/// The image pull policy in effect: the spec's, else `Always` for `:latest` or
+/// untagged images and `IfNotPresent` otherwise (API defaulting).
+fn pull_policy(c: &k8s_openapi::api::core::v1::Container) -> String {
+    if let Some(p) = &c.image_pull_policy {
+        return p.clone();
+    }
+    let image = c.image.as_deref().unwrap_or_default();
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') || (last.contains(':') && !last.ends_with(":latest")) {
+        "IfNotPresent".into()
+    } else {
+        "Always".into()
+    }
+}
+
+/// The kubelet's `startContainer` steps: ensure the image, create, start. A
+/// failure returns the waiting reason to show (after its events are sent).
+async fn start_container(
+    pod: &Pod,
+    name: &str,
+    attempt: u32,
+    sandbox_id: &str,
+    sandbox_config: &cri::PodSandboxConfig,
+    pod_ips: &[String],
+    ctx: &Context,
+) -> std::result::Result<(), Waiting> {
+    let (ns, pod_name, uid) = pod_identity(pod);
+    let Some(spec) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == name))
+    else {
+        return Ok(());
+    };
+    let fail = |reason: &str, message: String| {
+        ctx.event(
+            pod,
+            Some(name),
+            EventType::Warning,
+            "Failed",
+            format!("Error: {reason}"),
+        );
+        Waiting {
+            reason: reason.into(),
+            message,
+        }
+    };
+    let image = spec.image.clone().unwrap_or_default();
+    if image.is_empty() || image.contains(char::is_whitespace) {
+        return Err(fail(
+            "InvalidImageName",
+            format!("Failed to apply default image tag \"{image}\": invalid reference format"),
+        ));
+    }
+    let image_ref = ensure_image(
+        pod,
+        name,
+        &image,
+        &pull_policy(spec),
+        sandbox_config,
+        ctx,
+        &uid,
+    )
+    .await?;
+
+    let log_dir = std::path::Path::new(&sandbox_config.log_directory).join(name);
+    if let Err(e) = tokio::fs::create_dir_all(&log_dir).await {
+        return Err(fail(
+            "CreateContainerError",
+            format!("create log directory {}: {e}", log_dir.display()),
+        ));
+    }
+    let facts = PodFacts {
+        pod_ips: pod_ips.to_vec(),
+        host_ips: ctx.status.host_ips.clone(),
+    };
+    let config = translate::container_config(pod, spec, attempt, &image_ref, &ctx.node, &facts);
+    let target = format!("container {name} of pod {ns}/{pod_name}");
+    let id = match ctx
+        .runtime
+        .create_container(sandbox_id, config, sandbox_config.clone(), &target)
+        .await
+    {
+        Ok(id) => id,
+        Err(e) => {
+            ctx.event(
+                pod,
+                Some(name),
+                EventType::Warning,
+                "Failed",
+                format!("Error: {e}"),
+            );
+            return Err(Waiting {
+                reason: "CreateContainerError".into(),
+                message: e.to_string(),
+            });
+        }
+    };
+    ctx.event(
+        pod,
+        Some(name),
+        EventType::Normal,
+        "Created",
+        format!("Created container: {name}"),
+    );
+    if let Err(e) = ctx.runtime.start_container(&id).await {
+        ctx.event(
+            pod,
+            Some(name),
+            EventType::Warning,
+            "Failed",
+            format!("Error: {e}"),
+        );
+        return Err(Waiting {
+            reason: "RunContainerError".into(),
+            message: e.to_string(),
+        });
+    }
+    ctx.event(
+        pod,
+        Some(name),
+        EventType::Normal,
+        "Started",
+        format!("Started container {name}"),
+    );
+    Ok(())
+}
+
+/// Makes sure `image` is on the node under `policy`; returns the image reference
+/// to create the container from. Failures start the image pull back-off
+/// (10 s doubling to 300 s) and return `ErrImagePull` or `ErrImageNeverPull`.
+async fn ensure_image(
+    pod: &Pod,
+    name: &str,
+    image: &str,
+    policy: &str,
+    sandbox_config: &cri::PodSandboxConfig,
+    ctx: &Context,
+    uid: &str,
+) -> std::result::Result<String, Waiting> {
+    let present = match ctx.runtime.image_id(image).await {
+        Ok(found) => found.map(|i| i.id),
+        Err(e) => {
+            warn!(error = %e, image, "image status");
+            None
+        }
+    };
+    if let Some(id) = present.clone().filter(|_| policy != "Always") {
+        ctx.event(
+            pod,
+            Some(name),
+            EventType::Normal,
+            "Pulled",
+            format!("Container image \"{image}\" already present on machine"),
+        );
+        return Ok(id);
+    }
+    if policy == "Never" {
+        let msg = format!("Container image \"{image}\" is not present with pull policy of Never");
+        ctx.event(
+            pod,
+            Some(name),
+            EventType::Warning,
+            "ErrImageNeverPull",
+            msg.clone(),
+        );
+        return Err(Waiting {
+            reason: "ErrImageNeverPull".into(),
+            message: msg,
+        });
+    }
+    ctx.event(
+        pod,
+        Some(name),
+        EventType::Normal,
+        "Pulling",
+        format!("Pulling image \"{image}\""),
+    );
+    let queued = Instant::now();
+    let _serial = ctx.pull_lock.lock().await;
+    let started = Instant::now();
+    match ctx.runtime.pull_image(image, sandbox_config.clone()).await {
+        Ok(image_ref) => {
+            let (total, pulling) = (queued.elapsed(), started.elapsed());
+            ctx.event(
+                pod,
+                Some(name),
+                EventType::Normal,
+                "Pulled",
+                format!(
+                    "Successfully pulled image \"{image}\" in {:.3}s ({:.3}s including waiting)",
+                    pulling.as_secs_f64(),
+                    total.as_secs_f64()
+                ),
+            );
+            Ok(if image_ref.is_empty() {
+                image.to_string()
+            } else {
+                image_ref
+            })
+        }
+        Err(e) => {
+            let message = e.to_string();
+            ctx.event(
+                pod,
+                Some(name),
+                EventType::Warning,
+                "Failed",
+                format!("Failed to pull image \"{image}\": {message}"),
+            );
+            ctx.event(
+                pod,
+                Some(name),
+                EventType::Warning,
+                "Failed",
+                "Error: ErrImagePull".into(),
+            );
+            ctx.memory(uid, |m| {
+                let failures = m.pulls.get(name).map_or(0, |(n, _)| *n) + 1;
+                let delay = (super::plan::INITIAL_BACKOFF * 2u32.saturating_pow(failures - 1))
+                    .min(MAX_BACKOFF);
+                let until = Timestamp::now() + delay;
+                m.pulls.insert(
+                    name.to_string(),
+                    (
+                        failures,
+                        PullBackoff {
+                            until,
+                            image: image.to_string(),
+                        },
+                    ),
+                );
+            });
+            Err(Waiting {
+                reason: "ErrImagePull".into(),
+                message,
+            })
+        }
+    }
+}
+
+/// The controller's error policy: log and retry in 5 s.
+#[must_use]
+pub fn error_policy(_pod: Arc<Pod>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(%error, "pod sync failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Housekeeping (the kubelet's `HandlePodCleanups`): stops and removes the
+/// sandboxes and containers of pods that are no longer bound to this node, such
+/// as pods deleted while the agent was down or force-deleted.
+///
+/// # Errors
+/// The first CRI call that fails.
+pub async fn cleanup_orphans(runtime: &Runtime, store: &Store<Pod>) -> crate::cri::Result<usize> {
+    let known: HashSet<String> = store
+        .state()
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    let sandboxes = runtime.list_pod_sandboxes(HashMap::new()).await?;
+    let orphans: HashSet<String> = sandboxes
+        .iter()
+        .filter_map(|s| s.labels.get(POD_UID_LABEL))
+        .filter(|uid| !known.contains(*uid))
+        .cloned()
+        .collect();
+    for uid in &orphans {
+        let by_uid = HashMap::from([(POD_UID_LABEL.to_string(), uid.clone())]);
+        for c in runtime.list_containers(by_uid.clone()).await? {
+            if c.state == cri::ContainerState::ContainerRunning as i32 {
+                runtime.stop_container(&c.id, 2).await?;
+            }
+            runtime.remove_container(&c.id).await?;
+        }
+        for s in runtime.list_pod_sandboxes(by_uid).await? {
+            runtime.stop_pod_sandbox(&s.id).await?;
+            runtime.remove_pod_sandbox(&s.id).await?;
+        }
+        info!(
+            pod_uid = uid,
+            "removed the sandboxes and containers of a pod no longer bound to this node"
+        );
+    }
+    Ok(orphans.len())
+}
