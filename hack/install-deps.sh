@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what building and testing rustlet needs on a fresh Debian machine:
+# the Debian packages (runc, CNI plugins, protoc, busybox-static, iproute2,
+# iptables, openssl, ...) and checks for the Go and Rust toolchains.
+# Idempotent: installs only what is missing.
+set -euo pipefail
+PROG=install-deps
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+packages=(containernetworking-plugins runc protobuf-compiler busybox-static iproute2 iptables
+  conntrack socat openssl jq psmisc procps util-linux curl ca-certificates)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  log "Debian packages present"
+fi
+command -v go >/dev/null || die "go is not installed (Go 1.26 is needed to build the control plane)"
+command -v cargo >/dev/null || die "cargo is not installed (Rust 1.89+ is needed to build rustlet)"
+if ! command -v kubectl >/dev/null; then
+  log "kubectl not found: building it from the Go module into _output/bin"
+  (cd "$ROOT/tests/cluster" && go build -trimpath -o "$BIN/kubectl" k8s.io/kubernetes/cmd/kubectl)
+fi
+rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt >/dev/null 2>&1 || true
+log "ready: $(go version | awk '{print $3}'), $(cargo --version | awk '{print $1, $2}')"

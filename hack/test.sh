@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, checks formatting and lints, runs
+# the unit tests, builds the local cluster, runs the cluster smoke test with the
+# upstream kubelet, then the end-to-end tests with rustlet as the node agent.
+#
+#   hack/test.sh [--quick]     (--quick: format, lints and unit tests only)
+#
+# Ends with one line "N passed, M failed"; exits non-zero if anything failed.
+set -euo pipefail
+PROG=test
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+export CARGO_TARGET_DIR
+export PATH=$BIN:$PATH
+cd "$ROOT"
+
+quick=false
+[[ ${1:-} == --quick ]] && quick=true
+
+passed=0
+failed=0
+results=()
+# step NAME COMMAND...: runs one step, records its result, goes on after a failure.
+step() {
+  local name=$1 start
+  shift
+  start=$(now_ms)
+  log "== $name"
+  if "$@"; then
+    passed=$((passed + 1))
+    results+=("PASS $name ($(since "$start"))")
+  else
+    failed=$((failed + 1))
+    results+=("FAIL $name ($(since "$start"))")
+  fi
+}
+
+e2e() {
+  "$ROOT/hack/local-up.sh" --agent rustlet || return 1
+  local rc=0
+  cargo test --test e2e -- --ignored --test-threads 4 || rc=1
+  cargo test --test e2e_restart -- --ignored || rc=1
+  ((rc == 0)) || tail_log rustlet 60
+  "$ROOT/hack/local-down.sh" || rc=1
+  return $rc
+}
+
+hack/install-deps.sh
+step "cargo fmt --check" cargo fmt --check
+step "cargo clippy" cargo clippy --all-targets -- -D warnings
+step "unit tests" cargo test --lib --bins
+if ! $quick; then
+  step "build cluster" hack/build-cluster.sh all
+  step "cluster smoke test (kubelet)" hack/test-cluster-smoke.sh --agent kubelet
+  step "end-to-end tests (rustlet)" e2e
+fi
+printf '%s\n' "${results[@]}"
+echo "$passed passed, $failed failed"
+((failed == 0))

@@ -1,0 +1,160 @@
+//! Helpers for the end-to-end tests: they run against the local cluster of
+//! `hack/local-up.sh` (the real kube-apiserver, containerd and the agent under test).
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of these helpers"
+)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{Condition, await_condition};
+use kube::{Api, Client};
+use rustlet::cri::Runtime;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The local cluster's state directory.
+pub fn local() -> PathBuf {
+    root().join("_output/local")
+}
+
+/// The node under test.
+pub fn node_name() -> String {
+    std::env::var("NODE_NAME").unwrap_or_else(|_| "local-node".into())
+}
+
+/// An admin client of the local cluster.
+pub async fn client() -> Client {
+    let path = std::env::var("E2E_KUBECONFIG")
+        .map_or_else(|_| local().join("admin.kubeconfig"), PathBuf::from);
+    let kc = Kubeconfig::read_from(&path)
+        .expect("admin kubeconfig of the local cluster (run hack/local-up.sh)");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
+    Client::try_from(cfg).expect("client")
+}
+
+/// The local cluster's containerd, through rustlet's own CRI client.
+pub async fn runtime() -> Runtime {
+    let sock = local().join("containerd/containerd.sock");
+    Runtime::connect(
+        &format!("unix://{}", sock.display()),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("containerd of the local cluster")
+}
+
+/// Creates a fresh namespace `prefix-<n>` and waits for its default service account.
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    let name = format!(
+        "{prefix}-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            % 1_000_000_000
+    );
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": name } })).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sas
+        .get_opt("default")
+        .await
+        .expect("get service account")
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no default service account in {name}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    name
+}
+
+/// Deletes a namespace (best effort, not waited for).
+pub async fn drop_namespace(client: &Client, name: &str) {
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+}
+
+/// A pod bound to the node under test (through the scheduler) with one container.
+pub fn pod(name: &str, restart_policy: &str, image: &str, command: &[&str]) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{ "name": "c", "image": image, "command": command, "imagePullPolicy": "IfNotPresent" }]
+        }
+    }))
+    .unwrap()
+}
+
+/// The busybox image of the local cluster.
+pub const BUSYBOX: &str = "docker.io/library/busybox:1.36";
+
+/// Creates `pod` in `ns`.
+pub async fn create(client: &Client, ns: &str, pod: &Pod) -> Pod {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), pod)
+        .await
+        .expect("create pod")
+}
+
+/// Waits up to `secs` for `cond` on pod `name`; returns the pod.
+pub async fn wait_for(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    secs: u64,
+    what: &str,
+    cond: impl Condition<Pod>,
+) -> Pod {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    match tokio::time::timeout(
+        Duration::from_secs(secs),
+        await_condition(api.clone(), name, cond),
+    )
+    .await
+    {
+        Ok(Ok(Some(p))) => p,
+        other => {
+            let now = api.get_opt(name).await.ok().flatten();
+            panic!(
+                "pod {ns}/{name}: not {what} within {secs}s ({other:?}); status now: {:#?}",
+                now.and_then(|p| p.status)
+            )
+        }
+    }
+}
+
+/// Pod phase is `phase`.
+pub fn phase(phase: &'static str) -> impl Condition<Pod> {
+    move |p: Option<&Pod>| p.and_then(|p| p.status.as_ref()?.phase.as_deref()) == Some(phase)
+}
+
+/// The first container's status.
+pub fn container_status(p: &Pod) -> k8s_openapi::api::core::v1::ContainerStatus {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .cloned()
+        .expect("container status")
+}

@@ -1,0 +1,95 @@
+//! Restart safety on the local cluster: after `kill -9` of the agent and a
+//! restart, every running container is adopted from CRI labels; none restarts
+//! and no status changes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+
+fn agent_pid() -> i32 {
+    let text = std::fs::read_to_string(local().join("run/rustlet.pid"))
+        .expect("rustlet pid file (is the agent rustlet?)");
+    text.lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("pid")
+}
+
+fn snapshot(pods: &[Pod]) -> Vec<(String, String, i32, String)> {
+    let mut v: Vec<_> = pods
+        .iter()
+        .map(|p| {
+            let cs = container_status(p);
+            let started = format!(
+                "{:?}",
+                cs.state.and_then(|s| s.running).and_then(|r| r.started_at)
+            );
+            (
+                p.metadata.name.clone().unwrap(),
+                cs.container_id.unwrap_or_default(),
+                cs.restart_count,
+                started,
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn kill_and_restart_adopts_running_pods() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-adopt").await;
+    for i in 0..5 {
+        create(
+            &client,
+            &ns,
+            &pod(&format!("p{i}"), "Always", BUSYBOX, &["sleep", "3600"]),
+        )
+        .await;
+    }
+    for i in 0..5 {
+        wait_for(
+            &client,
+            &ns,
+            &format!("p{i}"),
+            90,
+            "Running",
+            phase("Running"),
+        )
+        .await;
+    }
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let before = snapshot(&api.list(&ListParams::default()).await.unwrap().items);
+
+    let pid = agent_pid();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "kill -9 {pid}");
+    let up = std::process::Command::new(root().join("hack/local-up.sh"))
+        .args(["--agent", "rustlet"])
+        .status()
+        .expect("hack/local-up.sh");
+    assert!(up.success(), "restart the agent with hack/local-up.sh");
+    assert_ne!(agent_pid(), pid, "a new agent process runs");
+    // Give the new agent several sync periods to (wrongly) restart anything.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let after_pods = api.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(
+        snapshot(&after_pods),
+        before,
+        "containers, restart counts and start times are unchanged"
+    );
+    for p in &after_pods {
+        assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Running"));
+    }
+    drop_namespace(&client, &ns).await;
+}
