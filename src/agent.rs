@@ -28,10 +28,23 @@ use crate::pod::translate::{HostDns, NodeContext};
 use crate::pod::{pleg, worker};
 
 /// Entry point of the `rustlet` binary: parses flags, runs, and turns any error
-/// into one line on stderr and exit code 1 (2 for bad flags, from clap).
+/// into one line on stderr and exit code 1 (2 for bad flags).
 #[must_use]
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            // One line for a bad flag: clap's first line, without its usage block.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            eprintln!("rustlet: {first}");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
     match cli.command {
         Command::Version => {
             println!(

@@ -41,7 +41,7 @@ pub enum Error {
     #[error("container runtime endpoint {0:?} is not a unix:// socket")]
     Endpoint(String),
     /// The socket could not be reached.
-    #[error("connect to container runtime at {endpoint}: {source}")]
+    #[error("connect to container runtime at {endpoint}")]
     Connect {
         /// The endpoint as given.
         endpoint: String,

@@ -201,6 +201,7 @@ fn condition(
     ok: bool,
     reason: Option<&str>,
     old: Option<&PodStatus>,
+    generation: Option<i64>,
     now: Timestamp,
 ) -> PodCondition {
     let status = if ok { "True" } else { "False" };
@@ -218,6 +219,7 @@ fn condition(
             .then(|| reason.unwrap_or_default().to_string())
             .filter(|r| !r.is_empty()),
         last_transition_time,
+        observed_generation: generation,
         ..Default::default()
     }
 }
@@ -267,6 +269,7 @@ pub fn status(
             .map(|v| v.iter().map(|p| p.ip.clone()).collect())
             .unwrap_or_default(),
     };
+    let generation = pod.metadata.generation;
     let all_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready) && !terminal;
     let mut conditions = vec![
         condition(
@@ -274,9 +277,10 @@ pub fn status(
             sandbox.is_some(),
             None,
             old,
+            generation,
             now,
         ),
-        condition("Initialized", true, None, old, now),
+        condition("Initialized", true, None, old, generation, now),
         condition(
             "ContainersReady",
             all_ready,
@@ -286,6 +290,7 @@ pub fn status(
                 "ContainersNotReady"
             }),
             old,
+            generation,
             now,
         ),
         condition(
@@ -297,6 +302,7 @@ pub fn status(
                 "ContainersNotReady"
             }),
             old,
+            generation,
             now,
         ),
     ];

@@ -1,0 +1,82 @@
+//! The command line's answers to bad input: one clear line and a non-zero exit.
+
+use std::process::Command;
+
+fn rustlet(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rustlet"))
+        .args(args)
+        .env("RUST_LOG", "off")
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run rustlet");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    )
+}
+
+#[test]
+fn version_prints_and_succeeds() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rustlet"))
+        .arg("version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("rustlet "));
+}
+
+#[test]
+fn bad_flag_is_one_line_and_exit_2() {
+    let (code, err) = rustlet(&["run", "--no-such-flag"]);
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--no-such-flag"), "{err}");
+}
+
+#[test]
+fn unreadable_kubeconfig_is_one_line_and_exit_1() {
+    let (code, err) = rustlet(&["run", "--kubeconfig", "/nonexistent/kubeconfig"]);
+    assert_eq!(code, 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
+}
+
+#[test]
+fn dead_runtime_socket_is_one_line_and_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\n\
+         users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let sock = dir.path().join("nothing.sock");
+    let endpoint = format!("unix://{}", sock.display());
+    let (code, err) = rustlet(&[
+        "run",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--container-runtime-endpoint",
+        &endpoint,
+    ]);
+    assert_eq!(code, 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&endpoint), "{err}");
+}
+
+#[test]
+fn bad_config_file_is_one_line_and_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("kubelet.yaml");
+    std::fs::write(&cfg, "maxPods: many\n").unwrap();
+    let (code, err) = rustlet(&["run", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        format!(
+            "rustlet: error: parse config file {}: maxPods: expected a count",
+            cfg.display()
+        )
+    );
+}
