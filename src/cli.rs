@@ -43,7 +43,7 @@ pub struct RunArgs {
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
     /// IP address of this node, reported as its InternalIP and the pods' hostIP.
-    #[arg(long)]
+    #[arg(long, env = "NODE_IP")]
     pub node_ip: Option<std::net::IpAddr>,
     /// CRI endpoint [default: unix:///run/containerd/containerd.sock].
     #[arg(long)]
