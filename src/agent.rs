@@ -342,7 +342,7 @@ async fn node_status_loop(
     let mut tick = tokio::time::interval(settings.node_status_update_frequency);
     loop {
         tick.tick().await;
-        let old = match api.get_status(&cfg.name).await {
+        let old = match api.get(&cfg.name).await {
             Ok(n) => n.status,
             Err(e) => {
                 warn!(error = %e, "get node status");

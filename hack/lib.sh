@@ -1,0 +1,364 @@
+# Shared helpers for the local one-node cluster scripts. Sourced, not run.
+# shellcheck shell=bash disable=SC2034 # the paths are used by the scripts that source this
+#
+# Layout (all under the repository, never the host's own paths):
+#   _output/bin/            binaries from hack/build-cluster.sh
+#   _output/local/          the running cluster's state
+#     pki/                  CA, serving and client certificates
+#     etcd/                 etcd data (kept by local-down.sh unless --clean)
+#     containerd/           containerd config, socket, root and state
+#     cni/                  CNI config, IPAM state
+#     kubelet/ rustlet/     agent root directories
+#     pod-logs/             container logs (/var/log/pods on a real node)
+#     logs/<name>.log       one log per daemon
+#     run/<name>.pid        one pid file per daemon: pid, then executable path
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=$ROOT/_output/bin
+LOCAL=$ROOT/_output/local
+LOGS=$LOCAL/logs
+RUN=$LOCAL/run
+PKI=$LOCAL/pki
+CTRD_DIR=$LOCAL/containerd
+CTRD_SOCK=$CTRD_DIR/containerd.sock
+CNI_CONF_DIR=$LOCAL/cni/net.d
+CNI_BIN_DIR=${CNI_BIN_DIR:-/usr/lib/cni}
+CNI_BRIDGE=rustlet0
+CNI_NETWORK=rustlet
+POD_SUBNET=10.88.0.0/16
+POD_GATEWAY=10.88.0.1
+NODE_NAME=${NODE_NAME:-local-node}
+ADMIN_KUBECONFIG=$LOCAL/admin.kubeconfig
+NODE_KUBECONFIG=$LOCAL/node.kubeconfig
+CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/rustlet/target}
+
+# hack/install-deps.sh builds kubectl into _output/bin when the host has none.
+if ! command -v kubectl >/dev/null 2>&1 && [[ -x $BIN/kubectl ]]; then
+  PATH=$PATH:$BIN
+fi
+
+# Every daemon, in start order. local-down.sh stops them in reverse.
+COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet rustlet)
+
+PROG=${PROG:-$(basename "$0" .sh)}
+
+log() { printf '%s %s: %s\n' "$(date +%H:%M:%S)" "$PROG" "$*"; }
+warn() { printf '%s %s: warning: %s\n' "$(date +%H:%M:%S)" "$PROG" "$*" >&2; }
+die() {
+  printf '%s: error: %s\n' "$PROG" "$*" >&2
+  exit 1
+}
+
+# Milliseconds since the epoch, and a "12.3s" rendering of a difference.
+now_ms() { date +%s%3N; }
+since() { local d=$(($(now_ms) - $1)); printf '%d.%ds' $((d / 1000)) $((d % 1000 / 100)); }
+
+# alive PID: the process exists and is not a zombie.
+alive() {
+  [[ -r /proc/$1/stat ]] || return 1
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [[ ${stat%% *} != Z ]]
+}
+
+# running_pid NAME: prints the pid of our daemon NAME if it is alive and still
+# runs the executable recorded when it was started (guards against pid reuse).
+running_pid() {
+  local f=$RUN/$1.pid pid exe want
+  [[ -f $f ]] || return 1
+  { read -r pid && read -r want; } <"$f" || return 1
+  [[ $pid =~ ^[0-9]+$ ]] && alive "$pid" || return 1
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+  [[ ${exe% (deleted)} == "$want" ]] || return 1
+  echo "$pid"
+}
+
+# STARTED holds the daemons this run started, so a failing run can stop them.
+STARTED=()
+
+# start_daemon NAME [VAR=VALUE...] EXECUTABLE ARGS...: runs EXECUTABLE with
+# nohup, detached from the terminal (setsid), appending to $LOGS/NAME.log and
+# writing $RUN/NAME.pid. Leading VAR=VALUE words set its environment.
+start_daemon() {
+  local name=$1
+  shift
+  local -a envs=()
+  while [[ $1 == [A-Za-z_]*=* ]]; do
+    envs+=("$1")
+    shift
+  done
+  local exe
+  exe=$(readlink -f "$1")
+  [[ -x $exe ]] || die "$name: $1 is not an executable"
+  mkdir -p "$LOGS" "$RUN"
+  printf '\n=== %s: %s\n' "$(date -Is)" "$*" >>"$LOGS/$name.log"
+  # No job control here, so the child is not a process-group leader and
+  # setsid does not fork: $! is the daemon's own pid (nohup, setsid and env
+  # each exec the next).
+  nohup setsid env "${envs[@]}" "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  local pid=$!
+  printf '%s\n%s\n' "$pid" "$exe" >"$RUN/$name.pid"
+  date -u +%Y-%m-%dT%H:%M:%SZ >"$RUN/$name.started"
+  STARTED+=("$name")
+  log "started $name (pid $pid, log ${LOGS#"$ROOT"/}/$name.log)"
+}
+
+# stop_daemon NAME [TIMEOUT]: SIGTERM, then SIGKILL after TIMEOUT seconds.
+stop_daemon() {
+  local name=$1 timeout=${2:-10} pid i
+  if pid=$(running_pid "$name"); then
+    log "stopping $name (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < timeout * 10; i++)); do
+      alive "$pid" || break
+      sleep 0.1
+    done
+    if alive "$pid"; then
+      warn "$name did not stop in ${timeout}s, killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+      for ((i = 0; i < 50; i++)); do
+        alive "$pid" || break
+        sleep 0.1
+      done
+    fi
+    # Reap it if this shell is its parent.
+    wait "$pid" 2>/dev/null || true
+  fi
+  rm -f "$RUN/$name.pid" "$RUN/$name.started"
+}
+
+# tail_log NAME [LINES]: the end of a daemon's log, indented, on stderr.
+tail_log() {
+  local f=$LOGS/$1.log
+  [[ -f $f ]] || return 0
+  echo "--- last ${2:-20} lines of ${f#"$ROOT"/}:" >&2
+  tail -n "${2:-20}" "$f" | sed 's/^/    /' >&2
+}
+
+# wait_for WHAT TIMEOUT COMMAND...: retries COMMAND every 0.2 s until it
+# succeeds; returns 1 after TIMEOUT seconds.
+wait_for() {
+  local what=$1 timeout=$2
+  shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      warn "timed out after ${timeout}s waiting for $what"
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# wait_daemon NAME WHAT TIMEOUT COMMAND...: like wait_for, but gives up at
+# once if daemon NAME exits, and shows its log on failure.
+wait_daemon() {
+  local name=$1 what=$2 timeout=$3
+  shift 3
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ! running_pid "$name" >/dev/null; then
+      tail_log "$name" 30
+      die "$name exited while waiting for $what (see ${LOGS#"$ROOT"/}/$name.log)"
+    fi
+    if ((SECONDS >= deadline)); then
+      tail_log "$name" 30
+      die "timed out after ${timeout}s waiting for $what (see ${LOGS#"$ROOT"/}/$name.log)"
+    fi
+    sleep 0.2
+  done
+}
+
+# port_listeners PORT: "name(pid)" of every process listening on TCP PORT
+# (any address), or "unknown" if the port is taken but ss cannot say by whom.
+port_listeners() {
+  local out
+  out=$(ss -Hltnp "sport = :$1" 2>/dev/null) || return 1
+  [[ -n $out ]] || return 1
+  local who
+  who=$(grep -o '("[^"]*",pid=[0-9]*' <<<"$out" | sed 's/("\(.*\)",pid=\(.*\)/\1(\2)/' | sort -u | paste -sd, -)
+  echo "${who:-unknown}"
+}
+
+# require_free_ports NAME PORT...: dies if a port is in use; NAME is the
+# component that wanted it.
+require_free_ports() {
+  local name=$1 port who
+  shift
+  for port in "$@"; do
+    if who=$(port_listeners "$port"); then
+      die "port $port (for $name) is already in use by $who, which this cluster did not start"
+    fi
+  done
+}
+
+# need_cmd CMD HINT: dies naming CMD if it is not on PATH.
+need_cmd() { command -v "$1" >/dev/null 2>&1 || die "missing dependency: $1 ($2)"; }
+
+# ctr_k8s ARGS...: our containerd's ctr in the namespace the CRI plugin uses.
+ctr_k8s() { "$BIN/ctr" --address "$CTRD_SOCK" --namespace k8s.io "$@"; }
+
+# kubectl_admin ARGS...: kubectl as cluster admin.
+kubectl_admin() { kubectl --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
+
+# cleanup_runtime: removes every container and sandbox of our containerd,
+# kills what is left of their processes, and takes down the pod network:
+# unmounts under _output/local, deletes network namespaces, veths, the
+# bridge, IPAM leases and the portmap rules of our CNI network. Works with
+# containerd running (asks it first) or stopped.
+cleanup_runtime() {
+  local ids=() id
+  if running_pid containerd >/dev/null && [[ -S $CTRD_SOCK ]]; then
+    mapfile -t ids < <(ctr_k8s containers list --quiet 2>/dev/null || true)
+    if ((${#ids[@]})); then
+      log "removing ${#ids[@]} containers (pods' sandboxes included) from containerd"
+      for id in "${ids[@]}"; do
+        ctr_k8s tasks kill --signal SIGKILL "$id" >/dev/null 2>&1 || true
+      done
+      for id in "${ids[@]}"; do
+        ctr_k8s tasks delete --force "$id" >/dev/null 2>&1 || true
+        ctr_k8s containers delete "$id" >/dev/null 2>&1 || true
+      done
+    fi
+    local sbs=()
+    mapfile -t sbs < <(ctr_k8s sandboxes list 2>/dev/null | awk 'NR > 1 { print $1 }' || true)
+    if ((${#sbs[@]})); then
+      log "removing ${#sbs[@]} sandbox records from containerd"
+      ctr_k8s sandboxes remove --force "${sbs[@]}" >/dev/null 2>&1 || true
+    fi
+  fi
+  # Task bundles name the containers containerd still had when it stopped.
+  local bundles=$CTRD_DIR/state/io.containerd.runtime.v2.task/k8s.io
+  if [[ -d $bundles ]]; then
+    for id in "$bundles"/*; do
+      [[ -e $id ]] && ids+=("$(basename "$id")")
+    done
+  fi
+  kill_container_processes "${ids[@]}"
+  kill_shims
+  unmount_under "$LOCAL"
+  cleanup_pod_network
+  # libcni caches results under /var/lib/cni (not configurable through
+  # containerd); sandboxes removed without a CNI DEL leave theirs behind.
+  for id in "${ids[@]}"; do
+    if [[ $id =~ ^[0-9a-f]{64}$ ]]; then rm -f /var/lib/cni/results/*-"$id"-*; fi
+  done
+}
+
+# kill_container_processes ID...: SIGKILL every process in a cgroup named
+# after one of the given container ids, then remove those cgroups.
+kill_container_processes() {
+  (($#)) || return 0
+  local id dir pids=()
+  for id in "$@"; do
+    [[ $id =~ ^[0-9a-f]{64}$ ]] || continue
+    while IFS= read -r dir; do
+      [[ -f $dir/cgroup.procs ]] && mapfile -t -O "${#pids[@]}" pids <"$dir/cgroup.procs"
+    done < <(find /sys/fs/cgroup -mindepth 2 -maxdepth 6 -type d -name "$id" 2>/dev/null)
+  done
+  if ((${#pids[@]})); then
+    log "killing ${#pids[@]} leftover container processes"
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    sleep 0.2
+  fi
+  for id in "$@"; do
+    [[ $id =~ ^[0-9a-f]{64}$ ]] || continue
+    find /sys/fs/cgroup -mindepth 2 -maxdepth 6 -depth -type d -name "$id" -exec rmdir {} + 2>/dev/null || true
+  done
+}
+
+# kill_shims: SIGKILL the runc shims that our containerd started.
+kill_shims() {
+  local pids
+  pids=$(pgrep -f "containerd-shim-runc-v2 .*-address $CTRD_SOCK" || true)
+  if [[ -n $pids ]]; then
+    log "killing leftover shims: ${pids//$'\n'/ }"
+    # shellcheck disable=SC2086 # a list of pids
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.2
+  fi
+}
+
+# unmount_under DIR: unmounts every mount point below DIR, deepest first.
+# (The kubelet bind-mounts its root directory onto itself, so a path can be
+# mounted more than once: repeat until nothing is left.)
+unmount_under() {
+  local dir=$1 mp n=0
+  for _ in 1 2 3 4 5; do
+    local found=false
+    while IFS= read -r mp; do
+      found=true
+      umount "$mp" 2>/dev/null || umount -l "$mp" 2>/dev/null || warn "could not unmount $mp"
+      n=$((n + 1))
+    done < <(awk -v d="$dir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r -u)
+    $found || break
+  done
+  ((n == 0)) || log "unmounted $n mount points under ${dir#"$ROOT"/}"
+}
+
+# cleanup_pod_network: network namespaces, veths, bridge, IPAM leases, CNI
+# result cache and portmap rules of our CNI network.
+cleanup_pod_network() {
+  local ns n=0
+  for ns in "$CTRD_DIR"/state/io.containerd.grpc.v1.cri/netns/cni-*; do
+    [[ -e $ns ]] || continue
+    umount "$ns" 2>/dev/null || true
+    rm -f "$ns"
+    n=$((n + 1))
+  done
+  ((n == 0)) || log "removed $n pod network namespaces"
+  if ip link show "$CNI_BRIDGE" >/dev/null 2>&1; then
+    local veths
+    veths=$(ip -o link show master "$CNI_BRIDGE" 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }')
+    for n in $veths; do
+      ip link delete "$n" 2>/dev/null || true
+    done
+    log "deleting bridge $CNI_BRIDGE${veths:+ and its veths: ${veths//$'\n'/ }}"
+    ip link delete "$CNI_BRIDGE" 2>/dev/null || true
+  fi
+  rm -rf "$LOCAL/cni/ipam"
+  rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
+  cleanup_portmap_rules
+}
+
+# cleanup_portmap_rules: the portmap plugin's per-pod NAT chains for our
+# network (their jump rules carry a comment naming the network).
+cleanup_portmap_rules() {
+  command -v iptables-save >/dev/null || return 0
+  local rules chains rule chain
+  rules=$(iptables-save -t nat 2>/dev/null | grep -F "name: \\\"$CNI_NETWORK\\\"" | grep '^-A' || true)
+  [[ -n $rules ]] || return 0
+  chains=$(grep -o -- '-j CNI-DN-[0-9a-f]*' <<<"$rules" | awk '{ print $2 }' | sort -u)
+  while IFS= read -r rule; do
+    # shellcheck disable=SC2086 # the rule is iptables-save words
+    eval "iptables -t nat ${rule/-A/-D}" 2>/dev/null || true
+  done <<<"$rules"
+  for chain in $chains; do
+    iptables -t nat -F "$chain" 2>/dev/null || true
+    iptables -t nat -X "$chain" 2>/dev/null || true
+  done
+  log "removed portmap rules of network $CNI_NETWORK"
+}
+
+# The kubelet's own iptables chains: KUBE-FIREWALL (drops non-local traffic
+# to 127.0.0.0/8, jumped to from INPUT and OUTPUT), KUBE-KUBELET-CANARY and
+# KUBE-IPTABLES-HINT. local-up.sh writes $RUN/kubelet-iptables when they did
+# not exist before its kubelet first started; only then are they removed.
+cleanup_kubelet_iptables() {
+  [[ -f $RUN/kubelet-iptables ]] || return 0
+  local ipt table
+  for ipt in iptables ip6tables; do
+    command -v "$ipt" >/dev/null || continue
+    while "$ipt" -t filter -D INPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+    while "$ipt" -t filter -D OUTPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+    "$ipt" -t filter -F KUBE-FIREWALL 2>/dev/null || true
+    "$ipt" -t filter -X KUBE-FIREWALL 2>/dev/null || true
+    for table in mangle nat filter; do
+      "$ipt" -t "$table" -X KUBE-KUBELET-CANARY 2>/dev/null || true
+    done
+    "$ipt" -t mangle -X KUBE-IPTABLES-HINT 2>/dev/null || true
+  done
+  rm -f "$RUN/kubelet-iptables"
+  log "removed the kubelet's iptables chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT)"
+}

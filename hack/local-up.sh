@@ -1,0 +1,504 @@
+#!/usr/bin/env bash
+# Starts a one-node Kubernetes cluster on 127.0.0.1, all state under
+# _output/local/: etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, containerd (own socket, root and state) with bridge CNI,
+# the local images, and a node agent.
+#
+#   hack/local-up.sh [--agent rustlet|kubelet|none]     (default: rustlet)
+#
+# Idempotent: a component that is already running is left alone, so running
+# it twice is harmless. Stop everything with hack/local-down.sh.
+#
+# Environment: NODE_NAME (default local-node), NODE_IP (default 127.0.0.1 for
+# rustlet; 10.88.0.1, the pod bridge's address, for the kubelet, which
+# refuses a loopback node IP), CARGO_TARGET_DIR (default
+# ~/.cache/rustlet/target), READY_TIMEOUT (seconds, default 120).
+set -euo pipefail
+PROG=local-up
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+usage() { sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; }
+
+agent=rustlet
+while (($#)); do
+  case $1 in
+    --agent) agent=${2:-}; shift 2 || die "--agent needs a value" ;;
+    --agent=*) agent=${1#*=}; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none])" ;;
+  esac
+done
+case $agent in
+  rustlet | kubelet | none) ;;
+  *) die "unknown agent '$agent' (rustlet|kubelet|none)" ;;
+esac
+
+if [[ $agent == kubelet ]]; then
+  NODE_IP=${NODE_IP:-$POD_GATEWAY}
+else
+  NODE_IP=${NODE_IP:-127.0.0.1}
+fi
+READY_TIMEOUT=${READY_TIMEOUT:-120}
+API=https://127.0.0.1:6443
+RUSTLET=$CARGO_TARGET_DIR/debug/rustlet
+
+t_start=$(now_ms)
+timings=()
+phase_t=$t_start
+phase() { timings+=("$1 $(since "$phase_t")"); phase_t=$(now_ms); }
+
+# On failure, stop what this run started (newest first) and nothing else.
+on_exit() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if ((rc != 0 && ${#STARTED[@]} > 0)); then
+    warn "failed; stopping what this run started: ${STARTED[*]}"
+    local i name
+    for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
+      name=${STARTED[i]}
+      [[ $name != containerd ]] || cleanup_runtime || true
+      stop_daemon "$name" 10 || true
+    done
+  fi
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+((EUID == 0)) || die "must run as root (containerd, runc and CNI need it)"
+
+# ---------------------------------------------------------------- dependencies
+need_cmd openssl "Debian package openssl"
+need_cmd runc "Debian package runc"
+need_cmd ip "Debian package iproute2"
+need_cmd ss "Debian package iproute2"
+need_cmd iptables "Debian package iptables"
+need_cmd jq "Debian package jq"
+need_cmd curl "Debian package curl"
+need_cmd kubectl "a kubectl client"
+for p in bridge host-local portmap loopback; do
+  [[ -x $CNI_BIN_DIR/$p ]] || die "missing dependency: $CNI_BIN_DIR/$p (Debian package containernetworking-plugins)"
+done
+[[ -x /bin/busybox ]] || die "missing dependency: /bin/busybox (Debian package busybox-static)"
+
+# Only the agent asked for may run: both serve the node API on :10250.
+for other in kubelet rustlet; do
+  [[ $other == "$agent" ]] && continue
+  if running_pid "$other" >/dev/null; then
+    die "$other is running as this cluster's agent; run hack/local-down.sh before switching to --agent $agent"
+  fi
+done
+
+# ---------------------------------------------------------------- builds
+build_if_missing() {
+  local target=$1 b missing=()
+  shift
+  for b in "$@"; do [[ -x $BIN/$b ]] || missing+=("$b"); done
+  ((${#missing[@]})) || return 0
+  need_cmd go "needed to build ${missing[*]}"
+  log "building $target (missing: ${missing[*]})"
+  "$ROOT/hack/build-cluster.sh" "$target" || die "hack/build-cluster.sh $target failed"
+}
+build_if_missing k8s kube-apiserver kube-controller-manager kube-scheduler kubelet etcd
+build_if_missing containerd containerd containerd-shim-runc-v2 ctr
+build_if_missing agnhost agnhost
+build_if_missing images imagebuild pause
+
+if [[ $agent == rustlet ]]; then
+  need_cmd cargo "needed to build rustlet"
+  log "building rustlet (cargo build --bin rustlet, target dir $CARGO_TARGET_DIR)"
+  mkdir -p "$LOGS"
+  if ! (cd "$ROOT" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo build --bin rustlet) >"$LOGS/rustlet-build.log" 2>&1 || [[ ! -x $RUSTLET ]]; then
+    first_error=$(grep -m1 -E '^error' "$LOGS/rustlet-build.log" || true)
+    die "rustlet cannot be built (cargo build --bin rustlet failed${first_error:+: $first_error}; log: ${LOGS#"$ROOT"/}/rustlet-build.log); try --agent kubelet or --agent none"
+  fi
+fi
+phase builds
+
+# ---------------------------------------------------------------- ports
+declare -A ports=(
+  [etcd]="2379 2380"
+  [kube-apiserver]="6443"
+  [kube-controller-manager]="10257"
+  [kube-scheduler]="10259"
+  [kubelet]="10250 10248"
+  [rustlet]="10250 10248"
+)
+for c in etcd kube-apiserver kube-controller-manager kube-scheduler "$agent"; do
+  [[ $c == none ]] && continue
+  running_pid "$c" >/dev/null && continue
+  # shellcheck disable=SC2086 # a list of ports
+  require_free_ports "$c" ${ports[$c]}
+done
+
+mkdir -p "$LOCAL" "$LOGS" "$RUN" "$PKI"
+
+# ---------------------------------------------------------------- PKI
+# One CA signs everything: serving certs, client certs, and (through the
+# controller-manager) kubelet CSRs. Files are reused while they verify
+# against the CA and carry the expected subject.
+ossl_conf() {
+  # ossl_conf FILE EXTENSIONS...: a minimal openssl config with a [ext] section.
+  local f=$1
+  shift
+  {
+    printf '[req]\ndistinguished_name = dn\nprompt = no\n[dn]\n[ext]\n'
+    printf '%s\n' "$@"
+  } >"$f"
+}
+
+make_key() { [[ -s $1 ]] || (umask 077 && openssl genrsa -out "$1" 2048 2>/dev/null); }
+
+make_ca() {
+  if [[ -s $PKI/ca.crt && -s $PKI/ca.key ]]; then return; fi
+  log "pki: creating the cluster CA"
+  rm -f "$PKI"/*.crt "$PKI"/*.key "$PKI"/*.pub
+  make_key "$PKI/ca.key"
+  ossl_conf "$PKI/ca.cnf" 'basicConstraints = critical, CA:TRUE' \
+    'keyUsage = critical, keyCertSign, cRLSign, digitalSignature' 'subjectKeyIdentifier = hash'
+  openssl req -x509 -new -config "$PKI/ca.cnf" -extensions ext -key "$PKI/ca.key" \
+    -subj "/CN=rustlet-local-ca" -days 3650 -sha256 -out "$PKI/ca.crt"
+  rm -f "$PKI/ca.cnf"
+}
+
+# make_cert NAME SUBJECT USAGE [SAN]: NAME.crt/NAME.key signed by the CA.
+make_cert() {
+  local name=$1 subj=$2 usage=$3 san=${4:-}
+  local crt=$PKI/$name.crt key=$PKI/$name.key
+  if [[ -s $crt && -s $key ]] &&
+    openssl verify -CAfile "$PKI/ca.crt" "$crt" >/dev/null 2>&1 &&
+    [[ $(openssl x509 -in "$crt" -noout -subject -nameopt compat) == "subject=$subj" ]]; then
+    return
+  fi
+  log "pki: $name ($subj)"
+  rm -f "$crt"
+  make_key "$key"
+  local ext=(
+    'basicConstraints = critical, CA:FALSE'
+    'keyUsage = critical, digitalSignature, keyEncipherment'
+    "extendedKeyUsage = $usage"
+    'authorityKeyIdentifier = keyid'
+  )
+  [[ -z $san ]] || ext+=("subjectAltName = $san")
+  ossl_conf "$PKI/$name.cnf" "${ext[@]}"
+  openssl req -new -config "$PKI/$name.cnf" -key "$key" -subj "$subj" -out "$PKI/$name.csr"
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" \
+    -set_serial "0x$(openssl rand -hex 16)" -days 3650 -sha256 \
+    -extfile "$PKI/$name.cnf" -extensions ext -out "$crt" 2>/dev/null
+  rm -f "$PKI/$name.csr" "$PKI/$name.cnf"
+}
+
+# make_kubeconfig FILE CERT-NAME USER: a kubeconfig with embedded credentials.
+make_kubeconfig() {
+  local f=$1 cert=$2 user=$3 tmp
+  tmp=$(mktemp "$f.XXXXXX")
+  cat >"$tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: $API
+    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
+users:
+- name: $user
+  user:
+    client-certificate-data: $(base64 -w0 "$PKI/$cert.crt")
+    client-key-data: $(base64 -w0 "$PKI/$cert.key")
+contexts:
+- name: local
+  context:
+    cluster: local
+    user: $user
+current-context: local
+EOF
+  chmod 600 "$tmp"
+  if cmp -s "$tmp" "$f"; then rm -f "$tmp"; else mv "$tmp" "$f"; fi
+}
+
+make_ca
+make_cert apiserver "/CN=kube-apiserver" serverAuth \
+  "IP:127.0.0.1, IP:10.0.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local"
+make_cert admin "/O=system:masters/CN=admin" clientAuth
+make_cert kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
+make_cert kube-scheduler "/CN=system:kube-scheduler" clientAuth
+make_cert node "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
+make_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+if [[ ! -s $PKI/sa.key || ! -s $PKI/sa.pub ]]; then
+  log "pki: service-account signing key pair"
+  rm -f "$PKI/sa.key" "$PKI/sa.pub"
+  make_key "$PKI/sa.key"
+  openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+fi
+make_kubeconfig "$ADMIN_KUBECONFIG" admin admin
+make_kubeconfig "$LOCAL/kube-controller-manager.kubeconfig" kube-controller-manager system:kube-controller-manager
+make_kubeconfig "$LOCAL/kube-scheduler.kubeconfig" kube-scheduler system:kube-scheduler
+make_kubeconfig "$NODE_KUBECONFIG" node "system:node:$NODE_NAME"
+phase pki
+
+# ---------------------------------------------------------------- pod network
+# The bridge is created here rather than by the first pod's CNI ADD so the
+# node IP (the kubelet's is the bridge address) exists before the agent
+# starts. The bridge plugin adopts it: same name, same gateway address.
+mkdir -p "$CNI_CONF_DIR" "$LOCAL/cni/ipam"
+conflist=$CNI_CONF_DIR/10-rustlet.conflist
+cat >"$conflist.tmp" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "$CNI_NETWORK",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$CNI_BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$LOCAL/cni/ipam",
+        "ranges": [[{ "subnet": "$POD_SUBNET", "gateway": "$POD_GATEWAY" }]],
+        "routes": [{ "dst": "0.0.0.0/0" }]
+      }
+    },
+    {
+      "type": "portmap",
+      "capabilities": { "portMappings": true }
+    }
+  ]
+}
+EOF
+if cmp -s "$conflist.tmp" "$conflist"; then rm -f "$conflist.tmp"; else mv "$conflist.tmp" "$conflist"; fi
+if ! ip link show "$CNI_BRIDGE" >/dev/null 2>&1; then
+  log "network: creating bridge $CNI_BRIDGE ($POD_GATEWAY/${POD_SUBNET#*/})"
+  ip link add "$CNI_BRIDGE" type bridge
+fi
+prefix=${POD_SUBNET#*/}
+if ! ip -o -4 addr show dev "$CNI_BRIDGE" | grep -qw "$POD_GATEWAY/$prefix"; then
+  ip addr add "$POD_GATEWAY/$prefix" dev "$CNI_BRIDGE"
+fi
+ip link set "$CNI_BRIDGE" up
+
+# ---------------------------------------------------------------- etcd
+if pid=$(running_pid etcd); then
+  log "etcd already running (pid $pid)"
+else
+  mkdir -p "$LOCAL/etcd"
+  chmod 700 "$LOCAL/etcd"
+  start_daemon etcd "$BIN/etcd" --data-dir "$LOCAL/etcd" \
+    --listen-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380
+fi
+
+# ---------------------------------------------------------------- containerd
+mkdir -p "$CTRD_DIR" "$CTRD_DIR/tmp" "$CTRD_DIR/opt"
+sed -e "s|@LOCAL@|$LOCAL|g" -e "s|@CNI_BIN_DIR@|$CNI_BIN_DIR|g" \
+  "$ROOT/hack/containerd-config.toml" >"$CTRD_DIR/config.toml.tmp"
+if cmp -s "$CTRD_DIR/config.toml.tmp" "$CTRD_DIR/config.toml"; then
+  rm -f "$CTRD_DIR/config.toml.tmp"
+else
+  mv "$CTRD_DIR/config.toml.tmp" "$CTRD_DIR/config.toml"
+  if pid=$(running_pid containerd); then
+    warn "containerd config changed; restart it with hack/local-down.sh && hack/local-up.sh to apply"
+  fi
+fi
+if pid=$(running_pid containerd); then
+  log "containerd already running (pid $pid)"
+else
+  rm -f "$CTRD_SOCK" "$CTRD_SOCK.ttrpc" "$CTRD_DIR/debug.sock"
+  start_daemon containerd "PATH=$BIN:$PATH" "$BIN/containerd" --config "$CTRD_DIR/config.toml"
+fi
+
+# ---------------------------------------------------------------- kube-apiserver
+# --endpoint-reconciler-type=none: the apiserver refuses to publish a loopback
+# advertise address in the kubernetes Service's endpoints, and exits.
+wait_daemon etcd "etcd health" 60 curl -sf --max-time 2 http://127.0.0.1:2379/health
+if pid=$(running_pid kube-apiserver); then
+  log "kube-apiserver already running (pid $pid)"
+else
+  start_daemon kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers=http://127.0.0.1:2379 \
+    --secure-port=6443 --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --authorization-mode=Node,RBAC \
+    --enable-admission-plugins=NodeRestriction \
+    --allow-privileged=true \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
+    --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types=InternalIP \
+    --endpoint-reconciler-type=none
+fi
+phase "start etcd, containerd, apiserver"
+
+# ---------------------------------------------------------------- images
+# Imported while the apiserver starts.
+wait_daemon containerd "containerd's socket" 30 "$BIN/ctr" --address "$CTRD_SOCK" version
+"$ROOT/hack/images.sh"
+phase images
+
+# ---------------------------------------------------------------- control plane
+curl_api() { curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API$1"; }
+wait_daemon kube-apiserver "kube-apiserver /readyz" 90 curl_api /readyz
+phase "apiserver ready"
+
+if pid=$(running_pid kube-controller-manager); then
+  log "kube-controller-manager already running (pid $pid)"
+else
+  kc=$LOCAL/kube-controller-manager.kubeconfig
+  start_daemon kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+    --bind-address=127.0.0.1 --secure-port=10257 \
+    --leader-elect=false \
+    --controllers='*' \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file="$PKI/sa.key" \
+    --root-ca-file="$PKI/ca.crt" \
+    --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+    --allocate-node-cidrs=false
+fi
+if pid=$(running_pid kube-scheduler); then
+  log "kube-scheduler already running (pid $pid)"
+else
+  kc=$LOCAL/kube-scheduler.kubeconfig
+  start_daemon kube-scheduler "$BIN/kube-scheduler" \
+    --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+    --bind-address=127.0.0.1 --secure-port=10259 \
+    --leader-elect=false
+fi
+
+# The apiserver reaches the node API (logs, exec, attach, port-forward) with
+# the kube-apiserver-kubelet-client certificate. It is in system:masters, but
+# bind the kubelet API role explicitly, as kubeadm does, so node agents that
+# authorize with SubjectAccessReview see a plain RBAC grant.
+log "rbac: binding system:kubelet-api-admin to kube-apiserver-kubelet-client"
+kubectl_admin apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kube-apiserver-kubelet-client
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:kubelet-api-admin
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: kube-apiserver-kubelet-client
+EOF
+
+# ---------------------------------------------------------------- agent
+case $agent in
+  kubelet)
+    if pid=$(running_pid kubelet); then
+      log "kubelet already running (pid $pid)"
+    else
+      mkdir -p "$LOCAL/kubelet" "$LOCAL/pod-logs"
+      cat >"$LOCAL/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+containerRuntimeEndpoint: unix://$CTRD_SOCK
+podLogsDir: $LOCAL/pod-logs
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: $PKI/ca.crt
+authorization:
+  mode: Webhook
+# This host has cgroup v1 and no systemd.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+clusterDomain: cluster.local
+clusterDNS: []
+resolvConf: /etc/resolv.conf
+# Disk pressure never evicts on a developer machine; images are local and
+# cannot be pulled again, so image GC never runs.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+  imagefs.inodesFree: "0%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+rotateCertificates: false
+serverTLSBootstrap: false
+EOF
+      # The kubelet sets vm.overcommit_memory, vm.panic_on_oom, kernel.panic,
+      # kernel.panic_on_oops and kernel.keys.root_max*; local-down.sh puts
+      # the values from before the first start back.
+      if [[ ! -f $RUN/sysctl.saved ]]; then
+        sysctl -e vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops \
+          kernel.keys.root_maxkeys kernel.keys.root_maxbytes 2>/dev/null | sed 's/ = /=/' >"$RUN/sysctl.saved" || true
+      fi
+      if [[ ! -f $RUN/kubelet-iptables ]] && ! iptables -t filter -S KUBE-FIREWALL >/dev/null 2>&1 &&
+        ! iptables -t nat -S KUBE-KUBELET-CANARY >/dev/null 2>&1; then
+        touch "$RUN/kubelet-iptables"
+      fi
+      start_daemon kubelet "$BIN/kubelet" \
+        --config="$LOCAL/kubelet.yaml" \
+        --kubeconfig="$NODE_KUBECONFIG" \
+        --root-dir="$LOCAL/kubelet" \
+        --cert-dir="$LOCAL/kubelet/pki" \
+        --node-ip="$NODE_IP" \
+        --hostname-override="$NODE_NAME"
+    fi
+    ;;
+  rustlet)
+    if pid=$(running_pid rustlet); then
+      log "rustlet already running (pid $pid)"
+    else
+      mkdir -p "$LOCAL/rustlet" "$LOCAL/pod-logs"
+      start_daemon rustlet "RUST_LOG=${RUST_LOG:-info}" NO_COLOR=1 "$RUSTLET" run \
+        --kubeconfig "$NODE_KUBECONFIG" \
+        --node-name "$NODE_NAME" \
+        --node-ip "$NODE_IP" \
+        --container-runtime-endpoint "unix://$CTRD_SOCK" \
+        --root-dir "$LOCAL/rustlet" \
+        --pod-logs-dir "$LOCAL/pod-logs"
+    fi
+    ;;
+esac
+
+wait_daemon kube-controller-manager "kube-controller-manager /healthz" 60 curl -skf --max-time 2 https://127.0.0.1:10257/healthz
+wait_daemon kube-scheduler "kube-scheduler /healthz" 60 curl -skf --max-time 2 https://127.0.0.1:10259/healthz
+phase "controller-manager, scheduler ready"
+
+# A Node kept in etcd from an earlier run still says Ready until the
+# node-lifecycle controller notices (40 s), so a fresh agent must also have
+# reported: the Ready condition's heartbeat must be no older than its start.
+ready_since() {
+  local after=$1 got
+  kubectl_admin wait "node/$NODE_NAME" --for=condition=Ready --timeout=5s >/dev/null || return 1
+  got=$(kubectl_admin get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}') || return 1
+  [[ $got > "$after" || $got == "$after" ]]
+}
+if [[ $agent != none ]]; then
+  agent_since=1970-01-01T00:00:00Z
+  [[ ! -f $RUN/$agent.started ]] || agent_since=$(<"$RUN/$agent.started")
+  wait_daemon "$agent" "node $NODE_NAME to register" "$READY_TIMEOUT" kubectl_admin get node "$NODE_NAME"
+  wait_daemon "$agent" "node $NODE_NAME to be Ready" "$READY_TIMEOUT" ready_since "$agent_since"
+  phase "node Ready ($agent)"
+fi
+
+log "cluster up in $(since "$t_start") (agent: $agent, node: $NODE_NAME)"
+for t in "${timings[@]}"; do
+  printf '    %-40s %s\n' "${t% *}" "${t##* }"
+done
+echo "export KUBECONFIG=$ADMIN_KUBECONFIG"
