@@ -11,7 +11,6 @@ use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{DeleteParams, ListParams};
-use kube::runtime::wait::conditions::is_deleted;
 use kube::{Api, ResourceExt};
 use rustlet::cri::POD_UID_LABEL;
 
@@ -131,7 +130,8 @@ async fn pod_runs_logs_and_is_deleted_cleanly() {
         .delete("sleeper", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for(&client, &ns, "sleeper", 5 + 5, "deleted", is_deleted(&uid)).await;
+    // Within the grace period (5 s) + 5 s.
+    wait_deleted(&client, &ns, "sleeper", &uid, 5 + 5).await;
     println!("delete -> gone: {:?}", started.elapsed());
     let rt = runtime().await;
     let by_uid = HashMap::from([(POD_UID_LABEL.to_string(), uid.clone())]);

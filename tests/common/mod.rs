@@ -134,6 +134,7 @@ pub async fn wait_for(
     .await
     {
         Ok(Ok(Some(p))) => p,
+        Ok(Ok(None)) => panic!("pod {ns}/{name} was deleted while waiting for it to be {what}"),
         other => {
             let now = api.get_opt(name).await.ok().flatten();
             panic!(
@@ -141,6 +142,28 @@ pub async fn wait_for(
                 now.and_then(|p| p.status)
             )
         }
+    }
+}
+
+/// Waits up to `secs` for pod `name` (UID `uid`) to be gone from the API.
+pub async fn wait_deleted(client: &Client, ns: &str, name: &str, uid: &str, secs: u64) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let gone = kube::runtime::wait::conditions::is_deleted(uid);
+    match tokio::time::timeout(
+        Duration::from_secs(secs),
+        await_condition(api.clone(), name, gone),
+    )
+    .await
+    {
+        Ok(Ok(_)) => {}
+        other => panic!(
+            "pod {ns}/{name}: not deleted within {secs}s ({other:?}); now: {:#?}",
+            api.get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .map(|p| (p.metadata.deletion_timestamp, p.status))
+        ),
     }
 }
 
