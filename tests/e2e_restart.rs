@@ -1,15 +1,17 @@
 //! Restart safety on the local cluster: after `kill -9` of the agent and a
 //! restart, every running container is adopted from CRI labels; none restarts
-//! and no status changes.
+//! and no status changes; pods deleted while it was down are cleaned up.
 
 mod common;
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{DeleteParams, ListParams};
+use rustlet::cri::POD_UID_LABEL;
 
 fn agent_pid() -> i32 {
     let text = std::fs::read_to_string(local().join("run/rustlet.pid"))
@@ -90,6 +92,63 @@ async fn kill_and_restart_adopts_running_pods() {
     );
     for p in &after_pods {
         assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Running"));
+    }
+
+    // Pods deleted while the agent is down are cleaned up when it is back:
+    // p0 gracefully (the pod object waits for the agent), p1 forcefully (only
+    // the runtime still knows it).
+    let uid = |name: &str| {
+        after_pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .unwrap()
+            .metadata
+            .uid
+            .clone()
+            .unwrap()
+    };
+    let (uid0, uid1) = (uid("p0"), uid("p1"));
+    let pid = agent_pid();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    api.delete("p0", &DeleteParams::default()).await.unwrap();
+    api.delete(
+        "p1",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .unwrap();
+    let up = std::process::Command::new(root().join("hack/local-up.sh"))
+        .args(["--agent", "rustlet"])
+        .status()
+        .unwrap();
+    assert!(up.success());
+    wait_deleted(&client, &ns, "p0", &uid0, 20).await;
+    let rt = runtime().await;
+    for uid in [uid0, uid1] {
+        let by_uid = HashMap::from([(POD_UID_LABEL.to_string(), uid.clone())]);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !rt
+            .list_pod_sandboxes(by_uid.clone())
+            .await
+            .unwrap()
+            .is_empty()
+            || !rt.list_containers(by_uid.clone()).await.unwrap().is_empty()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "sandboxes or containers of deleted pod {uid} are left"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
     drop_namespace(&client, &ns).await;
 }
