@@ -478,6 +478,9 @@ esac
 
 wait_daemon kube-controller-manager "kube-controller-manager /healthz" 60 curl -skf --max-time 2 https://127.0.0.1:10257/healthz
 wait_daemon kube-scheduler "kube-scheduler /healthz" 60 curl -skf --max-time 2 https://127.0.0.1:10259/healthz
+# Pods cannot be created in a namespace before its default service account
+# exists; on a fresh etcd the controller-manager makes it within seconds.
+wait_daemon kube-controller-manager "the default service account" 60 kubectl_admin get serviceaccount default -n default
 phase "controller-manager, scheduler ready"
 
 # A Node kept in etcd from an earlier run still says Ready until the
