@@ -50,7 +50,8 @@ async fn main() -> anyhow::Result<()> {
             }),
             hostname: format!("bare-{i}"),
             log_directory: logs.path().join(&uid).to_string_lossy().into_owned(),
-            labels: HashMap::from([("io.kubernetes.pod.uid".to_string(), uid.clone())]),
+            // Not the kubelet's pod UID label: node agents leave these sandboxes alone.
+            labels: HashMap::from([("rustlet.bench/uid".to_string(), uid.clone())]),
             linux: Some(cri::LinuxPodSandboxConfig::default()),
             ..Default::default()
         };
