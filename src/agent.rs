@@ -186,7 +186,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         client.clone(),
         runtime.clone(),
         node_cfg.clone(),
-        machine,
+        machine.clone(),
         runtime_version,
         settings.clone(),
     ));
@@ -217,6 +217,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             host_dns,
             cluster_dns: settings.cluster_dns.clone(),
             cluster_domain: settings.cluster_domain.clone(),
+            allocatable: crate::node::status::resources(&machine, settings.max_pods).1,
+            memory_capacity_bytes: machine.memory_bytes,
         },
         StatusContext {
             host_ips: vec![node_ip],

@@ -6,7 +6,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
+use k8s_openapi::api::core::v1::{
+    Container, Pod, PodSecurityContext, SeccompProfile, SecurityContext,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube_quantity::ParsedQuantity;
 use sha2::{Digest, Sha256};
 
 use crate::cri::{
@@ -38,6 +42,10 @@ pub struct NodeContext {
     pub cluster_dns: Vec<String>,
     /// `clusterDomain` (`cluster.local`).
     pub cluster_domain: String,
+    /// The node's allocatable resources (defaults of unset limits in `resourceFieldRef`).
+    pub allocatable: BTreeMap<String, Quantity>,
+    /// The node's memory capacity in bytes (for Burstable `oom_score_adj`).
+    pub memory_capacity_bytes: u64,
 }
 
 /// The node's resolver settings, from its resolv.conf.
@@ -254,8 +262,8 @@ pub fn sandbox_config(
             host_ip: p.host_ip.unwrap_or_default(),
         })
         .collect();
-    let sysctls = spec
-        .and_then(|s| s.security_context.as_ref())
+    let psc = spec.and_then(|s| s.security_context.as_ref());
+    let sysctls = psc
         .and_then(|sc| sc.sysctls.clone())
         .unwrap_or_default()
         .into_iter()
@@ -295,6 +303,19 @@ pub fn sandbox_config(
                             .and_then(|sc| sc.privileged)
                             .unwrap_or(false)
                     }),
+                run_as_user: psc
+                    .and_then(|p| p.run_as_user)
+                    .map(|value| cri::Int64Value { value }),
+                run_as_group: psc
+                    .and_then(|p| p.run_as_group)
+                    .map(|value| cri::Int64Value { value }),
+                supplemental_groups: psc
+                    .and_then(|p| p.supplemental_groups.clone())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .chain(psc.and_then(|p| p.fs_group))
+                    .collect(),
+                seccomp: seccomp(psc.and_then(|p| p.seccomp_profile.as_ref())),
                 ..Default::default()
             }),
             sysctls,
@@ -313,84 +334,222 @@ pub struct PodFacts {
     pub host_ips: Vec<String>,
 }
 
-fn field_ref(pod: &Pod, path: &str, node: &NodeContext, facts: &PodFacts) -> Option<String> {
-    let (ns, name, uid) = pod_identity(pod);
-    let spec = pod.spec.as_ref();
-    let annotated = |map: &Option<BTreeMap<String, String>>, prefix: &str| {
-        path.strip_prefix(prefix)
-            .and_then(|k| k.strip_prefix("['").and_then(|k| k.strip_suffix("']")))
-            .and_then(|k| map.as_ref().and_then(|m| m.get(k).cloned()))
-    };
-    Some(match path {
-        "metadata.name" => name,
-        "metadata.namespace" => ns,
-        "metadata.uid" => uid,
-        "spec.nodeName" => spec
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_else(|| node.node_name.clone()),
-        "spec.serviceAccountName" => spec
-            .and_then(|s| s.service_account_name.clone())
-            .unwrap_or_default(),
-        "status.podIP" => facts.pod_ips.first().cloned().unwrap_or_default(),
-        "status.podIPs" => facts.pod_ips.join(","),
-        "status.hostIP" => facts.host_ips.first().cloned().unwrap_or_default(),
-        "status.hostIPs" => facts.host_ips.join(","),
-        p if p.starts_with("metadata.labels") => {
-            annotated(&pod.metadata.labels, "metadata.labels")?
-        }
-        p if p.starts_with("metadata.annotations") => {
-            annotated(&pod.metadata.annotations, "metadata.annotations")?
-        }
-        _ => return None,
-    })
+/// Millicores (or bytes, for memory) of a quantity; 0 when unparsable.
+fn amount(q: Option<&Quantity>, scale: f64) -> Option<i64> {
+    let v = ParsedQuantity::try_from(q?).ok()?.to_bytes_f64()?;
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "resource amounts are far below i64::MAX"
+    )]
+    Some((v * scale).ceil() as i64)
 }
 
-/// The container's environment: plain values and pod `fieldRef`s (other sources
-/// resolve to empty values until they are supported), as the kubelet's `makeEnvironmentVariables`.
+/// Minimum CPU shares (the kubelet's `MinShares`).
+pub const MIN_SHARES: i64 = 2;
+/// CFS period in microseconds (100 ms, `QuotaPeriod`).
+pub const CPU_PERIOD_US: i64 = 100_000;
+/// Minimum CFS quota in microseconds (`MinQuotaPeriod`, 1 ms).
+pub const MIN_QUOTA_US: i64 = 1_000;
+
+/// The container's Linux resources, as the kubelet's `calculateLinuxResources`:
+/// cpu shares from the request (millicores × 1024 / 1000, at least 2), CFS quota
+/// from the limit over a 100 ms period, the memory limit in bytes, and
+/// `oom_score_adj` from the pod's QoS class (`GetContainerOOMScoreAdjust`).
 #[must_use]
-pub fn environment(
+pub fn linux_resources(
     pod: &Pod,
     c: &Container,
     node: &NodeContext,
-    facts: &PodFacts,
-) -> Vec<cri::KeyValue> {
-    c.env
-        .iter()
-        .flatten()
-        .map(
-            |EnvVar {
-                 name,
-                 value,
-                 value_from,
-             }| {
-                let value = match (value, value_from) {
-                    (Some(v), _) => v.clone(),
-                    (None, Some(from)) => from
-                        .field_ref
-                        .as_ref()
-                        .and_then(|f| field_ref(pod, &f.field_path, node, facts))
-                        .unwrap_or_default(),
-                    (None, None) => String::new(),
-                };
-                cri::KeyValue {
-                    key: name.clone(),
-                    value,
-                }
-            },
-        )
-        .collect()
+) -> cri::LinuxContainerResources {
+    let res = c.resources.as_ref();
+    let limit = |name: &str| {
+        res.and_then(|r| r.limits.as_ref())
+            .and_then(|m| m.get(name))
+    };
+    let request = |name: &str| {
+        res.and_then(|r| r.requests.as_ref())
+            .and_then(|m| m.get(name))
+            .or(limit(name))
+    };
+    let cpu_request = amount(request("cpu"), 1000.0);
+    let cpu_limit = amount(limit("cpu"), 1000.0);
+    let memory_limit = amount(limit("memory"), 1.0).unwrap_or(0);
+    let memory_request = amount(request("memory"), 1.0).unwrap_or(0);
+    let cpu_shares = cpu_request.map_or(MIN_SHARES, |m| (m * 1024 / 1000).max(MIN_SHARES));
+    let (cpu_quota, cpu_period) = match cpu_limit {
+        Some(m) => ((m * CPU_PERIOD_US / 1000).max(MIN_QUOTA_US), CPU_PERIOD_US),
+        None => (0, 0),
+    };
+    let oom_score_adj = match super::status::qos_class(pod) {
+        "Guaranteed" => -997,
+        "BestEffort" => 1000,
+        _ => {
+            let capacity = i64::try_from(node.memory_capacity_bytes)
+                .unwrap_or(i64::MAX)
+                .max(1);
+            (1000 - 1000 * memory_request / capacity).clamp(3, 999)
+        }
+    };
+    cri::LinuxContainerResources {
+        cpu_period,
+        cpu_quota,
+        cpu_shares,
+        memory_limit_in_bytes: memory_limit,
+        oom_score_adj,
+        ..Default::default()
+    }
+}
+
+/// Paths of /proc and /sys the runtime masks or makes read-only in every
+/// unprivileged container (the kubelet's defaults for `procMount: Default`).
+pub const MASKED_PATHS: &[&str] = &[
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/interrupts",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+/// Read-only paths of every unprivileged container.
+pub const READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+fn seccomp(profile: Option<&SeccompProfile>) -> Option<cri::SecurityProfile> {
+    let p = profile?;
+    let profile_type = match p.type_.as_str() {
+        "RuntimeDefault" => cri::security_profile::ProfileType::RuntimeDefault,
+        "Localhost" => cri::security_profile::ProfileType::Localhost,
+        _ => cri::security_profile::ProfileType::Unconfined,
+    };
+    Some(cri::SecurityProfile {
+        profile_type: profile_type as i32,
+        localhost_ref: p.localhost_profile.clone().unwrap_or_default(),
+    })
+}
+
+/// The container's security context merged over the pod's, as the kubelet's
+/// `determineEffectiveSecurityContext` + `convertToRuntimeSecurityContext`.
+#[must_use]
+pub fn security_context(pod: &Pod, c: &Container) -> cri::LinuxContainerSecurityContext {
+    let psc: Option<&PodSecurityContext> =
+        pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let sc: Option<&SecurityContext> = c.security_context.as_ref();
+    let privileged = sc.and_then(|s| s.privileged).unwrap_or(false);
+    let run_as_user = sc
+        .and_then(|s| s.run_as_user)
+        .or(psc.and_then(|p| p.run_as_user));
+    let run_as_group = sc
+        .and_then(|s| s.run_as_group)
+        .or(psc.and_then(|p| p.run_as_group));
+    let caps = sc.and_then(|s| s.capabilities.as_ref());
+    let mut groups: Vec<i64> = psc
+        .and_then(|p| p.supplemental_groups.clone())
+        .unwrap_or_default();
+    groups.extend(psc.and_then(|p| p.fs_group));
+    let unmasked = sc.and_then(|s| s.proc_mount.as_deref()) == Some("Unmasked");
+    let paths = |p: &[&str]| {
+        if privileged || unmasked {
+            Vec::new()
+        } else {
+            p.iter().map(|s| (*s).to_string()).collect()
+        }
+    };
+    cri::LinuxContainerSecurityContext {
+        capabilities: caps.map(|c| cri::Capability {
+            add_capabilities: c.add.clone().unwrap_or_default(),
+            drop_capabilities: c.drop.clone().unwrap_or_default(),
+            add_ambient_capabilities: Vec::new(),
+        }),
+        privileged,
+        namespace_options: Some(namespace_options(pod)),
+        run_as_user: run_as_user.map(|value| cri::Int64Value { value }),
+        run_as_group: run_as_group.map(|value| cri::Int64Value { value }),
+        readonly_rootfs: sc
+            .and_then(|s| s.read_only_root_filesystem)
+            .unwrap_or(false),
+        supplemental_groups: groups,
+        no_new_privs: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
+        masked_paths: paths(MASKED_PATHS),
+        readonly_paths: paths(READONLY_PATHS),
+        seccomp: seccomp(
+            sc.and_then(|s| s.seccomp_profile.as_ref())
+                .or(psc.and_then(|p| p.seccomp_profile.as_ref())),
+        ),
+        ..Default::default()
+    }
+}
+
+/// Checks `runAsNonRoot` against the user the container will run as (the
+/// security context's `runAsUser`, else the image's user), as the kubelet's
+/// `verifyRunAsNonRoot`. `image_uid` and `image_user` come from CRI ImageStatus.
+///
+/// # Errors
+/// The kubelet's message when the container would run as root or cannot be verified.
+pub fn verify_run_as_non_root(
+    pod: &Pod,
+    c: &Container,
+    image_uid: Option<i64>,
+    image_user: &str,
+) -> Result<(), String> {
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let sc = c.security_context.as_ref();
+    let non_root = sc
+        .and_then(|s| s.run_as_non_root)
+        .or(psc.and_then(|p| p.run_as_non_root));
+    if non_root != Some(true) {
+        return Ok(());
+    }
+    let (ns, name, _) = pod_identity(pod);
+    let who = format!(
+        "(pod: \"{name}_{ns}({})\", container: {})",
+        pod.metadata.uid.as_deref().unwrap_or_default(),
+        c.name
+    );
+    match sc
+        .and_then(|s| s.run_as_user)
+        .or(psc.and_then(|p| p.run_as_user))
+    {
+        Some(0) => Err(format!(
+            "container's runAsUser breaks non-root policy {who}"
+        )),
+        Some(_) => Ok(()),
+        None => match image_uid {
+            Some(0) => Err(format!(
+                "container has runAsNonRoot and image will run as root {who}"
+            )),
+            Some(_) => Ok(()),
+            None if image_user.is_empty() => Err(format!(
+                "container has runAsNonRoot and image will run as root {who}"
+            )),
+            None => Err(format!(
+                "container has runAsNonRoot and image has non-numeric user ({image_user}), cannot verify user is non-root {who}"
+            )),
+        },
+    }
 }
 
 /// The CRI config of container `c` at `attempt`, with the image reference the
-/// runtime resolved, as the kubelet's `generateContainerConfig`.
+/// runtime resolved and the environment from [`super::env::environment`]
+/// (command and args expanded against it), as the kubelet's `generateContainerConfig`.
 #[must_use]
 pub fn container_config(
     pod: &Pod,
     c: &Container,
     attempt: u32,
     image_ref: &str,
+    env: &[(String, String)],
     node: &NodeContext,
-    facts: &PodFacts,
 ) -> cri::ContainerConfig {
     let (ns, name, uid) = pod_identity(pod);
     let labels = HashMap::from([
@@ -418,7 +577,7 @@ pub fn container_config(
             grace.to_string(),
         ),
     ]);
-    let sc = c.security_context.as_ref();
+    let (command, args) = super::env::command_and_args(c, env);
     cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: c.name.clone(),
@@ -429,10 +588,16 @@ pub fn container_config(
             user_specified_image: c.image.clone().unwrap_or_default(),
             ..Default::default()
         }),
-        command: c.command.clone().unwrap_or_default(),
-        args: c.args.clone().unwrap_or_default(),
+        command,
+        args,
         working_dir: c.working_dir.clone().unwrap_or_default(),
-        envs: environment(pod, c, node, facts),
+        envs: env
+            .iter()
+            .map(|(key, value)| cri::KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect(),
         labels,
         annotations,
         log_path: container_log_path(&c.name, attempt),
@@ -440,21 +605,8 @@ pub fn container_config(
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
-            resources: None,
-            security_context: Some(cri::LinuxContainerSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
-                privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
-                readonly_rootfs: sc
-                    .and_then(|s| s.read_only_root_filesystem)
-                    .unwrap_or(false),
-                run_as_user: sc
-                    .and_then(|s| s.run_as_user)
-                    .map(|value| cri::Int64Value { value }),
-                run_as_group: sc
-                    .and_then(|s| s.run_as_group)
-                    .map(|value| cri::Int64Value { value }),
-                ..Default::default()
-            }),
+            resources: Some(linux_resources(pod, c, node)),
+            security_context: Some(security_context(pod, c)),
         }),
         ..Default::default()
     }
@@ -464,6 +616,7 @@ pub fn container_config(
 mod tests {
     use super::*;
     use crate::pod::fixtures::pod;
+    use k8s_openapi::api::core::v1::EnvVar;
 
     fn node() -> NodeContext {
         NodeContext {
@@ -473,6 +626,7 @@ mod tests {
             host_dns: HostDns::parse("nameserver 10.0.0.2\nsearch corp.example\noptions edns0\n"),
             cluster_dns: vec![],
             cluster_domain: "cluster.local".into(),
+            ..Default::default()
         }
     }
 
@@ -527,6 +681,7 @@ mod tests {
             host_ips: vec!["127.0.0.1".into()],
         };
         let mut c2 = c.clone();
+        c2.command = Some(vec!["echo".into(), "$(IP)".into()]);
         c2.env = Some(vec![
             EnvVar {
                 name: "A".into(),
@@ -545,11 +700,14 @@ mod tests {
                 }),
             },
         ]);
-        let cfg = container_config(&p, &c2, 2, "sha256:abc", &node(), &facts);
+        let env =
+            crate::pod::env::environment(&p, &c2, &node(), &facts, &Default::default()).unwrap();
+        let cfg = container_config(&p, &c2, 2, "sha256:abc", &env, &node());
         assert_eq!(cfg.log_path, "c/2.log");
         assert_eq!(cfg.labels[CONTAINER_NAME_LABEL], "c");
         assert_eq!(cfg.annotations[RESTART_COUNT_ANNOTATION], "2");
         assert_eq!(cfg.image.unwrap().image, "sha256:abc");
+        assert_eq!(cfg.command, vec!["echo", "10.88.0.5"]);
         let env: Vec<_> = cfg
             .envs
             .iter()
@@ -557,5 +715,111 @@ mod tests {
             .collect();
         assert_eq!(env, vec![("A", "1"), ("IP", "10.88.0.5")]);
         assert_ne!(container_hash(c), container_hash(&c2));
+    }
+
+    #[test]
+    fn resources_become_shares_quota_and_memory_limit() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        let q = |s: &str| Quantity(s.into());
+        let mut p = pod("web").container("c", "busybox").build();
+        let mut n = node();
+        n.memory_capacity_bytes = 1 << 30;
+        let r = |p: &Pod| linux_resources(p, &p.spec.as_ref().unwrap().containers[0], &n);
+        let best_effort = r(&p);
+        assert_eq!(
+            (
+                best_effort.cpu_shares,
+                best_effort.cpu_quota,
+                best_effort.oom_score_adj
+            ),
+            (2, 0, 1000)
+        );
+        p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([
+                ("cpu".to_string(), q("500m")),
+                ("memory".to_string(), q("128Mi")),
+            ])),
+            ..Default::default()
+        });
+        let guaranteed = r(&p);
+        assert_eq!(guaranteed.cpu_shares, 512);
+        assert_eq!(
+            (guaranteed.cpu_quota, guaranteed.cpu_period),
+            (50_000, 100_000)
+        );
+        assert_eq!(guaranteed.memory_limit_in_bytes, 128 << 20);
+        assert_eq!(guaranteed.oom_score_adj, -997);
+        p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_string(), q("1m")),
+                ("memory".to_string(), q("512Mi")),
+            ])),
+            ..Default::default()
+        });
+        let burstable = r(&p);
+        assert_eq!(burstable.cpu_shares, 2, "at least MinShares");
+        assert_eq!(burstable.oom_score_adj, 500);
+    }
+
+    #[test]
+    fn security_context_merges_pod_and_container() {
+        use k8s_openapi::api::core::v1::Capabilities;
+        let mut p = pod("web").container("c", "busybox").build();
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            run_as_user: Some(1000),
+            fs_group: Some(2000),
+            supplemental_groups: Some(vec![3000]),
+            ..Default::default()
+        });
+        p.spec.as_mut().unwrap().containers[0].security_context = Some(SecurityContext {
+            run_as_group: Some(10),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                add: Some(vec!["NET_ADMIN".into()]),
+                drop: Some(vec!["ALL".into()]),
+            }),
+            ..Default::default()
+        });
+        let sc = security_context(&p, &p.spec.as_ref().unwrap().containers[0]);
+        assert_eq!(sc.run_as_user.map(|v| v.value), Some(1000));
+        assert_eq!(sc.run_as_group.map(|v| v.value), Some(10));
+        assert_eq!(sc.supplemental_groups, vec![3000, 2000]);
+        assert!(sc.no_new_privs);
+        assert_eq!(sc.capabilities.unwrap().drop_capabilities, vec!["ALL"]);
+        assert!(sc.masked_paths.contains(&"/proc/kcore".to_string()));
+    }
+
+    #[test]
+    fn run_as_non_root_is_verified() {
+        let mut p = pod("web").container("c", "busybox").build();
+        let c = |p: &Pod| p.spec.as_ref().unwrap().containers[0].clone();
+        assert!(
+            verify_run_as_non_root(&p, &c(&p), Some(0), "").is_ok(),
+            "not asked"
+        );
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            ..Default::default()
+        });
+        let err = verify_run_as_non_root(&p, &c(&p), Some(0), "").unwrap_err();
+        assert!(
+            err.starts_with("container has runAsNonRoot and image will run as root"),
+            "{err}"
+        );
+        assert!(verify_run_as_non_root(&p, &c(&p), Some(1234), "").is_ok());
+        let err = verify_run_as_non_root(&p, &c(&p), None, "nobody").unwrap_err();
+        assert!(err.contains("non-numeric user (nobody)"), "{err}");
+        p.spec
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap()
+            .run_as_user = Some(0);
+        assert!(
+            verify_run_as_non_root(&p, &c(&p), Some(1234), "")
+                .unwrap_err()
+                .contains("runAsUser breaks non-root policy")
+        );
     }
 }

@@ -17,6 +17,7 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
+use super::env;
 use super::observe::observe;
 use super::plan::{MAX_BACKOFF, PullBackoff, Step, Waiting, plan};
 use super::state::PodRuntime;
@@ -408,7 +409,7 @@ async fn start_container(
             format!("Failed to apply default image tag \"{image}\": invalid reference format"),
         ));
     }
-    let image_ref = ensure_image(
+    let image = ensure_image(
         pod,
         name,
         &image,
@@ -430,7 +431,25 @@ async fn start_container(
         pod_ips: pod_ips.to_vec(),
         host_ips: ctx.status.host_ips.clone(),
     };
-    let config = translate::container_config(pod, spec, attempt, &image_ref, &ctx.node, &facts);
+    let config_error = |message: String| {
+        ctx.event(
+            pod,
+            Some(name),
+            EventType::Warning,
+            "Failed",
+            format!("Error: {message}"),
+        );
+        Waiting {
+            reason: "CreateContainerConfigError".into(),
+            message,
+        }
+    };
+    let sources = env_sources(pod, spec, ctx).await;
+    let env = env::environment(pod, spec, &ctx.node, &facts, &sources)
+        .map_err(|e| config_error(e.to_string()))?;
+    translate::verify_run_as_non_root(pod, spec, image.uid, &image.username)
+        .map_err(config_error)?;
+    let config = translate::container_config(pod, spec, attempt, &image.id, &env, &ctx.node);
     let target = format!("container {name} of pod {ns}/{pod_name}");
     let id = match ctx
         .runtime
@@ -482,7 +501,27 @@ async fn start_container(
     Ok(())
 }
 
-/// Makes sure `image` is on the node under `policy`; returns the image reference
+/// What the container is created from: the image ID and the image's user.
+struct ImageInfo {
+    /// Image ID (`sha256:...`), or the reference the pull returned.
+    id: String,
+    /// The image's numeric user, if it has one.
+    uid: Option<i64>,
+    /// The image's user name, if not numeric.
+    username: String,
+}
+
+impl ImageInfo {
+    fn from_cri(i: cri::Image) -> Self {
+        Self {
+            id: i.id,
+            uid: i.uid.map(|u| u.value),
+            username: i.username,
+        }
+    }
+}
+
+/// Makes sure `image` is on the node under `policy`; returns the image
 /// to create the container from. Failures start the image pull back-off
 /// (10 s doubling to 300 s) and return `ErrImagePull` or `ErrImageNeverPull`.
 async fn ensure_image(
@@ -493,15 +532,15 @@ async fn ensure_image(
     sandbox_config: &cri::PodSandboxConfig,
     ctx: &Context,
     uid: &str,
-) -> std::result::Result<String, Waiting> {
+) -> std::result::Result<ImageInfo, Waiting> {
     let present = match ctx.runtime.image_id(image).await {
-        Ok(found) => found.map(|i| i.id),
+        Ok(found) => found,
         Err(e) => {
             warn!(error = %e, image, "image status");
             None
         }
     };
-    if let Some(id) = present.clone().filter(|_| policy != "Always") {
+    if let Some(found) = present.filter(|_| policy != "Always") {
         ctx.event(
             pod,
             Some(name),
@@ -509,7 +548,7 @@ async fn ensure_image(
             "Pulled",
             format!("Container image \"{image}\" already present on machine"),
         );
-        return Ok(id);
+        return Ok(ImageInfo::from_cri(found));
     }
     if policy == "Never" {
         let msg = format!("Container image \"{image}\" is not present with pull policy of Never");
@@ -549,11 +588,19 @@ async fn ensure_image(
                     total.as_secs_f64()
                 ),
             );
-            Ok(if image_ref.is_empty() {
-                image.to_string()
-            } else {
-                image_ref
-            })
+            let pulled = ctx.runtime.image_id(image).await.ok().flatten();
+            Ok(pulled.map_or_else(
+                || ImageInfo {
+                    id: if image_ref.is_empty() {
+                        image.to_string()
+                    } else {
+                        image_ref
+                    },
+                    uid: None,
+                    username: String::new(),
+                },
+                ImageInfo::from_cri,
+            ))
         }
         Err(e) => {
             let message = e.to_string();
@@ -593,6 +640,52 @@ async fn ensure_image(
             })
         }
     }
+}
+
+/// Fetches the ConfigMaps and Secrets that the container's environment reads
+/// (one GET each: a node may only read the objects its pods reference).
+/// Missing or unreadable objects are left out; [`env::environment`] reports them.
+async fn env_sources(
+    pod: &Pod,
+    c: &k8s_openapi::api::core::v1::Container,
+    ctx: &Context,
+) -> env::EnvSources {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let (ns, _, _) = pod_identity(pod);
+    let (cm_names, secret_names) = env::referenced_sources(&[c]);
+    let mut sources = env::EnvSources::default();
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+    for name in cm_names {
+        match cms.get_opt(&name).await {
+            Ok(Some(cm)) => {
+                let mut data = cm.data.unwrap_or_default();
+                for (k, v) in cm.binary_data.unwrap_or_default() {
+                    data.insert(k, String::from_utf8_lossy(&v.0).into_owned());
+                }
+                sources.config_maps.insert(name, data);
+            }
+            Ok(None) => {}
+            Err(e) => warn!(error = %e, configmap = name, "get configmap"),
+        }
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    for name in secret_names {
+        match secrets.get_opt(&name).await {
+            Ok(Some(s)) => {
+                let mut data: BTreeMap<String, String> = s
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                    .collect();
+                data.extend(s.string_data.unwrap_or_default());
+                sources.secrets.insert(name, data);
+            }
+            Ok(None) => {}
+            Err(e) => warn!(error = %e, secret = name, "get secret"),
+        }
+    }
+    sources
 }
 
 /// The controller's error policy: log and retry in 5 s.

@@ -1,0 +1,485 @@
+//! A container's environment and its `$(VAR)` references, as the kubelet's
+//! `makeEnvironmentVariables` (kubelet_pods.go) and the forked Go `expansion`
+//! package: `envFrom` sources, then `env` entries in order (values expanded
+//! against what is defined so far, `valueFrom` resolved from the pod, its
+//! resources, ConfigMaps and Secrets), then `command`/`args` expanded against
+//! the result. Pure: the ConfigMaps and Secrets arrive as data.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube_quantity::ParsedQuantity;
+
+use super::translate::{NodeContext, PodFacts, pod_identity};
+
+/// Expands `$(NAME)` references in `input` with `lookup`, as the kubelet's
+/// `expansion.Expand`: `$$` is an escaped `$`, an undefined or unterminated
+/// reference is kept as written, and a `$` before anything else stays.
+#[must_use]
+pub fn expand(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(input.len());
+    let mut rest = input;
+    while let Some(pos) = rest.find('$') {
+        out.push_str(&rest[..pos]);
+        let after = &rest[pos + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(body) = after.strip_prefix('(') {
+            match body.find(')') {
+                Some(end) => {
+                    let name = &body[..end];
+                    match lookup(name) {
+                        Some(v) => out.push_str(&v),
+                        None => {
+                            out.push_str("$(");
+                            out.push_str(name);
+                            out.push(')');
+                        }
+                    }
+                    rest = &body[end + 1..];
+                }
+                None => {
+                    out.push_str("$(");
+                    rest = body;
+                }
+            }
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// ConfigMaps and Secrets of the pod's namespace that its containers reference,
+/// by name; a name that is absent was not found in the API.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EnvSources {
+    /// ConfigMap name → data.
+    pub config_maps: BTreeMap<String, BTreeMap<String, String>>,
+    /// Secret name → decoded data.
+    pub secrets: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// Why an environment could not be built: the container waits with
+/// `CreateContainerConfigError` and this message.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct EnvError(pub String);
+
+/// The names of the ConfigMaps and Secrets the containers' environments read
+/// (`env[].valueFrom` and `envFrom[]`), for fetching before the sync.
+#[must_use]
+pub fn referenced_sources(containers: &[&Container]) -> (Vec<String>, Vec<String>) {
+    let (mut cms, mut secrets) = (Vec::new(), Vec::new());
+    for c in containers {
+        for e in c.env.iter().flatten() {
+            if let Some(from) = &e.value_from {
+                cms.extend(from.config_map_key_ref.as_ref().map(|r| r.name.clone()));
+                secrets.extend(from.secret_key_ref.as_ref().map(|r| r.name.clone()));
+            }
+        }
+        for f in c.env_from.iter().flatten() {
+            cms.extend(f.config_map_ref.as_ref().map(|r| r.name.clone()));
+            secrets.extend(f.secret_ref.as_ref().map(|r| r.name.clone()));
+        }
+    }
+    for v in [&mut cms, &mut secrets] {
+        v.sort();
+        v.dedup();
+    }
+    (cms, secrets)
+}
+
+fn field_ref(pod: &Pod, path: &str, node: &NodeContext, facts: &PodFacts) -> Option<String> {
+    let (ns, name, uid) = pod_identity(pod);
+    let spec = pod.spec.as_ref();
+    let keyed = |map: &Option<BTreeMap<String, String>>, prefix: &str| {
+        path.strip_prefix(prefix)
+            .and_then(|k| k.strip_prefix("['").and_then(|k| k.strip_suffix("']")))
+            .map(|k| {
+                map.as_ref()
+                    .and_then(|m| m.get(k).cloned())
+                    .unwrap_or_default()
+            })
+    };
+    Some(match path {
+        "metadata.name" => name,
+        "metadata.namespace" => ns,
+        "metadata.uid" => uid,
+        "spec.nodeName" => spec
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_else(|| node.node_name.clone()),
+        "spec.serviceAccountName" => spec
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default(),
+        "status.podIP" => facts.pod_ips.first().cloned().unwrap_or_default(),
+        "status.podIPs" => facts.pod_ips.join(","),
+        "status.hostIP" => facts.host_ips.first().cloned().unwrap_or_default(),
+        "status.hostIPs" => facts.host_ips.join(","),
+        p if p.starts_with("metadata.labels") => keyed(&pod.metadata.labels, "metadata.labels")?,
+        p if p.starts_with("metadata.annotations") => {
+            keyed(&pod.metadata.annotations, "metadata.annotations")?
+        }
+        _ => return None,
+    })
+}
+
+fn quantity(q: &Quantity) -> Option<f64> {
+    ParsedQuantity::try_from(q).ok()?.to_bytes_f64()
+}
+
+/// The value of a `resourceFieldRef` (`limits.cpu`, `requests.memory`, …) of
+/// `container`, divided by `divisor` and rounded up, as the kubelet's
+/// `ExtractContainerResourceValue`; unset limits are the node's allocatable.
+///
+/// # Errors
+/// An unknown resource or container name.
+pub fn resource_field(
+    pod: &Pod,
+    container: &str,
+    resource: &str,
+    divisor: Option<&Quantity>,
+    node: &NodeContext,
+) -> Result<String, EnvError> {
+    let c = pod
+        .spec
+        .as_ref()
+        .and_then(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .find(|c| c.name == container)
+        })
+        .ok_or_else(|| {
+            EnvError(format!(
+                "resourceFieldRef: container {container:?} not found"
+            ))
+        })?;
+    let (kind, name) = resource.split_once('.').ok_or_else(|| {
+        EnvError(format!(
+            "resourceFieldRef: unsupported resource {resource:?}"
+        ))
+    })?;
+    let res = c.resources.as_ref();
+    let set = match kind {
+        "limits" => res
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|m| m.get(name)),
+        "requests" => res
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|m| m.get(name)),
+        _ => {
+            return Err(EnvError(format!(
+                "resourceFieldRef: unsupported resource {resource:?}"
+            )));
+        }
+    };
+    let value = match (set, kind) {
+        (Some(q), _) => quantity(q).unwrap_or(0.0),
+        (None, "limits") => node.allocatable.get(name).and_then(quantity).unwrap_or(0.0),
+        (None, _) => 0.0,
+    };
+    let divisor = divisor
+        .and_then(quantity)
+        .filter(|d| *d > 0.0)
+        .unwrap_or(1.0);
+    let scaled = value / divisor;
+    // CPU rounds up to whole divisors (at least 1 when set), other resources round up too.
+    let n = scaled.ceil().max(if name == "cpu" && value > 0.0 {
+        1.0
+    } else {
+        0.0
+    });
+    Ok(format!("{n:.0}"))
+}
+
+/// True for a valid environment variable name (C identifier-like, as the
+/// API's `IsEnvVarName`: letters, digits, `_`, `-`, `.`, not starting with a digit).
+#[must_use]
+pub fn is_env_var_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// The container's environment, in definition order (a later definition of a
+/// name replaces the earlier value in place).
+///
+/// # Errors
+/// A non-optional ConfigMap/Secret or key that is missing, or a bad field path,
+/// with the kubelet's messages (e.g. `configmap "x" not found`).
+pub fn environment(
+    pod: &Pod,
+    c: &Container,
+    node: &NodeContext,
+    facts: &PodFacts,
+    sources: &EnvSources,
+) -> Result<Vec<(String, String)>, EnvError> {
+    let (ns, _, _) = pod_identity(pod);
+    let mut env: Vec<(String, String)> = Vec::new();
+    let set = |env: &mut Vec<(String, String)>, k: String, v: String| match env
+        .iter_mut()
+        .find(|(n, _)| *n == k)
+    {
+        Some(slot) => slot.1 = v,
+        None => env.push((k, v)),
+    };
+    for from in c.env_from.iter().flatten() {
+        let prefix = from.prefix.clone().unwrap_or_default();
+        let (data, kind, name, optional) = if let Some(r) = &from.config_map_ref {
+            (
+                sources.config_maps.get(&r.name),
+                "configmap",
+                &r.name,
+                r.optional.unwrap_or(false),
+            )
+        } else if let Some(r) = &from.secret_ref {
+            (
+                sources.secrets.get(&r.name),
+                "secret",
+                &r.name,
+                r.optional.unwrap_or(false),
+            )
+        } else {
+            continue;
+        };
+        match data {
+            Some(data) => {
+                for (k, v) in data {
+                    let key = format!("{prefix}{k}");
+                    if is_env_var_name(&key) {
+                        set(&mut env, key, v.clone());
+                    }
+                }
+            }
+            None if optional => {}
+            None => return Err(EnvError(format!("{kind} \"{name}\" not found"))),
+        }
+    }
+    for e in c.env.iter().flatten() {
+        let value = if let Some(from) = &e.value_from {
+            if let Some(f) = &from.field_ref {
+                field_ref(pod, &f.field_path, node, facts)
+                    .ok_or_else(|| EnvError(format!("unsupported fieldPath {:?}", f.field_path)))?
+            } else if let Some(r) = &from.resource_field_ref {
+                let container = r
+                    .container_name
+                    .as_deref()
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or(&c.name);
+                resource_field(pod, container, &r.resource, r.divisor.as_ref(), node)?
+            } else if let Some(r) = &from.config_map_key_ref {
+                match sources.config_maps.get(&r.name).map(|d| d.get(&r.key)) {
+                    Some(Some(v)) => v.clone(),
+                    _ if r.optional.unwrap_or(false) => continue,
+                    Some(None) => {
+                        return Err(EnvError(format!(
+                            "couldn't find key {} in ConfigMap {ns}/{}",
+                            r.key, r.name
+                        )));
+                    }
+                    None => return Err(EnvError(format!("configmap \"{}\" not found", r.name))),
+                }
+            } else if let Some(r) = &from.secret_key_ref {
+                match sources.secrets.get(&r.name).map(|d| d.get(&r.key)) {
+                    Some(Some(v)) => v.clone(),
+                    _ if r.optional.unwrap_or(false) => continue,
+                    Some(None) => {
+                        return Err(EnvError(format!(
+                            "couldn't find key {} in Secret {ns}/{}",
+                            r.key, r.name
+                        )));
+                    }
+                    None => return Err(EnvError(format!("secret \"{}\" not found", r.name))),
+                }
+            } else {
+                String::new()
+            }
+        } else {
+            let raw = e.value.clone().unwrap_or_default();
+            expand(&raw, |name| {
+                env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+            })
+        };
+        set(&mut env, e.name.clone(), value);
+    }
+    Ok(env)
+}
+
+/// `command` and `args` with `$(VAR)` expanded against the final environment,
+/// as the kubelet's `ExpandContainerCommandAndArgs`.
+#[must_use]
+pub fn command_and_args(c: &Container, env: &[(String, String)]) -> (Vec<String>, Vec<String>) {
+    let lookup = |name: &str| {
+        env.iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let all = |v: &Option<Vec<String>>| v.iter().flatten().map(|s| expand(s, lookup)).collect();
+    (all(&c.command), all(&c.args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::fixtures::pod;
+    use k8s_openapi::api::core::v1::{
+        ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource,
+        ResourceFieldSelector, ResourceRequirements,
+    };
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn expansion_table() {
+        let cases = [
+            ("$(A)", "a"),
+            ("x$(A)y$(B)z", "xaybz"),
+            ("$(UNDEFINED)", "$(UNDEFINED)"),
+            ("$$(A)", "$(A)"),
+            ("$$$(A)", "$a"),
+            ("$$", "$"),
+            ("$", "$"),
+            ("a$b", "a$b"),
+            ("$(A", "$(A"),
+            ("$()", "$()"),
+            ("$(A)$(A)", "aa"),
+            ("plain", "plain"),
+            ("", ""),
+        ];
+        let lookup = vars(&[("A", "a"), ("B", "b")]);
+        for (input, want) in cases {
+            assert_eq!(expand(input, &lookup), want, "{input:?}");
+        }
+    }
+
+    fn var(name: &str, value: &str) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            value_from: None,
+        }
+    }
+
+    #[test]
+    fn env_values_see_earlier_values_and_sources() {
+        let mut p = pod("web").container("c", "busybox").build();
+        let c = &mut p.spec.as_mut().unwrap().containers[0];
+        c.env_from = Some(vec![EnvFromSource {
+            prefix: Some("CM_".into()),
+            config_map_ref: Some(ConfigMapEnvSource {
+                name: "cfg".into(),
+                optional: None,
+            }),
+            secret_ref: None,
+        }]);
+        c.env = Some(vec![
+            var("FIRST", "one"),
+            var("SECOND", "$(FIRST)-two-$(CM_k)"),
+            var("LATER", "$(THIRD)"),
+            var("THIRD", "three"),
+            EnvVar {
+                name: "KEY".into(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    config_map_key_ref: Some(ConfigMapKeySelector {
+                        name: "cfg".into(),
+                        key: "k".into(),
+                        optional: None,
+                    }),
+                    ..Default::default()
+                }),
+            },
+        ]);
+        c.command = Some(vec!["echo".into(), "$(SECOND)".into(), "$$(SECOND)".into()]);
+        let c = c.clone();
+        let sources = EnvSources {
+            config_maps: BTreeMap::from([(
+                "cfg".to_string(),
+                BTreeMap::from([
+                    ("k".to_string(), "v".to_string()),
+                    ("1bad".to_string(), "x".to_string()),
+                ]),
+            )]),
+            ..Default::default()
+        };
+        let env = environment(
+            &p,
+            &c,
+            &NodeContext::default(),
+            &PodFacts::default(),
+            &sources,
+        )
+        .unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("SECOND"), Some("one-two-v"));
+        assert_eq!(
+            get("LATER"),
+            Some("$(THIRD)"),
+            "only earlier definitions expand"
+        );
+        assert_eq!(get("KEY"), Some("v"));
+        assert_eq!(get("CM_1bad"), Some("x"), "a prefix can make a key valid");
+        let (command, _) = command_and_args(&c, &env);
+        assert_eq!(command, vec!["echo", "one-two-v", "$(SECOND)"]);
+
+        let missing = environment(
+            &p,
+            &c,
+            &NodeContext::default(),
+            &PodFacts::default(),
+            &EnvSources::default(),
+        );
+        assert_eq!(missing, Err(EnvError("configmap \"cfg\" not found".into())));
+    }
+
+    #[test]
+    fn resource_fields_round_up_and_default_to_allocatable() {
+        let mut p = pod("web").container("c", "busybox").build();
+        let q = |s: &str| Quantity(s.into());
+        p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([("memory".to_string(), q("64Mi"))])),
+            requests: Some(BTreeMap::from([("cpu".to_string(), q("250m"))])),
+            ..Default::default()
+        });
+        let node = NodeContext {
+            allocatable: BTreeMap::from([
+                ("cpu".to_string(), q("2")),
+                ("memory".to_string(), q("1Gi")),
+            ]),
+            ..Default::default()
+        };
+        let f = |res: &str, div: Option<&str>| {
+            resource_field(&p, "c", res, div.map(q).as_ref(), &node).unwrap()
+        };
+        assert_eq!(f("limits.memory", None), "67108864");
+        assert_eq!(f("limits.memory", Some("1Mi")), "64");
+        assert_eq!(f("requests.cpu", None), "1", "250m rounds up to one core");
+        assert_eq!(f("requests.cpu", Some("1m")), "250");
+        assert_eq!(f("limits.cpu", None), "2", "unset limit: node allocatable");
+        let _ = ResourceFieldSelector::default();
+    }
+
+    #[test]
+    fn env_var_names() {
+        for ok in ["A", "a_b", "A.B-c", "_x"] {
+            assert!(is_env_var_name(ok), "{ok}");
+        }
+        for bad in ["", "1A", "a b", "a=b"] {
+            assert!(!is_env_var_name(bad), "{bad}");
+        }
+    }
+}
