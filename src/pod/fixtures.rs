@@ -29,6 +29,31 @@ impl PodBuilder {
         });
         self
     }
+    /// Adds an init container.
+    pub fn init_container(mut self, name: &str, image: &str) -> Self {
+        self.spec()
+            .init_containers
+            .get_or_insert_default()
+            .push(ApiContainer {
+                name: name.into(),
+                image: Some(image.into()),
+                ..Default::default()
+            });
+        self
+    }
+    /// Adds a sidecar (an init container with `restartPolicy: Always`).
+    pub fn sidecar(mut self, name: &str, image: &str) -> Self {
+        self.spec()
+            .init_containers
+            .get_or_insert_default()
+            .push(ApiContainer {
+                name: name.into(),
+                image: Some(image.into()),
+                restart_policy: Some("Always".into()),
+                ..Default::default()
+            });
+        self
+    }
     /// Sets the restart policy.
     pub fn restart_policy(mut self, policy: &str) -> Self {
         self.spec().restart_policy = Some(policy.into());

@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 
-use super::state::{ContainerState, PodRuntime};
+use super::state::{Container as RuntimeContainer, ContainerState, PodRuntime};
 use super::translate::container_hash;
 
 /// Initial CrashLoopBackOff delay (10 s), doubled per restart up to [`MAX_BACKOFF`].
@@ -154,12 +154,81 @@ pub fn is_terminal(pod: &Pod) -> bool {
     )
 }
 
-/// True when every container has run and none will restart: the pod is done.
+/// True for a sidecar: an init container with `restartPolicy: Always`.
+#[must_use]
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Where the pod's init containers stand in the current sandbox, as the
+/// kubelet's `computeInitContainerActions` sees them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InitProgress {
+    /// Every init container completed (sidecars: started); main containers may run.
+    Done,
+    /// The named init container is next or still running.
+    Pending(String),
+    /// The named init container failed and the pod's restart policy is `Never`.
+    Failed(String),
+}
+
+/// The init containers' progress in the newest sandbox.
+#[must_use]
+pub fn init_progress(pod: &Pod, rt: &PodRuntime) -> InitProgress {
+    let Some(sandbox) = rt.latest_sandbox() else {
+        return match init_containers(pod).first() {
+            Some(c) => InitProgress::Pending(c.name.clone()),
+            None => InitProgress::Done,
+        };
+    };
+    for c in init_containers(pod) {
+        let latest = rt
+            .containers
+            .iter()
+            .find(|x| x.name == c.name && x.sandbox_id == sandbox.id);
+        match latest {
+            Some(x) if is_sidecar(c) && x.state == ContainerState::Running => {}
+            Some(x) if !is_sidecar(c) && x.state == ContainerState::Exited && x.exit_code == 0 => {}
+            Some(x)
+                if !is_sidecar(c)
+                    && x.state == ContainerState::Exited
+                    && restart_policy(pod) == "Never" =>
+            {
+                return InitProgress::Failed(x.name.clone());
+            }
+            _ => return InitProgress::Pending(c.name.clone()),
+        }
+    }
+    InitProgress::Done
+}
+
+/// The pod's init containers (empty when none).
+#[must_use]
+pub fn init_containers(pod: &Pod) -> &[Container] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default()
+}
+
+/// The pod's main containers.
+#[must_use]
+pub fn main_containers(pod: &Pod) -> &[Container] {
+    pod.spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default()
+}
+
+/// True when the pod has run and nothing will restart: every main container
+/// exited for good, or an init container failed under `restartPolicy: Never`.
 #[must_use]
 pub fn all_done(pod: &Pod, rt: &PodRuntime) -> bool {
+    if matches!(init_progress(pod, rt), InitProgress::Failed(_)) {
+        return true;
+    }
     let policy = restart_policy(pod);
-    let spec = pod.spec.as_ref();
-    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+    let containers = main_containers(pod);
     !containers.is_empty()
         && containers.iter().all(|c| match rt.latest_two(&c.name).0 {
             Some(x) => x.state == ContainerState::Exited && !should_restart(policy, x.exit_code),
@@ -182,7 +251,8 @@ pub fn plan(
         return plan;
     }
     if is_terminal(pod) || all_done(pod, rt) {
-        // A finished pod keeps its exited containers (for status and logs) but not its sandbox.
+        // A finished pod keeps its exited containers (for status and logs) but not its
+        // sandbox; sidecars still running are stopped.
         for c in rt
             .containers
             .iter()
@@ -201,93 +271,55 @@ pub fn plan(
         return plan;
     }
     let policy = restart_policy(pod);
-    let containers = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
-        .unwrap_or_default();
-    let next_attempt = |name: &str| rt.latest_two(name).0.map_or(0, |c| c.attempt + 1);
-
+    let mut planner = Planner {
+        pod,
+        rt,
+        pull_backoff,
+        now,
+        plan: &mut plan,
+    };
     match rt.latest_sandbox() {
         Some(s) if s.ready => {
             let sandbox_id = s.id.clone();
-            for c in containers {
-                let latest = rt.latest_two(&c.name).0;
-                let start = match latest {
-                    None => true,
-                    Some(x) if x.state == ContainerState::Running => {
-                        let changed = !x.hash.is_empty() && x.hash != container_hash(c);
-                        if changed || x.sandbox_id != sandbox_id {
-                            plan.steps.push(Step::KillContainer {
-                                id: x.id.clone(),
-                                name: c.name.clone(),
-                                grace_seconds: grace_period(pod),
-                                reason: format!(
-                                    "Container {} definition changed, will be restarted",
-                                    c.name
-                                ),
-                            });
-                            true
-                        } else {
-                            false
-                        }
+            let mut initialized = true;
+            for c in init_containers(pod) {
+                let latest = rt
+                    .containers
+                    .iter()
+                    .find(|x| x.name == c.name && x.sandbox_id == sandbox_id);
+                if is_sidecar(c) {
+                    planner.container(c, latest, &sandbox_id, "Always");
+                    if !latest.is_some_and(|x| x.state == ContainerState::Running) {
+                        initialized = false;
+                        break;
                     }
-                    Some(x) if x.state == ContainerState::Created => {
-                        plan.steps.push(Step::RemoveContainer { id: x.id.clone() });
-                        true
-                    }
-                    Some(x) => {
-                        if x.sandbox_id != sandbox_id || should_restart(policy, x.exit_code) {
-                            let finished = x.finished_at.unwrap_or(x.created_at);
-                            let due = finished + crash_backoff(x.attempt);
-                            if due > now {
-                                let (ns, name, uid) = super::translate::pod_identity(pod);
-                                let delay = crash_backoff(x.attempt).as_secs();
-                                plan.waiting.insert(
-                                    c.name.clone(),
-                                    Waiting {
-                                        reason: "CrashLoopBackOff".into(),
-                                        message: format!(
-                                            "back-off {delay}s restarting failed container={} pod={name}_{ns}({uid})",
-                                            c.name
-                                        ),
-                                    },
-                                );
-                                plan.requeue_at(now, due);
-                                false
-                            } else {
-                                true
-                            }
-                        } else {
-                            false
-                        }
-                    }
-                };
-                if !start {
+                } else if latest
+                    .is_some_and(|x| x.state == ContainerState::Exited && x.exit_code == 0)
+                {
                     continue;
+                } else {
+                    // Run (or restart) this one; the rest wait for it, one at a time.
+                    let init_policy = if policy == "Never" {
+                        "Never"
+                    } else {
+                        "OnFailure"
+                    };
+                    planner.container(c, latest, &sandbox_id, init_policy);
+                    initialized = false;
+                    break;
                 }
-                if let Some(b) = pull_backoff.get(&c.name).filter(|b| b.until > now) {
-                    plan.waiting.insert(
-                        c.name.clone(),
-                        Waiting {
-                            reason: "ImagePullBackOff".into(),
-                            message: format!("Back-off pulling image \"{}\"", b.image),
-                        },
-                    );
-                    plan.requeue_at(now, b.until);
-                    continue;
-                }
-                plan.steps.push(Step::StartContainer {
-                    name: c.name.clone(),
-                    attempt: next_attempt(&c.name),
-                });
             }
-            garbage(
-                rt,
-                &sandbox_id,
-                containers.iter().map(|c| c.name.as_str()),
-                &mut plan,
-            );
+            if initialized {
+                for c in main_containers(pod) {
+                    let latest = rt.latest_two(&c.name).0;
+                    planner.container(c, latest, &sandbox_id, policy);
+                }
+            }
+            let names = init_containers(pod)
+                .iter()
+                .chain(main_containers(pod))
+                .map(|c| c.name.as_str());
+            garbage(rt, &sandbox_id, names, &mut plan);
         }
         latest => {
             let ran_before = !rt.containers.is_empty();
@@ -311,7 +343,16 @@ pub fn plan(
                 attempt: latest.map_or(0, |s| s.attempt + 1),
                 changed: latest.is_some(),
             });
-            for c in containers {
+            // A new sandbox runs the init containers again from the first.
+            let next_attempt = |name: &str| rt.latest_two(name).0.map_or(0, |c| c.attempt + 1);
+            if let Some(first) = init_containers(pod).first() {
+                plan.steps.push(Step::StartContainer {
+                    name: first.name.clone(),
+                    attempt: next_attempt(&first.name),
+                });
+                return plan;
+            }
+            for c in main_containers(pod) {
                 let succeeded = rt
                     .latest_two(&c.name)
                     .0
@@ -327,6 +368,100 @@ pub fn plan(
         }
     }
     plan
+}
+
+/// Plans one container in a ready sandbox.
+struct Planner<'a> {
+    pod: &'a Pod,
+    rt: &'a PodRuntime,
+    pull_backoff: &'a BTreeMap<String, PullBackoff>,
+    now: Timestamp,
+    plan: &'a mut Plan,
+}
+
+impl Planner<'_> {
+    /// Decides for container `c` whose newest record is `latest`, under `policy`
+    /// (the pod's, or `Always` for sidecars): keep it, replace it, restart it
+    /// after its CrashLoopBackOff, or start it.
+    fn container(
+        &mut self,
+        c: &Container,
+        latest: Option<&RuntimeContainer>,
+        sandbox_id: &str,
+        policy: &str,
+    ) {
+        let (pod, now) = (self.pod, self.now);
+        let start = match latest {
+            None => true,
+            Some(x) if x.state == ContainerState::Running => {
+                let changed = !x.hash.is_empty() && x.hash != container_hash(c);
+                if changed || x.sandbox_id != sandbox_id {
+                    self.plan.steps.push(Step::KillContainer {
+                        id: x.id.clone(),
+                        name: c.name.clone(),
+                        grace_seconds: grace_period(pod),
+                        reason: format!(
+                            "Container {} definition changed, will be restarted",
+                            c.name
+                        ),
+                    });
+                    true
+                } else {
+                    false
+                }
+            }
+            Some(x) if x.state == ContainerState::Created => {
+                self.plan
+                    .steps
+                    .push(Step::RemoveContainer { id: x.id.clone() });
+                true
+            }
+            Some(x) => {
+                if x.sandbox_id != sandbox_id || should_restart(policy, x.exit_code) {
+                    let finished = x.finished_at.unwrap_or(x.created_at);
+                    let due = finished + crash_backoff(x.attempt);
+                    if due > now {
+                        let (ns, name, uid) = super::translate::pod_identity(pod);
+                        let delay = crash_backoff(x.attempt).as_secs();
+                        self.plan.waiting.insert(
+                            c.name.clone(),
+                            Waiting {
+                                reason: "CrashLoopBackOff".into(),
+                                message: format!(
+                                    "back-off {delay}s restarting failed container={} pod={name}_{ns}({uid})",
+                                    c.name
+                                ),
+                            },
+                        );
+                        self.plan.requeue_at(now, due);
+                        false
+                    } else {
+                        true
+                    }
+                } else {
+                    false
+                }
+            }
+        };
+        if !start {
+            return;
+        }
+        if let Some(b) = self.pull_backoff.get(&c.name).filter(|b| b.until > now) {
+            self.plan.waiting.insert(
+                c.name.clone(),
+                Waiting {
+                    reason: "ImagePullBackOff".into(),
+                    message: format!("Back-off pulling image \"{}\"", b.image),
+                },
+            );
+            self.plan.requeue_at(now, b.until);
+            return;
+        }
+        self.plan.steps.push(Step::StartContainer {
+            name: c.name.clone(),
+            attempt: self.rt.latest_two(&c.name).0.map_or(0, |x| x.attempt + 1),
+        });
+    }
 }
 
 /// Container garbage collection within a sync: keep the newest two records of
@@ -532,6 +667,141 @@ mod tests {
         for (name, pod, rt, want) in cases {
             assert_eq!(plan(pod, &rt, &none, t(100)).steps, want, "{name}");
         }
+    }
+
+    #[test]
+    fn init_containers_run_one_at_a_time_then_mains() {
+        let none = BTreeMap::new();
+        let p = pod("web")
+            .init_container("i1", "busybox")
+            .init_container("i2", "busybox")
+            .container("a", "busybox")
+            .build();
+        let never = pod("job")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .restart_policy("Never")
+            .build();
+        let s0 = || vec![sandbox("s0", 0, true)];
+        let cases: Vec<(&str, &Pod, crate::pod::state::PodRuntime, Vec<Step>)> = vec![
+            (
+                "new pod: sandbox and the first init container only",
+                &p,
+                runtime(vec![], vec![]),
+                vec![
+                    Step::CreateSandbox {
+                        attempt: 0,
+                        changed: false,
+                    },
+                    start("i1", 0),
+                ],
+            ),
+            (
+                "first running: wait",
+                &p,
+                runtime(s0(), vec![ctr("x1", "i1", 0, "s0", Running)]),
+                vec![],
+            ),
+            (
+                "first done: the second",
+                &p,
+                runtime(
+                    s0(),
+                    vec![exited(ctr("x1", "i1", 0, "s0", Running), 0, t(20))],
+                ),
+                vec![start("i2", 0)],
+            ),
+            (
+                "all done: main containers",
+                &p,
+                runtime(
+                    s0(),
+                    vec![
+                        exited(ctr("x1", "i1", 0, "s0", Running), 0, t(20)),
+                        exited(ctr("x2", "i2", 0, "s0", Running), 0, t(30)),
+                    ],
+                ),
+                vec![start("a", 0)],
+            ),
+            (
+                "failed init under Always: restarted (first restart immediate)",
+                &p,
+                runtime(
+                    s0(),
+                    vec![exited(ctr("x1", "i1", 0, "s0", Running), 1, t(20))],
+                ),
+                vec![start("i1", 1)],
+            ),
+            (
+                "failed init under Never: pod done, sandbox stopped",
+                &never,
+                runtime(
+                    s0(),
+                    vec![exited(ctr("x1", "i1", 0, "s0", Running), 1, t(20))],
+                ),
+                vec![Step::StopSandbox { id: "s0".into() }],
+            ),
+        ];
+        for (name, pod, rt, want) in cases {
+            assert_eq!(plan(pod, &rt, &none, t(100)).steps, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn sidecars_start_in_order_and_keep_running() {
+        let none = BTreeMap::new();
+        let p = pod("web")
+            .sidecar("proxy", "busybox")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .build();
+        let s0 = || vec![sandbox("s0", 0, true)];
+        let rt = runtime(s0(), vec![ctr("p1", "proxy", 0, "s0", Running)]);
+        assert_eq!(
+            plan(&p, &rt, &none, t(100)).steps,
+            vec![start("i1", 0)],
+            "started sidecar gates the next"
+        );
+        let rt = runtime(
+            s0(),
+            vec![
+                exited(ctr("p1", "proxy", 0, "s0", Running), 0, t(50)),
+                exited(ctr("x1", "i1", 0, "s0", Running), 0, t(20)),
+                ctr("a1", "a", 0, "s0", Running),
+            ],
+        );
+        assert_eq!(
+            plan(&p, &rt, &none, t(100)).steps,
+            vec![start("proxy", 1)],
+            "an exited sidecar restarts"
+        );
+        let done = runtime(
+            s0(),
+            vec![
+                ctr("p1", "proxy", 0, "s0", Running),
+                exited(ctr("x1", "i1", 0, "s0", Running), 0, t(20)),
+                exited(ctr("a1", "a", 0, "s0", Running), 0, t(60)),
+            ],
+        );
+        let never = pod("job")
+            .sidecar("proxy", "busybox")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .restart_policy("Never")
+            .build();
+        assert_eq!(
+            plan(&never, &done, &none, t(100)).steps,
+            vec![
+                Step::KillContainer {
+                    id: "p1".into(),
+                    name: "proxy".into(),
+                    grace_seconds: 30,
+                    reason: "pod has completed".into()
+                },
+                Step::StopSandbox { id: "s0".into() }
+            ],
+            "sidecars stop after the main containers"
+        );
     }
 
     #[test]

@@ -13,7 +13,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::plan::{Waiting, restart_policy, should_restart};
+use super::plan::{
+    InitProgress, Waiting, init_containers, init_progress, is_sidecar, main_containers,
+    restart_policy, should_restart,
+};
 use super::state::{Container, ContainerState, PodRuntime};
 
 /// Node-side facts the status needs.
@@ -49,6 +52,7 @@ fn container_status(
     rt: &PodRuntime,
     waiting: Option<&Waiting>,
     policy: &str,
+    default_wait: &str,
     ctx: &StatusContext,
 ) -> ContainerStatus {
     let (latest, previous) = rt.latest_two(&spec.name);
@@ -69,7 +73,7 @@ fn container_status(
         None => {
             st.state = Some(match waiting {
                 Some(w) => wait(&w.reason, Some(w.message.clone())),
-                None => wait("ContainerCreating", None),
+                None => wait(default_wait, None),
             });
             st.started = Some(false);
         }
@@ -237,19 +241,45 @@ pub fn status(
 ) -> PodStatus {
     let old = pod.status.as_ref();
     let policy = restart_policy(pod);
-    let containers = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
-        .unwrap_or_default();
-    let statuses: Vec<ContainerStatus> = containers
+    let progress = init_progress(pod, rt);
+    let initialized = progress == InitProgress::Done;
+    let init_policy = if policy == "Never" {
+        "Never"
+    } else {
+        "OnFailure"
+    };
+    let init_statuses: Vec<ContainerStatus> = init_containers(pod)
         .iter()
-        .map(|c| container_status(c, rt, waiting.get(&c.name), policy, ctx))
+        .map(|c| {
+            let sidecar = is_sidecar(c);
+            let p = if sidecar { "Always" } else { init_policy };
+            let mut st = container_status(c, rt, waiting.get(&c.name), p, "PodInitializing", ctx);
+            let state = st.state.as_ref();
+            st.ready = if sidecar {
+                state.is_some_and(|s| s.running.is_some())
+            } else {
+                state
+                    .and_then(|s| s.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code == 0)
+            };
+            st
+        })
+        .collect();
+    let main_wait = if initialized {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+    let statuses: Vec<ContainerStatus> = main_containers(pod)
+        .iter()
+        .map(|c| container_status(c, rt, waiting.get(&c.name), policy, main_wait, ctx))
         .collect();
     let old_phase = old.and_then(|s| s.phase.as_deref());
-    let phase = match old_phase {
-        Some(p @ ("Succeeded" | "Failed")) => p.to_string(),
-        _ => phase(&statuses, policy).to_string(),
+    let phase = match (old_phase, &progress) {
+        (Some(p @ ("Succeeded" | "Failed")), _) => p.to_string(),
+        (_, InitProgress::Failed(_)) => "Failed".to_string(),
+        (_, InitProgress::Pending(_)) => "Pending".to_string(),
+        (_, InitProgress::Done) => phase(&statuses, policy).to_string(),
     };
     let terminal = phase == "Succeeded" || phase == "Failed";
     let sandbox = rt.latest_sandbox().filter(|s| s.ready);
@@ -280,7 +310,14 @@ pub fn status(
             generation,
             now,
         ),
-        condition("Initialized", true, None, old, generation, now),
+        condition(
+            "Initialized",
+            initialized || (terminal && !matches!(progress, InitProgress::Failed(_))),
+            Some("ContainersNotInitialized"),
+            old,
+            generation,
+            now,
+        ),
         condition(
             "ContainersReady",
             all_ready,
@@ -316,6 +353,17 @@ pub fn status(
         conditions[2].message = Some(msg.clone());
         conditions[3].message = Some(msg);
     }
+    if conditions[1].status == "False" {
+        let incomplete: Vec<&str> = init_statuses
+            .iter()
+            .filter(|s| !s.ready)
+            .map(|s| s.name.as_str())
+            .collect();
+        conditions[1].message = Some(format!(
+            "containers with incomplete status: [{}]",
+            incomplete.join(" ")
+        ));
+    }
     if let Some(scheduled) = old
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
@@ -326,6 +374,7 @@ pub fn status(
         phase: Some(phase),
         conditions: Some(conditions),
         container_statuses: Some(statuses),
+        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         host_ip: ctx.host_ips.first().cloned(),
         host_ips: Some(
             ctx.host_ips
@@ -565,6 +614,71 @@ mod tests {
         p.status = Some(st.clone());
         let again = status(&p, &rt, &BTreeMap::new(), &ctx(), t(200));
         assert!(!differs(Some(&st), &again));
+    }
+
+    #[test]
+    fn init_containers_in_status() {
+        let p = pod("web")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .build();
+        let never = pod("job")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .restart_policy("Never")
+            .build();
+        let cond = |st: &PodStatus, t: &str| {
+            let c = st
+                .conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == t)
+                .unwrap();
+            (c.status.clone(), c.reason.clone().unwrap_or_default())
+        };
+        let s0 = || vec![sandbox("s0", 0, true)];
+        let running_init = runtime(s0(), vec![ctr("x1", "i1", 0, "s0", Running)]);
+        let st = status(&p, &running_init, &BTreeMap::new(), &ctx(), t(100));
+        assert_eq!(st.phase.as_deref(), Some("Pending"));
+        assert_eq!(
+            cond(&st, "Initialized"),
+            ("False".into(), "ContainersNotInitialized".into())
+        );
+        assert_eq!(
+            state_of(&st.container_statuses.as_ref().unwrap()[0]),
+            "waiting:PodInitializing"
+        );
+        assert_eq!(
+            state_of(&st.init_container_statuses.as_ref().unwrap()[0]),
+            "running"
+        );
+
+        let done = runtime(
+            s0(),
+            vec![
+                ctr("a1", "a", 0, "s0", Running),
+                exited(ctr("x1", "i1", 0, "s0", Running), 0, t(5)),
+            ],
+        );
+        let st = status(&p, &done, &BTreeMap::new(), &ctx(), t(100));
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&st, "Initialized").0, "True");
+        let init = &st.init_container_statuses.as_ref().unwrap()[0];
+        assert_eq!(state_of(init), "terminated:0:Completed");
+        assert!(init.ready, "a completed init container is ready");
+
+        let failed = runtime(
+            s0(),
+            vec![exited(ctr("x1", "i1", 0, "s0", Running), 1, t(5))],
+        );
+        let st = status(&never, &failed, &BTreeMap::new(), &ctx(), t(100));
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(cond(&st, "Initialized").0, "False");
+        assert_eq!(
+            state_of(&st.container_statuses.as_ref().unwrap()[0]),
+            "waiting:PodInitializing"
+        );
     }
 
     #[test]

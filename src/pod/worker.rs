@@ -382,11 +382,12 @@ async fn start_container(
     ctx: &Context,
 ) -> std::result::Result<(), Waiting> {
     let (ns, pod_name, uid) = pod_identity(pod);
-    let Some(spec) = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.iter().find(|c| c.name == name))
-    else {
+    let Some(spec) = pod.spec.as_ref().and_then(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+            .find(|c| c.name == name)
+    }) else {
         return Ok(());
     };
     let fail = |reason: &str, message: String| {
