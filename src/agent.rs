@@ -214,6 +214,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             node_name: node_name.clone(),
             node_ips: vec![node_ip.clone()],
             pod_logs_dir: settings.pod_logs_dir.clone(),
+            root_dir: settings.root_dir.clone(),
             host_dns,
             cluster_dns: settings.cluster_dns.clone(),
             cluster_domain: settings.cluster_domain.clone(),

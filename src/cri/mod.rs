@@ -31,6 +31,9 @@ pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount
 /// Annotation with the container's termination message path.
 pub const TERMINATION_MESSAGE_PATH_ANNOTATION: &str =
     "io.kubernetes.container.terminationMessagePath";
+/// Annotation with the container's termination message policy.
+pub const TERMINATION_MESSAGE_POLICY_ANNOTATION: &str =
+    "io.kubernetes.container.terminationMessagePolicy";
 /// Annotation with the pod's termination grace period (seconds).
 pub const TERMINATION_GRACE_PERIOD_ANNOTATION: &str = "io.kubernetes.pod.terminationGracePeriod";
 

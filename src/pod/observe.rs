@@ -7,7 +7,10 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::jiff::Timestamp;
 
 use super::state::{Container, ContainerState, PodRuntime, Sandbox};
-use crate::cri::{CONTAINER_HASH_ANNOTATION, POD_UID_LABEL, Result, Runtime};
+use crate::cri::{
+    CONTAINER_HASH_ANNOTATION, POD_UID_LABEL, Result, Runtime, TERMINATION_MESSAGE_PATH_ANNOTATION,
+    TERMINATION_MESSAGE_POLICY_ANNOTATION,
+};
 
 fn ts(nanos: i64) -> Option<Timestamp> {
     (nanos > 0)
@@ -34,6 +37,67 @@ pub fn sandbox_from(s: &cri::PodSandboxStatus) -> Sandbox {
     }
 }
 
+/// Most bytes of a termination message file that are reported (the kubelet's
+/// `MaxContainerTerminationMessageLength`, 4 KiB).
+pub const MAX_TERMINATION_MESSAGE_BYTES: usize = 4 * 1024;
+/// Most log lines and bytes used as a termination message under
+/// `FallbackToLogsOnError` (80 lines, 2 KiB).
+pub const MAX_TERMINATION_LOG_LINES: usize = 80;
+/// See [`MAX_TERMINATION_LOG_LINES`].
+pub const MAX_TERMINATION_LOG_BYTES: usize = 2 * 1024;
+
+fn last_bytes(mut v: Vec<u8>, max: usize) -> String {
+    if v.len() > max {
+        v.drain(..v.len() - max);
+    }
+    String::from_utf8_lossy(&v).into_owned()
+}
+
+/// The text of the last `lines` lines of a CRI-format container log
+/// (`<time> <stream> <P|F> <text>`, partial `P` lines joined), at most `max` bytes.
+#[must_use]
+pub fn cri_log_tail(log: &str, lines: usize, max: usize) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut partial = String::new();
+    for line in log.lines() {
+        let mut parts = line.splitn(4, ' ');
+        let (Some(_time), Some(_stream), Some(tag)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        partial.push_str(parts.next().unwrap_or_default());
+        if tag != "P" {
+            out.push(std::mem::take(&mut partial));
+        }
+    }
+    let start = out.len().saturating_sub(lines);
+    let text: String = out[start..].iter().map(|l| format!("{l}\n")).collect();
+    last_bytes(text.into_bytes(), max)
+}
+
+/// The termination message of an exited container, as the kubelet's
+/// `getTerminationMessage`: the file mounted at its `terminationMessagePath`,
+/// else (policy `FallbackToLogsOnError` and a non-zero exit) the end of its log.
+fn termination_message(s: &cri::ContainerStatus) -> String {
+    let path = s.annotations.get(TERMINATION_MESSAGE_PATH_ANNOTATION);
+    let fallback = s
+        .annotations
+        .get(TERMINATION_MESSAGE_POLICY_ANNOTATION)
+        .map(String::as_str)
+        == Some("FallbackToLogsOnError")
+        && s.exit_code != 0;
+    let from_file = path
+        .and_then(|p| s.mounts.iter().find(|m| &m.container_path == p))
+        .and_then(|m| std::fs::read(&m.host_path).ok())
+        .map(|data| last_bytes(data, MAX_TERMINATION_MESSAGE_BYTES))
+        .unwrap_or_default();
+    if from_file.is_empty() && fallback {
+        let log = std::fs::read_to_string(&s.log_path).unwrap_or_default();
+        return cri_log_tail(&log, MAX_TERMINATION_LOG_LINES, MAX_TERMINATION_LOG_BYTES);
+    }
+    from_file
+}
+
 /// Converts a CRI container status into [`Container`].
 #[must_use]
 pub fn container_from(s: &cri::ContainerStatus, sandbox_id: &str) -> Container {
@@ -58,7 +122,16 @@ pub fn container_from(s: &cri::ContainerStatus, sandbox_id: &str) -> Container {
         finished_at: ts(s.finished_at),
         exit_code: s.exit_code,
         reason: s.reason.clone(),
-        message: s.message.clone(),
+        message: if state == ContainerState::Exited {
+            let written = termination_message(s);
+            match (s.message.is_empty(), written.is_empty()) {
+                (_, true) => s.message.clone(),
+                (true, false) => written,
+                (false, false) => format!("{}: {written}", s.message),
+            }
+        } else {
+            s.message.clone()
+        },
         image: s
             .image
             .as_ref()
@@ -116,4 +189,59 @@ pub async fn observe(runtime: &Runtime, uid: &str) -> Result<PodRuntime> {
     };
     rt.sort();
     Ok(rt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_tail_joins_partials_and_keeps_the_end() {
+        let log = "2024-01-01T00:00:00Z stdout F one\n\
+                   2024-01-01T00:00:01Z stderr P tw\n\
+                   2024-01-01T00:00:02Z stderr F o\n\
+                   2024-01-01T00:00:03Z stdout F three\n";
+        assert_eq!(cri_log_tail(log, 80, 2048), "one\ntwo\nthree\n");
+        assert_eq!(cri_log_tail(log, 2, 2048), "two\nthree\n");
+        assert_eq!(cri_log_tail(log, 80, 4), "ree\n");
+    }
+
+    #[test]
+    fn termination_message_from_file_or_logs() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("msg");
+        let log = dir.path().join("0.log");
+        std::fs::write(&log, "2024-01-01T00:00:00Z stderr F boom\n").unwrap();
+        let mut st = cri::ContainerStatus {
+            exit_code: 1,
+            log_path: log.to_string_lossy().into_owned(),
+            annotations: [
+                (
+                    TERMINATION_MESSAGE_PATH_ANNOTATION.to_string(),
+                    "/dev/termination-log".to_string(),
+                ),
+                (
+                    TERMINATION_MESSAGE_POLICY_ANNOTATION.to_string(),
+                    "FallbackToLogsOnError".to_string(),
+                ),
+            ]
+            .into(),
+            mounts: vec![cri::Mount {
+                container_path: "/dev/termination-log".into(),
+                host_path: file.to_string_lossy().into_owned(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            termination_message(&st),
+            "boom\n",
+            "no file: fall back to the log"
+        );
+        std::fs::write(&file, "written by the app").unwrap();
+        assert_eq!(termination_message(&st), "written by the app");
+        std::fs::write(&file, "").unwrap();
+        st.exit_code = 0;
+        assert_eq!(termination_message(&st), "", "exit 0: no fallback");
+    }
 }

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::cri::{
     CONTAINER_HASH_ANNOTATION, CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL,
     POD_UID_LABEL, RESTART_COUNT_ANNOTATION, TERMINATION_GRACE_PERIOD_ANNOTATION,
-    TERMINATION_MESSAGE_PATH_ANNOTATION,
+    TERMINATION_MESSAGE_PATH_ANNOTATION, TERMINATION_MESSAGE_POLICY_ANNOTATION,
 };
 
 /// A pod spec that cannot be turned into a CRI config.
@@ -36,6 +36,8 @@ pub struct NodeContext {
     pub node_ips: Vec<String>,
     /// Directory of pod logs (`/var/log/pods`).
     pub pod_logs_dir: PathBuf,
+    /// The agent's root directory (`/var/lib/rustlet`); pods live under `pods/<uid>`.
+    pub root_dir: PathBuf,
     /// The node's resolv.conf as (nameservers, searches, options).
     pub host_dns: HostDns,
     /// `clusterDNS` of the configuration (empty: none).
@@ -571,6 +573,12 @@ pub fn container_config(
             c.termination_message_path
                 .clone()
                 .unwrap_or_else(|| "/dev/termination-log".into()),
+        ),
+        (
+            TERMINATION_MESSAGE_POLICY_ANNOTATION.to_string(),
+            c.termination_message_policy
+                .clone()
+                .unwrap_or_else(|| "File".into()),
         ),
         (
             TERMINATION_GRACE_PERIOD_ANNOTATION.to_string(),

@@ -450,7 +450,16 @@ async fn start_container(
         .map_err(|e| config_error(e.to_string()))?;
     translate::verify_run_as_non_root(pod, spec, image.uid, &image.username)
         .map_err(config_error)?;
-    let config = translate::container_config(pod, spec, attempt, &image.id, &env, &ctx.node);
+    let mut config = translate::container_config(pod, spec, attempt, &image.id, &env, &ctx.node);
+    match termination_log(&ctx.node.root_dir, &uid, spec, attempt).await {
+        Ok(mount) => config.mounts.extend(mount),
+        Err(e) => {
+            return Err(fail(
+                "CreateContainerError",
+                format!("create termination message file: {e}"),
+            ));
+        }
+    }
     let target = format!("container {name} of pod {ns}/{pod_name}");
     let id = match ctx
         .runtime
@@ -641,6 +650,38 @@ async fn ensure_image(
             })
         }
     }
+}
+
+/// Creates the file mounted at the container's `terminationMessagePath`
+/// (`<root>/pods/<uid>/containers/<name>/<attempt>`, mode 0666) as the
+/// kubelet's `makeMounts` does; none when the path is empty.
+///
+/// # Errors
+/// The file cannot be created.
+async fn termination_log(
+    root: &std::path::Path,
+    uid: &str,
+    c: &k8s_openapi::api::core::v1::Container,
+    attempt: u32,
+) -> std::io::Result<Option<cri::Mount>> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = c
+        .termination_message_path
+        .as_deref()
+        .unwrap_or("/dev/termination-log");
+    if path.is_empty() {
+        return Ok(None);
+    }
+    let dir = root.join("pods").join(uid).join("containers").join(&c.name);
+    tokio::fs::create_dir_all(&dir).await?;
+    let file = dir.join(attempt.to_string());
+    tokio::fs::write(&file, b"").await?;
+    tokio::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).await?;
+    Ok(Some(cri::Mount {
+        container_path: path.to_string(),
+        host_path: file.to_string_lossy().into_owned(),
+        ..Default::default()
+    }))
 }
 
 /// Fetches the ConfigMaps and Secrets that the container's environment reads

@@ -7,8 +7,10 @@
 //	imagebuild --out img.tar --tag registry.k8s.io/pause:3.10.2 \
 //	    --add /path/on/host=/pause --entrypoint '["/pause"]'
 //
-// --add SRC=DST copies a host file into the image, keeping its mode;
-// --link DST=TARGET adds a symlink; --dir DST adds an empty directory.
+// --add SRC=DST copies a host file into the image, keeping its mode (setuid,
+// setgid and sticky bits included); --tree SRC=DST copies a host directory
+// with its files, directories and symlinks; --link DST=TARGET adds a
+// symlink; --dir DST adds an empty directory. Every entry is owned by root.
 package main
 
 import (
@@ -18,15 +20,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -41,7 +45,7 @@ func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 var epoch = time.Unix(0, 0)
 
 func main() {
-	var tags, adds, links, dirs, env list
+	var tags, adds, trees, links, dirs, env list
 	out := flag.String("out", "", "archive to write")
 	entrypoint := flag.String("entrypoint", "", "JSON array: the image's entrypoint")
 	cmd := flag.String("cmd", "", "JSON array: the image's default arguments")
@@ -49,6 +53,7 @@ func main() {
 	user := flag.String("user", "", "the image's user (uid[:gid])")
 	flag.Var(&tags, "tag", "image name to give the archive (repeatable)")
 	flag.Var(&adds, "add", "SRC=DST: copy a host file into the image (repeatable)")
+	flag.Var(&trees, "tree", "SRC=DST: copy a host directory tree into the image (repeatable)")
 	flag.Var(&links, "link", "DST=TARGET: a symlink in the image (repeatable)")
 	flag.Var(&dirs, "dir", "DST: an empty directory in the image (repeatable)")
 	flag.Var(&env, "env", "K=V: an environment variable of the image (repeatable)")
@@ -57,7 +62,7 @@ func main() {
 		log.Fatal("imagebuild: --out and at least one --tag are required")
 	}
 
-	layerTar, err := buildLayer(adds, links, dirs)
+	layerTar, err := buildLayer(adds, trees, links, dirs)
 	if err != nil {
 		log.Fatalf("imagebuild: %v", err)
 	}
@@ -120,9 +125,25 @@ func splitPair(s string) (string, string, error) {
 	return a, b, nil
 }
 
+// tarMode is the tar header mode of a host file: permission bits plus the
+// setuid, setgid and sticky bits.
+func tarMode(m os.FileMode) int64 {
+	mode := int64(m.Perm())
+	if m&os.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&os.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&os.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return mode
+}
+
 // buildLayer writes one uncompressed tar layer holding the given files,
-// symlinks and directories, with the parent directories they need.
-func buildLayer(adds, links, dirs []string) ([]byte, error) {
+// trees, symlinks and directories, with the parent directories they need.
+func buildLayer(adds, trees, links, dirs []string) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	seen := map[string]bool{}
@@ -147,13 +168,24 @@ func buildLayer(adds, links, dirs []string) ([]byte, error) {
 			return nil, err
 		}
 	}
+	addFile := func(src, dst string, st os.FileInfo) error {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		if err := mkdirs(path.Dir(dst)); err != nil {
+			return err
+		}
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(path.Clean(dst), "/"), Mode: tarMode(st.Mode()), Size: int64(len(data)), ModTime: epoch}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		_, err = tw.Write(data)
+		return err
+	}
 	sort.Strings(adds)
 	for _, a := range adds {
 		src, dst, err := splitPair(a)
-		if err != nil {
-			return nil, err
-		}
-		data, err := os.ReadFile(src)
 		if err != nil {
 			return nil, err
 		}
@@ -161,15 +193,50 @@ func buildLayer(adds, links, dirs []string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := mkdirs(path.Dir(dst)); err != nil {
+		if err := addFile(src, dst, st); err != nil {
 			return nil, err
 		}
-		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(path.Clean(dst), "/"), Mode: int64(st.Mode().Perm()), Size: int64(len(data)), ModTime: epoch}
-		if err := tw.WriteHeader(hdr); err != nil {
+	}
+	sort.Strings(trees)
+	for _, t := range trees {
+		src, dst, err := splitPair(t)
+		if err != nil {
 			return nil, err
 		}
-		if _, err := tw.Write(data); err != nil {
-			return nil, err
+		// WalkDir visits in lexical order, so the layer is reproducible.
+		err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, err := filepath.Rel(src, p)
+			if err != nil {
+				return err
+			}
+			target := path.Join(dst, filepath.ToSlash(rel))
+			st, err := os.Lstat(p)
+			if err != nil {
+				return err
+			}
+			switch {
+			case st.IsDir():
+				return mkdirs(target)
+			case st.Mode()&os.ModeSymlink != 0:
+				link, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				if err := mkdirs(path.Dir(target)); err != nil {
+					return err
+				}
+				return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(path.Clean(target), "/"), Linkname: link, Mode: 0o777, ModTime: epoch})
+			case st.Mode().IsRegular():
+				return addFile(p, target, st)
+			default:
+				return fmt.Errorf("%s: not a file, directory or symlink", p)
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("--tree %s: %w", t, err)
 		}
 	}
 	sort.Strings(links)
