@@ -275,14 +275,17 @@ async fn termination_messages_from_file_and_logs() {
 
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
-async fn run_as_non_root_refuses_a_root_image() {
+async fn run_as_non_root_refuses_root() {
     let client = client().await;
     let ns = namespace(&client, "e2e-nonroot").await;
     let p: Pod = from_json(serde_json::json!({
         "metadata": { "name": "root" },
         "spec": {
             "securityContext": { "runAsNonRoot": true },
-            "containers": [{ "name": "c", "image": BUSYBOX, "command": ["sleep", "3600"] }]
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "command": ["sleep", "3600"],
+                "securityContext": { "runAsUser": 0 }
+            }]
         }
     }));
     create(&client, &ns, &p).await;

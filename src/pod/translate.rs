@@ -531,9 +531,8 @@ pub fn verify_run_as_non_root(
                 "container has runAsNonRoot and image will run as root {who}"
             )),
             Some(_) => Ok(()),
-            None if image_user.is_empty() => Err(format!(
-                "container has runAsNonRoot and image will run as root {who}"
-            )),
+            // An image without a user cannot be checked; the kubelet lets it run.
+            None if image_user.is_empty() => Ok(()),
             None => Err(format!(
                 "container has runAsNonRoot and image has non-numeric user ({image_user}), cannot verify user is non-root {who}"
             )),
@@ -815,6 +814,10 @@ mod tests {
             "{err}"
         );
         assert!(verify_run_as_non_root(&p, &c(&p), Some(1234), "").is_ok());
+        assert!(
+            verify_run_as_non_root(&p, &c(&p), None, "").is_ok(),
+            "no image user: unverifiable, allowed"
+        );
         let err = verify_run_as_non_root(&p, &c(&p), None, "nobody").unwrap_err();
         assert!(err.contains("non-numeric user (nobody)"), "{err}");
         p.spec
