@@ -200,16 +200,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let host_dns =
         HostDns::parse(&std::fs::read_to_string(&settings.resolv_conf).unwrap_or_default());
     let (pleg_events, pleg_connected) = pleg::start(&runtime);
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "kubelet".into(),
+            instance: Some(node_name.clone()),
+        },
+    );
+    let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
+    let prober = crate::prober::manager::Manager::new(runtime.clone(), recorder.clone(), probe_tx);
     let ctx = Arc::new(worker::Context::new(
         client.clone(),
         runtime.clone(),
-        Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "kubelet".into(),
-                instance: Some(node_name.clone()),
-            },
-        ),
+        recorder,
         NodeContext {
             node_name: node_name.clone(),
             node_ips: vec![node_ip.clone()],
@@ -226,6 +229,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             runtime_name: version.runtime_name.clone(),
         },
         pleg_connected,
+        prober,
     ));
 
     let pods: Api<Pod> = Api::all(client.clone());
@@ -233,7 +237,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         pods,
         watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
     )
-    .reconcile_on(pleg_events)
+    .reconcile_on(futures::stream::select(
+        pleg_events,
+        tokio_stream::wrappers::UnboundedReceiverStream::new(probe_rx),
+    ))
     .shutdown_on_signal();
     let store = controller.store();
     let housekeeping = tokio::spawn({

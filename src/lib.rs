@@ -8,8 +8,10 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod cri;
+pub mod events;
 pub mod node;
 pub mod pod;
+pub mod prober;
 
 /// The Kubernetes version whose kubelet this agent follows.
 pub const KUBERNETES_VERSION: &str = "v1.37.0";

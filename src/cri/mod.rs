@@ -391,6 +391,34 @@ impl Runtime {
             .map(drop)
     }
 
+    /// CRI `ExecSync`: runs `cmd` in a running container and waits up to
+    /// `timeout` (whole seconds, at least 1); returns (exit code, stdout + stderr).
+    ///
+    /// # Errors
+    /// As every call; a command that outlives `timeout` is [`Error::Timeout`].
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<(i32, Vec<u8>)> {
+        let mut c = self.runtime.clone();
+        let secs = i64::try_from(timeout.as_secs().max(1)).unwrap_or(i64::MAX);
+        let req = cri::ExecSyncRequest {
+            container_id: id.into(),
+            cmd,
+            timeout: secs,
+        };
+        let this = Self {
+            timeout: timeout + Duration::from_secs(2),
+            ..self.clone()
+        };
+        let resp = this.call("ExecSync", id, c.exec_sync(req)).await?;
+        let mut out = resp.stdout;
+        out.extend(resp.stderr);
+        Ok((resp.exit_code, out))
+    }
+
     /// CRI `ImageStatus`: the image's ID (`sha256:...`) if present on the node.
     ///
     /// # Errors

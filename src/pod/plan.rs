@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::state::{Container as RuntimeContainer, ContainerState, PodRuntime};
 use super::translate::container_hash;
+use crate::prober::{ContainerProbes, ProbeKind};
 
 /// Initial CrashLoopBackOff delay (10 s), doubled per restart up to [`MAX_BACKOFF`].
 pub const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
@@ -237,12 +238,15 @@ pub fn all_done(pod: &Pod, rt: &PodRuntime) -> bool {
 }
 
 /// Plans one sync of `pod` against `rt` at `now`. `pull_backoff` holds the image
-/// pull back-offs of this pod's containers by name.
+/// pull back-offs of this pod's containers by name, `probes` what the probe
+/// manager says of its running containers (a failed liveness or startup probe
+/// kills the container, which then restarts as its restart policy says).
 #[must_use]
 pub fn plan(
     pod: &Pod,
     rt: &PodRuntime,
     pull_backoff: &BTreeMap<String, PullBackoff>,
+    probes: &BTreeMap<String, ContainerProbes>,
     now: Timestamp,
 ) -> Plan {
     let mut plan = Plan::default();
@@ -275,6 +279,7 @@ pub fn plan(
         pod,
         rt,
         pull_backoff,
+        probes,
         now,
         plan: &mut plan,
     };
@@ -370,11 +375,31 @@ pub fn plan(
     plan
 }
 
+/// The grace period for killing a container whose `kind` probe failed: the
+/// probe's own `terminationGracePeriodSeconds`, else the pod's.
+fn probe_grace(pod: &Pod, c: &Container, kind: ProbeKind) -> i64 {
+    let probe = match kind {
+        ProbeKind::Startup => c.startup_probe.as_ref(),
+        ProbeKind::Liveness => c.liveness_probe.as_ref(),
+        ProbeKind::Readiness => None,
+    };
+    probe
+        .and_then(|p| p.termination_grace_period_seconds)
+        .unwrap_or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(30)
+        })
+        .max(0)
+}
+
 /// Plans one container in a ready sandbox.
 struct Planner<'a> {
     pod: &'a Pod,
     rt: &'a PodRuntime,
     pull_backoff: &'a BTreeMap<String, PullBackoff>,
+    probes: &'a BTreeMap<String, ContainerProbes>,
     now: Timestamp,
     plan: &'a mut Plan,
 }
@@ -395,7 +420,20 @@ impl Planner<'_> {
             None => true,
             Some(x) if x.state == ContainerState::Running => {
                 let changed = !x.hash.is_empty() && x.hash != container_hash(c);
-                if changed || x.sandbox_id != sandbox_id {
+                let unhealthy = self.probes.get(&c.name).and_then(|p| p.failed);
+                if let Some(kind) = unhealthy {
+                    self.plan.steps.push(Step::KillContainer {
+                        id: x.id.clone(),
+                        name: c.name.clone(),
+                        grace_seconds: probe_grace(pod, c, kind),
+                        reason: format!(
+                            "Container {} failed {} probe, will be restarted",
+                            c.name,
+                            kind.name().to_lowercase()
+                        ),
+                    });
+                    policy != "Never"
+                } else if changed || x.sandbox_id != sandbox_id {
                     self.plan.steps.push(Step::KillContainer {
                         id: x.id.clone(),
                         name: c.name.clone(),
@@ -665,7 +703,11 @@ mod tests {
             ),
         ];
         for (name, pod, rt, want) in cases {
-            assert_eq!(plan(pod, &rt, &none, t(100)).steps, want, "{name}");
+            assert_eq!(
+                plan(pod, &rt, &none, &BTreeMap::new(), t(100)).steps,
+                want,
+                "{name}"
+            );
         }
     }
 
@@ -743,7 +785,11 @@ mod tests {
             ),
         ];
         for (name, pod, rt, want) in cases {
-            assert_eq!(plan(pod, &rt, &none, t(100)).steps, want, "{name}");
+            assert_eq!(
+                plan(pod, &rt, &none, &BTreeMap::new(), t(100)).steps,
+                want,
+                "{name}"
+            );
         }
     }
 
@@ -758,7 +804,7 @@ mod tests {
         let s0 = || vec![sandbox("s0", 0, true)];
         let rt = runtime(s0(), vec![ctr("p1", "proxy", 0, "s0", Running)]);
         assert_eq!(
-            plan(&p, &rt, &none, t(100)).steps,
+            plan(&p, &rt, &none, &BTreeMap::new(), t(100)).steps,
             vec![start("i1", 0)],
             "started sidecar gates the next"
         );
@@ -771,7 +817,7 @@ mod tests {
             ],
         );
         assert_eq!(
-            plan(&p, &rt, &none, t(100)).steps,
+            plan(&p, &rt, &none, &BTreeMap::new(), t(100)).steps,
             vec![start("proxy", 1)],
             "an exited sidecar restarts"
         );
@@ -790,7 +836,7 @@ mod tests {
             .restart_policy("Never")
             .build();
         assert_eq!(
-            plan(&never, &done, &none, t(100)).steps,
+            plan(&never, &done, &none, &BTreeMap::new(), t(100)).steps,
             vec![
                 Step::KillContainer {
                     id: "p1".into(),
@@ -801,6 +847,42 @@ mod tests {
                 Step::StopSandbox { id: "s0".into() }
             ],
             "sidecars stop after the main containers"
+        );
+    }
+
+    #[test]
+    fn failed_liveness_kills_and_restarts_by_policy() {
+        let p = pod("web").container("a", "busybox").build();
+        let never = pod("job")
+            .container("a", "busybox")
+            .restart_policy("Never")
+            .build();
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![ctr("c1", "a", 0, "s0", Running)],
+        );
+        let unhealthy = BTreeMap::from([(
+            "a".to_string(),
+            ContainerProbes {
+                ready: false,
+                started: true,
+                failed: Some(ProbeKind::Liveness),
+            },
+        )]);
+        let kill = Step::KillContainer {
+            id: "c1".into(),
+            name: "a".into(),
+            grace_seconds: 30,
+            reason: "Container a failed liveness probe, will be restarted".into(),
+        };
+        let none = BTreeMap::new();
+        assert_eq!(
+            plan(&p, &rt, &none, &unhealthy, t(100)).steps,
+            vec![kill.clone(), start("a", 1)]
+        );
+        assert_eq!(
+            plan(&never, &rt, &none, &unhealthy, t(100)).steps,
+            vec![kill]
         );
     }
 
@@ -816,7 +898,7 @@ mod tests {
             ],
         );
         // Third restart: 40 s after the exit at t=100.
-        let early = plan(&p, &rt, &BTreeMap::new(), t(110));
+        let early = plan(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), t(110));
         assert_eq!(early.waiting["a"].reason, "CrashLoopBackOff");
         assert!(
             early.waiting["a"]
@@ -825,7 +907,7 @@ mod tests {
         );
         assert_eq!(early.requeue_after, Some(Duration::from_secs(30)));
         assert_eq!(early.steps, vec![Step::RemoveContainer { id: "c1".into() }]);
-        let due = plan(&p, &rt, &BTreeMap::new(), t(140));
+        let due = plan(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), t(140));
         assert_eq!(due.steps[0], start("a", 4));
         assert!(due.waiting.is_empty());
     }
@@ -841,11 +923,14 @@ mod tests {
                 image: "nope:1".into(),
             },
         )]);
-        let held = plan(&p, &rt, &backoff, t(100));
+        let held = plan(&p, &rt, &backoff, &BTreeMap::new(), t(100));
         assert!(held.steps.is_empty());
         assert_eq!(held.waiting["a"].reason, "ImagePullBackOff");
         assert_eq!(held.requeue_after, Some(Duration::from_secs(20)));
-        assert_eq!(plan(&p, &rt, &backoff, t(121)).steps, vec![start("a", 0)]);
+        assert_eq!(
+            plan(&p, &rt, &backoff, &BTreeMap::new(), t(121)).steps,
+            vec![start("a", 0)]
+        );
     }
 
     #[test]
@@ -858,7 +943,7 @@ mod tests {
             vec![sandbox("s0", 0, true)],
             vec![ctr("c1", "a", 0, "s0", Running)],
         );
-        let steps = plan(&p, &rt, &BTreeMap::new(), t(100)).steps;
+        let steps = plan(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), t(100)).steps;
         assert_eq!(
             steps,
             vec![
@@ -874,7 +959,14 @@ mod tests {
                 Step::DeletePod,
             ]
         );
-        let gone = plan(&p, &runtime(vec![], vec![]), &BTreeMap::new(), t(100)).steps;
+        let gone = plan(
+            &p,
+            &runtime(vec![], vec![]),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            t(100),
+        )
+        .steps;
         assert_eq!(gone, vec![Step::DeletePod]);
     }
 }

@@ -18,6 +18,7 @@ use super::plan::{
     restart_policy, should_restart,
 };
 use super::state::{Container, ContainerState, PodRuntime};
+use crate::prober::ContainerProbes;
 
 /// Node-side facts the status needs.
 #[derive(Clone, Debug, Default)]
@@ -51,6 +52,7 @@ fn container_status(
     spec: &ApiContainer,
     rt: &PodRuntime,
     waiting: Option<&Waiting>,
+    probes: Option<&ContainerProbes>,
     policy: &str,
     default_wait: &str,
     ctx: &StatusContext,
@@ -95,8 +97,13 @@ fn container_status(
                         }),
                         ..Default::default()
                     });
-                    st.ready = true;
-                    st.started = Some(true);
+                    let p = probes.copied().unwrap_or(ContainerProbes {
+                        ready: true,
+                        started: true,
+                        failed: None,
+                    });
+                    st.ready = p.ready;
+                    st.started = Some(p.started);
                 }
                 ContainerState::Exited | ContainerState::Unknown => {
                     let restarting = should_restart(policy, c.exit_code) || waiting.is_some();
@@ -229,13 +236,15 @@ fn condition(
 }
 
 /// The pod's status from its runtime state at `now`. `waiting` holds reasons the
-/// last sync left for containers that could not start (the kubelet's reason cache).
+/// last sync left for containers that could not start (the kubelet's reason cache),
+/// `probes` the probe manager's results (readiness and startup) by container.
 /// A pod already in a terminal phase keeps that phase.
 #[must_use]
 pub fn status(
     pod: &Pod,
     rt: &PodRuntime,
     waiting: &BTreeMap<String, Waiting>,
+    probes: &BTreeMap<String, ContainerProbes>,
     ctx: &StatusContext,
     now: Timestamp,
 ) -> PodStatus {
@@ -253,10 +262,18 @@ pub fn status(
         .map(|c| {
             let sidecar = is_sidecar(c);
             let p = if sidecar { "Always" } else { init_policy };
-            let mut st = container_status(c, rt, waiting.get(&c.name), p, "PodInitializing", ctx);
+            let mut st = container_status(
+                c,
+                rt,
+                waiting.get(&c.name),
+                probes.get(&c.name),
+                p,
+                "PodInitializing",
+                ctx,
+            );
             let state = st.state.as_ref();
             st.ready = if sidecar {
-                state.is_some_and(|s| s.running.is_some())
+                state.is_some_and(|s| s.running.is_some()) && st.ready
             } else {
                 state
                     .and_then(|s| s.terminated.as_ref())
@@ -272,7 +289,17 @@ pub fn status(
     };
     let statuses: Vec<ContainerStatus> = main_containers(pod)
         .iter()
-        .map(|c| container_status(c, rt, waiting.get(&c.name), policy, main_wait, ctx))
+        .map(|c| {
+            container_status(
+                c,
+                rt,
+                waiting.get(&c.name),
+                probes.get(&c.name),
+                policy,
+                main_wait,
+                ctx,
+            )
+        })
         .collect();
     let old_phase = old.and_then(|s| s.phase.as_deref());
     let phase = match (old_phase, &progress) {
@@ -301,6 +328,21 @@ pub fn status(
     };
     let generation = pod.metadata.generation;
     let all_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready) && !terminal;
+    let missing_gates: Vec<String> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|g| {
+            !old.and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == g.condition_type && c.status == "True")
+        })
+        .map(|g| g.condition_type.clone())
+        .collect();
+    let pod_ready = all_ready && missing_gates.is_empty();
     let mut conditions = vec![
         condition(
             "PodReadyToStartContainers",
@@ -332,9 +374,11 @@ pub fn status(
         ),
         condition(
             "Ready",
-            all_ready,
+            pod_ready,
             Some(if terminal {
                 "PodCompleted"
+            } else if all_ready {
+                "ReadinessGatesNotReady"
             } else {
                 "ContainersNotReady"
             }),
@@ -353,6 +397,15 @@ pub fn status(
         conditions[2].message = Some(msg.clone());
         conditions[3].message = Some(msg);
     }
+    if all_ready && !missing_gates.is_empty() {
+        let gates: Vec<String> = missing_gates
+            .iter()
+            .map(|g| {
+                format!("corresponding condition of pod readiness gate \"{g}\" does not exist.")
+            })
+            .collect();
+        conditions[3].message = Some(gates.join(", "));
+    }
     if conditions[1].status == "False" {
         let incomplete: Vec<&str> = init_statuses
             .iter()
@@ -364,12 +417,20 @@ pub fn status(
             incomplete.join(" ")
         ));
     }
-    if let Some(scheduled) = old
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
-    {
-        conditions.push(scheduled.clone());
-    }
+    // Conditions owned by others (PodScheduled, readiness gates, DisruptionTarget, ...) stay.
+    let ours = [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+    ];
+    conditions.extend(
+        old.and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|c| !ours.contains(&c.type_.as_str()))
+            .cloned(),
+    );
     PodStatus {
         phase: Some(phase),
         conditions: Some(conditions),
@@ -549,7 +610,7 @@ mod tests {
             ),
         ];
         for (name, p, rt, waiting, want_phase, want_state, want_ready, restarts) in cases {
-            let st = status(p, &rt, waiting, &ctx(), t(100));
+            let st = status(p, &rt, waiting, &BTreeMap::new(), &ctx(), t(100));
             let cs = &st.container_statuses.as_ref().unwrap()[0];
             assert_eq!(st.phase.as_deref(), Some(want_phase), "{name}: phase");
             assert_eq!(state_of(cs), want_state, "{name}: state");
@@ -585,7 +646,7 @@ mod tests {
             vec![sandbox("s0", 0, true)],
             vec![ctr("c1", "a", 0, "s0", Running)],
         );
-        let st = status(&p, &rt, &BTreeMap::new(), &ctx(), t(100));
+        let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(100));
         assert_eq!(st.pod_ip.as_deref(), Some("10.88.0.2"));
         assert_eq!(st.host_ip.as_deref(), Some("127.0.0.1"));
         assert_eq!(st.qos_class.as_deref(), Some("BestEffort"));
@@ -612,8 +673,114 @@ mod tests {
         );
         // Same state later: conditions keep their transition times, so nothing to patch.
         p.status = Some(st.clone());
-        let again = status(&p, &rt, &BTreeMap::new(), &ctx(), t(200));
+        let again = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(200));
         assert!(!differs(Some(&st), &again));
+    }
+
+    #[test]
+    fn readiness_and_startup_probes_drive_ready_and_started() {
+        let p = pod("web").container("a", "busybox").build();
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![ctr("c1", "a", 0, "s0", Running)],
+        );
+        let probes = |ready, started| {
+            BTreeMap::from([(
+                "a".to_string(),
+                ContainerProbes {
+                    ready,
+                    started,
+                    failed: None,
+                },
+            )])
+        };
+        let st = status(
+            &p,
+            &rt,
+            &BTreeMap::new(),
+            &probes(false, true),
+            &ctx(),
+            t(100),
+        );
+        let cs = &st.container_statuses.as_ref().unwrap()[0];
+        assert!(!cs.ready && cs.started == Some(true));
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        let ready = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("ContainersNotReady"))
+        );
+        let st = status(
+            &p,
+            &rt,
+            &BTreeMap::new(),
+            &probes(false, false),
+            &ctx(),
+            t(100),
+        );
+        assert_eq!(
+            st.container_statuses.as_ref().unwrap()[0].started,
+            Some(false)
+        );
+        let st = status(
+            &p,
+            &rt,
+            &BTreeMap::new(),
+            &probes(true, true),
+            &ctx(),
+            t(100),
+        );
+        assert!(st.container_statuses.as_ref().unwrap()[0].ready);
+    }
+
+    #[test]
+    fn readiness_gates_hold_ready_and_foreign_conditions_stay() {
+        use k8s_openapi::api::core::v1::PodReadinessGate;
+        let mut p = pod("web").container("a", "busybox").build();
+        p.spec.as_mut().unwrap().readiness_gates = Some(vec![PodReadinessGate {
+            condition_type: "example.com/lb".into(),
+        }]);
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![ctr("c1", "a", 0, "s0", Running)],
+        );
+        let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(100));
+        let ready = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("ReadinessGatesNotReady"))
+        );
+        p.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "example.com/lb".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(100));
+        let conds = st.conditions.unwrap();
+        assert!(
+            conds.iter().any(|c| c.type_ == "example.com/lb"),
+            "the gate's condition is kept"
+        );
+        assert_eq!(
+            conds.iter().find(|c| c.type_ == "Ready").unwrap().status,
+            "True"
+        );
     }
 
     #[test]
@@ -639,7 +806,14 @@ mod tests {
         };
         let s0 = || vec![sandbox("s0", 0, true)];
         let running_init = runtime(s0(), vec![ctr("x1", "i1", 0, "s0", Running)]);
-        let st = status(&p, &running_init, &BTreeMap::new(), &ctx(), t(100));
+        let st = status(
+            &p,
+            &running_init,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            t(100),
+        );
         assert_eq!(st.phase.as_deref(), Some("Pending"));
         assert_eq!(
             cond(&st, "Initialized"),
@@ -661,7 +835,14 @@ mod tests {
                 exited(ctr("x1", "i1", 0, "s0", Running), 0, t(5)),
             ],
         );
-        let st = status(&p, &done, &BTreeMap::new(), &ctx(), t(100));
+        let st = status(
+            &p,
+            &done,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            t(100),
+        );
         assert_eq!(st.phase.as_deref(), Some("Running"));
         assert_eq!(cond(&st, "Initialized").0, "True");
         let init = &st.init_container_statuses.as_ref().unwrap()[0];
@@ -672,7 +853,14 @@ mod tests {
             s0(),
             vec![exited(ctr("x1", "i1", 0, "s0", Running), 1, t(5))],
         );
-        let st = status(&never, &failed, &BTreeMap::new(), &ctx(), t(100));
+        let st = status(
+            &never,
+            &failed,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            t(100),
+        );
         assert_eq!(st.phase.as_deref(), Some("Failed"));
         assert_eq!(cond(&st, "Initialized").0, "False");
         assert_eq!(

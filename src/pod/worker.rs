@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::Store;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::env;
@@ -74,6 +74,8 @@ pub struct Context {
     pub status: StatusContext,
     /// True while the PLEG's event stream is connected (then relists can be rare).
     pub pleg_connected: Arc<AtomicBool>,
+    /// The probe manager.
+    pub prober: crate::prober::manager::Manager,
     /// Serializes image pulls (the kubelet's `serializeImagePulls: true`).
     pub pull_lock: tokio::sync::Mutex<()>,
     memory: Mutex<HashMap<String, PodMemory>>,
@@ -89,8 +91,10 @@ impl Context {
         node: NodeContext,
         status: StatusContext,
         pleg_connected: Arc<AtomicBool>,
+        prober: crate::prober::manager::Manager,
     ) -> Self {
         Self {
+            prober,
             client,
             runtime,
             recorder,
@@ -139,21 +143,7 @@ impl Context {
         reason: &str,
         note: String,
     ) {
-        let mut reference: ObjectReference = pod.object_ref(&());
-        reference.field_path = container.map(|c| format!("spec.containers{{{c}}}"));
-        let recorder = self.recorder.clone();
-        let ev = Event {
-            type_,
-            reason: reason.to_string(),
-            note: Some(note),
-            action: reason.to_string(),
-            secondary: None,
-        };
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&ev, &reference).await {
-                debug!(error = %e, reason = ev.reason, "event not recorded");
-            }
-        });
+        crate::events::publish(&self.recorder, pod, container, type_, reason, note);
     }
 }
 
@@ -177,7 +167,9 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
             .map(|(k, (_, b))| (k.clone(), b.clone()))
             .collect()
     });
-    let plan = plan(&pod, &rt, &backoffs, now);
+    ctx.prober.sync(&pod, &rt);
+    let probes = ctx.prober.results(&pod, &rt);
+    let plan = plan(&pod, &rt, &backoffs, &probes, now);
     if !plan.steps.is_empty() {
         debug!(steps = ?plan.steps, "plan");
     }
@@ -287,13 +279,18 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     }
     if deleted {
         ctx.forget(&uid);
+        ctx.prober.forget(&uid);
         return Ok(Action::await_change());
     }
     ctx.memory(&uid, |m| m.waiting = waiting.clone());
-    if acted {
+    let probes = if acted {
         rt = observe(&ctx.runtime, &uid).await.map_err(rt_err)?;
-    }
-    let new_status = status(&pod, &rt, &waiting, &ctx.status, Timestamp::now());
+        ctx.prober.sync(&pod, &rt);
+        ctx.prober.results(&pod, &rt)
+    } else {
+        probes
+    };
+    let new_status = status(&pod, &rt, &waiting, &probes, &ctx.status, Timestamp::now());
     if differs(pod.status.as_ref(), &new_status) {
         let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
         let patch = serde_json::json!({ "metadata": { "uid": uid }, "status": new_status });

@@ -1,0 +1,290 @@
+//! Probe workers: one tokio task per (container, probe kind), started when a
+//! container with probes runs and stopped when it stops (the kubelet's
+//! prober_manager.go and worker.go). Results are shared with the pod worker;
+//! a changed result requeues the pod.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinHandle;
+
+use super::run::probe_once;
+use super::{ContainerProbes, ProbeKind, ProbeState, Timing};
+use crate::cri::Runtime;
+use crate::pod::state::{ContainerState, PodRuntime};
+
+type Key = (String, ProbeKind);
+
+/// The probe manager: workers and their results, keyed by container ID.
+pub struct Manager {
+    runtime: Runtime,
+    recorder: Recorder,
+    requeue: UnboundedSender<ObjectRef<Pod>>,
+    results: Arc<Mutex<HashMap<Key, ProbeState>>>,
+    workers: Mutex<HashMap<String, HashMap<Key, JoinHandle<()>>>>,
+}
+
+fn probe_of(c: &Container, kind: ProbeKind) -> Option<&Probe> {
+    match kind {
+        ProbeKind::Startup => c.startup_probe.as_ref(),
+        ProbeKind::Liveness => c.liveness_probe.as_ref(),
+        ProbeKind::Readiness => c.readiness_probe.as_ref(),
+    }
+}
+
+fn all_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
+    pod.spec.iter().flat_map(|s| {
+        s.init_containers
+            .iter()
+            .flatten()
+            .chain(s.containers.iter())
+    })
+}
+
+impl Manager {
+    /// A manager probing through `runtime`, reporting `Unhealthy` events to
+    /// `recorder` and pods to resync to `requeue`.
+    #[must_use]
+    pub fn new(
+        runtime: Runtime,
+        recorder: Recorder,
+        requeue: UnboundedSender<ObjectRef<Pod>>,
+    ) -> Self {
+        Self {
+            runtime,
+            recorder,
+            requeue,
+            results: Arc::default(),
+            workers: Mutex::default(),
+        }
+    }
+
+    /// Starts workers for the pod's running containers that have probes and
+    /// stops the workers of containers that no longer run.
+    pub fn sync(&self, pod: &Pod, rt: &PodRuntime) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let running: HashMap<&str, &crate::pod::state::Container> = rt
+            .containers
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+            .map(|c| (c.name.as_str(), c))
+            .collect();
+        let pod_ip = rt
+            .latest_sandbox()
+            .and_then(|s| s.ips.first())
+            .and_then(|ip| ip.parse::<IpAddr>().ok());
+        let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        let pod_workers = workers.entry(uid.clone()).or_default();
+        let mut wanted: Vec<Key> = Vec::new();
+        for c in all_containers(pod) {
+            let Some(rc) = running.get(c.name.as_str()) else {
+                continue;
+            };
+            for kind in [
+                ProbeKind::Startup,
+                ProbeKind::Liveness,
+                ProbeKind::Readiness,
+            ] {
+                let Some(probe) = probe_of(c, kind) else {
+                    continue;
+                };
+                let key = (rc.id.clone(), kind);
+                wanted.push(key.clone());
+                if pod_workers.contains_key(&key) {
+                    continue;
+                }
+                let worker = Worker {
+                    runtime: self.runtime.clone(),
+                    recorder: self.recorder.clone(),
+                    requeue: self.requeue.clone(),
+                    results: self.results.clone(),
+                    pod: pod.clone(),
+                    container: c.clone(),
+                    container_id: rc.id.clone(),
+                    started: rc.started_at.unwrap_or(rc.created_at),
+                    has_startup: c.startup_probe.is_some(),
+                    kind,
+                    probe: probe.clone(),
+                    pod_ip,
+                };
+                self.results
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key.clone(), ProbeState::new(kind));
+                pod_workers.insert(key, tokio::spawn(worker.run()));
+            }
+        }
+        let stale: Vec<Key> = pod_workers
+            .keys()
+            .filter(|k| !wanted.contains(k))
+            .cloned()
+            .collect();
+        let mut results = self.results.lock().unwrap_or_else(PoisonError::into_inner);
+        for key in stale {
+            if let Some(h) = pod_workers.remove(&key) {
+                h.abort();
+            }
+            results.remove(&key);
+        }
+        if pod_workers.is_empty() {
+            workers.remove(&uid);
+        }
+    }
+
+    /// Stops every worker of the pod with `uid`.
+    pub fn forget(&self, uid: &str) {
+        let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut results = self.results.lock().unwrap_or_else(PoisonError::into_inner);
+        for (key, h) in workers.remove(uid).unwrap_or_default() {
+            h.abort();
+            results.remove(&key);
+        }
+    }
+
+    /// What the probes say about each running container of the pod, by name.
+    #[must_use]
+    pub fn results(&self, pod: &Pod, rt: &PodRuntime) -> BTreeMap<String, ContainerProbes> {
+        let results = self.results.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = BTreeMap::new();
+        for c in all_containers(pod) {
+            let Some(rc) = rt
+                .containers
+                .iter()
+                .find(|x| x.name == c.name && x.state == ContainerState::Running)
+            else {
+                continue;
+            };
+            let get = |kind| {
+                probe_of(c, kind).map(|_| {
+                    results
+                        .get(&(rc.id.clone(), kind))
+                        .map_or(super::initial_result(kind), |s| s.result)
+                })
+            };
+            let startup = get(ProbeKind::Startup);
+            let liveness = get(ProbeKind::Liveness);
+            let readiness = get(ProbeKind::Readiness);
+            let started = startup.is_none_or(|r| r == Some(true));
+            let failed = if startup == Some(Some(false)) {
+                Some(ProbeKind::Startup)
+            } else if liveness == Some(Some(false)) {
+                Some(ProbeKind::Liveness)
+            } else {
+                None
+            };
+            out.insert(
+                c.name.clone(),
+                ContainerProbes {
+                    ready: started && readiness.is_none_or(|r| r == Some(true)),
+                    started,
+                    failed,
+                },
+            );
+        }
+        out
+    }
+}
+
+/// One probe of one container.
+struct Worker {
+    runtime: Runtime,
+    recorder: Recorder,
+    requeue: UnboundedSender<ObjectRef<Pod>>,
+    results: Arc<Mutex<HashMap<Key, ProbeState>>>,
+    pod: Pod,
+    container: Container,
+    container_id: String,
+    started: Timestamp,
+    has_startup: bool,
+    kind: ProbeKind,
+    probe: Probe,
+    pod_ip: Option<IpAddr>,
+}
+
+impl Worker {
+    fn key(&self) -> Key {
+        (self.container_id.clone(), self.kind)
+    }
+
+    fn startup_passed(&self) -> bool {
+        !self.has_startup
+            || self
+                .results
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&(self.container_id.clone(), ProbeKind::Startup))
+                .is_some_and(|s| s.result == Some(true))
+    }
+
+    async fn run(self) {
+        let timing = Timing::of(&self.probe);
+        let mut tick = tokio::time::interval(timing.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if !ProbeState::due(&timing, self.started, Timestamp::now()) {
+                continue;
+            }
+            if self.kind != ProbeKind::Startup && !self.startup_passed() {
+                continue;
+            }
+            let outcome = probe_once(
+                &self.runtime,
+                &self.probe,
+                &self.container,
+                &self.container_id,
+                self.pod_ip,
+                timing.timeout,
+            )
+            .await;
+            if !outcome.ok {
+                crate::events::publish(
+                    &self.recorder,
+                    &self.pod,
+                    Some(&self.container.name),
+                    EventType::Warning,
+                    "Unhealthy",
+                    format!(
+                        "{} probe failed: {}",
+                        self.kind.name(),
+                        outcome.output.trim_end()
+                    ),
+                );
+            }
+            let (changed, result) = {
+                let mut results = self.results.lock().unwrap_or_else(PoisonError::into_inner);
+                let state = results
+                    .entry(self.key())
+                    .or_insert_with(|| ProbeState::new(self.kind));
+                (state.record(outcome.ok, &timing), state.result)
+            };
+            if changed {
+                let ns = self.pod.metadata.namespace.clone().unwrap_or_default();
+                let name = self.pod.metadata.name.clone().unwrap_or_default();
+                if self
+                    .requeue
+                    .send(ObjectRef::new(&name).within(&ns))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            // A failed liveness or startup probe ends with the container; a passed
+            // startup probe is not run again.
+            let done = match self.kind {
+                ProbeKind::Startup => result.is_some(),
+                ProbeKind::Liveness => result == Some(false),
+                ProbeKind::Readiness => false,
+            };
+            if done {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The probe manager: startup, liveness and readiness probes of running
+//! containers, each on its own timer (the kubelet's pkg/kubelet/prober). A
+//! worker per (container, probe) runs the probe every `periodSeconds`, keeps its
+//! result through the thresholds ([`ProbeState`], pure), and requeues the pod
+//! when a result changes; the pod worker reads the results to set `ready` and
+//! `started` and to restart containers whose liveness or startup probe failed.
+
+pub mod manager;
+pub mod run;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Probe;
+use k8s_openapi::jiff::Timestamp;
+
+/// Which probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProbeKind {
+    /// `startupProbe`: holds the other probes until it succeeds; failure restarts.
+    Startup,
+    /// `livenessProbe`: failure restarts the container.
+    Liveness,
+    /// `readinessProbe`: drives the container's `ready` flag.
+    Readiness,
+}
+
+impl ProbeKind {
+    /// The name used in events (`Liveness probe failed: ...`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Startup => "Startup",
+            Self::Liveness => "Liveness",
+            Self::Readiness => "Readiness",
+        }
+    }
+}
+
+/// A probe's timing and thresholds with the API's defaults filled in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// Delay after the container started before the first probe (`initialDelaySeconds`, 0).
+    pub initial_delay: Duration,
+    /// Time between probes (`periodSeconds`, 10 s).
+    pub period: Duration,
+    /// Time one probe may take (`timeoutSeconds`, 1 s).
+    pub timeout: Duration,
+    /// Consecutive successes to pass (`successThreshold`, 1).
+    pub success_threshold: u32,
+    /// Consecutive failures to fail (`failureThreshold`, 3).
+    pub failure_threshold: u32,
+}
+
+impl Timing {
+    /// The timing of `probe`, defaults as the API's.
+    #[must_use]
+    pub fn of(probe: &Probe) -> Self {
+        let secs = |v: Option<i32>, d: u64| {
+            Duration::from_secs(v.and_then(|v| u64::try_from(v).ok()).unwrap_or(d))
+        };
+        let count = |v: Option<i32>, d: u32| {
+            v.and_then(|v| u32::try_from(v).ok())
+                .filter(|v| *v > 0)
+                .unwrap_or(d)
+        };
+        Self {
+            initial_delay: secs(probe.initial_delay_seconds, 0),
+            period: secs(probe.period_seconds, 10).max(Duration::from_secs(1)),
+            timeout: secs(probe.timeout_seconds, 1).max(Duration::from_secs(1)),
+            success_threshold: count(probe.success_threshold, 1),
+            failure_threshold: count(probe.failure_threshold, 3),
+        }
+    }
+}
+
+/// The result a probe reports before it has run: readiness starts failed,
+/// liveness succeeded, startup unknown (the kubelet's `initialValue`).
+#[must_use]
+pub fn initial_result(kind: ProbeKind) -> Option<bool> {
+    match kind {
+        ProbeKind::Readiness => Some(false),
+        ProbeKind::Liveness => Some(true),
+        ProbeKind::Startup => None,
+    }
+}
+
+/// A probe's reported result through its thresholds, as the kubelet's worker
+/// `doProbe`: a result is reported once it repeated `successThreshold` or
+/// `failureThreshold` times in a row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeState {
+    /// The reported result (None: unknown).
+    pub result: Option<bool>,
+    last: Option<bool>,
+    run: u32,
+}
+
+impl ProbeState {
+    /// A new state for `kind`.
+    #[must_use]
+    pub fn new(kind: ProbeKind) -> Self {
+        Self {
+            result: initial_result(kind),
+            last: None,
+            run: 0,
+        }
+    }
+
+    /// Whether a probe is due: the container started at `started` and the
+    /// initial delay has passed at `now`.
+    #[must_use]
+    pub fn due(timing: &Timing, started: Timestamp, now: Timestamp) -> bool {
+        now >= started + timing.initial_delay
+    }
+
+    /// Records one probe outcome; returns true when the reported result changed.
+    pub fn record(&mut self, ok: bool, timing: &Timing) -> bool {
+        if self.last == Some(ok) {
+            self.run = self.run.saturating_add(1);
+        } else {
+            self.last = Some(ok);
+            self.run = 1;
+        }
+        let threshold = if ok {
+            timing.success_threshold
+        } else {
+            timing.failure_threshold
+        };
+        if self.run < threshold || self.result == Some(ok) {
+            return false;
+        }
+        self.result = Some(ok);
+        true
+    }
+}
+
+/// What the probes say about one running container, for plan and status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ContainerProbes {
+    /// The readiness probe passes (true when there is none).
+    pub ready: bool,
+    /// The startup probe passed (true when there is none).
+    pub started: bool,
+    /// The liveness or startup probe failed: the container must be restarted.
+    pub failed: Option<ProbeKind>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing(success: u32, failure: u32) -> Timing {
+        Timing {
+            initial_delay: Duration::from_secs(5),
+            period: Duration::from_secs(10),
+            timeout: Duration::from_secs(1),
+            success_threshold: success,
+            failure_threshold: failure,
+        }
+    }
+
+    #[test]
+    fn thresholds_table() {
+        // (kind, success threshold, failure threshold, outcomes, reported results after each)
+        type Case = (ProbeKind, u32, u32, Vec<bool>, Vec<Option<bool>>);
+        let cases: Vec<Case> = vec![
+            (ProbeKind::Readiness, 1, 3, vec![true], vec![Some(true)]),
+            (
+                ProbeKind::Readiness,
+                2,
+                3,
+                vec![true, true],
+                vec![Some(false), Some(true)],
+            ),
+            (
+                ProbeKind::Readiness,
+                2,
+                3,
+                vec![true, false, true, true],
+                vec![Some(false), Some(false), Some(false), Some(true)],
+            ),
+            (
+                ProbeKind::Liveness,
+                1,
+                3,
+                vec![false, false, false],
+                vec![Some(true), Some(true), Some(false)],
+            ),
+            (
+                ProbeKind::Liveness,
+                1,
+                3,
+                vec![false, false, true, false, false],
+                vec![Some(true); 5],
+            ),
+            (
+                ProbeKind::Startup,
+                1,
+                2,
+                vec![false, false],
+                vec![None, Some(false)],
+            ),
+            (
+                ProbeKind::Startup,
+                1,
+                2,
+                vec![false, true],
+                vec![None, Some(true)],
+            ),
+        ];
+        for (kind, s, f, outcomes, want) in cases {
+            let t = timing(s, f);
+            let mut st = ProbeState::new(kind);
+            let got: Vec<Option<bool>> = outcomes
+                .iter()
+                .map(|ok| {
+                    st.record(*ok, &t);
+                    st.result
+                })
+                .collect();
+            assert_eq!(got, want, "{kind:?} s={s} f={f} {outcomes:?}");
+        }
+    }
+
+    #[test]
+    fn initial_delay_and_defaults() {
+        let t = timing(1, 3);
+        let start = Timestamp::from_second(1_700_000_000).unwrap();
+        assert!(!ProbeState::due(&t, start, start + Duration::from_secs(4)));
+        assert!(ProbeState::due(&t, start, start + Duration::from_secs(5)));
+        let d = Timing::of(&Probe::default());
+        assert_eq!(
+            (
+                d.period,
+                d.timeout,
+                d.success_threshold,
+                d.failure_threshold
+            ),
+            (Duration::from_secs(10), Duration::from_secs(1), 1, 3)
+        );
+    }
+}
