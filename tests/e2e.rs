@@ -273,31 +273,13 @@ async fn missing_image_gives_err_image_pull_then_backoff_and_events() {
         &pod("nope", "Always", "registry.invalid/no/such:1", &["true"]),
     )
     .await;
-    let waiting = |reason: &'static str| {
-        move |p: Option<&Pod>| {
-            p.and_then(|p| {
-                p.status
-                    .as_ref()?
-                    .container_statuses
-                    .as_ref()?
-                    .first()?
-                    .state
-                    .as_ref()?
-                    .waiting
-                    .clone()
-            })
-            .and_then(|w| w.reason)
-            .as_deref()
-                == Some(reason)
-        }
-    };
     wait_for(
         &client,
         &ns,
         "nope",
         120,
         "ErrImagePull",
-        waiting("ErrImagePull"),
+        waiting_reason("ErrImagePull"),
     )
     .await;
     wait_for(
@@ -306,7 +288,7 @@ async fn missing_image_gives_err_image_pull_then_backoff_and_events() {
         "nope",
         60,
         "ImagePullBackOff",
-        waiting("ImagePullBackOff"),
+        waiting_reason("ImagePullBackOff"),
     )
     .await;
     // The agent keeps serving other pods meanwhile.

@@ -205,22 +205,7 @@ async fn environment_expands_and_reads_configmaps_and_secrets() {
         "missing",
         60,
         "CreateContainerConfigError",
-        |p: Option<&Pod>| {
-            p.and_then(|p| {
-                p.status
-                    .as_ref()?
-                    .container_statuses
-                    .as_ref()?
-                    .first()?
-                    .state
-                    .as_ref()?
-                    .waiting
-                    .clone()
-            })
-            .and_then(|w| w.reason)
-            .as_deref()
-                == Some("CreateContainerConfigError")
-        },
+        waiting_reason("CreateContainerConfigError"),
     )
     .await;
     let w = container_status(&waiting).state.unwrap().waiting.unwrap();
@@ -289,28 +274,20 @@ async fn run_as_non_root_refuses_root() {
         }
     }));
     create(&client, &ns, &p).await;
-    let refused = wait_for(&client, &ns, "root", 60, "refused", |p: Option<&Pod>| {
-        p.and_then(|p| {
-            p.status
-                .as_ref()?
-                .container_statuses
-                .as_ref()?
-                .first()?
-                .state
-                .as_ref()?
-                .waiting
-                .clone()
-        })
-        .and_then(|w| w.reason)
-        .as_deref()
-            == Some("CreateContainerConfigError")
-    })
+    let refused = wait_for(
+        &client,
+        &ns,
+        "root",
+        60,
+        "refused",
+        waiting_reason("CreateContainerConfigError"),
+    )
     .await;
     let w = container_status(&refused).state.unwrap().waiting.unwrap();
     assert!(
         w.message
             .unwrap()
-            .contains("runAsNonRoot and image will run as root")
+            .contains("runAsUser breaks non-root policy")
     );
     // With a non-root user it runs.
     let ok: Pod = from_json(serde_json::json!({

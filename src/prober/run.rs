@@ -58,6 +58,23 @@ pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
     }
 }
 
+/// The address a network probe dials: `host` if given, else the pod IP, and the
+/// resolved port.
+fn target(
+    host: Option<&String>,
+    port: &IntOrString,
+    c: &Container,
+    pod_ip: Option<IpAddr>,
+) -> Result<(String, u16), String> {
+    let port = resolve_port(port, c)?;
+    let host = host
+        .filter(|h| !h.is_empty())
+        .cloned()
+        .or(pod_ip.map(|ip| ip.to_string()));
+    host.map(|h| (h, port))
+        .ok_or_else(|| "no pod IP to probe".to_string())
+}
+
 /// Runs `probe` once against container `container_id` (spec `c`) of a pod at
 /// `pod_ip`, within `timeout`.
 pub async fn probe_once(
@@ -83,17 +100,9 @@ pub async fn probe_once(
         };
     }
     if let Some(h) = &probe.http_get {
-        let port = match resolve_port(&h.port, c) {
-            Ok(p) => p,
+        let (host, port) = match target(h.host.as_ref(), &h.port, c, pod_ip) {
+            Ok(target) => target,
             Err(e) => return Outcome::fail(e),
-        };
-        let host = h
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .or(pod_ip.map(|ip| ip.to_string()));
-        let Some(host) = host else {
-            return Outcome::fail("no pod IP to probe");
         };
         if h.scheme.as_deref() == Some("HTTPS") {
             return Outcome::fail("HTTPS probes are not supported yet");
@@ -117,17 +126,9 @@ pub async fn probe_once(
         };
     }
     if let Some(t) = &probe.tcp_socket {
-        let port = match resolve_port(&t.port, c) {
-            Ok(p) => p,
+        let (host, port) = match target(t.host.as_ref(), &t.port, c, pod_ip) {
+            Ok(target) => target,
             Err(e) => return Outcome::fail(e),
-        };
-        let host = t
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .or(pod_ip.map(|ip| ip.to_string()));
-        let Some(host) = host else {
-            return Outcome::fail("no pod IP to probe");
         };
         return match tokio::time::timeout(timeout, TcpStream::connect((host.as_str(), port))).await
         {

@@ -172,6 +172,26 @@ pub fn phase(phase: &'static str) -> impl Condition<Pod> {
     move |p: Option<&Pod>| p.and_then(|p| p.status.as_ref()?.phase.as_deref()) == Some(phase)
 }
 
+/// The first container waits with `reason`.
+pub fn waiting_reason(reason: &'static str) -> impl Condition<Pod> {
+    move |p: Option<&Pod>| {
+        p.and_then(|p| {
+            p.status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()?
+                .state
+                .as_ref()?
+                .waiting
+                .clone()
+        })
+        .and_then(|w| w.reason)
+        .as_deref()
+            == Some(reason)
+    }
+}
+
 /// The first container's status.
 pub fn container_status(p: &Pod) -> k8s_openapi::api::core::v1::ContainerStatus {
     p.status
