@@ -382,7 +382,8 @@ pub fn environment(
 }
 
 /// The CRI config of container `c` at `attempt`, with the image reference the
-/// runtime resolved, as the kubelet's `generateContainerConfig`.
+/// runtime resolved and the container's volume `mounts` (from
+/// `volume::container_mounts`), as the kubelet's `generateContainerConfig`.
 #[must_use]
 pub fn container_config(
     pod: &Pod,
@@ -391,6 +392,7 @@ pub fn container_config(
     image_ref: &str,
     node: &NodeContext,
     facts: &PodFacts,
+    mounts: Vec<cri::Mount>,
 ) -> cri::ContainerConfig {
     let (ns, name, uid) = pod_identity(pod);
     let labels = HashMap::from([
@@ -433,6 +435,7 @@ pub fn container_config(
         args: c.args.clone().unwrap_or_default(),
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs: environment(pod, c, node, facts),
+        mounts,
         labels,
         annotations,
         log_path: container_log_path(&c.name, attempt),
@@ -545,7 +548,21 @@ mod tests {
                 }),
             },
         ]);
-        let cfg = container_config(&p, &c2, 2, "sha256:abc", &node(), &facts);
+        let mount = cri::Mount {
+            container_path: "/data".into(),
+            host_path: "/var/lib/rustlet/pods/uid-web/volumes/kubernetes.io~empty-dir/data".into(),
+            ..Default::default()
+        };
+        let cfg = container_config(
+            &p,
+            &c2,
+            2,
+            "sha256:abc",
+            &node(),
+            &facts,
+            vec![mount.clone()],
+        );
+        assert_eq!(cfg.mounts, vec![mount]);
         assert_eq!(cfg.log_path, "c/2.log");
         assert_eq!(cfg.labels[CONTAINER_NAME_LABEL], "c");
         assert_eq!(cfg.annotations[RESTART_COUNT_ANNOTATION], "2");
