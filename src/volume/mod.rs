@@ -816,6 +816,57 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root: mounts tmpfs file systems"]
+    fn memory_volumes_are_tmpfs_and_teardown_unmounts_them() {
+        let root = tempfile::tempdir().unwrap();
+        let mut s = volume("sec");
+        s.secret = Some(SecretVolumeSource {
+            secret_name: Some("creds".into()),
+            ..Default::default()
+        });
+        let mut mem = volume("mem");
+        mem.empty_dir = Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            size_limit: Some(ApiQuantity("1Mi".into())),
+            ..Default::default()
+        });
+        let p = with_volumes(vec![s, mem]);
+        let mut fetched = Fetched::default();
+        fetched.secrets.insert(
+            "creds".into(),
+            Ok(Some(Arc::new(Secret {
+                data: Some([("k".to_string(), k8s_openapi::ByteString(b"v".to_vec()))].into()),
+                ..Default::default()
+            }))),
+        );
+        let alloc = BTreeMap::from([("memory".to_string(), ApiQuantity("1Gi".into()))]);
+        for _ in 0..2 {
+            let out = set_up_all(root.path(), &p, &fetched, &alloc);
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+        }
+        let pod = pod_dir(root.path(), "uid-web");
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mounts = mount::mounts_under(&text, &pod);
+        assert_eq!(
+            mounts.len(),
+            2,
+            "one tmpfs per volume, not remounted: {mounts:?}"
+        );
+        let sec = volume_dir(root.path(), "uid-web", secret::PLUGIN_DIR, "sec");
+        assert!(mount::is_mount_point(&sec));
+        assert_eq!(std::fs::read_to_string(sec.join("k")).unwrap(), "v");
+        let line = text
+            .lines()
+            .find(|l| l.contains("kubernetes.io~empty-dir/mem"))
+            .unwrap();
+        assert!(line.contains("size=1024k"), "{line}");
+        remove_pod_dir(&pod).unwrap();
+        assert!(!pod.exists());
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(mount::mounts_under(&text, &pod).is_empty());
+    }
+
+    #[test]
     fn teardown_of_a_plain_dir_removes_it() {
         let root = tempfile::tempdir().unwrap();
         let dir = volume_dir(root.path(), "u1", empty_dir::PLUGIN_DIR, "x");
