@@ -351,7 +351,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 /// How soon a pod whose volumes cannot be set up is synced again.
-const VOLUME_RETRY: Duration = Duration::from_secs(2);
+const VOLUME_RETRY: Duration = Duration::from_secs(1);
 
 /// Sets up (or refreshes) the pod's volumes when the plan starts its sandbox or
 /// containers, or containers run, as the kubelet's `WaitForAttachAndMount`

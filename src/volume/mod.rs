@@ -239,10 +239,10 @@ pub fn references(pod: &Pod) -> (BTreeSet<String>, BTreeSet<String>, Vec<TokenKe
     (cms, secrets, tokens)
 }
 
-/// Cached objects by (namespace, name), with when they were read (`None`: not found).
-type Entries<K> = HashMap<(String, String), (Instant, Option<Arc<K>>)>;
+/// Cached objects by (namespace, name), with when they were read.
+type Entries<K> = HashMap<(String, String), (Instant, Arc<K>)>;
 
-/// Namespaced objects read with `GET` and reused for [`OBJECT_TTL`].
+/// Namespaced objects read with `GET` and reused for [`OBJECT_TTL`] (found ones only).
 struct ObjectCache<K> {
     entries: Mutex<Entries<K>>,
 }
@@ -278,13 +278,17 @@ where
         if let Some((at, v)) = self.lock().get(&key)
             && at.elapsed() < OBJECT_TTL
         {
-            return Ok(v.clone());
+            return Ok(Some(v.clone()));
         }
         let api: Api<K> = Api::namespaced(client.clone(), ns);
         let value = api.get_opt(name).await?.map(Arc::new);
         let mut entries = self.lock();
         entries.retain(|_, (at, _)| at.elapsed() < OBJECT_TTL * 12);
-        entries.insert(key, (Instant::now(), value.clone()));
+        // "Not found" is not kept: a pod waiting for the object starts as soon as it exists.
+        match &value {
+            Some(v) => entries.insert(key, (Instant::now(), v.clone())),
+            None => entries.remove(&key),
+        };
         Ok(value)
     }
 }
