@@ -105,8 +105,9 @@ pub fn set_up(dir: &Path, medium: Medium, mode: u32) -> io::Result<()> {
     if let Medium::Memory(size) = medium {
         mount::mount_tmpfs(dir, (size > 0).then_some(size))?;
     }
-    let current = fs::metadata(dir)?.permissions().mode() & 0o7777;
-    if current != mode {
+    // As the kubelet: only the permission bits count (an fsGroup's setgid stays).
+    let current = fs::metadata(dir)?.permissions().mode() & 0o777;
+    if current != mode & 0o777 {
         fs::set_permissions(dir, fs::Permissions::from_mode(mode))?;
     }
     Ok(())
