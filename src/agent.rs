@@ -26,6 +26,7 @@ use crate::node::status::{NodeConfig, RuntimeFacts};
 use crate::pod::status::StatusContext;
 use crate::pod::translate::{HostDns, NodeContext};
 use crate::pod::{pleg, worker};
+use crate::volume::VolumeManager;
 
 /// Entry point of the `rustlet` binary: parses flags, runs, and turns any error
 /// into one line on stderr and exit code 1 (2 for bad flags).
@@ -181,6 +182,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         version: crate::node_version(),
     };
     let machine = MachineInfo::read(&settings.root_dir);
+    let (_, allocatable) = crate::node::status::resources(&machine, settings.max_pods);
+    let volumes = VolumeManager::new(client.clone(), &settings.root_dir, allocatable);
     let node_uid = register(&client, &runtime, &node_cfg, &machine, &runtime_version).await;
     tokio::spawn(node_status_loop(
         client.clone(),
@@ -209,7 +212,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
     let prober = crate::prober::manager::Manager::new(runtime.clone(), recorder.clone(), probe_tx);
-    let ctx = Arc::new(worker::Context::new(
+    let ctx = worker::Context::new(
         client.clone(),
         runtime.clone(),
         recorder,
@@ -230,7 +233,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         pleg_connected,
         prober,
-    ));
+    );
+    let ctx = Arc::new(ctx.with_volumes(volumes));
 
     let pods: Api<Pod> = Api::all(client.clone());
     let controller = Controller::new(
@@ -245,6 +249,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let store = controller.store();
     let housekeeping = tokio::spawn({
         let runtime = runtime.clone();
+        let volumes = ctx.volumes.clone();
         async move {
             if store.wait_until_ready().await.is_err() {
                 return;
@@ -253,7 +258,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             let mut tick = tokio::time::interval(Duration::from_secs(2));
             loop {
                 tick.tick().await;
-                if let Err(e) = worker::cleanup_orphans(&runtime, &store).await {
+                if let Err(e) = worker::cleanup_orphans(&runtime, &store, &volumes).await {
                     warn!(error = %e, "housekeeping");
                 }
             }

@@ -541,8 +541,9 @@ pub fn verify_run_as_non_root(
 }
 
 /// The CRI config of container `c` at `attempt`, with the image reference the
-/// runtime resolved and the environment from [`super::env::environment`]
-/// (command and args expanded against it), as the kubelet's `generateContainerConfig`.
+/// runtime resolved, the environment from [`super::env::environment`] (command
+/// and args expanded against it) and the container's volume `mounts` (from
+/// `volume::container_mounts`), as the kubelet's `generateContainerConfig`.
 #[must_use]
 pub fn container_config(
     pod: &Pod,
@@ -551,6 +552,7 @@ pub fn container_config(
     image_ref: &str,
     env: &[(String, String)],
     node: &NodeContext,
+    mounts: Vec<cri::Mount>,
 ) -> cri::ContainerConfig {
     let (ns, name, uid) = pod_identity(pod);
     let labels = HashMap::from([
@@ -605,6 +607,7 @@ pub fn container_config(
                 value: value.clone(),
             })
             .collect(),
+        mounts,
         labels,
         annotations,
         log_path: container_log_path(&c.name, attempt),
@@ -709,7 +712,13 @@ mod tests {
         ]);
         let env =
             crate::pod::env::environment(&p, &c2, &node(), &facts, &Default::default()).unwrap();
-        let cfg = container_config(&p, &c2, 2, "sha256:abc", &env, &node());
+        let mount = cri::Mount {
+            container_path: "/data".into(),
+            host_path: "/var/lib/rustlet/pods/uid-web/volumes/kubernetes.io~empty-dir/data".into(),
+            ..Default::default()
+        };
+        let cfg = container_config(&p, &c2, 2, "sha256:abc", &env, &node(), vec![mount.clone()]);
+        assert_eq!(cfg.mounts, vec![mount]);
         assert_eq!(cfg.log_path, "c/2.log");
         assert_eq!(cfg.labels[CONTAINER_NAME_LABEL], "c");
         assert_eq!(cfg.annotations[RESTART_COUNT_ANNOTATION], "2");

@@ -19,11 +19,12 @@ use tracing::{debug, info, warn};
 
 use super::env;
 use super::observe::observe;
-use super::plan::{MAX_BACKOFF, PullBackoff, Step, Waiting, plan};
-use super::state::PodRuntime;
+use super::plan::{MAX_BACKOFF, Plan, PullBackoff, Step, Waiting, plan};
+use super::state::{ContainerState, PodRuntime};
 use super::status::{StatusContext, differs, status};
 use super::translate::{self, NodeContext, PodFacts, pod_identity};
 use crate::cri::{POD_UID_LABEL, Runtime};
+use crate::volume::{PodVolumes, VolumeManager};
 
 /// Errors of one pod sync; the controller logs them and requeues the pod.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +46,15 @@ pub enum Error {
         /// The API error.
         #[source]
         source: kube::Error,
+    },
+    /// The pod's volumes could not be torn down.
+    #[error("sync pod {pod}: {source}")]
+    Volume {
+        /// `namespace/name`.
+        pod: String,
+        /// The volume error.
+        #[source]
+        source: crate::volume::Error,
     },
 }
 
@@ -78,6 +88,8 @@ pub struct Context {
     pub prober: crate::prober::manager::Manager,
     /// Serializes image pulls (the kubelet's `serializeImagePulls: true`).
     pub pull_lock: tokio::sync::Mutex<()>,
+    /// The volume manager (set with [`Context::with_volumes`]).
+    pub volumes: Arc<VolumeManager>,
     memory: Mutex<HashMap<String, PodMemory>>,
 }
 
@@ -93,6 +105,11 @@ impl Context {
         pleg_connected: Arc<AtomicBool>,
         prober: crate::prober::manager::Manager,
     ) -> Self {
+        let volumes = VolumeManager::new(
+            client.clone(),
+            crate::config::Settings::default().root_dir,
+            BTreeMap::new(),
+        );
         Self {
             prober,
             client,
@@ -102,8 +119,18 @@ impl Context {
             status,
             pleg_connected,
             pull_lock: tokio::sync::Mutex::new(()),
+            volumes: Arc::new(volumes),
             memory: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// This context with `volumes` as its volume manager (the default one keeps
+    /// pod directories under the kubelet's default root dir and knows no
+    /// allocatable resources).
+    #[must_use]
+    pub fn with_volumes(mut self, volumes: VolumeManager) -> Self {
+        self.volumes = Arc::new(volumes);
+        self
     }
 
     /// How long a pod with nothing pending waits for its next sync: the relist
@@ -169,7 +196,8 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     });
     ctx.prober.sync(&pod, &rt);
     let probes = ctx.prober.results(&pod, &rt);
-    let plan = plan(&pod, &rt, &backoffs, &probes, now);
+    let mut plan = plan(&pod, &rt, &backoffs, &probes, now);
+    let volumes = prepare_volumes(&pod, &rt, &mut plan, &ctx).await;
     if !plan.steps.is_empty() {
         debug!(steps = ?plan.steps, "plan");
     }
@@ -248,8 +276,17 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
                 let Some((sandbox_id, sandbox_config, ips)) = &current else {
                     break;
                 };
-                match start_container(&pod, c, *attempt, sandbox_id, sandbox_config, ips, &ctx)
-                    .await
+                match start_container(
+                    &pod,
+                    c,
+                    *attempt,
+                    sandbox_id,
+                    sandbox_config,
+                    ips,
+                    &volumes,
+                    &ctx,
+                )
+                .await
                 {
                     Ok(()) => ctx.memory(&uid, |m| m.pulls.remove(c)).map_or((), drop),
                     Err(w) => {
@@ -258,6 +295,13 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
                 }
             }
             Step::DeletePod => {
+                ctx.volumes
+                    .teardown(&uid)
+                    .await
+                    .map_err(|source| Error::Volume {
+                        pod: key.clone(),
+                        source,
+                    })?;
                 let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
                 let dp = DeleteParams {
                     grace_period_seconds: Some(0),
@@ -302,6 +346,46 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         .requeue_after
         .map_or(ctx.resync(), |r| r.min(ctx.resync()));
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// How soon a pod whose volumes cannot be set up is synced again.
+const VOLUME_RETRY: Duration = Duration::from_secs(1);
+
+/// Sets up (or refreshes) the pod's volumes when the plan starts its sandbox or
+/// containers, or containers run, as the kubelet's `WaitForAttachAndMount`
+/// before `SyncPod`. Each failed volume is a `FailedMount` event; while a
+/// volume was never set up, the steps that start the sandbox and containers
+/// are dropped, so the pod stays Pending with its containers
+/// `ContainerCreating`.
+async fn prepare_volumes(pod: &Pod, rt: &PodRuntime, plan: &mut Plan, ctx: &Context) -> PodVolumes {
+    let starts = |s: &Step| matches!(s, Step::CreateSandbox { .. } | Step::StartContainer { .. });
+    let running = rt
+        .containers
+        .iter()
+        .any(|c| c.state == ContainerState::Running);
+    if pod.metadata.deletion_timestamp.is_some() || !(running || plan.steps.iter().any(starts)) {
+        return PodVolumes::new();
+    }
+    let outcome = ctx.volumes.setup(pod).await;
+    for (volume, e) in &outcome.errors {
+        ctx.event(
+            pod,
+            None,
+            EventType::Warning,
+            "FailedMount",
+            format!("MountVolume.SetUp failed for volume \"{volume}\" : {e}"),
+        );
+    }
+    let unmounted = outcome.unmounted(pod);
+    if !unmounted.is_empty() {
+        debug!(?unmounted, "waiting for volumes");
+        plan.steps.retain(|s| !starts(s));
+        plan.requeue_after = Some(
+            plan.requeue_after
+                .map_or(VOLUME_RETRY, |r| r.min(VOLUME_RETRY)),
+        );
+    }
+    outcome.volumes
 }
 
 /// The ready sandbox of the pod with its config and IPs, for starting containers in it.
@@ -369,6 +453,10 @@ fn pull_policy(c: &k8s_openapi::api::core::v1::Container) -> String {
 
 /// The kubelet's `startContainer` steps: ensure the image, create, start. A
 /// failure returns the waiting reason to show (after its events are sent).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the kubelet's startContainer inputs, each used once"
+)]
 async fn start_container(
     pod: &Pod,
     name: &str,
@@ -376,6 +464,7 @@ async fn start_container(
     sandbox_id: &str,
     sandbox_config: &cri::PodSandboxConfig,
     pod_ips: &[String],
+    volumes: &PodVolumes,
     ctx: &Context,
 ) -> std::result::Result<(), Waiting> {
     let (ns, pod_name, uid) = pod_identity(pod);
@@ -447,7 +536,12 @@ async fn start_container(
         .map_err(|e| config_error(e.to_string()))?;
     translate::verify_run_as_non_root(pod, spec, image.uid, &image.username)
         .map_err(config_error)?;
-    let mut config = translate::container_config(pod, spec, attempt, &image.id, &env, &ctx.node);
+    let mounts = match crate::volume::container_mounts(spec, volumes, &env) {
+        Ok(m) => m,
+        Err(e) => return Err(config_error(e.to_string())),
+    };
+    let mut config =
+        translate::container_config(pod, spec, attempt, &image.id, &env, &ctx.node, mounts);
     match termination_log(&ctx.node.root_dir, &uid, spec, attempt).await {
         Ok(mount) => config.mounts.extend(mount),
         Err(e) => {
@@ -736,11 +830,17 @@ pub fn error_policy(_pod: Arc<Pod>, error: &Error, _ctx: Arc<Context>) -> Action
 
 /// Housekeeping (the kubelet's `HandlePodCleanups`): stops and removes the
 /// sandboxes and containers of pods that are no longer bound to this node, such
-/// as pods deleted while the agent was down or force-deleted.
+/// as pods deleted while the agent was down or force-deleted, then tears down
+/// their volumes and directories (a failed teardown is logged and retried on
+/// the next round).
 ///
 /// # Errors
 /// The first CRI call that fails.
-pub async fn cleanup_orphans(runtime: &Runtime, store: &Store<Pod>) -> crate::cri::Result<usize> {
+pub async fn cleanup_orphans(
+    runtime: &Runtime,
+    store: &Store<Pod>,
+    volumes: &VolumeManager,
+) -> crate::cri::Result<usize> {
     let known: HashSet<String> = store
         .state()
         .iter()
@@ -770,5 +870,6 @@ pub async fn cleanup_orphans(runtime: &Runtime, store: &Store<Pod>) -> crate::cr
             "removed the sandboxes and containers of a pod no longer bound to this node"
         );
     }
+    volumes.cleanup_orphans(store).await;
     Ok(orphans.len())
 }

@@ -1,0 +1,883 @@
+//! The volume manager: the kubelet's volumemanager and its in-tree plugins for
+//! a node without a cloud (pkg/kubelet/volumemanager, pkg/volume/*).
+//!
+//! Each pod volume lives at `<root-dir>/pods/<uid>/volumes/<plugin>/<name>`
+//! with the kubelet's plugin directory names; hostPath volumes are the host
+//! path itself. The pod worker calls [`VolumeManager::setup`] before it starts
+//! a pod's sandbox or containers, and on every later sync of a running pod
+//! (which refreshes configMap, secret, downwardAPI and projected contents when
+//! their sources change); [`mounts::container_mounts`] turns a container's
+//! `volumeMounts` into CRI mounts; [`VolumeManager::teardown`] unmounts and
+//! removes the pod's directory when the pod is gone.
+//!
+//! Config maps, secrets and service account tokens are read one object at a
+//! time (`GET`, and `POST serviceaccounts/<sa>/token`), the only access the
+//! Node authorizer grants a node for the pods bound to it; objects are cached
+//! for [`OBJECT_TTL`], tokens until 80 % of their lifetime.
+
+pub mod atomic_writer;
+pub mod configmap;
+pub mod downward_api;
+pub mod empty_dir;
+pub mod host_path;
+pub mod mount;
+pub mod mounts;
+pub mod ownership;
+pub mod projected;
+pub mod quantity;
+pub mod secret;
+pub mod token;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Volume};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+use kube::runtime::reflector::Store;
+use kube::{Api, Client};
+use serde::de::DeserializeOwned;
+use tracing::{debug, info, warn};
+
+pub use mounts::{MountedVolume, PodVolumes, container_mounts};
+
+use atomic_writer::Payload;
+use empty_dir::Medium;
+use token::{TokenKey, TokenManager};
+
+/// File mode of projected files when the source sets no `defaultMode` (0644,
+/// the API default).
+pub const DEFAULT_MODE: i32 = 0o644;
+/// How long a config map or secret read from the API server is reused (5 s).
+pub const OBJECT_TTL: Duration = Duration::from_secs(5);
+/// Directory of pod directories under the root dir.
+pub const PODS_DIR: &str = "pods";
+/// Directory of volumes in a pod directory.
+pub const VOLUMES_DIR: &str = "volumes";
+
+/// A volume that could not be set up, or a pod directory that could not be removed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A config map or secret the volume needs does not exist (and is not optional).
+    #[error("{kind} \"{name}\" not found")]
+    NotFound {
+        /// `configmap` or `secret`.
+        kind: &'static str,
+        /// The object's name.
+        name: String,
+    },
+    /// An API call failed.
+    #[error("{what}: {}", api_message(source))]
+    Api {
+        /// What was being done (`get configmap "x"`).
+        what: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The volume's contents cannot be computed (a missing key, a bad field).
+    #[error("{0}")]
+    Payload(String),
+    /// A hostPath type check failed.
+    #[error("{0}")]
+    HostPath(String),
+    /// A container's volume mount cannot be made.
+    #[error("{0}")]
+    Mount(String),
+    /// The volume type or projection is not supported by this node.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Writing the volume's files failed.
+    #[error(transparent)]
+    Writer(#[from] atomic_writer::Error),
+    /// A filesystem or mount operation failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Several sources of one volume failed.
+    #[error("[{}]", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    Multiple(Vec<Error>),
+}
+
+/// Result of a volume operation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The API server's message of an API error (`configmaps "x" is forbidden: …`).
+fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `None` for no errors, the error for one, [`Error::Multiple`] for more (Go's
+/// `NewAggregate`).
+fn aggregate(mut errors: Vec<Error>) -> Option<Error> {
+    match errors.len() {
+        0 => None,
+        1 => errors.pop(),
+        _ => Some(Error::Multiple(errors)),
+    }
+}
+
+/// A UID field (`user`, `defaultUser`) as a UID, if it is one.
+fn to_uid(user: Option<i64>) -> Option<u32> {
+    user.and_then(|u| u32::try_from(u).ok())
+}
+
+/// The pod's directory: `<root>/pods/<uid>`.
+#[must_use]
+pub fn pod_dir(root: &Path, uid: &str) -> PathBuf {
+    root.join(PODS_DIR).join(uid)
+}
+
+/// A volume's directory: `<root>/pods/<uid>/volumes/<plugin>/<name>`.
+#[must_use]
+pub fn volume_dir(root: &Path, uid: &str, plugin: &str, name: &str) -> PathBuf {
+    pod_dir(root, uid).join(VOLUMES_DIR).join(plugin).join(name)
+}
+
+/// What the API server answered for the objects and tokens a pod's volumes
+/// read, by name (`Ok(None)`: not found; `Err`: the error's message).
+#[derive(Clone, Debug, Default)]
+pub struct Fetched {
+    /// Config maps by name.
+    pub config_maps: BTreeMap<String, Result<Option<Arc<ConfigMap>>, String>>,
+    /// Secrets by name.
+    pub secrets: BTreeMap<String, Result<Option<Arc<Secret>>, String>>,
+    /// Service account tokens by request.
+    pub tokens: HashMap<TokenKey, Result<String, String>>,
+}
+
+fn found<T: Clone>(
+    kind: &'static str,
+    name: &str,
+    optional: bool,
+    entry: Option<&Result<Option<T>, String>>,
+) -> Result<Option<T>> {
+    match entry {
+        Some(Ok(Some(obj))) => Ok(Some(obj.clone())),
+        Some(Ok(None)) if optional => Ok(None),
+        Some(Ok(None)) => Err(Error::NotFound {
+            kind,
+            name: name.to_string(),
+        }),
+        Some(Err(message)) => Err(Error::Payload(message.clone())),
+        None => Err(Error::Payload(format!("{kind} \"{name}\" was not read"))),
+    }
+}
+
+impl Fetched {
+    /// The config map `name`: `None` when it is missing and `optional`.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when missing and not optional; the read's error otherwise.
+    pub fn config_map(&self, name: &str, optional: bool) -> Result<Option<Arc<ConfigMap>>> {
+        found("configmap", name, optional, self.config_maps.get(name))
+    }
+
+    /// The secret `name`: `None` when it is missing and `optional`.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when missing and not optional; the read's error otherwise.
+    pub fn secret(&self, name: &str, optional: bool) -> Result<Option<Arc<Secret>>> {
+        found("secret", name, optional, self.secrets.get(name))
+    }
+
+    /// The token for `key`.
+    ///
+    /// # Errors
+    /// The token request's error.
+    pub fn token(&self, key: &TokenKey) -> Result<String> {
+        match self.tokens.get(key) {
+            Some(Ok(t)) => Ok(t.clone()),
+            Some(Err(message)) => Err(Error::Payload(message.clone())),
+            None => Err(Error::Payload(format!(
+                "token for service account \"{}\" was not requested",
+                key.service_account
+            ))),
+        }
+    }
+}
+
+/// The names of the config maps, secrets and tokens `volumes` read.
+#[must_use]
+pub fn references(pod: &Pod) -> (BTreeSet<String>, BTreeSet<String>, Vec<TokenKey>) {
+    let (mut cms, mut secrets, mut tokens) = (BTreeSet::new(), BTreeSet::new(), Vec::new());
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        if let Some(cm) = &v.config_map {
+            cms.insert(cm.name.clone());
+        }
+        if let Some(name) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
+            secrets.insert(name);
+        }
+        for p in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            if let Some(cm) = &p.config_map {
+                cms.insert(cm.name.clone());
+            }
+            if let Some(s) = &p.secret {
+                secrets.insert(s.name.clone());
+            }
+            if let Some(t) = &p.service_account_token {
+                let key = projected::token_key(pod, t);
+                if !tokens.contains(&key) {
+                    tokens.push(key);
+                }
+            }
+        }
+    }
+    (cms, secrets, tokens)
+}
+
+/// Cached objects by (namespace, name), with when they were read.
+type Entries<K> = HashMap<(String, String), (Instant, Arc<K>)>;
+
+/// Namespaced objects read with `GET` and reused for [`OBJECT_TTL`] (found ones only).
+struct ObjectCache<K> {
+    entries: Mutex<Entries<K>>,
+}
+
+impl<K> Default for ObjectCache<K> {
+    fn default() -> Self {
+        Self {
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K> ObjectCache<K>
+where
+    K: kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries<K>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn get(
+        &self,
+        client: &Client,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<Arc<K>>, kube::Error> {
+        let key = (ns.to_string(), name.to_string());
+        if let Some((at, v)) = self.lock().get(&key)
+            && at.elapsed() < OBJECT_TTL
+        {
+            return Ok(Some(v.clone()));
+        }
+        let api: Api<K> = Api::namespaced(client.clone(), ns);
+        let value = api.get_opt(name).await?.map(Arc::new);
+        let mut entries = self.lock();
+        entries.retain(|_, (at, _)| at.elapsed() < OBJECT_TTL * 12);
+        // "Not found" is not kept: a pod waiting for the object starts as soon as it exists.
+        match &value {
+            Some(v) => entries.insert(key, (Instant::now(), v.clone())),
+            None => entries.remove(&key),
+        };
+        Ok(value)
+    }
+}
+
+/// The outcome of setting up a pod's volumes.
+#[derive(Debug, Default)]
+pub struct SetupOutcome {
+    /// The volumes containers can mount: set up now, or earlier when a refresh failed.
+    pub volumes: PodVolumes,
+    /// The volumes that failed, with why (each one a `FailedMount` event).
+    pub errors: Vec<(String, Error)>,
+}
+
+impl SetupOutcome {
+    /// The pod's volumes that are not mounted: while there are any, the pod's
+    /// sandbox and containers must not start (the kubelet's `WaitForAttachAndMount`).
+    #[must_use]
+    pub fn unmounted(&self, pod: &Pod) -> Vec<String> {
+        pod.spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter(|v| !self.volumes.contains_key(&v.name))
+            .map(|v| v.name.clone())
+            .collect()
+    }
+}
+
+/// The volume manager; one per agent, shared by every pod worker.
+pub struct VolumeManager {
+    client: Client,
+    root_dir: PathBuf,
+    allocatable: BTreeMap<String, ApiQuantity>,
+    config_maps: ObjectCache<ConfigMap>,
+    secrets: ObjectCache<Secret>,
+    tokens: TokenManager,
+}
+
+impl VolumeManager {
+    /// A volume manager keeping pod directories under `root_dir`, reading
+    /// objects with `client` (the node's credentials). `allocatable` is the
+    /// node's allocatable resources, for resource fields and tmpfs sizes.
+    #[must_use]
+    pub fn new(
+        client: Client,
+        root_dir: impl Into<PathBuf>,
+        allocatable: BTreeMap<String, ApiQuantity>,
+    ) -> Self {
+        Self {
+            client,
+            root_dir: root_dir.into(),
+            allocatable,
+            config_maps: ObjectCache::default(),
+            secrets: ObjectCache::default(),
+            tokens: TokenManager::default(),
+        }
+    }
+
+    /// The root dir pod directories are under.
+    #[must_use]
+    pub fn root_dir(&self) -> &Path {
+        &self.root_dir
+    }
+
+    /// Reads the objects and tokens the pod's volumes need.
+    pub async fn fetch(&self, pod: &Pod) -> Fetched {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let (cms, secrets, tokens) = references(pod);
+        let mut fetched = Fetched::default();
+        for name in cms {
+            let got = self.config_maps.get(&self.client, &ns, &name).await;
+            let got = got.map_err(|source| {
+                Error::Api {
+                    what: format!("get configmap \"{name}\""),
+                    source,
+                }
+                .to_string()
+            });
+            fetched.config_maps.insert(name, got);
+        }
+        for name in secrets {
+            let got = self.secrets.get(&self.client, &ns, &name).await;
+            let got = got.map_err(|source| {
+                Error::Api {
+                    what: format!("get secret \"{name}\""),
+                    source,
+                }
+                .to_string()
+            });
+            fetched.secrets.insert(name, got);
+        }
+        for key in tokens {
+            let got = self.tokens.get(&self.client, &key).await;
+            fetched.tokens.insert(key, got.map_err(|e| e.to_string()));
+        }
+        fetched
+    }
+
+    /// Sets up (or refreshes) every volume of `pod`, as the kubelet's
+    /// `MountVolume.SetUp` for each plugin. Never fails as a whole: each
+    /// volume's error is in the outcome.
+    pub async fn setup(&self, pod: &Pod) -> SetupOutcome {
+        let fetched = self.fetch(pod).await;
+        let pod = pod.clone();
+        let root = self.root_dir.clone();
+        let allocatable = self.allocatable.clone();
+        match tokio::task::spawn_blocking(move || set_up_all(&root, &pod, &fetched, &allocatable))
+            .await
+        {
+            Ok(outcome) => outcome,
+            Err(e) => SetupOutcome {
+                volumes: PodVolumes::new(),
+                errors: vec![(
+                    String::new(),
+                    Error::Payload(format!("volume setup task failed: {e}")),
+                )],
+            },
+        }
+    }
+
+    /// Unmounts everything under the pod's directory and removes it, and
+    /// forgets the pod's tokens (the kubelet's volume teardown and
+    /// `cleanupOrphanedPodDirs`). A pod without a directory is fine.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a mount cannot be undone or the directory removed;
+    /// nothing is removed while a mount is left.
+    pub async fn teardown(&self, uid: &str) -> Result<()> {
+        let dir = pod_dir(&self.root_dir, uid);
+        self.tokens.forget_pod(uid);
+        let task = tokio::task::spawn_blocking(move || remove_pod_dir(&dir));
+        match task.await {
+            Ok(r) => r,
+            Err(e) => Err(Error::Payload(format!("volume teardown task failed: {e}"))),
+        }
+    }
+
+    /// Tears down the directories of pods that are not in `store` (the pods
+    /// bound to this node); returns how many were removed. The directories are
+    /// listed before the store is read, so a pod that has just arrived (and
+    /// whose directory is being made) is never taken for an orphan.
+    pub async fn cleanup_orphans(&self, store: &Store<Pod>) -> usize {
+        let pods = self.root_dir.join(PODS_DIR);
+        let Ok(entries) = std::fs::read_dir(&pods) else {
+            return 0;
+        };
+        let dirs: Vec<String> = entries
+            .filter_map(std::result::Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let known: HashSet<String> = store
+            .state()
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        let orphans: Vec<String> = dirs
+            .into_iter()
+            .filter(|uid| !known.contains(uid))
+            .collect();
+        let mut removed = 0;
+        for uid in orphans {
+            match self.teardown(&uid).await {
+                Ok(()) => {
+                    info!(
+                        pod_uid = uid,
+                        "removed the directory of a pod no longer bound to this node"
+                    );
+                    removed += 1;
+                }
+                Err(e) => warn!(pod_uid = uid, error = %e, "remove orphaned pod directory"),
+            }
+        }
+        removed
+    }
+}
+
+fn remove_pod_dir(dir: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(dir).is_err() {
+        return Ok(());
+    }
+    let io = |op: &'static str| {
+        let path = dir.to_path_buf();
+        move |source| Error::Io { op, path, source }
+    };
+    mount::unmount_all_under(dir).map_err(io("unmount volumes under"))?;
+    let left = std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| mount::mounts_under(&t, dir))
+        .map_err(io("read mountinfo for"))?;
+    if let Some(p) = left.first() {
+        return Err(Error::Io {
+            op: "still mounted:",
+            path: p.clone(),
+            source: std::io::Error::other("mount point left after unmount"),
+        });
+    }
+    std::fs::remove_dir_all(dir).map_err(io("remove"))
+}
+
+fn fs_group(pod: &Pod) -> Option<u32> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.fs_group)
+        .and_then(|g| u32::try_from(g).ok())
+}
+
+/// Sets up every volume of `pod` (blocking filesystem work).
+fn set_up_all(
+    root: &Path,
+    pod: &Pod,
+    fetched: &Fetched,
+    allocatable: &BTreeMap<String, ApiQuantity>,
+) -> SetupOutcome {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut outcome = SetupOutcome::default();
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        match set_up_volume(root, &uid, pod, v, fetched, allocatable) {
+            Ok(mounted) => {
+                outcome.volumes.insert(v.name.clone(), mounted);
+            }
+            Err((e, still_usable)) => {
+                debug!(volume = v.name, error = %e, "volume setup failed");
+                if let Some(mounted) = still_usable {
+                    outcome.volumes.insert(v.name.clone(), mounted);
+                }
+                outcome.errors.push((v.name.clone(), e));
+            }
+        }
+    }
+    outcome
+}
+
+/// One volume; on failure, the error and the volume as it was when an earlier
+/// version of it can still be used.
+fn set_up_volume(
+    root: &Path,
+    uid: &str,
+    pod: &Pod,
+    v: &Volume,
+    fetched: &Fetched,
+    allocatable: &BTreeMap<String, ApiQuantity>,
+) -> std::result::Result<MountedVolume, (Error, Option<MountedVolume>)> {
+    let dir = |plugin: &str| volume_dir(root, uid, plugin, &v.name);
+    if let Some(hp) = &v.host_path {
+        let path = PathBuf::from(&hp.path);
+        host_path::check(&path, hp.type_.as_deref()).map_err(|e| (e, None))?;
+        return Ok(MountedVolume {
+            host_path: path,
+            read_only: false,
+        });
+    }
+    if let Some(ed) = &v.empty_dir {
+        let d = dir(empty_dir::PLUGIN_DIR);
+        let first = std::fs::symlink_metadata(&d).is_err();
+        let mode = ed
+            .mode
+            .map_or(empty_dir::DEFAULT_DIR_MODE, |m| m.unsigned_abs() & 0o7777);
+        let io = |source| Error::Io {
+            op: "set up emptyDir",
+            path: d.clone(),
+            source,
+        };
+        empty_dir::set_up(&d, empty_dir::medium(pod, ed, allocatable), mode)
+            .map_err(|e| (io(e), None))?;
+        if first && let Some(gid) = fs_group(pod) {
+            ownership::apply(&d, gid, false).map_err(|e| (io(e), None))?;
+        }
+        return Ok(MountedVolume {
+            host_path: d,
+            read_only: false,
+        });
+    }
+    let memory = || Medium::Memory(empty_dir::memory_size(pod, None, allocatable).unwrap_or(0));
+    let (plugin, medium, payload) = if let Some(cm) = &v.config_map {
+        let optional = cm.optional.unwrap_or(false);
+        let payload = fetched.config_map(&cm.name, optional).and_then(|obj| {
+            configmap::payload(
+                cm.items.as_deref(),
+                obj.as_deref(),
+                cm.default_mode,
+                cm.default_user,
+                optional,
+            )
+        });
+        (configmap::PLUGIN_DIR, Medium::Disk, payload)
+    } else if let Some(s) = &v.secret {
+        let optional = s.optional.unwrap_or(false);
+        let name = s.secret_name.clone().unwrap_or_default();
+        let payload = fetched.secret(&name, optional).and_then(|obj| {
+            secret::payload(
+                s.items.as_deref(),
+                obj.as_deref(),
+                s.default_mode,
+                s.default_user,
+                optional,
+            )
+        });
+        (secret::PLUGIN_DIR, memory(), payload)
+    } else if let Some(d) = &v.downward_api {
+        let payload = downward_api::payload(
+            d.items.as_deref().unwrap_or_default(),
+            pod,
+            allocatable,
+            d.default_mode,
+            d.default_user,
+        );
+        (downward_api::PLUGIN_DIR, memory(), payload)
+    } else if let Some(p) = &v.projected {
+        let payload = projected::payload(p, pod, fetched, allocatable);
+        (projected::PLUGIN_DIR, memory(), payload)
+    } else {
+        return Err((
+            Error::Unsupported(format!(
+                "volume {:?}: this volume type is not supported by this node",
+                v.name
+            )),
+            None,
+        ));
+    };
+    let d = dir(plugin);
+    let earlier = atomic_writer::is_published(&d).then(|| MountedVolume {
+        host_path: d.clone(),
+        read_only: true,
+    });
+    let fail = |e: Error| (e, earlier.clone());
+    let payload = payload.map_err(fail)?;
+    write_volume(&d, medium, &payload, fs_group(pod)).map_err(fail)?;
+    Ok(MountedVolume {
+        host_path: d,
+        read_only: true,
+    })
+}
+
+/// The wrapped emptyDir of an atomic-writer volume, then the payload written into it.
+fn write_volume(
+    dir: &Path,
+    medium: Medium,
+    payload: &Payload,
+    fs_group: Option<u32>,
+) -> Result<()> {
+    empty_dir::set_up(dir, medium, empty_dir::DEFAULT_DIR_MODE).map_err(|source| Error::Io {
+        op: "set up volume directory",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let perms = move |_: &Path| match fs_group {
+        Some(gid) => ownership::apply(dir, gid, true),
+        None => Ok(()),
+    };
+    let written = atomic_writer::write(dir, payload, Some(&perms))?;
+    if written {
+        debug!(dir = %dir.display(), files = payload.len(), "volume contents written");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::fixtures::pod;
+    use k8s_openapi::api::core::v1::{
+        ConfigMapVolumeSource, EmptyDirVolumeSource, HostPathVolumeSource, KeyToPath,
+        SecretVolumeSource,
+    };
+
+    fn volume(name: &str) -> Volume {
+        Volume {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    fn with_volumes(vols: Vec<Volume>) -> Pod {
+        let mut p = pod("web").container("c", "busybox").build();
+        p.spec.as_mut().unwrap().volumes = Some(vols);
+        p
+    }
+
+    #[test]
+    fn volumes_land_in_the_kubelet_layout() {
+        let root = tempfile::tempdir().unwrap();
+        let host = root.path().join("host-data");
+        let mut cm = volume("cfg");
+        cm.config_map = Some(ConfigMapVolumeSource {
+            name: "app-config".into(),
+            items: Some(vec![KeyToPath {
+                key: "k".into(),
+                path: "conf/k.txt".into(),
+                mode: Some(0o600),
+                user: None,
+            }]),
+            ..Default::default()
+        });
+        let mut ed = volume("scratch");
+        ed.empty_dir = Some(EmptyDirVolumeSource::default());
+        let mut hp = volume("host");
+        hp.host_path = Some(HostPathVolumeSource {
+            path: host.to_string_lossy().into_owned(),
+            type_: Some("DirectoryOrCreate".into()),
+        });
+        let p = with_volumes(vec![cm, ed, hp]);
+        let mut fetched = Fetched::default();
+        fetched.config_maps.insert(
+            "app-config".into(),
+            Ok(Some(Arc::new(ConfigMap {
+                data: Some([("k".to_string(), "v".to_string())].into()),
+                ..Default::default()
+            }))),
+        );
+        let out = set_up_all(root.path(), &p, &fetched, &BTreeMap::new());
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert!(out.unmounted(&p).is_empty());
+        let cfg = volume_dir(root.path(), "uid-web", "kubernetes.io~configmap", "cfg");
+        assert_eq!(
+            out.volumes["cfg"],
+            MountedVolume {
+                host_path: cfg.clone(),
+                read_only: true
+            }
+        );
+        assert_eq!(
+            std::fs::read_to_string(cfg.join("conf/k.txt")).unwrap(),
+            "v"
+        );
+        let scratch = volume_dir(root.path(), "uid-web", "kubernetes.io~empty-dir", "scratch");
+        assert!(scratch.is_dir());
+        assert!(!out.volumes["scratch"].read_only);
+        assert_eq!(out.volumes["host"].host_path, host);
+        assert!(host.is_dir());
+    }
+
+    #[test]
+    fn missing_config_map_blocks_until_it_exists() {
+        let root = tempfile::tempdir().unwrap();
+        let mut cm = volume("cfg");
+        cm.config_map = Some(ConfigMapVolumeSource {
+            name: "nope".into(),
+            ..Default::default()
+        });
+        let mut opt = volume("opt");
+        opt.config_map = Some(ConfigMapVolumeSource {
+            name: "also-nope".into(),
+            optional: Some(true),
+            ..Default::default()
+        });
+        let p = with_volumes(vec![cm, opt]);
+        let mut fetched = Fetched::default();
+        fetched.config_maps.insert("nope".into(), Ok(None));
+        fetched.config_maps.insert("also-nope".into(), Ok(None));
+        let out = set_up_all(root.path(), &p, &fetched, &BTreeMap::new());
+        assert_eq!(out.unmounted(&p), vec!["cfg"]);
+        assert_eq!(out.errors.len(), 1);
+        assert_eq!(out.errors[0].1.to_string(), "configmap \"nope\" not found");
+        assert!(
+            !volume_dir(root.path(), "uid-web", configmap::PLUGIN_DIR, "cfg").exists(),
+            "nothing written for a volume that cannot be set up"
+        );
+        let opt = volume_dir(root.path(), "uid-web", configmap::PLUGIN_DIR, "opt");
+        assert!(
+            atomic_writer::is_published(&opt),
+            "an optional missing source is empty"
+        );
+    }
+
+    #[test]
+    fn a_failed_refresh_keeps_the_published_version() {
+        let root = tempfile::tempdir().unwrap();
+        let mut cm = volume("cfg");
+        cm.config_map = Some(ConfigMapVolumeSource {
+            name: "app".into(),
+            ..Default::default()
+        });
+        let p = with_volumes(vec![cm]);
+        let mut fetched = Fetched::default();
+        fetched.config_maps.insert(
+            "app".into(),
+            Ok(Some(Arc::new(ConfigMap {
+                data: Some([("a".to_string(), "1".to_string())].into()),
+                ..Default::default()
+            }))),
+        );
+        assert!(
+            set_up_all(root.path(), &p, &fetched, &BTreeMap::new())
+                .errors
+                .is_empty()
+        );
+        fetched.config_maps.insert("app".into(), Ok(None));
+        let out = set_up_all(root.path(), &p, &fetched, &BTreeMap::new());
+        assert_eq!(out.errors.len(), 1);
+        assert!(out.unmounted(&p).is_empty(), "still mountable");
+        let cfg = volume_dir(root.path(), "uid-web", "kubernetes.io~configmap", "cfg");
+        assert_eq!(std::fs::read_to_string(cfg.join("a")).unwrap(), "1");
+    }
+
+    #[test]
+    fn unsupported_volume_types_are_named() {
+        let root = tempfile::tempdir().unwrap();
+        let mut pvc = volume("data");
+        pvc.persistent_volume_claim = Some(Default::default());
+        let p = with_volumes(vec![pvc]);
+        let out = set_up_all(root.path(), &p, &Fetched::default(), &BTreeMap::new());
+        assert_eq!(out.unmounted(&p), vec!["data"]);
+        assert!(out.errors[0].1.to_string().contains("not supported"));
+    }
+
+    #[test]
+    fn references_list_every_object_once() {
+        let mut cm = volume("a");
+        cm.config_map = Some(ConfigMapVolumeSource {
+            name: "shared".into(),
+            ..Default::default()
+        });
+        let mut s = volume("b");
+        s.secret = Some(SecretVolumeSource {
+            secret_name: Some("creds".into()),
+            ..Default::default()
+        });
+        let p = with_volumes(vec![
+            cm.clone(),
+            s,
+            Volume {
+                name: "c".into(),
+                ..cm
+            },
+        ]);
+        let (cms, secrets, tokens) = references(&p);
+        assert_eq!(cms.into_iter().collect::<Vec<_>>(), ["shared"]);
+        assert_eq!(secrets.into_iter().collect::<Vec<_>>(), ["creds"]);
+        assert!(tokens.is_empty());
+    }
+
+    #[test]
+    #[ignore = "needs root: mounts tmpfs file systems"]
+    fn memory_volumes_are_tmpfs_and_teardown_unmounts_them() {
+        let root = tempfile::tempdir().unwrap();
+        let mut s = volume("sec");
+        s.secret = Some(SecretVolumeSource {
+            secret_name: Some("creds".into()),
+            ..Default::default()
+        });
+        let mut mem = volume("mem");
+        mem.empty_dir = Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            size_limit: Some(ApiQuantity("1Mi".into())),
+            ..Default::default()
+        });
+        let p = with_volumes(vec![s, mem]);
+        let mut fetched = Fetched::default();
+        fetched.secrets.insert(
+            "creds".into(),
+            Ok(Some(Arc::new(Secret {
+                data: Some([("k".to_string(), k8s_openapi::ByteString(b"v".to_vec()))].into()),
+                ..Default::default()
+            }))),
+        );
+        let alloc = BTreeMap::from([("memory".to_string(), ApiQuantity("1Gi".into()))]);
+        for _ in 0..2 {
+            let out = set_up_all(root.path(), &p, &fetched, &alloc);
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+        }
+        let pod = pod_dir(root.path(), "uid-web");
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mounts = mount::mounts_under(&text, &pod);
+        assert_eq!(
+            mounts.len(),
+            2,
+            "one tmpfs per volume, not remounted: {mounts:?}"
+        );
+        let sec = volume_dir(root.path(), "uid-web", secret::PLUGIN_DIR, "sec");
+        assert!(mount::is_mount_point(&sec));
+        assert_eq!(std::fs::read_to_string(sec.join("k")).unwrap(), "v");
+        let line = text
+            .lines()
+            .find(|l| l.contains("kubernetes.io~empty-dir/mem"))
+            .unwrap();
+        assert!(line.contains("size=1024k"), "{line}");
+        remove_pod_dir(&pod).unwrap();
+        assert!(!pod.exists());
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(mount::mounts_under(&text, &pod).is_empty());
+    }
+
+    #[test]
+    fn teardown_of_a_plain_dir_removes_it() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = volume_dir(root.path(), "u1", empty_dir::PLUGIN_DIR, "x");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), "x").unwrap();
+        remove_pod_dir(&pod_dir(root.path(), "u1")).unwrap();
+        assert!(!pod_dir(root.path(), "u1").exists());
+        remove_pod_dir(&pod_dir(root.path(), "u1")).unwrap();
+    }
+}

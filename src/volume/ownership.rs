@@ -1,0 +1,67 @@
+//! The pod's `fsGroup` applied to a volume, as the kubelet's
+//! `SetVolumeOwnership` (pkg/volume/volume_linux.go): every file and directory
+//! gets the group, files `g+rw` (`g+r` on read-only volumes), directories also
+//! `g+x` and setgid. Symlinks get the group but keep their mode.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{PermissionsExt, lchown};
+use std::path::Path;
+
+/// Group bits added on a writable volume.
+const RW_MASK: u32 = 0o660;
+/// Group bits added on a read-only volume.
+const RO_MASK: u32 = 0o440;
+/// Execute bits added to directories.
+const EXEC_MASK: u32 = 0o110;
+/// The setgid bit, added to directories.
+const SETGID: u32 = 0o2000;
+
+/// Applies `fs_group` to `path` and everything under it, children before parents.
+///
+/// # Errors
+/// The first directory that cannot be read; failed `lchown`/`chmod` calls on
+/// single entries are ignored, as the kubelet logs and goes on.
+pub fn apply(path: &Path, fs_group: u32, read_only: bool) -> io::Result<()> {
+    let meta = fs::symlink_metadata(path)?;
+    if meta.is_dir() {
+        for entry in fs::read_dir(path)? {
+            apply(&entry?.path(), fs_group, read_only)?;
+        }
+    }
+    let _ = lchown(path, None, Some(fs_group));
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    let mut mask = if read_only { RO_MASK } else { RW_MASK };
+    if meta.is_dir() {
+        mask |= SETGID | EXEC_MASK;
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    let _ = fs::set_permissions(path, fs::Permissions::from_mode(mode | mask));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn adds_group_bits_and_setgid_on_dirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("d");
+        fs::create_dir(&d).unwrap();
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).unwrap();
+        let f = d.join("f");
+        fs::write(&f, "x").unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o400)).unwrap();
+        std::os::unix::fs::symlink("f", d.join("l")).unwrap();
+        let gid = fs::metadata(dir.path()).unwrap().gid();
+        apply(&d, gid, true).unwrap();
+        assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o440);
+        assert_eq!(fs::metadata(&d).unwrap().mode() & 0o7777, 0o2750);
+        apply(&d, gid, false).unwrap();
+        assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o660);
+    }
+}

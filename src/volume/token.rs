@@ -1,0 +1,202 @@
+//! Service account tokens for projected volumes, as the kubelet's token manager
+//! (pkg/kubelet/token/token_manager.go): one TokenRequest per (service account,
+//! audience, expiration, pod), bound to the pod, kept in memory and requested
+//! again when 80 % of its lifetime has passed or it is 24 h old.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+use super::{Error, Result};
+
+/// Tokens are requested again after this age whatever their expiration (24 h).
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Expiration asked for when the projection sets none (the API default, 1 h).
+pub const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
+
+/// What a token is requested for; also the cache key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TokenKey {
+    /// Namespace of the pod and its service account.
+    pub namespace: String,
+    /// Service account name.
+    pub service_account: String,
+    /// Audience (`None`: the API server's default audiences).
+    pub audience: Option<String>,
+    /// Requested lifetime in seconds.
+    pub expiration_seconds: i64,
+    /// Name of the pod the token is bound to.
+    pub pod_name: String,
+    /// UID of the pod the token is bound to.
+    pub pod_uid: String,
+}
+
+/// A token the API server issued.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IssuedToken {
+    /// The JWT.
+    pub token: String,
+    /// When it expires.
+    pub expires: Timestamp,
+    /// The lifetime the API server granted, in seconds.
+    pub expiration_seconds: i64,
+}
+
+/// True when `token` must be requested again at `now`: within the last 20 %
+/// of its lifetime, or older than [`MAX_TTL`] (the kubelet's `requiresRefresh`,
+/// without its jitter).
+#[must_use]
+pub fn requires_refresh(token: &IssuedToken, now: Timestamp) -> bool {
+    let ttl = token.expiration_seconds.max(0);
+    let issued = token.expires - Duration::from_secs(ttl.unsigned_abs());
+    let max_ttl = i64::try_from(MAX_TTL.as_secs()).unwrap_or(i64::MAX);
+    if now.as_second() > issued.as_second().saturating_add(max_ttl) {
+        return true;
+    }
+    let refresh_at = token.expires.as_second() - ttl * 20 / 100;
+    now.as_second() >= refresh_at
+}
+
+/// The TokenRequest the kubelet sends for `key`: audience, expiration and a
+/// `boundObjectRef` to the pod (so the token dies with the pod).
+#[must_use]
+pub fn request(key: &TokenKey) -> TokenRequest {
+    TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: key.audience.as_ref().map(|a| vec![a.clone()]),
+            expiration_seconds: Some(key.expiration_seconds),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(key.pod_name.clone()),
+                uid: Some(key.pod_uid.clone()),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The token cache; one per agent.
+#[derive(Default)]
+pub struct TokenManager {
+    tokens: Mutex<HashMap<TokenKey, IssuedToken>>,
+}
+
+impl TokenManager {
+    /// The token for `key`: the cached one while fresh, else a new one from
+    /// `POST serviceaccounts/<sa>/token` (allowed to a node for pods bound to it).
+    ///
+    /// # Errors
+    /// [`Error::Api`] when the TokenRequest fails, [`Error::Payload`] when its
+    /// answer carries no token.
+    pub async fn get(&self, client: &Client, key: &TokenKey) -> Result<String> {
+        let now = Timestamp::now();
+        if let Some(t) = self.lock().get(key).filter(|t| !requires_refresh(t, now)) {
+            return Ok(t.token.clone());
+        }
+        let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &key.namespace);
+        let tr = api
+            .create_token_request(&key.service_account, &PostParams::default(), &request(key))
+            .await
+            .map_err(|source| Error::Api {
+                what: format!(
+                    "request token for service account {:?}",
+                    key.service_account
+                ),
+                source,
+            })?;
+        let status = tr.status.unwrap_or_default();
+        let (Some(token), Some(expires)) = (status.token, status.expiration_timestamp) else {
+            return Err(Error::Payload(format!(
+                "token request for service account {:?} returned no token",
+                key.service_account
+            )));
+        };
+        let granted = tr.spec.and_then(|s| s.expiration_seconds);
+        let issued = IssuedToken {
+            token: token.clone(),
+            expires: expires.0,
+            expiration_seconds: granted.unwrap_or(key.expiration_seconds),
+        };
+        self.lock().insert(key.clone(), issued);
+        Ok(token)
+    }
+
+    /// Forgets the tokens bound to the pod with UID `pod_uid`.
+    pub fn forget_pod(&self, pod_uid: &str) {
+        self.lock().retain(|k, _| k.pod_uid != pod_uid);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TokenKey, IssuedToken>> {
+        self.tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + secs).unwrap()
+    }
+
+    #[test]
+    fn refreshes_at_eighty_percent_of_the_lifetime() {
+        // Issued at 0 for 3600 s: fresh until 2880 s.
+        let t = IssuedToken {
+            token: "t".into(),
+            expires: at(3600),
+            expiration_seconds: 3600,
+        };
+        assert!(!requires_refresh(&t, at(0)));
+        assert!(!requires_refresh(&t, at(2879)));
+        assert!(requires_refresh(&t, at(2880)));
+        assert!(requires_refresh(&t, at(4000)));
+    }
+
+    #[test]
+    fn refreshes_after_a_day_whatever_the_expiration() {
+        let year = 365 * 24 * 3600;
+        let t = IssuedToken {
+            token: "t".into(),
+            expires: at(year),
+            expiration_seconds: year,
+        };
+        assert!(!requires_refresh(&t, at(24 * 3600)));
+        assert!(requires_refresh(&t, at(24 * 3600 + 1)));
+    }
+
+    #[test]
+    fn request_is_bound_to_the_pod() {
+        let key = TokenKey {
+            namespace: "ns".into(),
+            service_account: "default".into(),
+            audience: Some("vault".into()),
+            expiration_seconds: 3607,
+            pod_name: "web".into(),
+            pod_uid: "u1".into(),
+        };
+        let r = request(&key).spec.unwrap();
+        assert_eq!(r.audiences, Some(vec!["vault".to_string()]));
+        assert_eq!(r.expiration_seconds, Some(3607));
+        let b = r.bound_object_ref.unwrap();
+        assert_eq!(
+            (b.kind.as_deref(), b.name.as_deref(), b.uid.as_deref()),
+            (Some("Pod"), Some("web"), Some("u1"))
+        );
+        let none = request(&TokenKey {
+            audience: None,
+            ..key
+        });
+        assert!(none.spec.unwrap().audiences.is_none());
+    }
+}
