@@ -10,6 +10,7 @@ pub mod config;
 pub mod cri;
 pub mod node;
 pub mod pod;
+pub mod server;
 
 /// The Kubernetes version whose kubelet this agent follows.
 pub const KUBERNETES_VERSION: &str = "v1.37.0";
