@@ -471,7 +471,8 @@ EOF
         --node-ip "$NODE_IP" \
         --container-runtime-endpoint "unix://$CTRD_SOCK" \
         --root-dir "$LOCAL/rustlet" \
-        --pod-logs-dir "$LOCAL/pod-logs"
+        --pod-logs-dir "$LOCAL/pod-logs" \
+        --client-ca-file "$PKI/ca.crt"
     fi
     ;;
 esac

@@ -46,6 +46,7 @@ e2e() {
   done
   cargo test "${targets[@]}" -- --ignored --test-threads 4 || rc=1
   cargo test --test e2e_restart -- --ignored || rc=1
+  cargo test --test e2e_server -- --ignored --test-threads 4 || rc=1
   ((rc == 0)) || tail_log rustlet 60
   "$ROOT/hack/local-down.sh" || rc=1
   return $rc

@@ -111,6 +111,9 @@ pub fn settings(args: &RunArgs) -> anyhow::Result<Settings> {
     if let Some(v) = &args.pod_logs_dir {
         s.pod_logs_dir.clone_from(v);
     }
+    if let Some(v) = args.port {
+        s.port = i32::from(v);
+    }
     Ok(s)
 }
 
@@ -228,7 +231,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             memory_capacity_bytes: machine.memory_bytes,
         },
         StatusContext {
-            host_ips: vec![node_ip],
+            host_ips: vec![node_ip.clone()],
             runtime_name: version.runtime_name.clone(),
         },
         pleg_connected,
@@ -247,6 +250,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     ))
     .shutdown_on_signal();
     let store = controller.store();
+    let server = tokio::spawn(crate::server::serve(
+        server_config(&args, &settings, &node_name, &node_ip)?,
+        crate::server::Deps {
+            client: client.clone(),
+            pods: store.clone(),
+        },
+    ));
     let housekeeping = tokio::spawn({
         let runtime = runtime.clone();
         let volumes = ctx.volumes.clone();
@@ -264,17 +274,55 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     });
-    controller
+    let pods = controller
         .run(worker::reconcile, worker::error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "reconcile");
             }
-        })
-        .await;
+        });
+    // The node API failing to start (port in use, bad certificate) is fatal, as
+    // for the kubelet.
+    let result = tokio::select! {
+        () = pods => Ok(()),
+        r = server => Err(match r {
+            Ok(Ok(())) => anyhow!("node API server stopped"),
+            Ok(Err(e)) => anyhow!(e).context("node API server"),
+            Err(e) => anyhow!("node API server task: {e}"),
+        }),
+    };
     housekeeping.abort();
     info!("stopped");
-    Ok(())
+    result
+}
+
+/// The node API's configuration from flags and settings.
+fn server_config(
+    args: &RunArgs,
+    settings: &Settings,
+    node_name: &str,
+    node_ip: &str,
+) -> anyhow::Result<crate::server::ServerConfig> {
+    let ip = node_ip
+        .parse()
+        .with_context(|| format!("node IP {node_ip:?}"))?;
+    let mut cfg = crate::server::ServerConfig::new(
+        node_name,
+        vec![ip],
+        settings.root_dir.join("pki"),
+        settings.pod_logs_dir.clone(),
+    );
+    cfg.port = u16::try_from(settings.port)
+        .with_context(|| format!("port {} is not a TCP port", settings.port))?;
+    cfg.healthz_port = (args.healthz_port != 0).then_some(args.healthz_port);
+    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) {
+        cfg.serving_cert = crate::server::ServingCert::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        };
+    }
+    cfg.client_ca_file.clone_from(&args.client_ca_file);
+    Ok(cfg)
 }
 
 async fn runtime_facts(runtime: &Runtime, version: &str) -> RuntimeFacts {

@@ -16,6 +16,10 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once at start; boxing buys nothing"
+)]
 pub enum Command {
     /// Register this node and run the pods bound to it.
     Run(RunArgs),
@@ -60,6 +64,23 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
+    /// Port of the node API (HTTPS on 0.0.0.0) [default: 10250].
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Port of the local health endpoint (plain HTTP on 127.0.0.1; 0 disables it).
+    #[arg(long, default_value_t = 10248)]
+    pub healthz_port: u16,
+    /// Serving certificate of the node API (PEM, leaf first). Without it a
+    /// self-signed one for the node name and IP is kept in <root-dir>/pki.
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Private key of --tls-cert-file (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// CA bundle (PEM) that node API client certificates are verified against;
+    /// without it only bearer tokens authenticate.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
 }
 
 #[cfg(test)]
@@ -87,6 +108,28 @@ mod tests {
             args.container_runtime_endpoint.as_deref(),
             Some("unix:///tmp/c.sock")
         );
+        assert_eq!((args.port, args.healthz_port), (None, 10248));
+    }
+
+    #[test]
+    fn node_api_flags_parse_and_tls_files_come_in_pairs() {
+        let cli = Cli::try_parse_from([
+            "rustlet",
+            "run",
+            "--port",
+            "11250",
+            "--healthz-port",
+            "0",
+            "--client-ca-file",
+            "/pki/ca.crt",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!((args.port, args.healthz_port), (Some(11250), 0));
+        assert_eq!(args.client_ca_file, Some(PathBuf::from("/pki/ca.crt")));
+        assert!(Cli::try_parse_from(["rustlet", "run", "--tls-cert-file", "/c.crt"]).is_err());
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod events;
 pub mod node;
 pub mod pod;
 pub mod prober;
+pub mod server;
 pub mod volume;
 
 /// The Kubernetes version whose kubelet this agent follows.

@@ -1,0 +1,499 @@
+//! Who is asking, and may they: authentication and authorization of node API
+//! requests, as the kubelet's auth filter does it (pkg/kubelet/server/auth.go and
+//! `InstallAuthFilter` in server.go).
+//!
+//! Authentication: a client certificate verified against `--client-ca-file` (the
+//! TLS layer verifies it; here its CN becomes the user name and its O entries the
+//! groups), else a bearer token checked with a `TokenReview`
+//! (authentication.k8s.io/v1). Anonymous requests are refused: 401 `Unauthorized`.
+//!
+//! Authorization: one `SubjectAccessReview` (authorization.k8s.io/v1) per
+//! attribute set of the request: resource `nodes`, name the node, verb from the
+//! HTTP method and subresource from the path ([`subresources`]); the first allowed
+//! one lets the request through, otherwise 403 `Forbidden (user=…, verb=…,
+//! resource=nodes, subresource(s)=[…])`.
+//!
+//! Decisions are cached as the kubelet's webhook authenticator and authorizer
+//! cache them: an authenticated token for 2 minutes, an allowed decision for 5
+//! minutes, a denied one for 30 seconds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use sha2::{Digest, Sha256};
+use tracing::{debug, warn};
+
+/// Errors asking the API server about a request's credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The `TokenReview` call failed.
+    #[error("create tokenreview: {0}")]
+    TokenReview(#[source] kube::Error),
+    /// The `SubjectAccessReview` call failed.
+    #[error("create subjectaccessreview for user {user}: {source}")]
+    SubjectAccessReview {
+        /// The user asked about.
+        user: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// An authenticated user, as the API server's `user.Info`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct User {
+    /// User name (`system:node:n1`, `kube-apiserver-kubelet-client`, a service account).
+    pub name: String,
+    /// User UID (empty for certificate users).
+    pub uid: String,
+    /// Groups.
+    pub groups: Vec<String>,
+    /// Extra attributes from a token review.
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// The identity a verified client certificate carries: CN → user name, each O →
+/// a group (the API server's `CommonNameUserConversion`). `None` when the
+/// certificate does not parse or has no CN.
+#[must_use]
+pub fn cert_user(der: &[u8]) -> Option<User> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let subject = cert.subject();
+    let name = subject
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
+    if name.is_empty() {
+        return None;
+    }
+    let groups = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_string))
+        .collect();
+    Some(User {
+        name,
+        groups,
+        ..User::default()
+    })
+}
+
+/// The user a connection's verified client certificate names, put into every
+/// request of that connection by the TLS accept loop.
+#[derive(Clone, Debug, Default)]
+pub struct PeerCert(pub Option<User>);
+
+/// The authorization verb of an HTTP method (`GetRequestAttributes`): GET → get,
+/// POST → create, PUT → update, PATCH → patch, DELETE → delete; any other method
+/// has the empty verb, which no RBAC rule grants.
+#[must_use]
+pub fn verb(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => "",
+    }
+}
+
+/// `path` is `base` or below it (`isSubpath`); a trailing slash of `base` is ignored.
+fn is_subpath(path: &str, base: &str) -> bool {
+    let base = base.strip_suffix('/').unwrap_or(base);
+    path == base
+        || path
+            .strip_prefix(base)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// The `nodes` subresources a request path is authorized as, tried in order
+/// (`GetRequestAttributes` with `KubeletFineGrainedAuthz`, GA since 1.36):
+///
+/// | path | subresources |
+/// |---|---|
+/// | `/pods`, `/allocatedPods`, `/runningpods/` | `pods`, `proxy` |
+/// | `/healthz…` | `healthz`, `proxy` |
+/// | `/configz` | `configz`, `proxy` |
+/// | `/stats…` | `stats` |
+/// | `/metrics…` | `metrics` |
+/// | `/logs…` | `log` |
+/// | `/checkpoint…` | `checkpoint` |
+/// | `/statusz` | `statusz` |
+/// | `/flagz` | `configz` |
+/// | anything else (`/containerLogs`, `/exec`, `/attach`, `/portForward`, `/run`, …) | `proxy` |
+#[must_use]
+pub fn subresources(path: &str) -> Vec<&'static str> {
+    let mut out = Vec::with_capacity(2);
+    if is_subpath(path, "/allocatedPods")
+        || is_subpath(path, "/pods")
+        || is_subpath(path, "/runningpods/")
+    {
+        out.push("pods");
+    } else if is_subpath(path, "/healthz") {
+        out.push("healthz");
+    } else if is_subpath(path, "/configz") {
+        out.push("configz");
+    }
+    out.push(if is_subpath(path, "/stats/") {
+        "stats"
+    } else if is_subpath(path, "/metrics") {
+        "metrics"
+    } else if is_subpath(path, "/logs/") {
+        "log"
+    } else if is_subpath(path, "/checkpoint/") {
+        "checkpoint"
+    } else if is_subpath(path, "/statusz") {
+        "statusz"
+    } else if is_subpath(path, "/flagz") {
+        "configz"
+    } else {
+        "proxy"
+    });
+    out
+}
+
+/// The bearer token of an `Authorization: Bearer <token>` header (scheme in any case).
+#[must_use]
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, token) = v.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// A map whose entries expire.
+#[derive(Debug)]
+struct TtlCache<K, V> {
+    entries: Mutex<HashMap<K, (V, Instant)>>,
+}
+
+/// Entries kept at most; expired ones are dropped when it fills.
+const CACHE_MAX: usize = 4096;
+
+impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
+    fn new() -> Self {
+        Self {
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn get(&self, k: &K, now: Instant) -> Option<V> {
+        let map = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(k)
+            .filter(|(_, until)| *until > now)
+            .map(|(v, _)| v.clone())
+    }
+
+    fn put(&self, k: K, v: V, ttl: Duration, now: Instant) {
+        let mut map = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= CACHE_MAX {
+            map.retain(|_, (_, until)| *until > now);
+            if map.len() >= CACHE_MAX {
+                map.clear();
+            }
+        }
+        map.insert(k, (v, now + ttl));
+    }
+}
+
+/// How long an authenticated token is trusted without asking again (the
+/// kubelet's `authentication.webhook.cacheTTL`, 2 min).
+pub const TOKEN_TTL: Duration = Duration::from_secs(120);
+/// How long an allowed decision is kept (`authorization.webhook.cacheAuthorizedTTL`, 5 min).
+pub const ALLOWED_TTL: Duration = Duration::from_secs(300);
+/// How long a denied decision is kept (`authorization.webhook.cacheUnauthorizedTTL`, 30 s).
+pub const DENIED_TTL: Duration = Duration::from_secs(30);
+
+/// Authenticates and authorizes requests through the API server.
+pub struct Auth {
+    client: Client,
+    node_name: String,
+    tokens: TtlCache<[u8; 32], Option<User>>,
+    decisions: TtlCache<String, bool>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("node_name", &self.node_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Auth {
+    /// An authenticator and authorizer for node `node_name`, asking through `client`.
+    #[must_use]
+    pub fn new(client: Client, node_name: String) -> Self {
+        Self {
+            client,
+            node_name,
+            tokens: TtlCache::new(),
+            decisions: TtlCache::new(),
+        }
+    }
+
+    /// The user a bearer token belongs to, by `TokenReview` (no audiences);
+    /// `None` when the API server does not authenticate it.
+    ///
+    /// # Errors
+    /// [`Error::TokenReview`] when the review cannot be made.
+    pub async fn authenticate_token(&self, token: &str) -> Result<Option<User>, Error> {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(user) = self.tokens.get(&key, Instant::now()) {
+            return Ok(user);
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_string(),
+                audiences: None,
+            },
+            ..TokenReview::default()
+        };
+        let got = Api::<TokenReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(Error::TokenReview)?;
+        let status = got.status.unwrap_or_default();
+        if status.authenticated != Some(true) {
+            debug!(error = status.error.as_deref(), "token not authenticated");
+            return Ok(None);
+        }
+        let info = status.user.unwrap_or_default();
+        let user = User {
+            name: info.username.unwrap_or_default(),
+            uid: info.uid.unwrap_or_default(),
+            groups: info.groups.unwrap_or_default(),
+            extra: info.extra.unwrap_or_default(),
+        };
+        let user = (!user.name.is_empty()).then_some(user);
+        if user.is_some() {
+            self.tokens
+                .put(key, user.clone(), TOKEN_TTL, Instant::now());
+        }
+        Ok(user)
+    }
+
+    /// Whether `user` may `verb` the node's `subresource`, by `SubjectAccessReview`.
+    ///
+    /// # Errors
+    /// [`Error::SubjectAccessReview`] when the review cannot be made.
+    pub async fn authorize(
+        &self,
+        user: &User,
+        verb: &str,
+        subresource: &str,
+    ) -> Result<bool, Error> {
+        let spec = SubjectAccessReviewSpec {
+            user: Some(user.name.clone()),
+            uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
+            groups: Some(user.groups.clone()),
+            extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.to_string()),
+                group: Some(String::new()),
+                version: Some("v1".into()),
+                resource: Some("nodes".into()),
+                subresource: Some(subresource.to_string()),
+                name: Some(self.node_name.clone()),
+                namespace: Some(String::new()),
+                ..ResourceAttributes::default()
+            }),
+            non_resource_attributes: None,
+        };
+        let key = serde_json::to_string(&spec).unwrap_or_default();
+        if let Some(allowed) = self.decisions.get(&key, Instant::now()) {
+            return Ok(allowed);
+        }
+        let review = SubjectAccessReview {
+            spec,
+            ..SubjectAccessReview::default()
+        };
+        let got = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|source| Error::SubjectAccessReview {
+                user: user.name.clone(),
+                source,
+            })?;
+        let allowed = got.status.is_some_and(|s| s.allowed);
+        let ttl = if allowed { ALLOWED_TTL } else { DENIED_TTL };
+        self.decisions.put(key, allowed, ttl, Instant::now());
+        Ok(allowed)
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// The auth filter in front of every node API route: 401 `Unauthorized` without
+/// valid credentials, 500 `Authorization error (…)` when a review fails, 403
+/// `Forbidden (…)` when no attribute set is allowed.
+pub async fn filter(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
+    let from_cert = req.extensions().get::<PeerCert>().and_then(|p| p.0.clone());
+    let user = match from_cert {
+        Some(u) => Some(u),
+        None => match bearer_token(req.headers()) {
+            Some(token) => match auth.authenticate_token(token).await {
+                Ok(u) => u,
+                Err(e) => {
+                    warn!(error = %e, "unable to authenticate the request");
+                    None
+                }
+            },
+            None => None,
+        },
+    };
+    let Some(user) = user else {
+        return text(StatusCode::UNAUTHORIZED, "Unauthorized".into());
+    };
+    let verb = verb(req.method());
+    let subs = subresources(req.uri().path());
+    for sub in &subs {
+        match auth.authorize(&user, verb, sub).await {
+            Ok(true) => return next.run(req).await,
+            Ok(false) => {}
+            Err(e) => {
+                warn!(error = %e, user = user.name, verb, subresource = sub, "authorization error");
+                return text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!(
+                        "Authorization error (user={}, verb={verb}, resource=nodes, subresource={sub})",
+                        user.name
+                    ),
+                );
+            }
+        }
+    }
+    debug!(user = user.name, verb, subresources = ?subs, "forbidden");
+    text(
+        StatusCode::FORBIDDEN,
+        format!(
+            "Forbidden (user={}, verb={verb}, resource=nodes, subresource(s)=[{}])\n",
+            user.name,
+            subs.join(" ")
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_map_to_subresources_as_in_the_kubelet() {
+        let cases: &[(&str, &[&str])] = &[
+            ("/pods", &["pods", "proxy"]),
+            ("/pods/", &["pods", "proxy"]),
+            ("/podsx", &["proxy"]),
+            ("/runningpods/", &["pods", "proxy"]),
+            ("/runningpods", &["pods", "proxy"]),
+            ("/allocatedPods/ns/p", &["pods", "proxy"]),
+            ("/healthz", &["healthz", "proxy"]),
+            ("/healthz/syncloop", &["healthz", "proxy"]),
+            ("/configz", &["configz", "proxy"]),
+            ("/stats", &["stats"]),
+            ("/stats/summary", &["stats"]),
+            ("/statsx", &["proxy"]),
+            ("/metrics", &["metrics"]),
+            ("/metrics/cadvisor", &["metrics"]),
+            ("/metrics/resource", &["metrics"]),
+            ("/logs/", &["log"]),
+            ("/logs/syslog", &["log"]),
+            ("/checkpoint/ns/p/c", &["checkpoint"]),
+            ("/statusz", &["statusz"]),
+            ("/flagz", &["configz"]),
+            ("/containerLogs/ns/p/c", &["proxy"]),
+            ("/exec/ns/p/c", &["proxy"]),
+            ("/attach/ns/p/c", &["proxy"]),
+            ("/portForward/ns/p", &["proxy"]),
+            ("/run/ns/p/c", &["proxy"]),
+            ("/spec/", &["proxy"]),
+            ("/", &["proxy"]),
+        ];
+        for (path, want) in cases {
+            assert_eq!(subresources(path), *want, "{path}");
+        }
+    }
+
+    #[test]
+    fn methods_map_to_verbs() {
+        for (m, v) in [
+            (Method::GET, "get"),
+            (Method::POST, "create"),
+            (Method::PUT, "update"),
+            (Method::PATCH, "patch"),
+            (Method::DELETE, "delete"),
+            (Method::HEAD, ""),
+            (Method::OPTIONS, ""),
+        ] {
+            assert_eq!(verb(&m), v, "{m}");
+        }
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_from_the_authorization_header() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::AUTHORIZATION, v.parse().unwrap());
+            m
+        };
+        assert_eq!(bearer_token(&h("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&h("bearer  abc ")), Some("abc"));
+        assert_eq!(bearer_token(&h("Bearer ")), None);
+        assert_eq!(bearer_token(&h("Basic abc")), None);
+        assert_eq!(bearer_token(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn certificate_subject_names_user_and_groups() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "system:node:n1");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "system:nodes");
+        let cert = params.self_signed(&key).unwrap();
+        let user = cert_user(cert.der()).unwrap();
+        assert_eq!(user.name, "system:node:n1");
+        assert_eq!(user.groups, vec!["system:nodes"]);
+        assert_eq!(cert_user(b"not a certificate"), None);
+    }
+
+    #[test]
+    fn cache_entries_expire() {
+        let c = TtlCache::new();
+        let t0 = Instant::now();
+        c.put("k", 1, Duration::from_secs(30), t0);
+        assert_eq!(c.get(&"k", t0 + Duration::from_secs(29)), Some(1));
+        assert_eq!(c.get(&"k", t0 + Duration::from_secs(30)), None);
+    }
+}

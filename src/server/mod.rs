@@ -1,0 +1,515 @@
+//! The node's own API, the kubelet server (pkg/kubelet/server/server.go): HTTPS on
+//! `--port` (10250) behind the kubelet's authentication and authorization
+//! ([`auth`]), and a plain health endpoint on `127.0.0.1:--healthz-port` (10248).
+//!
+//! Served so far:
+//! - `/healthz`, `/healthz/ping`, `/healthz/log`, `/healthz/syncloop`: `ok`
+//!   (`?verbose` lists the checks).
+//! - `/pods`: the pods bound to this node, a v1 `PodList` from the pod reflector.
+//! - `/containerLogs/{namespace}/{pod}/{container}`: the container's CRI log file
+//!   with the `PodLogOptions` query ([`logs`]), which is what `kubectl logs` reaches
+//!   through the API server's `pods/log`.
+//!
+//! Any other path answers 404 `404 page not found` after authorization, as the
+//! kubelet's router does.
+
+pub mod auth;
+pub mod logs;
+pub mod tls;
+
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::StreamExt as _;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::net::TcpListener;
+use tower::ServiceExt as _;
+use tracing::{debug, info, warn};
+
+pub use tls::ServingCert;
+
+/// Errors starting or running the node API.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The serving certificate, its key or the client CA are unusable.
+    #[error(transparent)]
+    Tls(#[from] tls::Error),
+    /// A listening socket could not be opened.
+    #[error("listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The local health endpoint stopped.
+    #[error("serve health endpoint on {addr}: {source}")]
+    Healthz {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Result of the node API.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How the node API is served.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The node's name: the `nodes/<name>` that requests are authorized against.
+    pub node_name: String,
+    /// Address of the HTTPS server (`address`, 0.0.0.0).
+    pub address: IpAddr,
+    /// Port of the HTTPS server (`port`, 10250; 0 picks a free one).
+    pub port: u16,
+    /// Address of the plain health endpoint (`healthzBindAddress`, 127.0.0.1).
+    pub healthz_address: IpAddr,
+    /// Port of the plain health endpoint (`healthzPort`, 10248); `None` disables it.
+    pub healthz_port: Option<u16>,
+    /// The serving certificate.
+    pub serving_cert: ServingCert,
+    /// PEM bundle of CAs that client certificates are verified against
+    /// (`authentication.x509.clientCAFile`); without it only bearer tokens authenticate.
+    pub client_ca_file: Option<PathBuf>,
+    /// Directory of pod logs (`podLogsDir`, `/var/log/pods`).
+    pub pod_logs_dir: PathBuf,
+}
+
+impl ServerConfig {
+    /// The kubelet's defaults for node `node_name` with IPs `node_ips`: HTTPS on
+    /// 0.0.0.0:10250 with a self-signed certificate kept in `cert_dir`, health on
+    /// 127.0.0.1:10248, no client CA.
+    #[must_use]
+    pub fn new(
+        node_name: &str,
+        node_ips: Vec<IpAddr>,
+        cert_dir: PathBuf,
+        pod_logs_dir: PathBuf,
+    ) -> Self {
+        Self {
+            node_name: node_name.to_string(),
+            address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port: 10250,
+            healthz_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            healthz_port: Some(10248),
+            serving_cert: ServingCert::SelfSigned {
+                dir: cert_dir,
+                names: vec![node_name.to_string()],
+                ips: node_ips,
+            },
+            client_ca_file: None,
+            pod_logs_dir,
+        }
+    }
+}
+
+/// What the node API reads and asks.
+#[derive(Clone)]
+pub struct Deps {
+    /// The agent's API client: token and subject access reviews.
+    pub client: Client,
+    /// The pods bound to this node (the pod controller's reflector store).
+    pub pods: Store<Pod>,
+}
+
+impl std::fmt::Debug for Deps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deps").finish_non_exhaustive()
+    }
+}
+
+/// How often a followed log file is checked for new lines and its container for
+/// having stopped (the runtime's log reader waits for a file event or at most 1 s).
+const FOLLOW_POLL: Duration = Duration::from_millis(200);
+/// A TLS handshake that takes longer is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct App {
+    pods: Store<Pod>,
+    pod_logs_dir: PathBuf,
+}
+
+/// The node API with its sockets open, ready to [`run`](Self::run).
+pub struct Server {
+    listener: TcpListener,
+    healthz: Option<TcpListener>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    router: Router,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("addr", &self.listener.local_addr().ok())
+            .finish_non_exhaustive()
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })
+}
+
+impl Server {
+    /// Loads TLS material (generating the self-signed pair if needed) and opens
+    /// both sockets.
+    ///
+    /// # Errors
+    /// [`Error::Tls`] for unusable certificate files, [`Error::Bind`] for a port in use.
+    pub async fn bind(cfg: ServerConfig, deps: Deps) -> Result<Self> {
+        let tls = tls::server_config(&cfg.serving_cert, cfg.client_ca_file.as_deref())?;
+        let listener = bind(SocketAddr::new(cfg.address, cfg.port)).await?;
+        let healthz = match cfg.healthz_port {
+            Some(port) => Some(bind(SocketAddr::new(cfg.healthz_address, port)).await?),
+            None => None,
+        };
+        let auth = Arc::new(auth::Auth::new(deps.client, cfg.node_name.clone()));
+        let app = Arc::new(App {
+            pods: deps.pods,
+            pod_logs_dir: cfg.pod_logs_dir,
+        });
+        let router = Router::new()
+            .merge(healthz_routes())
+            .route("/pods", get(pods))
+            .route("/pods/", get(pods))
+            .route(
+                "/containerLogs/{namespace}/{pod}/{container}",
+                get(container_logs),
+            )
+            .fallback(not_found)
+            .with_state(app)
+            .layer(axum::middleware::from_fn_with_state(auth, auth::filter));
+        Ok(Self {
+            listener,
+            healthz,
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
+            router,
+        })
+    }
+
+    /// The address of the HTTPS server.
+    ///
+    /// # Errors
+    /// As `getsockname`.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The address of the plain health endpoint, if served.
+    #[must_use]
+    pub fn healthz_addr(&self) -> Option<SocketAddr> {
+        self.healthz.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Serves until the task is dropped. Failed handshakes and connections are
+    /// logged at debug level and do not stop the server.
+    ///
+    /// # Errors
+    /// [`Error::Healthz`] when the health endpoint stops.
+    pub async fn run(self) -> Result<()> {
+        if let Ok(addr) = self.listener.local_addr() {
+            info!(%addr, "serving the node API");
+        }
+        let healthz = async {
+            match self.healthz {
+                Some(l) => {
+                    let addr = l.local_addr().map_err(|source| Error::Healthz {
+                        addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+                        source,
+                    })?;
+                    info!(%addr, "serving the health endpoint");
+                    axum::serve(l, healthz_routes())
+                        .await
+                        .map_err(|source| Error::Healthz { addr, source })
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let https = async {
+            loop {
+                let (tcp, peer) = match self.listener.accept().await {
+                    Ok(x) => x,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off a little.
+                        warn!(error = %e, "accept");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                tokio::spawn(connection(
+                    self.acceptor.clone(),
+                    self.router.clone(),
+                    tcp,
+                    peer,
+                ));
+            }
+        };
+        tokio::select! {
+            r = healthz => r,
+            () = https => Ok(()),
+        }
+    }
+}
+
+async fn connection(
+    acceptor: tokio_rustls::TlsAcceptor,
+    router: Router,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+) {
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            debug!(%peer, error = %e, "TLS handshake");
+            return;
+        }
+        Err(_) => {
+            debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let cert = auth::PeerCert(
+        tls.get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .and_then(|c| auth::cert_user(c)),
+    );
+    let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(cert.clone());
+        router.clone().oneshot(req)
+    });
+    if let Err(e) = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+        .serve_connection_with_upgrades(TokioIo::new(tls), svc)
+        .await
+    {
+        debug!(%peer, error = %e, "connection");
+    }
+}
+
+/// Starts the node API and serves until the task is dropped: [`Server::bind`]
+/// then [`Server::run`].
+///
+/// # Errors
+/// See [`Server::bind`] and [`Server::run`].
+pub async fn serve(cfg: ServerConfig, deps: Deps) -> Result<()> {
+    Server::bind(cfg, deps).await?.run().await
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        body.into(),
+    )
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    text(StatusCode::NOT_FOUND, "404 page not found\n")
+}
+
+/// The kubelet's health checks; all pass while the agent serves.
+const HEALTH_CHECKS: [&str; 3] = ["ping", "log", "syncloop"];
+
+fn healthz_routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/healthz/{check}", get(healthz_check))
+}
+
+async fn healthz(RawQuery(q): RawQuery) -> Response {
+    let verbose = q
+        .as_deref()
+        .is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "verbose"));
+    if verbose {
+        let mut out: String = HEALTH_CHECKS
+            .iter()
+            .map(|c| format!("[+]{c} ok\n"))
+            .collect();
+        out.push_str("healthz check passed\n");
+        text(StatusCode::OK, out)
+    } else {
+        text(StatusCode::OK, "ok")
+    }
+}
+
+async fn healthz_check(Path(check): Path<String>) -> Response {
+    if HEALTH_CHECKS.contains(&check.as_str()) {
+        text(StatusCode::OK, "ok")
+    } else {
+        text(StatusCode::NOT_FOUND, "404 page not found\n")
+    }
+}
+
+async fn pods(State(app): State<Arc<App>>) -> Response {
+    let mut items: Vec<Arc<Pod>> = app.pods.state();
+    items.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    let list = serde_json::json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": items.iter().map(|p| &**p).collect::<Vec<&Pod>>(),
+    });
+    match serde_json::to_vec(&list) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+fn has_container(pod: &Pod, name: &str) -> bool {
+    pod.spec.as_ref().is_some_and(|s| {
+        s.containers.iter().any(|c| c.name == name)
+            || s.init_containers.iter().flatten().any(|c| c.name == name)
+            || s.ephemeral_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == name)
+    })
+}
+
+fn container_status<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
+    let st = pod.status.as_ref()?;
+    [
+        &st.container_statuses,
+        &st.init_container_statuses,
+        &st.ephemeral_container_statuses,
+    ]
+    .into_iter()
+    .flatten()
+    .flatten()
+    .find(|c| c.name == name)
+}
+
+/// `/containerLogs/{namespace}/{pod}/{container}` as the kubelet's
+/// `getContainerLogs`: 400 for an undecodable query, 422 for invalid options, 404
+/// for an unknown pod or container, 400 with the kubelet's message when the
+/// container has no log to show; else 200 and the log, streamed.
+async fn container_logs(
+    State(app): State<Arc<App>>,
+    Path((namespace, pod_name, container)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let opts = match logs::LogOptions::from_query(query.as_deref().unwrap_or(""), Timestamp::now())
+    {
+        Ok(o) => o,
+        Err(logs::OptionsError::Decode(e)) => {
+            debug!(error = e, "container logs query");
+            return text(
+                StatusCode::BAD_REQUEST,
+                r#"{"message": "Unable to decode query."}"#,
+            );
+        }
+        Err(logs::OptionsError::Invalid(e)) => {
+            debug!(error = e, "container logs query");
+            return text(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                r#"{"message": "Invalid request."}"#,
+            );
+        }
+        Err(e @ logs::OptionsError::Stream(_)) => {
+            return text(StatusCode::BAD_REQUEST, e.to_string());
+        }
+    };
+    let oref = ObjectRef::<Pod>::new(&pod_name).within(&namespace);
+    let Some(pod) = app.pods.get(&oref) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("pod {pod_name:?} does not exist"),
+        );
+    };
+    if !has_container(&pod, &container) {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("container {container:?} not found in pod {pod_name:?}"),
+        );
+    }
+    let which = match logs::pick(
+        container_status(&pod, &container),
+        &container,
+        &pod_name,
+        opts.previous,
+    ) {
+        Ok(w) => w,
+        Err(message) => return text(StatusCode::BAD_REQUEST, message),
+    };
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let dir = crate::pod::translate::pod_log_dir(&app.pod_logs_dir, &namespace, &pod_name, &uid)
+        .join(&container);
+    let restarts = logs::restarts(&dir);
+    let Some((restart, path)) = logs::file_for(&dir, &restarts, which) else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "failed to open log file of container {container:?} in pod {pod_name:?}: no log file in {}",
+                dir.display()
+            ),
+        );
+    };
+    let follow = opts.follow;
+    let reader = match logs::LogReader::open(&path, opts) {
+        Ok(r) => r,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("failed to open log file {:?}: {e}", path.display()),
+            );
+        }
+    };
+    // Following ends when the container stops: its status says so, or a newer
+    // instance started (its file is no longer the newest).
+    let store = app.pods.clone();
+    let running = move || {
+        if !follow {
+            return false;
+        }
+        let Some(p) = store.get(&oref) else {
+            return false;
+        };
+        p.metadata.uid.as_deref() == Some(uid.as_str())
+            && container_status(&p, &container)
+                .and_then(|s| s.state.as_ref())
+                .is_some_and(|s| s.running.is_some())
+            && logs::restarts(&dir).first() == Some(&restart)
+    };
+    let (mut tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = reader.run(&mut tx, &running, FOLLOW_POLL) {
+            warn!(path = %path.display(), error = %e, "read container log");
+        }
+    });
+    let body =
+        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>));
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,376 @@
+//! The node API over real HTTPS on a random port: a test CA and client
+//! certificates made with rcgen, and the API server's token and subject access
+//! reviews answered by an in-process fake behind a real `kube::Client`.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use axum::http::{self, StatusCode};
+use http_body_util::{BodyExt as _, Empty};
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde_json::{Value, json};
+
+use super::*;
+
+type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+struct Ca {
+    params: rcgen::CertificateParams,
+    key: rcgen::KeyPair,
+    pem: String,
+}
+
+fn ca(cn: &str) -> Ca {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let pem = params.self_signed(&key).unwrap().pem();
+    Ca { params, key, pem }
+}
+
+fn client_cert(ca: &Ca, cn: &str, org: &str) -> Identity {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, org);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let issuer = rcgen::Issuer::from_params(&ca.params, &ca.key);
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    (
+        vec![cert.der().clone()],
+        PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+    )
+}
+
+/// A `kube::Client` whose API server allows `tester` everything and no one
+/// else anything, and knows one token, `good`, of user `token-user`. Every
+/// review it is asked is recorded.
+fn fake_api(seen: Arc<Mutex<Vec<Value>>>) -> Client {
+    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let seen = seen.clone();
+        async move {
+            let path = req.uri().path().to_string();
+            let body = req.into_body().collect().await?.to_bytes();
+            let mut v: Value = serde_json::from_slice(&body)?;
+            seen.lock().unwrap().push(v.clone());
+            if path == "/apis/authentication.k8s.io/v1/tokenreviews" {
+                v["status"] = if v["spec"]["token"] == "good" {
+                    json!({"authenticated": true, "user": {"username": "token-user", "groups": ["g"]}})
+                } else {
+                    json!({"authenticated": false, "error": "invalid token"})
+                };
+            } else if path == "/apis/authorization.k8s.io/v1/subjectaccessreviews" {
+                v["status"] = json!({"allowed": v["spec"]["user"] == "tester"});
+            } else {
+                panic!("unexpected API call {path}");
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+                http::Response::builder()
+                    .status(201)
+                    .body(kube::client::Body::from(serde_json::to_vec(&v)?))?,
+            )
+        }
+    });
+    Client::new(svc, "default")
+}
+
+fn pod() -> Pod {
+    serde_json::from_value(json!({
+        "metadata": { "name": "p", "namespace": "ns", "uid": "u1" },
+        "spec": { "containers": [{ "name": "c", "image": "busybox" }] },
+        "status": { "containerStatuses": [{
+            "name": "c", "image": "busybox", "imageID": "", "ready": true, "restartCount": 1,
+            "containerID": "containerd://b",
+            "state": { "running": { "startedAt": "2024-05-01T11:00:00Z" } },
+            "lastState": { "terminated": { "exitCode": 1, "containerID": "containerd://a" } }
+        }] }
+    }))
+    .unwrap()
+}
+
+struct Fixture {
+    addr: SocketAddr,
+    healthz: SocketAddr,
+    roots: Arc<RootCertStore>,
+    ca: Ca,
+    seen: Arc<Mutex<Vec<Value>>>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ca("test-ca");
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    let logs = dir.path().join("logs/ns_p_u1/c");
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::write(logs.join("0.log"), "2024-05-01T10:00:00Z stdout F old\n").unwrap();
+    std::fs::write(
+        logs.join("1.log"),
+        "2024-05-01T11:00:00Z stdout F new1\n2024-05-01T11:00:01Z stderr F new2\n",
+    )
+    .unwrap();
+
+    let (store, mut writer) = kube::runtime::reflector::store::<Pod>();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod()));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut cfg = ServerConfig::new(
+        "n1",
+        vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+        dir.path().join("pki"),
+        dir.path().join("logs"),
+    );
+    cfg.address = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    cfg.port = 0;
+    cfg.healthz_port = Some(0);
+    cfg.client_ca_file = Some(ca_file);
+    let server = Server::bind(
+        cfg,
+        Deps {
+            client: fake_api(seen.clone()),
+            pods: store,
+        },
+    )
+    .await
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let healthz = server.healthz_addr().unwrap();
+    tokio::spawn(async move {
+        // Keep the writer (and so the store's contents) alive with the server.
+        let _writer = writer;
+        server.run().await
+    });
+
+    let mut roots = RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(dir.path().join("pki/kubelet.crt")).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    Fixture {
+        addr,
+        healthz,
+        roots: Arc::new(roots),
+        ca,
+        seen,
+        _dir: dir,
+    }
+}
+
+impl Fixture {
+    /// GET `path` over HTTPS, verifying the server's certificate for 127.0.0.1,
+    /// with an optional client certificate and bearer token.
+    async fn get(
+        &self,
+        path: &str,
+        identity: Option<Identity>,
+        token: Option<&str>,
+    ) -> std::io::Result<(StatusCode, String)> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(self.roots.clone());
+        let cfg = match identity {
+            Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        let tcp = tokio::net::TcpStream::connect(self.addr).await?;
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(ServerName::IpAddress(Ipv4Addr::LOCALHOST.into()), tcp)
+            .await?;
+        request(TokioIo::new(tls), path, token).await
+    }
+}
+
+async fn request<T>(io: T, path: &str, token: Option<&str>) -> std::io::Result<(StatusCode, String)>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(std::io::Error::other)?;
+    tokio::spawn(conn);
+    let mut req = http::Request::get(path).header(http::header::HOST, "127.0.0.1");
+    if let Some(t) = token {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let resp = sender
+        .send_request(req.body(Empty::<bytes::Bytes>::new()).unwrap())
+        .await
+        .map_err(std::io::Error::other)?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(std::io::Error::other)?
+        .to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+#[tokio::test]
+async fn anonymous_requests_are_unauthorized() {
+    let f = start().await;
+    let (status, body) = f.get("/pods", None, None).await.unwrap();
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::UNAUTHORIZED, "Unauthorized")
+    );
+    let (status, _) = f.get("/healthz", None, Some("bad")).await.unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_client_certificate_authenticates_and_reviews_authorize() {
+    let f = start().await;
+    let tester = || Some(client_cert(&f.ca, "tester", "testers"));
+    assert_eq!(
+        f.get("/healthz", tester(), None).await.unwrap(),
+        (StatusCode::OK, "ok".to_string())
+    );
+    let (status, body) = f.get("/healthz?verbose", tester(), None).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body.ends_with("[+]syncloop ok\nhealthz check passed\n"),
+        "{body}"
+    );
+    let (status, body) = f.get("/pods", tester(), None).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let list: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["kind"], "PodList");
+    assert_eq!(list["items"][0]["metadata"]["name"], "p");
+    assert_eq!(
+        f.get("/nope", tester(), None).await.unwrap(),
+        (StatusCode::NOT_FOUND, "404 page not found\n".to_string())
+    );
+
+    // The review carries the certificate's user and groups and the node's attributes.
+    let seen = f.seen.lock().unwrap().clone();
+    let sar = &seen[0];
+    assert_eq!(sar["kind"], "SubjectAccessReview");
+    assert_eq!(sar["spec"]["user"], "tester");
+    assert_eq!(sar["spec"]["groups"], json!(["testers"]));
+    assert_eq!(
+        sar["spec"]["resourceAttributes"],
+        json!({"verb": "get", "resource": "nodes", "subresource": "healthz", "name": "n1", "version": "v1", "group": "", "namespace": ""})
+    );
+}
+
+#[tokio::test]
+async fn users_without_access_are_forbidden_with_the_kubelets_message() {
+    let f = start().await;
+    let (status, body) = f.get("/pods", None, Some("good")).await.unwrap();
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        body,
+        "Forbidden (user=token-user, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
+    );
+    let nobody = client_cert(&f.ca, "nobody", "none");
+    let (status, body) = f
+        .get("/containerLogs/ns/p/c", Some(nobody), None)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(
+        body.starts_with("Forbidden (user=nobody, verb=get"),
+        "{body}"
+    );
+
+    // One token review; both subresources of /pods were asked about.
+    let seen = f.seen.lock().unwrap().clone();
+    let kinds: Vec<_> = seen
+        .iter()
+        .map(|v| v["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "TokenReview",
+            "SubjectAccessReview",
+            "SubjectAccessReview",
+            "SubjectAccessReview"
+        ]
+    );
+    assert_eq!(seen[1]["spec"]["resourceAttributes"]["subresource"], "pods");
+    assert_eq!(
+        seen[2]["spec"]["resourceAttributes"]["subresource"],
+        "proxy"
+    );
+}
+
+#[tokio::test]
+async fn a_certificate_from_another_ca_fails_the_handshake() {
+    let f = start().await;
+    let other = ca("other-ca");
+    let stranger = client_cert(&other, "tester", "testers");
+    assert!(f.get("/healthz", Some(stranger), None).await.is_err());
+}
+
+#[tokio::test]
+async fn container_logs_are_served_with_options_and_the_kubelets_errors() {
+    let f = start().await;
+    let get = |path: &'static str| {
+        let f = &f;
+        async move {
+            f.get(path, Some(client_cert(&f.ca, "tester", "testers")), None)
+                .await
+                .unwrap()
+        }
+    };
+    let ok = |body: &str| (StatusCode::OK, body.to_string());
+    assert_eq!(get("/containerLogs/ns/p/c").await, ok("new1\nnew2\n"));
+    assert_eq!(get("/containerLogs/ns/p/c?tailLines=1").await, ok("new2\n"));
+    assert_eq!(
+        get("/containerLogs/ns/p/c?previous=true").await,
+        ok("old\n")
+    );
+    assert_eq!(
+        get("/containerLogs/ns/p/c?timestamps=true&limitBytes=34").await,
+        ok("2024-05-01T11:00:00.000000000Z new")
+    );
+    assert_eq!(
+        get("/containerLogs/ns/p/x").await,
+        (
+            StatusCode::NOT_FOUND,
+            "container \"x\" not found in pod \"p\"".into()
+        )
+    );
+    assert_eq!(
+        get("/containerLogs/ns/q/c").await,
+        (StatusCode::NOT_FOUND, "pod \"q\" does not exist".into())
+    );
+    assert_eq!(
+        get("/containerLogs/ns/p/c?tailLines=-1").await,
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            r#"{"message": "Invalid request."}"#.into()
+        )
+    );
+    assert_eq!(
+        get("/containerLogs/ns/p/c?sinceTime=soon").await,
+        (
+            StatusCode::BAD_REQUEST,
+            r#"{"message": "Unable to decode query."}"#.into()
+        )
+    );
+}
+
+#[tokio::test]
+async fn the_local_health_endpoint_is_plain_http() {
+    let f = start().await;
+    let tcp = tokio::net::TcpStream::connect(f.healthz).await.unwrap();
+    let got = request(TokioIo::new(tcp), "/healthz", None).await.unwrap();
+    assert_eq!(got, (StatusCode::OK, "ok".to_string()));
+}

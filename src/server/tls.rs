@@ -1,0 +1,254 @@
+//! TLS of the node API: the serving certificate (given, or self-signed for the
+//! node's name and IPs as the kubelet does without `--tls-cert-file`) and client
+//! certificate verification against `--client-ca-file`.
+//!
+//! The kubelet keeps its self-signed pair in `<cert-dir>/kubelet.crt` and
+//! `kubelet.key` and reuses it across restarts; so does this module, under the
+//! directory it is given. Clients without a certificate are accepted at the TLS
+//! layer (they may still bring a bearer token); a certificate that does not
+//! verify against the client CA fails the handshake.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+
+/// Errors preparing TLS.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A PEM file could not be read or holds nothing usable.
+    #[error("read {what} from {path}: {message}")]
+    Pem {
+        /// What was expected (`certificate`, `private key`, `client CA`).
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The self-signed certificate could not be made.
+    #[error("generate self-signed serving certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    /// The self-signed pair could not be written.
+    #[error("write {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// rustls refused the configuration (e.g. a key that does not match the certificate).
+    #[error("TLS configuration: {0}")]
+    Config(#[from] rustls::Error),
+    /// The client CA bundle cannot build a verifier.
+    #[error("client CA {path}: {message}")]
+    ClientCa {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Where the serving certificate comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServingCert {
+    /// PEM files: the certificate (leaf first, then intermediates) and its key.
+    Files {
+        /// `--tls-cert-file`.
+        cert: PathBuf,
+        /// `--tls-private-key-file`.
+        key: PathBuf,
+    },
+    /// A self-signed certificate for these names and IPs, kept in `dir`
+    /// (`kubelet.crt`, `kubelet.key`) and reused when present.
+    SelfSigned {
+        /// Directory of the pair (`<root-dir>/pki`).
+        dir: PathBuf,
+        /// DNS names (the node name).
+        names: Vec<String>,
+        /// IP addresses (the node IPs).
+        ips: Vec<IpAddr>,
+    },
+}
+
+fn pem_err(what: &'static str, path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Pem {
+        what,
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+fn read_certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| pem_err(what, path, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pem_err(what, path, e))?;
+    if certs.is_empty() {
+        return Err(pem_err(what, path, "no CERTIFICATE block"));
+    }
+    Ok(certs)
+}
+
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, Error> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| pem_err("private key", path, e))
+}
+
+/// Generates a self-signed serving certificate (ECDSA P-256) for `names` and
+/// `ips`, CN the first name; returns the PEM certificate and key.
+///
+/// # Errors
+/// [`Error::Generate`] when a name is not a valid DNS name.
+pub fn self_signed(names: &[String], ips: &[IpAddr]) -> Result<(String, String), Error> {
+    let sans: Vec<String> = names
+        .iter()
+        .cloned()
+        .chain(ips.iter().map(ToString::to_string))
+        .collect();
+    let mut params = rcgen::CertificateParams::new(sans)?;
+    let cn = names.first().cloned().unwrap_or_else(|| "rustlet".into());
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{cn}@rustlet"));
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::DigitalSignature,
+        rcgen::KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let key = rcgen::KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+fn write_private(path: &Path, text: &str, mode: u32) -> Result<(), Error> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let tmp = path.with_extension("tmp");
+    let werr = |source| Error::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(werr)?;
+    f.write_all(text.as_bytes()).map_err(werr)?;
+    f.sync_all().map_err(werr)?;
+    std::fs::rename(&tmp, path).map_err(werr)
+}
+
+impl ServingCert {
+    /// The certificate chain and key, generating and storing a self-signed pair
+    /// first when needed.
+    ///
+    /// # Errors
+    /// Unreadable or empty PEM files; a pair that cannot be generated or written.
+    pub fn load(&self) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), Error> {
+        match self {
+            Self::Files { cert, key } => Ok((read_certs("certificate", cert)?, read_key(key)?)),
+            Self::SelfSigned { dir, names, ips } => {
+                let cert = dir.join("kubelet.crt");
+                let key = dir.join("kubelet.key");
+                if !(cert.exists() && key.exists()) {
+                    std::fs::create_dir_all(dir).map_err(|source| Error::Write {
+                        path: dir.clone(),
+                        source,
+                    })?;
+                    let (c, k) = self_signed(names, ips)?;
+                    write_private(&key, &k, 0o600)?;
+                    write_private(&cert, &c, 0o644)?;
+                    tracing::info!(cert = %cert.display(), "generated a self-signed serving certificate");
+                }
+                Ok((read_certs("certificate", &cert)?, read_key(&key)?))
+            }
+        }
+    }
+}
+
+/// The rustls server configuration of the node API: TLS 1.2 and 1.3 with the
+/// ring provider, ALPN `h2` and `http/1.1`, optional client certificates
+/// verified against `client_ca` (PEM bundle) for client authentication.
+///
+/// # Errors
+/// See [`ServingCert::load`]; an unreadable or invalid client CA bundle.
+pub fn server_config(
+    serving: &ServingCert,
+    client_ca: Option<&Path>,
+) -> Result<rustls::ServerConfig, Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = match client_ca {
+        Some(path) => {
+            let mut roots = RootCertStore::empty();
+            for c in read_certs("client CA", path)? {
+                roots.add(c).map_err(|e| Error::ClientCa {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                })?;
+            }
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| Error::ClientCa {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                })?
+        }
+        None => WebPkiClientVerifier::no_client_auth(),
+    };
+    let (certs, key) = serving.load()?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_signed_pair_is_made_once_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = ServingCert::SelfSigned {
+            dir: dir.path().join("pki"),
+            names: vec!["n1".into()],
+            ips: vec!["127.0.0.1".parse().unwrap()],
+        };
+        let (first, _) = s.load().unwrap();
+        let (again, _) = s.load().unwrap();
+        assert_eq!(first, again);
+        let (_, cert) = x509_parser::parse_x509_certificate(&first[0]).unwrap();
+        let san = cert.subject_alternative_name().unwrap().unwrap();
+        let names = format!("{:?}", san.value.general_names);
+        assert_eq!(names, r#"[DNSName("n1"), IPAddress([127, 0, 0, 1])]"#);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(dir.path().join("pki/kubelet.key"))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+        server_config(&s, None).unwrap();
+    }
+
+    #[test]
+    fn unreadable_files_are_named() {
+        let s = ServingCert::Files {
+            cert: "/nonexistent/c.crt".into(),
+            key: "/nonexistent/c.key".into(),
+        };
+        let err = server_config(&s, None).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/c.crt"), "{err}");
+    }
+}

@@ -1,0 +1,358 @@
+//! End-to-end checks of the node API (:10250) on the local cluster
+//! (`hack/local-up.sh --agent rustlet`): the API server's node proxy and
+//! `pods/log` reach it with its kubelet client certificate; direct requests
+//! without credentials get 401, and users without `nodes/proxy` get 403.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures::{AsyncBufReadExt as _, TryStreamExt as _};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use kube::Api;
+use kube::api::{LogParams, PostParams};
+
+const NODE_API: &str = "https://127.0.0.1:10250";
+
+/// `curl -k` to the node API: (HTTP status, body).
+fn curl(path: &str, extra: &[&str]) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sk", "--max-time", "10", "-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(format!("{NODE_API}{path}"))
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').expect("curl status line");
+    (code.trim().parse().expect("HTTP status"), body.to_string())
+}
+
+/// A client certificate for `cn` signed by the local cluster's CA, in `dir`.
+fn user_cert(dir: &Path, cn: &str) -> (String, String) {
+    let pki = local().join("pki");
+    let key = dir.join(format!("{cn}.key"));
+    let csr = dir.join(format!("{cn}.csr"));
+    let crt = dir.join(format!("{cn}.crt"));
+    let ext = dir.join("ext.cnf");
+    std::fs::write(&ext, "extendedKeyUsage = clientAuth\n").unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let p = |p: &Path| p.to_str().unwrap().to_string();
+    run(&["genrsa", "-out", &p(&key), "2048"]);
+    run(&[
+        "req",
+        "-new",
+        "-key",
+        &p(&key),
+        "-subj",
+        &format!("/CN={cn}"),
+        "-out",
+        &p(&csr),
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &p(&csr),
+        "-CA",
+        &p(&pki.join("ca.crt")),
+        "-CAkey",
+        &p(&pki.join("ca.key")),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        &p(&ext),
+        "-out",
+        &p(&crt),
+    ]);
+    (p(&crt), p(&key))
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn the_api_server_reaches_the_node_api_through_its_proxy() {
+    let client = client().await;
+    let get = |path: String| {
+        let client = client.clone();
+        async move {
+            client
+                .request_text(axum::http::Request::get(path).body(Vec::new()).unwrap())
+                .await
+        }
+    };
+    let node = node_name();
+    let healthz = get(format!("/api/v1/nodes/{node}/proxy/healthz"))
+        .await
+        .expect("proxy/healthz");
+    assert_eq!(healthz, "ok");
+    let pods = get(format!("/api/v1/nodes/{node}/proxy/pods"))
+        .await
+        .expect("proxy/pods");
+    let list: serde_json::Value = serde_json::from_str(&pods).expect("PodList JSON");
+    assert_eq!(list["kind"], "PodList");
+    assert!(list["items"].is_array(), "{list}");
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn requests_without_credentials_are_unauthorized() {
+    assert_eq!(curl("/pods", &[]), (401, "Unauthorized".to_string()));
+    assert_eq!(
+        curl("/pods", &["-H", "Authorization: Bearer not-a-token"]).0,
+        401
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn users_without_nodes_proxy_are_forbidden() {
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = user_cert(dir.path(), "nobody");
+    assert_eq!(
+        curl("/pods", &["--cert", &crt, "--key", &key]),
+        (
+            403,
+            "Forbidden (user=nobody, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
+                .to_string()
+        )
+    );
+    let (code, body) = curl(
+        "/containerLogs/default/x/c",
+        &["--cert", &crt, "--key", &key],
+    );
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("subresource(s)=[proxy]"), "{body}");
+
+    // A service account token is reviewed by the API server; the account may not
+    // reach the node either.
+    let client = client().await;
+    let ns = namespace(&client, "e2e-nodeapi").await;
+    let tr: TokenRequest = serde_json::from_value(serde_json::json!({
+        "spec": { "audiences": [], "expirationSeconds": 600 }
+    }))
+    .unwrap();
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+        .create_token_request("default", &PostParams::default(), &tr)
+        .await
+        .expect("token request")
+        .status
+        .and_then(|s| s.token)
+        .expect("token");
+    let (code, body) = curl("/pods", &["-H", &format!("Authorization: Bearer {token}")]);
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.starts_with(&format!(
+            "Forbidden (user=system:serviceaccount:{ns}:default, verb=get"
+        )),
+        "{body}"
+    );
+    drop_namespace(&client, &ns).await;
+}
+
+/// Polls the pod's logs with `lp` until `want(text)` holds.
+async fn logs_until(
+    api: &Api<Pod>,
+    name: &str,
+    lp: &LogParams,
+    want: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = api.logs(name, lp).await;
+        if let Ok(text) = &got
+            && want(text)
+        {
+            return text.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "logs of {name} with {lp:?}: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn kubectl_logs_reads_the_containers_output() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-logs").await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create(
+        &client,
+        &ns,
+        &pod(
+            "echo",
+            "Always",
+            BUSYBOX,
+            &["sh", "-c", "echo one; echo two >&2; echo three; sleep 3600"],
+        ),
+    )
+    .await;
+    wait_for(&client, &ns, "echo", 60, "Running", phase("Running")).await;
+
+    let all = logs_until(&api, "echo", &LogParams::default(), |t| t.contains("three")).await;
+    assert_eq!(all, "one\ntwo\nthree\n");
+    let tail = LogParams {
+        tail_lines: Some(1),
+        ..LogParams::default()
+    };
+    assert_eq!(api.logs("echo", &tail).await.unwrap(), "three\n");
+    let limited = LogParams {
+        limit_bytes: Some(6),
+        ..LogParams::default()
+    };
+    assert_eq!(api.logs("echo", &limited).await.unwrap(), "one\ntw");
+    let stamped = LogParams {
+        timestamps: true,
+        tail_lines: Some(1),
+        ..LogParams::default()
+    };
+    let line = api.logs("echo", &stamped).await.unwrap();
+    let (ts, rest) = line.split_once(' ').unwrap();
+    assert_eq!(rest, "three\n");
+    assert!(
+        ts.parse::<k8s_openapi::jiff::Timestamp>().is_ok() && ts.len() == 30,
+        "{ts}"
+    );
+    // No previous instance yet: the kubelet's message, as a 400 through the API server.
+    let err = api
+        .logs(
+            "echo",
+            &LogParams {
+                previous: true,
+                ..LogParams::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("previous terminated container \"c\" in pod \"echo\" not found"),
+        "{err}"
+    );
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn kubectl_logs_previous_reads_the_last_terminated_instance() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-logs-prev").await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // Every run prints its own ID, stays up for a while, then fails.
+    create(
+        &client,
+        &ns,
+        &pod(
+            "crasher",
+            "Always",
+            BUSYBOX,
+            &[
+                "sh",
+                "-c",
+                "echo run $(cat /proc/sys/kernel/random/uuid); sleep 15; exit 1",
+            ],
+        ),
+    )
+    .await;
+    wait_for(
+        &client,
+        &ns,
+        "crasher",
+        90,
+        "running again after a restart",
+        |p: Option<&Pod>| {
+            p.and_then(|p| {
+                p.status
+                    .as_ref()?
+                    .container_statuses
+                    .as_ref()?
+                    .first()
+                    .cloned()
+            })
+            .is_some_and(|c| c.restart_count >= 1 && c.state.and_then(|s| s.running).is_some())
+        },
+    )
+    .await;
+    let current = logs_until(&api, "crasher", &LogParams::default(), |t| {
+        t.starts_with("run ")
+    })
+    .await;
+    let previous = api
+        .logs(
+            "crasher",
+            &LogParams {
+                previous: true,
+                ..LogParams::default()
+            },
+        )
+        .await
+        .expect("previous logs");
+    assert!(
+        previous.starts_with("run ") && previous.lines().count() == 1,
+        "{previous:?}"
+    );
+    assert_ne!(
+        current, previous,
+        "the previous instance's log differs from the current one's"
+    );
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn kubectl_logs_follow_streams_until_the_container_exits() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-logs-follow").await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create(
+        &client,
+        &ns,
+        &pod(
+            "ticker",
+            "Never",
+            BUSYBOX,
+            &[
+                "sh",
+                "-c",
+                "for i in 1 2 3 4; do echo tick $i; sleep 1; done",
+            ],
+        ),
+    )
+    .await;
+    wait_for(&client, &ns, "ticker", 60, "Running", phase("Running")).await;
+    let started = Instant::now();
+    let follow = LogParams {
+        follow: true,
+        ..LogParams::default()
+    };
+    let lines: Vec<String> = tokio::time::timeout(Duration::from_secs(30), async {
+        api.log_stream("ticker", &follow)
+            .await
+            .expect("log stream")
+            .lines()
+            .try_collect()
+            .await
+            .expect("read log stream")
+    })
+    .await
+    .expect("the stream ends once the container has exited");
+    assert_eq!(lines, ["tick 1", "tick 2", "tick 3", "tick 4"]);
+    println!("follow ended {:?} after Running", started.elapsed());
+    drop_namespace(&client, &ns).await;
+}
