@@ -9,9 +9,9 @@
 # Idempotent: a component that is already running is left alone, so running
 # it twice is harmless. Stop everything with hack/local-down.sh.
 #
-# Environment: NODE_NAME (default local-node), NODE_IP (default 127.0.0.1 for
-# rustlet; 10.88.0.1, the pod bridge's address, for the kubelet, which
-# refuses a loopback node IP), CARGO_TARGET_DIR (default
+# Environment: NODE_NAME (default local-node), NODE_IP (default 10.88.0.1, the
+# pod bridge's address: the kubelet refuses a loopback node IP and the API
+# server will not proxy to one), CARGO_TARGET_DIR (default
 # ~/.cache/rustlet/target), READY_TIMEOUT (seconds, default 120).
 set -euo pipefail
 PROG=local-up
@@ -34,11 +34,9 @@ case $agent in
   *) die "unknown agent '$agent' (rustlet|kubelet|none)" ;;
 esac
 
-if [[ $agent == kubelet ]]; then
-  NODE_IP=${NODE_IP:-$POD_GATEWAY}
-else
-  NODE_IP=${NODE_IP:-127.0.0.1}
-fi
+# The node's address is the pod bridge's: the kubelet refuses a loopback node
+# IP, and the API server refuses to proxy (logs, exec) to one.
+NODE_IP=${NODE_IP:-$POD_GATEWAY}
 READY_TIMEOUT=${READY_TIMEOUT:-120}
 API=https://127.0.0.1:6443
 RUSTLET=$CARGO_TARGET_DIR/debug/rustlet

@@ -260,15 +260,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let housekeeping = tokio::spawn({
         let runtime = runtime.clone();
         let volumes = ctx.volumes.clone();
+        let client = client.clone();
         async move {
-            if store.wait_until_ready().await.is_err() {
-                return;
-            }
-            info!("pods of this node listed; housekeeping started");
             let mut tick = tokio::time::interval(Duration::from_secs(2));
             loop {
                 tick.tick().await;
-                if let Err(e) = worker::cleanup_orphans(&runtime, &store, &volumes).await {
+                if let Err(e) = worker::cleanup_orphans(&runtime, &client, &store, &volumes).await {
                     warn!(error = %e, "housekeeping");
                 }
             }

@@ -88,7 +88,24 @@ async fn pod_runs_logs_and_is_deleted_cleanly() {
         ip.starts_with("10.88."),
         "pod IP {ip} from the CNI range 10.88.0.0/16"
     );
-    assert_eq!(st.host_ip.as_deref(), Some("127.0.0.1"));
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name())
+        .await
+        .unwrap();
+    let internal_ip = node
+        .status
+        .unwrap()
+        .addresses
+        .unwrap()
+        .into_iter()
+        .find(|a| a.type_ == "InternalIP")
+        .unwrap()
+        .address;
+    assert_eq!(
+        st.host_ip.as_deref(),
+        Some(internal_ip.as_str()),
+        "hostIP is the node's InternalIP"
+    );
     assert_eq!(st.qos_class.as_deref(), Some("BestEffort"));
     let cs = container_status(&running);
     assert!(cs.ready && cs.state.unwrap().running.is_some());

@@ -168,7 +168,7 @@ async fn environment_expands_and_reads_configmaps_and_secrets() {
             "containers": [{
                 "name": "c",
                 "image": BUSYBOX,
-                "command": ["sh", "-c", "echo \"out: $(GREETING) $COLOR $CFG_size $PASSWORD $POD_NAME $$(GREETING)\""],
+                "command": ["sh", "-c", "echo \"out: $(GREETING) $COLOR $CFG_size $PASSWORD $POD_NAME $0\"", "$$(GREETING)"],
                 "envFrom": [{ "prefix": "CFG_", "configMapRef": { "name": "cfg" } }],
                 "env": [
                     { "name": "WHO", "value": "world" },

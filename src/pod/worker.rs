@@ -831,13 +831,15 @@ pub fn error_policy(_pod: Arc<Pod>, error: &Error, _ctx: Arc<Context>) -> Action
 /// Housekeeping (the kubelet's `HandlePodCleanups`): stops and removes the
 /// sandboxes and containers of pods that are no longer bound to this node, such
 /// as pods deleted while the agent was down or force-deleted, then tears down
-/// their volumes and directories (a failed teardown is logged and retried on
-/// the next round).
+/// their volumes and directories. A pod the reflector's cache does not know is
+/// looked up in the API server first, so a cache that is still listing never
+/// costs a running pod.
 ///
 /// # Errors
 /// The first CRI call that fails.
 pub async fn cleanup_orphans(
     runtime: &Runtime,
+    client: &Client,
     store: &Store<Pod>,
     volumes: &VolumeManager,
 ) -> crate::cri::Result<usize> {
@@ -847,13 +849,28 @@ pub async fn cleanup_orphans(
         .filter_map(|p| p.metadata.uid.clone())
         .collect();
     let sandboxes = runtime.list_pod_sandboxes(HashMap::new()).await?;
-    let orphans: HashSet<String> = sandboxes
+    // Pods the local cache does not know, by UID, with their namespace and name.
+    let candidates: HashMap<String, (String, String)> = sandboxes
         .iter()
-        .filter_map(|s| s.labels.get(POD_UID_LABEL))
-        .filter(|uid| !known.contains(*uid))
-        .cloned()
+        .filter_map(|s| {
+            let uid = s.labels.get(POD_UID_LABEL)?;
+            let ns = s.labels.get(crate::cri::POD_NAMESPACE_LABEL)?;
+            let name = s.labels.get(crate::cri::POD_NAME_LABEL)?;
+            (!known.contains(uid)).then(|| (uid.clone(), (ns.clone(), name.clone())))
+        })
         .collect();
-    for uid in &orphans {
+    let mut removed = 0;
+    for (uid, (ns, name)) in candidates {
+        // The cache may be behind (just started, or relisting): ask the API server.
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        match api.get_opt(&name).await {
+            Ok(Some(p)) if p.metadata.uid.as_deref() == Some(uid.as_str()) => continue,
+            Ok(_) => {}
+            Err(e) => {
+                debug!(error = %e, pod = %format!("{ns}/{name}"), "housekeeping: get pod");
+                continue;
+            }
+        }
         let by_uid = HashMap::from([(POD_UID_LABEL.to_string(), uid.clone())]);
         for c in runtime.list_containers(by_uid.clone()).await? {
             if c.state == cri::ContainerState::ContainerRunning as i32 {
@@ -865,11 +882,14 @@ pub async fn cleanup_orphans(
             runtime.stop_pod_sandbox(&s.id).await?;
             runtime.remove_pod_sandbox(&s.id).await?;
         }
+        if let Err(e) = volumes.teardown(&uid).await {
+            warn!(pod_uid = uid, error = %e, "housekeeping: remove pod directory");
+        }
         info!(
             pod_uid = uid,
-            "removed the sandboxes and containers of a pod no longer bound to this node"
+            "removed the sandboxes, containers and volumes of a pod no longer bound to this node"
         );
+        removed += 1;
     }
-    volumes.cleanup_orphans(store).await;
-    Ok(orphans.len())
+    Ok(removed)
 }
