@@ -471,3 +471,40 @@ async fn sub_paths_and_read_only_mounts() {
     delete_and_check_teardown(&client, &ns, "subs", &uid).await;
     drop_namespace(&client, &ns).await;
 }
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_finished_pod_gives_its_volumes_back() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-voldone").await;
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "done" },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "echo x > /scratch/f"],
+                "volumeMounts": [{ "name": "scratch", "mountPath": "/scratch" }]
+            }],
+            "volumes": [{ "name": "scratch", "emptyDir": { "medium": "Memory" } }]
+        }
+    }))
+    .unwrap();
+    let p = create(&client, &ns, &pod).await;
+    let uid = p.uid().unwrap();
+    wait_for(&client, &ns, "done", 60, "Succeeded", phase("Succeeded")).await;
+    let volumes = rustlet_root().join("pods").join(&uid).join("volumes");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while volumes.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "volumes of a finished pod still at {}",
+            volumes.display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(mounted_under(&volumes), Vec::<String>::new());
+    delete_and_check_teardown(&client, &ns, "done", &uid).await;
+    drop_namespace(&client, &ns).await;
+}
