@@ -495,7 +495,7 @@ async fn a_finished_pod_gives_its_volumes_back() {
     let uid = p.uid().unwrap();
     wait_for(&client, &ns, "done", 60, "Succeeded", phase("Succeeded")).await;
     let volumes = rustlet_root().join("pods").join(&uid).join("volumes");
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(45);
     while volumes.exists() {
         assert!(
             Instant::now() < deadline,
