@@ -356,7 +356,8 @@ const VOLUME_RETRY: Duration = Duration::from_secs(1);
 /// before `SyncPod`. Each failed volume is a `FailedMount` event; while a
 /// volume was never set up, the steps that start the sandbox and containers
 /// are dropped, so the pod stays Pending with its containers
-/// `ContainerCreating`.
+/// `ContainerCreating`. A finished pod with nothing left running has its
+/// volumes torn down.
 async fn prepare_volumes(pod: &Pod, rt: &PodRuntime, plan: &mut Plan, ctx: &Context) -> PodVolumes {
     let starts = |s: &Step| matches!(s, Step::CreateSandbox { .. } | Step::StartContainer { .. });
     let running = rt
@@ -364,6 +365,13 @@ async fn prepare_volumes(pod: &Pod, rt: &PodRuntime, plan: &mut Plan, ctx: &Cont
         .iter()
         .any(|c| c.state == ContainerState::Running);
     if pod.metadata.deletion_timestamp.is_some() || !(running || plan.steps.iter().any(starts)) {
+        let finished = super::plan::is_terminal(pod) || super::plan::all_done(pod, rt);
+        if finished && plan.steps.is_empty() && rt.all_stopped() {
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            if let Err(e) = ctx.volumes.teardown_volumes(uid).await {
+                warn!(error = %e, "tear down the volumes of a finished pod");
+            }
+        }
         return PodVolumes::new();
     }
     let outcome = ctx.volumes.setup(pod).await;

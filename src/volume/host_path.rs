@@ -36,7 +36,7 @@ pub fn file_type(path: &Path) -> io::Result<&'static str> {
     })
 }
 
-fn expect(path: &Path, want: &'static str, expected: &str) -> Result<()> {
+fn expect_type(path: &Path, want: &'static str, expected: &str) -> Result<()> {
     match file_type(path) {
         Ok(t) if t == want => Ok(()),
         Ok(t) => Err(Error::HostPath(format!(
@@ -77,7 +77,7 @@ pub fn check(path: &Path, type_: Option<&str>) -> Result<()> {
             .mode(0o755)
             .create(path)
             .map_err(created),
-        "Directory" | "DirectoryOrCreate" => expect(path, "Directory", "directory"),
+        "Directory" | "DirectoryOrCreate" => expect_type(path, "Directory", "directory"),
         "FileOrCreate" if !exists => fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -86,10 +86,10 @@ pub fn check(path: &Path, type_: Option<&str>) -> Result<()> {
             .open(path)
             .map(drop)
             .map_err(created),
-        "File" | "FileOrCreate" => expect(path, "File", "file"),
-        "Socket" => expect(path, "Socket", "socket file"),
-        "CharDevice" => expect(path, "CharDevice", "character device"),
-        "BlockDevice" => expect(path, "BlockDevice", "block device"),
+        "File" | "FileOrCreate" => expect_type(path, "File", "file"),
+        "Socket" => expect_type(path, "Socket", "socket file"),
+        "CharDevice" => expect_type(path, "CharDevice", "character device"),
+        "BlockDevice" => expect_type(path, "BlockDevice", "block device"),
         other => Err(Error::HostPath(format!(
             "{other} is an invalid volume type"
         ))),

@@ -425,6 +425,25 @@ impl VolumeManager {
         }
     }
 
+    /// Unmounts and removes the volumes of a pod that has finished (its
+    /// `volumes` directory; the pod directory stays until the pod is gone), as
+    /// the kubelet does for terminated pods. Cheap when already done.
+    ///
+    /// # Errors
+    /// As [`VolumeManager::teardown`].
+    pub async fn teardown_volumes(&self, uid: &str) -> Result<()> {
+        let dir = pod_dir(&self.root_dir, uid).join(VOLUMES_DIR);
+        if std::fs::symlink_metadata(&dir).is_err() {
+            return Ok(());
+        }
+        self.tokens.forget_pod(uid);
+        let task = tokio::task::spawn_blocking(move || remove_pod_dir(&dir));
+        match task.await {
+            Ok(r) => r,
+            Err(e) => Err(Error::Payload(format!("volume teardown task failed: {e}"))),
+        }
+    }
+
     /// Tears down the directories of pods that are not in `store` (the pods
     /// bound to this node); returns how many were removed. The directories are
     /// listed before the store is read, so a pod that has just arrived (and
