@@ -249,6 +249,13 @@ pub fn status(
     now: Timestamp,
 ) -> PodStatus {
     let old = pod.status.as_ref();
+    if let Some(o) = old.filter(|o| {
+        matches!(o.phase.as_deref(), Some("Succeeded" | "Failed")) && o.container_statuses.is_some()
+    }) {
+        // A terminal status is final: its containers may not leave `terminated`,
+        // even once the runtime has removed them (the status manager's rule).
+        return o.clone();
+    }
     let policy = restart_policy(pod);
     let progress = init_progress(pod, rt);
     let initialized = progress == InitProgress::Done;
@@ -867,6 +874,41 @@ mod tests {
             state_of(&st.container_statuses.as_ref().unwrap()[0]),
             "waiting:PodInitializing"
         );
+    }
+
+    #[test]
+    fn terminal_status_is_final_even_without_containers() {
+        let never = pod("job")
+            .container("a", "busybox")
+            .restart_policy("Never")
+            .build();
+        let done = runtime(
+            vec![sandbox("s0", 0, false)],
+            vec![exited(ctr("c1", "a", 0, "s0", Running), 0, t(5))],
+        );
+        let mut p = never.clone();
+        p.status = Some(status(
+            &never,
+            &done,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            t(10),
+        ));
+        assert_eq!(
+            p.status.as_ref().unwrap().phase.as_deref(),
+            Some("Succeeded")
+        );
+        // The runtime has since removed the container: nothing moves back to waiting.
+        let gone = status(
+            &p,
+            &runtime(vec![], vec![]),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            t(20),
+        );
+        assert_eq!(Some(&gone), p.status.as_ref());
     }
 
     #[test]

@@ -867,37 +867,56 @@ pub async fn cleanup_orphans(
             (!known.contains(uid)).then(|| (uid.clone(), (ns.clone(), name.clone())))
         })
         .collect();
+    // Orphans are cleaned up concurrently: each may wait for a container to stop.
+    let results = futures::future::join_all(
+        candidates
+            .into_iter()
+            .map(|(uid, (ns, name))| cleanup_orphan(runtime, client, volumes, uid, ns, name)),
+    )
+    .await;
     let mut removed = 0;
-    for (uid, (ns, name)) in candidates {
-        // The cache may be behind (just started, or relisting): ask the API server.
-        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        match api.get_opt(&name).await {
-            Ok(Some(p)) if p.metadata.uid.as_deref() == Some(uid.as_str()) => continue,
-            Ok(_) => {}
-            Err(e) => {
-                debug!(error = %e, pod = %format!("{ns}/{name}"), "housekeeping: get pod");
-                continue;
-            }
-        }
-        let by_uid = HashMap::from([(POD_UID_LABEL.to_string(), uid.clone())]);
-        for c in runtime.list_containers(by_uid.clone()).await? {
-            if c.state == cri::ContainerState::ContainerRunning as i32 {
-                runtime.stop_container(&c.id, 2).await?;
-            }
-            runtime.remove_container(&c.id).await?;
-        }
-        for s in runtime.list_pod_sandboxes(by_uid).await? {
-            runtime.stop_pod_sandbox(&s.id).await?;
-            runtime.remove_pod_sandbox(&s.id).await?;
-        }
-        if let Err(e) = volumes.teardown(&uid).await {
-            warn!(pod_uid = uid, error = %e, "housekeeping: remove pod directory");
-        }
-        info!(
-            pod_uid = uid,
-            "removed the sandboxes, containers and volumes of a pod no longer bound to this node"
-        );
-        removed += 1;
+    for r in results {
+        removed += usize::from(r?);
     }
     Ok(removed)
+}
+
+/// Cleans up one pod the cache does not know, unless the API server still has it.
+async fn cleanup_orphan(
+    runtime: &Runtime,
+    client: &Client,
+    volumes: &VolumeManager,
+    uid: String,
+    ns: String,
+    name: String,
+) -> crate::cri::Result<bool> {
+    // The cache may be behind (just started, or relisting): ask the API server.
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    match api.get_opt(&name).await {
+        Ok(Some(p)) if p.metadata.uid.as_deref() == Some(uid.as_str()) => return Ok(false),
+        Ok(_) => {}
+        Err(e) => {
+            debug!(error = %e, pod = %format!("{ns}/{name}"), "housekeeping: get pod");
+            return Ok(false);
+        }
+    }
+    let by_uid = HashMap::from([(POD_UID_LABEL.to_string(), uid.clone())]);
+    for c in runtime.list_containers(by_uid.clone()).await? {
+        if c.state == cri::ContainerState::ContainerRunning as i32 {
+            runtime.stop_container(&c.id, 2).await?;
+        }
+        runtime.remove_container(&c.id).await?;
+    }
+    for s in runtime.list_pod_sandboxes(by_uid).await? {
+        runtime.stop_pod_sandbox(&s.id).await?;
+        runtime.remove_pod_sandbox(&s.id).await?;
+    }
+    if let Err(e) = volumes.teardown(&uid).await {
+        warn!(pod_uid = uid, error = %e, "housekeeping: remove pod directory");
+    }
+    info!(
+        pod_uid = uid,
+        "removed the sandboxes, containers and volumes of a pod no longer bound to this node"
+    );
+    Ok(true)
 }
