@@ -895,6 +895,9 @@ async fn cleanup_orphan(
     match api.get_opt(&name).await {
         Ok(Some(p)) if p.metadata.uid.as_deref() == Some(uid.as_str()) => return Ok(false),
         Ok(_) => {}
+        // The Node authorizer forbids reading a pod that is not bound to this node,
+        // which includes one that no longer exists.
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
         Err(e) => {
             debug!(error = %e, pod = %format!("{ns}/{name}"), "housekeeping: get pod");
             return Ok(false);
