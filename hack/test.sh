@@ -44,9 +44,8 @@ e2e() {
     f=$(basename "$f" .rs)
     [[ $f == e2e_restart ]] || targets+=(--test "$f")
   done
-  cargo test "${targets[@]}" -- --ignored --test-threads 4 || rc=1
+  cargo test --no-fail-fast "${targets[@]}" -- --ignored --test-threads 4 || rc=1
   cargo test --test e2e_restart -- --ignored || rc=1
-  cargo test --test e2e_server -- --ignored --test-threads 4 || rc=1
   ((rc == 0)) || tail_log rustlet 60
   "$ROOT/hack/local-down.sh" || rc=1
   return $rc
