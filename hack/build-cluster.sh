@@ -2,6 +2,11 @@
 # Builds the upstream control plane, the kubelet, etcd, containerd and agnhost
 # from their Go modules into _output/bin/. Go's module and build caches make a
 # warm rebuild take seconds.
+#
+#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|e2e|ginkgo]
+#
+# `e2e` (not part of `all`) builds the upstream e2e test binary e2e.test and
+# the ginkgo CLI that runs it in parallel (hack/conformance.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -24,8 +29,12 @@ build_k8s() {
 }
 
 build_agnhost() {
-  log "agnhost (static, for the agnhost image)"
+  log "agnhost (static, for the agnhost image) and porter's localhost certificate"
   (cd tests/cluster && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$bin/agnhost" k8s.io/kubernetes/test/images/agnhost)
+  local src
+  src=$(cd tests/cluster && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/porter
+  mkdir -p "$bin/agnhost-porter"
+  install -m 644 "$src/localhost.crt" "$src/localhost.key" "$bin/agnhost-porter/"
 }
 
 build_containerd() {
@@ -37,13 +46,21 @@ build_containerd() {
 }
 
 build_images() {
-  log "image builder"
-  (cd tests/cluster/node && CGO_ENABLED=0 go build -trimpath -o "$bin/" ./cmd/imagebuild ./cmd/pause)
+  log "image builder, registry layout writer and the small programs of the local images (pause, nnp)"
+  (cd tests/cluster/node && CGO_ENABLED=0 go build -trimpath -o "$bin/" ./cmd/imagebuild ./cmd/registrylayout ./cmd/pause ./cmd/nnp)
 }
 
 build_e2e() {
   log "e2e.test (k8s.io/kubernetes/test/e2e)"
   (cd tests/cluster && go test -c -trimpath -o "$bin/e2e.test" k8s.io/kubernetes/test/e2e)
+  build_ginkgo
+}
+
+# The ginkgo CLI runs e2e.test in parallel; its version is the one
+# k8s.io/kubernetes pins (tests/cluster/go.mod).
+build_ginkgo() {
+  log "ginkgo ($(grep -m1 'github.com/onsi/ginkgo/v2 v' tests/cluster/go.mod | awk '{print $NF}'))"
+  (cd tests/cluster && go build -trimpath -ldflags='-s -w' -o "$bin/ginkgo" github.com/onsi/ginkgo/v2/ginkgo)
 }
 
 case "$what" in
@@ -53,5 +70,6 @@ case "$what" in
   agnhost) build_agnhost ;;
   images) build_images ;;
   e2e) build_e2e ;;
-  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|e2e)" >&2; exit 2 ;;
+  ginkgo) build_ginkgo ;;
+  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|e2e|ginkgo)" >&2; exit 2 ;;
 esac

@@ -1,11 +1,39 @@
 #!/usr/bin/env bash
 # Builds the local container images from files on this machine and imports
-# them into our containerd's k8s.io namespace (no registry needed):
+# them into our containerd's k8s.io namespace (no registry needed).
+#
+#   hack/images.sh [--all]
+#
+# Always built (every pod and the project's own e2e tests need them):
 #   registry.k8s.io/pause:3.10.2                      our pause binary
-#   registry.k8s.io/e2e-test-images/busybox:1.37.0-2  Debian busybox-static,
-#   docker.io/library/busybox:1.36                    every applet a symlink
-#   docker.io/library/busybox:latest
+#   docker.io/library/busybox:1.36                    Debian busybox-static,
+#   docker.io/library/busybox:latest                  every applet a symlink,
+#                                                     /etc/passwd and /etc/group
+#                                                     as in the upstream image
+#   registry.k8s.io/e2e-test-images/busybox:1.37.0-2  the same with Debian bash
+#   registry.k8s.io/e2e-test-images/busybox:1.36.1-1  as /bin/sh (see below)
 #   registry.k8s.io/e2e-test-images/agnhost:2.66.1    agnhost + busybox applets
+#   registry.k8s.io/e2e-test-images/agnhost:2.55      (the same agnhost) and, if
+#                                                     their inputs are there,
+#                                                     Debian curl, nc, bash,
+#                                                     socat, ip and upstream's
+#                                                     extra files (see below)
+#   registry.k8s.io/e2e-test-images/nonroot:1.5       busybox, USER 1234
+# The upstream e2e tests' other images (names from
+# test/utils/image/manifest.go), from Debian binaries with the shared
+# libraries ldd finds, and small programs of our own:
+#   registry.k8s.io/e2e-test-images/nonewprivs:1.4    busybox + setuid-root
+#                                                     /usr/local/bin/nnp
+#   registry.k8s.io/e2e-test-images/nginx:1.27.0-2    Debian nginx (unpacked by
+#   registry.k8s.io/e2e-test-images/nginx:1.28.0-2    hack/install-deps.sh) +
+#                                                     busybox, on port 80
+#   registry.k8s.io/e2e-test-images/perl:5.26         Debian perl with the
+#                                                     perl-base modules + busybox
+#   registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1
+#                                                     dash as /bin/sh, GNU
+#                                                     hostname (glibc) + busybox
+# One of these whose inputs are missing is skipped with a warning; --all
+# makes that an error (hack/conformance.sh uses it).
 # An image already present with the same config digest is left alone.
 # Needs containerd running (hack/local-up.sh starts it and calls this).
 set -euo pipefail
@@ -13,9 +41,26 @@ PROG=images
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+all=false
+while (($#)); do
+  case $1 in
+    --all) all=true; shift ;;
+    -h | --help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
+    *) die "unknown argument '$1' (usage: hack/images.sh [--all])" ;;
+  esac
+done
+
+E2E=registry.k8s.io/e2e-test-images
 PAUSE_IMAGE=registry.k8s.io/pause:3.10.2
-BUSYBOX_IMAGES=(registry.k8s.io/e2e-test-images/busybox:1.37.0-2 docker.io/library/busybox:1.36 docker.io/library/busybox:latest)
-AGNHOST_IMAGE=registry.k8s.io/e2e-test-images/agnhost:2.66.1
+BUSYBOX_IMAGES=(docker.io/library/busybox:1.36 docker.io/library/busybox:latest)
+E2E_BUSYBOX_IMAGES=("$E2E/busybox:1.37.0-2" "$E2E/busybox:1.36.1-1")
+AGNHOST_IMAGE=$E2E/agnhost:2.66.1
+AGNHOST_PREV_IMAGE=$E2E/agnhost:2.55
+NONROOT_IMAGE=$E2E/nonroot:1.5
+NONEWPRIVS_IMAGE=$E2E/nonewprivs:1.4
+NGINX_IMAGES=("$E2E/nginx:1.27.0-2" "$E2E/nginx:1.28.0-2")
+PERL_IMAGE=$E2E/perl:5.26
+GLIBC_DNS_IMAGE=$E2E/glibc-dns-testing:2.1.1
 BUSYBOX=${BUSYBOX:-/bin/busybox}
 
 for b in imagebuild pause agnhost ctr; do
@@ -29,15 +74,125 @@ mkdir -p "$STAMPS"
 work=$(mktemp -d "${TMPDIR:-/tmp}/rustlet-images.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# Busybox applets as --link arguments: /bin/sh=/bin/busybox and so on.
-busybox_links=()
-have_sh=false
+# Busybox applets: at Debian's paths (/sbin/sysctl, /usr/bin/nc, ...) and,
+# as in the upstream busybox image, every one in /bin too (tests run
+# /bin/sysctl).
+busybox_applets=()
+declare -A seen_applet=()
 while IFS= read -r applet; do
   [[ -n $applet && $applet != bin/busybox ]] || continue
-  busybox_links+=(--link "/$applet=/bin/busybox")
-  [[ $applet != bin/sh ]] || have_sh=true
+  for a in "/$applet" "/bin/${applet##*/}"; do
+    [[ -n ${seen_applet[$a]:-} ]] || busybox_applets+=("$a")
+    seen_applet[$a]=1
+  done
 done < <("$BUSYBOX" --list-full)
-$have_sh || busybox_links+=(--link /bin/sh=/bin/busybox)
+[[ -n ${seen_applet[/bin/sh]:-} ]] || busybox_applets+=(/bin/sh)
+
+# busybox_links [NAME...]: sets links to imagebuild arguments that add the
+# busybox binary and a symlink to it for every applet, except the applets
+# with the given names (which other binaries provide).
+busybox_links() {
+  local a skip=" $* "
+  links=(--add "$BUSYBOX=/bin/busybox")
+  for a in "${busybox_applets[@]}"; do
+    [[ $skip == *" ${a##*/} "* ]] || links+=(--link "$a=/bin/busybox")
+  done
+}
+
+# Files written for the images live in $STAMPS/files and are replaced only
+# when their content changes, so the inputs key below stays the same.
+FILES=$STAMPS/files
+mkdir -p "$FILES"
+# put_file NAME MODE: writes standard input to $FILES/NAME with MODE, unless
+# it already holds exactly that.
+put_file() {
+  local f=$FILES/$1
+  cat >"$work/new"
+  chmod "$2" "$work/new"
+  if cmp -s "$work/new" "$f" && [[ $(stat -c %a "$f") == "$(stat -c %a "$work/new")" ]]; then
+    rm -f "$work/new"
+  else
+    mv "$work/new" "$f"
+  fi
+}
+
+# /etc/passwd and /etc/group as in the upstream busybox image (whoami, id
+# and user names in securityContext tests need them), plus the nginx user.
+put_file passwd 644 <<'EOF'
+root:x:0:0:root:/root:/bin/sh
+daemon:x:1:1:daemon:/usr/sbin:/bin/false
+bin:x:2:2:bin:/bin:/bin/false
+sys:x:3:3:sys:/dev:/bin/false
+sync:x:4:100:sync:/bin:/bin/sync
+mail:x:8:8:mail:/var/spool/mail:/bin/false
+www-data:x:33:33:www-data:/var/www:/bin/false
+operator:x:37:37:Operator:/var:/bin/false
+nginx:x:101:101:nginx:/nonexistent:/bin/false
+nobody:x:65534:65534:nobody:/home:/bin/false
+EOF
+put_file group 644 <<'EOF'
+root:x:0:
+daemon:x:1:
+bin:x:2:
+sys:x:3:
+adm:x:4:
+tty:x:5:
+disk:x:6:
+lp:x:7:
+mail:x:8:
+kmem:x:9:
+wheel:x:10:root
+floppy:x:11:
+uucp:x:14:
+www-data:x:33:
+operator:x:37:
+staff:x:50:
+users:x:100:
+nginx:x:101:
+nogroup:x:65534:
+EOF
+etc_files=(--add "$FILES/passwd=/etc/passwd" --add "$FILES/group=/etc/group")
+# agnhost's image also has a user and a group of its own (the
+# securityContext tests look for group 50000 in `id -G`).
+{ cat "$FILES/passwd"; echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh'; } |
+  put_file agnhost-passwd 644
+{
+  cat "$FILES/group"
+  echo 'user-defined-in-image:x:1000:'
+  echo 'group-defined-in-image:x:50000:user-defined-in-image'
+} | put_file agnhost-group 644
+
+# shared_libs BINARY...: sets libs to imagebuild arguments that add the
+# shared libraries and the dynamic loader that ldd resolves for the binaries,
+# each at the path ldd names. Returns 1 (after a warning) if one is missing;
+# with --all that is an error instead.
+shared_libs() {
+  local bin line path seen=" "
+  libs=()
+  for bin in "$@"; do
+    while IFS= read -r line; do
+      if [[ $line == *"not found"* ]]; then
+        $all && die "$bin: shared library ${line%% *} not found"
+        warn "skipping an image: $bin: shared library ${line%% *} not found"
+        return 1
+      fi
+      path=$(grep -o '/[^ ]*' <<<"$line" | head -1) || continue
+      [[ -n $path && $seen != *" $path "* ]] || continue
+      seen+="$path "
+      libs+=(--add "$(readlink -f "$path")=$path")
+    done < <(ldd "$bin" 2>/dev/null | grep -v linux-vdso)
+  done
+}
+
+# missing FILE...: true (after a warning) if a file is missing; with --all
+# that is an error instead.
+missing() {
+  local f gone=()
+  for f in "$@"; do [[ -e $f ]] || gone+=("$f"); done
+  ((${#gone[@]})) || return 1
+  $all && die "missing ${gone[*]} (run hack/install-deps.sh and hack/build-cluster.sh images)"
+  warn "skipping an image: missing ${gone[*]} (run hack/install-deps.sh and hack/build-cluster.sh images)"
+}
 
 # config_digest_of_archive TAR: the image config digest (the image id).
 config_digest_of_archive() {
@@ -54,15 +209,21 @@ config_digest_in_containerd() {
 }
 
 # inputs_key IMAGEBUILD-ARGS...: a hash of the arguments and of the size,
-# mtime and inode of imagebuild and of every --add source: when it matches
-# the last build's, the archive would be the same and is not rebuilt.
+# mtime, inode and mode of imagebuild, of every --add source and of every
+# file under a --tree source: when it matches the last build's, the archive
+# would be the same and is not rebuilt.
 inputs_key() {
-  local a prev='' files=("$BIN/imagebuild")
+  local a prev='' files=("$BIN/imagebuild") trees=()
   for a in "$@"; do
     [[ $prev == --add ]] && files+=("${a%%=*}")
+    [[ $prev == --tree ]] && trees+=("${a%%=*}")
     prev=$a
   done
-  { printf '%s\n' "$@"; stat -L -c '%n %s %Y %i' "${files[@]}"; } | sha256sum | cut -c1-64
+  {
+    printf '%s\n' "$@"
+    stat -L -c '%n %s %Y %i %a' "${files[@]}"
+    ((${#trees[@]} == 0)) || find "${trees[@]}" -printf '%p %s %T@ %i %m %l\n' | sort
+  } | sha256sum | cut -c1-64
 }
 
 # all_tags_at DIGEST TAG...: every tag names an image with config DIGEST.
@@ -110,13 +271,145 @@ image() {
   log "$label: imported ${tags[*]} (${want:7:12}) in $(since "$t0")"
 }
 
-busybox_tags=()
-for t in "${BUSYBOX_IMAGES[@]}"; do busybox_tags+=(--tag "$t"); done
 
-image pause pause --tag "$PAUSE_IMAGE" \
-  --add "$BIN/pause=/pause" --entrypoint '["/pause"]' --user 65535:65535
-image busybox busybox "${busybox_tags[@]}" \
-  --add "$BUSYBOX=/bin/busybox" "${busybox_links[@]}" --cmd '["sh"]'
-image agnhost agnhost --tag "$AGNHOST_IMAGE" \
-  --add "$BIN/agnhost=/agnhost" --add "$BUSYBOX=/bin/busybox" "${busybox_links[@]}" \
-  --entrypoint '["/agnhost"]'
+# tag_args IMAGE...: sets tags to --tag arguments.
+tag_args() {
+  local t
+  tags=()
+  for t in "$@"; do tags+=(--tag "$t"); done
+}
+
+PAUSE_ARGS=(--tag "$PAUSE_IMAGE" --add "$BIN/pause=/pause" --entrypoint '["/pause"]' --user 65535:65535)
+image pause pause "${PAUSE_ARGS[@]}"
+
+busybox_links
+tag_args "${BUSYBOX_IMAGES[@]}"
+image busybox busybox "${tags[@]}" "${links[@]}" "${etc_files[@]}" --cmd '["sh"]'
+
+# The e2e busybox image: upstream's is busybox 1.37, whose sh passes on
+# environment variables whose names are not shell identifiers (envFrom of
+# ConfigMap key "data-1"); Debian's busybox 1.35 sh drops them. So /bin/sh is
+# Debian's bash here (POSIX mode when run as sh), busybox the rest.
+BASH_BIN=/usr/bin/bash
+tag_args "${E2E_BUSYBOX_IMAGES[@]}"
+if ! missing "$BASH_BIN" && shared_libs "$BASH_BIN"; then
+  busybox_links sh bash
+  image e2e-busybox e2e-busybox "${tags[@]}" --add "$BASH_BIN=/bin/bash" --link /bin/sh=bash "${libs[@]}" \
+    "${links[@]}" "${etc_files[@]}" --cmd '["sh"]'
+else
+  image e2e-busybox e2e-busybox "${tags[@]}" "${links[@]}" "${etc_files[@]}" --cmd '["sh"]'
+fi
+
+# agnhost: like upstream's (alpine) image: /agnhost and /agnhost-2 (a
+# symlink the entrypoint tests run), /uploads, porter's localhost.crt and
+# .key, /var/registry for fake-registry-server (the local pause image as
+# pause:testing), its own user and group, and the tools the tests run in it:
+# curl, nc (OpenBSD's: UDP with -u), bash, socat, ip from Debian; busybox
+# for the rest (nslookup, wget, ...). /bin/sh is dash: Debian's busybox sh
+# runs its own applets before PATH (its nc has no -u), alpine's does not. The previous agnhost name is the same
+# binary in an image of its own (one environment variable apart).
+agnhost_args=()
+AGNHOST_TOOLS=(/usr/bin/curl=/usr/bin/curl "$DEBS/netcat-openbsd/bin/nc.openbsd=/usr/bin/nc"
+  /usr/bin/bash=/bin/bash /usr/bin/socat=/usr/bin/socat /usr/sbin/ip=/sbin/ip /usr/bin/dash=/bin/sh)
+tool_srcs=() tool_names=()
+for t in "${AGNHOST_TOOLS[@]}"; do
+  tool_srcs+=("${t%%=*}")
+  tool_names+=("${t##*/}")
+done
+PORTER=$BIN/agnhost-porter
+if ! missing "${tool_srcs[@]}" "$PORTER/localhost.crt" "$PORTER/localhost.key" "$BIN/registrylayout" &&
+  shared_libs "${tool_srcs[@]}"; then
+  for t in "${AGNHOST_TOOLS[@]}"; do agnhost_args+=(--add "$t"); done
+  agnhost_args+=("${libs[@]}" --add "$PORTER/localhost.crt=/localhost.crt" --add "$PORTER/localhost.key=/localhost.key")
+  # /var/registry, rewritten when the pause image or the writer changes.
+  reg_key=$(inputs_key "${PAUSE_ARGS[@]}" --add "$BIN/registrylayout=/")
+  if [[ ! -f $FILES/registry.key || $(<"$FILES/registry.key") != "$reg_key" ]]; then
+    "$BIN/imagebuild" --out "$work/pause-registry.tar" "${PAUSE_ARGS[@]}" >/dev/null
+    rm -rf "$FILES/registry" "$FILES/registry.key"
+    "$BIN/registrylayout" --archive "$work/pause-registry.tar" --dir "$FILES/registry" --name pause --tag testing >/dev/null
+    echo "$reg_key" >"$FILES/registry.key"
+  fi
+  agnhost_args+=(--tree "$FILES/registry=/var/registry")
+else
+  tool_names=()
+fi
+busybox_links "${tool_names[@]}"
+agnhost_args+=(--add "$BIN/agnhost=/agnhost" --link /agnhost-2=agnhost --dir /uploads "${links[@]}"
+  --add "$FILES/agnhost-passwd=/etc/passwd" --add "$FILES/agnhost-group=/etc/group"
+  --entrypoint '["/agnhost"]' --cmd '["pause"]')
+image agnhost agnhost --tag "$AGNHOST_IMAGE" "${agnhost_args[@]}"
+image agnhost-prev agnhost-prev --tag "$AGNHOST_PREV_IMAGE" "${agnhost_args[@]}" \
+  --env "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" --env "AGNHOST_IMAGE=$AGNHOST_PREV_IMAGE"
+
+busybox_links
+
+# nonroot: upstream is debian-base with USER 1234; the tests run `id -u`.
+image nonroot nonroot --tag "$NONROOT_IMAGE" "${links[@]}" "${etc_files[@]}" --user 1234 --cmd '["sh"]'
+
+# nonewprivs: upstream is alpine with a setuid-root nnp that prints its
+# effective uid. imagebuild keeps the setuid bit of the copy made here.
+if ! missing "$BIN/nnp"; then
+  put_file nnp 4755 <"$BIN/nnp"
+  image nonewprivs nonewprivs --tag "$NONEWPRIVS_IMAGE" --add "$FILES/nnp=/usr/local/bin/nnp" \
+    "${links[@]}" "${etc_files[@]}" --cmd '["nnp"]'
+fi
+
+# nginx: Debian's nginx with a configuration like the upstream (alpine)
+# image's: port 80, /usr/share/nginx/html, logs to stdout and stderr.
+NGINX=$DEBS/nginx/usr/sbin/nginx
+NGINX_COMMON=$DEBS/nginx-common
+if ! missing "$NGINX" "$NGINX_COMMON/etc/nginx/mime.types" && shared_libs "$NGINX"; then
+  put_file nginx.conf 644 <<'EOF'
+user nginx;
+worker_processes auto;
+error_log /var/log/nginx/error.log notice;
+pid /run/nginx.pid;
+events {
+    worker_connections 1024;
+}
+http {
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    access_log /var/log/nginx/access.log;
+    sendfile on;
+    keepalive_timeout 65;
+    server {
+        listen 80;
+        server_name localhost;
+        location / {
+            root /usr/share/nginx/html;
+            index index.html index.htm;
+        }
+    }
+}
+EOF
+  tag_args "${NGINX_IMAGES[@]}"
+  image nginx nginx "${tags[@]}" --add "$NGINX=/usr/sbin/nginx" "${libs[@]}" \
+    --add "$FILES/nginx.conf=/etc/nginx/nginx.conf" \
+    --add "$NGINX_COMMON/etc/nginx/mime.types=/etc/nginx/mime.types" \
+    --add "$NGINX_COMMON/usr/share/nginx/html/index.html=/usr/share/nginx/html/index.html" \
+    --link /var/log/nginx/access.log=/dev/stdout --link /var/log/nginx/error.log=/dev/stderr \
+    --dir /var/lib/nginx --dir /run \
+    "${links[@]}" "${etc_files[@]}" --cmd '["nginx", "-g", "daemon off;"]'
+fi
+
+# perl: upstream is the Docker library's perl image (Debian); here Debian's
+# perl (5.36) with the modules of perl-base.
+PERL=/usr/bin/perl
+PERL_BASE=/usr/lib/x86_64-linux-gnu/perl-base
+if ! missing "$PERL" "$PERL_BASE" && shared_libs "$PERL"; then
+  image perl perl --tag "$PERL_IMAGE" --add "$PERL=/usr/bin/perl" "${libs[@]}" \
+    --tree "$PERL_BASE=$PERL_BASE" "${links[@]}" "${etc_files[@]}" --cmd '["perl"]'
+fi
+
+# glibc-dns-testing: upstream is debian:bookworm-slim with dnsutils and
+# coredns; the node tests run `sh -c 'echo $(hostname)";"$(hostname -f)";"'`,
+# which needs glibc's resolver: dash and GNU hostname, busybox for the rest.
+DASH=/usr/bin/dash
+HOSTNAME_BIN=/usr/bin/hostname
+if ! missing "$DASH" "$HOSTNAME_BIN" && shared_libs "$DASH" "$HOSTNAME_BIN"; then
+  busybox_links sh hostname
+  image glibc-dns-testing glibc-dns-testing --tag "$GLIBC_DNS_IMAGE" \
+    --add "$DASH=/bin/dash" --add "$HOSTNAME_BIN=/bin/hostname" "${libs[@]}" --link /bin/sh=/bin/dash \
+    "${links[@]}" "${etc_files[@]}" --cmd '["sh"]'
+fi

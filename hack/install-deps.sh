@@ -5,6 +5,7 @@
 # Idempotent: installs only what is missing.
 set -euo pipefail
 PROG=install-deps
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 packages=(containernetworking-plugins runc protobuf-compiler busybox-static iproute2 iptables
@@ -21,6 +22,28 @@ if ((${#missing[@]})); then
 else
   log "Debian packages present"
 fi
+# Debian packages whose files go into the local conformance images but which
+# are not installed on the host (nginx's maintainer scripts would start a web
+# server on it): downloaded and unpacked under _output/debs/<package>/ for
+# hack/images.sh.
+for p in "${IMAGE_DEBS[@]}"; do
+  [[ ! -f $DEBS/$p/.unpacked ]] || continue
+  if ! apt-cache show "$p" >/dev/null 2>&1; then
+    log "apt-get update (no package list knows $p)"
+    apt-get update -qq
+  fi
+  log "downloading Debian package $p for the local images (unpacked in ${DEBS#"$ROOT"/}/$p, not installed)"
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/rustlet-deb.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && apt-get download -qq "$p" 2>/dev/null) || die "apt-get download $p failed"
+  rm -rf "${DEBS:?}/$p"
+  mkdir -p "$DEBS/$p"
+  dpkg-deb -x "$tmp"/*.deb "$DEBS/$p"
+  dpkg-deb -f "$tmp"/*.deb Version >"$DEBS/$p/.unpacked"
+  rm -rf "$tmp"
+  trap - EXIT
+done
+
 command -v go >/dev/null || die "go is not installed (Go 1.26 is needed to build the control plane)"
 command -v cargo >/dev/null || die "cargo is not installed (Rust 1.89+ is needed to build rustlet)"
 if ! command -v kubectl >/dev/null; then

@@ -31,6 +31,10 @@ NODE_NAME=${NODE_NAME:-local-node}
 ADMIN_KUBECONFIG=$LOCAL/admin.kubeconfig
 NODE_KUBECONFIG=$LOCAL/node.kubeconfig
 CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/rustlet/target}
+# Debian packages unpacked (not installed) for the local images, by
+# hack/install-deps.sh: _output/debs/<package>/.
+DEBS=$ROOT/_output/debs
+IMAGE_DEBS=(nginx nginx-common netcat-openbsd)
 
 # hack/install-deps.sh builds kubectl into _output/bin when the host has none.
 if ! command -v kubectl >/dev/null 2>&1 && [[ -x $BIN/kubectl ]]; then
