@@ -56,6 +56,8 @@ step "cargo fmt --check" cargo fmt --check
 step "cargo clippy" cargo clippy --all-targets -- -D warnings
 step "unit tests" cargo test --lib --bins --test cli
 if ! $quick; then
+  # Start from a clean node: no bridge, veths or mounts left by an earlier run.
+  hack/local-down.sh >/dev/null 2>&1 || true
   step "build cluster" hack/build-cluster.sh all
   step "cluster smoke test (kubelet)" hack/test-cluster-smoke.sh --agent kubelet
   step "end-to-end tests (rustlet)" e2e
