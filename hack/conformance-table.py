@@ -55,6 +55,18 @@ MACHINE_REASONS = [
     ),
 ]
 
+# Kubelet failures that are not this machine's doing but are explained:
+# (regular expression on the test name, note). They stay in rustlet's
+# denominator.
+KUBELET_NOTES = [
+    (
+        r"should function for node-pod communication: udp",
+        "the kubelet run's agnhost image still had Debian's busybox sh as /bin/sh, which runs its own "
+        "`nc` applet (no `-u`) before PATH's OpenBSD nc; hack/images.sh has used dash since, and the "
+        "rustlet run had it",
+    ),
+]
+
 # Images of test/utils/image/manifest.go that the [NodeConformance] tests
 # name but hack/images.sh cannot build here, and what that blocks. (The
 # others are built: see hack/images.sh.)
@@ -79,8 +91,12 @@ IMAGE_NOTES = [
     "The price is one test that expects busybox sh's own error text (see above).",
     "agnhost has Debian's curl, OpenBSD nc, bash, socat and ip, dash as /bin/sh (Debian's busybox sh "
     "runs its own applets before PATH), upstream's /agnhost-2, /uploads, localhost.crt/.key, user and "
-    "group, and /var/registry with the local pause image as pause:testing for fake-registry-server; "
-    "not upstream's iperf, dig and coredns.",
+    "group, and /var/registry with a copy of the local pause image as pause:testing for "
+    "fake-registry-server; not upstream's iperf, dig and coredns. The copy differs from "
+    "registry.k8s.io/pause:3.10.2 by one environment variable (upstream's is the same image): "
+    "once a test pulled it with a secret, the kubelet would otherwise make every later pod that runs "
+    "pause as a container pull it again, from a registry this machine cannot reach. (The runs below "
+    "are from before that change; the private-registry tests ran last in them, so nothing came after.)",
     "httpd: not in manifest.go at v1.37.2 (the e2e tests use nginx and agnhost instead); not built.",
     "glibc-dns-testing:2.1.1 is built with dash, GNU hostname and busybox only: upstream's dnsutils "
     "(dig, nslookup) and coredns are missing, which only the DNS tests (not [NodeConformance], and "
@@ -89,6 +105,11 @@ IMAGE_NOTES = [
     "nginx:1.27.0-2 and nginx:1.28.0-2 are both Debian's nginx 1.22 (the tests only need an image "
     "that differs from busybox and serves port 80).",
 ]
+
+# Added to a failure's text when the test's log shows exec requests that the
+# node API refused: a generic failure message then has that cause.
+EXEC_404 = "(the test's log shows exec refused by the node API with 404)"
+
 
 # Causes of failures: (regular expression on the failure text, cause). The
 # first match wins and the cause may use its groups (\\1); a failure that
@@ -110,12 +131,21 @@ CAUSES = [
      "pod failed: the container exited with code \\1"),
     (r"(?s)Told to stop trying.*?failed with status.*?message: '?([^'\n]{1,80})",
      "pod failed: \\1"),
-    (r"(?s)expected \"([^\"]{1,60})\" in container output",
+    (r"(?s)expected \"(.{1,60}?)\" in container output",
      "container output lacks \"\\1\""),
+    (r"Failed to open websocket to \S+/exec", "exec over websocket: the node API does not serve exec"),
+    (r"expected pod to be container debugger running", "ephemeral containers: the debug container never ran"),
+    (r"failed to see container restart", "container restart rules: the container was not restarted"),
+    (r"expected pod to be failed with reason (\w+)", "the pod was not failed with reason \\1"),
+    (r"expected pod to be terminated with reason (\w+)", "the pod was not terminated with reason \\1"),
+    (r"failed to wait for pod terminate", "the pod never completed"),
+    (r"Negation of \"pod should not be ready\" failed", "readiness: the pod was ready when it should not be"),
     (r"(?s)(?:expected pod to be running and ready|to be running and ready)",
      "the pod never became running and ready"),
     (r"timeout to wait pod status ready", "the pod never became ready"),
     (r"failed waiting for container terminated", "the container never terminated"),
+    (r"(?s)(?:failed to find expected endpoints|connections failed).*" + re.escape(EXEC_404),
+     "exec: the node API has no exec endpoint (the networking checks run curl and nc through exec)"),
     (r"failed to find expected endpoints|connections failed", "pod networking: the test endpoint was not reached"),
 ]
 def spec_name(tc):
@@ -128,7 +158,11 @@ def failure_text(tc):
     for tag in ("failure", "error"):
         el = tc.find(tag)
         if el is not None:
-            return (el.text or el.get("message") or "").strip()
+            text = (el.text or el.get("message") or "").strip()
+            log = tc.findtext("system-err") or ""
+            if "unable to upgrade connection: 404" in log:
+                text += "\n" + EXEC_404
+            return text
     return ""
 
 
@@ -165,6 +199,8 @@ def cause_of(text):
         m = re.search(pattern, text)
         if m:
             return m.expand(cause).replace("|", "\\|")
+    if EXEC_404 in text:
+        return "exec refused (404) in the test's log; then: " + shorten(text.replace(EXEC_404, ""), 110)
     return shorten(text)
 
 
@@ -217,8 +253,8 @@ def classify(specs, focus, skip):
             out[name] = "not run"
         else:
             # Selected, not skipped by --skip, yet never run: the run was cut
-            # short (timeout, interrupt).
-            out[name] = "not run"
+            # short (timeout, interrupt) before it.
+            out[name] = "not reached"
     return out
 
 
@@ -230,7 +266,9 @@ def cmd_summary(args):
         print(f"SUITE {raw}: {shorten(text)}")
     for name in sorted(n for n, r in results.items() if r == "failed"):
         print(f"FAILED {name}: {cause_of(specs[name][2])}")
-    skipped = counts["skipped"] + counts["not run"]
+    skipped = counts["skipped"] + counts["not run"] + counts["not reached"]
+    if counts["not reached"]:
+        print(f"NOT REACHED {counts['not reached']} selected tests: the run was cut short")
     print(f"{counts['passed']} passed, {counts['failed']} failed, {skipped} skipped")
 
 
@@ -255,7 +293,14 @@ def machine_reason(name):
 
 
 def cell(result):
-    return {"passed": "pass", "failed": "**FAIL**", "skipped": "skip", "not run": "–", None: "·"}[result]
+    return {"passed": "pass", "failed": "**FAIL**", "skipped": "skip", "not run": "–", "not reached": "n/r",
+            None: "·"}[result]
+
+
+def minutes(duration):
+    """'1532.3s' as '26 minutes'."""
+    m = re.fullmatch(r"([0-9.]+)s", duration)
+    return f"{float(m.group(1)) / 60:.0f} minutes" if m else duration
 
 
 def md_escape(s):
@@ -276,10 +321,11 @@ def cmd_table(args):
         runs[agent] = dict(info=info, specs=specs, suite=suite_failures,
                            results=classify(specs, focus, skip))
     kub, rus = runs["kubelet"], runs["rustlet"]
-    names = sorted(set(kub["results"]) | set(rus["results"]))
 
     def count(run, what):
         return sum(1 for r in run["results"].values() if r == what)
+
+    names = sorted(set(kub["results"]) | set(rus["results"]))
 
     machine = {}
     unexplained = {}
@@ -289,7 +335,8 @@ def cmd_table(args):
             if reason:
                 machine[n] = reason
             else:
-                unexplained[n] = cause_of(kub["specs"][n][2])
+                note = next((t for p, t in KUBELET_NOTES if re.search(p, n)), None)
+                unexplained[n] = note or cause_of(kub["specs"][n][2])
     # Rustlet's denominator: tests that ran with rustlet, less those failing
     # with the kubelet because of this machine.
     ran = [n for n in names if rus["results"].get(n) in ("passed", "failed")]
@@ -317,8 +364,11 @@ def cmd_table(args):
     for agent, run in runs.items():
         i = run["info"]
         extra = f", rustlet {i['rustlet']}" if agent == "rustlet" and "rustlet" in i else ""
-        w(f"- {agent}: run {i.get('date', '?')}, {i.get('e2e run', '?')} with {i.get('procs', '?')} "
-          f"parallel processes{extra}; focus `{i.get('focus', NC)}`, skip `{i.get('skip', '')}`.")
+        unreached = count(run, "not reached")
+        cut = (f" The run was interrupted from outside before {unreached} of its tests (`n/r` below); "
+               "they count as not run." if unreached else "")
+        w(f"- {agent}: run {i.get('date', '?')}, {minutes(i.get('e2e run', '?'))} with {i.get('procs', '?')} "
+          f"parallel processes{extra}; focus `{i.get('focus', NC)}`, skip `{i.get('skip', '')}`.{cut}")
     w("")
     w("The default skip of `hack/conformance.sh` is `\\[Slow\\]|\\[Disruptive\\]|\\[Flaky\\]`, for time: the "
       "`[Slow]` tests are 127 pod-level in-place resize cases and back-off tests of up to 27 minutes, hours "
@@ -335,10 +385,14 @@ def cmd_table(args):
     w(f"| failed | {count(kub, 'failed')} | {count(rus, 'failed')} |")
     w(f"| skipped by the test itself | {count(kub, 'skipped')} | {count(rus, 'skipped')} |")
     w(f"| not run (`--skip`) | {count(kub, 'not run')} | {count(rus, 'not run')} |")
+    if count(kub, "not reached") or count(rus, "not reached"):
+        w(f"| not reached (the run was interrupted first) | {count(kub, 'not reached')} | "
+          f"{count(rus, 'not reached')} |")
     w("")
     pct = f"{100 * len(rus_pass) / len(denom):.0f}%" if denom else "n/a"
-    w(f"**rustlet passes {len(rus_pass)} of {len(denom)} tests ({pct})**: the tests it ran, less the "
-      f"{len(machine)} that fail with the upstream kubelet because of this machine (next section). "
+    w(f"**rustlet passes {len(rus_pass)} of {len(denom)} tests ({pct})**: the {len(ran)} tests it ran, less "
+      f"the {len(ran) - len(denom)} of them that fail with the upstream kubelet because of this machine "
+      "(next section). "
       f"The kubelet passes {len(kub_pass)}; both pass {len(both_pass)}"
       + (f"; rustlet alone passes {len(rus_only)}." if rus_only else "."))
     w("")
@@ -355,9 +409,9 @@ def cmd_table(args):
         w("None.")
     w("")
     if unexplained:
-        w("### Kubelet failures not explained by this machine")
+        w("### Other kubelet failures")
         w("")
-        w("These stay in rustlet's denominator.")
+        w("Not this machine's doing: these stay in rustlet's denominator.")
         w("")
         w("| test | kubelet's failure |")
         w("| --- | --- |")
@@ -415,7 +469,8 @@ def cmd_table(args):
     w("")
     w("## All tests")
     w("")
-    w("`pass`, **FAIL**, `skip` (the test skipped itself), `–` (not run: `--skip`).")
+    w("`pass`, **FAIL**, `skip` (the test skipped itself), `–` (not run: `--skip`), `n/r` (not reached: "
+      "the run was interrupted before it).")
     w("")
     w("| test | kubelet | rustlet | rustlet failure cause |")
     w("| --- | --- | --- | --- |")

@@ -4,7 +4,7 @@
 # local one-node cluster, then takes the cluster down.
 #
 #   hack/conformance.sh [--agent rustlet|kubelet] [--focus REGEX] [--skip REGEX]
-#                       [--procs N] [--timeout DURATION] [--keep-up]
+#                       [--procs N] [--timeout DURATION] [--name NAME] [--keep-up]
 #
 #   --agent    the node agent (default rustlet)
 #   --focus    run only the [NodeConformance] tests that also match REGEX
@@ -15,6 +15,9 @@
 #              [Serial] tests run, after the others, one at a time.
 #   --procs    parallel ginkgo processes (default 6: the tests mostly wait)
 #   --timeout  the whole run's limit (default 2h)
+#   --name     write to _output/conformance/<agent>-NAME/ instead, leaving the
+#              full run's results (which docs/conformance.md is built from)
+#              alone: for subsets, e.g. CI's
 #   --keep-up  leave the cluster running afterwards (for debugging)
 #
 # Writes to _output/conformance/<agent>/ (replacing the last run's files):
@@ -42,6 +45,7 @@ focus=''
 skip=$DEFAULT_SKIP
 procs=6
 timeout=2h
+name=''
 keep_up=false
 while (($#)); do
   case $1 in
@@ -55,6 +59,8 @@ while (($#)); do
     --procs=*) procs=${1#*=}; shift ;;
     --timeout) timeout=${2:-}; shift 2 || die "--timeout needs a value" ;;
     --timeout=*) timeout=${1#*=}; shift ;;
+    --name) name=${2:-}; shift 2 || die "--name needs a value" ;;
+    --name=*) name=${1#*=}; shift ;;
     --keep-up) keep_up=true; shift ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see hack/conformance.sh --help)" ;;
@@ -65,6 +71,7 @@ case $agent in
   *) die "unknown agent '$agent' (rustlet|kubelet)" ;;
 esac
 [[ $procs =~ ^[1-9][0-9]*$ ]] || die "--procs must be a positive number, not '$procs'"
+[[ -z $name || $name =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "--name must be lowercase letters, digits and dashes, not '$name'"
 
 ((EUID == 0)) || die "must run as root (the local cluster needs it)"
 need_cmd python3 "Debian package python3"
@@ -96,7 +103,7 @@ else
   effective_focus=$NC
 fi
 
-OUT=$ROOT/_output/conformance/$agent
+OUT=$ROOT/_output/conformance/$agent${name:+-$name}
 mkdir -p "$OUT"
 rm -rf "${OUT:?}"/junit_01.xml "$OUT"/e2e.log "$OUT"/summary.txt "$OUT"/"$agent".log "$OUT"/e2e-output
 
@@ -105,13 +112,15 @@ ginkgo_pid=''
 on_exit() {
   local rc=$?
   trap - EXIT INT TERM
-  # Interrupted while the tests run: ginkgo interrupts its processes and
-  # writes its reports on SIGINT; whatever is left after a minute is killed.
+  # Interrupted while the tests run: the e2e.test processes (ginkgo's
+  # children) run their cleanup and report on SIGINT, and ginkgo then writes
+  # the reports; whatever is left after a minute is killed.
   if [[ -n $ginkgo_pid ]] && alive "$ginkgo_pid"; then
-    warn "interrupting ginkgo (pid $ginkgo_pid)"
+    warn "interrupting ginkgo (pid $ginkgo_pid) and its e2e.test processes"
     local children
     children=$(pgrep -P "$ginkgo_pid" || true)
-    kill -INT "$ginkgo_pid" 2>/dev/null || true
+    # shellcheck disable=SC2086 # a list of pids
+    kill -INT $children "$ginkgo_pid" 2>/dev/null || true
     for _ in $(seq 600); do
       alive "$ginkgo_pid" || break
       sleep 0.1
@@ -135,6 +144,19 @@ on_exit() {
 trap on_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# The kubelet remembers which images it pulled with credentials and makes
+# pods without them pull again; records left by an earlier run would turn
+# into pulls from registries this machine cannot reach.
+if [[ -d $LOCAL/kubelet/image_manager ]]; then
+  log "removing the kubelet's image pull records from earlier runs"
+  rm -rf "$LOCAL/kubelet/image_manager"
+fi
+
+# The source local-up.sh builds rustlet from, named now (commits may land
+# while the tests run).
+rustlet_rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rustlet_rev+=" (modified)"
 
 t0=$(now_ms)
 log "bringing up the local cluster with $agent"
@@ -209,12 +231,12 @@ log "e2e.test finished in $t_run (ginkgo exit code $ginkgo_rc)"
   echo "kubernetes: $(grep -m1 'k8s.io/kubernetes v' "$ROOT/tests/cluster/go.mod" | awk '{print $NF}') (e2e.test, control plane, kubelet)"
   echo "ginkgo: $("$BIN/ginkgo" version 2>/dev/null | awk '{print $NF}' || true)"
   if [[ $agent == rustlet ]]; then
-    echo "rustlet: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo ' (modified)')"
+    echo "rustlet: $rustlet_rev"
   fi
 } >"$OUT/summary.txt"
 line=$(python3 "$ROOT/hack/conformance-table.py" summary \
   --focus "$effective_focus" --skip "$skip" "$OUT/junit_01.xml" | tee -a "$OUT/summary.txt" | tail -n 1)
-grep -E '^(FAILED|SUITE) ' "$OUT/summary.txt" | sed 's/^/    /' || true
+grep -E '^(FAILED|SUITE|NOT REACHED) ' "$OUT/summary.txt" | sed 's/^/    /' || true
 log "results in ${OUT#"$ROOT"/}/ (summary.txt, junit_01.xml, e2e.log)"
 echo "$line"
 [[ $line == *" passed, 0 failed"* ]] && ((ginkgo_rc == 0)) || exit 1

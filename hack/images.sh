@@ -322,9 +322,16 @@ if ! missing "${tool_srcs[@]}" "$PORTER/localhost.crt" "$PORTER/localhost.key" "
   for t in "${AGNHOST_TOOLS[@]}"; do agnhost_args+=(--add "$t"); done
   agnhost_args+=("${libs[@]}" --add "$PORTER/localhost.crt=/localhost.crt" --add "$PORTER/localhost.key=/localhost.key")
   # /var/registry, rewritten when the pause image or the writer changes.
-  reg_key=$(inputs_key "${PAUSE_ARGS[@]}" --add "$BIN/registrylayout=/")
+  # Upstream's pause:testing is registry.k8s.io/pause itself; here it is a
+  # distinct image (one environment variable apart). Otherwise, once a test
+  # pulled it with a secret, the kubelet (KubeletEnsureSecretPulledImages)
+  # would make every later pod that runs registry.k8s.io/pause as a
+  # container pull that again, from a registry this machine cannot reach.
+  REGISTRY_PAUSE_ARGS=("${PAUSE_ARGS[@]}" --env "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    --env "FAKE_REGISTRY_IMAGE=pause:testing")
+  reg_key=$(inputs_key "${REGISTRY_PAUSE_ARGS[@]}" --add "$BIN/registrylayout=/")
   if [[ ! -f $FILES/registry.key || $(<"$FILES/registry.key") != "$reg_key" ]]; then
-    "$BIN/imagebuild" --out "$work/pause-registry.tar" "${PAUSE_ARGS[@]}" >/dev/null
+    "$BIN/imagebuild" --out "$work/pause-registry.tar" "${REGISTRY_PAUSE_ARGS[@]}" >/dev/null
     rm -rf "$FILES/registry" "$FILES/registry.key"
     "$BIN/registrylayout" --archive "$work/pause-registry.tar" --dir "$FILES/registry" --name pause --tag testing >/dev/null
     echo "$reg_key" >"$FILES/registry.key"
