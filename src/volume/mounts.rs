@@ -33,35 +33,15 @@ pub type PodVolumes = BTreeMap<String, MountedVolume>;
 /// # Errors
 /// [`Error::Mount`] naming the variables that are undefined or empty.
 pub fn expand_sub_path_expr(expr: &str, env: &BTreeMap<String, String>) -> Result<String> {
-    let mut out = String::with_capacity(expr.len());
-    let mut missing = BTreeSet::new();
-    let mut rest = expr;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
-            rest = tail;
-        } else if let Some(tail) = after.strip_prefix('(') {
-            if let Some(end) = tail.find(')') {
-                let name = &tail[..end];
-                match env.get(name).filter(|v| !v.is_empty()) {
-                    Some(v) => out.push_str(v),
-                    None => {
-                        missing.insert(name.to_string());
-                    }
-                }
-                rest = &tail[end + 1..];
-            } else {
-                out.push_str("$(");
-                rest = tail;
-            }
-        } else {
-            out.push('$');
-            rest = after;
+    let missing = std::cell::RefCell::new(BTreeSet::new());
+    let out = crate::pod::env::expand(expr, |name| {
+        let value = env.get(name).filter(|v| !v.is_empty()).cloned();
+        if value.is_none() {
+            missing.borrow_mut().insert(name.to_string());
         }
-    }
-    out.push_str(rest);
+        Some(value.unwrap_or_default())
+    });
+    let missing = missing.into_inner();
     if missing.is_empty() {
         Ok(out)
     } else {
