@@ -243,6 +243,16 @@ impl Worker {
                 timing.timeout,
             )
             .await;
+            if outcome.warning {
+                crate::events::publish(
+                    &self.recorder,
+                    &self.pod,
+                    Some(&self.container.name),
+                    EventType::Warning,
+                    "ProbeWarning",
+                    format!("{} probe warning: {}", self.kind.name(), outcome.output),
+                );
+            }
             if !outcome.ok {
                 crate::events::publish(
                     &self.recorder,
