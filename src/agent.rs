@@ -237,7 +237,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         pleg_connected,
         prober,
     );
-    let ctx = Arc::new(ctx.with_volumes(volumes));
+    let ctx = ctx.with_volumes(volumes);
 
     let pods: Api<Pod> = Api::all(client.clone());
     let controller = Controller::new(
@@ -250,6 +250,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     ))
     .shutdown_on_signal();
     let store = controller.store();
+    let ctx = Arc::new(ctx.with_store(store.clone()));
     let server = tokio::spawn(crate::server::serve(
         server_config(&args, &settings, &node_name, &node_ip)?,
         crate::server::Deps {

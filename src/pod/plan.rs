@@ -82,6 +82,9 @@ pub struct Plan {
     pub waiting: BTreeMap<String, Waiting>,
     /// The earliest deadline (a back-off ending) after which the pod must be synced again.
     pub requeue_after: Option<Duration>,
+    /// The pod ran past `spec.activeDeadlineSeconds`: its containers are killed
+    /// and its phase becomes `Failed` with reason `DeadlineExceeded`.
+    pub deadline_exceeded: bool,
 }
 
 impl Plan {
@@ -144,6 +147,101 @@ pub fn grace_period(pod: &Pod) -> i64 {
         })
         .unwrap_or(30)
         .max(0)
+}
+
+/// Reason of a pod failed for its active deadline (the kubelet's active_deadline.go).
+pub const DEADLINE_REASON: &str = "DeadlineExceeded";
+/// Message of a pod failed for its active deadline.
+pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
+
+/// Where a pod stands against `spec.activeDeadlineSeconds`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deadline {
+    /// No deadline, or no `status.startTime` yet to count from.
+    None,
+    /// The pod has been active for at least its deadline.
+    Exceeded,
+    /// The deadline ends after this long.
+    In(Duration),
+}
+
+/// The pod's active deadline at `now`, counted from `status.startTime` (the
+/// kubelet's `pastActiveDeadline`: exceeded once `now - startTime >=
+/// activeDeadlineSeconds`).
+#[must_use]
+pub fn active_deadline(pod: &Pod, now: Timestamp) -> Deadline {
+    let Some(secs) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
+        return Deadline::None;
+    };
+    let Some(start) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
+        return Deadline::None;
+    };
+    let end = start.0 + Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+    if now >= end {
+        Deadline::Exceeded
+    } else {
+        Deadline::In(Duration::try_from(end.duration_since(now)).unwrap_or(Duration::ZERO))
+    }
+}
+
+/// True when the pod's API status shows a container running (its terminated
+/// state not reported yet).
+#[must_use]
+pub fn reports_running(pod: &Pod) -> bool {
+    pod.status.iter().any(|s| {
+        s.container_statuses
+            .iter()
+            .chain(s.init_container_statuses.iter())
+            .flatten()
+            .any(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
+    })
+}
+
+/// Kills the running containers: main containers first, then init containers
+/// (sidecars) in reverse order, as the kubelet stops sidecars after the main
+/// containers. Returns true when any runs.
+fn kill_running(pod: &Pod, rt: &PodRuntime, grace: i64, reason: &str, plan: &mut Plan) -> bool {
+    let order = main_containers(pod)
+        .iter()
+        .chain(init_containers(pod).iter().rev())
+        .map(|c| c.name.as_str());
+    let mut killed = false;
+    for name in order {
+        for c in rt
+            .containers
+            .iter()
+            .filter(|c| c.name == name && c.state == ContainerState::Running)
+        {
+            plan.steps.push(Step::KillContainer {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                grace_seconds: grace,
+                reason: if reason.is_empty() {
+                    format!("Stopping container {}", c.name)
+                } else {
+                    reason.to_string()
+                },
+            });
+            killed = true;
+        }
+    }
+    // Containers the spec no longer names.
+    for c in rt.containers.iter().filter(|c| {
+        c.state == ContainerState::Running
+            && !main_containers(pod)
+                .iter()
+                .chain(init_containers(pod))
+                .any(|s| s.name == c.name)
+    }) {
+        plan.steps.push(Step::KillContainer {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            grace_seconds: grace,
+            reason: format!("Stopping container {}", c.name),
+        });
+        killed = true;
+    }
+    killed
 }
 
 /// True when the pod's phase in the API is already terminal (Succeeded or Failed).
@@ -254,21 +352,19 @@ pub fn plan(
         terminate(pod, rt, &mut plan);
         return plan;
     }
-    if is_terminal(pod) || all_done(pod, rt) {
+    let deadline = if is_terminal(pod) {
+        Deadline::None
+    } else {
+        active_deadline(pod, now)
+    };
+    plan.deadline_exceeded = deadline == Deadline::Exceeded;
+    if let Deadline::In(d) = deadline {
+        plan.requeue_after = Some(d);
+    }
+    if plan.deadline_exceeded || is_terminal(pod) || all_done(pod, rt) {
         // A finished pod keeps its exited containers (for status and logs) but not its
         // sandbox; sidecars still running are stopped.
-        for c in rt
-            .containers
-            .iter()
-            .filter(|c| c.state == ContainerState::Running)
-        {
-            plan.steps.push(Step::KillContainer {
-                id: c.id.clone(),
-                name: c.name.clone(),
-                grace_seconds: grace_period(pod),
-                reason: "pod has completed".into(),
-            });
-        }
+        kill_running(pod, rt, grace_period(pod), "pod has completed", &mut plan);
         for s in rt.sandboxes.iter().filter(|s| s.ready) {
             plan.steps.push(Step::StopSandbox { id: s.id.clone() });
         }
@@ -294,7 +390,13 @@ pub fn plan(
                     .find(|x| x.name == c.name && x.sandbox_id == sandbox_id);
                 if is_sidecar(c) {
                     planner.container(c, latest, &sandbox_id, "Always");
-                    if !latest.is_some_and(|x| x.state == ContainerState::Running) {
+                    // The next containers wait until the sidecar has started
+                    // (its startup probe, if any, passed).
+                    let started = latest.is_some_and(|x| {
+                        x.state == ContainerState::Running
+                            && probes.get(&c.name).is_none_or(|p| p.started)
+                    });
+                    if !started {
                         initialized = false;
                         break;
                     }
@@ -537,18 +639,21 @@ fn garbage<'a>(
 /// The terminating path: kill what runs (grace period), stop sandboxes, remove
 /// everything, then delete the Pod object.
 fn terminate(pod: &Pod, rt: &PodRuntime, plan: &mut Plan) {
-    let grace = grace_period(pod);
-    for c in rt
-        .containers
-        .iter()
-        .filter(|c| c.state == ContainerState::Running)
-    {
-        plan.steps.push(Step::KillContainer {
-            id: c.id.clone(),
-            name: c.name.clone(),
-            grace_seconds: grace,
-            reason: format!("Stopping container {}", c.name),
-        });
+    let stop_sandboxes = |plan: &mut Plan| {
+        for s in rt.sandboxes.iter().filter(|s| s.ready) {
+            plan.steps.push(Step::StopSandbox { id: s.id.clone() });
+        }
+    };
+    if kill_running(pod, rt, grace_period(pod), "", plan) {
+        stop_sandboxes(plan);
+        return;
+    }
+    if reports_running(pod) && !rt.containers.is_empty() {
+        // The containers' terminated states are reported before the pod goes
+        // (the status manager's terminal status, then the deletion).
+        stop_sandboxes(plan);
+        plan.requeue_after = Some(Duration::from_secs(1));
+        return;
     }
     for s in &rt.sandboxes {
         plan.steps.push(Step::StopSandbox { id: s.id.clone() });
@@ -933,26 +1038,77 @@ mod tests {
         );
     }
 
+    fn with_status(mut p: Pod, running: Option<&str>, start: Option<Timestamp>) -> Pod {
+        use k8s_openapi::api::core::v1::{
+            ContainerState as ApiState, ContainerStateRunning, ContainerStatus, PodStatus,
+        };
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        p.status = Some(PodStatus {
+            start_time: start.map(Time),
+            container_statuses: running.map(|name| {
+                vec![ContainerStatus {
+                    name: name.into(),
+                    state: Some(ApiState {
+                        running: Some(ContainerStateRunning::default()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        });
+        p
+    }
+
     #[test]
-    fn deletion_kills_with_grace_then_removes_and_deletes() {
+    fn deletion_kills_reports_then_removes_and_deletes() {
         let p = pod("web")
             .container("a", "busybox")
+            .sidecar("side", "busybox")
             .deleted(t(90), 5)
             .build();
         let rt = runtime(
             vec![sandbox("s0", 0, true)],
-            vec![ctr("c1", "a", 0, "s0", Running)],
+            vec![
+                ctr("c0", "side", 0, "s0", Running),
+                ctr("c1", "a", 0, "s0", Running),
+            ],
         );
+        let kill = |id: &str, name: &str| Step::KillContainer {
+            id: id.into(),
+            name: name.into(),
+            grace_seconds: 5,
+            reason: format!("Stopping container {name}"),
+        };
+        // Main containers are killed before sidecars; nothing is removed yet.
         let steps = plan(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), t(100)).steps;
         assert_eq!(
             steps,
             vec![
-                Step::KillContainer {
-                    id: "c1".into(),
-                    name: "a".into(),
-                    grace_seconds: 5,
-                    reason: "Stopping container a".into()
-                },
+                kill("c1", "a"),
+                kill("c0", "side"),
+                Step::StopSandbox { id: "s0".into() }
+            ]
+        );
+        let stopped = runtime(
+            vec![sandbox("s0", 0, false)],
+            vec![exited(ctr("c1", "a", 0, "s0", Running), 0, t(95))],
+        );
+        // Until the API shows the container terminated, the pod stays.
+        let reported = with_status(p.clone(), Some("a"), Some(t(1)));
+        let wait = plan(
+            &reported,
+            &stopped,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            t(100),
+        );
+        assert!(wait.steps.is_empty());
+        assert_eq!(wait.requeue_after, Some(Duration::from_secs(1)));
+        let done = with_status(p.clone(), None, Some(t(1)));
+        assert_eq!(
+            plan(&done, &stopped, &BTreeMap::new(), &BTreeMap::new(), t(100)).steps,
+            vec![
                 Step::StopSandbox { id: "s0".into() },
                 Step::RemoveContainer { id: "c1".into() },
                 Step::RemoveSandbox { id: "s0".into() },
@@ -968,5 +1124,90 @@ mod tests {
         )
         .steps;
         assert_eq!(gone, vec![Step::DeletePod]);
+    }
+
+    #[test]
+    fn active_deadline_table() {
+        let deadline = |secs: Option<i64>, start: Option<Timestamp>| {
+            let mut p = with_status(pod("web").container("a", "busybox").build(), None, start);
+            p.spec.as_mut().unwrap().active_deadline_seconds = secs;
+            p
+        };
+        let cases = [
+            (deadline(None, Some(t(0))), t(100), Deadline::None),
+            (deadline(Some(5), None), t(100), Deadline::None),
+            (
+                deadline(Some(5), Some(t(0))),
+                t(3),
+                Deadline::In(Duration::from_secs(2)),
+            ),
+            (deadline(Some(5), Some(t(0))), t(5), Deadline::Exceeded),
+            (deadline(Some(5), Some(t(0))), t(60), Deadline::Exceeded),
+        ];
+        for (p, now, want) in cases {
+            assert_eq!(active_deadline(&p, now), want);
+        }
+    }
+
+    #[test]
+    fn past_the_active_deadline_the_pod_is_killed() {
+        let mut p = with_status(
+            pod("web").container("a", "busybox").build(),
+            Some("a"),
+            Some(t(0)),
+        );
+        p.spec.as_mut().unwrap().active_deadline_seconds = Some(30);
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![ctr("c1", "a", 0, "s0", Running)],
+        );
+        let before = plan(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), t(20));
+        assert!(!before.deadline_exceeded && before.steps.is_empty());
+        assert_eq!(before.requeue_after, Some(Duration::from_secs(10)));
+        let after = plan(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), t(30));
+        assert!(after.deadline_exceeded);
+        assert_eq!(
+            after.steps,
+            vec![
+                Step::KillContainer {
+                    id: "c1".into(),
+                    name: "a".into(),
+                    grace_seconds: 30,
+                    reason: "pod has completed".into()
+                },
+                Step::StopSandbox { id: "s0".into() }
+            ]
+        );
+    }
+
+    #[test]
+    fn main_containers_wait_for_the_sidecar_startup_probe() {
+        let p = pod("web")
+            .sidecar("side", "busybox")
+            .container("a", "busybox")
+            .build();
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![ctr("c0", "side", 0, "s0", Running)],
+        );
+        let probes = |started| {
+            BTreeMap::from([(
+                "side".to_string(),
+                ContainerProbes {
+                    ready: started,
+                    started,
+                    failed: None,
+                },
+            )])
+        };
+        assert!(
+            plan(&p, &rt, &BTreeMap::new(), &probes(false), t(20))
+                .steps
+                .is_empty()
+        );
+        assert_eq!(
+            plan(&p, &rt, &BTreeMap::new(), &probes(true), t(20)).steps,
+            vec![start("a", 0)]
+        );
     }
 }

@@ -315,6 +315,30 @@ pub fn status(
         (_, InitProgress::Pending(_)) => "Pending".to_string(),
         (_, InitProgress::Done) => phase(&statuses, policy).to_string(),
     };
+    // A deleted pod whose containers all stopped is terminal: they will not
+    // restart whatever the restart policy (the kubelet's `podIsTerminal`).
+    let stopped_for_deletion = pod.metadata.deletion_timestamp.is_some()
+        && !rt
+            .containers
+            .iter()
+            .any(|c| c.state == ContainerState::Running);
+    let mut phase = phase;
+    let mut reason_message = None;
+    if stopped_for_deletion && !matches!(phase.as_str(), "Succeeded" | "Failed") {
+        let settled = super::status::phase(&statuses, "Never");
+        if settled != "Pending" {
+            phase = settled.to_string();
+        }
+    }
+    if !matches!(old_phase, Some("Succeeded" | "Failed"))
+        && super::plan::active_deadline(pod, now) == super::plan::Deadline::Exceeded
+    {
+        phase = "Failed".to_string();
+        reason_message = Some((
+            super::plan::DEADLINE_REASON.to_string(),
+            super::plan::DEADLINE_MESSAGE.to_string(),
+        ));
+    }
     let terminal = phase == "Succeeded" || phase == "Failed";
     let sandbox = rt.latest_sandbox().filter(|s| s.ready);
     let ips: Vec<String> = match sandbox {
@@ -455,6 +479,13 @@ pub fn status(
         start_time: old.and_then(|s| s.start_time.clone()).or(Some(Time(now))),
         qos_class: Some(qos_class(pod).into()),
         observed_generation: pod.metadata.generation,
+        reason: reason_message
+            .as_ref()
+            .map(|(r, _)| r.clone())
+            .or_else(|| old.and_then(|o| o.reason.clone())),
+        message: reason_message
+            .map(|(_, m)| m)
+            .or_else(|| old.and_then(|o| o.message.clone())),
         ..old.cloned().unwrap_or_default()
     }
 }

@@ -3,6 +3,7 @@
 //! in memory and everything else read back from CRI on each pass.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ use kube::{Api, Client, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::env;
+use super::lifecycle;
 use super::observe::observe;
 use super::plan::{MAX_BACKOFF, Plan, PullBackoff, Step, Waiting, plan};
 use super::state::{ContainerState, PodRuntime};
@@ -90,6 +92,9 @@ pub struct Context {
     pub pull_lock: tokio::sync::Mutex<()>,
     /// The volume manager (set with [`Context::with_volumes`]).
     pub volumes: Arc<VolumeManager>,
+    /// The reflector's pods (set with [`Context::with_store`]): a kill in
+    /// progress reads the pod's current grace period from it.
+    pub pods: Option<Store<Pod>>,
     memory: Mutex<HashMap<String, PodMemory>>,
 }
 
@@ -120,6 +125,7 @@ impl Context {
             pleg_connected,
             pull_lock: tokio::sync::Mutex::new(()),
             volumes: Arc::new(volumes),
+            pods: None,
             memory: Mutex::new(HashMap::new()),
         }
     }
@@ -131,6 +137,30 @@ impl Context {
     pub fn with_volumes(mut self, volumes: VolumeManager) -> Self {
         self.volumes = Arc::new(volumes);
         self
+    }
+
+    /// This context with `pods` as the source of the pods' latest versions
+    /// (without it, a kill uses the grace period it started with).
+    #[must_use]
+    pub fn with_store(mut self, pods: Store<Pod>) -> Self {
+        self.pods = Some(pods);
+        self
+    }
+
+    /// The grace period of `pod` now, if it is being deleted: from the latest
+    /// version in the reflector's store (same UID), else from `pod`.
+    fn current_grace(&self, pod: &Pod) -> Option<i64> {
+        let latest = self.pods.as_ref().and_then(|store| {
+            let (ns, name, uid) = pod_identity(pod);
+            store
+                .get(&kube::runtime::reflector::ObjectRef::new(&name).within(&ns))
+                .filter(|p| p.metadata.uid.as_deref() == Some(uid.as_str()))
+        });
+        let pod = latest.as_deref().unwrap_or(pod);
+        pod.metadata
+            .deletion_timestamp
+            .is_some()
+            .then(|| super::plan::grace_period(pod))
     }
 
     /// How long a pod with nothing pending waits for its next sync: the relist
@@ -201,6 +231,15 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     if !plan.steps.is_empty() {
         debug!(steps = ?plan.steps, "plan");
     }
+    if plan.deadline_exceeded {
+        ctx.event(
+            &pod,
+            None,
+            EventType::Normal,
+            super::plan::DEADLINE_REASON,
+            super::plan::DEADLINE_MESSAGE.into(),
+        );
+    }
     let mut waiting = plan.waiting.clone();
     for (c, w) in &plan.waiting {
         let (type_, reason) = match w.reason.as_str() {
@@ -225,16 +264,8 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
                 grace_seconds,
                 reason,
             } => {
-                ctx.event(
-                    &pod,
-                    Some(c),
-                    EventType::Normal,
-                    "Killing",
-                    format!("Stopping container {c}"),
-                );
                 debug!(container = c, reason, "kill container");
-                ctx.runtime
-                    .stop_container(id, *grace_seconds)
+                kill_container(&pod, c, id, *grace_seconds, pod_ip(&rt), &ctx)
                     .await
                     .map_err(rt_err)?;
             }
@@ -607,7 +638,109 @@ async fn start_container(
         "Started",
         format!("Started container {name}"),
     );
+    // The kubelet's startContainer step 4: the postStart hook, before the
+    // container counts as started; on failure the container is killed.
+    if let Some(handler) = spec.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+        let ip = pod_ips.first().and_then(|ip| ip.parse().ok());
+        let ran = lifecycle::run_handler(
+            &ctx.runtime,
+            pod,
+            spec,
+            &id,
+            handler,
+            ip,
+            lifecycle::POST_START_EXEC_LIMIT,
+        )
+        .await;
+        if let Err(msg) = ran {
+            ctx.event(
+                pod,
+                Some(name),
+                EventType::Warning,
+                "FailedPostStartHook",
+                msg.clone(),
+            );
+            let grace = super::plan::grace_period(pod);
+            if let Err(e) = kill_container(pod, name, &id, grace, ip, ctx).await {
+                warn!(error = %e, container = name, "kill container after its postStart hook failed");
+            }
+            return Err(Waiting {
+                reason: "PostStartHookError".into(),
+                message: msg,
+            });
+        }
+    }
     Ok(())
+}
+
+/// The pod's primary IP from its newest sandbox.
+fn pod_ip(rt: &PodRuntime) -> Option<IpAddr> {
+    rt.latest_sandbox()
+        .and_then(|s| s.ips.first())
+        .and_then(|ip| ip.parse().ok())
+}
+
+/// Stops container `name` (CRI ID `id`) of `pod` as the kubelet's
+/// `killContainer`: the `Killing` event, the container's preStop hook (if any
+/// and the grace period is not 0) within `grace_seconds`, then `StopContainer`
+/// with what is left of the grace period, at least 2 s. While the hook runs,
+/// a shorter grace period set by a new deletion of the pod cuts it short
+/// ([`lifecycle::KillBudget`]). A failed hook is a `FailedPreStopHook` event;
+/// the container is stopped anyway.
+///
+/// # Errors
+/// `StopContainer` failed.
+async fn kill_container(
+    pod: &Pod,
+    name: &str,
+    id: &str,
+    grace_seconds: i64,
+    pod_ip: Option<IpAddr>,
+    ctx: &Context,
+) -> crate::cri::Result<()> {
+    ctx.event(
+        pod,
+        Some(name),
+        EventType::Normal,
+        "Killing",
+        format!("Stopping container {name}"),
+    );
+    let spec = pod.spec.as_ref().and_then(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+            .find(|c| c.name == name)
+    });
+    let hook = spec.and_then(|c| Some((c, c.lifecycle.as_ref()?.pre_stop.as_ref()?)));
+    let mut budget = lifecycle::KillBudget::new(tokio::time::Instant::now(), grace_seconds);
+    if let Some((c, handler)) = hook.filter(|_| grace_seconds > 0) {
+        let exec_timeout = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
+        let run = lifecycle::run_handler(&ctx.runtime, pod, c, id, handler, pod_ip, exec_timeout);
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                ran = &mut run => {
+                    if let Err(msg) = ran {
+                        ctx.event(pod, Some(name), EventType::Warning, "FailedPreStopHook", msg);
+                    }
+                    break;
+                }
+                () = tokio::time::sleep_until(budget.deadline()) => {
+                    debug!(container = name, "preStop hook not completed in the grace period");
+                    break;
+                }
+                _ = tick.tick() => {
+                    if let Some(grace) = ctx.current_grace(pod) {
+                        budget = budget.observe(grace, tokio::time::Instant::now());
+                    }
+                }
+            }
+        }
+    }
+    ctx.runtime
+        .stop_container(id, budget.stop_grace(tokio::time::Instant::now()))
+        .await
 }
 
 /// What the container is created from: the image ID and the image's user.

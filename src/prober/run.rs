@@ -209,7 +209,11 @@ impl HttpTarget {
     /// An unknown port name, a port out of range, or no host and no pod IP.
     pub fn of(h: &HTTPGetAction, c: &Container, pod_ip: Option<IpAddr>) -> Result<Self, String> {
         let (host, port) = target(h.host.as_ref(), &h.port, c, pod_ip)?;
-        let scheme = if h.scheme.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("HTTPS")) {
+        let scheme = if h
+            .scheme
+            .as_deref()
+            .is_some_and(|s| s.eq_ignore_ascii_case("HTTPS"))
+        {
             Scheme::Https
         } else {
             Scheme::Http
@@ -241,7 +245,12 @@ impl HttpTarget {
     /// The full URL, as Go's `url.URL.String()` prints it.
     #[must_use]
     pub fn url(&self) -> String {
-        format!("{}://{}{}", self.scheme.as_str(), self.authority(), self.path)
+        format!(
+            "{}://{}{}",
+            self.scheme.as_str(),
+            self.authority(),
+            self.path
+        )
     }
 
     /// Where a redirect with `Location: location` leads from this target, as
@@ -373,7 +382,10 @@ pub async fn http_get(
         }
         redirects += 1;
         if redirects > MAX_REDIRECTS {
-            return Err(format!("Get \"{}\": stopped after 10 redirects", next.url()));
+            return Err(format!(
+                "Get \"{}\": stopped after 10 redirects",
+                next.url()
+            ));
         }
         current = next;
     }
@@ -526,7 +538,11 @@ where
         }
     }
     bytes.truncate(MAX_BODY);
-    Ok((status, location, String::from_utf8_lossy(&bytes).into_owned()))
+    Ok((
+        status,
+        location,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    ))
 }
 
 async fn grpc_health(ip: IpAddr, port: i32, service: String) -> Result<bool, String> {
@@ -601,7 +617,11 @@ mod tests {
                 ("200 OK", String::new(), req.clone())
             } else if let Some(n) = path.strip_prefix("/loop/") {
                 let n: u32 = n.parse().unwrap_or(0);
-                ("302 Found", format!("location: /loop/{}\r\n", n + 1), String::new())
+                (
+                    "302 Found",
+                    format!("location: /loop/{}\r\n", n + 1),
+                    String::new(),
+                )
             } else if path == "/local" {
                 ("302 Found", "location: healthz\r\n".into(), String::new())
             } else if path == "/away" {
@@ -673,9 +693,18 @@ mod tests {
         let other = http_get(&local(port, "/other"), &[], "probe").await;
         assert_eq!(other.map(|r| r.status), Ok(500));
         let err = http_get(&local(1, "/"), &[], "probe").await.unwrap_err();
-        assert!(err.starts_with("Get \"http://127.0.0.1:1/\": dial tcp"), "{err}");
-        let ua = http_get(&local(port, "/ua"), &[], "lifecycle").await.unwrap();
-        assert!(ua.body.contains("user-agent: kube-lifecycle/1.37\r\n"), "{}", ua.body);
+        assert!(
+            err.starts_with("Get \"http://127.0.0.1:1/\": dial tcp"),
+            "{err}"
+        );
+        let ua = http_get(&local(port, "/ua"), &[], "lifecycle")
+            .await
+            .unwrap();
+        assert!(
+            ua.body.contains("user-agent: kube-lifecycle/1.37\r\n"),
+            "{}",
+            ua.body
+        );
         assert!(ua.body.contains("accept: */*"), "{}", ua.body);
     }
 
@@ -683,7 +712,9 @@ mod tests {
     async fn redirects_as_the_kubelet_prober() {
         let port = server(false).await;
         // A redirect to the same host is followed (here to a failing page).
-        let r = http_get(&local(port, "/local"), &[], "probe").await.unwrap();
+        let r = http_get(&local(port, "/local"), &[], "probe")
+            .await
+            .unwrap();
         assert_eq!(r.status, 500);
         // A redirect to another host is not: its response passes with a warning.
         let r = http_get(&local(port, "/away"), &[], "probe").await.unwrap();
@@ -709,9 +740,16 @@ mod tests {
             ..local(port, "/healthz")
         };
         let hdr = [("x-probe".to_string(), "yes".to_string())];
-        assert_eq!(http_get(&target, &hdr, "probe").await.map(|r| r.status), Ok(200));
+        assert_eq!(
+            http_get(&target, &hdr, "probe").await.map(|r| r.status),
+            Ok(200)
+        );
         // Plain HTTP against the TLS server gets no HTTP answer.
-        assert!(http_get(&local(port, "/healthz"), &hdr, "probe").await.is_err());
+        assert!(
+            http_get(&local(port, "/healthz"), &hdr, "probe")
+                .await
+                .is_err()
+        );
     }
 
     #[test]
@@ -732,7 +770,11 @@ mod tests {
             ("http://[::1]:81/", Some("http://[::1]:81/")),
         ];
         for (loc, want) in cases {
-            assert_eq!(base.redirect(loc).map(|t| t.url()).as_deref(), want, "{loc}");
+            assert_eq!(
+                base.redirect(loc).map(|t| t.url()).as_deref(),
+                want,
+                "{loc}"
+            );
         }
     }
 
@@ -748,26 +790,42 @@ mod tests {
             ..Default::default()
         };
         let ip: Option<IpAddr> = "10.1.2.3".parse().ok();
-        let action = |scheme: Option<&str>, host: Option<&str>, port, path: Option<&str>| {
-            HTTPGetAction {
+        let action =
+            |scheme: Option<&str>, host: Option<&str>, port, path: Option<&str>| HTTPGetAction {
                 scheme: scheme.map(Into::into),
                 host: host.map(Into::into),
                 port,
                 path: path.map(Into::into),
                 ..Default::default()
-            }
-        };
+            };
         let cases = [
-            (action(None, None, IntOrString::Int(80), Some("/x?y=1")), "http://10.1.2.3:80/x?y=1"),
             (
-                action(Some("HTTPS"), None, IntOrString::String("http".into()), None),
+                action(None, None, IntOrString::Int(80), Some("/x?y=1")),
+                "http://10.1.2.3:80/x?y=1",
+            ),
+            (
+                action(
+                    Some("HTTPS"),
+                    None,
+                    IntOrString::String("http".into()),
+                    None,
+                ),
                 "https://10.1.2.3:8080/",
             ),
-            (action(None, Some("h"), IntOrString::Int(1), Some("p")), "http://h:1/p"),
-            (action(None, Some("::1"), IntOrString::Int(1), None), "http://[::1]:1/"),
+            (
+                action(None, Some("h"), IntOrString::Int(1), Some("p")),
+                "http://h:1/p",
+            ),
+            (
+                action(None, Some("::1"), IntOrString::Int(1), None),
+                "http://[::1]:1/",
+            ),
         ];
         for (a, want) in cases {
-            assert_eq!(HttpTarget::of(&a, &c, ip).map(|t| t.url()).as_deref(), Ok(want));
+            assert_eq!(
+                HttpTarget::of(&a, &c, ip).map(|t| t.url()).as_deref(),
+                Ok(want)
+            );
         }
         let resp = |status| HttpResponse {
             status,
