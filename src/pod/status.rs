@@ -908,6 +908,79 @@ mod tests {
     }
 
     #[test]
+    fn deleted_and_deadline_pods_are_terminal() {
+        // (name, pod, runtime, phase, reason)
+        let always = pod("web").container("a", "busybox").build();
+        let running = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![ctr("c1", "a", 0, "s0", Running)],
+        );
+        let killed = |code| {
+            runtime(
+                vec![sandbox("s0", 0, false)],
+                vec![exited(ctr("c1", "a", 0, "s0", Running), code, t(50))],
+            )
+        };
+        let deleted = pod("web")
+            .container("a", "busybox")
+            .deleted(t(40), 5)
+            .build();
+        let mut deadline = always.clone();
+        deadline.spec.as_mut().unwrap().active_deadline_seconds = Some(30);
+        deadline.status = Some(PodStatus {
+            start_time: Some(Time(t(0))),
+            ..Default::default()
+        });
+        let cases = [
+            (
+                "deleted, still running",
+                &deleted,
+                running.clone(),
+                "Running",
+                None,
+            ),
+            (
+                "deleted, stopped cleanly",
+                &deleted,
+                killed(0),
+                "Succeeded",
+                None,
+            ),
+            ("deleted, killed", &deleted, killed(137), "Failed", None),
+            (
+                "not deleted, restarting",
+                &always,
+                killed(0),
+                "Running",
+                None,
+            ),
+            (
+                "past its deadline",
+                &deadline,
+                killed(137),
+                "Failed",
+                Some("DeadlineExceeded"),
+            ),
+        ];
+        for (name, p, rt, want_phase, want_reason) in cases {
+            let st = status(p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(100));
+            assert_eq!(st.phase.as_deref(), Some(want_phase), "{name}");
+            assert_eq!(st.reason.as_deref(), want_reason, "{name}");
+        }
+        let mut early = deadline.clone();
+        early.spec.as_mut().unwrap().active_deadline_seconds = Some(300);
+        let st = status(
+            &early,
+            &running,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            t(100),
+        );
+        assert_eq!((st.phase.as_deref(), st.reason), (Some("Running"), None));
+    }
+
+    #[test]
     fn terminal_status_is_final_even_without_containers() {
         let never = pod("job")
             .container("a", "busybox")
