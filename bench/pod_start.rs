@@ -1,81 +1,146 @@
-//! Pod start latency through the whole node agent, as the SIG-scalability pod
-//! startup SLI: create a pod, observe it Running through a watch on the API
-//! server; one pod at a time. Run it on the local cluster with either agent.
+//! Pod workloads through the whole node agent, timed as the SIG-scalability
+//! pod startup SLI (create → Running seen through a watch on the API server),
+//! with the agent's RSS and CPU sampled from /proc while they run. Run it on
+//! the local cluster with either agent (`hack/bench.sh` runs them all).
 //!
-//!   cargo bench --bench pod_start -- [COUNT]
+//!   cargo bench --bench pod_start -- [--mode single|burst|steady|idle]
+//!       [--count N] [--seconds S] [--pid AGENT_PID] [--json FILE]
 //!
-//! Prints p50/p99 of create → Running and of delete → gone, in seconds.
+//! - single: N pods one at a time: create → Running, then delete → gone;
+//! - burst:  N pods created at once: each one's create → Running, the wall
+//!   time until all run, then all deleted;
+//! - steady: N pods created at once and, once all run, S seconds of sampling;
+//! - idle:   S seconds of sampling, no pods.
+//!
+//! Prints (or writes to FILE) one JSON record: latencies in seconds, the
+//! window's start and end (RFC 3339), and the agent's RSS (MiB) and CPU (cores).
 
+#[path = "support.rs"]
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use clap::{Parser, ValueEnum};
+use futures::{StreamExt, TryStreamExt, future};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, PostParams, WatchParams};
+use kube::api::{DeleteParams, ListParams, PostParams, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::WatchEvent;
 use kube::{Api, Client};
+use serde::Serialize;
+use support::{Latency, Sampler, Usage};
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    Single,
+    Burst,
+    Steady,
+    Idle,
 }
 
-fn summary(name: &str, mut v: Vec<f64>) -> String {
-    v.sort_by(f64::total_cmp);
-    format!(
-        "{name}: p50 {:.3}s p99 {:.3}s",
-        percentile(&v, 0.5),
-        percentile(&v, 0.99)
-    )
+#[derive(Parser)]
+struct Args {
+    #[arg(long, value_enum, default_value = "single")]
+    mode: Mode,
+    /// Pods in the workload.
+    #[arg(long, default_value_t = 20)]
+    count: usize,
+    /// Seconds of sampling for `idle` and, once all pods run, `steady`.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// The node agent's process, sampled for RSS and CPU.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Where to write the JSON record (default: stdout).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Namespace of the pods.
+    #[arg(long, default_value = "default")]
+    namespace: String,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| a != "--bench")
-        .collect();
-    let count: usize = args.first().and_then(|c| c.parse().ok()).unwrap_or(20);
-    let path = format!(
-        "{}/_output/local/admin.kubeconfig",
-        env!("CARGO_MANIFEST_DIR")
-    );
+#[derive(Serialize, Default)]
+struct Record {
+    mode: Option<Mode>,
+    count: usize,
+    /// Create → Running per pod (single: one at a time; burst/steady: from the burst's start).
+    start: Option<Latency>,
+    /// Delete → gone per pod (single only).
+    delete: Option<Latency>,
+    /// Burst/steady: from the first create until every pod runs, seconds.
+    all_running_s: Option<f64>,
+    /// Burst/steady: from the delete until every pod is gone, seconds.
+    all_gone_s: Option<f64>,
+    /// Agent use over the whole workload (idle, single, burst) or the steady hold.
+    agent: Usage,
+    /// The workload's window, RFC 3339, for counting the agent's API requests.
+    window_start: String,
+    window_end: String,
+}
+
+/// A pod that sleeps and exits at once on SIGTERM.
+fn pod(name: &str, label: &str) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name, "labels": { "bench": label } },
+        "spec": {
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{
+                "name": "c",
+                "image": "docker.io/library/busybox:1.36",
+                "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+            }]
+        }
+    }))?)
+}
+
+fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+async fn client() -> anyhow::Result<Client> {
+    let path = std::env::var("BENCH_KUBECONFIG").unwrap_or_else(|_| {
+        format!(
+            "{}/_output/local/admin.kubeconfig",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    });
     let cfg = kube::Config::from_custom_kubeconfig(
         Kubeconfig::read_from(&path)?,
         &KubeConfigOptions::default(),
     )
     .await?;
-    let api: Api<Pod> = Api::namespaced(Client::try_from(cfg)?, "default");
+    Ok(Client::try_from(cfg)?)
+}
+
+/// One pod at a time: create → Running and delete → gone, seconds.
+async fn single(api: &Api<Pod>, count: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     let (mut start, mut stop) = (Vec::new(), Vec::new());
     for i in 0..count {
-        let name = format!("bench-start-{}-{i}", std::process::id());
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": name },
-            "spec": {
-                "terminationGracePeriodSeconds": 30,
-                "containers": [{
-                    "name": "c",
-                    "image": "docker.io/library/busybox:1.36",
-                    "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
-                }]
-            }
-        }))?;
-        let wp = WatchParams::default().fields(&format!("metadata.name={name}"));
+        let name = format!("bench-single-{}-{i}", std::process::id());
+        let wp = WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(290);
         let mut events = api.watch(&wp, "0").await?.boxed();
         let t0 = Instant::now();
-        api.create(&PostParams::default(), &pod).await?;
-        while let Some(ev) = events.try_next().await? {
-            if let WatchEvent::Modified(p) = ev
-                && p.status.and_then(|s| s.phase).as_deref() == Some("Running")
-            {
+        api.create(&PostParams::default(), &pod(&name, "single")?)
+            .await?;
+        while let Some(ev) = tokio::time::timeout(Duration::from_secs(120), events.try_next())
+            .await
+            .map_err(|_| anyhow::anyhow!("{name} not Running after 120 s"))??
+        {
+            if matches!(&ev, WatchEvent::Modified(p) if running(p)) {
                 break;
             }
         }
         start.push(t0.elapsed().as_secs_f64());
         let t1 = Instant::now();
         api.delete(&name, &DeleteParams::default()).await?;
-        while let Some(ev) =
-            tokio::time::timeout(Duration::from_secs(60), events.try_next()).await??
+        while let Some(ev) = tokio::time::timeout(Duration::from_secs(120), events.try_next())
+            .await
+            .map_err(|_| anyhow::anyhow!("{name} not gone after 120 s"))??
         {
             if matches!(ev, WatchEvent::Deleted(_)) {
                 break;
@@ -83,13 +148,135 @@ async fn main() -> anyhow::Result<()> {
         }
         stop.push(t1.elapsed().as_secs_f64());
     }
-    println!(
-        "{}",
-        summary(
-            &format!("create -> Running, {count} pods one at a time"),
-            start
-        )
-    );
-    println!("{}", summary("delete -> gone", stop));
-    Ok(())
+    Ok((start, stop))
+}
+
+/// Creates `count` pods at once and waits until all run: each pod's time from
+/// the burst's start to Running, and the wall time.
+async fn burst(api: &Api<Pod>, count: usize, label: &str) -> anyhow::Result<(Vec<f64>, f64)> {
+    let lp = ListParams::default().labels(&format!("bench={label}"));
+    let rv = api.list_metadata(&lp).await?.metadata.resource_version;
+    let wp = WatchParams::default()
+        .labels(&format!("bench={label}"))
+        .timeout(290);
+    let mut events = api.watch(&wp, rv.as_deref().unwrap_or("0")).await?.boxed();
+    let names: Vec<String> = (0..count)
+        .map(|i| format!("bench-{label}-{}-{i}", std::process::id()))
+        .collect();
+    let t0 = Instant::now();
+    let creates = names.iter().map(|n| async move {
+        api.create(&PostParams::default(), &pod(n, label)?)
+            .await
+            .map_err(anyhow::Error::from)
+    });
+    future::try_join_all(creates).await?;
+    let mut started: BTreeMap<String, f64> = BTreeMap::new();
+    let deadline = Duration::from_secs(600);
+    while started.len() < count {
+        let left = deadline.saturating_sub(t0.elapsed());
+        let Some(ev) = tokio::time::timeout(left, events.try_next())
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!("{} of {count} pods Running after 600 s", started.len())
+            })??
+        else {
+            // The watch timed out on the server: resume from a fresh list.
+            let pods = api.list(&lp).await?;
+            for p in pods.items.iter().filter(|p| running(p)) {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                started
+                    .entry(name)
+                    .or_insert_with(|| t0.elapsed().as_secs_f64());
+            }
+            events = api
+                .watch(
+                    &wp,
+                    pods.metadata.resource_version.as_deref().unwrap_or("0"),
+                )
+                .await?
+                .boxed();
+            continue;
+        };
+        if let WatchEvent::Modified(p) = ev
+            && running(&p)
+        {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            started
+                .entry(name)
+                .or_insert_with(|| t0.elapsed().as_secs_f64());
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    Ok((started.into_values().collect(), wall))
+}
+
+/// Deletes every pod labelled `bench=label` and waits until all are gone, seconds.
+async fn delete_all(api: &Api<Pod>, label: &str) -> anyhow::Result<f64> {
+    let lp = ListParams::default().labels(&format!("bench={label}"));
+    let t0 = Instant::now();
+    api.delete_collection(&DeleteParams::default(), &lp).await?;
+    loop {
+        let left: BTreeSet<String> = api
+            .list_metadata(&lp)
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        if left.is_empty() {
+            return Ok(t0.elapsed().as_secs_f64());
+        }
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(600),
+            "{} pods still there 600 s after the delete",
+            left.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse_from(support::args());
+    let api: Api<Pod> = Api::namespaced(client().await?, &args.namespace);
+    let mut rec = Record {
+        mode: Some(args.mode),
+        count: args.count,
+        window_start: support::now(),
+        ..Record::default()
+    };
+    match args.mode {
+        Mode::Idle => {
+            let sampler = Sampler::start(args.pid);
+            tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+            rec.agent = sampler.finish().await?;
+            rec.count = 0;
+        }
+        Mode::Single => {
+            let sampler = Sampler::start(args.pid);
+            let (start, stop) = single(&api, args.count).await?;
+            rec.agent = sampler.finish().await?;
+            rec.start = Some(Latency::of(start));
+            rec.delete = Some(Latency::of(stop));
+        }
+        Mode::Burst => {
+            let sampler = Sampler::start(args.pid);
+            let (start, wall) = burst(&api, args.count, "burst").await?;
+            rec.agent = sampler.finish().await?;
+            rec.all_running_s = Some(wall);
+            rec.start = Some(Latency::of(start));
+            rec.all_gone_s = Some(delete_all(&api, "burst").await?);
+        }
+        Mode::Steady => {
+            let (start, wall) = burst(&api, args.count, "steady").await?;
+            rec.all_running_s = Some(wall);
+            rec.start = Some(Latency::of(start));
+            let sampler = Sampler::start(args.pid);
+            tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+            rec.agent = sampler.finish().await?;
+            rec.all_gone_s = Some(delete_all(&api, "steady").await?);
+        }
+    }
+    rec.window_end = support::now();
+    support::emit(args.json.as_deref(), &rec)
 }

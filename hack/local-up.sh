@@ -12,7 +12,12 @@
 # Environment: NODE_NAME (default local-node), NODE_IP (default 10.88.0.1, the
 # pod bridge's address: the kubelet refuses a loopback node IP and the API
 # server will not proxy to one), CARGO_TARGET_DIR (default
-# ~/.cache/rustlet/target), READY_TIMEOUT (seconds, default 120).
+# ~/.cache/rustlet/target), RUSTLET_PROFILE (debug or release, default debug:
+# the cargo profile rustlet is built with), READY_TIMEOUT (seconds, default 120).
+#
+# The API server writes an audit log of the node's own requests (users in the
+# group system:nodes, metadata only) to _output/local/logs/audit.log: it counts
+# an agent's API calls by verb and resource (hack/bench.sh).
 set -euo pipefail
 PROG=local-up
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -39,7 +44,13 @@ esac
 NODE_IP=${NODE_IP:-$POD_GATEWAY}
 READY_TIMEOUT=${READY_TIMEOUT:-120}
 API=https://127.0.0.1:6443
-RUSTLET=$CARGO_TARGET_DIR/debug/rustlet
+RUSTLET_PROFILE=${RUSTLET_PROFILE:-debug}
+case $RUSTLET_PROFILE in
+  debug) cargo_profile=() ;;
+  release) cargo_profile=(--release) ;;
+  *) die "RUSTLET_PROFILE must be debug or release, not '$RUSTLET_PROFILE'" ;;
+esac
+RUSTLET=$CARGO_TARGET_DIR/$RUSTLET_PROFILE/rustlet
 
 t_start=$(now_ms)
 timings=()
@@ -106,9 +117,9 @@ build_if_missing images imagebuild pause
 
 if [[ $agent == rustlet ]]; then
   need_cmd cargo "needed to build rustlet"
-  log "building rustlet (cargo build --bin rustlet, target dir $CARGO_TARGET_DIR)"
+  log "building rustlet (cargo build ${cargo_profile[*]} --bin rustlet, target dir $CARGO_TARGET_DIR)"
   mkdir -p "$LOGS"
-  if ! (cd "$ROOT" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo build --bin rustlet) >"$LOGS/rustlet-build.log" 2>&1 || [[ ! -x $RUSTLET ]]; then
+  if ! (cd "$ROOT" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo build "${cargo_profile[@]}" --bin rustlet) >"$LOGS/rustlet-build.log" 2>&1 || [[ ! -x $RUSTLET ]]; then
     first_error=$(grep -m1 -E '^error' "$LOGS/rustlet-build.log" || true)
     die "rustlet cannot be built (cargo build --bin rustlet failed${first_error:+: $first_error}; log: ${LOGS#"$ROOT"/}/rustlet-build.log); try --agent kubelet or --agent none"
   fi
@@ -314,7 +325,20 @@ wait_daemon etcd "etcd health" 60 curl -sf --max-time 2 http://127.0.0.1:2379/he
 if pid=$(running_pid kube-apiserver); then
   log "kube-apiserver already running (pid $pid)"
 else
+  # Audit only the node's requests, without bodies.
+  cat >"$LOCAL/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: [system:nodes]
+- level: None
+POLICY
   start_daemon kube-apiserver "$BIN/kube-apiserver" \
+    --audit-policy-file="$LOCAL/audit-policy.yaml" \
+    --audit-log-path="$LOGS/audit.log" --audit-log-format=json \
+    --audit-log-maxsize=200 --audit-log-maxbackup=1 \
     --etcd-servers=http://127.0.0.1:2379 \
     --secure-port=6443 --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
     --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, checks formatting and lints, runs
 # the unit tests, builds the local cluster, runs the cluster smoke test with the
-# upstream kubelet, then the end-to-end tests with rustlet as the node agent.
+# upstream kubelet, the end-to-end tests with rustlet as the node agent, then a
+# small subset of the upstream [NodeConformance] tests (hack/conformance-ci.txt)
+# with rustlet.
 #
 #   hack/test.sh [--quick]     (--quick: format, lints and unit tests only)
 #
@@ -61,6 +63,9 @@ if ! $quick; then
   step "build cluster" hack/build-cluster.sh all
   step "cluster smoke test (kubelet)" hack/test-cluster-smoke.sh --agent kubelet
   step "end-to-end tests (rustlet)" e2e
+  step "build e2e.test" hack/build-cluster.sh e2e
+  step "upstream conformance subset (rustlet)" hack/conformance.sh --agent rustlet --name ci \
+    --procs 4 --focus "$(grep -v '^#' hack/conformance-ci.txt | paste -sd'|')"
 fi
 printf '%s\n' "${results[@]}"
 echo "$passed passed, $failed failed"

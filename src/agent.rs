@@ -273,7 +273,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     });
     let pods = controller
-        .run(worker::reconcile, worker::error_policy, ctx)
+        .run(reconcile_measured, worker::error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "reconcile");
@@ -291,6 +291,36 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     housekeeping.abort();
     info!("stopped");
+    result
+}
+
+/// The pod worker, timed into `kubelet_pod_worker_duration_seconds` (`create`
+/// on a pod's first pass, `sync` after) and, once the pod is seen Running,
+/// `kubelet_pod_start_duration_seconds`, as the kubelet's pod workers record them.
+async fn reconcile_measured(
+    pod: Arc<Pod>,
+    ctx: Arc<worker::Context>,
+) -> Result<kube::runtime::controller::Action, worker::Error> {
+    use kube::ResourceExt as _;
+    let m = crate::metrics::metrics();
+    let uid = pod.uid().unwrap_or_default();
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let finishing =
+        pod.metadata.deletion_timestamp.is_some() || matches!(phase, Some("Succeeded" | "Failed"));
+    let op = if finishing {
+        m.pod_gone(&uid);
+        "sync"
+    } else if m.pod_seen(&uid) {
+        "create"
+    } else {
+        "sync"
+    };
+    if phase == Some("Running") {
+        m.pod_running(&uid);
+    }
+    let started = Instant::now();
+    let result = worker::reconcile(pod, ctx).await;
+    m.record_pod_worker(op, started.elapsed());
     result
 }
 

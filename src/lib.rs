@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod cri;
 pub mod events;
+pub mod metrics;
 pub mod node;
 pub mod pod;
 pub mod prober;

@@ -151,7 +151,14 @@ impl Runtime {
     where
         F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
-        match tokio::time::timeout(self.timeout, fut).await {
+        let started = std::time::Instant::now();
+        let result = tokio::time::timeout(self.timeout, fut).await;
+        crate::metrics::metrics().record_runtime_operation(
+            call,
+            started.elapsed(),
+            !matches!(result, Ok(Ok(_))),
+        );
+        match result {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
             Ok(Err(status)) => Err(Error::Call {
                 call,

@@ -41,6 +41,11 @@ pub fn start(
                     while let Some(ev) = events.next().await {
                         match ev {
                             Ok(ev) => {
+                                crate::metrics::metrics().pleg_last_seen.set(
+                                    std::time::SystemTime::now()
+                                        .duration_since(std::time::UNIX_EPOCH)
+                                        .map_or(0.0, |d| d.as_secs_f64()),
+                                );
                                 let Some(md) = ev.pod_sandbox_status.and_then(|s| s.metadata)
                                 else {
                                     continue;

@@ -17,6 +17,7 @@ pub mod auth;
 pub mod logs;
 pub mod tls;
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -190,6 +191,7 @@ impl Server {
             .merge(healthz_routes())
             .route("/pods", get(pods))
             .route("/pods/", get(pods))
+            .route("/metrics", get(metrics))
             .route(
                 "/containerLogs/{namespace}/{pod}/{container}",
                 get(container_logs),
@@ -360,6 +362,53 @@ async fn healthz_check(Path(check): Path<String>) -> Response {
         text(StatusCode::OK, "ok")
     } else {
         text(StatusCode::NOT_FOUND, "404 page not found\n")
+    }
+}
+
+/// `/metrics`: the agent's Prometheus metrics ([`crate::metrics`]), with the
+/// running pod and container gauges taken from the pods' reported statuses.
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let m = crate::metrics::metrics();
+    let pods = app.pods.state();
+    let mut states: HashMap<String, usize> = HashMap::new();
+    let mut running_pods = 0;
+    for pod in &pods {
+        let Some(status) = &pod.status else { continue };
+        if status.phase.as_deref() == Some("Running") {
+            running_pods += 1;
+        }
+        let all = [
+            &status.init_container_statuses,
+            &status.container_statuses,
+            &status.ephemeral_container_statuses,
+        ];
+        for cs in all.into_iter().flatten().flatten() {
+            let state = cs.state.as_ref().map_or("unknown", |s| {
+                if s.running.is_some() {
+                    "running"
+                } else if s.terminated.is_some() {
+                    "exited"
+                } else {
+                    "created"
+                }
+            });
+            *states.entry(state.to_string()).or_default() += 1;
+        }
+    }
+    m.set_running(running_pods, &states.into_iter().collect::<Vec<_>>());
+    match m.encode() {
+        Ok(body) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics: {e}"),
+        ),
     }
 }
 

@@ -1,0 +1,155 @@
+//! What both benchmarks share: percentiles, the node agent's resource use
+//! sampled from /proc, and the JSON record `hack/bench.sh` collects.
+#![allow(
+    dead_code,
+    reason = "each benchmark uses a different part of this module"
+)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The value at quantile `p` (0–1) of ascending `sorted`, nearest rank; 0 when empty.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// p50 and p99 (seconds) of latencies `v`, plus the raw values sorted.
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    /// Median, seconds.
+    pub p50: f64,
+    /// 99th percentile, seconds.
+    pub p99: f64,
+    /// Largest value, seconds.
+    pub max: f64,
+    /// Every sample, ascending, seconds.
+    pub samples: Vec<f64>,
+}
+
+impl Latency {
+    /// Summarizes `v` (seconds).
+    pub fn of(mut v: Vec<f64>) -> Self {
+        v.sort_by(f64::total_cmp);
+        Self {
+            p50: percentile(&v, 0.5),
+            p99: percentile(&v, 0.99),
+            max: v.last().copied().unwrap_or(0.0),
+            samples: v,
+        }
+    }
+}
+
+/// A process's resource use over a window.
+#[derive(Debug, Serialize, Default)]
+pub struct Usage {
+    /// Mean resident set size, MiB.
+    pub rss_mib_mean: f64,
+    /// Largest resident set size seen, MiB.
+    pub rss_mib_max: f64,
+    /// CPU time used divided by wall time, cores.
+    pub cpu_cores: f64,
+    /// Length of the window, seconds.
+    pub seconds: f64,
+}
+
+/// RSS in KiB and user+system CPU time in clock ticks of process `pid`,
+/// from /proc/PID/status and /proc/PID/stat; `None` once it is gone.
+fn read_proc(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces): state is field 3,
+    // utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((rss_kib, utime + stime))
+}
+
+/// Samples a process's RSS every 250 ms until stopped.
+pub struct Sampler {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Usage>,
+}
+
+impl Sampler {
+    /// Starts sampling `pid`; `None` samples nothing (bare CRI has no agent).
+    pub fn start(pid: Option<u32>) -> Self {
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let Some(pid) = pid else {
+                return Usage::default();
+            };
+            let t0 = Instant::now();
+            let Some((_, ticks0)) = read_proc(pid) else {
+                return Usage::default();
+            };
+            let (mut sum, mut n, mut max, mut ticks) = (0u64, 0u64, 0u64, ticks0);
+            loop {
+                if let Some((rss, t)) = read_proc(pid) {
+                    sum += rss;
+                    n += 1;
+                    max = max.max(rss);
+                    ticks = t;
+                }
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                }
+            }
+            if let Some((_, t)) = read_proc(pid) {
+                ticks = t;
+            }
+            let seconds = t0.elapsed().as_secs_f64();
+            let hz = rustix::param::clock_ticks_per_second() as f64;
+            Usage {
+                rss_mib_mean: sum as f64 / n.max(1) as f64 / 1024.0,
+                rss_mib_max: max as f64 / 1024.0,
+                cpu_cores: (ticks - ticks0) as f64 / hz / seconds,
+                seconds,
+            }
+        });
+        Self { stop, task }
+    }
+
+    /// Stops sampling and returns what was seen.
+    pub async fn finish(self) -> anyhow::Result<Usage> {
+        let _ = self.stop.send(true);
+        Ok(self.task.await?)
+    }
+}
+
+/// The wall-clock time now, RFC 3339 (the audit log's timestamps are too).
+pub fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+/// Writes `value` as pretty JSON to `path`, or prints it when `path` is `None`.
+pub fn emit(path: Option<&Path>, value: &impl Serialize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    match path {
+        Some(p) => std::fs::write(p, text + "\n")?,
+        None => println!("{text}"),
+    }
+    Ok(())
+}
+
+/// The arguments cargo passes through to a benchmark, without `--bench`.
+pub fn args() -> Vec<String> {
+    std::env::args().filter(|a| a != "--bench").collect()
+}

@@ -1,0 +1,305 @@
+//! The agent's Prometheus metrics, under the kubelet's names, label names and
+//! histogram buckets (pkg/kubelet/metrics/metrics.go), served on `/metrics` of
+//! the node API in the text exposition format.
+//!
+//! One process-wide registry, as the kubelet's legacy registry: the pod
+//! worker, the PLEG and the CRI client record into [`metrics()`] wherever they
+//! run, and the server encodes it.
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// The Prometheus client's default buckets (`prometheus.DefBuckets`), seconds.
+const DEF_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// `podStartupDurationBuckets` of the kubelet, seconds.
+const POD_START_BUCKETS: [f64; 25] = [
+    0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 240.0,
+    300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
+];
+
+/// Label `operation_type`: a pod worker operation (`create`, `update`, `sync`)
+/// or a CRI call (`run_podsandbox`, `create_container`, …).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Operation {
+    /// The operation.
+    pub operation_type: String,
+}
+
+/// Label `container_state` of `kubelet_running_containers`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerState {
+    /// `created`, `running`, `exited` or `unknown` (CRI states, lower case).
+    pub container_state: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric the agent exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// `kubelet_pod_start_duration_seconds`: from the agent first seeing a pod
+    /// to all its containers running, seconds.
+    pub pod_start_duration: Histogram,
+    /// `kubelet_pod_worker_duration_seconds{operation_type}`: one pod sync, seconds.
+    pub pod_worker_duration: HistogramFamily<Operation>,
+    /// `kubelet_running_pods`: pods with a ready sandbox.
+    pub running_pods: Gauge,
+    /// `kubelet_running_containers{container_state}`: containers by CRI state.
+    pub running_containers: Family<ContainerState, Gauge>,
+    /// `kubelet_runtime_operations_total{operation_type}`: CRI calls made.
+    pub runtime_operations: Family<Operation, Counter>,
+    /// `kubelet_runtime_operations_errors_total{operation_type}`: CRI calls that failed.
+    pub runtime_operations_errors: Family<Operation, Counter>,
+    /// `kubelet_runtime_operations_duration_seconds{operation_type}`: CRI call latency, seconds.
+    pub runtime_operations_duration: HistogramFamily<Operation>,
+    /// `kubelet_pleg_last_seen_seconds`: Unix time of the PLEG's last activity, seconds.
+    pub pleg_last_seen: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Pod UID → when the pod worker first saw it, and whether its start was recorded.
+    first_seen: Mutex<HashMap<String, (Instant, bool)>>,
+}
+
+fn def_histogram() -> Histogram {
+    Histogram::new(DEF_BUCKETS)
+}
+
+fn runtime_histogram() -> Histogram {
+    // metrics.ExponentialBuckets(.005, 2.5, 14)
+    Histogram::new(exponential_buckets(0.005, 2.5, 14))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("kubelet");
+        let m = Self {
+            registry: Registry::default(),
+            pod_start_duration: Histogram::new(POD_START_BUCKETS),
+            pod_worker_duration: Family::new_with_constructor(def_histogram),
+            running_pods: Gauge::default(),
+            running_containers: Family::default(),
+            runtime_operations: Family::default(),
+            runtime_operations_errors: Family::default(),
+            runtime_operations_duration: Family::new_with_constructor(runtime_histogram),
+            pleg_last_seen: Gauge::default(),
+            first_seen: Mutex::default(),
+        };
+        registry.register(
+            "pod_start_duration_seconds",
+            "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+            m.pod_start_duration.clone(),
+        );
+        registry.register(
+            "pod_worker_duration_seconds",
+            "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
+            m.pod_worker_duration.clone(),
+        );
+        registry.register(
+            "running_pods",
+            "Number of pods that have a running pod sandbox",
+            m.running_pods.clone(),
+        );
+        registry.register(
+            "running_containers",
+            "Number of containers currently running",
+            m.running_containers.clone(),
+        );
+        registry.register(
+            "runtime_operations",
+            "Cumulative number of runtime operations by operation type.",
+            m.runtime_operations.clone(),
+        );
+        registry.register(
+            "runtime_operations_errors",
+            "Cumulative number of runtime operation errors by operation type.",
+            m.runtime_operations_errors.clone(),
+        );
+        registry.register(
+            "runtime_operations_duration_seconds",
+            "Duration in seconds of runtime operations. Broken down by operation type.",
+            m.runtime_operations_duration.clone(),
+        );
+        registry.register(
+            "pleg_last_seen_seconds",
+            "Timestamp in seconds when PLEG was last seen active.",
+            m.pleg_last_seen.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    /// Records one CRI call: its count, its latency and, if it failed, an error.
+    /// `call` is the CRI method name (`RunPodSandbox`); the label is the
+    /// kubelet's `operation_type` for it (`run_podsandbox`).
+    pub fn record_runtime_operation(&self, call: &str, took: Duration, failed: bool) {
+        let op = Operation {
+            operation_type: runtime_operation_type(call),
+        };
+        self.runtime_operations.get_or_create(&op).inc();
+        self.runtime_operations_duration
+            .get_or_create(&op)
+            .observe(took.as_secs_f64());
+        if failed {
+            self.runtime_operations_errors.get_or_create(&op).inc();
+        }
+    }
+
+    /// Records one pod worker sync of `operation_type` (`create`, `update` or `sync`).
+    pub fn record_pod_worker(&self, operation_type: &str, took: Duration) {
+        self.pod_worker_duration
+            .get_or_create(&Operation {
+                operation_type: operation_type.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Notes a pod worker pass over pod `uid`; true the first time the pod is
+    /// seen (the kubelet's `create` operation), false after (`sync`).
+    pub fn pod_seen(&self, uid: &str) -> bool {
+        let mut seen = self
+            .first_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let new = !seen.contains_key(uid);
+        seen.entry(uid.to_string())
+            .or_insert_with(|| (Instant::now(), false));
+        new
+    }
+
+    /// Pod `uid` was seen running: the first time, its time since
+    /// [`pod_seen`](Self::pod_seen) goes into `kubelet_pod_start_duration_seconds`.
+    pub fn pod_running(&self, uid: &str) {
+        let mut seen = self
+            .first_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((since, recorded)) = seen.get_mut(uid)
+            && !*recorded
+        {
+            *recorded = true;
+            self.pod_start_duration
+                .observe(since.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Pod `uid` is gone from this node: forget it.
+    pub fn pod_gone(&self, uid: &str) {
+        self.first_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
+    }
+
+    /// Sets the running pod and container gauges from a runtime listing:
+    /// `pods` with a ready sandbox, and the containers' CRI states (lower case).
+    pub fn set_running(&self, pods: usize, containers: &[(String, usize)]) {
+        self.running_pods
+            .set(i64::try_from(pods).unwrap_or(i64::MAX));
+        for state in ["created", "running", "exited", "unknown"] {
+            let n = containers
+                .iter()
+                .find(|(s, _)| s == state)
+                .map_or(0, |(_, n)| *n);
+            self.running_containers
+                .get_or_create(&ContainerState {
+                    container_state: state.to_string(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// The whole registry in the Prometheus text format (version 0.0.4 compatible
+    /// OpenMetrics text, ending in `# EOF`).
+    ///
+    /// # Errors
+    /// Only if formatting fails, which writing to a `String` does not.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// The kubelet's `operation_type` for a CRI method name, as its instrumented
+/// runtime service labels them: `RunPodSandbox` → `run_podsandbox`,
+/// `ListContainers` → `list_containers`, `ExecSync` → `exec_sync`.
+#[must_use]
+pub fn runtime_operation_type(call: &str) -> String {
+    let mut out = String::with_capacity(call.len() + 4);
+    for (i, ch) in call.char_indices() {
+        if ch.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(ch.to_ascii_lowercase());
+        } else {
+            out.push(ch);
+        }
+    }
+    // The kubelet writes "podsandbox" as one word.
+    out.replace("pod_sandbox", "podsandbox")
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_types_are_the_kubelets() {
+        for (call, want) in [
+            ("RunPodSandbox", "run_podsandbox"),
+            ("StopPodSandbox", "stop_podsandbox"),
+            ("PodSandboxStatus", "podsandbox_status"),
+            ("ListPodSandbox", "list_podsandbox"),
+            ("CreateContainer", "create_container"),
+            ("ListContainers", "list_containers"),
+            ("ExecSync", "exec_sync"),
+            ("PullImage", "pull_image"),
+            ("Version", "version"),
+        ] {
+            assert_eq!(runtime_operation_type(call), want, "{call}");
+        }
+    }
+
+    #[test]
+    fn encodes_kubelet_names_and_buckets() {
+        let m = Metrics::new();
+        m.record_runtime_operation("CreateContainer", Duration::from_millis(30), false);
+        m.record_runtime_operation("CreateContainer", Duration::from_millis(30), true);
+        m.record_pod_worker("sync", Duration::from_millis(200));
+        assert!(m.pod_seen("u1"));
+        assert!(!m.pod_seen("u1"));
+        m.pod_running("u1");
+        m.pod_running("u1");
+        m.set_running(3, &[("running".into(), 4), ("exited".into(), 1)]);
+        let text = m.encode().expect("encode");
+        for want in [
+            "kubelet_runtime_operations_total{operation_type=\"create_container\"} 2",
+            "kubelet_runtime_operations_errors_total{operation_type=\"create_container\"} 1",
+            "kubelet_runtime_operations_duration_seconds_bucket{le=\"0.03125\",operation_type=\"create_container\"} 2",
+            "kubelet_pod_worker_duration_seconds_count{operation_type=\"sync\"} 1",
+            "kubelet_pod_start_duration_seconds_count 1",
+            "kubelet_pod_start_duration_seconds_bucket{le=\"0.5\"} 1",
+            "kubelet_running_pods 3",
+            "kubelet_running_containers{container_state=\"running\"} 4",
+            "kubelet_running_containers{container_state=\"created\"} 0",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+}

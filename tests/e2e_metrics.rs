@@ -1,0 +1,84 @@
+//! `/metrics` of the node API on the local cluster (`hack/local-up.sh --agent
+//! rustlet`), read through the API server's node proxy as Prometheus scrapes
+//! it: the kubelet's metric names move as a pod starts.
+
+mod common;
+
+use common::*;
+
+/// The value of the sample whose line starts with `prefix` (name and labels), if any.
+fn sample(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix) && l[prefix.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+async fn scrape(client: &kube::Client) -> String {
+    let path = format!("/api/v1/nodes/{}/proxy/metrics", node_name());
+    client
+        .request_text(axum::http::Request::get(path).body(Vec::new()).unwrap())
+        .await
+        .expect("proxy/metrics")
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn metrics_count_a_pod_start_under_the_kubelets_names() {
+    let client = client().await;
+    let before = scrape(&client).await;
+    let starts = |t: &str| sample(t, "kubelet_pod_start_duration_seconds_count").unwrap_or(0.0);
+    let sandboxes = |t: &str| {
+        sample(
+            t,
+            "kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    let ns = namespace(&client, "metrics").await;
+    create(
+        &client,
+        &ns,
+        &pod("sleeper", "Never", BUSYBOX, &["sleep", "3600"]),
+    )
+    .await;
+    wait_for(&client, &ns, "sleeper", 60, "Running", phase("Running")).await;
+    // The pod start is recorded when the worker sees its Running status come back.
+    let mut after = String::new();
+    for _ in 0..50 {
+        after = scrape(&client).await;
+        if starts(&after) > starts(&before) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(
+        starts(&after) > starts(&before),
+        "pod start not counted:\n{after}"
+    );
+    assert!(sandboxes(&after) > sandboxes(&before), "{after}");
+    assert!(
+        sample(&after, "kubelet_running_pods").unwrap_or(0.0) >= 1.0,
+        "{after}"
+    );
+    assert!(
+        sample(
+            &after,
+            "kubelet_running_containers{container_state=\"running\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{after}"
+    );
+    assert!(
+        sample(
+            &after,
+            "kubelet_pod_worker_duration_seconds_count{operation_type=\"create\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{after}"
+    );
+    assert!(after.contains("# TYPE kubelet_runtime_operations_duration_seconds histogram"));
+    drop_namespace(&client, &ns).await;
+}
