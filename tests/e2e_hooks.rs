@@ -20,10 +20,12 @@ fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
 /// A container that exits at once on SIGTERM.
 const TERM_EXITS: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
 
-/// Starts a server pod that answers every HTTP request with 200 and logs the
-/// request line; returns it running (with its IP).
+/// The agnhost image of the local cluster: `netexec` serves HTTP and logs
+/// every `/echo?msg=...` it answers.
+const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
+
+/// Starts a hook server pod (agnhost netexec on 8080); returns it running (with its IP).
 async fn server(client: &Client, ns: &str) -> Pod {
-    let script = "while true; do printf 'HTTP/1.1 200 OK\\r\\nContent-Length: 0\\r\\nConnection: close\\r\\n\\r\\n' | nc -l -p 8080; done";
     create(
         client,
         ns,
@@ -31,7 +33,11 @@ async fn server(client: &Client, ns: &str) -> Pod {
             "metadata": { "name": "server" },
             "spec": {
                 "terminationGracePeriodSeconds": 1,
-                "containers": [{ "name": "s", "image": BUSYBOX, "command": ["sh", "-c", script] }]
+                "containers": [{
+                    "name": "s",
+                    "image": AGNHOST,
+                    "command": ["/agnhost", "netexec", "--http-port=8080"]
+                }]
             }
         })),
     )
@@ -96,9 +102,8 @@ async fn post_start_and_pre_stop_exec_and_http_hooks_run() {
     let ns = namespace(&client, "e2e-hooks").await;
     let srv = server(&client, &ns).await;
     let ip = pod_ip(&srv);
-    let get = |path: &str| format!("wget -q -O /dev/null http://{ip}:8080/{path}");
-    let http =
-        |path: &str| serde_json::json!({ "httpGet": { "host": ip, "port": 8080, "path": path } });
+    let get = |msg: &str| format!("wget -q -O /dev/null 'http://{ip}:8080/echo?msg={msg}'");
+    let http = |msg: &str| serde_json::json!({ "httpGet": { "host": ip, "port": 8080, "path": format!("/echo?msg={msg}") } });
     let pods = [
         (
             "exec",
@@ -110,8 +115,8 @@ async fn post_start_and_pre_stop_exec_and_http_hooks_run() {
         (
             "http",
             serde_json::json!({
-                "postStart": http("/poststart-http"),
-                "preStop": http("/prestop-http")
+                "postStart": http("poststart-http"),
+                "preStop": http("prestop-http")
             }),
         ),
     ];
@@ -120,7 +125,7 @@ async fn post_start_and_pre_stop_exec_and_http_hooks_run() {
     }
     for (name, _) in &pods {
         wait_for(&client, &ns, name, 60, "Running", phase("Running")).await;
-        server_saw(&ns, &srv, &format!("GET /poststart-{name}"), 5).await;
+        server_saw(&ns, &srv, &format!("msg=poststart-{name}"), 5).await;
     }
     for (name, _) in &pods {
         let p = Api::<Pod>::namespaced(client.clone(), &ns)
@@ -129,7 +134,7 @@ async fn post_start_and_pre_stop_exec_and_http_hooks_run() {
             .unwrap();
         delete(&client, &ns, name, 10).await;
         wait_deleted(&client, &ns, name, &p.uid().unwrap(), 30).await;
-        server_saw(&ns, &srv, &format!("GET /prestop-{name}"), 5).await;
+        server_saw(&ns, &srv, &format!("msg=prestop-{name}"), 5).await;
     }
     drop_namespace(&client, &ns).await;
 }
