@@ -255,6 +255,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         crate::server::Deps {
             client: client.clone(),
             pods: store.clone(),
+            runtime: runtime.clone(),
         },
     ));
     let housekeeping = tokio::spawn({

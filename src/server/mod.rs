@@ -9,12 +9,16 @@
 //! - `/containerLogs/{namespace}/{pod}/{container}`: the container's CRI log file
 //!   with the `PodLogOptions` query ([`logs`]), which is what `kubectl logs` reaches
 //!   through the API server's `pods/log`.
+//! - `/exec/…`, `/attach/…`, `/portForward/…`: the runtime's streaming server
+//!   behind an upgrade-aware proxy ([`stream`]), which is what `kubectl exec`,
+//!   `attach` and `port-forward` reach through the API server.
 //!
 //! Any other path answers 404 `404 page not found` after authorization, as the
 //! kubelet's router does.
 
 pub mod auth;
 pub mod logs;
+pub mod stream;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -127,6 +131,8 @@ pub struct Deps {
     pub client: Client,
     /// The pods bound to this node (the pod controller's reflector store).
     pub pods: Store<Pod>,
+    /// The container runtime: streaming URLs and container lookups.
+    pub runtime: crate::cri::Runtime,
 }
 
 impl std::fmt::Debug for Deps {
@@ -143,6 +149,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct App {
     pods: Store<Pod>,
+    runtime: crate::cri::Runtime,
     pod_logs_dir: PathBuf,
 }
 
@@ -184,6 +191,7 @@ impl Server {
         let auth = Arc::new(auth::Auth::new(deps.client, cfg.node_name.clone()));
         let app = Arc::new(App {
             pods: deps.pods,
+            runtime: deps.runtime,
             pod_logs_dir: cfg.pod_logs_dir,
         });
         let router = Router::new()
@@ -193,6 +201,30 @@ impl Server {
             .route(
                 "/containerLogs/{namespace}/{pod}/{container}",
                 get(container_logs),
+            )
+            .route(
+                "/exec/{namespace}/{pod}/{container}",
+                get(stream::exec).post(stream::exec),
+            )
+            .route(
+                "/exec/{namespace}/{pod}/{uid}/{container}",
+                get(stream::exec).post(stream::exec),
+            )
+            .route(
+                "/attach/{namespace}/{pod}/{container}",
+                get(stream::attach).post(stream::attach),
+            )
+            .route(
+                "/attach/{namespace}/{pod}/{uid}/{container}",
+                get(stream::attach).post(stream::attach),
+            )
+            .route(
+                "/portForward/{namespace}/{pod}",
+                get(stream::port_forward).post(stream::port_forward),
+            )
+            .route(
+                "/portForward/{namespace}/{pod}/{uid}",
+                get(stream::port_forward).post(stream::port_forward),
             )
             .fallback(not_found)
             .with_state(app)

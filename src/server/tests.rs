@@ -142,6 +142,11 @@ async fn start() -> Fixture {
         Deps {
             client: fake_api(seen.clone()),
             pods: store,
+            runtime: crate::cri::Runtime::connect_lazy(
+                &format!("unix://{}", dir.path().join("no-runtime.sock").display()),
+                Duration::from_secs(5),
+            )
+            .unwrap(),
         },
     )
     .await
