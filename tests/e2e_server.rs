@@ -524,9 +524,12 @@ async fn kubectl_port_forward_reaches_a_server_in_the_pod() {
         .spawn()
         .expect("run kubectl port-forward");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    stdout
         .read_line(&mut line)
         .expect("kubectl port-forward output");
+    // Keep reading: kubectl dies writing to a closed pipe.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
     // "Forwarding from 127.0.0.1:PORT -> 8080"
     let port = line
         .split_whitespace()
@@ -559,7 +562,7 @@ async fn streaming_endpoints_check_credentials_and_the_pod() {
         "-H",
         "Upgrade: SPDY/3.1",
     ];
-    let (code, body) = curl("/exec/default/p/c?command=true&stdout=1", &upgrade);
+    let (code, body) = curl("/exec/default/p/c?command=true&output=1", &upgrade);
     assert_eq!((code, body.as_str()), (401, "Unauthorized"));
 
     let dir = tempfile::tempdir().unwrap();
@@ -567,8 +570,8 @@ async fn streaming_endpoints_check_credentials_and_the_pod() {
     let mut args = upgrade.to_vec();
     args.extend(["--cert", &crt, "--key", &key]);
     for path in [
-        "/exec/default/p/c?command=true&stdout=1",
-        "/attach/default/p/c?stdout=1",
+        "/exec/default/p/c?command=true&output=1",
+        "/attach/default/p/c?output=1",
         "/portForward/default/p",
     ] {
         let (code, body) = curl(path, &args);
@@ -593,22 +596,22 @@ async fn streaming_endpoints_check_credentials_and_the_pod() {
     args.extend(["--cert", &crt, "--key", &key]);
     let cases = [
         (
-            format!("/exec/{ns}/missing/c?command=true&stdout=1"),
+            format!("/exec/{ns}/missing/c?command=true&output=1"),
             404,
             "pod does not exist",
         ),
         (
-            format!("/exec/{ns}/sh/nope?command=true&stdout=1"),
+            format!("/exec/{ns}/sh/nope?command=true&output=1"),
             404,
             "container \"nope\" not found",
         ),
         (
-            format!("/exec/{ns}/sh/wrong-uid/c?command=true&stdout=1"),
+            format!("/exec/{ns}/sh/wrong-uid/c?command=true&output=1"),
             404,
             "pod not found",
         ),
         (
-            format!("/attach/{ns}/sh/nope?stdout=1"),
+            format!("/attach/{ns}/sh/nope?output=1"),
             404,
             "container \"nope\" not found",
         ),
@@ -630,7 +633,7 @@ async fn streaming_endpoints_check_credentials_and_the_pod() {
     }
     // Without an upgrade there is nothing to proxy.
     let (code, body) = curl(
-        &format!("/exec/{ns}/sh/c?command=true&stdout=1"),
+        &format!("/exec/{ns}/sh/c?command=true&output=1"),
         &["-X", "POST", "--cert", &crt, "--key", &key],
     );
     assert_eq!((code, body.trim()), (500, "Upgrade request required"));

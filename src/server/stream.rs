@@ -1,8 +1,8 @@
 //! The streaming endpoints of the node API, as the kubelet serves them
 //! (`getExec`, `getAttach`, `getPortForward` in pkg/kubelet/server/server.go):
 //!
-//! - `/exec/{namespace}/{pod}[/{uid}]/{container}?command=…&stdin=1&stdout=1&stderr=1&tty=1`
-//! - `/attach/{namespace}/{pod}[/{uid}]/{container}?stdin=1&stdout=1&…`
+//! - `/exec/{namespace}/{pod}[/{uid}]/{container}?command=…&input=1&output=1&error=1&tty=1`
+//! - `/attach/{namespace}/{pod}[/{uid}]/{container}?input=1&output=1&…`
 //! - `/portForward/{namespace}/{pod}[/{uid}]` (WebSocket clients name `?port=…`)
 //!
 //! Each asks the container runtime for a URL on its own streaming server (CRI
@@ -59,9 +59,9 @@ fn form_value(query: &str, key: &str) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
-/// The streams an exec or attach request asks for (`remotecommand.NewOptions`):
-/// a parameter is on only as `1`; `tty` turns `stderr` off (a terminal has one
-/// output).
+/// The streams an exec or attach request asks for (`remotecommand.NewOptions`
+/// with the core API's `ExecStdinParam` names): `input`, `output`, `error` and
+/// `tty`, each on only as `1`; `tty` turns `error` off (a terminal has one output).
 ///
 /// # Errors
 /// The kubelet's message when no stream is asked for.
@@ -69,9 +69,9 @@ pub fn stream_options(query: &str) -> Result<StreamIo, String> {
     let on = |k: &str| form_value(query, k).as_deref() == Some("1");
     let tty = on("tty");
     let io = StreamIo {
-        stdin: on("stdin"),
-        stdout: on("stdout"),
-        stderr: on("stderr") && !tty,
+        stdin: on("input"),
+        stdout: on("output"),
+        stderr: on("error") && !tty,
         tty,
     };
     if !io.stdin && !io.stdout && !io.stderr {
@@ -436,6 +436,7 @@ async fn proxy(mut req: Request, url: &str) -> Response {
         let (parts, body) = resp.into_parts();
         return Response::from_parts(parts, Body::new(body));
     }
+    debug!(url, headers = ?resp.headers(), "runtime switched protocols");
     let backend_upgrade = hyper::upgrade::on(&mut resp);
     tokio::spawn(splice(client_upgrade, backend_upgrade));
     let mut out = Response::new(Body::empty());
@@ -488,16 +489,17 @@ mod tests {
             tty,
         };
         let cases: &[(&str, Result<StreamIo, ()>)] = &[
-            ("stdout=1", Ok(io(false, true, false, false))),
-            ("stdin=1&stdout=1&stderr=1", Ok(io(true, true, true, false))),
-            ("stdout=1&stderr=1&tty=1", Ok(io(false, true, false, true))),
-            ("stdin=1&tty=1", Ok(io(true, false, false, true))),
-            // Only "1" turns a stream on.
-            ("stdout=true", Err(())),
-            ("stdout=0&stderr=", Err(())),
+            ("output=1", Ok(io(false, true, false, false))),
+            ("input=1&output=1&error=1", Ok(io(true, true, true, false))),
+            ("output=1&error=1&tty=1", Ok(io(false, true, false, true))),
+            ("input=1&tty=1", Ok(io(true, false, false, true))),
+            // Only "1" turns a stream on, and only under the core API's names.
+            ("output=true", Err(())),
+            ("stdin=1&stdout=1&stderr=1", Err(())),
+            ("output=0&error=", Err(())),
             ("tty=1", Err(())),
             ("", Err(())),
-            ("stderr=1&stderr=0", Ok(io(false, false, true, false))),
+            ("error=1&error=0", Ok(io(false, false, true, false))),
         ];
         for (q, want) in cases {
             assert_eq!(stream_options(q).map_err(drop), *want, "{q}");
@@ -511,10 +513,10 @@ mod tests {
     #[test]
     fn the_command_is_every_command_parameter() {
         assert_eq!(
-            exec_command("command=sh&stdout=1&command=-c&command=echo%20a%26b"),
+            exec_command("command=sh&output=1&command=-c&command=echo%20a%26b"),
             vec!["sh", "-c", "echo a&b"]
         );
-        assert!(exec_command("stdout=1").is_empty());
+        assert!(exec_command("output=1").is_empty());
     }
 
     #[test]
