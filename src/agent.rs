@@ -320,6 +320,7 @@ fn server_config(
         };
     }
     cfg.client_ca_file.clone_from(&args.client_ca_file);
+    cfg.kubelet_config = settings.kubelet_configuration();
     Ok(cfg)
 }
 

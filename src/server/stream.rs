@@ -619,4 +619,117 @@ mod tests {
         assert_eq!(out.get_all("x-stream-protocol-version").iter().count(), 2);
         assert_eq!(out["sec-websocket-protocol"], "v4.channel.k8s.io");
     }
+
+    /// A runtime streaming server stand-in on loopback: `/exec/tok` upgrades
+    /// (echoing the protocol header) and then answers bytes upper-cased; any
+    /// other path, or a request with credentials, is 404.
+    async fn fake_runtime() -> std::net::SocketAddr {
+        use tokio::io::AsyncReadExt as _;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = l.accept().await.unwrap();
+                let svc = hyper::service::service_fn(
+                    |mut req: hyper::Request<hyper::body::Incoming>| async move {
+                        let full = http_body_util::Full::<Bytes>::from;
+                        if req.uri() != "/exec/tok"
+                            || req.headers().contains_key(header::AUTHORIZATION)
+                        {
+                            return hyper::Response::builder()
+                                .status(404)
+                                .body(full(Bytes::from_static(b"unknown token")));
+                        }
+                        let proto = req.headers()["x-stream-protocol-version"].clone();
+                        let up = hyper::upgrade::on(&mut req);
+                        tokio::spawn(async move {
+                            let mut io = TokioIo::new(up.await.unwrap());
+                            let mut buf = [0; 64];
+                            loop {
+                                let n = io.read(&mut buf).await.unwrap();
+                                if n == 0 {
+                                    break;
+                                }
+                                io.write_all(&buf[..n].to_ascii_uppercase()).await.unwrap();
+                            }
+                        });
+                        hyper::Response::builder()
+                            .status(101)
+                            .header(header::CONNECTION, "Upgrade")
+                            .header(header::UPGRADE, "SPDY/3.1")
+                            .header("x-stream-protocol-version", proto)
+                            .body(full(Bytes::new()))
+                    },
+                );
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .with_upgrades(),
+                );
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn upgrades_are_proxied_and_spliced() {
+        use tokio::io::AsyncReadExt as _;
+        let runtime = fake_runtime().await;
+        let front = axum::Router::new().route(
+            "/{token}",
+            axum::routing::post(move |Path(token): Path<String>, req: Request| async move {
+                proxy(req, &format!("http://{runtime}/exec/{token}")).await
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let front_addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, front).await });
+
+        let send = |path: &'static str, upgrade: bool| async move {
+            let tcp = tokio::net::TcpStream::connect(front_addr).await.unwrap();
+            let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+                .await
+                .unwrap();
+            tokio::spawn(conn.with_upgrades());
+            let mut req = hyper::Request::post(path).header(header::AUTHORIZATION, "Bearer t");
+            if upgrade {
+                req = req
+                    .header(header::CONNECTION, "Upgrade")
+                    .header(header::UPGRADE, "SPDY/3.1")
+                    .header("x-stream-protocol-version", "v4.channel.k8s.io");
+            }
+            tx.send_request(req.body(Empty::<Bytes>::new()).unwrap())
+                .await
+                .unwrap()
+        };
+
+        let mut resp = send("/tok", true).await;
+        assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!(resp.headers()[header::UPGRADE], "SPDY/3.1");
+        assert_eq!(
+            resp.headers()["x-stream-protocol-version"],
+            "v4.channel.k8s.io"
+        );
+        let mut io = TokioIo::new(hyper::upgrade::on(&mut resp).await.unwrap());
+        io.write_all(b"hello").await.unwrap();
+        let mut buf = [0; 5];
+        io.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"HELLO");
+
+        // The runtime's refusal reaches the client as it is.
+        let resp = send("/expired", true).await;
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap();
+        assert_eq!(body.to_bytes(), "unknown token");
+
+        // A plain request has nothing to proxy.
+        let resp = send("/tok", false).await;
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap();
+        assert_eq!(body.to_bytes().trim_ascii(), b"Upgrade request required");
+    }
 }
