@@ -195,14 +195,22 @@ pub fn forwarded_headers(client: &HeaderMap, host: &str) -> HeaderMap {
 
 /// The answer to a failed CRI call, as the kubelet's `streaming.WriteError`:
 /// 404 for `NotFound`, 429 for `ResourceExhausted`, else 500.
-fn cri_error(e: &crate::cri::Error) -> Response {
+fn cri_status(e: &crate::cri::Error) -> Refusal {
     let status = match e.code() {
         Some(tonic::Code::NotFound) => StatusCode::NOT_FOUND,
         Some(tonic::Code::ResourceExhausted) => StatusCode::TOO_MANY_REQUESTS,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    text(status, e.to_string())
+    (status, e.to_string())
 }
+
+fn cri_error(e: &crate::cri::Error) -> Response {
+    let (status, message) = cri_status(e);
+    text(status, message)
+}
+
+/// A request refused before anything is proxied: status and message.
+type Refusal = (StatusCode, String);
 
 /// The pod `namespace/name` from the pod store, checked against `uid` when the
 /// path names one; else 404.
@@ -211,9 +219,9 @@ fn find_pod(
     namespace: &str,
     name: &str,
     uid: Option<&str>,
-) -> Result<Arc<Pod>, Response> {
+) -> Result<Arc<Pod>, Refusal> {
     let Some(pod) = app.pods.get(&ObjectRef::<Pod>::new(name).within(namespace)) else {
-        return Err(text(
+        return Err((
             StatusCode::NOT_FOUND,
             format!("pod does not exist: {namespace}/{name}"),
         ));
@@ -221,7 +229,7 @@ fn find_pod(
     if let Some(uid) = uid.filter(|u| !u.is_empty())
         && pod.metadata.uid.as_deref() != Some(uid)
     {
-        return Err(text(
+        return Err((
             StatusCode::NOT_FOUND,
             format!("pod not found: {namespace}/{name} with UID {uid}"),
         ));
@@ -250,14 +258,14 @@ fn spec_tty(pod: &Pod, name: &str) -> Option<bool> {
 /// The CRI ID of the running container `name` of `pod` (the kubelet's
 /// `findContainer` over the running pods): 404 when the pod has no such
 /// container or it is not running.
-async fn running_container(app: &App, pod: &Pod, name: &str) -> Result<(String, bool), Response> {
+async fn running_container(app: &App, pod: &Pod, name: &str) -> Result<(String, bool), Refusal> {
     let full = format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         pod.metadata.name.as_deref().unwrap_or_default()
     );
     let Some(tty) = spec_tty(pod, name) else {
-        return Err(text(
+        return Err((
             StatusCode::NOT_FOUND,
             format!("container {name:?} not found in pod {full}"),
         ));
@@ -272,14 +280,14 @@ async fn running_container(app: &App, pod: &Pod, name: &str) -> Result<(String, 
         .runtime
         .list_containers(labels)
         .await
-        .map_err(|e| cri_error(&e))?;
+        .map_err(|e| cri_status(&e))?;
     containers
         .into_iter()
         .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
         .max_by_key(|c| c.created_at)
         .map(|c| (c.id, tty))
         .ok_or_else(|| {
-            text(
+            (
                 StatusCode::NOT_FOUND,
                 format!("container {name:?} in pod {full} is not running"),
             )
@@ -301,11 +309,11 @@ pub(super) async fn exec(
     };
     let pod = match find_pod(&app, &p.namespace, &p.pod, p.uid.as_deref()) {
         Ok(pod) => pod,
-        Err(r) => return r,
+        Err((status, message)) => return text(status, message),
     };
     let (id, _) = match running_container(&app, &pod, &p.container).await {
         Ok(c) => c,
-        Err(r) => return r,
+        Err((status, message)) => return text(status, message),
     };
     match app.runtime.exec_url(&id, exec_command(&query), io).await {
         Ok(url) => proxy(req, &url).await,
@@ -328,11 +336,11 @@ pub(super) async fn attach(
     };
     let pod = match find_pod(&app, &p.namespace, &p.pod, p.uid.as_deref()) {
         Ok(pod) => pod,
-        Err(r) => return r,
+        Err((status, message)) => return text(status, message),
     };
     let (id, tty) = match running_container(&app, &pod, &p.container).await {
         Ok(c) => c,
-        Err(r) => return r,
+        Err((status, message)) => return text(status, message),
     };
     let io = StreamIo { tty, ..io };
     match app.runtime.attach_url(&id, io).await {
@@ -359,7 +367,7 @@ pub(super) async fn port_forward(
     };
     let pod = match find_pod(&app, &p.namespace, &p.pod, p.uid.as_deref()) {
         Ok(pod) => pod,
-        Err(r) => return r,
+        Err((status, message)) => return text(status, message),
     };
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let sandboxes = match app
@@ -545,7 +553,8 @@ mod tests {
 
     #[test]
     fn port_forward_ports_follow_the_kubelet() {
-        let cases: &[(&str, bool, Result<Vec<i32>, &str>)] = &[
+        type Case = (&'static str, bool, Result<Vec<i32>, &'static str>);
+        let cases: &[Case] = &[
             ("", false, Ok(vec![])),
             ("port=80", false, Ok(vec![])),
             ("port=80", true, Ok(vec![80])),
