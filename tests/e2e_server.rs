@@ -639,3 +639,21 @@ async fn streaming_endpoints_check_credentials_and_the_pod() {
     assert_eq!((code, body.trim()), (500, "Upgrade request required"));
     drop_namespace(&client, &ns).await;
 }
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn configz_shows_the_agents_configuration() {
+    let pki = local().join("pki");
+    let (crt, key) = (
+        pki.join("admin.crt").display().to_string(),
+        pki.join("admin.key").display().to_string(),
+    );
+    let (code, body) = curl("/configz", &["--cert", &crt, "--key", &key]);
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("configz JSON");
+    let c = &v["kubeletconfig"];
+    assert_eq!(c["port"], 10250, "{v}");
+    assert_eq!(c["authentication"]["anonymous"]["enabled"], false, "{v}");
+    assert_eq!(c["authorization"]["mode"], "Webhook", "{v}");
+    assert!(c["containerRuntimeEndpoint"].as_str().is_some(), "{v}");
+}
