@@ -256,6 +256,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         crate::server::Deps {
             client: client.clone(),
             pods: store.clone(),
+            runtime: runtime.clone(),
         },
     ));
     let housekeeping = tokio::spawn({
@@ -350,6 +351,7 @@ fn server_config(
         };
     }
     cfg.client_ca_file.clone_from(&args.client_ca_file);
+    cfg.kubelet_config = settings.kubelet_configuration();
     Ok(cfg)
 }
 

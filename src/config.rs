@@ -76,6 +76,69 @@ impl Default for Settings {
     }
 }
 
+/// `d` as Go's `time.Duration.String` writes it, the form KubeletConfiguration
+/// durations take: `0s`, `1.5s`, `2m0s`, `1h0m0s`, `100ms`, `1.5µs`, `10ns`.
+#[must_use]
+pub fn go_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".into();
+    }
+    // `whole` units of size `unit` nanoseconds, with the fraction trimmed.
+    let fixed = |n: u128, unit: u128, suffix: &str| {
+        let whole = n / unit;
+        let frac = n % unit;
+        if frac == 0 {
+            format!("{whole}{suffix}")
+        } else {
+            let width = unit.ilog10() as usize;
+            let digits = format!("{frac:0width$}");
+            format!("{whole}.{}{suffix}", digits.trim_end_matches('0'))
+        }
+    };
+    if nanos < 1_000 {
+        return format!("{nanos}ns");
+    }
+    if nanos < 1_000_000 {
+        return fixed(nanos, 1_000, "µs");
+    }
+    if nanos < 1_000_000_000 {
+        return fixed(nanos, 1_000_000, "ms");
+    }
+    let secs_nanos = nanos % 60_000_000_000;
+    let mins = nanos / 60_000_000_000;
+    let seconds = fixed(secs_nanos, 1_000_000_000, "s");
+    match (mins / 60, mins % 60) {
+        (0, 0) => seconds,
+        (0, m) => format!("{m}m{seconds}"),
+        (h, m) => format!("{h}h{m}m{seconds}"),
+    }
+}
+
+impl Settings {
+    /// The settings as KubeletConfiguration (`kubelet.config.k8s.io/v1beta1`)
+    /// fields, for `/configz`: durations in Go's form, paths as strings.
+    #[must_use]
+    pub fn kubelet_configuration(&self) -> Value {
+        serde_json::json!({
+            "kind": "KubeletConfiguration",
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "enableServer": true,
+            "containerRuntimeEndpoint": self.container_runtime_endpoint,
+            "podLogsDir": self.pod_logs_dir.display().to_string(),
+            "runtimeRequestTimeout": go_duration(self.runtime_request_timeout),
+            "maxPods": self.max_pods,
+            "nodeStatusUpdateFrequency": go_duration(self.node_status_update_frequency),
+            "nodeStatusReportFrequency": go_duration(self.node_status_report_frequency),
+            "nodeLeaseDurationSeconds": self.node_lease_duration_seconds,
+            "clusterDNS": self.cluster_dns,
+            "clusterDomain": self.cluster_domain,
+            "resolvConf": self.resolv_conf.display().to_string(),
+            "port": self.port,
+        })
+    }
+}
+
 /// KubeletConfiguration fields this agent reads; every other field is reported as ignored.
 pub const SUPPORTED_FIELDS: &[&str] = &[
     "apiVersion",
@@ -208,6 +271,46 @@ mod tests {
         assert_eq!(s.max_pods, 50);
         assert_eq!(s.runtime_request_timeout, Duration::from_secs(90));
         assert_eq!(s.cluster_dns, vec!["10.0.0.10"]);
+    }
+
+    #[test]
+    fn durations_are_written_as_go_does() {
+        let cases = [
+            (Duration::ZERO, "0s"),
+            (Duration::from_nanos(10), "10ns"),
+            (Duration::from_nanos(1_500), "1.5µs"),
+            (Duration::from_millis(100), "100ms"),
+            (Duration::from_micros(1_250), "1.25ms"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_millis(1_500), "1.5s"),
+            (Duration::from_secs(10), "10s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(120), "2m0s"),
+            (Duration::from_secs(3600), "1h0m0s"),
+            (Duration::from_secs(3600 * 26 + 61), "26h1m1s"),
+            (Duration::from_millis(60_001), "1m0.001s"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(go_duration(d), want, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn settings_read_back_as_kubelet_configuration() {
+        let mut s = Settings::default();
+        let text = "maxPods: 50\nruntimeRequestTimeout: 1m30s\nclusterDNS: [10.0.0.10]\n";
+        apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        let v = s.kubelet_configuration();
+        assert_eq!(v["kind"], "KubeletConfiguration");
+        assert_eq!(v["maxPods"], 50);
+        assert_eq!(v["runtimeRequestTimeout"], "1m30s");
+        assert_eq!(v["nodeStatusReportFrequency"], "5m0s");
+        assert_eq!(v["clusterDNS"], serde_json::json!(["10.0.0.10"]));
+        // What /configz shows can be read back as the same settings.
+        let mut again = Settings::default();
+        let ignored = apply_file_text(&mut again, Path::new("k.json"), &v.to_string()).unwrap();
+        assert_eq!(again, s);
+        assert_eq!(ignored, vec!["enableServer"]);
     }
 
     #[test]

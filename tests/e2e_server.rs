@@ -381,3 +381,279 @@ async fn kubectl_logs_follow_streams_until_the_container_exits() {
     println!("follow ended {:?} after Running", started.elapsed());
     drop_namespace(&client, &ns).await;
 }
+
+/// The agnhost image of the local cluster (`netexec` serves HTTP).
+const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
+
+/// `kubectl` against the local cluster as its admin, with `stdin`, killed after
+/// 60 s: (exit code, stdout, stderr).
+fn kubectl(args: &[&str], stdin: &str) -> (i32, String, String) {
+    use std::io::Write as _;
+    let mut child = Command::new("timeout")
+        .arg("60")
+        .arg("kubectl")
+        .args(args)
+        .env("KUBECONFIG", local().join("admin.kubeconfig"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kubectl");
+    let mut input = child.stdin.take().expect("stdin");
+    input.write_all(stdin.as_bytes()).expect("write stdin");
+    drop(input);
+    let out = child.wait_with_output().expect("kubectl output");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A namespace with a running busybox pod `sh` that sleeps.
+async fn running_sleeper(client: &kube::Client, prefix: &str) -> String {
+    let ns = namespace(client, prefix).await;
+    create(
+        client,
+        &ns,
+        &pod("sh", "Never", BUSYBOX, &["sleep", "3600"]),
+    )
+    .await;
+    wait_for(client, &ns, "sh", 60, "Running", phase("Running")).await;
+    ns
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn kubectl_exec_runs_commands_with_stdin_and_exit_codes() {
+    let client = client().await;
+    let ns = running_sleeper(&client, "e2e-exec").await;
+    let (code, out, err) = kubectl(
+        &[
+            "exec",
+            "-n",
+            &ns,
+            "-i",
+            "sh",
+            "--",
+            "sh",
+            "-c",
+            "cat; echo to-stderr >&2; exit 3",
+        ],
+        "from stdin\n",
+    );
+    assert_eq!(code, 3, "exit code of the command; stderr: {err}");
+    assert_eq!(out, "from stdin\n");
+    assert!(err.contains("to-stderr"), "{err}");
+
+    let (code, out, err) = kubectl(
+        &["exec", "-n", &ns, "sh", "-c", "c", "--", "echo", "a b"],
+        "",
+    );
+    assert_eq!((code, out.as_str()), (0, "a b\n"), "{err}");
+
+    let (code, _, err) = kubectl(&["exec", "-n", &ns, "sh", "-c", "nope", "--", "true"], "");
+    assert_ne!(code, 0);
+    assert!(err.contains("nope"), "{err}");
+
+    // A terminal: `script` gives kubectl one, so it asks for a TTY.
+    let cmd = format!(
+        "KUBECONFIG={} timeout 60 kubectl exec -it -n {ns} sh -- sh -c 'tty; stty size; exit 4'",
+        local().join("admin.kubeconfig").display()
+    );
+    let out = Command::new("script")
+        .args(["-qefc", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run script");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("/dev/pts/"), "{text}");
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn kubectl_attach_reaches_the_main_process() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-attach").await;
+    let mut p = pod(
+        "reader",
+        "Never",
+        BUSYBOX,
+        &["sh", "-c", "read l; echo got:$l; sleep 1"],
+    );
+    let spec = p.spec.as_mut().unwrap();
+    spec.containers[0].stdin = Some(true);
+    spec.containers[0].stdin_once = Some(true);
+    create(&client, &ns, &p).await;
+    wait_for(&client, &ns, "reader", 60, "Running", phase("Running")).await;
+    let (code, out, err) = kubectl(&["attach", "-n", &ns, "-i", "reader"], "hello\n");
+    assert!(
+        out.contains("got:hello"),
+        "exit {code}; stdout {out:?}; stderr {err}"
+    );
+    let done = wait_for(&client, &ns, "reader", 30, "Succeeded", phase("Succeeded")).await;
+    assert_eq!(container_status(&done).restart_count, 0);
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn kubectl_port_forward_reaches_a_server_in_the_pod() {
+    use std::io::{BufRead as _, BufReader};
+    let client = client().await;
+    let ns = namespace(&client, "e2e-portfwd").await;
+    create(
+        &client,
+        &ns,
+        &pod(
+            "web",
+            "Never",
+            AGNHOST,
+            &["/agnhost", "netexec", "--http-port=8080"],
+        ),
+    )
+    .await;
+    wait_for(&client, &ns, "web", 60, "Running", phase("Running")).await;
+    let mut child = Command::new("kubectl")
+        .args(["port-forward", "-n", &ns, "pod/web", ":8080"])
+        .env("KUBECONFIG", local().join("admin.kubeconfig"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kubectl port-forward");
+    let mut line = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    stdout
+        .read_line(&mut line)
+        .expect("kubectl port-forward output");
+    // Keep reading: kubectl dies writing to a closed pipe.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    // "Forwarding from 127.0.0.1:PORT -> 8080"
+    let port = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no local port in {line:?}"))
+        .to_string();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let out = Command::new("curl")
+            .args(["-s", "--max-time", "10"])
+            .arg(format!("http://127.0.0.1:{port}/hostname"))
+            .output()
+            .expect("run curl");
+        got.push(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(got, vec!["web"; 3]);
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn streaming_endpoints_check_credentials_and_the_pod() {
+    let upgrade = [
+        "-X",
+        "POST",
+        "-H",
+        "Connection: Upgrade",
+        "-H",
+        "Upgrade: SPDY/3.1",
+    ];
+    let (code, body) = curl("/exec/default/p/c?command=true&output=1", &upgrade);
+    assert_eq!((code, body.as_str()), (401, "Unauthorized"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = user_cert(dir.path(), "nobody");
+    let mut args = upgrade.to_vec();
+    args.extend(["--cert", &crt, "--key", &key]);
+    for path in [
+        "/exec/default/p/c?command=true&output=1",
+        "/attach/default/p/c?output=1",
+        "/portForward/default/p",
+    ] {
+        let (code, body) = curl(path, &args);
+        assert_eq!(code, 403, "{path}: {body}");
+        assert!(
+            body.starts_with(
+                "Forbidden (user=nobody, verb=create, resource=nodes, subresource(s)=[proxy])"
+            ),
+            "{path}: {body}"
+        );
+    }
+
+    // The cluster's admin may; unknown pods and containers are 404.
+    let client = client().await;
+    let ns = running_sleeper(&client, "e2e-stream404").await;
+    let pki = local().join("pki");
+    let (crt, key) = (
+        pki.join("admin.crt").display().to_string(),
+        pki.join("admin.key").display().to_string(),
+    );
+    let mut args = upgrade.to_vec();
+    args.extend(["--cert", &crt, "--key", &key]);
+    let cases = [
+        (
+            format!("/exec/{ns}/missing/c?command=true&output=1"),
+            404,
+            "pod does not exist",
+        ),
+        (
+            format!("/exec/{ns}/sh/nope?command=true&output=1"),
+            404,
+            "container \"nope\" not found",
+        ),
+        (
+            format!("/exec/{ns}/sh/wrong-uid/c?command=true&output=1"),
+            404,
+            "pod not found",
+        ),
+        (
+            format!("/attach/{ns}/sh/nope?output=1"),
+            404,
+            "container \"nope\" not found",
+        ),
+        (
+            format!("/portForward/{ns}/missing"),
+            404,
+            "pod does not exist",
+        ),
+        (
+            format!("/exec/{ns}/sh/c?command=true"),
+            400,
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ),
+    ];
+    for (path, want, msg) in &cases {
+        let (code, body) = curl(path, &args);
+        assert_eq!(code, *want, "{path}: {body}");
+        assert!(body.contains(msg), "{path}: {body}");
+    }
+    // Without an upgrade there is nothing to proxy.
+    let (code, body) = curl(
+        &format!("/exec/{ns}/sh/c?command=true&output=1"),
+        &["-X", "POST", "--cert", &crt, "--key", &key],
+    );
+    assert_eq!((code, body.trim()), (500, "Upgrade request required"));
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn configz_shows_the_agents_configuration() {
+    let pki = local().join("pki");
+    let (crt, key) = (
+        pki.join("admin.crt").display().to_string(),
+        pki.join("admin.key").display().to_string(),
+    );
+    let (code, body) = curl("/configz", &["--cert", &crt, "--key", &key]);
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("configz JSON");
+    let c = &v["kubeletconfig"];
+    assert_eq!(c["port"], 10250, "{v}");
+    assert_eq!(c["authentication"]["anonymous"]["enabled"], false, "{v}");
+    assert_eq!(c["authorization"]["mode"], "Webhook", "{v}");
+    assert!(c["containerRuntimeEndpoint"].as_str().is_some(), "{v}");
+}

@@ -87,6 +87,20 @@ impl Error {
     }
 }
 
+/// Which standard streams an exec or attach session carries, and whether it
+/// runs in a terminal (the kubelet's `remotecommand.Options`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamIo {
+    /// The client sends standard input.
+    pub stdin: bool,
+    /// The client reads standard output.
+    pub stdout: bool,
+    /// The client reads standard error (never with `tty`).
+    pub stderr: bool,
+    /// The process runs in a terminal.
+    pub tty: bool,
+}
+
 /// Result of CRI calls.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -134,6 +148,26 @@ impl Runtime {
                 endpoint: endpoint.to_string(),
                 source,
             })?;
+        Ok(Self {
+            runtime: RuntimeServiceClient::new(channel.clone()),
+            images: ImageServiceClient::new(channel),
+            timeout,
+        })
+    }
+
+    /// A handle to the runtime at `endpoint` that dials the socket only when a
+    /// call is made (for servers that may start before the runtime answers).
+    ///
+    /// # Errors
+    /// [`Error::Endpoint`] for a non-unix endpoint.
+    pub fn connect_lazy(endpoint: &str, timeout: Duration) -> Result<Self> {
+        let path = socket_path(endpoint)?;
+        let channel = Endpoint::from_static("http://[::]:50051")
+            .connect_timeout(Duration::from_secs(5))
+            .connect_with_connector_lazy(service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+            }));
         Ok(Self {
             runtime: RuntimeServiceClient::new(channel.clone()),
             images: ImageServiceClient::new(channel),
@@ -424,6 +458,57 @@ impl Runtime {
         let mut out = resp.stdout;
         out.extend(resp.stderr);
         Ok((resp.exit_code, out))
+    }
+
+    /// CRI `Exec`: a URL on the runtime's streaming server that runs `cmd` in
+    /// container `id` once a client upgrades a connection to it (the kubelet's
+    /// `GetExec`).
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn exec_url(&self, id: &str, cmd: Vec<String>, io: StreamIo) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let req = cri::ExecRequest {
+            container_id: id.into(),
+            cmd,
+            tty: io.tty,
+            stdin: io.stdin,
+            stdout: io.stdout,
+            stderr: io.stderr,
+        };
+        Ok(self.call("Exec", id, c.exec(req)).await?.url)
+    }
+
+    /// CRI `Attach`: a URL on the runtime's streaming server that attaches to the
+    /// main process of container `id` (the kubelet's `GetAttach`).
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn attach_url(&self, id: &str, io: StreamIo) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let req = cri::AttachRequest {
+            container_id: id.into(),
+            stdin: io.stdin,
+            tty: io.tty,
+            stdout: io.stdout,
+            stderr: io.stderr,
+        };
+        Ok(self.call("Attach", id, c.attach(req)).await?.url)
+    }
+
+    /// CRI `PortForward`: a URL on the runtime's streaming server that forwards
+    /// to `ports` (empty: the ports the client names per stream) in the network
+    /// namespace of sandbox `id` (the kubelet's `GetPortForward`).
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn port_forward_url(&self, id: &str, ports: Vec<i32>) -> Result<String> {
+        let mut c = self.runtime.clone();
+        let req = cri::PortForwardRequest {
+            pod_sandbox_id: id.into(),
+            port: ports,
+        };
+        Ok(self.call("PortForward", id, c.port_forward(req)).await?.url)
     }
 
     /// CRI `ImageStatus`: the image's ID (`sha256:...`) if present on the node.

@@ -5,16 +5,22 @@
 //! Served so far:
 //! - `/healthz`, `/healthz/ping`, `/healthz/log`, `/healthz/syncloop`: `ok`
 //!   (`?verbose` lists the checks).
+//! - `/configz`: the agent's effective KubeletConfiguration as
+//!   `{"kubeletconfig": {…}}`.
 //! - `/pods`: the pods bound to this node, a v1 `PodList` from the pod reflector.
 //! - `/containerLogs/{namespace}/{pod}/{container}`: the container's CRI log file
 //!   with the `PodLogOptions` query ([`logs`]), which is what `kubectl logs` reaches
 //!   through the API server's `pods/log`.
+//! - `/exec/…`, `/attach/…`, `/portForward/…`: the runtime's streaming server
+//!   behind an upgrade-aware proxy ([`stream`]), which is what `kubectl exec`,
+//!   `attach` and `port-forward` reach through the API server.
 //!
 //! Any other path answers 404 `404 page not found` after authorization, as the
 //! kubelet's router does.
 
 pub mod auth;
 pub mod logs;
+pub mod stream;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -91,6 +97,9 @@ pub struct ServerConfig {
     pub client_ca_file: Option<PathBuf>,
     /// Directory of pod logs (`podLogsDir`, `/var/log/pods`).
     pub pod_logs_dir: PathBuf,
+    /// The agent's other effective KubeletConfiguration fields (a JSON object),
+    /// shown by `/configz` with this server's own.
+    pub kubelet_config: serde_json::Value,
 }
 
 impl ServerConfig {
@@ -117,6 +126,7 @@ impl ServerConfig {
             },
             client_ca_file: None,
             pod_logs_dir,
+            kubelet_config: serde_json::json!({}),
         }
     }
 }
@@ -128,6 +138,8 @@ pub struct Deps {
     pub client: Client,
     /// The pods bound to this node (the pod controller's reflector store).
     pub pods: Store<Pod>,
+    /// The container runtime: streaming URLs and container lookups.
+    pub runtime: crate::cri::Runtime,
 }
 
 impl std::fmt::Debug for Deps {
@@ -143,7 +155,9 @@ const FOLLOW_POLL: Duration = Duration::from_millis(200);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct App {
+    configz: serde_json::Value,
     pods: Store<Pod>,
+    runtime: crate::cri::Runtime,
     pod_logs_dir: PathBuf,
 }
 
@@ -184,17 +198,44 @@ impl Server {
         };
         let auth = Arc::new(auth::Auth::new(deps.client, cfg.node_name.clone()));
         let app = Arc::new(App {
+            configz: configz(&cfg),
             pods: deps.pods,
+            runtime: deps.runtime,
             pod_logs_dir: cfg.pod_logs_dir,
         });
         let router = Router::new()
             .merge(healthz_routes())
+            .route("/configz", get(configz_handler))
             .route("/pods", get(pods))
             .route("/pods/", get(pods))
             .route("/metrics", get(metrics))
             .route(
                 "/containerLogs/{namespace}/{pod}/{container}",
                 get(container_logs),
+            )
+            .route(
+                "/exec/{namespace}/{pod}/{container}",
+                get(stream::exec).post(stream::exec),
+            )
+            .route(
+                "/exec/{namespace}/{pod}/{uid}/{container}",
+                get(stream::exec).post(stream::exec),
+            )
+            .route(
+                "/attach/{namespace}/{pod}/{container}",
+                get(stream::attach).post(stream::attach),
+            )
+            .route(
+                "/attach/{namespace}/{pod}/{uid}/{container}",
+                get(stream::attach).post(stream::attach),
+            )
+            .route(
+                "/portForward/{namespace}/{pod}",
+                get(stream::port_forward).post(stream::port_forward),
+            )
+            .route(
+                "/portForward/{namespace}/{pod}/{uid}",
+                get(stream::port_forward).post(stream::port_forward),
             )
             .fallback(not_found)
             .with_state(app)
@@ -410,6 +451,58 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
             format!("encoding metrics: {e}"),
         ),
     }
+}
+
+/// The `/configz` document (the kubelet's `configz` for `kubeletconfig`): the
+/// agent's KubeletConfiguration with this server's address, ports, TLS files
+/// and authentication and authorization settings filled in.
+fn configz(cfg: &ServerConfig) -> serde_json::Value {
+    let mut doc = match &cfg.kubelet_config {
+        serde_json::Value::Object(m) => m.clone(),
+        _ => serde_json::Map::new(),
+    };
+    let dur = |d| serde_json::Value::from(crate::config::go_duration(d));
+    let (cert, key) = match &cfg.serving_cert {
+        ServingCert::Files { cert, key } => (cert.display().to_string(), key.display().to_string()),
+        ServingCert::SelfSigned { dir, .. } => (
+            dir.join("kubelet.crt").display().to_string(),
+            dir.join("kubelet.key").display().to_string(),
+        ),
+    };
+    let fields = serde_json::json!({
+        "address": cfg.address.to_string(),
+        "port": cfg.port,
+        "healthzBindAddress": cfg.healthz_address.to_string(),
+        "healthzPort": cfg.healthz_port.unwrap_or(0),
+        "tlsCertFile": cert,
+        "tlsPrivateKeyFile": key,
+        "authentication": {
+            "x509": {
+                "clientCAFile": cfg.client_ca_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            },
+            "webhook": { "enabled": true, "cacheTTL": dur(auth::TOKEN_TTL) },
+            "anonymous": { "enabled": false },
+        },
+        "authorization": {
+            "mode": "Webhook",
+            "webhook": {
+                "cacheAuthorizedTTL": dur(auth::ALLOWED_TTL),
+                "cacheUnauthorizedTTL": dur(auth::DENIED_TTL),
+            },
+        },
+    });
+    if let serde_json::Value::Object(m) = fields {
+        doc.extend(m);
+    }
+    serde_json::json!({ "kubeletconfig": doc })
+}
+
+async fn configz_handler(State(app): State<Arc<App>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        app.configz.to_string(),
+    )
+        .into_response()
 }
 
 async fn pods(State(app): State<Arc<App>>) -> Response {

@@ -137,11 +137,17 @@ async fn start() -> Fixture {
     cfg.port = 0;
     cfg.healthz_port = Some(0);
     cfg.client_ca_file = Some(ca_file);
+    cfg.kubelet_config = json!({"maxPods": 7, "port": 1});
     let server = Server::bind(
         cfg,
         Deps {
             client: fake_api(seen.clone()),
             pods: store,
+            runtime: crate::cri::Runtime::connect_lazy(
+                &format!("unix://{}", dir.path().join("no-runtime.sock").display()),
+                Duration::from_secs(5),
+            )
+            .unwrap(),
         },
     )
     .await
@@ -373,4 +379,82 @@ async fn the_local_health_endpoint_is_plain_http() {
     let tcp = tokio::net::TcpStream::connect(f.healthz).await.unwrap();
     let got = request(TokioIo::new(tcp), "/healthz", None).await.unwrap();
     assert_eq!(got, (StatusCode::OK, "ok".to_string()));
+}
+
+#[tokio::test]
+async fn configz_shows_the_effective_configuration() {
+    let f = start().await;
+    let (status, body) = f
+        .get(
+            "/configz",
+            Some(client_cert(&f.ca, "tester", "testers")),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let c = &v["kubeletconfig"];
+    assert_eq!(c["maxPods"], 7);
+    // The server's own fields win over the agent's.
+    assert_eq!(c["port"], 0);
+    assert_eq!(c["address"], "127.0.0.1");
+    assert_eq!(c["authentication"]["anonymous"]["enabled"], false);
+    assert_eq!(c["authentication"]["webhook"]["cacheTTL"], "2m0s");
+    assert_eq!(c["authorization"]["mode"], "Webhook");
+    assert_eq!(c["authorization"]["webhook"]["cacheUnauthorizedTTL"], "30s");
+    assert!(
+        c["authentication"]["x509"]["clientCAFile"]
+            .as_str()
+            .unwrap()
+            .ends_with("ca.crt")
+    );
+    assert!(c["tlsCertFile"].as_str().unwrap().ends_with("kubelet.crt"));
+}
+
+#[tokio::test]
+async fn streaming_requests_are_checked_before_the_runtime_is_asked() {
+    let f = start().await;
+    let get = |path: &'static str| {
+        let f = &f;
+        async move {
+            f.get(path, Some(client_cert(&f.ca, "tester", "testers")), None)
+                .await
+                .unwrap()
+        }
+    };
+    let cases: &[(&str, StatusCode, &str)] = &[
+        (
+            "/exec/ns/p/c?command=ls",
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ),
+        (
+            "/exec/ns/nope/c?command=ls&output=1",
+            StatusCode::NOT_FOUND,
+            "pod does not exist: ns/nope",
+        ),
+        (
+            "/exec/ns/p/other-uid/c?command=ls&output=1",
+            StatusCode::NOT_FOUND,
+            "pod not found: ns/p with UID other-uid",
+        ),
+        (
+            "/attach/ns/p/nope?output=1",
+            StatusCode::NOT_FOUND,
+            "container \"nope\" not found in pod ns/p",
+        ),
+        (
+            "/portForward/ns/nope",
+            StatusCode::NOT_FOUND,
+            "pod does not exist: ns/nope",
+        ),
+    ];
+    for (path, status, body) in cases {
+        assert_eq!(get(path).await, (*status, (*body).to_string()), "{path}");
+    }
+    // Known pod and container: the runtime is asked, and here it is not there.
+    let (status, body) = get("/exec/ns/p/u1/c?command=ls&output=1").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert!(body.contains("ListContainers"), "{body}");
 }
