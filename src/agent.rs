@@ -229,6 +229,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             cluster_domain: settings.cluster_domain.clone(),
             allocatable: crate::node::status::resources(&machine, settings.max_pods).1,
             memory_capacity_bytes: machine.memory_bytes,
+            hosts_file: crate::pod::hosts::ETC_HOSTS_PATH.into(),
         },
         StatusContext {
             host_ips: vec![node_ip.clone()],

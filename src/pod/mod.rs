@@ -4,6 +4,7 @@
 //! them through CRI, and report the status ([`status`]) to the API server.
 
 pub mod env;
+pub mod hosts;
 pub mod observe;
 pub mod plan;
 pub mod pleg;

@@ -48,6 +48,20 @@ pub struct NodeContext {
     pub allocatable: BTreeMap<String, Quantity>,
     /// The node's memory capacity in bytes (for Burstable `oom_score_adj`).
     pub memory_capacity_bytes: u64,
+    /// The node's hosts file, copied for `hostNetwork` pods (empty: `/etc/hosts`).
+    pub hosts_file: PathBuf,
+}
+
+impl NodeContext {
+    /// The node's hosts file: [`NodeContext::hosts_file`], else `/etc/hosts`.
+    #[must_use]
+    pub fn hosts_file(&self) -> &Path {
+        if self.hosts_file.as_os_str().is_empty() {
+            Path::new(super::hosts::ETC_HOSTS_PATH)
+        } else {
+            &self.hosts_file
+        }
+    }
 }
 
 /// The node's resolver settings, from its resolv.conf.
@@ -226,8 +240,10 @@ pub fn dns_config(pod: &Pod, node: &NodeContext) -> Result<cri::DnsConfig, Error
 
 /// The sandbox config of attempt `attempt`, as the kubelet's `generatePodSandboxConfig`.
 ///
+/// The hostname is the kubelet's `GeneratePodHostNameAndDomain` (see [`super::hosts`]).
+///
 /// # Errors
-/// [`Error::InvalidSpec`] when the DNS settings are invalid.
+/// [`Error::InvalidSpec`] when the DNS settings or the hostname are invalid.
 pub fn sandbox_config(
     pod: &Pod,
     attempt: u32,
@@ -238,14 +254,9 @@ pub fn sandbox_config(
     let hostname = if host_network(pod) {
         String::new()
     } else {
-        let h = spec
-            .and_then(|s| s.hostname.clone())
-            .unwrap_or_else(|| name.clone());
-        h.chars()
-            .take(63)
-            .collect::<String>()
-            .trim_end_matches(['-', '.'])
-            .to_string()
+        let (h, domain) = super::hosts::hostname_and_domain(pod, &node.cluster_domain)
+            .map_err(Error::InvalidSpec)?;
+        super::hosts::kernel_hostname(pod, &h, &domain).map_err(Error::InvalidSpec)?
     };
     let port_mappings = spec
         .map(|s| s.containers.iter())

@@ -548,6 +548,20 @@ async fn start_container(
         Ok(m) => m,
         Err(e) => return Err(config_error(e.to_string())),
     };
+    let mut mounts = mounts;
+    if super::hosts::should_mount(pod, spec, pod_ips) {
+        let pod_dir = crate::volume::pod_dir(&ctx.node.root_dir, &uid);
+        let hosts = super::hosts::make_hosts_mount(
+            pod,
+            &pod_dir,
+            pod_ips,
+            &ctx.node.cluster_domain,
+            ctx.node.hosts_file(),
+        )
+        .await
+        .map_err(config_error)?;
+        mounts.push(hosts);
+    }
     let mut config =
         translate::container_config(pod, spec, attempt, &image.id, &env, &ctx.node, mounts);
     match termination_log(&ctx.node.root_dir, &uid, spec, attempt).await {
