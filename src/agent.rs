@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, anyhow};
 use clap::Parser;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
@@ -238,7 +238,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         pleg_connected,
         prober,
     );
-    let ctx = Arc::new(ctx.with_volumes(volumes));
+    let (services, services_writer) = kube::runtime::reflector::store();
+    tokio::spawn(
+        kube::runtime::reflector(
+            services_writer,
+            watcher(
+                Api::<Service>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff(),
+        )
+        .for_each(|ev| async move {
+            if let Err(e) = ev {
+                warn!(error = %e, "watch services");
+            }
+        }),
+    );
+    let ctx = Arc::new(ctx.with_volumes(volumes).with_services(services));
 
     let pods: Api<Pod> = Api::all(client.clone());
     let controller = Controller::new(

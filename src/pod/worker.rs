@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -90,6 +90,9 @@ pub struct Context {
     pub pull_lock: tokio::sync::Mutex<()>,
     /// The volume manager (set with [`Context::with_volumes`]).
     pub volumes: Arc<VolumeManager>,
+    /// The cluster's Services (set with [`Context::with_services`]), for the
+    /// service environment variables; none: no service variables.
+    pub services: Option<Store<Service>>,
     memory: Mutex<HashMap<String, PodMemory>>,
 }
 
@@ -120,8 +123,17 @@ impl Context {
             pleg_connected,
             pull_lock: tokio::sync::Mutex::new(()),
             volumes: Arc::new(volumes),
+            services: None,
             memory: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// This context with the reflector store of the cluster's Services, the
+    /// source of the service environment variables (the kubelet's service lister).
+    #[must_use]
+    pub fn with_services(mut self, services: Store<Service>) -> Self {
+        self.services = Some(services);
+        self
     }
 
     /// This context with `volumes` as its volume manager (the default one keeps
@@ -539,7 +551,8 @@ async fn start_container(
             message,
         }
     };
-    let sources = env_sources(pod, spec, ctx).await;
+    let mut sources = env_sources(pod, spec, ctx).await;
+    sources.services = service_env(pod, ctx).await.map_err(config_error)?;
     let env = env::environment(pod, spec, &ctx.node, &facts, &sources)
         .map_err(|e| config_error(e.to_string()))?;
     translate::verify_run_as_non_root(pod, spec, image.uid, &image.username)
@@ -841,6 +854,44 @@ async fn env_sources(
         }
     }
     sources
+}
+
+/// How long a container start waits for the first list of Services.
+const SERVICES_SYNC_WAIT: Duration = Duration::from_secs(5);
+
+/// The service environment variables of `pod` (none when the pod opted out
+/// with `enableServiceLinks: false`, except the `kubernetes` service's), as the
+/// kubelet's `getServiceEnvVarMap`.
+///
+/// # Errors
+/// The kubelet's message while Services were never listed.
+async fn service_env(
+    pod: &Pod,
+    ctx: &Context,
+) -> std::result::Result<BTreeMap<String, String>, String> {
+    let Some(store) = &ctx.services else {
+        return Ok(BTreeMap::new());
+    };
+    if tokio::time::timeout(SERVICES_SYNC_WAIT, store.wait_until_ready())
+        .await
+        .is_err()
+    {
+        return Err(
+            "services have not yet been read at least once, cannot construct envvars".into(),
+        );
+    }
+    let (ns, _, _) = pod_identity(pod);
+    let links = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.enable_service_links)
+        .unwrap_or(true);
+    let all = store.state();
+    Ok(env::service_env(env::visible_services(
+        all.iter().map(AsRef::as_ref),
+        &ns,
+        links,
+    )))
 }
 
 /// The controller's error policy: log and retry in 5 s.
