@@ -230,6 +230,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             allocatable: crate::node::status::resources(&machine, settings.max_pods).1,
             memory_capacity_bytes: machine.memory_bytes,
             hosts_file: crate::pod::hosts::ETC_HOSTS_PATH.into(),
+            allowed_unsafe_sysctls: settings.allowed_unsafe_sysctls.clone(),
         },
         StatusContext {
             host_ips: vec![node_ip.clone()],

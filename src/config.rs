@@ -55,6 +55,8 @@ pub struct Settings {
     pub resolv_conf: PathBuf,
     /// Port of the node API (`port`, 10250), reported in daemonEndpoints.
     pub port: i32,
+    /// `allowedUnsafeSysctls`: sysctls (or prefixes ending in `*`) allowed beyond the safe set.
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 impl Default for Settings {
@@ -72,6 +74,7 @@ impl Default for Settings {
             cluster_domain: "cluster.local".into(),
             resolv_conf: "/etc/resolv.conf".into(),
             port: 10250,
+            allowed_unsafe_sysctls: Vec::new(),
         }
     }
 }
@@ -91,6 +94,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "clusterDomain",
     "resolvConf",
     "port",
+    "allowedUnsafeSysctls",
 ];
 
 fn duration(path: &Path, key: &str, v: &Value) -> Result<Duration, Error> {
@@ -166,6 +170,14 @@ pub fn apply_file_text(
                     .as_i64()
                     .and_then(|n| i32::try_from(n).ok())
                     .ok_or_else(|| bad(key, "a port"))?
+            }
+            "allowedUnsafeSysctls" => {
+                settings.allowed_unsafe_sysctls = v
+                    .as_array()
+                    .ok_or_else(|| bad(key, "a list of sysctls"))?
+                    .iter()
+                    .map(|x| string(key, x))
+                    .collect::<Result<_, _>>()?;
             }
             "clusterDNS" => {
                 settings.cluster_dns = v

@@ -50,6 +50,8 @@ pub struct NodeContext {
     pub memory_capacity_bytes: u64,
     /// The node's hosts file, copied for `hostNetwork` pods (empty: `/etc/hosts`).
     pub hosts_file: PathBuf,
+    /// `allowedUnsafeSysctls` of the configuration, for admission.
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 impl NodeContext {

@@ -199,6 +199,12 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         source,
     };
     let mut rt = observe(&ctx.runtime, &uid).await.map_err(rt_err)?;
+    if let Some(rejection) = admission(&pod, &rt, &ctx) {
+        reject(&pod, &rejection, &ctx)
+            .await
+            .map_err(|source| Error::Api { pod: key, source })?;
+        return Ok(Action::await_change());
+    }
     let now = Timestamp::now();
     let backoffs = ctx.memory(&uid, |m| {
         m.pulls
@@ -358,6 +364,64 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         .requeue_after
         .map_or(ctx.resync(), |r| r.min(ctx.resync()));
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// The admission verdict on a pod this node has not started yet (no sandbox,
+/// not finished, not being deleted), as the kubelet's `canAdmitPod` on pod
+/// addition; `None` admits it.
+fn admission(pod: &Pod, rt: &PodRuntime, ctx: &Context) -> Option<super::admit::Rejection> {
+    if pod.metadata.deletion_timestamp.is_some()
+        || super::plan::is_terminal(pod)
+        || !rt.sandboxes.is_empty()
+        || !rt.containers.is_empty()
+    {
+        return None;
+    }
+    super::admit::admit(pod, &ctx.node.allowed_unsafe_sysctls).err()
+}
+
+/// Fails a pod the node does not admit, as the kubelet's `rejectPod`: a Warning
+/// event with the reason, then phase `Failed` with the reason and
+/// `Pod was rejected: <message>`.
+///
+/// # Errors
+/// The status patch failed.
+async fn reject(
+    pod: &Pod,
+    rejection: &super::admit::Rejection,
+    ctx: &Context,
+) -> std::result::Result<(), kube::Error> {
+    let (ns, name, uid) = pod_identity(pod);
+    info!(
+        reason = rejection.reason,
+        message = rejection.message,
+        "pod rejected"
+    );
+    ctx.event(
+        pod,
+        None,
+        EventType::Warning,
+        rejection.reason,
+        rejection.message.clone(),
+    );
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = serde_json::json!({
+        "metadata": { "uid": uid },
+        "status": {
+            "phase": "Failed",
+            "reason": rejection.reason,
+            "message": format!("Pod was rejected: {}", rejection.message),
+            "qosClass": super::status::qos_class(pod),
+        }
+    });
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// How soon a pod whose volumes cannot be set up is synced again.
