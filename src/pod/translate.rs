@@ -539,14 +539,13 @@ pub fn verify_run_as_non_root(
             "container's runAsUser breaks non-root policy {who}"
         )),
         Some(_) => Ok(()),
-        None => match image_uid {
-            Some(0) => Err(format!(
+        // An image without a user runs as root (the kubelet's `getImageUser`).
+        None => match (image_uid, image_user.is_empty()) {
+            (Some(0), _) | (None, true) => Err(format!(
                 "container has runAsNonRoot and image will run as root {who}"
             )),
-            Some(_) => Ok(()),
-            // An image without a user cannot be checked; the kubelet lets it run.
-            None if image_user.is_empty() => Ok(()),
-            None => Err(format!(
+            (Some(_), _) => Ok(()),
+            (None, false) => Err(format!(
                 "container has runAsNonRoot and image has non-numeric user ({image_user}), cannot verify user is non-root {who}"
             )),
         },
@@ -837,8 +836,10 @@ mod tests {
         );
         assert!(verify_run_as_non_root(&p, &c(&p), Some(1234), "").is_ok());
         assert!(
-            verify_run_as_non_root(&p, &c(&p), None, "").is_ok(),
-            "no image user: unverifiable, allowed"
+            verify_run_as_non_root(&p, &c(&p), None, "")
+                .unwrap_err()
+                .starts_with("container has runAsNonRoot and image will run as root"),
+            "no image user: root"
         );
         let err = verify_run_as_non_root(&p, &c(&p), None, "nobody").unwrap_err();
         assert!(err.contains("non-numeric user (nobody)"), "{err}");
