@@ -598,6 +598,18 @@ async fn start_container(
             format!("create log directory {}: {e}", log_dir.display()),
         ));
     }
+    // HostNetwork pods have the node's IPs as pod IPs (the kubelet's
+    // `generateAPIPodStatus`, whose IPs SyncPod hands to the containers).
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    let pod_ips = if host_network && pod_ips.is_empty() {
+        ctx.status.host_ips.as_slice()
+    } else {
+        pod_ips
+    };
     let facts = PodFacts {
         pod_ips: pod_ips.to_vec(),
         host_ips: ctx.status.host_ips.clone(),
