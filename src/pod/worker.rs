@@ -233,6 +233,9 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         ctx.event(&pod, Some(c), type_, reason, note);
     }
     let acted = !plan.steps.is_empty();
+    if pod.metadata.deletion_timestamp.is_some() {
+        kill_while_reporting(&pod, &rt, &mut plan, &waiting, &ctx).await?;
+    }
     let mut deleted = false;
     let mut current: Option<(String, cri::PodSandboxConfig, Vec<String>)> = None;
     for step in &plan.steps {
@@ -421,6 +424,87 @@ async fn reject(
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// How often the status of a terminating pod is refreshed while its containers stop.
+const TERMINATING_STATUS_PERIOD: Duration = Duration::from_secs(1);
+
+/// Stops the containers of a terminating pod (the plan's `KillContainer`
+/// steps, taken out of it) all at once, as the kubelet's
+/// `killContainersWithSyncResult`, and while they stop within their grace
+/// period keeps the pod's status current with the readiness probes, which
+/// still run (the kubelet's status manager, `SetContainerReadiness`): a
+/// container that turns unready while shutting down makes the pod unready.
+///
+/// # Errors
+/// The first CRI stop that failed.
+async fn kill_while_reporting(
+    pod: &Pod,
+    rt: &PodRuntime,
+    plan: &mut Plan,
+    waiting: &BTreeMap<String, Waiting>,
+    ctx: &Context,
+) -> Result<()> {
+    let (ns, name, uid) = pod_identity(pod);
+    let kills: Vec<Step> = plan
+        .steps
+        .iter()
+        .filter(|s| matches!(s, Step::KillContainer { .. }))
+        .cloned()
+        .collect();
+    if kills.is_empty() {
+        return Ok(());
+    }
+    plan.steps
+        .retain(|s| !matches!(s, Step::KillContainer { .. }));
+    let stops = futures::future::try_join_all(kills.iter().filter_map(|step| {
+        let Step::KillContainer {
+            id,
+            name: c,
+            grace_seconds,
+            reason,
+        } = step
+        else {
+            return None;
+        };
+        ctx.event(
+            pod,
+            Some(c),
+            EventType::Normal,
+            "Killing",
+            format!("Stopping container {c}"),
+        );
+        debug!(container = c, reason, "kill container");
+        Some(ctx.runtime.stop_container(id, *grace_seconds))
+    }));
+    tokio::pin!(stops);
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut shown = pod.clone();
+    let mut tick = tokio::time::interval(TERMINATING_STATUS_PERIOD);
+    loop {
+        tokio::select! {
+            r = &mut stops => {
+                return r.map(drop).map_err(|source| Error::Runtime {
+                    pod: format!("{ns}/{name}"),
+                    source,
+                });
+            }
+            _ = tick.tick() => {
+                let probes = ctx.prober.results(pod, rt);
+                let new = status(&shown, rt, waiting, &probes, &ctx.status, Timestamp::now());
+                if differs(shown.status.as_ref(), &new) {
+                    let patch = serde_json::json!({ "metadata": { "uid": uid }, "status": new });
+                    match api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        Ok(_) => shown.status = Some(new),
+                        Err(e) => debug!(error = %e, "status of a terminating pod"),
+                    }
+                }
+            }
+        }
     }
 }
 
