@@ -212,7 +212,14 @@ mod tests {
     fn admission_table() {
         // (os, sysctls, hostNetwork, allowed unsafe) → rejection reason
         let unsafe_ipc = vec!["kernel.msg*".to_string()];
-        let cases: Vec<(Option<&str>, Vec<&str>, bool, Vec<String>, Option<&str>)> = vec![
+        type Case<'a> = (
+            Option<&'a str>,
+            Vec<&'a str>,
+            bool,
+            Vec<String>,
+            Option<&'a str>,
+        );
+        let cases: Vec<Case> = vec![
             (None, vec![], false, vec![], None),
             (Some("linux"), vec![], false, vec![], None),
             (

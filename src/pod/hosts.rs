@@ -256,7 +256,8 @@ mod tests {
     #[test]
     fn managed_content_table() {
         let ips = |v: &[&str]| v.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
-        let cases: Vec<(Vec<String>, &str, &str, Vec<HostAlias>, String)> = vec![
+        type Case<'a> = (Vec<String>, &'a str, &'a str, Vec<HostAlias>, String);
+        let cases: Vec<Case> = vec![
             (ips(&[]), "web", "", vec![], LOCALHOST.to_string()),
             (
                 ips(&["10.88.0.5"]),
@@ -312,13 +313,15 @@ mod tests {
     fn hostname_and_domain_table() {
         let long = "a".repeat(70);
         // (hostname, hostnameOverride, subdomain, setHostnameAsFQDN) → (hostname, domain, kernel)
-        let cases: Vec<(
-            Option<&str>,
-            Option<&str>,
-            Option<&str>,
+        type Want<'a> = Result<(&'a str, &'a str, &'a str), ()>;
+        type Case<'a> = (
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<&'a str>,
             bool,
-            Result<(&str, &str, &str), ()>,
-        )> = vec![
+            Want<'a>,
+        );
+        let cases: Vec<Case> = vec![
             (None, None, None, false, Ok(("web", "", "web"))),
             (
                 Some("custom"),
