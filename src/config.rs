@@ -214,12 +214,17 @@ mod tests {
     fn file_fields_apply_and_unknown_ones_are_named() {
         let mut s = Settings::default();
         let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 50\n\
-                    runtimeRequestTimeout: 1m30s\nclusterDNS: [10.0.0.10]\ncgroupDriver: cgroupfs\nfailSwapOn: false\n";
+                    runtimeRequestTimeout: 1m30s\nclusterDNS: [10.0.0.10]\ncgroupDriver: cgroupfs\nfailSwapOn: false\n\
+                    allowedUnsafeSysctls: [kernel.msg*, net.core.somaxconn]\n";
         let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
         assert_eq!(ignored, vec!["cgroupDriver", "failSwapOn"]);
         assert_eq!(s.max_pods, 50);
         assert_eq!(s.runtime_request_timeout, Duration::from_secs(90));
         assert_eq!(s.cluster_dns, vec!["10.0.0.10"]);
+        assert_eq!(
+            s.allowed_unsafe_sysctls,
+            vec!["kernel.msg*", "net.core.somaxconn"]
+        );
     }
 
     #[test]

@@ -397,7 +397,7 @@ async fn reject(
     let (ns, name, uid) = pod_identity(pod);
     info!(
         reason = rejection.reason,
-        message = rejection.message,
+        detail = rejection.message,
         "pod rejected"
     );
     ctx.event(
