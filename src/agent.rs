@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, anyhow};
 use clap::Parser;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
@@ -229,6 +229,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             cluster_domain: settings.cluster_domain.clone(),
             allocatable: crate::node::status::resources(&machine, settings.max_pods).1,
             memory_capacity_bytes: machine.memory_bytes,
+            hosts_file: crate::pod::hosts::ETC_HOSTS_PATH.into(),
+            allowed_unsafe_sysctls: settings.allowed_unsafe_sysctls.clone(),
         },
         StatusContext {
             host_ips: vec![node_ip.clone()],
@@ -237,7 +239,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         pleg_connected,
         prober,
     );
-    let ctx = ctx.with_volumes(volumes);
+    let (services, services_writer) = kube::runtime::reflector::store();
+    tokio::spawn(
+        kube::runtime::reflector(
+            services_writer,
+            watcher(
+                Api::<Service>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff(),
+        )
+        .for_each(|ev| async move {
+            if let Err(e) = ev {
+                warn!(error = %e, "watch services");
+            }
+        }),
+    );
+    let ctx = ctx.with_volumes(volumes).with_services(services);
 
     let pods: Api<Pod> = Api::all(client.clone());
     let controller = Controller::new(

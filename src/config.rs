@@ -55,6 +55,8 @@ pub struct Settings {
     pub resolv_conf: PathBuf,
     /// Port of the node API (`port`, 10250), reported in daemonEndpoints.
     pub port: i32,
+    /// `allowedUnsafeSysctls`: sysctls (or prefixes ending in `*`) allowed beyond the safe set.
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 impl Default for Settings {
@@ -72,6 +74,7 @@ impl Default for Settings {
             cluster_domain: "cluster.local".into(),
             resolv_conf: "/etc/resolv.conf".into(),
             port: 10250,
+            allowed_unsafe_sysctls: Vec::new(),
         }
     }
 }
@@ -154,6 +157,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "clusterDomain",
     "resolvConf",
     "port",
+    "allowedUnsafeSysctls",
 ];
 
 fn duration(path: &Path, key: &str, v: &Value) -> Result<Duration, Error> {
@@ -230,6 +234,14 @@ pub fn apply_file_text(
                     .and_then(|n| i32::try_from(n).ok())
                     .ok_or_else(|| bad(key, "a port"))?
             }
+            "allowedUnsafeSysctls" => {
+                settings.allowed_unsafe_sysctls = v
+                    .as_array()
+                    .ok_or_else(|| bad(key, "a list of sysctls"))?
+                    .iter()
+                    .map(|x| string(key, x))
+                    .collect::<Result<_, _>>()?;
+            }
             "clusterDNS" => {
                 settings.cluster_dns = v
                     .as_array()
@@ -265,12 +277,17 @@ mod tests {
     fn file_fields_apply_and_unknown_ones_are_named() {
         let mut s = Settings::default();
         let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 50\n\
-                    runtimeRequestTimeout: 1m30s\nclusterDNS: [10.0.0.10]\ncgroupDriver: cgroupfs\nfailSwapOn: false\n";
+                    runtimeRequestTimeout: 1m30s\nclusterDNS: [10.0.0.10]\ncgroupDriver: cgroupfs\nfailSwapOn: false\n\
+                    allowedUnsafeSysctls: [kernel.msg*, net.core.somaxconn]\n";
         let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
         assert_eq!(ignored, vec!["cgroupDriver", "failSwapOn"]);
         assert_eq!(s.max_pods, 50);
         assert_eq!(s.runtime_request_timeout, Duration::from_secs(90));
         assert_eq!(s.cluster_dns, vec!["10.0.0.10"]);
+        assert_eq!(
+            s.allowed_unsafe_sysctls,
+            vec!["kernel.msg*", "net.core.somaxconn"]
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube_quantity::ParsedQuantity;
 
@@ -62,6 +62,93 @@ pub struct EnvSources {
     pub config_maps: BTreeMap<String, BTreeMap<String, String>>,
     /// Secret name → decoded data.
     pub secrets: BTreeMap<String, BTreeMap<String, String>>,
+    /// The service environment variables the pod sees (from [`service_env`]).
+    pub services: BTreeMap<String, String>,
+}
+
+/// The services whose variables a pod of namespace `ns` sees, as the kubelet's
+/// `getServiceEnvVarMap`: those with a cluster IP in `ns` when `enableServiceLinks`
+/// is true, and always the `kubernetes` service of `default`.
+#[must_use]
+pub fn visible_services<'a>(
+    services: impl IntoIterator<Item = &'a Service>,
+    ns: &str,
+    enable_service_links: bool,
+) -> Vec<&'a Service> {
+    let mut by_name: BTreeMap<String, &Service> = BTreeMap::new();
+    for svc in services {
+        let ip = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.cluster_ip.as_deref())
+            .unwrap_or_default();
+        if ip.is_empty() || ip == "None" {
+            continue;
+        }
+        let name = svc.metadata.name.clone().unwrap_or_default();
+        let svc_ns = svc.metadata.namespace.as_deref().unwrap_or_default();
+        if svc_ns == "default" && name == "kubernetes" {
+            by_name.entry(name).or_insert(svc);
+        } else if svc_ns == ns && enable_service_links {
+            by_name.insert(name, svc);
+        }
+    }
+    by_name.into_values().collect()
+}
+
+/// A service name as a variable prefix: upper case, `-` as `_` (`makeEnvVariableName`).
+fn env_name(s: &str) -> String {
+    s.to_uppercase().replace('-', "_")
+}
+
+/// The environment variables of `services`, as the kubelet's `envvars.FromServices`:
+/// `<NAME>_SERVICE_HOST`, `<NAME>_SERVICE_PORT` (first port),
+/// `<NAME>_SERVICE_PORT_<PORT NAME>` for named ports, and the Docker link
+/// variables `<NAME>_PORT`, `<NAME>_PORT_<port>_<PROTO>[_PROTO|_PORT|_ADDR]`.
+#[must_use]
+pub fn service_env<'a>(
+    services: impl IntoIterator<Item = &'a Service>,
+) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for svc in services {
+        let Some(spec) = svc.spec.as_ref() else {
+            continue;
+        };
+        let ip = spec.cluster_ip.clone().unwrap_or_default();
+        let ports = spec.ports.clone().unwrap_or_default();
+        if ip.is_empty() || ip == "None" || ports.is_empty() {
+            continue;
+        }
+        let prefix = env_name(svc.metadata.name.as_deref().unwrap_or_default());
+        env.insert(format!("{prefix}_SERVICE_HOST"), ip.clone());
+        let port_var = format!("{prefix}_SERVICE_PORT");
+        env.insert(port_var.clone(), ports[0].port.to_string());
+        for p in &ports {
+            if let Some(n) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                env.insert(format!("{port_var}_{}", env_name(n)), p.port.to_string());
+            }
+        }
+        let host_port = |port: i32| {
+            if ip.contains(':') {
+                format!("[{ip}]:{port}")
+            } else {
+                format!("{ip}:{port}")
+            }
+        };
+        for (i, p) in ports.iter().enumerate() {
+            let proto = p.protocol.as_deref().unwrap_or("TCP");
+            let url = format!("{}://{}", proto.to_lowercase(), host_port(p.port));
+            if i == 0 {
+                env.insert(format!("{prefix}_PORT"), url.clone());
+            }
+            let pp = format!("{prefix}_PORT_{}_{}", p.port, proto.to_uppercase());
+            env.insert(format!("{pp}_PROTO"), proto.to_lowercase());
+            env.insert(format!("{pp}_PORT"), p.port.to_string());
+            env.insert(format!("{pp}_ADDR"), ip.clone());
+            env.insert(pp, url);
+        }
+    }
+    env
 }
 
 /// Why an environment could not be built: the container waits with
@@ -209,7 +296,9 @@ pub fn is_env_var_name(name: &str) -> bool {
 }
 
 /// The container's environment, in definition order (a later definition of a
-/// name replaces the earlier value in place).
+/// name replaces the earlier value in place), then the service variables of
+/// [`EnvSources::services`] the container does not define (values may refer to
+/// those too, as the kubelet's `MappingFuncFor(tmpEnv, serviceEnv)`).
 ///
 /// # Errors
 /// A non-optional ConfigMap/Secret or key that is missing, or a bad field path,
@@ -304,10 +393,19 @@ pub fn environment(
         } else {
             let raw = e.value.clone().unwrap_or_default();
             expand(&raw, |name| {
-                env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+                env.iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+                    .or_else(|| sources.services.get(name).cloned())
             })
         };
         set(&mut env, e.name.clone(), value);
+    }
+    // Service variables come last, unless the container defines the name itself.
+    for (k, v) in &sources.services {
+        if !env.iter().any(|(n, _)| n == k) {
+            env.push((k.clone(), v.clone()));
+        }
     }
     Ok(env)
 }
@@ -471,6 +569,143 @@ mod tests {
         assert_eq!(f("requests.cpu", Some("1m")), "250");
         assert_eq!(f("limits.cpu", None), "2", "unset limit: node allocatable");
         let _ = ResourceFieldSelector::default();
+    }
+
+    fn service(
+        ns: &str,
+        name: &str,
+        ip: &str,
+        ports: &[(Option<&str>, i32, Option<&str>)],
+    ) -> Service {
+        use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+        Service {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                cluster_ip: Some(ip.into()),
+                ports: Some(
+                    ports
+                        .iter()
+                        .map(|(n, port, proto)| ServicePort {
+                            name: n.map(str::to_string),
+                            port: *port,
+                            protocol: proto.map(str::to_string),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn service_env_table() {
+        let fooservice = service("ns1", "fooservice", "10.0.0.11", &[(None, 8765, None)]);
+        let want: BTreeMap<String, String> = [
+            ("FOOSERVICE_SERVICE_HOST", "10.0.0.11"),
+            ("FOOSERVICE_SERVICE_PORT", "8765"),
+            ("FOOSERVICE_PORT", "tcp://10.0.0.11:8765"),
+            ("FOOSERVICE_PORT_8765_TCP", "tcp://10.0.0.11:8765"),
+            ("FOOSERVICE_PORT_8765_TCP_PROTO", "tcp"),
+            ("FOOSERVICE_PORT_8765_TCP_PORT", "8765"),
+            ("FOOSERVICE_PORT_8765_TCP_ADDR", "10.0.0.11"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(service_env([&fooservice]), want);
+
+        let multi = service(
+            "ns1",
+            "my-svc",
+            "fd00::1",
+            &[(Some("http"), 80, None), (Some("dns-udp"), 53, Some("UDP"))],
+        );
+        let env = service_env([&multi]);
+        let get = |k: &str| env.get(k).map(String::as_str);
+        assert_eq!(get("MY_SVC_SERVICE_PORT"), Some("80"));
+        assert_eq!(get("MY_SVC_SERVICE_PORT_HTTP"), Some("80"));
+        assert_eq!(get("MY_SVC_SERVICE_PORT_DNS_UDP"), Some("53"));
+        assert_eq!(get("MY_SVC_PORT"), Some("tcp://[fd00::1]:80"));
+        assert_eq!(get("MY_SVC_PORT_53_UDP"), Some("udp://[fd00::1]:53"));
+        assert_eq!(get("MY_SVC_PORT_53_UDP_PROTO"), Some("udp"));
+
+        let headless = service("ns1", "headless", "None", &[(None, 80, None)]);
+        assert!(service_env([&headless]).is_empty());
+    }
+
+    #[test]
+    fn visible_services_table() {
+        let all = [
+            service(
+                "default",
+                "kubernetes",
+                "10.0.0.1",
+                &[(Some("https"), 443, None)],
+            ),
+            service("ns1", "a", "10.0.0.2", &[(None, 80, None)]),
+            service("ns2", "b", "10.0.0.3", &[(None, 80, None)]),
+            service("ns1", "headless", "None", &[(None, 80, None)]),
+            service("ns1", "kubernetes", "10.0.0.4", &[(None, 80, None)]),
+        ];
+        let names = |ns: &str, links: bool| {
+            visible_services(&all, ns, links)
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{}/{}",
+                        s.metadata.namespace.as_deref().unwrap_or_default(),
+                        s.metadata.name.as_deref().unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names("ns1", true),
+            vec!["ns1/a", "ns1/kubernetes"],
+            "the namespace's own service wins"
+        );
+        assert_eq!(names("ns1", false), vec!["default/kubernetes"]);
+        assert_eq!(names("ns2", true), vec!["ns2/b", "default/kubernetes"]);
+    }
+
+    #[test]
+    fn service_variables_come_last_and_expand() {
+        let mut p = pod("web").container("c", "busybox").build();
+        let c = &mut p.spec.as_mut().unwrap().containers[0];
+        c.env = Some(vec![
+            var("URL", "http://$(A_SERVICE_HOST):80"),
+            var("A_SERVICE_PORT", "mine"),
+        ]);
+        let c = c.clone();
+        let sources = EnvSources {
+            services: BTreeMap::from([
+                ("A_SERVICE_HOST".to_string(), "10.0.0.2".to_string()),
+                ("A_SERVICE_PORT".to_string(), "80".to_string()),
+            ]),
+            ..Default::default()
+        };
+        let env = environment(
+            &p,
+            &c,
+            &NodeContext::default(),
+            &PodFacts::default(),
+            &sources,
+        )
+        .unwrap();
+        assert_eq!(
+            env,
+            vec![
+                ("URL".to_string(), "http://10.0.0.2:80".to_string()),
+                ("A_SERVICE_PORT".to_string(), "mine".to_string()),
+                ("A_SERVICE_HOST".to_string(), "10.0.0.2".to_string()),
+            ]
+        );
     }
 
     #[test]

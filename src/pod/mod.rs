@@ -3,7 +3,9 @@
 //! observe the runtime ([`observe`]), compute the actions ([`plan`]), execute
 //! them through CRI, and report the status ([`status`]) to the API server.
 
+pub mod admit;
 pub mod env;
+pub mod hosts;
 pub mod lifecycle;
 pub mod observe;
 pub mod plan;

@@ -54,7 +54,8 @@ fn last_bytes(mut v: Vec<u8>, max: usize) -> String {
 }
 
 /// The text of the last `lines` lines of a CRI-format container log
-/// (`<time> <stream> <P|F> <text>`, partial `P` lines joined), at most `max` bytes.
+/// (`<time> <stream> <P|F> <text>`, partial `P` lines joined; a partial last
+/// line without its newline), at most `max` bytes.
 #[must_use]
 pub fn cri_log_tail(log: &str, lines: usize, max: usize) -> String {
     let mut out: Vec<String> = Vec::new();
@@ -71,7 +72,9 @@ pub fn cri_log_tail(log: &str, lines: usize, max: usize) -> String {
         }
     }
     let start = out.len().saturating_sub(lines);
-    let text: String = out[start..].iter().map(|l| format!("{l}\n")).collect();
+    let mut text: String = out[start..].iter().map(|l| format!("{l}\n")).collect();
+    // A last line the runtime left partial (no newline before the stream closed).
+    text.push_str(&partial);
     last_bytes(text.into_bytes(), max)
 }
 
@@ -204,6 +207,8 @@ mod tests {
         assert_eq!(cri_log_tail(log, 80, 2048), "one\ntwo\nthree\n");
         assert_eq!(cri_log_tail(log, 2, 2048), "two\nthree\n");
         assert_eq!(cri_log_tail(log, 80, 4), "ree\n");
+        let unterminated = "2024-01-01T00:00:00Z stdout P DONE\n";
+        assert_eq!(cri_log_tail(unterminated, 80, 2048), "DONE");
     }
 
     #[test]

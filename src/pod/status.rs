@@ -358,7 +358,18 @@ pub fn status(
             .unwrap_or_default(),
     };
     let generation = pod.metadata.generation;
-    let all_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready) && !terminal;
+    // Sidecars count for readiness as the main containers do
+    // (`GenerateContainersReadyCondition`), in spec order, sidecars first.
+    let sidecar_statuses = init_containers(pod)
+        .iter()
+        .filter(|c| is_sidecar(c))
+        .filter_map(|c| init_statuses.iter().find(|s| s.name == c.name));
+    let not_ready: Vec<&str> = sidecar_statuses
+        .chain(statuses.iter())
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    let all_ready = !statuses.is_empty() && not_ready.is_empty() && !terminal;
     let missing_gates: Vec<String> = pod
         .spec
         .as_ref()
@@ -418,11 +429,6 @@ pub fn status(
             now,
         ),
     ];
-    let not_ready: Vec<&str> = statuses
-        .iter()
-        .filter(|s| !s.ready)
-        .map(|s| s.name.as_str())
-        .collect();
     if !all_ready && !terminal {
         let msg = format!("containers with unready status: [{}]", not_ready.join(" "));
         conditions[2].message = Some(msg.clone());
@@ -531,6 +537,63 @@ mod tests {
                     .unwrap_or_default()
             )
         }
+    }
+
+    #[test]
+    fn sidecar_readiness_counts_for_the_pod() {
+        let p = pod("web")
+            .sidecar("side", "busybox")
+            .container("a", "busybox")
+            .build();
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![
+                ctr("c0", "side", 0, "s0", Running),
+                ctr("c1", "a", 0, "s0", Running),
+            ],
+        );
+        let probes = |side_ready: bool| {
+            BTreeMap::from([
+                (
+                    "side".to_string(),
+                    ContainerProbes {
+                        ready: side_ready,
+                        started: true,
+                        failed: None,
+                    },
+                ),
+                (
+                    "a".to_string(),
+                    ContainerProbes {
+                        ready: true,
+                        started: true,
+                        failed: None,
+                    },
+                ),
+            ])
+        };
+        let cond = |st: &PodStatus, ty: &str| {
+            let c = st
+                .conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == ty)
+                .unwrap()
+                .clone();
+            (c.status, c.message.unwrap_or_default())
+        };
+        let unready = status(&p, &rt, &BTreeMap::new(), &probes(false), &ctx(), t(20));
+        assert_eq!(
+            cond(&unready, "Ready"),
+            (
+                "False".to_string(),
+                "containers with unready status: [side]".to_string()
+            )
+        );
+        assert_eq!(cond(&unready, "ContainersReady").0, "False");
+        let ready = status(&p, &rt, &BTreeMap::new(), &probes(true), &ctx(), t(20));
+        assert_eq!(cond(&ready, "Ready").0, "True");
     }
 
     #[test]

@@ -48,6 +48,22 @@ pub struct NodeContext {
     pub allocatable: BTreeMap<String, Quantity>,
     /// The node's memory capacity in bytes (for Burstable `oom_score_adj`).
     pub memory_capacity_bytes: u64,
+    /// The node's hosts file, copied for `hostNetwork` pods (empty: `/etc/hosts`).
+    pub hosts_file: PathBuf,
+    /// `allowedUnsafeSysctls` of the configuration, for admission.
+    pub allowed_unsafe_sysctls: Vec<String>,
+}
+
+impl NodeContext {
+    /// The node's hosts file: [`NodeContext::hosts_file`], else `/etc/hosts`.
+    #[must_use]
+    pub fn hosts_file(&self) -> &Path {
+        if self.hosts_file.as_os_str().is_empty() {
+            Path::new(super::hosts::ETC_HOSTS_PATH)
+        } else {
+            &self.hosts_file
+        }
+    }
 }
 
 /// The node's resolver settings, from its resolv.conf.
@@ -226,8 +242,10 @@ pub fn dns_config(pod: &Pod, node: &NodeContext) -> Result<cri::DnsConfig, Error
 
 /// The sandbox config of attempt `attempt`, as the kubelet's `generatePodSandboxConfig`.
 ///
+/// The hostname is the kubelet's `GeneratePodHostNameAndDomain` (see [`super::hosts`]).
+///
 /// # Errors
-/// [`Error::InvalidSpec`] when the DNS settings are invalid.
+/// [`Error::InvalidSpec`] when the DNS settings or the hostname are invalid.
 pub fn sandbox_config(
     pod: &Pod,
     attempt: u32,
@@ -238,14 +256,9 @@ pub fn sandbox_config(
     let hostname = if host_network(pod) {
         String::new()
     } else {
-        let h = spec
-            .and_then(|s| s.hostname.clone())
-            .unwrap_or_else(|| name.clone());
-        h.chars()
-            .take(63)
-            .collect::<String>()
-            .trim_end_matches(['-', '.'])
-            .to_string()
+        let (h, domain) = super::hosts::hostname_and_domain(pod, &node.cluster_domain)
+            .map_err(Error::InvalidSpec)?;
+        super::hosts::kernel_hostname(pod, &h, &domain).map_err(Error::InvalidSpec)?
     };
     let port_mappings = spec
         .map(|s| s.containers.iter())
@@ -526,14 +539,13 @@ pub fn verify_run_as_non_root(
             "container's runAsUser breaks non-root policy {who}"
         )),
         Some(_) => Ok(()),
-        None => match image_uid {
-            Some(0) => Err(format!(
+        // An image without a user runs as root (the kubelet's `getImageUser`).
+        None => match (image_uid, image_user.is_empty()) {
+            (Some(0), _) | (None, true) => Err(format!(
                 "container has runAsNonRoot and image will run as root {who}"
             )),
-            Some(_) => Ok(()),
-            // An image without a user cannot be checked; the kubelet lets it run.
-            None if image_user.is_empty() => Ok(()),
-            None => Err(format!(
+            (Some(_), _) => Ok(()),
+            (None, false) => Err(format!(
                 "container has runAsNonRoot and image has non-numeric user ({image_user}), cannot verify user is non-root {who}"
             )),
         },
@@ -824,8 +836,10 @@ mod tests {
         );
         assert!(verify_run_as_non_root(&p, &c(&p), Some(1234), "").is_ok());
         assert!(
-            verify_run_as_non_root(&p, &c(&p), None, "").is_ok(),
-            "no image user: unverifiable, allowed"
+            verify_run_as_non_root(&p, &c(&p), None, "")
+                .unwrap_err()
+                .starts_with("container has runAsNonRoot and image will run as root"),
+            "no image user: root"
         );
         let err = verify_run_as_non_root(&p, &c(&p), None, "nobody").unwrap_err();
         assert!(err.contains("non-numeric user (nobody)"), "{err}");

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -95,6 +95,9 @@ pub struct Context {
     /// The reflector's pods (set with [`Context::with_store`]): a kill in
     /// progress reads the pod's current grace period from it.
     pub pods: Option<Store<Pod>>,
+    /// The cluster's Services (set with [`Context::with_services`]), for the
+    /// service environment variables; none: no service variables.
+    pub services: Option<Store<Service>>,
     memory: Mutex<HashMap<String, PodMemory>>,
 }
 
@@ -126,8 +129,17 @@ impl Context {
             pull_lock: tokio::sync::Mutex::new(()),
             volumes: Arc::new(volumes),
             pods: None,
+            services: None,
             memory: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// This context with the reflector store of the cluster's Services, the
+    /// source of the service environment variables (the kubelet's service lister).
+    #[must_use]
+    pub fn with_services(mut self, services: Store<Service>) -> Self {
+        self.services = Some(services);
+        self
     }
 
     /// This context with `volumes` as its volume manager (the default one keeps
@@ -217,6 +229,12 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         source,
     };
     let mut rt = observe(&ctx.runtime, &uid).await.map_err(rt_err)?;
+    if let Some(rejection) = admission(&pod, &rt, &ctx) {
+        reject(&pod, &rejection, &ctx)
+            .await
+            .map_err(|source| Error::Api { pod: key, source })?;
+        return Ok(Action::await_change());
+    }
     let now = Timestamp::now();
     let backoffs = ctx.memory(&uid, |m| {
         m.pulls
@@ -254,6 +272,9 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         ctx.event(&pod, Some(c), type_, reason, note);
     }
     let acted = !plan.steps.is_empty();
+    if pod.metadata.deletion_timestamp.is_some() {
+        kill_while_reporting(&pod, &rt, &mut plan, &waiting, &ctx).await?;
+    }
     let mut deleted = false;
     let mut current: Option<(String, cri::PodSandboxConfig, Vec<String>)> = None;
     for step in &plan.steps {
@@ -377,6 +398,163 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         .requeue_after
         .map_or(ctx.resync(), |r| r.min(ctx.resync()));
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// The admission verdict on a pod this node has not started yet (no sandbox,
+/// not finished, not being deleted), as the kubelet's `canAdmitPod` on pod
+/// addition; `None` admits it.
+fn admission(pod: &Pod, rt: &PodRuntime, ctx: &Context) -> Option<super::admit::Rejection> {
+    if pod.metadata.deletion_timestamp.is_some()
+        || super::plan::is_terminal(pod)
+        || !rt.sandboxes.is_empty()
+        || !rt.containers.is_empty()
+    {
+        return None;
+    }
+    super::admit::admit(pod, &ctx.node.allowed_unsafe_sysctls).err()
+}
+
+/// Fails a pod the node does not admit, as the kubelet's `rejectPod`: a Warning
+/// event with the reason, then phase `Failed` with the reason and
+/// `Pod was rejected: <message>`.
+///
+/// # Errors
+/// The status patch failed.
+async fn reject(
+    pod: &Pod,
+    rejection: &super::admit::Rejection,
+    ctx: &Context,
+) -> std::result::Result<(), kube::Error> {
+    let (ns, name, uid) = pod_identity(pod);
+    info!(
+        reason = rejection.reason,
+        detail = rejection.message,
+        "pod rejected"
+    );
+    ctx.event(
+        pod,
+        None,
+        EventType::Warning,
+        rejection.reason,
+        rejection.message.clone(),
+    );
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = serde_json::json!({
+        "metadata": { "uid": uid },
+        "status": {
+            "phase": "Failed",
+            "reason": rejection.reason,
+            "message": format!("Pod was rejected: {}", rejection.message),
+            "qosClass": super::status::qos_class(pod),
+        }
+    });
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// How often the status of a terminating pod is refreshed while its containers stop.
+const TERMINATING_STATUS_PERIOD: Duration = Duration::from_secs(1);
+
+/// Stops the containers of a terminating pod (the plan's `KillContainer`
+/// steps, taken out of it, each with its preStop hook): the main containers
+/// all at once, as the kubelet's `killContainersWithSyncResult`, then the
+/// sidecars in the plan's order; and while they stop within their grace
+/// period keeps the pod's status current with the readiness probes, which
+/// still run (the kubelet's status manager, `SetContainerReadiness`): a
+/// container that turns unready while shutting down makes the pod unready.
+///
+/// # Errors
+/// The first CRI stop that failed.
+async fn kill_while_reporting(
+    pod: &Pod,
+    rt: &PodRuntime,
+    plan: &mut Plan,
+    waiting: &BTreeMap<String, Waiting>,
+    ctx: &Context,
+) -> Result<()> {
+    let (ns, name, uid) = pod_identity(pod);
+    let kills: Vec<Step> = plan
+        .steps
+        .iter()
+        .filter(|s| matches!(s, Step::KillContainer { .. }))
+        .cloned()
+        .collect();
+    if kills.is_empty() {
+        return Ok(());
+    }
+    plan.steps
+        .retain(|s| !matches!(s, Step::KillContainer { .. }));
+    // Main containers stop together; sidecars after them, one at a time in
+    // the plan's order (reverse start order), as the kubelet stops them.
+    let sidecar = |c: &str| {
+        pod.spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .any(|i| i.name == c && i.restart_policy.as_deref() == Some("Always"))
+    };
+    let targets: Vec<(&str, &str, i64)> = kills
+        .iter()
+        .filter_map(|step| match step {
+            Step::KillContainer {
+                id,
+                name: c,
+                grace_seconds,
+                reason,
+            } => {
+                debug!(container = c, reason, "kill container");
+                Some((c.as_str(), id.as_str(), *grace_seconds))
+            }
+            _ => None,
+        })
+        .collect();
+    let (sidecars, mains): (Vec<_>, Vec<_>) = targets.into_iter().partition(|(c, _, _)| sidecar(c));
+    let ip = pod_ip(rt);
+    let stops = async {
+        futures::future::try_join_all(
+            mains
+                .iter()
+                .map(|(c, id, grace)| kill_container(pod, c, id, *grace, ip, ctx)),
+        )
+        .await?;
+        for (c, id, grace) in &sidecars {
+            kill_container(pod, c, id, *grace, ip, ctx).await?;
+        }
+        Ok::<_, crate::cri::Error>(())
+    };
+    tokio::pin!(stops);
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut shown = pod.clone();
+    let mut tick = tokio::time::interval(TERMINATING_STATUS_PERIOD);
+    loop {
+        tokio::select! {
+            r = &mut stops => {
+                return r.map_err(|source| Error::Runtime {
+                    pod: format!("{ns}/{name}"),
+                    source,
+                });
+            }
+            _ = tick.tick() => {
+                let probes = ctx.prober.results(pod, rt);
+                let new = status(&shown, rt, waiting, &probes, &ctx.status, Timestamp::now());
+                if differs(shown.status.as_ref(), &new) {
+                    let patch = serde_json::json!({ "metadata": { "uid": uid }, "status": new });
+                    match api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        Ok(_) => shown.status = Some(new),
+                        Err(e) => debug!(error = %e, "status of a terminating pod"),
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// How soon a pod whose volumes cannot be set up is synced again.
@@ -553,6 +731,18 @@ async fn start_container(
             format!("create log directory {}: {e}", log_dir.display()),
         ));
     }
+    // HostNetwork pods have the node's IPs as pod IPs (the kubelet's
+    // `generateAPIPodStatus`, whose IPs SyncPod hands to the containers).
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    let pod_ips = if host_network && pod_ips.is_empty() {
+        ctx.status.host_ips.as_slice()
+    } else {
+        pod_ips
+    };
     let facts = PodFacts {
         pod_ips: pod_ips.to_vec(),
         host_ips: ctx.status.host_ips.clone(),
@@ -570,7 +760,8 @@ async fn start_container(
             message,
         }
     };
-    let sources = env_sources(pod, spec, ctx).await;
+    let mut sources = env_sources(pod, spec, ctx).await;
+    sources.services = service_env(pod, ctx).await.map_err(config_error)?;
     let env = env::environment(pod, spec, &ctx.node, &facts, &sources)
         .map_err(|e| config_error(e.to_string()))?;
     translate::verify_run_as_non_root(pod, spec, image.uid, &image.username)
@@ -579,6 +770,20 @@ async fn start_container(
         Ok(m) => m,
         Err(e) => return Err(config_error(e.to_string())),
     };
+    let mut mounts = mounts;
+    if super::hosts::should_mount(pod, spec, pod_ips) {
+        let pod_dir = crate::volume::pod_dir(&ctx.node.root_dir, &uid);
+        let hosts = super::hosts::make_hosts_mount(
+            pod,
+            &pod_dir,
+            pod_ips,
+            &ctx.node.cluster_domain,
+            ctx.node.hosts_file(),
+        )
+        .await
+        .map_err(config_error)?;
+        mounts.push(hosts);
+    }
     let mut config =
         translate::container_config(pod, spec, attempt, &image.id, &env, &ctx.node, mounts);
     match termination_log(&ctx.node.root_dir, &uid, spec, attempt).await {
@@ -960,6 +1165,44 @@ async fn env_sources(
         }
     }
     sources
+}
+
+/// How long a container start waits for the first list of Services.
+const SERVICES_SYNC_WAIT: Duration = Duration::from_secs(5);
+
+/// The service environment variables of `pod` (none when the pod opted out
+/// with `enableServiceLinks: false`, except the `kubernetes` service's), as the
+/// kubelet's `getServiceEnvVarMap`.
+///
+/// # Errors
+/// The kubelet's message while Services were never listed.
+async fn service_env(
+    pod: &Pod,
+    ctx: &Context,
+) -> std::result::Result<BTreeMap<String, String>, String> {
+    let Some(store) = &ctx.services else {
+        return Ok(BTreeMap::new());
+    };
+    if tokio::time::timeout(SERVICES_SYNC_WAIT, store.wait_until_ready())
+        .await
+        .is_err()
+    {
+        return Err(
+            "services have not yet been read at least once, cannot construct envvars".into(),
+        );
+    }
+    let (ns, _, _) = pod_identity(pod);
+    let links = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.enable_service_links)
+        .unwrap_or(true);
+    let all = store.state();
+    Ok(env::service_env(env::visible_services(
+        all.iter().map(AsRef::as_ref),
+        &ns,
+        links,
+    )))
 }
 
 /// The controller's error policy: log and retry in 5 s.

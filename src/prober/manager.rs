@@ -66,9 +66,13 @@ impl Manager {
     }
 
     /// Starts workers for the pod's running containers that have probes and
-    /// stops the workers of containers that no longer run.
+    /// stops the workers of containers that no longer run. Once the pod is
+    /// being deleted its liveness and startup probes stop and count as passed,
+    /// readiness probes go on (the kubelet's worker `doProbe` on a pod with a
+    /// deletion timestamp).
     pub fn sync(&self, pod: &Pod, rt: &PodRuntime) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let terminating = pod.metadata.deletion_timestamp.is_some();
         let running: HashMap<&str, &crate::pod::state::Container> = rt
             .containers
             .iter()
@@ -94,6 +98,9 @@ impl Manager {
                 let Some(probe) = probe_of(c, kind) else {
                     continue;
                 };
+                if terminating && kind != ProbeKind::Readiness {
+                    continue;
+                }
                 let key = (rc.id.clone(), kind);
                 wanted.push(key.clone());
                 if pod_workers.contains_key(&key) {
@@ -147,9 +154,11 @@ impl Manager {
         }
     }
 
-    /// What the probes say about each running container of the pod, by name.
+    /// What the probes say about each running container of the pod, by name
+    /// (liveness and startup pass once the pod is being deleted).
     #[must_use]
     pub fn results(&self, pod: &Pod, rt: &PodRuntime) -> BTreeMap<String, ContainerProbes> {
+        let terminating = pod.metadata.deletion_timestamp.is_some();
         let results = self.results.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = BTreeMap::new();
         for c in all_containers(pod) {
@@ -162,6 +171,10 @@ impl Manager {
             };
             let get = |kind| {
                 probe_of(c, kind).map(|_| {
+                    if terminating && kind != ProbeKind::Readiness {
+                        // Turned off while the pod terminates: passed.
+                        return Some(true);
+                    }
                     results
                         .get(&(rc.id.clone(), kind))
                         .map_or(super::initial_result(kind), |s| s.result)

@@ -117,15 +117,26 @@ pub fn resolve_sub_path(volume: &Path, sub: &str, mount: &str, container: &str) 
             .permissions()
             .mode()
             & 0o7777;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(mode)
-            .create(&path)
-            .map_err(|_| {
-                Error::Mount(format!(
-                    "failed to create subPath directory for volumeMount {mount:?} of container {container:?}"
-                ))
-            })?;
+        let create_fail = || {
+            Error::Mount(format!(
+                "failed to create subPath directory for volumeMount {mount:?} of container {container:?}"
+            ))
+        };
+        // Each missing directory gets the volume's mode, umask or not, as the
+        // kubelet's `doSafeMakeDir` (mkdirat, then fchmod to the mode).
+        let mut dir = volume.to_path_buf();
+        for part in Path::new(sub).components() {
+            dir.push(part);
+            if fs::symlink_metadata(&dir).is_ok() {
+                continue;
+            }
+            fs::DirBuilder::new()
+                .mode(mode)
+                .create(&dir)
+                .map_err(|_| create_fail())?;
+            fs::set_permissions(&dir, fs::Permissions::from_mode(mode))
+                .map_err(|_| create_fail())?;
+        }
     }
     let resolved = path.canonicalize().map_err(|_| fail())?;
     if !resolved.starts_with(&root) {
@@ -240,6 +251,10 @@ mod tests {
         let made = resolve_sub_path(&vol, "a/b", "v", "c").unwrap();
         assert!(made.is_dir());
         assert_eq!(made, vol.canonicalize().unwrap().join("a/b"));
+        for d in ["a", "a/b"] {
+            let mode = fs::metadata(vol.join(d)).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o777, "{d}: the volume's mode, whatever the umask");
+        }
         // A symlink inside the volume to a file inside it is followed.
         fs::write(vol.join("real"), "x").unwrap();
         std::os::unix::fs::symlink("real", vol.join("link")).unwrap();

@@ -1,0 +1,311 @@
+//! Pod admission on the node, as the kubelet's admit handlers: the OS field
+//! check of `predicateAdmitHandler` (lifecycle/predicate.go) and the sysctl
+//! allowlist (sysctl/allowlist.go, safe_sysctls.go). Pure: a rejected pod is
+//! failed by the worker with the reason and message returned here.
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// Reason of a pod whose `spec.os.name` is not this node's OS.
+pub const POD_OS_NOT_SUPPORTED: &str = "PodOSNotSupported";
+/// Reason of a pod asking for a sysctl that is not allowed.
+pub const SYSCTL_FORBIDDEN: &str = "SysctlForbidden";
+
+/// The sysctls the kubelet allows without configuration (`safeSysctls`): namespaced
+/// and without influence on other pods.
+pub const SAFE_SYSCTLS: &[&str] = &[
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_notsent_lowat",
+];
+
+/// Why a pod was not admitted: the status reason and message (the message is
+/// prefixed with `Pod was rejected: ` in the status, as the kubelet's `rejectPod`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// `PodOSNotSupported`, `SysctlForbidden`.
+    pub reason: &'static str,
+    /// What was wrong.
+    pub message: String,
+}
+
+/// The kernel namespace of a sysctl, as component-helpers' `sysctl.Namespace`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Namespace {
+    Ipc,
+    Net,
+    Uts,
+    User,
+    Unknown,
+}
+
+impl Namespace {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Ipc => "IPC",
+            Self::Net => "Net",
+            Self::Uts => "UTS",
+            Self::User => "User",
+            Self::Unknown => "",
+        }
+    }
+}
+
+/// A sysctl name with `.` as the separator: a name whose first separator is `/`
+/// has `/` and `.` swapped, as `NormalizeName`.
+#[must_use]
+pub fn normalize_sysctl(name: &str) -> String {
+    match name.find(['.', '/']) {
+        Some(i) if name.as_bytes()[i] == b'/' => name
+            .chars()
+            .map(|c| match c {
+                '/' => '.',
+                '.' => '/',
+                c => c,
+            })
+            .collect(),
+        _ => name.to_string(),
+    }
+}
+
+fn namespace_of(sysctl: &str) -> Namespace {
+    match sysctl {
+        "kernel.domainname" => return Namespace::Uts,
+        "kernel.sem"
+        | "kernel.shmall"
+        | "kernel.shmmax"
+        | "kernel.shmmni"
+        | "kernel.shm_rmid_forced"
+        | "kernel.shm"
+        | "kernel.msgmax"
+        | "kernel.msgmnb"
+        | "kernel.msgmni"
+        | "kernel.msg" => return Namespace::Ipc,
+        _ => {}
+    }
+    for (prefix, ns) in [
+        ("net.", Namespace::Net),
+        ("fs.mqueue.", Namespace::Ipc),
+        ("user.", Namespace::User),
+    ] {
+        if sysctl.starts_with(prefix) {
+            return ns;
+        }
+    }
+    Namespace::Unknown
+}
+
+/// Checks one sysctl against the safe list plus `allowed_unsafe` (names, or
+/// prefixes ending in `*`), as the kubelet's `patternAllowlist.validateSysctl`.
+fn validate_sysctl(
+    sysctl: &str,
+    allowed_unsafe: &[String],
+    host_net: bool,
+    host_ipc: bool,
+    host_users: bool,
+) -> Result<(), String> {
+    let sysctl = normalize_sysctl(sysctl);
+    let shared = |ns: Namespace| {
+        let host = match ns {
+            Namespace::Ipc => host_ipc,
+            Namespace::Net => host_net,
+            Namespace::User => host_users,
+            Namespace::Uts | Namespace::Unknown => false,
+        };
+        if host {
+            Err(format!(
+                "{sysctl:?} not allowed with host {} enabled",
+                ns.name()
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let patterns = SAFE_SYSCTLS
+        .iter()
+        .map(|s| (*s).to_string())
+        .chain(allowed_unsafe.iter().map(|s| normalize_sysctl(s)));
+    for pattern in patterns {
+        let matched = match pattern.strip_suffix('*') {
+            Some(prefix) => sysctl.starts_with(prefix),
+            None => pattern == sysctl,
+        };
+        if matched {
+            let ns = namespace_of(pattern.trim_end_matches('*'));
+            return shared(ns);
+        }
+    }
+    Err(format!("{sysctl:?} not allowlisted"))
+}
+
+/// Admits `pod` on a Linux node whose configuration allows the unsafe sysctls
+/// `allowed_unsafe` (KubeletConfiguration `allowedUnsafeSysctls`).
+///
+/// # Errors
+/// The [`Rejection`] of the first check that fails, in the kubelet's order.
+pub fn admit(pod: &Pod, allowed_unsafe: &[String]) -> Result<(), Rejection> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(());
+    };
+    if spec.os.as_ref().is_some_and(|os| os.name != "linux") {
+        return Err(Rejection {
+            reason: POD_OS_NOT_SUPPORTED,
+            message: "Failed to admit pod as the OS field doesn't match node OS".into(),
+        });
+    }
+    let sysctls = spec
+        .security_context
+        .as_ref()
+        .and_then(|sc| sc.sysctls.as_ref());
+    let host_users = spec.host_users.unwrap_or(true);
+    for s in sysctls.into_iter().flatten() {
+        validate_sysctl(
+            &s.name,
+            allowed_unsafe,
+            spec.host_network.unwrap_or(false),
+            spec.host_ipc.unwrap_or(false),
+            host_users,
+        )
+        .map_err(|e| Rejection {
+            reason: SYSCTL_FORBIDDEN,
+            message: format!("forbidden sysctl: {e}"),
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::fixtures::pod;
+    use k8s_openapi::api::core::v1::{PodOS, PodSecurityContext, Sysctl};
+
+    #[test]
+    fn normalize_table() {
+        for (input, want) in [
+            ("kernel.shm_rmid_forced", "kernel.shm_rmid_forced"),
+            ("kernel/shm_rmid_forced", "kernel.shm_rmid_forced"),
+            (
+                "net/ipv4/conf/eno2.100/rp_filter",
+                "net.ipv4.conf.eno2/100.rp_filter",
+            ),
+            (
+                "net.ipv4.conf.eno2/100.rp_filter",
+                "net.ipv4.conf.eno2/100.rp_filter",
+            ),
+        ] {
+            assert_eq!(normalize_sysctl(input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn admission_table() {
+        // (os, sysctls, hostNetwork, allowed unsafe) → rejection reason
+        let unsafe_ipc = vec!["kernel.msg*".to_string()];
+        type Case<'a> = (
+            Option<&'a str>,
+            Vec<&'a str>,
+            bool,
+            Vec<String>,
+            Option<&'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (None, vec![], false, vec![], None),
+            (Some("linux"), vec![], false, vec![], None),
+            (
+                Some("windows"),
+                vec![],
+                false,
+                vec![],
+                Some(POD_OS_NOT_SUPPORTED),
+            ),
+            (None, vec!["kernel.shm_rmid_forced"], false, vec![], None),
+            (None, vec!["kernel/shm_rmid_forced"], false, vec![], None),
+            (
+                None,
+                vec!["kernel.msgmax"],
+                false,
+                vec![],
+                Some(SYSCTL_FORBIDDEN),
+            ),
+            (None, vec!["kernel.msgmax"], false, unsafe_ipc.clone(), None),
+            (
+                None,
+                vec!["kernel.msgmax", "kernel.domainname"],
+                false,
+                unsafe_ipc,
+                Some(SYSCTL_FORBIDDEN),
+            ),
+            (
+                None,
+                vec!["net.ipv4.ip_local_port_range"],
+                false,
+                vec![],
+                None,
+            ),
+            (
+                None,
+                vec!["net.ipv4.ip_local_port_range"],
+                true,
+                vec![],
+                Some(SYSCTL_FORBIDDEN),
+            ),
+            (
+                Some("windows"),
+                vec!["kernel.msgmax"],
+                false,
+                vec![],
+                Some(POD_OS_NOT_SUPPORTED),
+            ),
+        ];
+        for (os, sysctls, host_net, allowed, want) in cases {
+            let mut p = pod("web").container("c", "busybox").build();
+            let s = p.spec.as_mut().unwrap();
+            s.os = os.map(|n| PodOS { name: n.into() });
+            s.host_network = Some(host_net);
+            s.security_context = Some(PodSecurityContext {
+                sysctls: Some(
+                    sysctls
+                        .iter()
+                        .map(|n| Sysctl {
+                            name: (*n).into(),
+                            value: "1".into(),
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            });
+            let got = admit(&p, &allowed).err().map(|r| r.reason);
+            assert_eq!(
+                got, want,
+                "{os:?} {sysctls:?} host_net={host_net} {allowed:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn sysctl_message_is_the_kubelets() {
+        let mut p = pod("web").container("c", "busybox").build();
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            sysctls: Some(vec![Sysctl {
+                name: "kernel.msgmax".into(),
+                value: "10000000000".into(),
+            }]),
+            ..Default::default()
+        });
+        assert_eq!(
+            admit(&p, &[]).unwrap_err().message,
+            "forbidden sysctl: \"kernel.msgmax\" not allowlisted"
+        );
+    }
+}
