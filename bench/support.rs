@@ -54,23 +54,38 @@ pub struct Usage {
     pub rss_mib_mean: f64,
     /// Largest resident set size seen, MiB.
     pub rss_mib_max: f64,
+    /// Mean anonymous part of the RSS (heap, stacks), MiB.
+    pub rss_anon_mib_mean: f64,
+    /// Mean file-backed part of the RSS (the binary's and libraries' pages), MiB.
+    pub rss_file_mib_mean: f64,
     /// CPU time used divided by wall time, cores.
     pub cpu_cores: f64,
     /// Length of the window, seconds.
     pub seconds: f64,
 }
 
-/// RSS in KiB and user+system CPU time in clock ticks of process `pid`,
-/// from /proc/PID/status and /proc/PID/stat; `None` once it is gone.
-fn read_proc(pid: u32) -> Option<(u64, u64)> {
+/// One reading of a process: RSS, its anonymous and file-backed parts (KiB),
+/// and user+system CPU time (clock ticks).
+#[derive(Clone, Copy, Default)]
+struct Reading {
+    rss: u64,
+    anon: u64,
+    file: u64,
+    ticks: u64,
+}
+
+/// Reads process `pid` from /proc/PID/status and /proc/PID/stat; `None` once it is gone.
+fn read_proc(pid: u32) -> Option<Reading> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
+    let kib = |key: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may hold spaces): state is field 3,
     // utime and stime are fields 14 and 15.
@@ -78,7 +93,12 @@ fn read_proc(pid: u32) -> Option<(u64, u64)> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((rss_kib, utime + stime))
+    Some(Reading {
+        rss: kib("VmRSS:")?,
+        anon: kib("RssAnon:")?,
+        file: kib("RssFile:")?,
+        ticks: utime + stime,
+    })
 }
 
 /// Samples a process's RSS every 250 ms until stopped.
@@ -96,29 +116,35 @@ impl Sampler {
                 return Usage::default();
             };
             let t0 = Instant::now();
-            let Some((_, ticks0)) = read_proc(pid) else {
+            let Some(first) = read_proc(pid) else {
                 return Usage::default();
             };
-            let (mut sum, mut n, mut max, mut ticks) = (0u64, 0u64, 0u64, ticks0);
+            let ticks0 = first.ticks;
+            let (mut sum, mut n, mut max, mut ticks) = (Reading::default(), 0u64, 0u64, ticks0);
             loop {
-                if let Some((rss, t)) = read_proc(pid) {
-                    sum += rss;
+                if let Some(r) = read_proc(pid) {
+                    sum.rss += r.rss;
+                    sum.anon += r.anon;
+                    sum.file += r.file;
                     n += 1;
-                    max = max.max(rss);
-                    ticks = t;
+                    max = max.max(r.rss);
+                    ticks = r.ticks;
                 }
                 tokio::select! {
                     _ = stopped.changed() => break,
                     () = tokio::time::sleep(Duration::from_millis(250)) => {}
                 }
             }
-            if let Some((_, t)) = read_proc(pid) {
-                ticks = t;
+            if let Some(r) = read_proc(pid) {
+                ticks = r.ticks;
             }
             let seconds = t0.elapsed().as_secs_f64();
             let hz = rustix::param::clock_ticks_per_second() as f64;
+            let mean = |kib: u64| kib as f64 / n.max(1) as f64 / 1024.0;
             Usage {
-                rss_mib_mean: sum as f64 / n.max(1) as f64 / 1024.0,
+                rss_mib_mean: mean(sum.rss),
+                rss_anon_mib_mean: mean(sum.anon),
+                rss_file_mib_mean: mean(sum.file),
                 rss_mib_max: max as f64 / 1024.0,
                 cpu_cores: (ticks - ticks0) as f64 / hz / seconds,
                 seconds,

@@ -117,6 +117,8 @@ def main():
     row("(c) steady: all gone after delete", "s", ("steady", "all_gone_s"))
     row("(d) idle RSS", "MiB", ("idle", "agent", "rss_mib_mean"), None,
         lambda ru, k, b: ("≤ 15 MiB", ru <= 15))
+    row("(d) idle RSS: anonymous (heap, stacks)", "MiB", ("idle", "agent", "rss_anon_mib_mean"))
+    row("(d) idle RSS: file-backed (code)", "MiB", ("idle", "agent", "rss_file_mib_mean"))
     row("(d) idle CPU", "cores", ("idle", "agent", "cpu_cores"), None,
         lambda ru, k, b: ("≤ 0.005 core", ru <= 0.005))
     row("(a) RSS, max", "MiB", ("single", "agent", "rss_mib_max"))

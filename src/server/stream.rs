@@ -294,6 +294,23 @@ async fn running_container(app: &App, pod: &Pod, name: &str) -> Result<(String, 
         })
 }
 
+/// What `/exec` and `/attach` resolve before asking the runtime: the stream
+/// options of the query (400 if none), and the running container's ID and
+/// `tty` setting (404 for an unknown pod, UID or container).
+async fn container_target(
+    app: &App,
+    p: &ContainerPath,
+    query: &str,
+) -> Result<(StreamIo, String, bool), Response> {
+    let io = stream_options(query).map_err(|e| text(StatusCode::BAD_REQUEST, e))?;
+    let pod = find_pod(app, &p.namespace, &p.pod, p.uid.as_deref())
+        .map_err(|(status, message)| text(status, message))?;
+    let (id, tty) = running_container(app, &pod, &p.container)
+        .await
+        .map_err(|(status, message)| text(status, message))?;
+    Ok((io, id, tty))
+}
+
 /// `/exec/…` as the kubelet's `getExec`: 400 for a request without streams,
 /// 404 for an unknown pod or container, then CRI `Exec` and the proxied upgrade.
 pub(super) async fn exec(
@@ -303,17 +320,9 @@ pub(super) async fn exec(
     req: Request,
 ) -> Response {
     let query = query.unwrap_or_default();
-    let io = match stream_options(&query) {
-        Ok(io) => io,
-        Err(e) => return text(StatusCode::BAD_REQUEST, e),
-    };
-    let pod = match find_pod(&app, &p.namespace, &p.pod, p.uid.as_deref()) {
-        Ok(pod) => pod,
-        Err((status, message)) => return text(status, message),
-    };
-    let (id, _) = match running_container(&app, &pod, &p.container).await {
-        Ok(c) => c,
-        Err((status, message)) => return text(status, message),
+    let (io, id, _) = match container_target(&app, &p, &query).await {
+        Ok(t) => t,
+        Err(resp) => return resp,
     };
     match app.runtime.exec_url(&id, exec_command(&query), io).await {
         Ok(url) => proxy(req, &url).await,
@@ -330,17 +339,9 @@ pub(super) async fn attach(
     req: Request,
 ) -> Response {
     let query = query.unwrap_or_default();
-    let io = match stream_options(&query) {
-        Ok(io) => io,
-        Err(e) => return text(StatusCode::BAD_REQUEST, e),
-    };
-    let pod = match find_pod(&app, &p.namespace, &p.pod, p.uid.as_deref()) {
-        Ok(pod) => pod,
-        Err((status, message)) => return text(status, message),
-    };
-    let (id, tty) = match running_container(&app, &pod, &p.container).await {
-        Ok(c) => c,
-        Err((status, message)) => return text(status, message),
+    let (io, id, tty) = match container_target(&app, &p, &query).await {
+        Ok(t) => t,
+        Err(resp) => return resp,
     };
     let io = StreamIo { tty, ..io };
     match app.runtime.attach_url(&id, io).await {
