@@ -42,6 +42,23 @@ pub struct ContainerState {
     pub container_state: String,
 }
 
+/// Labels of `prober_probe_total`, as the kubelet's prober metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    /// `Liveness`, `Readiness` or `Startup`.
+    pub probe_type: String,
+    /// `successful`, `failed` or `unknown`.
+    pub result: String,
+    /// The container's name.
+    pub container: String,
+    /// The pod's name.
+    pub pod: String,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's UID.
+    pub pod_uid: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric the agent exports.
@@ -67,6 +84,13 @@ pub struct Metrics {
     pub pleg_last_seen: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Pod UID → when the pod worker first saw it, and whether its start was recorded.
     first_seen: Mutex<HashMap<String, (Instant, bool)>>,
+    /// The registry of `/metrics/probes`.
+    probes_registry: Registry,
+    /// `prober_probe_total{probe_type,result,container,pod,namespace,pod_uid}`:
+    /// probe runs by result.
+    pub probe_total: Family<ProbeLabels, Counter>,
+    /// Pod UID → the label sets it has in `probe_total` (removed with the pod).
+    probe_series: Mutex<HashMap<String, std::collections::HashSet<ProbeLabels>>>,
 }
 
 fn def_histogram() -> Histogram {
@@ -92,7 +116,16 @@ impl Metrics {
             runtime_operations_duration: Family::new_with_constructor(runtime_histogram),
             pleg_last_seen: Gauge::default(),
             first_seen: Mutex::default(),
+            probes_registry: Registry::default(),
+            probe_total: Family::default(),
+            probe_series: Mutex::default(),
         };
+        let mut probes_registry = Registry::default();
+        probes_registry.register(
+            "prober_probe",
+            "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+            m.probe_total.clone(),
+        );
         registry.register(
             "pod_start_duration_seconds",
             "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
@@ -133,7 +166,11 @@ impl Metrics {
             "Timestamp in seconds when PLEG was last seen active.",
             m.pleg_last_seen.clone(),
         );
-        Self { registry, ..m }
+        Self {
+            registry,
+            probes_registry,
+            ..m
+        }
     }
 
     /// Records one CRI call: its count, its latency and, if it failed, an error.
@@ -196,6 +233,40 @@ impl Metrics {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(uid);
+    }
+
+    /// Counts one probe run of `labels.probe_type` with `labels.result`.
+    pub fn record_probe(&self, labels: ProbeLabels) {
+        self.probe_total.get_or_create(&labels).inc();
+        self.probe_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(labels.pod_uid.clone())
+            .or_default()
+            .insert(labels);
+    }
+
+    /// Drops the probe series of the pod with `uid` (its probes stopped).
+    pub fn forget_probes(&self, uid: &str) {
+        let series = self
+            .probe_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid)
+            .unwrap_or_default();
+        for labels in &series {
+            self.probe_total.remove(labels);
+        }
+    }
+
+    /// `/metrics/probes` in the Prometheus text format.
+    ///
+    /// # Errors
+    /// Only if formatting fails, which writing to a `String` does not.
+    pub fn encode_probes(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.probes_registry)?;
+        Ok(out)
     }
 
     /// Sets the running pod and container gauges from a runtime listing:
@@ -288,6 +359,28 @@ mod tests {
         m.pod_running("u1");
         m.set_running(3, &[("running".into(), 4), ("exited".into(), 1)]);
         let text = m.encode().expect("encode");
+        let probe = |result: &str| ProbeLabels {
+            probe_type: "Readiness".into(),
+            result: result.into(),
+            container: "c".into(),
+            pod: "p".into(),
+            namespace: "ns".into(),
+            pod_uid: "u1".into(),
+        };
+        m.record_probe(probe("successful"));
+        m.record_probe(probe("successful"));
+        m.record_probe(probe("failed"));
+        let probes = m.encode_probes().expect("encode probes");
+        assert!(
+            probes.contains("prober_probe_total{probe_type=\"Readiness\",result=\"successful\",container=\"c\",pod=\"p\",namespace=\"ns\",pod_uid=\"u1\"} 2"),
+            "{probes}"
+        );
+        m.forget_probes("u1");
+        assert!(
+            !m.encode_probes()
+                .expect("encode")
+                .contains("pod_uid=\"u1\"")
+        );
         for want in [
             "kubelet_runtime_operations_total{operation_type=\"create_container\"} 2",
             "kubelet_runtime_operations_errors_total{operation_type=\"create_container\"} 1",

@@ -15,7 +15,11 @@ fn sample(text: &str, prefix: &str) -> Option<f64> {
 }
 
 async fn scrape(client: &kube::Client) -> String {
-    let path = format!("/api/v1/nodes/{}/proxy/metrics", node_name());
+    scrape_path(client, "metrics").await
+}
+
+async fn scrape_path(client: &kube::Client, what: &str) -> String {
+    let path = format!("/api/v1/nodes/{}/proxy/{what}", node_name());
     client
         .request_text(axum::http::Request::get(path).body(Vec::new()).unwrap())
         .await
@@ -36,12 +40,14 @@ async fn metrics_count_a_pod_start_under_the_kubelets_names() {
         .unwrap_or(0.0)
     };
     let ns = namespace(&client, "metrics").await;
-    create(
-        &client,
-        &ns,
-        &pod("sleeper", "Never", BUSYBOX, &["sleep", "3600"]),
-    )
-    .await;
+    let mut sleeper = pod("sleeper", "Never", BUSYBOX, &["sleep", "3600"]);
+    sleeper.spec.as_mut().unwrap().containers[0].readiness_probe = Some(
+        serde_json::from_value(serde_json::json!({
+            "exec": { "command": ["true"] }, "periodSeconds": 1
+        }))
+        .unwrap(),
+    );
+    create(&client, &ns, &sleeper).await;
     wait_for(&client, &ns, "sleeper", 60, "Running", phase("Running")).await;
     // The pod start is recorded when the worker sees its Running status come back.
     let mut after = String::new();
@@ -80,5 +86,13 @@ async fn metrics_count_a_pod_start_under_the_kubelets_names() {
         "{after}"
     );
     assert!(after.contains("# TYPE kubelet_runtime_operations_duration_seconds histogram"));
+    let probes = scrape_path(&client, "metrics/probes").await;
+    let series = format!(
+        "prober_probe_total{{probe_type=\"Readiness\",result=\"successful\",container=\"c\",pod=\"sleeper\",namespace=\"{ns}\""
+    );
+    assert!(
+        probes.lines().any(|l| l.starts_with(&series)),
+        "no {series} in\n{probes}"
+    );
     drop_namespace(&client, &ns).await;
 }

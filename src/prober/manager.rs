@@ -152,6 +152,7 @@ impl Manager {
             h.abort();
             results.remove(&key);
         }
+        crate::metrics::metrics().forget_probes(uid);
     }
 
     /// What the probes say about each running container of the pod, by name
@@ -256,6 +257,14 @@ impl Worker {
                 timing.timeout,
             )
             .await;
+            crate::metrics::metrics().record_probe(crate::metrics::ProbeLabels {
+                probe_type: self.kind.name().to_string(),
+                result: if outcome.ok { "successful" } else { "failed" }.to_string(),
+                container: self.container.name.clone(),
+                pod: self.pod.metadata.name.clone().unwrap_or_default(),
+                namespace: self.pod.metadata.namespace.clone().unwrap_or_default(),
+                pod_uid: self.pod.metadata.uid.clone().unwrap_or_default(),
+            });
             if outcome.warning {
                 crate::events::publish(
                     &self.recorder,

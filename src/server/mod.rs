@@ -209,6 +209,7 @@ impl Server {
             .route("/pods", get(pods))
             .route("/pods/", get(pods))
             .route("/metrics", get(metrics))
+            .route("/metrics/probes", get(probe_metrics))
             .route(
                 "/containerLogs/{namespace}/{pod}/{container}",
                 get(container_logs),
@@ -438,20 +439,27 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     }
     m.set_running(running_pods, &states.into_iter().collect::<Vec<_>>());
     match m.encode() {
-        Ok(body) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            body,
-        )
-            .into_response(),
+        Ok(body) => ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response(),
         Err(e) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("encoding metrics: {e}"),
         ),
     }
 }
+
+/// `/metrics/probes`: `prober_probe_total` by probe type, result and container.
+async fn probe_metrics() -> Response {
+    match crate::metrics::metrics().encode_probes() {
+        Ok(body) => ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response(),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics: {e}"),
+        ),
+    }
+}
+
+/// The content type of the metrics endpoints (prometheus-client writes OpenMetrics text).
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The `/configz` document (the kubelet's `configz` for `kubeletconfig`): the
 /// agent's KubeletConfiguration with this server's address, ports, TLS files
