@@ -107,6 +107,27 @@ OUT=$ROOT/_output/conformance/$agent${name:+-$name}
 mkdir -p "$OUT"
 rm -rf "${OUT:?}"/junit_01.xml "$OUT"/e2e.log "$OUT"/summary.txt "$OUT"/"$agent".log "$OUT"/e2e-output
 
+# write_summary: summary.txt from the JUnit report (also for an interrupted
+# run: ginkgo writes the report of what ran when it is interrupted).
+write_summary() {
+  {
+    echo "agent: $agent"
+    echo "date: $run_date"
+    echo "focus: $effective_focus"
+    echo "skip: ${skip:-}"
+    echo "procs: $procs"
+    echo "cluster up: ${t_up:-?}"
+    echo "e2e run: ${t_run:-$(since "$t1") (interrupted)}"
+    echo "kubernetes: $(grep -m1 'k8s.io/kubernetes v' "$ROOT/tests/cluster/go.mod" | awk '{print $NF}') (e2e.test, control plane, kubelet)"
+    echo "ginkgo: $("$BIN/ginkgo" version 2>/dev/null | awk '{print $NF}' || true)"
+    if [[ $agent == rustlet ]]; then
+      echo "rustlet: $rustlet_rev"
+    fi
+  } >"$OUT/summary.txt"
+  line=$(python3 "$ROOT/hack/conformance-table.py" summary \
+    --focus "$effective_focus" --skip "$skip" "$OUT/junit_01.xml" | tee -a "$OUT/summary.txt" | tail -n 1)
+}
+
 cluster_started=false
 ginkgo_pid=''
 on_exit() {
@@ -127,6 +148,9 @@ on_exit() {
     done
     # shellcheck disable=SC2086 # a list of pids
     kill -KILL "$ginkgo_pid" $children 2>/dev/null || true
+    if [[ -f $OUT/junit_01.xml && ! -f $OUT/summary.txt ]]; then
+      write_summary || warn "could not write summary.txt"
+    fi
   fi
   if $cluster_started; then
     if [[ -f $LOGS/$agent.log ]]; then
@@ -197,6 +221,7 @@ e2e_args=(
 mkdir -p "$OUT/e2e-output"
 log "running e2e.test: focus '$effective_focus', skip '${skip:-none}', $procs processes (log: ${OUT#"$ROOT"/}/e2e.log)"
 t1=$(now_ms)
+run_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 set +e
 (cd "$OUT" && "$BIN/ginkgo" "${ginkgo_args[@]}" "$BIN/e2e.test" -- "${e2e_args[@]}") >"$OUT/e2e.log" 2>&1 &
 ginkgo_pid=$!
@@ -220,22 +245,7 @@ log "e2e.test finished in $t_run (ginkgo exit code $ginkgo_rc)"
 
 [[ -f $OUT/junit_01.xml ]] || { tail -n 40 "$OUT/e2e.log" >&2; die "no JUnit report was written (see ${OUT#"$ROOT"/}/e2e.log)"; }
 
-{
-  echo "agent: $agent"
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "focus: $effective_focus"
-  echo "skip: ${skip:-}"
-  echo "procs: $procs"
-  echo "cluster up: $t_up"
-  echo "e2e run: $t_run"
-  echo "kubernetes: $(grep -m1 'k8s.io/kubernetes v' "$ROOT/tests/cluster/go.mod" | awk '{print $NF}') (e2e.test, control plane, kubelet)"
-  echo "ginkgo: $("$BIN/ginkgo" version 2>/dev/null | awk '{print $NF}' || true)"
-  if [[ $agent == rustlet ]]; then
-    echo "rustlet: $rustlet_rev"
-  fi
-} >"$OUT/summary.txt"
-line=$(python3 "$ROOT/hack/conformance-table.py" summary \
-  --focus "$effective_focus" --skip "$skip" "$OUT/junit_01.xml" | tee -a "$OUT/summary.txt" | tail -n 1)
+write_summary
 grep -E '^(FAILED|SUITE|NOT REACHED) ' "$OUT/summary.txt" | sed 's/^/    /' || true
 log "results in ${OUT#"$ROOT"/}/ (summary.txt, junit_01.xml, e2e.log)"
 echo "$line"
