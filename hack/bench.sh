@@ -93,6 +93,12 @@ cluster_up() {
   up=true
   RUSTLET_PROFILE=release "$ROOT/hack/local-up.sh" --agent "$1" >"$OUT/local-up-$1.log" 2>&1 ||
     die "hack/local-up.sh --agent $1 failed (log: ${OUT#"$ROOT"/}/local-up-$1.log)"
+  # Pods left in the cluster's state by earlier runs would run beside the
+  # workload and count against maxPods.
+  if [[ $1 != none ]]; then
+    kubectl_admin delete pods --all --all-namespaces --grace-period=0 --force --wait=true \
+      >/dev/null 2>&1 || warn "could not delete leftover pods"
+  fi
 }
 cluster_down() {
   "$ROOT/hack/local-down.sh" >/dev/null
@@ -110,8 +116,9 @@ for agent in kubelet rustlet; do
   log "$agent: idle ${idle}s, $count pods one at a time, a burst of $burst, $steady pods steady"
   cluster_up "$agent"
   pid=$(running_pid "$agent") || die "$agent is not running"
-  # Let the agent's start-up work (registration, first status) settle.
-  sleep 5
+  # Let the agent's start-up work (registration, first status, removing the
+  # containers of leftover pods) settle.
+  sleep 15
   bench pod_start -- --mode idle --seconds "$idle" --pid "$pid" --json "$OUT/$agent-idle.json"
   bench pod_start -- --mode single --count "$count" --pid "$pid" --json "$OUT/$agent-single.json"
   bench pod_start -- --mode burst --count "$burst" --pid "$pid" --json "$OUT/$agent-burst.json"

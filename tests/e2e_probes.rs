@@ -145,3 +145,25 @@ async fn startup_probe_holds_started_and_ready() {
     assert_eq!(container_status(&p).started, Some(true));
     drop_namespace(&client, &ns).await;
 }
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn readiness_is_probed_as_soon_as_the_startup_probe_passes() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-startready").await;
+    // A readiness period of 60 s: only the trigger on startup success makes
+    // the pod ready within the wait below.
+    create(&client, &ns, &from_json(serde_json::json!({
+        "metadata": { "name": "prompt" },
+        "spec": { "containers": [{
+            "name": "c", "image": BUSYBOX,
+            "command": ["sh", "-c", "sleep 3; touch /tmp/started; sleep 3600"],
+            "startupProbe": { "exec": { "command": ["cat", "/tmp/started"] }, "periodSeconds": 1, "failureThreshold": 30 },
+            "readinessProbe": { "exec": { "command": ["true"] }, "periodSeconds": 60 }
+        }] }
+    }))).await;
+    wait_for(&client, &ns, "prompt", 60, "Running", phase("Running")).await;
+    let p = wait_for(&client, &ns, "prompt", 20, "ready", ready).await;
+    assert_eq!(container_status(&p).started, Some(true));
+    drop_namespace(&client, &ns).await;
+}

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
+use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 
@@ -28,6 +29,21 @@ pub struct Manager {
     requeue: UnboundedSender<ObjectRef<Pod>>,
     results: Arc<Mutex<HashMap<Key, ProbeState>>>,
     workers: Mutex<HashMap<String, HashMap<Key, JoinHandle<()>>>>,
+    /// Container ID → the trigger that runs its readiness probe at once (the
+    /// kubelet's `manualTriggerCh`): pulled when its startup probe passes.
+    triggers: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+/// Drops the triggers of containers that have no worker left.
+fn prune_triggers(
+    triggers: &mut HashMap<String, Arc<Notify>>,
+    workers: &HashMap<String, HashMap<Key, JoinHandle<()>>>,
+) {
+    triggers.retain(|id, _| {
+        workers
+            .values()
+            .any(|pod| pod.keys().any(|(cid, _)| cid == id))
+    });
 }
 
 fn probe_of(c: &Container, kind: ProbeKind) -> Option<&Probe> {
@@ -62,6 +78,7 @@ impl Manager {
             requeue,
             results: Arc::default(),
             workers: Mutex::default(),
+            triggers: Mutex::default(),
         }
     }
 
@@ -106,7 +123,15 @@ impl Manager {
                 if pod_workers.contains_key(&key) {
                     continue;
                 }
+                let trigger = self
+                    .triggers
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(rc.id.clone())
+                    .or_default()
+                    .clone();
                 let worker = Worker {
+                    trigger,
                     runtime: self.runtime.clone(),
                     recorder: self.recorder.clone(),
                     requeue: self.requeue.clone(),
@@ -142,6 +167,10 @@ impl Manager {
         if pod_workers.is_empty() {
             workers.remove(&uid);
         }
+        prune_triggers(
+            &mut self.triggers.lock().unwrap_or_else(PoisonError::into_inner),
+            &workers,
+        );
     }
 
     /// Stops every worker of the pod with `uid`.
@@ -152,6 +181,10 @@ impl Manager {
             h.abort();
             results.remove(&key);
         }
+        prune_triggers(
+            &mut self.triggers.lock().unwrap_or_else(PoisonError::into_inner),
+            &workers,
+        );
         crate::metrics::metrics().forget_probes(uid);
     }
 
@@ -207,6 +240,9 @@ impl Manager {
 
 /// One probe of one container.
 struct Worker {
+    /// Shared by the container's workers: the startup worker pulls it when the
+    /// startup probe passes, the readiness worker then probes at once.
+    trigger: Arc<Notify>,
     runtime: Runtime,
     recorder: Recorder,
     requeue: UnboundedSender<ObjectRef<Pod>>,
@@ -240,8 +276,12 @@ impl Worker {
         let timing = Timing::of(&self.probe);
         let mut tick = tokio::time::interval(timing.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let readiness = self.kind == ProbeKind::Readiness;
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = self.trigger.notified(), if readiness => {}
+            }
             if !ProbeState::due(&timing, self.started, Timestamp::now()) {
                 continue;
             }
@@ -296,6 +336,11 @@ impl Worker {
                     .or_insert_with(|| ProbeState::new(self.kind));
                 (state.record(outcome.ok, &timing), state.result)
             };
+            if changed && self.kind == ProbeKind::Startup && result == Some(true) {
+                // As the kubelet: readiness is probed as soon as startup passes,
+                // not a whole readiness period later.
+                self.trigger.notify_one();
+            }
             if changed {
                 let ns = self.pod.metadata.namespace.clone().unwrap_or_default();
                 let name = self.pod.metadata.name.clone().unwrap_or_default();
