@@ -96,7 +96,7 @@ cluster_up() {
   # Pods left in the cluster's state by earlier runs would run beside the
   # workload and count against maxPods.
   if [[ $1 != none ]]; then
-    kubectl_admin delete pods --all --all-namespaces --grace-period=0 --force --wait=true \
+    kubectl_admin delete pods --all --all-namespaces --grace-period=0 --force --wait=false --timeout=30s \
       >/dev/null 2>&1 || warn "could not delete leftover pods"
   fi
 }
