@@ -189,14 +189,15 @@ def plot(d, r):
               ("(b) burst: each pod → Running", "burst", "start")]
     fig, axes = plt.subplots(1, len(panels), figsize=(15, 4.5))
     for ax, (title, work, fig_key) in zip(axes, panels):
-        for subject, style in (("bare", ":"), ("kubelet", "--"), ("rustlet", "-")):
+        for subject, style, color in (("bare", ":", "tab:blue"), ("kubelet", "--", "tab:orange"),
+                                      ("rustlet", "-", "tab:green")):
             rec = (r.get(subject) or {}).get(work)
             samples = ((rec or {}).get(fig_key) or {}).get("samples")
             if not samples:
                 continue
             xs = sorted(samples)
             ys = [(i + 1) / len(xs) for i in range(len(xs))]
-            ax.step(xs, ys, style, where="post", label="bare CRI" if subject == "bare" else subject)
+            ax.step(xs, ys, style, color=color, where="post", label="bare CRI" if subject == "bare" else subject)
         ax.set_title(title)
         ax.set_xlabel("seconds")
         ax.set_ylabel("fraction of pods")
