@@ -493,10 +493,9 @@ async fn kill_while_reporting(
     // Main containers stop together; sidecars after them, one at a time in
     // the plan's order (reverse start order), as the kubelet stops them.
     let sidecar = |c: &str| {
-        pod.spec
+        super::plan::init_containers(pod)
             .iter()
-            .flat_map(|s| s.init_containers.iter().flatten())
-            .any(|i| i.name == c && i.restart_policy.as_deref() == Some("Always"))
+            .any(|i| i.name == c && super::plan::is_sidecar(i))
     };
     let targets: Vec<(&str, &str, i64)> = kills
         .iter()
