@@ -20,7 +20,7 @@
 #   latency.png    the latency distributions (matplotlib)
 # and the raw records (<subject>-<workload>.json, <agent>-audit.log).
 #
-# Needs root and no local cluster running; takes about 15 minutes.
+# Needs root and no local cluster running; takes about 10 minutes.
 set -euo pipefail
 PROG=bench
 # shellcheck source-path=SCRIPTDIR source=lib.sh

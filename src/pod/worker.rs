@@ -273,7 +273,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     }
     let acted = !plan.steps.is_empty();
     if pod.metadata.deletion_timestamp.is_some() {
-        kill_while_reporting(&pod, &rt, &mut plan, &waiting, &ctx).await?;
+        kill_containers_with_sync_result(&pod, &rt, &mut plan, &waiting, &ctx).await?;
     }
     let mut deleted = false;
     let mut current: Option<(String, cri::PodSandboxConfig, Vec<String>)> = None;
@@ -471,7 +471,7 @@ const TERMINATING_STATUS_PERIOD: Duration = Duration::from_secs(1);
 ///
 /// # Errors
 /// The first CRI stop that failed.
-async fn kill_while_reporting(
+async fn kill_containers_with_sync_result(
     pod: &Pod,
     rt: &PodRuntime,
     plan: &mut Plan,
