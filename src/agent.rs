@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::{info, warn};
@@ -206,13 +205,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let host_dns =
         HostDns::parse(&std::fs::read_to_string(&settings.resolv_conf).unwrap_or_default());
     let (pleg_events, pleg_connected) = pleg::start(&runtime);
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "kubelet".into(),
-            instance: Some(node_name.clone()),
-        },
-    );
+    let recorder = crate::events::Recorder::new(client.clone(), node_name.clone());
     let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
     let prober = crate::prober::manager::Manager::new(runtime.clone(), recorder.clone(), probe_tx);
     let ctx = worker::Context::new(

@@ -276,6 +276,33 @@ async fn restart_policy_always_restarts_with_backoff() {
     )
     .await;
     assert!(container_status(&backoff).restart_count >= 2);
+    // The restarts repeat identical events: each is one Event with a count,
+    // from the kubelet's source, as the kubelet's event correlator records them.
+    let events = Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let started: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Started"))
+        .collect();
+    assert_eq!(started.len(), 1, "one Started event: {started:#?}");
+    let started = started[0];
+    assert!(started.count.unwrap_or(0) >= 2, "{started:#?}");
+    assert!(
+        started.last_timestamp > started.first_timestamp,
+        "{started:#?}"
+    );
+    let source = started.source.clone().unwrap_or_default();
+    assert_eq!(
+        (source.component.as_deref(), source.host),
+        (Some("kubelet"), Some(node_name()))
+    );
+    assert_eq!(
+        started.involved_object.field_path.as_deref(),
+        Some("spec.containers{c}")
+    );
     drop_namespace(&client, &ns).await;
 }
 

@@ -456,9 +456,11 @@ async fn kubectl_exec_runs_commands_with_stdin_and_exit_codes() {
     assert_ne!(code, 0);
     assert!(err.contains("nope"), "{err}");
 
-    // A terminal: `script` gives kubectl one, so it asks for a TTY.
+    // A terminal: `script` gives kubectl one, so it asks for a TTY. kubectl
+    // stays in the terminal's foreground process group (`--foreground`), or
+    // setting the terminal to raw mode stops it with SIGTTOU.
     let cmd = format!(
-        "KUBECONFIG={} timeout 60 kubectl exec -it -n {ns} sh -- sh -c 'tty; stty size; exit 4'",
+        "KUBECONFIG={} timeout --foreground 60 kubectl exec -it -n {ns} sh -- sh -c 'tty; stty size; exit 4'",
         local().join("admin.kubeconfig").display()
     );
     let out = Command::new("script")

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::events::{EventType, Recorder};
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedSender;
