@@ -195,6 +195,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         runtime_version,
         settings.clone(),
     ));
+    tokio::spawn(crate::log_manager::run(
+        runtime.clone(),
+        settings.pod_logs_dir.clone(),
+        settings.container_logs,
+    ));
     tokio::spawn(lease_loop(
         client.clone(),
         node_name.clone(),

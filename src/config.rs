@@ -57,6 +57,9 @@ pub struct Settings {
     pub port: i32,
     /// `allowedUnsafeSysctls`: sysctls (or prefixes ending in `*`) allowed beyond the safe set.
     pub allowed_unsafe_sysctls: Vec<String>,
+    /// Container log rotation (`containerLogMaxSize`, `containerLogMaxFiles`,
+    /// `containerLogMonitorInterval`).
+    pub container_logs: crate::log_manager::Policy,
 }
 
 impl Default for Settings {
@@ -75,6 +78,7 @@ impl Default for Settings {
             resolv_conf: "/etc/resolv.conf".into(),
             port: 10250,
             allowed_unsafe_sysctls: Vec::new(),
+            container_logs: crate::log_manager::Policy::default(),
         }
     }
 }
@@ -138,8 +142,22 @@ impl Settings {
             "clusterDomain": self.cluster_domain,
             "resolvConf": self.resolv_conf.display().to_string(),
             "port": self.port,
+            "allowedUnsafeSysctls": self.allowed_unsafe_sysctls,
+            "containerLogMaxSize": binary_quantity(self.container_logs.max_bytes),
+            "containerLogMaxFiles": self.container_logs.max_files,
+            "containerLogMonitorInterval": go_duration(self.container_logs.interval),
         })
     }
+}
+
+/// `bytes` as a quantity in the largest binary unit that divides it: `10Mi`.
+fn binary_quantity(bytes: u64) -> String {
+    for (unit, suffix) in [(1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")] {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
+            return format!("{}{suffix}", bytes / unit);
+        }
+    }
+    bytes.to_string()
 }
 
 /// KubeletConfiguration fields this agent reads; every other field is reported as ignored.
@@ -158,6 +176,9 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "resolvConf",
     "port",
     "allowedUnsafeSysctls",
+    "containerLogMaxSize",
+    "containerLogMaxFiles",
+    "containerLogMonitorInterval",
 ];
 
 fn duration(path: &Path, key: &str, v: &Value) -> Result<Duration, Error> {
@@ -242,6 +263,26 @@ pub fn apply_file_text(
                     .map(|x| string(key, x))
                     .collect::<Result<_, _>>()?;
             }
+            "containerLogMaxSize" => {
+                let q = string(key, v)?;
+                settings.container_logs.max_bytes =
+                    kube_quantity::ParsedQuantity::try_from(q.as_str())
+                        .ok()
+                        .and_then(|p| p.to_bytes_u64())
+                        .filter(|b| *b > 0)
+                        .ok_or_else(|| bad(key, "a positive quantity like \"10Mi\""))?;
+            }
+            "containerLogMaxFiles" => {
+                settings.container_logs.max_files = v
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| *n >= 2)
+                    .ok_or_else(|| bad(key, "a count of at least 2"))?;
+            }
+            "containerLogMonitorInterval" => {
+                settings.container_logs.interval =
+                    duration(path, key, v)?.max(std::time::Duration::from_secs(3));
+            }
             "clusterDNS" => {
                 settings.cluster_dns = v
                     .as_array()
@@ -288,6 +329,34 @@ mod tests {
             s.allowed_unsafe_sysctls,
             vec!["kernel.msg*", "net.core.somaxconn"]
         );
+    }
+
+    #[test]
+    fn container_log_rotation_fields() {
+        let mut s = Settings::default();
+        assert_eq!(s.kubelet_configuration()["containerLogMaxSize"], "10Mi");
+        let text =
+            "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 1s\n";
+        apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert_eq!(s.container_logs.max_bytes, 1024 * 1024);
+        assert_eq!(s.container_logs.max_files, 3);
+        assert_eq!(
+            s.container_logs.interval,
+            Duration::from_secs(3),
+            "at least 3 s"
+        );
+        let c = s.kubelet_configuration();
+        assert_eq!(
+            (
+                c["containerLogMaxSize"].as_str(),
+                c["containerLogMaxFiles"].as_u64()
+            ),
+            (Some("1Mi"), Some(3))
+        );
+        for bad in ["containerLogMaxFiles: 1", "containerLogMaxSize: lots"] {
+            let err = apply_file_text(&mut s, Path::new("k.yaml"), bad).unwrap_err();
+            assert!(err.to_string().contains("containerLogMax"), "{err}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod cri;
 pub mod events;
+pub mod log_manager;
 pub mod metrics;
 pub mod node;
 pub mod pod;

@@ -382,6 +382,73 @@ async fn kubectl_logs_follow_streams_until_the_container_exits() {
     drop_namespace(&client, &ns).await;
 }
 
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn container_logs_are_rotated_compressed_and_followed() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-logrotate").await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // Each round writes 11 MB (over the default containerLogMaxSize of 10 Mi),
+    // then waits longer than the 10 s containerLogMonitorInterval.
+    let p = create(
+        &client,
+        &ns,
+        &pod(
+            "chatty",
+            "Never",
+            BUSYBOX,
+            &[
+                "sh",
+                "-c",
+                "l=$(printf '%01000d' 0); for i in 1 2 3; do yes $l | head -n 11000; echo marker $i; sleep 11; done",
+            ],
+        ),
+    )
+    .await;
+    wait_for(&client, &ns, "chatty", 60, "Running", phase("Running")).await;
+    let follow = LogParams {
+        follow: true,
+        ..LogParams::default()
+    };
+    let markers: Vec<String> = tokio::time::timeout(Duration::from_secs(120), async {
+        api.log_stream("chatty", &follow)
+            .await
+            .expect("log stream")
+            .lines()
+            .try_filter(|l| std::future::ready(l.starts_with("marker")))
+            .try_collect()
+            .await
+            .expect("read log stream")
+    })
+    .await
+    .expect("the stream ends once the container has exited");
+    assert_eq!(
+        markers,
+        ["marker 1", "marker 2", "marker 3"],
+        "followed across rotations"
+    );
+    let dir = local()
+        .join("pod-logs")
+        .join(format!("{ns}_chatty_{}", p.metadata.uid.unwrap()))
+        .join("c");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("container log dir")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert!(files.contains(&"0.log".to_string()), "{files:?}");
+    assert!(
+        files.iter().any(|f| f.ends_with(".gz")),
+        "older rotations compressed: {files:?}"
+    );
+    assert!(
+        files.iter().filter(|f| f.starts_with("0.log.")).count() >= 2,
+        "{files:?}"
+    );
+    assert!(files.len() <= 5, "containerLogMaxFiles: {files:?}");
+    drop_namespace(&client, &ns).await;
+}
+
 /// The agnhost image of the local cluster (`netexec` serves HTTP).
 const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
 
@@ -506,18 +573,26 @@ async fn kubectl_port_forward_reaches_a_server_in_the_pod() {
     use std::io::{BufRead as _, BufReader};
     let client = client().await;
     let ns = namespace(&client, "e2e-portfwd").await;
-    create(
-        &client,
-        &ns,
-        &pod(
-            "web",
-            "Never",
-            AGNHOST,
-            &["/agnhost", "netexec", "--http-port=8080"],
-        ),
-    )
+    let mut web = pod(
+        "web",
+        "Never",
+        AGNHOST,
+        &["/agnhost", "netexec", "--http-port=8080"],
+    );
+    // Forward only once the server listens: kubectl port-forward gives up
+    // after a refused connection.
+    web.spec.as_mut().unwrap().containers[0].readiness_probe = Some(
+        serde_json::from_value(serde_json::json!({
+            "tcpSocket": { "port": 8080 }, "periodSeconds": 1
+        }))
+        .unwrap(),
+    );
+    create(&client, &ns, &web).await;
+    wait_for(&client, &ns, "web", 60, "Ready", |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref()?.conditions.clone())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
     .await;
-    wait_for(&client, &ns, "web", 60, "Running", phase("Running")).await;
     let mut child = Command::new("kubectl")
         .args(["port-forward", "-n", &ns, "pod/web", ":8080"])
         .env("KUBECONFIG", local().join("admin.kubeconfig"))
@@ -548,8 +623,12 @@ async fn kubectl_port_forward_reaches_a_server_in_the_pod() {
         got.push(String::from_utf8_lossy(&out.stdout).into_owned());
     }
     let _ = child.kill();
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
     let _ = child.wait();
-    assert_eq!(got, vec!["web"; 3]);
+    assert_eq!(got, vec!["web"; 3], "kubectl port-forward: {err}");
     drop_namespace(&client, &ns).await;
 }
 

@@ -432,6 +432,21 @@ impl Runtime {
             .map(drop)
     }
 
+    /// CRI `ReopenContainerLog`: the runtime reopens the container's log file
+    /// at its path (after the file there was rotated away).
+    ///
+    /// # Errors
+    /// As every call; the runtime refuses for a container that is not running.
+    pub async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = cri::ReopenContainerLogRequest {
+            container_id: id.into(),
+        };
+        self.call("ReopenContainerLog", id, c.reopen_container_log(req))
+            .await
+            .map(drop)
+    }
+
     /// CRI `ExecSync`: runs `cmd` in a running container and waits up to
     /// `timeout` (whole seconds, at least 1); returns (exit code, stdout + stderr).
     ///

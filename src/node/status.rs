@@ -236,19 +236,45 @@ pub fn initial_node(cfg: &NodeConfig, status: NodeStatus) -> Node {
     }
 }
 
-/// True when `new` differs from `old` in anything but heartbeat times: the
-/// node status must be patched now rather than at the next report period.
+/// True when `new` differs from `old` in anything rustlet reports other than
+/// heartbeat times: the node status must be patched now rather than at the
+/// next report period (`nodeStatusReportFrequency`). Only the fields `status`
+/// sets are compared (others belong to other writers), and quantities by
+/// value, since the API server returns them in canonical form (`24Gi` for
+/// `25165824Ki`).
 #[must_use]
 pub fn changed(old: Option<&NodeStatus>, new: &NodeStatus) -> bool {
-    let strip = |s: &NodeStatus| {
-        let mut s = s.clone();
-        for c in s.conditions.iter_mut().flatten() {
+    let Some(old) = old else { return true };
+    let heartbeats = |s: &NodeStatus| {
+        let mut cs = s.conditions.clone().unwrap_or_default();
+        for c in &mut cs {
             c.last_heartbeat_time = None;
         }
-        s.images = None;
-        s
+        cs
     };
-    old.map(strip) != Some(strip(new))
+    heartbeats(old) != heartbeats(new)
+        || !same_quantities(old.capacity.as_ref(), new.capacity.as_ref())
+        || !same_quantities(old.allocatable.as_ref(), new.allocatable.as_ref())
+        || old.addresses != new.addresses
+        || old.daemon_endpoints != new.daemon_endpoints
+        || old.node_info != new.node_info
+}
+
+/// True when both maps hold the same resources with equal values.
+fn same_quantities(
+    a: Option<&BTreeMap<String, Quantity>>,
+    b: Option<&BTreeMap<String, Quantity>>,
+) -> bool {
+    let value = |q: &Quantity| kube_quantity::ParsedQuantity::try_from(q).ok();
+    let (a, b) = (
+        a.cloned().unwrap_or_default(),
+        b.cloned().unwrap_or_default(),
+    );
+    a.len() == b.len()
+        && a.iter().all(|(k, qa)| {
+            b.get(k)
+                .is_some_and(|qb| qa == qb || value(qa).is_some_and(|va| value(qb) == Some(va)))
+        })
 }
 
 #[cfg(test)]
@@ -277,6 +303,26 @@ mod tests {
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + s).unwrap()
+    }
+
+    #[test]
+    fn canonical_quantities_and_other_writers_fields_are_no_change() {
+        let ok = RuntimeFacts::default();
+        let mine = status(&cfg(), &machine(), &ok, None, t(0));
+        let mut stored = mine.clone();
+        // As the API server returns it: quantities canonical, fields of others set.
+        let cap = stored.capacity.as_mut().unwrap();
+        cap.insert("memory".into(), Quantity("1Gi".into()));
+        stored.volumes_in_use = Some(vec!["kubernetes.io/csi/x".into()]);
+        let again = status(&cfg(), &machine(), &ok, Some(&stored), t(10));
+        assert!(!changed(Some(&stored), &again));
+        stored
+            .capacity
+            .as_mut()
+            .unwrap()
+            .insert("memory".into(), Quantity("2Gi".into()));
+        assert!(changed(Some(&stored), &again), "a real capacity change");
+        assert!(changed(None, &again));
     }
 
     #[test]

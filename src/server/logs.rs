@@ -484,10 +484,24 @@ impl LogReader {
         })
     }
 
+    /// True when the path now names another file than the one being read
+    /// (the log manager renamed it and the runtime reopened a new one).
+    fn rotated(&self) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        match (
+            std::fs::metadata(&self.path),
+            self.reader.get_ref().metadata(),
+        ) {
+            (Ok(now), Ok(open)) => (now.dev(), now.ino()) != (open.dev(), open.ino()),
+            _ => false,
+        }
+    }
+
     /// Reads lines into `sink` until the end of the file; with `follow`, until
     /// `running()` says the container stopped and what it wrote last is read, or
     /// the client is gone. `poll` is how often a followed file is checked for new
-    /// lines. Blocking: run it on a blocking thread. Lines that do not parse are
+    /// lines; a followed file that is rotated is followed into its successor.
+    /// Blocking: run it on a blocking thread. Lines that do not parse are
     /// logged and skipped.
     ///
     /// # Errors
@@ -523,6 +537,14 @@ impl LogReader {
                     self.reader.seek_relative(-back)?;
                     if !out.is_empty() && !sink.send(std::mem::take(&mut out)) {
                         return Ok(());
+                    }
+                    // The live file was rotated away: go on in the new one,
+                    // as the kubelet's follow does.
+                    if self.rotated()
+                        && let Ok(f) = std::fs::File::open(&self.path)
+                    {
+                        self.reader = BufReader::new(f);
+                        continue;
                     }
                     alive = running();
                     if alive {
@@ -878,6 +900,29 @@ mod tests {
         // tailLines=1 starts at the last complete line; the partial line, once
         // complete, is joined with the next.
         assert_eq!(String::from_utf8(out).unwrap(), "a\nbc\n");
+    }
+
+    #[test]
+    fn follow_goes_on_in_the_new_file_after_a_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        std::fs::write(&path, "2024-05-01T11:00:00Z stdout F before\n").unwrap();
+        let reader = LogReader::open(&path, opts("follow=true")).unwrap();
+        let writer = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                std::fs::rename(&path, path.with_extension("log.20240501-110001")).unwrap();
+                std::fs::write(&path, "2024-05-01T11:00:02Z stdout F after\n").unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+            })
+        };
+        let running = || !writer.is_finished();
+        let mut out = Vec::new();
+        reader
+            .run(&mut out, &running, Duration::from_millis(5))
+            .unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "before\nafter\n");
     }
 
     #[test]
