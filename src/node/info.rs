@@ -23,6 +23,44 @@ pub struct MachineInfo {
     pub system_uuid: String,
     /// Boot ID.
     pub boot_id: String,
+    /// Huge page pools: (page size in KiB, pages), from /sys/kernel/mm/hugepages.
+    pub huge_pages: Vec<(u64, u64)>,
+    /// True when this process runs in a user namespace (its uid map is not
+    /// the whole range), as runc's `RunningInUserNS`.
+    pub in_user_namespace: bool,
+}
+
+/// The huge page pools under `dir` (`hugepages-<size>kB/nr_hugepages`):
+/// (page size in KiB, pages), sorted by size.
+#[must_use]
+pub fn huge_pages(dir: &Path) -> Vec<(u64, u64)> {
+    let mut pools: Vec<(u64, u64)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let kib = name
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()?;
+            let pages = std::fs::read_to_string(e.path().join("nr_hugepages"))
+                .ok()
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0);
+            Some((kib, pages))
+        })
+        .collect();
+    pools.sort_unstable();
+    pools
+}
+
+/// True unless `uid_map` (of /proc/self) maps the whole uid range from 0.
+#[must_use]
+pub fn user_namespaced(uid_map: &str) -> bool {
+    let fields: Vec<&str> = uid_map.split_whitespace().collect();
+    !uid_map.is_empty() && fields != ["0", "0", "4294967295"]
 }
 
 fn read_trim(path: &str) -> String {
@@ -74,6 +112,10 @@ impl MachineInfo {
             },
             machine_id,
             boot_id: read_trim("/proc/sys/kernel/random/boot_id"),
+            huge_pages: huge_pages(Path::new("/sys/kernel/mm/hugepages")),
+            in_user_namespace: user_namespaced(
+                &std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default(),
+            ),
         }
     }
 }
@@ -105,5 +147,18 @@ mod tests {
             pretty_name("NAME=x\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n"),
             "Debian GNU/Linux 12 (bookworm)"
         );
+    }
+
+    #[test]
+    fn reads_huge_page_pools_and_user_namespaces() {
+        let dir = tempfile::tempdir().unwrap();
+        for (pool, n) in [("hugepages-2048kB", "3\n"), ("hugepages-1048576kB", "0\n")] {
+            std::fs::create_dir(dir.path().join(pool)).unwrap();
+            std::fs::write(dir.path().join(pool).join("nr_hugepages"), n).unwrap();
+        }
+        assert_eq!(huge_pages(dir.path()), vec![(2048, 3), (1_048_576, 0)]);
+        assert!(huge_pages(&dir.path().join("none")).is_empty());
+        assert!(!user_namespaced("         0          0 4294967295\n"));
+        assert!(user_namespaced("         0     100000      65536\n"));
     }
 }

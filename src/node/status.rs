@@ -61,7 +61,9 @@ pub fn labels(cfg: &NodeConfig) -> BTreeMap<String, String> {
 }
 
 /// Capacity and allocatable: allocatable is capacity minus the default hard
-/// eviction thresholds (no kube/system reservations), as `GetNodeAllocatable`.
+/// eviction thresholds (no kube/system reservations) and, for memory, the huge
+/// page pools, as `GetNodeAllocatable`; each pool is a `hugepages-<size>`
+/// resource in bytes, as the kubelet's cAdvisor-based capacity.
 #[must_use]
 pub fn resources(
     m: &MachineInfo,
@@ -80,7 +82,25 @@ pub fn resources(
         ),
         ("pods".to_string(), q(max_pods.to_string())),
     ]);
-    let mem = m.memory_bytes.saturating_sub(EVICTION_HARD_MEMORY_BYTES);
+    let huge: Vec<(String, u64)> = m
+        .huge_pages
+        .iter()
+        .map(|(kib, pages)| {
+            (
+                format!("hugepages-{}", binary_size(*kib)),
+                kib * 1024 * pages,
+            )
+        })
+        .collect();
+    let huge_bytes: u64 = huge.iter().map(|(_, b)| b).sum();
+    let mut capacity = capacity;
+    for (name, bytes) in &huge {
+        capacity.insert(name.clone(), q(bytes.to_string()));
+    }
+    let mem = m
+        .memory_bytes
+        .saturating_sub(EVICTION_HARD_MEMORY_BYTES)
+        .saturating_sub(huge_bytes);
     let storage =
         m.ephemeral_storage_bytes - m.ephemeral_storage_bytes * EVICTION_HARD_NODEFS_PERCENT / 100;
     let allocatable = BTreeMap::from([
@@ -89,7 +109,22 @@ pub fn resources(
         ("ephemeral-storage".to_string(), q(storage.to_string())),
         ("pods".to_string(), q(max_pods.to_string())),
     ]);
+    let mut allocatable = allocatable;
+    for (name, bytes) in huge {
+        allocatable.insert(name, q(bytes.to_string()));
+    }
     (capacity, allocatable)
+}
+
+/// A page size in KiB as the resource name's suffix: `2Mi`, `1Gi`, `64Ki`.
+fn binary_size(kib: u64) -> String {
+    if kib >= 1 << 20 && kib.is_multiple_of(1 << 20) {
+        format!("{}Gi", kib >> 20)
+    } else if kib >= 1 << 10 && kib.is_multiple_of(1 << 10) {
+        format!("{}Mi", kib >> 10)
+    } else {
+        format!("{kib}Ki")
+    }
 }
 
 fn condition(
@@ -211,7 +246,7 @@ pub fn status(
             os_image: m.os_image.clone(),
             system_uuid: m.system_uuid.clone(),
             swap: None,
-            running_in_user_namespace: None,
+            running_in_user_namespace: Some(m.in_user_namespace),
         }),
         images: old.and_then(|o| o.images.clone()),
         ..Default::default()
@@ -257,7 +292,10 @@ pub fn changed(old: Option<&NodeStatus>, new: &NodeStatus) -> bool {
         || !same_quantities(old.allocatable.as_ref(), new.allocatable.as_ref())
         || old.addresses != new.addresses
         || old.daemon_endpoints != new.daemon_endpoints
-        || old.node_info != new.node_info
+        || old.node_info.as_ref().map(|i| NodeSystemInfo {
+            swap: None,
+            ..i.clone()
+        }) != new.node_info
 }
 
 /// True when both maps hold the same resources with equal values.
@@ -323,6 +361,22 @@ mod tests {
             .insert("memory".into(), Quantity("2Gi".into()));
         assert!(changed(Some(&stored), &again), "a real capacity change");
         assert!(changed(None, &again));
+    }
+
+    #[test]
+    fn huge_page_pools_are_resources_taken_from_memory() {
+        let m = MachineInfo {
+            huge_pages: vec![(2048, 10), (1_048_576, 0)],
+            ..machine()
+        };
+        let (cap, alloc) = resources(&m, 110);
+        assert_eq!(cap["hugepages-2Mi"].0, (20 * 1024 * 1024).to_string());
+        assert_eq!(cap["hugepages-1Gi"].0, "0");
+        assert_eq!(alloc["hugepages-2Mi"], cap["hugepages-2Mi"]);
+        assert_eq!(
+            alloc["memory"].0,
+            format!("{}Ki", 1024 * 1024 - 100 * 1024 - 20 * 1024)
+        );
     }
 
     #[test]
