@@ -558,7 +558,8 @@ impl Runtime {
             .images)
     }
 
-    /// CRI `PullImage`; returns the image reference the runtime resolved.
+    /// CRI `PullImage` with registry credentials `auth` (anonymous when
+    /// `None`); returns the image reference the runtime resolved.
     ///
     /// # Errors
     /// As every call.
@@ -566,6 +567,7 @@ impl Runtime {
         &self,
         image: &str,
         sandbox_config: cri::PodSandboxConfig,
+        auth: Option<cri::AuthConfig>,
     ) -> Result<String> {
         let mut c = self.images.clone();
         let req = cri::PullImageRequest {
@@ -573,7 +575,7 @@ impl Runtime {
                 image: image.into(),
                 ..Default::default()
             }),
-            auth: None,
+            auth,
             sandbox_config: Some(sandbox_config),
         };
         Ok(self

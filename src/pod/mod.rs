@@ -4,6 +4,7 @@
 //! them through CRI, and report the status ([`status`]) to the API server.
 
 pub mod admit;
+pub mod credentials;
 pub mod env;
 pub mod hosts;
 pub mod lifecycle;

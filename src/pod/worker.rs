@@ -1017,10 +1017,11 @@ async fn ensure_image(
         "Pulling",
         format!("Pulling image \"{image}\""),
     );
+    let credentials = pull_credentials(pod, ctx).await.lookup(image);
     let queued = Instant::now();
     let _serial = ctx.pull_lock.lock().await;
     let started = Instant::now();
-    match ctx.runtime.pull_image(image, sandbox_config.clone()).await {
+    match pull_with(ctx, image, sandbox_config, credentials).await {
         Ok(image_ref) => {
             let (total, pulling) = (queued.elapsed(), started.elapsed());
             ctx.event(
@@ -1086,6 +1087,91 @@ async fn ensure_image(
             })
         }
     }
+}
+
+/// Pulls `image` with each of `credentials` in turn until one works, or
+/// anonymously when there are none; the last failure otherwise, as the
+/// kubelet's `pullImage` tries the keyring's matches.
+async fn pull_with(
+    ctx: &Context,
+    image: &str,
+    sandbox_config: &cri::PodSandboxConfig,
+    credentials: Vec<cri::AuthConfig>,
+) -> crate::cri::Result<String> {
+    let mut tries = credentials.into_iter();
+    let mut result = ctx
+        .runtime
+        .pull_image(image, sandbox_config.clone(), tries.next())
+        .await;
+    for auth in tries {
+        if result.is_ok() {
+            break;
+        }
+        result = ctx
+            .runtime
+            .pull_image(image, sandbox_config.clone(), Some(auth))
+            .await;
+    }
+    result
+}
+
+/// The pod's `imagePullSecrets` as a keyring. Secrets that are missing or of
+/// the wrong type are skipped with the kubelet's
+/// `FailedToRetrieveImagePullSecret` event, and the pull goes on without them.
+async fn pull_credentials(pod: &Pod, ctx: &Context) -> super::credentials::Keyring {
+    let mut keyring = super::credentials::Keyring::default();
+    let names: Vec<String> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.image_pull_secrets.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|r| r.name.clone())
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.is_empty() {
+        return keyring;
+    }
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut missing = Vec::new();
+    for name in names {
+        let secret = match secrets.get_opt(&name).await {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                missing.push(name);
+                continue;
+            }
+            Err(e) => {
+                warn!(error = %e, secret = name, "get image pull secret");
+                missing.push(name);
+                continue;
+            }
+        };
+        let data: BTreeMap<String, Vec<u8>> = secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        if let Err(e) = keyring.add_secret(secret.type_.as_deref().unwrap_or_default(), &data) {
+            warn!(error = %e, secret = name, "image pull secret not used");
+            missing.push(name);
+        }
+    }
+    if !missing.is_empty() {
+        ctx.event(
+            pod,
+            None,
+            EventType::Warning,
+            "FailedToRetrieveImagePullSecret",
+            format!(
+                "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                missing.join(", ")
+            ),
+        );
+    }
+    keyring
 }
 
 /// Creates the file mounted at the container's `terminationMessagePath`

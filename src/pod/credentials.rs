@@ -1,0 +1,325 @@
+//! Image pull credentials from a pod's `imagePullSecrets`, as the kubelet's
+//! `credentialprovider` keyring (pkg/credentialprovider/keyring.go,
+//! config.go): `kubernetes.io/dockerconfigjson` (`.dockerconfigjson`,
+//! `{"auths": {...}}`) and `kubernetes.io/dockercfg` (`.dockercfg`) secrets are
+//! read into entries keyed by registry (`host[:port][/path]`, `*` globs
+//! allowed per host label, an `http(s)://` scheme ignored), and an image is
+//! matched against every key: same host labels (globs matching), same port,
+//! and the key's path a prefix of the image's. Matches are tried longest key
+//! first, as the kubelet's `Lookup`.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use k8s_cri::v1 as cri;
+use serde::Deserialize;
+
+/// The Docker Hub registry as keys may name it.
+const DOCKER_HUB: &str = "index.docker.io";
+
+/// One registry's credentials in a docker config file.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+struct Entry {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    password: String,
+    /// base64 of `username:password`.
+    #[serde(default)]
+    auth: String,
+    #[serde(default, rename = "identitytoken")]
+    identity_token: String,
+    #[serde(default, rename = "registrytoken")]
+    registry_token: String,
+}
+
+/// The `.dockerconfigjson` shape.
+#[derive(Deserialize)]
+struct ConfigJson {
+    #[serde(default)]
+    auths: BTreeMap<String, Entry>,
+}
+
+/// Credentials from a pod's pull secrets, in the order they are found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Keyring {
+    entries: Vec<(String, Entry)>,
+}
+
+/// Why a pull secret was not used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SecretError {
+    /// The secret is of another type or lacks its key.
+    #[error("secret is not of type kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg")]
+    WrongType,
+    /// The docker config does not parse.
+    #[error("invalid docker config: {0}")]
+    Invalid(String),
+}
+
+impl Keyring {
+    /// Adds the credentials of one secret (`type_` and its `data`).
+    ///
+    /// # Errors
+    /// [`SecretError`] for a secret of another type or with unparsable content;
+    /// nothing is added then.
+    pub fn add_secret(
+        &mut self,
+        type_: &str,
+        data: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), SecretError> {
+        let parsed: BTreeMap<String, Entry> =
+            match (type_, data.get(".dockerconfigjson"), data.get(".dockercfg")) {
+                ("kubernetes.io/dockerconfigjson", Some(json), _) => {
+                    serde_json::from_slice::<ConfigJson>(json)
+                        .map_err(|e| SecretError::Invalid(e.to_string()))?
+                        .auths
+                }
+                ("kubernetes.io/dockercfg", _, Some(cfg)) => {
+                    serde_json::from_slice(cfg).map_err(|e| SecretError::Invalid(e.to_string()))?
+                }
+                _ => return Err(SecretError::WrongType),
+            };
+        for (key, mut entry) in parsed {
+            if let Some((user, pass)) = decode_auth(&entry.auth) {
+                entry.username = user;
+                entry.password = pass;
+            }
+            self.entries.push((key, entry));
+        }
+        Ok(())
+    }
+
+    /// The CRI credentials to try for `image`, longest matching key first; empty
+    /// when none match (then the pull is anonymous).
+    #[must_use]
+    pub fn lookup(&self, image: &str) -> Vec<cri::AuthConfig> {
+        let (host, path) = image_location(image);
+        let mut found: Vec<(usize, &str, &Entry)> = self
+            .entries
+            .iter()
+            .filter(|(key, _)| key_matches(key, &host, &path))
+            .map(|(key, e)| (normalize_key(key).len(), key.as_str(), e))
+            .collect();
+        // Stable: equal lengths keep the secrets' order.
+        found.sort_by_key(|f| std::cmp::Reverse(f.0));
+        found
+            .into_iter()
+            .map(|(_, key, e)| cri::AuthConfig {
+                username: e.username.clone(),
+                password: e.password.clone(),
+                auth: String::new(),
+                server_address: normalize_key(key)
+                    .split('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+                identity_token: e.identity_token.clone(),
+                registry_token: e.registry_token.clone(),
+            })
+            .collect()
+    }
+}
+
+/// `username:password` from a base64 `auth` field.
+fn decode_auth(auth: &str) -> Option<(String, String)> {
+    if auth.is_empty() {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(auth)
+        .ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (user, pass) = text.split_once(':')?;
+    Some((user.to_string(), pass.trim_end_matches('\0').to_string()))
+}
+
+/// The registry host (with port) and repository path of an image reference,
+/// with Docker Hub's defaults (`busybox` is `index.docker.io/library/busybox`).
+fn image_location(image: &str) -> (String, String) {
+    let name = image.split('@').next().unwrap_or(image);
+    // Drop a tag: a colon after the last slash.
+    let name = match (name.rfind(':'), name.rfind('/')) {
+        (Some(c), Some(s)) if c > s => &name[..c],
+        (Some(c), None) => &name[..c],
+        _ => name,
+    };
+    match name.split_once('/') {
+        Some((first, rest))
+            if first.contains('.') || first.contains(':') || first == "localhost" =>
+        {
+            let host = if first == "docker.io" {
+                DOCKER_HUB
+            } else {
+                first
+            };
+            (host.to_string(), rest.to_string())
+        }
+        Some(_) => (DOCKER_HUB.to_string(), name.to_string()),
+        None => (DOCKER_HUB.to_string(), format!("library/{name}")),
+    }
+}
+
+/// A key without scheme and trailing slash; Docker Hub's names made one.
+fn normalize_key(key: &str) -> String {
+    let k = key
+        .strip_prefix("https://")
+        .or_else(|| key.strip_prefix("http://"))
+        .unwrap_or(key)
+        .trim_end_matches('/');
+    let k = k
+        .strip_suffix("/v1")
+        .or_else(|| k.strip_suffix("/v2"))
+        .unwrap_or(k);
+    match k.split_once('/') {
+        Some((h, rest)) if is_docker_hub(h) => format!("{DOCKER_HUB}/{rest}"),
+        None if is_docker_hub(k) => DOCKER_HUB.to_string(),
+        _ => k.to_string(),
+    }
+}
+
+fn is_docker_hub(host: &str) -> bool {
+    matches!(
+        host,
+        "docker.io" | "index.docker.io" | "registry-1.docker.io"
+    )
+}
+
+/// The kubelet's `URLsMatch`: globbed host labels, equal ports, path prefix.
+fn key_matches(key: &str, host: &str, path: &str) -> bool {
+    let key = normalize_key(key);
+    let (key_host, key_path) = key.split_once('/').unwrap_or((&key, ""));
+    let split = |h: &str| -> (String, String) {
+        match h.rsplit_once(':') {
+            Some((name, port)) => (name.to_string(), port.to_string()),
+            None => (h.to_string(), String::new()),
+        }
+    };
+    let ((key_name, key_port), (name, port)) = (split(key_host), split(host));
+    if key_port != port {
+        return false;
+    }
+    let key_labels: Vec<&str> = key_name.split('.').collect();
+    let labels: Vec<&str> = name.split('.').collect();
+    if key_labels.len() != labels.len() || !key_labels.iter().zip(&labels).all(|(g, l)| glob(g, l))
+    {
+        return false;
+    }
+    key_path.is_empty() || path == key_path || path.starts_with(&format!("{key_path}/"))
+}
+
+/// A shell-style match of one host label where `*` stands for any run of characters.
+fn glob(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, tail)) => {
+            text.starts_with(head)
+                && (0..=text.len() - head.len())
+                    .filter(|i| text.is_char_boundary(head.len() + i))
+                    .any(|i| glob(tail, &text[head.len() + i..]))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keyring(json: &str) -> Keyring {
+        let mut k = Keyring::default();
+        let data = BTreeMap::from([(".dockerconfigjson".to_string(), json.as_bytes().to_vec())]);
+        k.add_secret("kubernetes.io/dockerconfigjson", &data)
+            .unwrap();
+        k
+    }
+
+    #[test]
+    fn images_split_into_registry_and_path() {
+        let cases = [
+            ("busybox", ("index.docker.io", "library/busybox")),
+            ("busybox:1.36", ("index.docker.io", "library/busybox")),
+            ("me/app:1", ("index.docker.io", "me/app")),
+            (
+                "docker.io/library/nginx",
+                ("index.docker.io", "library/nginx"),
+            ),
+            (
+                "127.0.0.1:5000/private/busybox:1",
+                ("127.0.0.1:5000", "private/busybox"),
+            ),
+            ("localhost/x", ("localhost", "x")),
+            ("gcr.io/p/img@sha256:abc", ("gcr.io", "p/img")),
+        ];
+        for (image, (host, path)) in cases {
+            assert_eq!(image_location(image), (host.into(), path.into()), "{image}");
+        }
+    }
+
+    #[test]
+    fn keys_match_as_the_kubelets_keyring() {
+        let cases = [
+            ("127.0.0.1:5000", "127.0.0.1:5000/private/b:1", true),
+            ("127.0.0.1:5000", "127.0.0.1:5001/private/b:1", false),
+            ("http://127.0.0.1:5000/", "127.0.0.1:5000/private/b:1", true),
+            ("127.0.0.1:5000/private", "127.0.0.1:5000/private/b:1", true),
+            ("127.0.0.1:5000/priv", "127.0.0.1:5000/private/b:1", false),
+            ("*.gcr.io", "eu.gcr.io/p/i", true),
+            ("*.gcr.io", "gcr.io/p/i", false),
+            ("*.gcr.io", "a.b.gcr.io/p/i", false),
+            ("registry-*.corp", "registry-1.corp/i", true),
+            ("https://index.docker.io/v1/", "busybox", true),
+            ("docker.io", "me/app", true),
+            ("quay.io", "busybox", false),
+        ];
+        for (key, image, want) in cases {
+            let (host, path) = image_location(image);
+            assert_eq!(key_matches(key, &host, &path), want, "{key} vs {image}");
+        }
+    }
+
+    #[test]
+    fn lookup_prefers_the_longest_key_and_decodes_auth() {
+        // "dTE6cDE=" is u1:p1.
+        let k = keyring(
+            r#"{"auths": {
+                "127.0.0.1:5000": {"auth": "dTE6cDE="},
+                "127.0.0.1:5000/private": {"username": "u2", "password": "p2"},
+                "quay.io": {"username": "q", "password": "q"}
+            }}"#,
+        );
+        let found = k.lookup("127.0.0.1:5000/private/busybox:1");
+        let users: Vec<(&str, &str)> = found
+            .iter()
+            .map(|a| (a.username.as_str(), a.password.as_str()))
+            .collect();
+        assert_eq!(users, [("u2", "p2"), ("u1", "p1")]);
+        assert_eq!(found[0].server_address, "127.0.0.1:5000");
+        assert!(k.lookup("busybox").is_empty());
+    }
+
+    #[test]
+    fn both_secret_types_and_bad_ones() {
+        let mut k = Keyring::default();
+        let cfg = BTreeMap::from([(
+            ".dockercfg".to_string(),
+            br#"{"r.io": {"username": "a", "password": "b"}}"#.to_vec(),
+        )]);
+        k.add_secret("kubernetes.io/dockercfg", &cfg).unwrap();
+        assert_eq!(k.lookup("r.io/x").len(), 1);
+        assert_eq!(k.add_secret("Opaque", &cfg), Err(SecretError::WrongType));
+        let bad = BTreeMap::from([(".dockerconfigjson".to_string(), b"{".to_vec())]);
+        assert!(matches!(
+            k.add_secret("kubernetes.io/dockerconfigjson", &bad),
+            Err(SecretError::Invalid(_))
+        ));
+        assert_eq!(k.lookup("r.io/x").len(), 1, "nothing lost");
+    }
+
+    #[test]
+    fn globs_match_runs_of_characters() {
+        assert!(glob("*", "anything"));
+        assert!(glob("a*c", "abbbc"));
+        assert!(!glob("a*c", "abbb"));
+        assert!(glob("*-east", "us-east"));
+    }
+}
