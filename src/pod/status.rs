@@ -14,8 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::plan::{
-    InitProgress, Waiting, init_containers, init_progress, is_sidecar, main_containers,
-    restart_policy, should_restart,
+    InitProgress, Waiting, container_should_restart, ephemeral_containers, init_containers,
+    init_progress, is_sidecar, main_containers, restart_policy,
 };
 use super::state::{Container, ContainerState, PodRuntime};
 use crate::prober::ContainerProbes;
@@ -48,12 +48,15 @@ fn terminated(c: &Container, runtime: &str) -> ContainerStateTerminated {
     }
 }
 
+/// The status of container `spec` from its newest two records; `restarts`
+/// tells whether an exit code restarts it (then a waiting reason of the last
+/// sync shows, with the exit as `lastState`).
 fn container_status(
     spec: &ApiContainer,
     rt: &PodRuntime,
     waiting: Option<&Waiting>,
     probes: Option<&ContainerProbes>,
-    policy: &str,
+    restarts: impl Fn(i32) -> bool,
     default_wait: &str,
     ctx: &StatusContext,
 ) -> ContainerStatus {
@@ -106,7 +109,7 @@ fn container_status(
                     st.started = Some(p.started);
                 }
                 ContainerState::Exited | ContainerState::Unknown => {
-                    let restarting = should_restart(policy, c.exit_code) || waiting.is_some();
+                    let restarting = restarts(c.exit_code) || waiting.is_some();
                     if restarting && let Some(w) = waiting {
                         st.last_state = Some(ApiState {
                             terminated: Some(terminated(c, runtime)),
@@ -131,12 +134,62 @@ fn container_status(
     st
 }
 
-/// The pod phase from its container statuses, as the kubelet's `getPhase`.
+/// The statuses of the pod's ephemeral containers, sorted by name, as the
+/// kubelet's `convertToAPIContainerStatuses` reports them: never restarted,
+/// never probed (not ready, `started` unset), waiting with `PodInitializing`
+/// in a pod with init containers and `ContainerCreating` otherwise until
+/// created.
 #[must_use]
-pub fn phase(statuses: &[ContainerStatus], policy: &str) -> &'static str {
-    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+pub fn ephemeral_statuses(
+    pod: &Pod,
+    rt: &PodRuntime,
+    waiting: &BTreeMap<String, Waiting>,
+    ctx: &StatusContext,
+) -> Vec<ContainerStatus> {
+    let default_wait = if init_containers(pod).is_empty() {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+    let mut statuses: Vec<ContainerStatus> = ephemeral_containers(pod)
+        .iter()
+        .map(|c| {
+            let mut st = container_status(
+                c,
+                rt,
+                waiting.get(&c.name),
+                None,
+                |_| false,
+                default_wait,
+                ctx,
+            );
+            st.ready = false;
+            st.started = None;
+            st
+        })
+        .collect();
+    statuses.sort_by(|a, b| a.name.cmp(&b.name));
+    statuses
+}
+
+/// The pod phase from its main containers' statuses, as the kubelet's
+/// `getPhase` with ContainerRestartRules: `restartable(name, exit_code)` tells
+/// whether a stopped container restarts. Once every container stopped, the
+/// pod runs on while any of them restarts, else it succeeded when all exited 0
+/// and failed otherwise.
+#[must_use]
+pub fn phase(
+    statuses: &[ContainerStatus],
+    restartable: impl Fn(&str, i32) -> bool,
+) -> &'static str {
+    let (mut running, mut waiting, mut stopped, mut succeeded, mut restarting) = (0, 0, 0, 0, 0);
     for s in statuses {
         let state = s.state.as_ref();
+        let last_exit = s
+            .last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .map(|t| t.exit_code);
         if state.is_some_and(|x| x.running.is_some()) {
             running += 1;
         } else if let Some(t) = state.and_then(|x| x.terminated.as_ref()) {
@@ -144,15 +197,10 @@ pub fn phase(statuses: &[ContainerStatus], policy: &str) -> &'static str {
             if t.exit_code == 0 {
                 succeeded += 1;
             }
-        } else if state.is_some_and(|x| x.waiting.is_some()) {
-            if s.last_state
-                .as_ref()
-                .is_some_and(|l| l.terminated.is_some())
-            {
-                stopped += 1;
-            } else {
-                waiting += 1;
-            }
+            restarting += usize::from(restartable(&s.name, t.exit_code));
+        } else if let (true, Some(code)) = (state.is_some_and(|x| x.waiting.is_some()), last_exit) {
+            stopped += 1;
+            restarting += usize::from(restartable(&s.name, code));
         } else {
             waiting += 1;
         }
@@ -164,16 +212,13 @@ pub fn phase(statuses: &[ContainerStatus], policy: &str) -> &'static str {
         return "Running";
     }
     if stopped > 0 {
-        if policy == "Always" {
+        if restarting > 0 {
             return "Running";
         }
         if stopped == succeeded {
             return "Succeeded";
         }
-        if policy == "Never" {
-            return "Failed";
-        }
-        return "Running";
+        return "Failed";
     }
     "Pending"
 }
@@ -259,22 +304,19 @@ pub fn status(
     let policy = restart_policy(pod);
     let progress = init_progress(pod, rt);
     let initialized = progress == InitProgress::Done;
-    let init_policy = if policy == "Never" {
-        "Never"
-    } else {
-        "OnFailure"
-    };
     let init_statuses: Vec<ContainerStatus> = init_containers(pod)
         .iter()
         .map(|c| {
             let sidecar = is_sidecar(c);
-            let p = if sidecar { "Always" } else { init_policy };
+            // An init container that completed is never run again.
+            let restarts =
+                |code| (sidecar || code != 0) && container_should_restart(c, policy, code);
             let mut st = container_status(
                 c,
                 rt,
                 waiting.get(&c.name),
                 probes.get(&c.name),
-                p,
+                restarts,
                 "PodInitializing",
                 ctx,
             );
@@ -302,18 +344,25 @@ pub fn status(
                 rt,
                 waiting.get(&c.name),
                 probes.get(&c.name),
-                policy,
+                |code| container_should_restart(c, policy, code),
                 main_wait,
                 ctx,
             )
         })
         .collect();
+    let ephemeral_statuses = ephemeral_statuses(pod, rt, waiting, ctx);
+    let restartable = |name: &str, code: i32| {
+        main_containers(pod)
+            .iter()
+            .find(|c| c.name == name)
+            .is_some_and(|c| container_should_restart(c, policy, code))
+    };
     let old_phase = old.and_then(|s| s.phase.as_deref());
     let phase = match (old_phase, &progress) {
         (Some(p @ ("Succeeded" | "Failed")), _) => p.to_string(),
         (_, InitProgress::Failed(_)) => "Failed".to_string(),
         (_, InitProgress::Pending(_)) => "Pending".to_string(),
-        (_, InitProgress::Done) => phase(&statuses, policy).to_string(),
+        (_, InitProgress::Done) => phase(&statuses, restartable).to_string(),
     };
     // A deleted pod whose containers all stopped is terminal: they will not
     // restart whatever the restart policy (the kubelet's `podIsTerminal`).
@@ -325,7 +374,7 @@ pub fn status(
     let mut phase = phase;
     let mut reason_message = None;
     if stopped_for_deletion && !matches!(phase.as_str(), "Succeeded" | "Failed") {
-        let settled = super::status::phase(&statuses, "Never");
+        let settled = super::status::phase(&statuses, |_, _| false);
         if settled != "Pending" {
             phase = settled.to_string();
         }
@@ -473,6 +522,8 @@ pub fn status(
         conditions: Some(conditions),
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
+            .then_some(ephemeral_statuses),
         host_ip: ctx.host_ips.first().cloned(),
         host_ips: Some(
             ctx.host_ips

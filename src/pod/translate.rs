@@ -634,6 +634,25 @@ pub fn container_config(
     }
 }
 
+/// Makes the container join the process namespace of container `target_id`
+/// (`NamespaceMode::Target`), as the kubelet does for an ephemeral container
+/// with a `targetContainerName`; only when the container would otherwise get
+/// its own (a pod sharing one process namespace, or the host's, keeps it).
+pub fn target_pid_namespace(config: &mut cri::ContainerConfig, target_id: &str) {
+    let Some(ns) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .and_then(|sc| sc.namespace_options.as_mut())
+    else {
+        return;
+    };
+    if ns.pid == cri::NamespaceMode::Container as i32 {
+        ns.pid = cri::NamespaceMode::Target as i32;
+        ns.target_id = target_id.to_string();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
