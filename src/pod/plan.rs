@@ -1379,4 +1379,283 @@ mod tests {
             vec![start("a", 0)]
         );
     }
+
+    #[test]
+    fn container_should_restart_table() {
+        // (pod policy, container policy and rules, exit code, restarts)
+        type Rules<'a> = &'a [(&'a str, &'a str, &'a [i32])];
+        let cases: &[(&str, Option<(&str, Rules)>, i32, bool)] = &[
+            ("Always", None, 0, true),
+            ("OnFailure", None, 0, false),
+            ("OnFailure", None, 1, true),
+            ("Never", None, 1, false),
+            ("Never", Some(("Always", &[])), 0, true),
+            ("Always", Some(("Never", &[])), 1, false),
+            ("Never", Some(("OnFailure", &[])), 1, true),
+            ("Never", Some(("OnFailure", &[])), 0, false),
+            (
+                "Never",
+                Some(("Never", &[("Restart", "In", &[42])])),
+                42,
+                true,
+            ),
+            (
+                "Never",
+                Some(("Never", &[("Restart", "In", &[42])])),
+                1,
+                false,
+            ),
+            (
+                "Always",
+                Some(("Never", &[("Restart", "NotIn", &[0])])),
+                0,
+                false,
+            ),
+            (
+                "Never",
+                Some(("Never", &[("Restart", "NotIn", &[0])])),
+                3,
+                true,
+            ),
+            (
+                "Never",
+                Some(("Never", &[("RestartAllContainers", "In", &[7])])),
+                7,
+                true,
+            ),
+            // An unknown action falls back to the container's policy.
+            ("Never", Some(("Always", &[("Other", "In", &[1])])), 1, true),
+            ("Never", Some(("Never", &[("Other", "In", &[1])])), 1, false),
+        ];
+        for (pod_policy, own, code, want) in cases {
+            let mut b = pod("p").container("a", "busybox");
+            if let Some((policy, rules)) = own {
+                b = b.container_restart(policy, rules);
+            }
+            let p = b.build();
+            let c = &main_containers(&p)[0];
+            assert_eq!(
+                container_should_restart(c, pod_policy, *code),
+                *want,
+                "pod {pod_policy}, container {own:?}, exit {code}"
+            );
+        }
+    }
+
+    #[test]
+    fn container_restart_rules_decide_restart_and_completion() {
+        let none = BTreeMap::new();
+        let s0 = || vec![sandbox("s0", 0, true)];
+        let exit = |code| {
+            runtime(
+                s0(),
+                vec![exited(ctr("c1", "a", 0, "s0", Running), code, t(50))],
+            )
+        };
+        let stop = vec![Step::StopSandbox { id: "s0".into() }];
+        let rule = pod("rule")
+            .restart_policy("Never")
+            .container("a", "busybox")
+            .container_restart("Never", &[("Restart", "In", &[42])])
+            .build();
+        let own_never = pod("own-never")
+            .container("a", "busybox")
+            .container_restart("Never", &[])
+            .build();
+        let own_always = pod("own-always")
+            .restart_policy("Never")
+            .container("a", "busybox")
+            .container_restart("Always", &[])
+            .build();
+        let cases: Vec<(&str, &Pod, i32, Vec<Step>)> = vec![
+            ("rule matches: restarted", &rule, 42, vec![start("a", 1)]),
+            ("rule does not match: done", &rule, 1, stop.clone()),
+            (
+                "container Never under pod Always: done",
+                &own_never,
+                1,
+                stop,
+            ),
+            (
+                "container Always under pod Never",
+                &own_always,
+                1,
+                vec![start("a", 1)],
+            ),
+            (
+                "container Always, exit 0",
+                &own_always,
+                0,
+                vec![start("a", 1)],
+            ),
+        ];
+        for (name, p, code, want) in cases {
+            assert_eq!(
+                plan(p, &exit(code), &none, &BTreeMap::new(), t(100)).steps,
+                want,
+                "{name}"
+            );
+        }
+        // A failed liveness probe restarts by the container's own policy.
+        let running = runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]);
+        let unhealthy = BTreeMap::from([(
+            "a".to_string(),
+            ContainerProbes {
+                ready: false,
+                started: true,
+                failed: Some(ProbeKind::Liveness),
+            },
+        )]);
+        let steps = plan(&own_always, &running, &none, &unhealthy, t(100)).steps;
+        assert_eq!(steps.last(), Some(&start("a", 1)));
+        let steps = plan(&own_never, &running, &none, &unhealthy, t(100)).steps;
+        assert!(matches!(steps.as_slice(), [Step::KillContainer { .. }]));
+    }
+
+    #[test]
+    fn init_container_restart_policy_overrides_the_pods() {
+        let none = BTreeMap::new();
+        let mut p = pod("job")
+            .restart_policy("Never")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .build();
+        p.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0].restart_policy =
+            Some("OnFailure".into());
+        let failed = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![exited(ctr("x1", "i1", 0, "s0", Running), 1, t(20))],
+        );
+        assert_eq!(
+            init_progress(&p, &failed),
+            InitProgress::Pending("i1".into())
+        );
+        assert_eq!(
+            plan(&p, &failed, &none, &BTreeMap::new(), t(100)).steps,
+            vec![start("i1", 1)]
+        );
+    }
+
+    #[test]
+    fn ephemeral_containers_start_once_in_the_running_sandbox() {
+        let none = BTreeMap::new();
+        let p = pod("web")
+            .container("a", "busybox")
+            .ephemeral("debugger", "busybox", None)
+            .ephemeral("shell", "busybox", Some("a"))
+            .build();
+        let eph = |name: &str, target: Option<&str>| Step::StartEphemeralContainer {
+            name: name.into(),
+            target_id: target.map(Into::into),
+        };
+        let s0 = || vec![sandbox("s0", 0, true)];
+        let cases: Vec<(&str, crate::pod::state::PodRuntime, Vec<Step>)> = vec![
+            (
+                "new: both, the second in its target's process namespace",
+                runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]),
+                vec![eph("debugger", None), eph("shell", Some("c1"))],
+            ),
+            (
+                "target not there: started without it (the worker reports it)",
+                runtime(s0(), vec![]),
+                vec![eph("debugger", None), eph("shell", None), start("a", 0)],
+            ),
+            (
+                "exited or created ones are never started again",
+                runtime(
+                    s0(),
+                    vec![
+                        ctr("c1", "a", 0, "s0", Running),
+                        exited(ctr("e1", "debugger", 0, "s0", Running), 1, t(40)),
+                        ctr("e2", "shell", 0, "s0", Created),
+                    ],
+                ),
+                vec![],
+            ),
+            (
+                "no ready sandbox: not started with the new one",
+                runtime(vec![sandbox("s0", 0, false)], vec![]),
+                vec![
+                    Step::CreateSandbox {
+                        attempt: 1,
+                        changed: true,
+                    },
+                    start("a", 0),
+                ],
+            ),
+        ];
+        for (name, rt, want) in cases {
+            assert_eq!(
+                plan(&p, &rt, &none, &BTreeMap::new(), t(100)).steps,
+                want,
+                "{name}"
+            );
+        }
+        // Before initialization completes, ephemeral containers still start.
+        let init = pod("web")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .ephemeral("debugger", "busybox", None)
+            .build();
+        let rt = runtime(s0(), vec![ctr("x1", "i1", 0, "s0", Running)]);
+        assert_eq!(
+            plan(&init, &rt, &none, &BTreeMap::new(), t(100)).steps,
+            vec![eph("debugger", None)]
+        );
+        // An image pull back-off holds it.
+        let backoff = BTreeMap::from([(
+            "debugger".to_string(),
+            PullBackoff {
+                until: t(120),
+                image: "busybox".into(),
+            },
+        )]);
+        let rt = runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]);
+        let held = plan(&p, &rt, &backoff, &BTreeMap::new(), t(100));
+        assert_eq!(held.steps, vec![eph("shell", Some("c1"))]);
+        assert_eq!(held.waiting["debugger"].reason, "ImagePullBackOff");
+    }
+
+    #[test]
+    fn ephemeral_containers_stop_with_the_pod_and_keep_their_sandbox() {
+        let none = BTreeMap::new();
+        let p = pod("web")
+            .container("a", "busybox")
+            .ephemeral("debugger", "busybox", None)
+            .deleted(t(90), 5)
+            .build();
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![
+                ctr("c1", "a", 0, "s0", Running),
+                ctr("e1", "debugger", 0, "s0", Running),
+            ],
+        );
+        let kills: Vec<String> = plan(&p, &rt, &none, &BTreeMap::new(), t(100))
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::KillContainer { name, .. } => Some(name.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kills, vec!["a", "debugger"]);
+        // The old sandbox holding an ephemeral container's record stays.
+        let live = pod("web")
+            .container("a", "busybox")
+            .ephemeral("debugger", "busybox", None)
+            .build();
+        let rt = runtime(
+            vec![sandbox("s1", 1, true), sandbox("s0", 0, false)],
+            vec![
+                ctr("c2", "a", 1, "s1", Running),
+                exited(ctr("e1", "debugger", 0, "s0", Running), 137, t(40)),
+            ],
+        );
+        assert!(
+            plan(&live, &rt, &none, &BTreeMap::new(), t(100))
+                .steps
+                .is_empty()
+        );
+    }
 }

@@ -1150,4 +1150,143 @@ mod tests {
         });
         assert_eq!(qos_class(&p), "Burstable");
     }
+
+    #[test]
+    fn container_restart_policy_decides_the_phase() {
+        // (name, pod, exit code, waiting to restart, phase)
+        let s0 = || vec![sandbox("s0", 0, true)];
+        let rule = pod("rule")
+            .restart_policy("Never")
+            .container("a", "busybox")
+            .container_restart("Never", &[("Restart", "In", &[42])])
+            .build();
+        let own_never = pod("own-never")
+            .container("a", "busybox")
+            .container_restart("Never", &[])
+            .build();
+        let on_failure = pod("job")
+            .restart_policy("Never")
+            .container("a", "busybox")
+            .container_restart("OnFailure", &[])
+            .build();
+        let crash = BTreeMap::from([(
+            "a".to_string(),
+            Waiting {
+                reason: "CrashLoopBackOff".into(),
+                message: "back-off".into(),
+            },
+        )]);
+        let none = BTreeMap::new();
+        let cases = [
+            ("rule matches", &rule, 42, &none, "Running"),
+            ("rule matches, backing off", &rule, 42, &crash, "Running"),
+            ("rule does not match", &rule, 1, &none, "Failed"),
+            (
+                "container Never under pod Always",
+                &own_never,
+                1,
+                &none,
+                "Failed",
+            ),
+            ("container Never, exit 0", &own_never, 0, &none, "Succeeded"),
+            (
+                "OnFailure under pod Never, failed",
+                &on_failure,
+                1,
+                &none,
+                "Running",
+            ),
+            (
+                "OnFailure under pod Never, done",
+                &on_failure,
+                0,
+                &none,
+                "Succeeded",
+            ),
+        ];
+        for (name, p, code, waiting, want) in cases {
+            let rt = runtime(
+                s0(),
+                vec![exited(ctr("c1", "a", 0, "s0", Running), code, t(5))],
+            );
+            let st = status(p, &rt, waiting, &BTreeMap::new(), &ctx(), t(100));
+            assert_eq!(st.phase.as_deref(), Some(want), "{name}");
+        }
+    }
+
+    #[test]
+    fn ephemeral_container_statuses() {
+        let p = pod("web")
+            .container("a", "busybox")
+            .ephemeral("zz", "busybox", None)
+            .ephemeral("debugger", "busybox", Some("a"))
+            .build();
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![
+                ctr("c1", "a", 0, "s0", Running),
+                ctr("e1", "debugger", 0, "s0", Running),
+            ],
+        );
+        let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(100));
+        let eph = st.ephemeral_container_statuses.clone().unwrap();
+        let names: Vec<&str> = eph.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, vec!["debugger", "zz"], "sorted by name");
+        assert_eq!(state_of(&eph[0]), "running");
+        assert_eq!(eph[0].container_id.as_deref(), Some("containerd://e1"));
+        assert!(!eph[0].ready && eph[0].started.is_none(), "never probed");
+        assert_eq!(state_of(&eph[1]), "waiting:ContainerCreating");
+        // Ready and the phase are the main containers' alone.
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        let ready = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "True");
+        // An exited one stays terminated; it is not restarted.
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![
+                ctr("c1", "a", 0, "s0", Running),
+                exited(ctr("e1", "debugger", 0, "s0", Running), 1, t(50)),
+            ],
+        );
+        let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(100));
+        let eph = st.ephemeral_container_statuses.unwrap();
+        assert_eq!(state_of(&eph[0]), "terminated:1:Error");
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        // In a pod with init containers, an ephemeral one not yet created waits
+        // with PodInitializing.
+        let init = pod("web")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .ephemeral("debugger", "busybox", None)
+            .build();
+        let st = status(
+            &init,
+            &runtime(vec![sandbox("s0", 0, true)], vec![]),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            t(100),
+        );
+        assert_eq!(
+            state_of(&st.ephemeral_container_statuses.unwrap()[0]),
+            "waiting:PodInitializing"
+        );
+        // No ephemeral containers: no field.
+        let plain = pod("web").container("a", "busybox").build();
+        let st = status(
+            &plain,
+            &rt,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            t(100),
+        );
+        assert!(st.ephemeral_container_statuses.is_none());
+    }
 }

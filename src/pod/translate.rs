@@ -875,4 +875,32 @@ mod tests {
                 .contains("runAsUser breaks non-root policy")
         );
     }
+
+    #[test]
+    fn ephemeral_container_joins_its_targets_process_namespace() {
+        let pid = |p: &Pod| {
+            let c = &p.spec.as_ref().unwrap().containers[0];
+            let mut cfg = container_config(p, c, 0, "sha256:b", &[], &node(), vec![]);
+            target_pid_namespace(&mut cfg, "c1");
+            let ns = cfg
+                .linux
+                .unwrap()
+                .security_context
+                .unwrap()
+                .namespace_options
+                .unwrap();
+            (ns.pid, ns.target_id)
+        };
+        let own = pod("web").container("c", "busybox").build();
+        assert_eq!(pid(&own), (cri::NamespaceMode::Target as i32, "c1".into()));
+        let mut shared = own.clone();
+        shared.spec.as_mut().unwrap().share_process_namespace = Some(true);
+        assert_eq!(
+            pid(&shared),
+            (cri::NamespaceMode::Pod as i32, String::new())
+        );
+        let mut host = own;
+        host.spec.as_mut().unwrap().host_pid = Some(true);
+        assert_eq!(pid(&host), (cri::NamespaceMode::Node as i32, String::new()));
+    }
 }
