@@ -433,10 +433,22 @@ pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
         .collect()
 }
 
+/// The API status of ephemeral container `name` shows it terminated.
+fn ephemeral_terminated(pod: &Pod, name: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.ephemeral_container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == name))
+        .and_then(|c| c.state.as_ref())
+        .is_some_and(|st| st.terminated.is_some())
+}
+
 /// The ephemeral containers to start: those the runtime has no record of in
 /// any sandbox (they run once and are never restarted), each with the CRI ID
 /// of its target container's newest record, if it names one and it exists
-/// (`computePodActions` and `startSpec.getTargetID`).
+/// (`computePodActions` and `startSpec.getTargetID`). One the API already
+/// shows terminated (its record lost, e.g. with the runtime's state) is not
+/// run again: the API server refuses to take it out of `terminated`.
 #[must_use]
 pub fn ephemeral_to_start(pod: &Pod, rt: &PodRuntime) -> Vec<(String, Option<String>)> {
     pod.spec
@@ -444,7 +456,7 @@ pub fn ephemeral_to_start(pod: &Pod, rt: &PodRuntime) -> Vec<(String, Option<Str
         .and_then(|s| s.ephemeral_containers.as_deref())
         .unwrap_or_default()
         .iter()
-        .filter(|ec| rt.latest_two(&ec.name).0.is_none())
+        .filter(|ec| rt.latest_two(&ec.name).0.is_none() && !ephemeral_terminated(pod, &ec.name))
         .map(|ec| {
             let target = ec
                 .target_container_name
@@ -1384,7 +1396,8 @@ mod tests {
     fn container_should_restart_table() {
         // (pod policy, container policy and rules, exit code, restarts)
         type Rules<'a> = &'a [(&'a str, &'a str, &'a [i32])];
-        let cases: &[(&str, Option<(&str, Rules)>, i32, bool)] = &[
+        type Case<'a> = (&'a str, Option<(&'a str, Rules<'a>)>, i32, bool);
+        let cases: &[Case] = &[
             ("Always", None, 0, true),
             ("OnFailure", None, 0, false),
             ("OnFailure", None, 1, true),
@@ -1591,6 +1604,24 @@ mod tests {
                 "{name}"
             );
         }
+        // One the API shows terminated is not run again when its record is gone.
+        let mut ran = p.clone();
+        ran.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            ephemeral_container_statuses: Some(vec![k8s_openapi::api::core::v1::ContainerStatus {
+                name: "debugger".into(),
+                state: Some(k8s_openapi::api::core::v1::ContainerState {
+                    terminated: Some(Default::default()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let rt = runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]);
+        assert_eq!(
+            plan(&ran, &rt, &none, &BTreeMap::new(), t(100)).steps,
+            vec![eph("shell", Some("c1"))]
+        );
         // Before initialization completes, ephemeral containers still start.
         let init = pod("web")
             .init_container("i1", "busybox")

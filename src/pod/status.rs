@@ -138,7 +138,8 @@ fn container_status(
 /// kubelet's `convertToAPIContainerStatuses` reports them: never restarted,
 /// never probed (not ready, `started` unset), waiting with `PodInitializing`
 /// in a pod with init containers and `ContainerCreating` otherwise until
-/// created.
+/// created. One the runtime no longer has keeps its old status once
+/// terminated.
 #[must_use]
 pub fn ephemeral_statuses(
     pod: &Pod,
@@ -151,9 +152,22 @@ pub fn ephemeral_statuses(
     } else {
         "PodInitializing"
     };
+    let old: &[ContainerStatus] = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.ephemeral_container_statuses.as_deref())
+        .unwrap_or_default();
     let mut statuses: Vec<ContainerStatus> = ephemeral_containers(pod)
         .iter()
         .map(|c| {
+            let kept = old.iter().find(|o| {
+                o.name == c.name
+                    && o.state.as_ref().is_some_and(|s| s.terminated.is_some())
+                    && rt.latest_two(&c.name).0.is_none()
+            });
+            if let Some(o) = kept {
+                return o.clone();
+            }
             let mut st = container_status(
                 c,
                 rt,
@@ -1255,9 +1269,28 @@ mod tests {
             ],
         );
         let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(100));
-        let eph = st.ephemeral_container_statuses.unwrap();
+        let eph = st.ephemeral_container_statuses.clone().unwrap();
         assert_eq!(state_of(&eph[0]), "terminated:1:Error");
         assert_eq!(st.phase.as_deref(), Some("Running"));
+        // Its record gone (the runtime's state lost), it stays terminated.
+        let mut reported = p.clone();
+        reported.status = Some(st.clone());
+        let lost = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![ctr("c1", "a", 0, "s0", Running)],
+        );
+        let again = status(
+            &reported,
+            &lost,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            t(200),
+        );
+        assert_eq!(
+            state_of(&again.ephemeral_container_statuses.unwrap()[0]),
+            "terminated:1:Error"
+        );
         // In a pod with init containers, an ephemeral one not yet created waits
         // with PodInitializing.
         let init = pod("web")
