@@ -470,7 +470,8 @@ pub fn ephemeral_to_start(pod: &Pod, rt: &PodRuntime) -> Vec<(String, Option<Str
 }
 
 /// True when the pod has run and nothing will restart: every main container
-/// exited for good, or an init container failed under `restartPolicy: Never`.
+/// exited for good, or an init container failed and will not restart (by
+/// [`container_should_restart`]).
 #[must_use]
 pub fn all_done(pod: &Pod, rt: &PodRuntime) -> bool {
     if matches!(init_progress(pod, rt), InitProgress::Failed(_)) {
