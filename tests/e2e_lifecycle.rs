@@ -1,15 +1,16 @@
 //! End-to-end scenarios of the pod lifecycle on the local cluster
 //! (`hack/local-up.sh --agent rustlet`): init containers, the container
 //! environment with `$(VAR)` expansion and ConfigMap/Secret sources,
-//! termination messages, and the runAsNonRoot check.
+//! termination messages, the runAsNonRoot check, ephemeral containers, and
+//! container-level restart policies and rules.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::*;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use kube::api::PostParams;
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod, Secret};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
 fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
@@ -300,5 +301,235 @@ async fn run_as_non_root_refuses_root() {
     let created = create(&client, &ns, &ok).await;
     wait_for(&client, &ns, "nonroot", 60, "Running", phase("Running")).await;
     log_contains(&ns, &created, "c", "1234").await;
+    drop_namespace(&client, &ns).await;
+}
+
+/// Runs kubectl against the local cluster; returns (exit code, stdout, stderr).
+fn kubectl(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new("timeout")
+        .arg("60")
+        .arg("kubectl")
+        .args(args)
+        .env("KUBECONFIG", local().join("admin.kubeconfig"))
+        .output()
+        .expect("run kubectl");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The status of ephemeral container `name`, if reported.
+fn ephemeral_status(p: &Pod, name: &str) -> Option<ContainerStatus> {
+    p.status
+        .as_ref()?
+        .ephemeral_container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == name)
+        .cloned()
+}
+
+/// Adds ephemeral container `ec` to pod `name` through the
+/// `pods/ephemeralcontainers` subresource, as `kubectl debug` does.
+async fn add_ephemeral(client: &kube::Client, ns: &str, name: &str, ec: serde_json::Value) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let patch = serde_json::json!({ "spec": { "ephemeralContainers": [ec] } });
+    api.patch_subresource(
+        "ephemeralcontainers",
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(patch),
+    )
+    .await
+    .expect("add an ephemeral container");
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn ephemeral_containers_run_once_in_the_targets_process_namespace() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-ephemeral").await;
+    create(
+        &client,
+        &ns,
+        &pod("target", "Always", BUSYBOX, &["sleep", "3600"]),
+    )
+    .await;
+    wait_for(&client, &ns, "target", 60, "Running", phase("Running")).await;
+
+    // A debugger in the process namespace of container c: its PID 1 is c's sleep.
+    add_ephemeral(
+        &client,
+        &ns,
+        "target",
+        serde_json::json!({
+            "name": "debugger", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+            "targetContainerName": "c", "stdin": true, "tty": true,
+            "command": ["sh", "-c", "echo polo; exec sleep 1000"]
+        }),
+    )
+    .await;
+    let running = wait_for(
+        &client,
+        &ns,
+        "target",
+        60,
+        "running its debugger",
+        |p: Option<&Pod>| {
+            p.and_then(|p| ephemeral_status(p, "debugger"))
+                .and_then(|s| s.state?.running)
+                .is_some()
+        },
+    )
+    .await;
+    let st = ephemeral_status(&running, "debugger").unwrap();
+    assert!(!st.ready, "ephemeral containers are never ready");
+    assert_eq!(st.restart_count, 0);
+    assert_eq!(
+        running.status.as_ref().unwrap().phase.as_deref(),
+        Some("Running")
+    );
+
+    let (code, out, err) = kubectl(&[
+        "exec",
+        "-n",
+        &ns,
+        "target",
+        "-c",
+        "debugger",
+        "--",
+        "cat",
+        "/proc/1/cmdline",
+    ]);
+    assert_eq!(code, 0, "exec in the ephemeral container: {err}");
+    assert_eq!(out, "sleep\u{0}3600\u{0}", "PID 1 is the target's process");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, logs, err) = kubectl(&["logs", "-n", &ns, "target", "-c", "debugger"]);
+        if logs.contains("polo") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no 'polo' in the logs: {logs:?} {err}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // One that exits is never restarted and leaves the pod's phase alone.
+    add_ephemeral(
+        &client,
+        &ns,
+        "target",
+        serde_json::json!({
+            "name": "once", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", "exit 3"]
+        }),
+    )
+    .await;
+    wait_for(
+        &client,
+        &ns,
+        "target",
+        60,
+        "with its second ephemeral container exited",
+        |p: Option<&Pod>| {
+            p.and_then(|p| ephemeral_status(p, "once"))
+                .and_then(|s| s.state?.terminated)
+                .is_some_and(|t| t.exit_code == 3)
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get("target")
+        .await
+        .unwrap();
+    let once = ephemeral_status(&later, "once").unwrap();
+    assert!(once.state.unwrap().terminated.is_some(), "still terminated");
+    assert_eq!(once.restart_count, 0);
+    assert_eq!(later.status.unwrap().phase.as_deref(), Some("Running"));
+    drop_namespace(&client, &ns).await;
+}
+
+/// A pod whose container `c` fails with `first` on its first run and `then`
+/// afterwards (an emptyDir remembers the first run), under the pod's
+/// `pod_policy` and the container's own `policy` and `rules`.
+fn runs_twice(name: &str, pod_policy: &str, first: i32, then: i32, own: serde_json::Value) -> Pod {
+    let script =
+        format!("if [ -f /data/ran ]; then exit {then}; fi; touch /data/ran; exit {first}");
+    let mut c = serde_json::json!({
+        "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", script],
+        "volumeMounts": [{ "name": "data", "mountPath": "/data" }]
+    });
+    c.as_object_mut()
+        .unwrap()
+        .extend(own.as_object().unwrap().clone());
+    from_json(serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "restartPolicy": pod_policy,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [c],
+            "volumes": [{ "name": "data", "emptyDir": {} }]
+        }
+    }))
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn container_restart_policy_and_rules_override_the_pods() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-restart-rules").await;
+    let rule = serde_json::json!({
+        "restartPolicy": "Never",
+        "restartPolicyRules": [{ "action": "Restart", "exitCodes": { "operator": "In", "values": [42] } }]
+    });
+    // (pod, final phase, restarts)
+    let cases = [
+        (
+            // Exit 42 matches the rule: restarted once; exit 1 does not: done.
+            runs_twice("rule", "Never", 42, 1, rule),
+            "Failed",
+            1,
+        ),
+        (
+            // The container's Never wins over the pod's Always.
+            runs_twice(
+                "own-never",
+                "Always",
+                1,
+                1,
+                serde_json::json!({ "restartPolicy": "Never" }),
+            ),
+            "Failed",
+            0,
+        ),
+        (
+            // The container's OnFailure under the pod's Never: a failure is
+            // retried in place (the pod stays Running), then it succeeds.
+            runs_twice(
+                "own-on-failure",
+                "Never",
+                1,
+                0,
+                serde_json::json!({ "restartPolicy": "OnFailure" }),
+            ),
+            "Succeeded",
+            1,
+        ),
+    ];
+    for (p, _, _) in &cases {
+        create(&client, &ns, p).await;
+    }
+    for (p, want, restarts) in cases {
+        let name = p.name_any();
+        let done = wait_for(&client, &ns, &name, 90, want, phase(want)).await;
+        let c = container_status(&done);
+        assert_eq!(c.restart_count, restarts, "{name}: restarts");
+    }
     drop_namespace(&client, &ns).await;
 }

@@ -54,6 +54,43 @@ impl PodBuilder {
             });
         self
     }
+    /// Adds an ephemeral container, sharing the process namespace of `target` if set.
+    pub fn ephemeral(mut self, name: &str, image: &str, target: Option<&str>) -> Self {
+        self.spec()
+            .ephemeral_containers
+            .get_or_insert_default()
+            .push(k8s_openapi::api::core::v1::EphemeralContainer {
+                name: name.into(),
+                image: Some(image.into()),
+                target_container_name: target.map(Into::into),
+                ..Default::default()
+            });
+        self
+    }
+    /// Gives the last added main container its own restart policy and rules
+    /// (`(action, operator, exit codes)`).
+    pub fn container_restart(mut self, policy: &str, rules: &[(&str, &str, &[i32])]) -> Self {
+        use k8s_openapi::api::core::v1::{ContainerRestartRule, ContainerRestartRuleOnExitCodes};
+        let c = self
+            .spec()
+            .containers
+            .last_mut()
+            .expect("a container to give a restart policy");
+        c.restart_policy = Some(policy.into());
+        c.restart_policy_rules = (!rules.is_empty()).then(|| {
+            rules
+                .iter()
+                .map(|(action, op, codes)| ContainerRestartRule {
+                    action: (*action).into(),
+                    exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                        operator: (*op).into(),
+                        values: Some(codes.to_vec()),
+                    }),
+                })
+                .collect()
+        });
+        self
+    }
     /// Sets the restart policy.
     pub fn restart_policy(mut self, policy: &str) -> Self {
         self.spec().restart_policy = Some(policy.into());

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod};
 use k8s_openapi::jiff::Timestamp;
 
 use super::state::{Container as RuntimeContainer, ContainerState, PodRuntime};
@@ -59,6 +59,16 @@ pub enum Step {
         name: String,
         /// Attempt (restart count) to create it with.
         attempt: u32,
+    },
+    /// Pull the image if needed, create and start an ephemeral container in
+    /// the current sandbox, once (the kubelet's `EphemeralContainersToStart`).
+    StartEphemeralContainer {
+        /// Container name in `spec.ephemeralContainers`.
+        name: String,
+        /// CRI ID of the newest container named by its `targetContainerName`,
+        /// whose process namespace it joins; `None` when it names none or the
+        /// runtime has no such container.
+        target_id: Option<String>,
     },
     /// Everything is stopped and removed: delete the Pod object (grace 0, UID precondition).
     DeletePod,
@@ -124,7 +134,8 @@ pub fn restart_policy(pod: &Pod) -> &str {
         .unwrap_or("Always")
 }
 
-/// Whether a container that exited with `exit_code` is restarted under `policy`.
+/// Whether a container that exited with `exit_code` is restarted under the
+/// pod-level `policy`.
 #[must_use]
 pub fn should_restart(policy: &str, exit_code: i32) -> bool {
     match policy {
@@ -132,6 +143,59 @@ pub fn should_restart(policy: &str, exit_code: i32) -> bool {
         "OnFailure" => exit_code != 0,
         _ => true,
     }
+}
+
+/// True when `rule` matches `exit_code`: its `exitCodes` operator `In` (the
+/// code is listed) or `NotIn` (it is not); a rule without `exitCodes` or with
+/// another operator matches nothing (`FindMatchingContainerRestartRule`).
+fn rule_matches(rule: &k8s_openapi::api::core::v1::ContainerRestartRule, exit_code: i32) -> bool {
+    let Some(codes) = &rule.exit_codes else {
+        return false;
+    };
+    let listed = codes.values.iter().flatten().any(|v| *v == exit_code);
+    match codes.operator.as_str() {
+        "In" => listed,
+        "NotIn" => !listed,
+        _ => false,
+    }
+}
+
+/// Whether container `c` that exited with `exit_code` is restarted, as the
+/// kubelet's `ContainerShouldRestart` (feature ContainerRestartRules, on by
+/// default since v1.35): with a container-level `restartPolicy`, the first
+/// `restartPolicyRules` entry matching the exit code decides when its action
+/// is `Restart` or `RestartAllContainers`, else the container's policy does;
+/// without one, the pod's `policy` does ([`should_restart`]).
+#[must_use]
+pub fn container_should_restart(c: &Container, policy: &str, exit_code: i32) -> bool {
+    if let Some(own) = c.restart_policy.as_deref() {
+        let rule = c
+            .restart_policy_rules
+            .iter()
+            .flatten()
+            .find(|r| rule_matches(r, exit_code));
+        if rule.is_some_and(|r| matches!(r.action.as_str(), "Restart" | "RestartAllContainers")) {
+            return true;
+        }
+        match own {
+            "Always" => return true,
+            "OnFailure" => return exit_code != 0,
+            "Never" => return false,
+            _ => {}
+        }
+    }
+    should_restart(policy, exit_code)
+}
+
+/// Whether a running container is restarted after a failed liveness or
+/// startup probe kills it: the container's own `restartPolicy` when set (not
+/// `Never`; its rules are not evaluated, there is no exit code yet), else the
+/// pod's (`computePodActions`).
+#[must_use]
+pub fn restarts_after_kill(c: &Container, policy: &str) -> bool {
+    c.restart_policy
+        .as_deref()
+        .map_or(policy != "Never", |own| own != "Never")
 }
 
 /// The pod's grace period for deletion, in seconds: `deletionGracePeriodSeconds`,
@@ -192,19 +256,22 @@ pub fn reports_running(pod: &Pod) -> bool {
         s.container_statuses
             .iter()
             .chain(s.init_container_statuses.iter())
+            .chain(s.ephemeral_container_statuses.iter())
             .flatten()
             .any(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
     })
 }
 
-/// Kills the running containers: main containers first, then init containers
-/// (sidecars) in reverse order, as the kubelet stops sidecars after the main
-/// containers. Returns true when any runs.
+/// Kills the running containers: main and ephemeral containers first, then
+/// init containers (sidecars) in reverse order, as the kubelet stops sidecars
+/// after the main containers. Returns true when any runs.
 fn kill_running(pod: &Pod, rt: &PodRuntime, grace: i64, reason: &str, plan: &mut Plan) -> bool {
+    let ephemeral = ephemeral_containers(pod);
     let order = main_containers(pod)
         .iter()
-        .chain(init_containers(pod).iter().rev())
-        .map(|c| c.name.as_str());
+        .map(|c| c.name.as_str())
+        .chain(ephemeral.iter().map(|c| c.name.as_str()))
+        .chain(init_containers(pod).iter().rev().map(|c| c.name.as_str()));
     let mut killed = false;
     for name in order {
         for c in rt
@@ -232,6 +299,7 @@ fn kill_running(pod: &Pod, rt: &PodRuntime, grace: i64, reason: &str, plan: &mut
                 .iter()
                 .chain(init_containers(pod))
                 .any(|s| s.name == c.name)
+            && !ephemeral.iter().any(|e| e.name == c.name)
     }) {
         plan.steps.push(Step::KillContainer {
             id: c.id.clone(),
@@ -291,7 +359,7 @@ pub fn init_progress(pod: &Pod, rt: &PodRuntime) -> InitProgress {
             Some(x)
                 if !is_sidecar(c)
                     && x.state == ContainerState::Exited
-                    && restart_policy(pod) == "Never" =>
+                    && !container_should_restart(c, restart_policy(pod), x.exit_code) =>
             {
                 return InitProgress::Failed(x.name.clone());
             }
@@ -319,8 +387,91 @@ pub fn main_containers(pod: &Pod) -> &[Container] {
         .unwrap_or_default()
 }
 
+/// An ephemeral container as the container it is run as (the kubelet's
+/// `v1.Container(ec.EphemeralContainerCommon)`: every field but
+/// `targetContainerName`).
+#[must_use]
+pub fn ephemeral_as_container(ec: &EphemeralContainer) -> Container {
+    Container {
+        args: ec.args.clone(),
+        command: ec.command.clone(),
+        env: ec.env.clone(),
+        env_from: ec.env_from.clone(),
+        image: ec.image.clone(),
+        image_pull_policy: ec.image_pull_policy.clone(),
+        lifecycle: ec.lifecycle.clone(),
+        liveness_probe: ec.liveness_probe.clone(),
+        name: ec.name.clone(),
+        ports: ec.ports.clone(),
+        readiness_probe: ec.readiness_probe.clone(),
+        resize_policy: ec.resize_policy.clone(),
+        resources: ec.resources.clone(),
+        restart_policy: ec.restart_policy.clone(),
+        restart_policy_rules: ec.restart_policy_rules.clone(),
+        security_context: ec.security_context.clone(),
+        startup_probe: ec.startup_probe.clone(),
+        stdin: ec.stdin,
+        stdin_once: ec.stdin_once,
+        termination_message_path: ec.termination_message_path.clone(),
+        termination_message_policy: ec.termination_message_policy.clone(),
+        tty: ec.tty,
+        volume_devices: ec.volume_devices.clone(),
+        volume_mounts: ec.volume_mounts.clone(),
+        working_dir: ec.working_dir.clone(),
+    }
+}
+
+/// The pod's ephemeral containers as containers ([`ephemeral_as_container`]).
+#[must_use]
+pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(ephemeral_as_container)
+        .collect()
+}
+
+/// The API status of ephemeral container `name` shows it terminated.
+fn ephemeral_terminated(pod: &Pod, name: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.ephemeral_container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == name))
+        .and_then(|c| c.state.as_ref())
+        .is_some_and(|st| st.terminated.is_some())
+}
+
+/// The ephemeral containers to start: those the runtime has no record of in
+/// any sandbox (they run once and are never restarted), each with the CRI ID
+/// of its target container's newest record, if it names one and it exists
+/// (`computePodActions` and `startSpec.getTargetID`). One the API already
+/// shows terminated (its record lost, e.g. with the runtime's state) is not
+/// run again: the API server refuses to take it out of `terminated`.
+#[must_use]
+pub fn ephemeral_to_start(pod: &Pod, rt: &PodRuntime) -> Vec<(String, Option<String>)> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter(|ec| rt.latest_two(&ec.name).0.is_none() && !ephemeral_terminated(pod, &ec.name))
+        .map(|ec| {
+            let target = ec
+                .target_container_name
+                .as_deref()
+                .filter(|t| !t.is_empty())
+                .and_then(|t| rt.latest_two(t).0)
+                .map(|x| x.id.clone());
+            (ec.name.clone(), target)
+        })
+        .collect()
+}
+
 /// True when the pod has run and nothing will restart: every main container
-/// exited for good, or an init container failed under `restartPolicy: Never`.
+/// exited for good, or an init container failed and will not restart (by
+/// [`container_should_restart`]).
 #[must_use]
 pub fn all_done(pod: &Pod, rt: &PodRuntime) -> bool {
     if matches!(init_progress(pod, rt), InitProgress::Failed(_)) {
@@ -330,7 +481,10 @@ pub fn all_done(pod: &Pod, rt: &PodRuntime) -> bool {
     let containers = main_containers(pod);
     !containers.is_empty()
         && containers.iter().all(|c| match rt.latest_two(&c.name).0 {
-            Some(x) => x.state == ContainerState::Exited && !should_restart(policy, x.exit_code),
+            Some(x) => {
+                x.state == ContainerState::Exited
+                    && !container_should_restart(c, policy, x.exit_code)
+            }
             None => false,
         })
 }
@@ -382,6 +536,10 @@ pub fn plan(
     match rt.latest_sandbox() {
         Some(s) if s.ready => {
             let sandbox_id = s.id.clone();
+            // Ephemeral containers start even before initialization completes.
+            for (name, target_id) in ephemeral_to_start(pod, rt) {
+                planner.ephemeral(name, target_id);
+            }
             let mut initialized = true;
             for c in init_containers(pod) {
                 let latest = rt
@@ -389,7 +547,7 @@ pub fn plan(
                     .iter()
                     .find(|x| x.name == c.name && x.sandbox_id == sandbox_id);
                 if is_sidecar(c) {
-                    planner.container(c, latest, &sandbox_id, "Always");
+                    planner.container(c, latest, &sandbox_id);
                     // The next containers wait until the sidecar has started
                     // (its startup probe, if any, passed).
                     let started = latest.is_some_and(|x| {
@@ -406,12 +564,7 @@ pub fn plan(
                     continue;
                 } else {
                     // Run (or restart) this one; the rest wait for it, one at a time.
-                    let init_policy = if policy == "Never" {
-                        "Never"
-                    } else {
-                        "OnFailure"
-                    };
-                    planner.container(c, latest, &sandbox_id, init_policy);
+                    planner.container(c, latest, &sandbox_id);
                     initialized = false;
                     break;
                 }
@@ -419,14 +572,16 @@ pub fn plan(
             if initialized {
                 for c in main_containers(pod) {
                     let latest = rt.latest_two(&c.name).0;
-                    planner.container(c, latest, &sandbox_id, policy);
+                    planner.container(c, latest, &sandbox_id);
                 }
             }
             let names = init_containers(pod)
                 .iter()
                 .chain(main_containers(pod))
                 .map(|c| c.name.as_str());
-            garbage(rt, &sandbox_id, names, &mut plan);
+            let ephemeral = ephemeral_containers(pod);
+            let kept = ephemeral.iter().map(|c| c.name.as_str());
+            garbage(rt, &sandbox_id, names, kept, &mut plan);
         }
         latest => {
             let ran_before = !rt.containers.is_empty();
@@ -464,7 +619,10 @@ pub fn plan(
                     .latest_two(&c.name)
                     .0
                     .is_some_and(|x| x.state == ContainerState::Exited && x.exit_code == 0);
-                if policy == "OnFailure" && succeeded {
+                // A container that restarts only on failure and succeeded is
+                // not run again; its own restartPolicy overrides the pod's.
+                let run_once = c.restart_policy.as_deref().unwrap_or(policy) == "OnFailure";
+                if run_once && succeeded {
                     continue;
                 }
                 plan.steps.push(Step::StartContainer {
@@ -507,17 +665,42 @@ struct Planner<'a> {
 }
 
 impl Planner<'_> {
-    /// Decides for container `c` whose newest record is `latest`, under `policy`
-    /// (the pod's, or `Always` for sidecars): keep it, replace it, restart it
-    /// after its CrashLoopBackOff, or start it.
-    fn container(
-        &mut self,
-        c: &Container,
-        latest: Option<&RuntimeContainer>,
-        sandbox_id: &str,
-        policy: &str,
-    ) {
+    /// Plans ephemeral container `name` that never ran: start it once, unless
+    /// its image pull is backing off.
+    fn ephemeral(&mut self, name: String, target_id: Option<String>) {
+        if self.pull_backoff_holds(&name) {
+            return;
+        }
+        self.plan
+            .steps
+            .push(Step::StartEphemeralContainer { name, target_id });
+    }
+
+    /// True (and the container waits with `ImagePullBackOff`) while the image
+    /// pull back-off of container `name` lasts.
+    fn pull_backoff_holds(&mut self, name: &str) -> bool {
+        let now = self.now;
+        let Some(b) = self.pull_backoff.get(name).filter(|b| b.until > now) else {
+            return false;
+        };
+        self.plan.waiting.insert(
+            name.to_string(),
+            Waiting {
+                reason: "ImagePullBackOff".into(),
+                message: format!("Back-off pulling image \"{}\"", b.image),
+            },
+        );
+        self.plan.requeue_at(now, b.until);
+        true
+    }
+
+    /// Decides for container `c` whose newest record is `latest`: keep it,
+    /// replace it, restart it after its CrashLoopBackOff, or start it. Whether
+    /// it restarts is [`container_should_restart`] under the pod's policy (a
+    /// sidecar's own `restartPolicy: Always` makes it always restart).
+    fn container(&mut self, c: &Container, latest: Option<&RuntimeContainer>, sandbox_id: &str) {
         let (pod, now) = (self.pod, self.now);
+        let policy = restart_policy(pod);
         let start = match latest {
             None => true,
             Some(x) if x.state == ContainerState::Running => {
@@ -534,7 +717,7 @@ impl Planner<'_> {
                             kind.name().to_lowercase()
                         ),
                     });
-                    policy != "Never"
+                    restarts_after_kill(c, policy)
                 } else if changed || x.sandbox_id != sandbox_id {
                     self.plan.steps.push(Step::KillContainer {
                         id: x.id.clone(),
@@ -557,7 +740,7 @@ impl Planner<'_> {
                 true
             }
             Some(x) => {
-                if x.sandbox_id != sandbox_id || should_restart(policy, x.exit_code) {
+                if x.sandbox_id != sandbox_id || container_should_restart(c, policy, x.exit_code) {
                     let finished = x.finished_at.unwrap_or(x.created_at);
                     let due = finished + crash_backoff(x.attempt);
                     if due > now {
@@ -583,18 +766,7 @@ impl Planner<'_> {
                 }
             }
         };
-        if !start {
-            return;
-        }
-        if let Some(b) = self.pull_backoff.get(&c.name).filter(|b| b.until > now) {
-            self.plan.waiting.insert(
-                c.name.clone(),
-                Waiting {
-                    reason: "ImagePullBackOff".into(),
-                    message: format!("Back-off pulling image \"{}\"", b.image),
-                },
-            );
-            self.plan.requeue_at(now, b.until);
+        if !start || self.pull_backoff_holds(&c.name) {
             return;
         }
         self.plan.steps.push(Step::StartContainer {
@@ -606,13 +778,23 @@ impl Planner<'_> {
 
 /// Container garbage collection within a sync: keep the newest two records of
 /// each container (current and `lastState`); drop older sandboxes once every
-/// container has a record in the current one.
+/// container has a record in the current one, except sandboxes that hold the
+/// record of an ephemeral container (`kept`), which is never run again and
+/// keeps its status from it (the kubelet evicts only sandboxes without
+/// containers).
 fn garbage<'a>(
     rt: &PodRuntime,
     sandbox_id: &str,
     names: impl Iterator<Item = &'a str>,
+    kept: impl Iterator<Item = &'a str>,
     plan: &mut Plan,
 ) {
+    let kept: Vec<&str> = kept.collect();
+    let holds_kept = |s: &str| {
+        rt.containers
+            .iter()
+            .any(|c| c.sandbox_id == s && kept.contains(&c.name.as_str()))
+    };
     let mut all_current = true;
     for name in names {
         let mut records = rt.containers.iter().filter(|c| c.name == name);
@@ -629,7 +811,7 @@ fn garbage<'a>(
         for s in rt
             .sandboxes
             .iter()
-            .filter(|s| s.id != sandbox_id && !s.ready)
+            .filter(|s| s.id != sandbox_id && !s.ready && !holds_kept(&s.id))
         {
             plan.steps.push(Step::RemoveSandbox { id: s.id.clone() });
         }
@@ -1208,6 +1390,304 @@ mod tests {
         assert_eq!(
             plan(&p, &rt, &BTreeMap::new(), &probes(true), t(20)).steps,
             vec![start("a", 0)]
+        );
+    }
+
+    #[test]
+    fn container_should_restart_table() {
+        // (pod policy, container policy and rules, exit code, restarts)
+        type Rules<'a> = &'a [(&'a str, &'a str, &'a [i32])];
+        type Case<'a> = (&'a str, Option<(&'a str, Rules<'a>)>, i32, bool);
+        let cases: &[Case] = &[
+            ("Always", None, 0, true),
+            ("OnFailure", None, 0, false),
+            ("OnFailure", None, 1, true),
+            ("Never", None, 1, false),
+            ("Never", Some(("Always", &[])), 0, true),
+            ("Always", Some(("Never", &[])), 1, false),
+            ("Never", Some(("OnFailure", &[])), 1, true),
+            ("Never", Some(("OnFailure", &[])), 0, false),
+            (
+                "Never",
+                Some(("Never", &[("Restart", "In", &[42])])),
+                42,
+                true,
+            ),
+            (
+                "Never",
+                Some(("Never", &[("Restart", "In", &[42])])),
+                1,
+                false,
+            ),
+            (
+                "Always",
+                Some(("Never", &[("Restart", "NotIn", &[0])])),
+                0,
+                false,
+            ),
+            (
+                "Never",
+                Some(("Never", &[("Restart", "NotIn", &[0])])),
+                3,
+                true,
+            ),
+            (
+                "Never",
+                Some(("Never", &[("RestartAllContainers", "In", &[7])])),
+                7,
+                true,
+            ),
+            // An unknown action falls back to the container's policy.
+            ("Never", Some(("Always", &[("Other", "In", &[1])])), 1, true),
+            ("Never", Some(("Never", &[("Other", "In", &[1])])), 1, false),
+        ];
+        for (pod_policy, own, code, want) in cases {
+            let mut b = pod("p").container("a", "busybox");
+            if let Some((policy, rules)) = own {
+                b = b.container_restart(policy, rules);
+            }
+            let p = b.build();
+            let c = &main_containers(&p)[0];
+            assert_eq!(
+                container_should_restart(c, pod_policy, *code),
+                *want,
+                "pod {pod_policy}, container {own:?}, exit {code}"
+            );
+        }
+    }
+
+    #[test]
+    fn container_restart_rules_decide_restart_and_completion() {
+        let none = BTreeMap::new();
+        let s0 = || vec![sandbox("s0", 0, true)];
+        let exit = |code| {
+            runtime(
+                s0(),
+                vec![exited(ctr("c1", "a", 0, "s0", Running), code, t(50))],
+            )
+        };
+        let stop = vec![Step::StopSandbox { id: "s0".into() }];
+        let rule = pod("rule")
+            .restart_policy("Never")
+            .container("a", "busybox")
+            .container_restart("Never", &[("Restart", "In", &[42])])
+            .build();
+        let own_never = pod("own-never")
+            .container("a", "busybox")
+            .container_restart("Never", &[])
+            .build();
+        let own_always = pod("own-always")
+            .restart_policy("Never")
+            .container("a", "busybox")
+            .container_restart("Always", &[])
+            .build();
+        let cases: Vec<(&str, &Pod, i32, Vec<Step>)> = vec![
+            ("rule matches: restarted", &rule, 42, vec![start("a", 1)]),
+            ("rule does not match: done", &rule, 1, stop.clone()),
+            (
+                "container Never under pod Always: done",
+                &own_never,
+                1,
+                stop,
+            ),
+            (
+                "container Always under pod Never",
+                &own_always,
+                1,
+                vec![start("a", 1)],
+            ),
+            (
+                "container Always, exit 0",
+                &own_always,
+                0,
+                vec![start("a", 1)],
+            ),
+        ];
+        for (name, p, code, want) in cases {
+            assert_eq!(
+                plan(p, &exit(code), &none, &BTreeMap::new(), t(100)).steps,
+                want,
+                "{name}"
+            );
+        }
+        // A failed liveness probe restarts by the container's own policy.
+        let running = runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]);
+        let unhealthy = BTreeMap::from([(
+            "a".to_string(),
+            ContainerProbes {
+                ready: false,
+                started: true,
+                failed: Some(ProbeKind::Liveness),
+            },
+        )]);
+        let steps = plan(&own_always, &running, &none, &unhealthy, t(100)).steps;
+        assert_eq!(steps.last(), Some(&start("a", 1)));
+        let steps = plan(&own_never, &running, &none, &unhealthy, t(100)).steps;
+        assert!(matches!(steps.as_slice(), [Step::KillContainer { .. }]));
+    }
+
+    #[test]
+    fn init_container_restart_policy_overrides_the_pods() {
+        let none = BTreeMap::new();
+        let mut p = pod("job")
+            .restart_policy("Never")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .build();
+        p.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0].restart_policy =
+            Some("OnFailure".into());
+        let failed = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![exited(ctr("x1", "i1", 0, "s0", Running), 1, t(20))],
+        );
+        assert_eq!(
+            init_progress(&p, &failed),
+            InitProgress::Pending("i1".into())
+        );
+        assert_eq!(
+            plan(&p, &failed, &none, &BTreeMap::new(), t(100)).steps,
+            vec![start("i1", 1)]
+        );
+    }
+
+    #[test]
+    fn ephemeral_containers_start_once_in_the_running_sandbox() {
+        let none = BTreeMap::new();
+        let p = pod("web")
+            .container("a", "busybox")
+            .ephemeral("debugger", "busybox", None)
+            .ephemeral("shell", "busybox", Some("a"))
+            .build();
+        let eph = |name: &str, target: Option<&str>| Step::StartEphemeralContainer {
+            name: name.into(),
+            target_id: target.map(Into::into),
+        };
+        let s0 = || vec![sandbox("s0", 0, true)];
+        let cases: Vec<(&str, crate::pod::state::PodRuntime, Vec<Step>)> = vec![
+            (
+                "new: both, the second in its target's process namespace",
+                runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]),
+                vec![eph("debugger", None), eph("shell", Some("c1"))],
+            ),
+            (
+                "target not there: started without it (the worker reports it)",
+                runtime(s0(), vec![]),
+                vec![eph("debugger", None), eph("shell", None), start("a", 0)],
+            ),
+            (
+                "exited or created ones are never started again",
+                runtime(
+                    s0(),
+                    vec![
+                        ctr("c1", "a", 0, "s0", Running),
+                        exited(ctr("e1", "debugger", 0, "s0", Running), 1, t(40)),
+                        ctr("e2", "shell", 0, "s0", Created),
+                    ],
+                ),
+                vec![],
+            ),
+            (
+                "no ready sandbox: not started with the new one",
+                runtime(vec![sandbox("s0", 0, false)], vec![]),
+                vec![
+                    Step::CreateSandbox {
+                        attempt: 1,
+                        changed: true,
+                    },
+                    start("a", 0),
+                ],
+            ),
+        ];
+        for (name, rt, want) in cases {
+            assert_eq!(
+                plan(&p, &rt, &none, &BTreeMap::new(), t(100)).steps,
+                want,
+                "{name}"
+            );
+        }
+        // One the API shows terminated is not run again when its record is gone.
+        let mut ran = p.clone();
+        ran.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            ephemeral_container_statuses: Some(vec![k8s_openapi::api::core::v1::ContainerStatus {
+                name: "debugger".into(),
+                state: Some(k8s_openapi::api::core::v1::ContainerState {
+                    terminated: Some(Default::default()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let rt = runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]);
+        assert_eq!(
+            plan(&ran, &rt, &none, &BTreeMap::new(), t(100)).steps,
+            vec![eph("shell", Some("c1"))]
+        );
+        // Before initialization completes, ephemeral containers still start.
+        let init = pod("web")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .ephemeral("debugger", "busybox", None)
+            .build();
+        let rt = runtime(s0(), vec![ctr("x1", "i1", 0, "s0", Running)]);
+        assert_eq!(
+            plan(&init, &rt, &none, &BTreeMap::new(), t(100)).steps,
+            vec![eph("debugger", None)]
+        );
+        // An image pull back-off holds it.
+        let backoff = BTreeMap::from([(
+            "debugger".to_string(),
+            PullBackoff {
+                until: t(120),
+                image: "busybox".into(),
+            },
+        )]);
+        let rt = runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]);
+        let held = plan(&p, &rt, &backoff, &BTreeMap::new(), t(100));
+        assert_eq!(held.steps, vec![eph("shell", Some("c1"))]);
+        assert_eq!(held.waiting["debugger"].reason, "ImagePullBackOff");
+    }
+
+    #[test]
+    fn ephemeral_containers_stop_with_the_pod_and_keep_their_sandbox() {
+        let none = BTreeMap::new();
+        let p = pod("web")
+            .container("a", "busybox")
+            .ephemeral("debugger", "busybox", None)
+            .deleted(t(90), 5)
+            .build();
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![
+                ctr("c1", "a", 0, "s0", Running),
+                ctr("e1", "debugger", 0, "s0", Running),
+            ],
+        );
+        let kills: Vec<String> = plan(&p, &rt, &none, &BTreeMap::new(), t(100))
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::KillContainer { name, .. } => Some(name.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kills, vec!["a", "debugger"]);
+        // The old sandbox holding an ephemeral container's record stays.
+        let live = pod("web")
+            .container("a", "busybox")
+            .ephemeral("debugger", "busybox", None)
+            .build();
+        let rt = runtime(
+            vec![sandbox("s1", 1, true), sandbox("s0", 0, false)],
+            vec![
+                ctr("c2", "a", 1, "s1", Running),
+                exited(ctr("e1", "debugger", 0, "s0", Running), 137, t(40)),
+            ],
+        );
+        assert!(
+            plan(&live, &rt, &none, &BTreeMap::new(), t(100))
+                .steps
+                .is_empty()
         );
     }
 }

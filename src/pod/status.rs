@@ -14,8 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::plan::{
-    InitProgress, Waiting, init_containers, init_progress, is_sidecar, main_containers,
-    restart_policy, should_restart,
+    InitProgress, Waiting, container_should_restart, ephemeral_containers, init_containers,
+    init_progress, is_sidecar, main_containers, restart_policy,
 };
 use super::state::{Container, ContainerState, PodRuntime};
 use crate::prober::ContainerProbes;
@@ -48,12 +48,15 @@ fn terminated(c: &Container, runtime: &str) -> ContainerStateTerminated {
     }
 }
 
+/// The status of container `spec` from its newest two records; `restarts`
+/// tells whether an exit code restarts it (then a waiting reason of the last
+/// sync shows, with the exit as `lastState`).
 fn container_status(
     spec: &ApiContainer,
     rt: &PodRuntime,
     waiting: Option<&Waiting>,
     probes: Option<&ContainerProbes>,
-    policy: &str,
+    restarts: impl Fn(i32) -> bool,
     default_wait: &str,
     ctx: &StatusContext,
 ) -> ContainerStatus {
@@ -106,7 +109,7 @@ fn container_status(
                     st.started = Some(p.started);
                 }
                 ContainerState::Exited | ContainerState::Unknown => {
-                    let restarting = should_restart(policy, c.exit_code) || waiting.is_some();
+                    let restarting = restarts(c.exit_code) || waiting.is_some();
                     if restarting && let Some(w) = waiting {
                         st.last_state = Some(ApiState {
                             terminated: Some(terminated(c, runtime)),
@@ -131,12 +134,76 @@ fn container_status(
     st
 }
 
-/// The pod phase from its container statuses, as the kubelet's `getPhase`.
+/// The statuses of the pod's ephemeral containers, sorted by name, as the
+/// kubelet's `convertToAPIContainerStatuses` reports them: never restarted,
+/// never probed (not ready, `started` unset), waiting with `PodInitializing`
+/// in a pod with init containers and `ContainerCreating` otherwise until
+/// created. One the runtime no longer has keeps its old status once
+/// terminated.
 #[must_use]
-pub fn phase(statuses: &[ContainerStatus], policy: &str) -> &'static str {
-    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+pub fn ephemeral_statuses(
+    pod: &Pod,
+    rt: &PodRuntime,
+    waiting: &BTreeMap<String, Waiting>,
+    ctx: &StatusContext,
+) -> Vec<ContainerStatus> {
+    let default_wait = if init_containers(pod).is_empty() {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+    let old: &[ContainerStatus] = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.ephemeral_container_statuses.as_deref())
+        .unwrap_or_default();
+    let mut statuses: Vec<ContainerStatus> = ephemeral_containers(pod)
+        .iter()
+        .map(|c| {
+            let kept = old.iter().find(|o| {
+                o.name == c.name
+                    && o.state.as_ref().is_some_and(|s| s.terminated.is_some())
+                    && rt.latest_two(&c.name).0.is_none()
+            });
+            if let Some(o) = kept {
+                return o.clone();
+            }
+            let mut st = container_status(
+                c,
+                rt,
+                waiting.get(&c.name),
+                None,
+                |_| false,
+                default_wait,
+                ctx,
+            );
+            st.ready = false;
+            st.started = None;
+            st
+        })
+        .collect();
+    statuses.sort_by(|a, b| a.name.cmp(&b.name));
+    statuses
+}
+
+/// The pod phase from its main containers' statuses, as the kubelet's
+/// `getPhase` with ContainerRestartRules: `restartable(name, exit_code)` tells
+/// whether a stopped container restarts. Once every container stopped, the
+/// pod runs on while any of them restarts, else it succeeded when all exited 0
+/// and failed otherwise.
+#[must_use]
+pub fn phase(
+    statuses: &[ContainerStatus],
+    restartable: impl Fn(&str, i32) -> bool,
+) -> &'static str {
+    let (mut running, mut waiting, mut stopped, mut succeeded, mut restarting) = (0, 0, 0, 0, 0);
     for s in statuses {
         let state = s.state.as_ref();
+        let last_exit = s
+            .last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .map(|t| t.exit_code);
         if state.is_some_and(|x| x.running.is_some()) {
             running += 1;
         } else if let Some(t) = state.and_then(|x| x.terminated.as_ref()) {
@@ -144,15 +211,10 @@ pub fn phase(statuses: &[ContainerStatus], policy: &str) -> &'static str {
             if t.exit_code == 0 {
                 succeeded += 1;
             }
-        } else if state.is_some_and(|x| x.waiting.is_some()) {
-            if s.last_state
-                .as_ref()
-                .is_some_and(|l| l.terminated.is_some())
-            {
-                stopped += 1;
-            } else {
-                waiting += 1;
-            }
+            restarting += usize::from(restartable(&s.name, t.exit_code));
+        } else if let (true, Some(code)) = (state.is_some_and(|x| x.waiting.is_some()), last_exit) {
+            stopped += 1;
+            restarting += usize::from(restartable(&s.name, code));
         } else {
             waiting += 1;
         }
@@ -164,16 +226,13 @@ pub fn phase(statuses: &[ContainerStatus], policy: &str) -> &'static str {
         return "Running";
     }
     if stopped > 0 {
-        if policy == "Always" {
+        if restarting > 0 {
             return "Running";
         }
         if stopped == succeeded {
             return "Succeeded";
         }
-        if policy == "Never" {
-            return "Failed";
-        }
-        return "Running";
+        return "Failed";
     }
     "Pending"
 }
@@ -259,22 +318,19 @@ pub fn status(
     let policy = restart_policy(pod);
     let progress = init_progress(pod, rt);
     let initialized = progress == InitProgress::Done;
-    let init_policy = if policy == "Never" {
-        "Never"
-    } else {
-        "OnFailure"
-    };
     let init_statuses: Vec<ContainerStatus> = init_containers(pod)
         .iter()
         .map(|c| {
             let sidecar = is_sidecar(c);
-            let p = if sidecar { "Always" } else { init_policy };
+            // An init container that completed is never run again.
+            let restarts =
+                |code| (sidecar || code != 0) && container_should_restart(c, policy, code);
             let mut st = container_status(
                 c,
                 rt,
                 waiting.get(&c.name),
                 probes.get(&c.name),
-                p,
+                restarts,
                 "PodInitializing",
                 ctx,
             );
@@ -302,18 +358,25 @@ pub fn status(
                 rt,
                 waiting.get(&c.name),
                 probes.get(&c.name),
-                policy,
+                |code| container_should_restart(c, policy, code),
                 main_wait,
                 ctx,
             )
         })
         .collect();
+    let ephemeral_statuses = ephemeral_statuses(pod, rt, waiting, ctx);
+    let restartable = |name: &str, code: i32| {
+        main_containers(pod)
+            .iter()
+            .find(|c| c.name == name)
+            .is_some_and(|c| container_should_restart(c, policy, code))
+    };
     let old_phase = old.and_then(|s| s.phase.as_deref());
     let phase = match (old_phase, &progress) {
         (Some(p @ ("Succeeded" | "Failed")), _) => p.to_string(),
         (_, InitProgress::Failed(_)) => "Failed".to_string(),
         (_, InitProgress::Pending(_)) => "Pending".to_string(),
-        (_, InitProgress::Done) => phase(&statuses, policy).to_string(),
+        (_, InitProgress::Done) => phase(&statuses, restartable).to_string(),
     };
     // A deleted pod whose containers all stopped is terminal: they will not
     // restart whatever the restart policy (the kubelet's `podIsTerminal`).
@@ -325,7 +388,7 @@ pub fn status(
     let mut phase = phase;
     let mut reason_message = None;
     if stopped_for_deletion && !matches!(phase.as_str(), "Succeeded" | "Failed") {
-        let settled = super::status::phase(&statuses, "Never");
+        let settled = super::status::phase(&statuses, |_, _| false);
         if settled != "Pending" {
             phase = settled.to_string();
         }
@@ -473,6 +536,8 @@ pub fn status(
         conditions: Some(conditions),
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
+            .then_some(ephemeral_statuses),
         host_ip: ctx.host_ips.first().cloned(),
         host_ips: Some(
             ctx.host_ips
@@ -1098,5 +1163,163 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(qos_class(&p), "Burstable");
+    }
+
+    #[test]
+    fn container_restart_policy_decides_the_phase() {
+        // (name, pod, exit code, waiting to restart, phase)
+        let s0 = || vec![sandbox("s0", 0, true)];
+        let rule = pod("rule")
+            .restart_policy("Never")
+            .container("a", "busybox")
+            .container_restart("Never", &[("Restart", "In", &[42])])
+            .build();
+        let own_never = pod("own-never")
+            .container("a", "busybox")
+            .container_restart("Never", &[])
+            .build();
+        let on_failure = pod("job")
+            .restart_policy("Never")
+            .container("a", "busybox")
+            .container_restart("OnFailure", &[])
+            .build();
+        let crash = BTreeMap::from([(
+            "a".to_string(),
+            Waiting {
+                reason: "CrashLoopBackOff".into(),
+                message: "back-off".into(),
+            },
+        )]);
+        let none = BTreeMap::new();
+        let cases = [
+            ("rule matches", &rule, 42, &none, "Running"),
+            ("rule matches, backing off", &rule, 42, &crash, "Running"),
+            ("rule does not match", &rule, 1, &none, "Failed"),
+            (
+                "container Never under pod Always",
+                &own_never,
+                1,
+                &none,
+                "Failed",
+            ),
+            ("container Never, exit 0", &own_never, 0, &none, "Succeeded"),
+            (
+                "OnFailure under pod Never, failed",
+                &on_failure,
+                1,
+                &none,
+                "Running",
+            ),
+            (
+                "OnFailure under pod Never, done",
+                &on_failure,
+                0,
+                &none,
+                "Succeeded",
+            ),
+        ];
+        for (name, p, code, waiting, want) in cases {
+            let rt = runtime(
+                s0(),
+                vec![exited(ctr("c1", "a", 0, "s0", Running), code, t(5))],
+            );
+            let st = status(p, &rt, waiting, &BTreeMap::new(), &ctx(), t(100));
+            assert_eq!(st.phase.as_deref(), Some(want), "{name}");
+        }
+    }
+
+    #[test]
+    fn ephemeral_container_statuses() {
+        let p = pod("web")
+            .container("a", "busybox")
+            .ephemeral("zz", "busybox", None)
+            .ephemeral("debugger", "busybox", Some("a"))
+            .build();
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![
+                ctr("c1", "a", 0, "s0", Running),
+                ctr("e1", "debugger", 0, "s0", Running),
+            ],
+        );
+        let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(100));
+        let eph = st.ephemeral_container_statuses.clone().unwrap();
+        let names: Vec<&str> = eph.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, vec!["debugger", "zz"], "sorted by name");
+        assert_eq!(state_of(&eph[0]), "running");
+        assert_eq!(eph[0].container_id.as_deref(), Some("containerd://e1"));
+        assert!(!eph[0].ready && eph[0].started.is_none(), "never probed");
+        assert_eq!(state_of(&eph[1]), "waiting:ContainerCreating");
+        // Ready and the phase are the main containers' alone.
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        let ready = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "True");
+        // An exited one stays terminated; it is not restarted.
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![
+                ctr("c1", "a", 0, "s0", Running),
+                exited(ctr("e1", "debugger", 0, "s0", Running), 1, t(50)),
+            ],
+        );
+        let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(100));
+        let eph = st.ephemeral_container_statuses.clone().unwrap();
+        assert_eq!(state_of(&eph[0]), "terminated:1:Error");
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        // Its record gone (the runtime's state lost), it stays terminated.
+        let mut reported = p.clone();
+        reported.status = Some(st.clone());
+        let lost = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![ctr("c1", "a", 0, "s0", Running)],
+        );
+        let again = status(
+            &reported,
+            &lost,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            t(200),
+        );
+        assert_eq!(
+            state_of(&again.ephemeral_container_statuses.unwrap()[0]),
+            "terminated:1:Error"
+        );
+        // In a pod with init containers, an ephemeral one not yet created waits
+        // with PodInitializing.
+        let init = pod("web")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .ephemeral("debugger", "busybox", None)
+            .build();
+        let st = status(
+            &init,
+            &runtime(vec![sandbox("s0", 0, true)], vec![]),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            t(100),
+        );
+        assert_eq!(
+            state_of(&st.ephemeral_container_statuses.unwrap()[0]),
+            "waiting:PodInitializing"
+        );
+        // No ephemeral containers: no field.
+        let plain = pod("web").container("a", "busybox").build();
+        let st = status(
+            &plain,
+            &rt,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            t(100),
+        );
+        assert!(st.ephemeral_container_statuses.is_none());
     }
 }

@@ -634,6 +634,25 @@ pub fn container_config(
     }
 }
 
+/// Makes the container join the process namespace of container `target_id`
+/// (`NamespaceMode::Target`), as the kubelet does for an ephemeral container
+/// with a `targetContainerName`; only when the container would otherwise get
+/// its own (a pod sharing one process namespace, or the host's, keeps it).
+pub fn target_pid_namespace(config: &mut cri::ContainerConfig, target_id: &str) {
+    let Some(ns) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .and_then(|sc| sc.namespace_options.as_mut())
+    else {
+        return;
+    };
+    if ns.pid == cri::NamespaceMode::Container as i32 {
+        ns.pid = cri::NamespaceMode::Target as i32;
+        ns.target_id = target_id.to_string();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -855,5 +874,33 @@ mod tests {
                 .unwrap_err()
                 .contains("runAsUser breaks non-root policy")
         );
+    }
+
+    #[test]
+    fn ephemeral_container_joins_its_targets_process_namespace() {
+        let pid = |p: &Pod| {
+            let c = &p.spec.as_ref().unwrap().containers[0];
+            let mut cfg = container_config(p, c, 0, "sha256:b", &[], &node(), vec![]);
+            target_pid_namespace(&mut cfg, "c1");
+            let ns = cfg
+                .linux
+                .unwrap()
+                .security_context
+                .unwrap()
+                .namespace_options
+                .unwrap();
+            (ns.pid, ns.target_id)
+        };
+        let own = pod("web").container("c", "busybox").build();
+        assert_eq!(pid(&own), (cri::NamespaceMode::Target as i32, "c1".into()));
+        let mut shared = own.clone();
+        shared.spec.as_mut().unwrap().share_process_namespace = Some(true);
+        assert_eq!(
+            pid(&shared),
+            (cri::NamespaceMode::Pod as i32, String::new())
+        );
+        let mut host = own;
+        host.spec.as_mut().unwrap().host_pid = Some(true);
+        assert_eq!(pid(&host), (cri::NamespaceMode::Node as i32, String::new()));
     }
 }

@@ -328,18 +328,75 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
                 let Some((sandbox_id, sandbox_config, ips)) = &current else {
                     break;
                 };
-                match start_container(
-                    &pod,
-                    c,
-                    *attempt,
+                let Some(spec) = pod.spec.as_ref().and_then(|s| {
+                    s.containers
+                        .iter()
+                        .chain(s.init_containers.iter().flatten())
+                        .find(|x| &x.name == c)
+                }) else {
+                    continue;
+                };
+                let sandbox = Placement {
                     sandbox_id,
                     sandbox_config,
-                    ips,
-                    &volumes,
-                    &ctx,
-                )
-                .await
-                {
+                    pod_ips: ips,
+                    volumes: &volumes,
+                };
+                match start_container(&pod, spec, *attempt, None, &sandbox, &ctx).await {
+                    Ok(()) => ctx.memory(&uid, |m| m.pulls.remove(c)).map_or((), drop),
+                    Err(w) => {
+                        waiting.insert(c.clone(), w);
+                    }
+                }
+            }
+            Step::StartEphemeralContainer { name: c, target_id } => {
+                if current.is_none() {
+                    current = current_sandbox(&pod, &rt, &ctx)?;
+                }
+                let Some((sandbox_id, sandbox_config, ips)) = &current else {
+                    break;
+                };
+                let Some(ec) = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.ephemeral_containers.as_ref())
+                    .and_then(|ecs| ecs.iter().find(|x| &x.name == c))
+                else {
+                    continue;
+                };
+                let spec = super::plan::ephemeral_as_container(ec);
+                let target = ec.target_container_name.as_deref().unwrap_or_default();
+                let started = match (target, target_id) {
+                    ("", _) => None,
+                    (_, Some(id)) => Some(Ok(id.as_str())),
+                    (t, None) => Some(Err(format!("unable to find target container {t}"))),
+                };
+                let result = match started {
+                    Some(Err(msg)) => {
+                        ctx.event(
+                            &pod,
+                            Some(c),
+                            EventType::Warning,
+                            "Failed",
+                            format!("Error: {msg}"),
+                        );
+                        Err(Waiting {
+                            reason: "CreateContainerConfigError".into(),
+                            message: msg,
+                        })
+                    }
+                    target => {
+                        let sandbox = Placement {
+                            sandbox_id,
+                            sandbox_config,
+                            pod_ips: ips,
+                            volumes: &volumes,
+                        };
+                        let target = target.and_then(Result::ok);
+                        start_container(&pod, &spec, 0, target, &sandbox, &ctx).await
+                    }
+                };
+                match result {
                     Ok(()) => ctx.memory(&uid, |m| m.pulls.remove(c)).map_or((), drop),
                     Err(w) => {
                         waiting.insert(c.clone(), w);
@@ -667,31 +724,36 @@ fn pull_policy(c: &k8s_openapi::api::core::v1::Container) -> String {
     }
 }
 
-/// The kubelet's `startContainer` steps: ensure the image, create, start. A
-/// failure returns the waiting reason to show (after its events are sent).
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the kubelet's startContainer inputs, each used once"
-)]
+/// Where a container is started: the pod's current sandbox, its config and
+/// IPs, and the pod's volumes.
+struct Placement<'a> {
+    /// CRI sandbox ID.
+    sandbox_id: &'a str,
+    /// The sandbox's config (for image pulls and container creation).
+    sandbox_config: &'a cri::PodSandboxConfig,
+    /// The sandbox's IPs, primary first.
+    pod_ips: &'a [String],
+    /// The pod's volumes, set up.
+    volumes: &'a PodVolumes,
+}
+
+/// The kubelet's `startContainer` steps for container `spec` (a regular,
+/// init or ephemeral container): ensure the image, create, start. An ephemeral
+/// container with a `target_id` shares the process namespace of that
+/// container. A failure returns the waiting reason to show (after its events
+/// are sent).
 async fn start_container(
     pod: &Pod,
-    name: &str,
+    spec: &k8s_openapi::api::core::v1::Container,
     attempt: u32,
-    sandbox_id: &str,
-    sandbox_config: &cri::PodSandboxConfig,
-    pod_ips: &[String],
-    volumes: &PodVolumes,
+    target_id: Option<&str>,
+    at: &Placement<'_>,
     ctx: &Context,
 ) -> std::result::Result<(), Waiting> {
     let (ns, pod_name, uid) = pod_identity(pod);
-    let Some(spec) = pod.spec.as_ref().and_then(|s| {
-        s.containers
-            .iter()
-            .chain(s.init_containers.iter().flatten())
-            .find(|c| c.name == name)
-    }) else {
-        return Ok(());
-    };
+    let name = spec.name.as_str();
+    let (sandbox_id, sandbox_config, pod_ips, volumes) =
+        (at.sandbox_id, at.sandbox_config, at.pod_ips, at.volumes);
     let fail = |reason: &str, message: String| {
         ctx.event(
             pod,
@@ -785,6 +847,9 @@ async fn start_container(
     }
     let mut config =
         translate::container_config(pod, spec, attempt, &image.id, &env, &ctx.node, mounts);
+    if let Some(target) = target_id {
+        translate::target_pid_namespace(&mut config, target);
+    }
     match termination_log(&ctx.node.root_dir, &uid, spec, attempt).await {
         Ok(mount) => config.mounts.extend(mount),
         Err(e) => {
