@@ -3,7 +3,7 @@
 # from their Go modules into _output/bin/. Go's module and build caches make a
 # warm rebuild take seconds.
 #
-#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|e2e|ginkgo]
+#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|registry|e2e|ginkgo]
 #
 # `e2e` (not part of `all`) builds the upstream e2e test binary e2e.test and
 # the ginkgo CLI that runs it in parallel (hack/conformance.sh).
@@ -50,6 +50,12 @@ build_images() {
   (cd tests/cluster/node && CGO_ENABLED=0 go build -trimpath -o "$bin/" ./cmd/imagebuild ./cmd/registrylayout ./cmd/pause ./cmd/nnp)
 }
 
+build_registry() {
+  log "registry (github.com/distribution/distribution/v3, for private image pulls in the e2e tests)"
+  (cd tests/cluster/registry && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$bin/registry" \
+    github.com/distribution/distribution/v3/cmd/registry)
+}
+
 build_e2e() {
   log "e2e.test (k8s.io/kubernetes/test/e2e)"
   (cd tests/cluster && go test -c -trimpath -o "$bin/e2e.test" k8s.io/kubernetes/test/e2e)
@@ -64,12 +70,13 @@ build_ginkgo() {
 }
 
 case "$what" in
-  all) build_k8s; build_containerd; build_agnhost; build_images ;;
+  all) build_k8s; build_containerd; build_agnhost; build_images; build_registry ;;
   k8s) build_k8s ;;
   containerd) build_containerd ;;
   agnhost) build_agnhost ;;
   images) build_images ;;
+  registry) build_registry ;;
   e2e) build_e2e ;;
   ginkgo) build_ginkgo ;;
-  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|e2e|ginkgo)" >&2; exit 2 ;;
+  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|registry|e2e|ginkgo)" >&2; exit 2 ;;
 esac

@@ -9,7 +9,7 @@ PROG=install-deps
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 packages=(containernetworking-plugins runc protobuf-compiler busybox-static iproute2 iptables
-  conntrack socat openssl jq psmisc procps util-linux curl ca-certificates)
+  conntrack socat openssl jq psmisc procps util-linux curl ca-certificates apache2-utils)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
