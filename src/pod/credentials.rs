@@ -95,25 +95,23 @@ impl Keyring {
     #[must_use]
     pub fn lookup(&self, image: &str) -> Vec<cri::AuthConfig> {
         let (host, path) = image_location(image);
-        let mut found: Vec<(usize, &str, &Entry)> = self
+        let mut found: Vec<(usize, &Entry)> = self
             .entries
             .iter()
             .filter(|(key, _)| key_matches(key, &host, &path))
-            .map(|(key, e)| (normalize_key(key).len(), key.as_str(), e))
+            .map(|(key, e)| (normalize_key(key).len(), e))
             .collect();
         // Stable: equal lengths keep the secrets' order.
         found.sort_by_key(|f| std::cmp::Reverse(f.0));
         found
             .into_iter()
-            .map(|(_, key, e)| cri::AuthConfig {
+            .map(|(_, e)| cri::AuthConfig {
                 username: e.username.clone(),
                 password: e.password.clone(),
                 auth: String::new(),
-                server_address: normalize_key(key)
-                    .split('/')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string(),
+                // Left empty as the kubelet's keyring does: the key already
+                // matched the image's registry.
+                server_address: String::new(),
                 identity_token: e.identity_token.clone(),
                 registry_token: e.registry_token.clone(),
             })
@@ -293,7 +291,6 @@ mod tests {
             .map(|a| (a.username.as_str(), a.password.as_str()))
             .collect();
         assert_eq!(users, [("u2", "p2"), ("u1", "p1")]);
-        assert_eq!(found[0].server_address, "127.0.0.1:5000");
         assert!(k.lookup("busybox").is_empty());
     }
 
