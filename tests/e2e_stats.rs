@@ -134,6 +134,10 @@ async fn stats_summary_and_resource_metrics_show_a_busy_pod() {
         pod["podRef"]["uid"].as_str().is_some_and(|u| !u.is_empty()),
         "{pod}"
     );
+    // The sandbox's network namespace: its eth0.
+    assert_eq!(pod["network"]["name"], "eth0", "{pod:#}");
+    assert!(pod["network"]["rxBytes"].is_u64(), "{pod:#}");
+    assert!(pod["network"]["txBytes"].is_u64(), "{pod:#}");
 
     // Only cpu and memory.
     let small: Value =

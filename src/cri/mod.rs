@@ -302,6 +302,24 @@ impl Runtime {
             .status)
     }
 
+    /// CRI `PodSandboxStatus` with `verbose`: the status and the runtime's
+    /// extra information (containerd's `info` JSON carries the sandbox's `pid`).
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn pod_sandbox_status_verbose(
+        &self,
+        id: &str,
+    ) -> Result<cri::PodSandboxStatusResponse> {
+        let mut c = self.runtime.clone();
+        let req = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: true,
+        };
+        self.call("PodSandboxStatus", id, c.pod_sandbox_status(req))
+            .await
+    }
+
     /// CRI `ListPodSandbox` filtered by labels (empty: all sandboxes).
     ///
     /// # Errors

@@ -14,7 +14,9 @@
 //!
 //! Pods: cpu and memory are the sum of their containers' (containers run
 //! without a pod cgroup here); network from CRI `ListPodSandboxStats` when
-//! the runtime reports it; emptyDir volumes and ephemeral storage from the
+//! the runtime reports it, else from the sandbox process's
+//! `/proc/<pid>/net/dev` (containerd 2 refuses sandbox stats for sandboxes
+//! without a cgroup parent); emptyDir volumes and ephemeral storage from the
 //! pod's directories.
 //!
 //! Node: cpu and memory from the root cgroup (cgroup v1: `cpuacct.usage`,
@@ -347,7 +349,10 @@ impl Provider {
             p.containers.sort_by(|a, b| a.name.cmp(&b.name));
             (p.cpu, p.memory) = summary::pod_cpu_memory(&p.containers);
             if !only_cpu_and_memory {
-                p.network = networks.get(&sandbox_id).cloned();
+                p.network = match networks.get(&sandbox_id) {
+                    Some(n) => Some(n.clone()),
+                    None => self.sandbox_network(&sandbox_id, now).await,
+                };
                 let pod_dir = crate::volume::pod_dir(&self.root_dir, &p.pod_ref.uid);
                 p.volume = self.empty_dirs(&pod_dir, root_fs, now).await;
                 let hosts = dir_stats(pod_dir.join("etc-hosts"), None, now).await;
@@ -432,6 +437,21 @@ impl Provider {
                 summary::proc_cgroup_path(&text, "memory")?.to_string(),
             ))
         }
+    }
+
+    /// A sandbox's network namespace counters, read through its process
+    /// (`/proc/<pid>/net/dev`), when the runtime's sandbox stats have none.
+    async fn sandbox_network(&self, id: &str, now: Time) -> Option<summary::NetworkStats> {
+        let resp = match self.runtime.pod_sandbox_status_verbose(id).await {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(sandbox = id, error = %e, "sandbox status for its network");
+                return None;
+            }
+        };
+        let info: serde_json::Value = serde_json::from_str(resp.info.get("info")?).ok()?;
+        let pid = info.get("pid")?.as_u64().filter(|p| *p > 0)?;
+        summary::network_from_net_dev(&read(&PathBuf::from(format!("/proc/{pid}/net/dev")))?, now)
     }
 
     /// The pod's emptyDir volumes (`<pod dir>/volumes/kubernetes.io~empty-dir/*`).

@@ -301,6 +301,42 @@ pub fn network_from_cri(n: &cri::NetworkUsage) -> Option<NetworkStats> {
     })
 }
 
+/// The interfaces of a network namespace from its `/proc/<pid>/net/dev`,
+/// loopback left out, and the stats with `eth0` as the default interface
+/// (cAdvisor's network stats of a pod's sandbox, `cadvisorInfoToNetworkStats`);
+/// `None` without `eth0`.
+#[must_use]
+pub fn network_from_net_dev(net_dev: &str, time: Time) -> Option<NetworkStats> {
+    let interfaces: Vec<InterfaceStats> = net_dev
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let name = name.trim();
+            if name == "lo" || name.contains('|') {
+                return None;
+            }
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .ok()?;
+            (f.len() >= 11).then(|| InterfaceStats {
+                name: name.to_string(),
+                rx_bytes: Some(f[0]),
+                rx_errors: Some(f[2]),
+                tx_bytes: Some(f[8]),
+                tx_errors: Some(f[10]),
+            })
+        })
+        .collect();
+    let default = interfaces.iter().find(|i| i.name == "eth0")?.clone();
+    Some(NetworkStats {
+        time,
+        default,
+        interfaces,
+    })
+}
+
 /// CRI cpu usage as `CPUStats`; `rate` is the usage rate to report when the
 /// runtime gives none ([`CpuRates`]).
 #[must_use]

@@ -484,3 +484,31 @@ fn resource_metrics_under_the_kubelets_names() {
     );
     assert!(!failed.contains("node_cpu_usage_seconds_total"), "{failed}");
 }
+
+#[test]
+fn network_from_proc_net_dev() {
+    let text = "Inter-|   Receive                                                |  Transmit\n \
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n  \
+eth0:    1296      16    2    0    0     0          0         0      936      12    3    0    0     0       0          0\n  \
+net1:       5       1    0    0    0     0          0         0        6       1    0    0    0     0       0          0\n";
+    let got = network_from_net_dev(text, Time(4)).expect("eth0");
+    let eth0 = InterfaceStats {
+        name: "eth0".into(),
+        rx_bytes: Some(1296),
+        rx_errors: Some(2),
+        tx_bytes: Some(936),
+        tx_errors: Some(3),
+    };
+    assert_eq!(got.default, eth0);
+    assert_eq!(got.time, Time(4));
+    let names: Vec<&str> = got.interfaces.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["eth0", "net1"]);
+    // A host-network sandbox's namespace without eth0, or garbage: nothing.
+    assert_eq!(
+        network_from_net_dev("  lo: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n", Time(0)),
+        None
+    );
+    assert_eq!(network_from_net_dev("eth0: x y\n", Time(0)), None);
+    assert_eq!(network_from_net_dev("", Time(0)), None);
+}
