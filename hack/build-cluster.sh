@@ -3,10 +3,12 @@
 # from their Go modules into _output/bin/. Go's module and build caches make a
 # warm rebuild take seconds.
 #
-#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|registry|e2e|ginkgo]
+#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|registry|e2e|ginkgo|metrics-server]
 #
 # `e2e` (not part of `all`) builds the upstream e2e test binary e2e.test and
 # the ginkgo CLI that runs it in parallel (hack/conformance.sh).
+# `metrics-server` (not part of `all`) builds metrics-server, which
+# `hack/local-up.sh --metrics-server` runs behind the aggregation layer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -69,6 +71,14 @@ build_ginkgo() {
   (cd tests/cluster && go build -trimpath -ldflags='-s -w' -o "$bin/ginkgo" github.com/onsi/ginkgo/v2/ginkgo)
 }
 
+# metrics-server scrapes the node agents' /metrics/resource and serves
+# metrics.k8s.io (kubectl top). Its own module (tests/cluster/metrics-server)
+# keeps its Kubernetes library versions apart from the control plane's.
+build_metrics_server() {
+  log "metrics-server (sigs.k8s.io/metrics-server $(grep -m1 'sigs.k8s.io/metrics-server v' tests/cluster/metrics-server/go.mod | awk '{print $NF}'))"
+  (cd tests/cluster/metrics-server && go build -trimpath -ldflags='-s -w' -o "$bin/" sigs.k8s.io/metrics-server/cmd/metrics-server)
+}
+
 case "$what" in
   all) build_k8s; build_containerd; build_agnhost; build_images; build_registry ;;
   k8s) build_k8s ;;
@@ -78,5 +88,6 @@ case "$what" in
   registry) build_registry ;;
   e2e) build_e2e ;;
   ginkgo) build_ginkgo ;;
-  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|registry|e2e|ginkgo)" >&2; exit 2 ;;
+  metrics-server) build_metrics_server ;;
+  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|registry|e2e|ginkgo|metrics-server)" >&2; exit 2 ;;
 esac

@@ -12,6 +12,8 @@
 #     pod-logs/             container logs (/var/log/pods on a real node)
 #     logs/<name>.log       one log per daemon
 #     run/<name>.pid        one pid file per daemon: pid, then executable path
+#     run/metrics-server.apiservice  present while the metrics.k8s.io APIService
+#                           is registered (hack/local-up.sh --metrics-server)
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=$ROOT/_output/bin
@@ -42,7 +44,7 @@ if ! command -v kubectl >/dev/null 2>&1 && [[ -x $BIN/kubectl ]]; then
 fi
 
 # Every daemon, in start order. local-down.sh stops them in reverse.
-COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet rustlet)
+COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet rustlet metrics-server)
 
 PROG=${PROG:-$(basename "$0" .sh)}
 
@@ -205,6 +207,20 @@ ctr_k8s() { "$BIN/ctr" --address "$CTRD_SOCK" --namespace k8s.io "$@"; }
 
 # kubectl_admin ARGS...: kubectl as cluster admin.
 kubectl_admin() { kubectl --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
+
+# unregister_metrics_server: deletes the metrics.k8s.io APIService that
+# `local-up.sh --metrics-server` registered, so that API discovery (and with
+# it namespace deletion) does not wait on a metrics-server that no longer
+# runs. Needs the API server; a no-op unless it was registered.
+unregister_metrics_server() {
+  [[ -f $RUN/metrics-server.apiservice ]] || return 0
+  if kubectl_admin delete apiservice v1beta1.metrics.k8s.io --ignore-not-found --request-timeout=10s >/dev/null; then
+    rm -f "$RUN/metrics-server.apiservice"
+    log "unregistered APIService v1beta1.metrics.k8s.io"
+  else
+    warn "could not delete APIService v1beta1.metrics.k8s.io"
+  fi
+}
 
 # cleanup_runtime: removes every container and sandbox of our containerd,
 # kills what is left of their processes, and takes down the pod network:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Stops the local one-node cluster started by hack/local-up.sh: the node
-# agent, kube-scheduler, kube-controller-manager, kube-apiserver, etcd and
+# Stops the local one-node cluster started by hack/local-up.sh: metrics-server
+# (if started, and its APIService), the node agent, kube-scheduler, kube-controller-manager, kube-apiserver, etcd and
 # containerd; removes every pod container and sandbox, unmounts what they
 # left under _output/local, and removes the pod network (network namespaces,
 # veths, the rustlet0 bridge, IPAM leases, portmap rules).
@@ -27,6 +27,9 @@ done
 
 t0=$(now_ms)
 
+# metrics-server's APIService goes with it, while the API server still runs.
+if running_pid kube-apiserver >/dev/null; then unregister_metrics_server; fi
+stop_daemon metrics-server
 # Agents first, so nothing restarts pods while they are removed.
 stop_daemon rustlet 15
 stop_daemon kubelet 15

@@ -4,7 +4,12 @@
 # kube-scheduler, containerd (own socket, root and state) with bridge CNI,
 # the local images, and a node agent.
 #
-#   hack/local-up.sh [--agent rustlet|kubelet|none]     (default: rustlet)
+#   hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server]
+#
+# --agent picks the node agent (default rustlet). --metrics-server also runs
+# metrics-server (hack/build-cluster.sh metrics-server) on the host, registered
+# with the API server's aggregation layer as v1beta1.metrics.k8s.io, scraping
+# the agent's /metrics/resource: `kubectl top` works.
 #
 # Idempotent: a component that is already running is left alone, so running
 # it twice is harmless. Stop everything with hack/local-down.sh.
@@ -26,12 +31,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 usage() { sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; }
 
 agent=rustlet
+metrics_server=false
 while (($#)); do
   case $1 in
+    --metrics-server) metrics_server=true; shift ;;
     --agent) agent=${2:-}; shift 2 || die "--agent needs a value" ;;
     --agent=*) agent=${1#*=}; shift ;;
     -h | --help) usage; exit 0 ;;
-    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none])" ;;
+    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server])" ;;
   esac
 done
 case $agent in
@@ -114,6 +121,7 @@ build_if_missing k8s kube-apiserver kube-controller-manager kube-scheduler kubel
 build_if_missing containerd containerd containerd-shim-runc-v2 ctr
 build_if_missing agnhost agnhost
 build_if_missing images imagebuild pause
+if $metrics_server; then build_if_missing metrics-server metrics-server; fi
 
 if [[ $agent == rustlet ]]; then
   need_cmd cargo "needed to build rustlet"
@@ -134,8 +142,11 @@ declare -A ports=(
   [kube-scheduler]="10259"
   [kubelet]="10250 10248"
   [rustlet]="10250 10248"
+  [metrics-server]="4443"
 )
-for c in etcd kube-apiserver kube-controller-manager kube-scheduler "$agent"; do
+ms=none
+! $metrics_server || ms=metrics-server
+for c in etcd kube-apiserver kube-controller-manager kube-scheduler "$agent" "$ms"; do
   [[ $c == none ]] && continue
   running_pid "$c" >/dev/null && continue
   # shellcheck disable=SC2086 # a list of ports
@@ -235,6 +246,14 @@ make_cert kube-controller-manager "/CN=system:kube-controller-manager" clientAut
 make_cert kube-scheduler "/CN=system:kube-scheduler" clientAuth
 make_cert node "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
 make_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+# The aggregation layer: the API server proxies to extension API servers
+# (metrics-server) as front-proxy-client, passing the user in request headers.
+make_cert front-proxy-client "/CN=front-proxy-client" clientAuth
+if $metrics_server; then
+  make_cert metrics-server "/CN=system:metrics-server" "serverAuth, clientAuth" \
+    "DNS:metrics-server.kube-system.svc, IP:$NODE_IP"
+  make_kubeconfig "$LOCAL/metrics-server.kubeconfig" metrics-server system:metrics-server
+fi
 if [[ ! -s $PKI/sa.key || ! -s $PKI/sa.pub ]]; then
   log "pki: service-account signing key pair"
   rm -f "$PKI/sa.key" "$PKI/sa.pub"
@@ -353,6 +372,14 @@ POLICY
     --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
     --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
     --kubelet-preferred-address-types=InternalIP \
+    --requestheader-client-ca-file="$PKI/ca.crt" \
+    --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User \
+    --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --proxy-client-cert-file="$PKI/front-proxy-client.crt" \
+    --proxy-client-key-file="$PKI/front-proxy-client.key" \
+    --enable-aggregator-routing=true \
     --endpoint-reconciler-type=none
 fi
 phase "start etcd, containerd, apiserver"
@@ -521,6 +548,134 @@ if [[ $agent != none ]]; then
   wait_daemon "$agent" "node $NODE_NAME to register" "$READY_TIMEOUT" kubectl_admin get node "$NODE_NAME"
   wait_daemon "$agent" "node $NODE_NAME to be Ready" "$READY_TIMEOUT" ready_since "$agent_since"
   phase "node Ready ($agent)"
+fi
+
+# ---------------------------------------------------------------- metrics-server
+# On the host, on the node IP: a Service without selector and a hand-made
+# EndpointSlice name it, and the API server (--enable-aggregator-routing)
+# proxies metrics.k8s.io to that endpoint, so no kube-proxy is needed.
+if $metrics_server; then
+  if pid=$(running_pid metrics-server); then
+    log "metrics-server already running (pid $pid)"
+  else
+    start_daemon metrics-server "$BIN/metrics-server" \
+      --kubeconfig="$LOCAL/metrics-server.kubeconfig" \
+      --authentication-kubeconfig="$LOCAL/metrics-server.kubeconfig" \
+      --authorization-kubeconfig="$LOCAL/metrics-server.kubeconfig" \
+      --bind-address="$NODE_IP" --secure-port=4443 \
+      --tls-cert-file="$PKI/metrics-server.crt" --tls-private-key-file="$PKI/metrics-server.key" \
+      --kubelet-preferred-address-types=InternalIP \
+      --kubelet-use-node-status-port \
+      --kubelet-insecure-tls \
+      --kubelet-request-timeout=5s \
+      --metric-resolution=10s
+  fi
+  log "registering metrics-server as APIService v1beta1.metrics.k8s.io"
+  touch "$RUN/metrics-server.apiservice"
+  kubectl_admin apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:metrics-server
+rules:
+- apiGroups: [""]
+  resources: [nodes/metrics]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [pods, nodes]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:metrics-server
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:metrics-server
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: system:metrics-server
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: metrics-server:system:auth-delegator
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:auth-delegator
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: system:metrics-server
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: metrics-server-auth-reader
+  namespace: kube-system
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: extension-apiserver-authentication-reader
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: system:metrics-server
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: metrics-server
+  namespace: kube-system
+spec:
+  ports:
+  - name: https
+    port: 443
+    protocol: TCP
+    targetPort: 4443
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: metrics-server
+  namespace: kube-system
+  labels:
+    kubernetes.io/service-name: metrics-server
+    endpointslice.kubernetes.io/managed-by: local-up.rustlet
+addressType: IPv4
+ports:
+- name: https
+  port: 4443
+  protocol: TCP
+endpoints:
+- addresses: ["$NODE_IP"]
+  conditions:
+    ready: true
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: v1beta1.metrics.k8s.io
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  caBundle: $(base64 -w0 "$PKI/ca.crt")
+  service:
+    name: metrics-server
+    namespace: kube-system
+    port: 443
+EOF
+  wait_daemon metrics-server "APIService v1beta1.metrics.k8s.io to be Available" 90 \
+    kubectl_admin wait apiservice v1beta1.metrics.k8s.io --for=condition=Available --timeout=5s
+  phase "metrics-server Available"
+else
+  # Left registered by an earlier run whose metrics-server is gone.
+  running_pid metrics-server >/dev/null || unregister_metrics_server
 fi
 
 log "cluster up in $(since "$t_start") (agent: $agent, node: $NODE_NAME)"

@@ -37,7 +37,8 @@ step() {
 }
 
 e2e() {
-  "$ROOT/hack/local-up.sh" --agent rustlet || return 1
+  # With metrics-server, so that tests/e2e_stats.rs can check `kubectl top`.
+  "$ROOT/hack/local-up.sh" --agent rustlet --metrics-server || return 1
   local rc=0
   # Every tests/e2e*.rs in one run; the restart scenario kills the agent, so it runs alone, last.
   local -a targets=()
@@ -61,6 +62,7 @@ if ! $quick; then
   # Start from a clean node: no bridge, veths or mounts left by an earlier run.
   hack/local-down.sh >/dev/null 2>&1 || true
   step "build cluster" hack/build-cluster.sh all
+  step "build metrics-server" hack/build-cluster.sh metrics-server
   step "cluster smoke test (kubelet)" hack/test-cluster-smoke.sh --agent kubelet
   step "end-to-end tests (rustlet)" e2e
   step "build e2e.test" hack/build-cluster.sh e2e

@@ -367,6 +367,7 @@ fn server_config(
         };
     }
     cfg.client_ca_file.clone_from(&args.client_ca_file);
+    cfg.root_dir.clone_from(&settings.root_dir);
     cfg.kubelet_config = settings.kubelet_configuration();
     Ok(cfg)
 }

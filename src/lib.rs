@@ -15,6 +15,7 @@ pub mod node;
 pub mod pod;
 pub mod prober;
 pub mod server;
+pub mod stats;
 pub mod volume;
 
 /// The Kubernetes version whose kubelet this agent follows.

@@ -302,6 +302,24 @@ impl Runtime {
             .status)
     }
 
+    /// CRI `PodSandboxStatus` with `verbose`: the status and the runtime's
+    /// extra information (containerd's `info` JSON carries the sandbox's `pid`).
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn pod_sandbox_status_verbose(
+        &self,
+        id: &str,
+    ) -> Result<cri::PodSandboxStatusResponse> {
+        let mut c = self.runtime.clone();
+        let req = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: true,
+        };
+        self.call("PodSandboxStatus", id, c.pod_sandbox_status(req))
+            .await
+    }
+
     /// CRI `ListPodSandbox` filtered by labels (empty: all sandboxes).
     ///
     /// # Errors
@@ -342,6 +360,53 @@ impl Runtime {
             .call("ListContainers", "node", c.list_containers(req))
             .await?
             .containers)
+    }
+
+    /// CRI `ListContainerStats`: cpu, memory and writable layer usage of every
+    /// container the runtime knows.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn list_container_stats(&self) -> Result<Vec<cri::ContainerStats>> {
+        let mut c = self.runtime.clone();
+        let req = cri::ListContainerStatsRequest {
+            filter: Some(cri::ContainerStatsFilter::default()),
+        };
+        Ok(self
+            .call("ListContainerStats", "node", c.list_container_stats(req))
+            .await?
+            .stats)
+    }
+
+    /// CRI `ListPodSandboxStats`: pod-level cpu, memory, network and process
+    /// usage of every sandbox.
+    ///
+    /// # Errors
+    /// As every call; runtimes without it answer `Unimplemented`.
+    pub async fn list_pod_sandbox_stats(&self) -> Result<Vec<cri::PodSandboxStats>> {
+        let mut c = self.runtime.clone();
+        let req = cri::ListPodSandboxStatsRequest {
+            filter: Some(cri::PodSandboxStatsFilter::default()),
+        };
+        Ok(self
+            .call("ListPodSandboxStats", "node", c.list_pod_sandbox_stats(req))
+            .await?
+            .stats)
+    }
+
+    /// CRI `ContainerStatus` with `verbose`: the status and the runtime's
+    /// extra information (containerd's `info` JSON carries the process `pid`).
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn container_status_verbose(&self, id: &str) -> Result<cri::ContainerStatusResponse> {
+        let mut c = self.runtime.clone();
+        let req = cri::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: true,
+        };
+        self.call("ContainerStatus", id, c.container_status(req))
+            .await
     }
 
     /// CRI `ContainerStatus` (exit code, times, reason).
@@ -543,6 +608,21 @@ impl Runtime {
             .call("ImageStatus", image, c.image_status(req))
             .await?
             .image)
+    }
+
+    /// CRI `ImageFsInfo`: usage of the filesystems that hold images and
+    /// containers' writable layers.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn image_fs_info(&self) -> Result<cri::ImageFsInfoResponse> {
+        let mut c = self.images.clone();
+        self.call(
+            "ImageFsInfo",
+            "node",
+            c.image_fs_info(cri::ImageFsInfoRequest {}),
+        )
+        .await
     }
 
     /// CRI `ListImages`: every image on the node.

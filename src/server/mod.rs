@@ -14,6 +14,11 @@
 //! - `/exec/…`, `/attach/…`, `/portForward/…`: the runtime's streaming server
 //!   behind an upgrade-aware proxy ([`stream`]), which is what `kubectl exec`,
 //!   `attach` and `port-forward` reach through the API server.
+//! - `/stats/summary`: the stats API `Summary` of the node and its pods
+//!   ([`crate::stats`]); `?only_cpu_and_memory=true` leaves out the rest.
+//! - `/metrics`, `/metrics/probes`: the agent's metrics ([`crate::metrics`]);
+//!   `/metrics/resource`: node, pod and container cpu and memory under the
+//!   kubelet's resource metric names, which metrics-server scrapes.
 //!
 //! Any other path answers 404 `404 page not found` after authorization, as the
 //! kubelet's router does.
@@ -97,6 +102,9 @@ pub struct ServerConfig {
     pub client_ca_file: Option<PathBuf>,
     /// Directory of pod logs (`podLogsDir`, `/var/log/pods`).
     pub pod_logs_dir: PathBuf,
+    /// The agent's root directory (`--root-dir`, `/var/lib/rustlet`): pod
+    /// directories and the filesystem `/stats/summary` reports as the node's.
+    pub root_dir: PathBuf,
     /// The agent's other effective KubeletConfiguration fields (a JSON object),
     /// shown by `/configz` with this server's own.
     pub kubelet_config: serde_json::Value,
@@ -126,6 +134,7 @@ impl ServerConfig {
             },
             client_ca_file: None,
             pod_logs_dir,
+            root_dir: PathBuf::from("/var/lib/rustlet"),
             kubelet_config: serde_json::json!({}),
         }
     }
@@ -159,6 +168,7 @@ struct App {
     pods: Store<Pod>,
     runtime: crate::cri::Runtime,
     pod_logs_dir: PathBuf,
+    stats: Arc<crate::stats::Provider>,
 }
 
 /// The node API with its sockets open, ready to [`run`](Self::run).
@@ -167,6 +177,7 @@ pub struct Server {
     healthz: Option<TcpListener>,
     acceptor: tokio_rustls::TlsAcceptor,
     router: Router,
+    stats: Arc<crate::stats::Provider>,
 }
 
 impl std::fmt::Debug for Server {
@@ -200,9 +211,16 @@ impl Server {
         let app = Arc::new(App {
             configz: configz(&cfg),
             pods: deps.pods,
+            stats: Arc::new(crate::stats::Provider::new(
+                &cfg.node_name,
+                deps.runtime.clone(),
+                cfg.root_dir.clone(),
+                cfg.pod_logs_dir.clone(),
+            )),
             runtime: deps.runtime,
             pod_logs_dir: cfg.pod_logs_dir,
         });
+        let stats = app.stats.clone();
         let router = Router::new()
             .merge(healthz_routes())
             .route("/configz", get(configz_handler))
@@ -210,6 +228,8 @@ impl Server {
             .route("/pods/", get(pods))
             .route("/metrics", get(metrics))
             .route("/metrics/probes", get(probe_metrics))
+            .route("/metrics/resource", get(resource_metrics))
+            .route("/stats/summary", get(stats_summary))
             .route(
                 "/containerLogs/{namespace}/{pod}/{container}",
                 get(container_logs),
@@ -246,6 +266,7 @@ impl Server {
             healthz,
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
             router,
+            stats,
         })
     }
 
@@ -306,9 +327,11 @@ impl Server {
                 ));
             }
         };
+        let stats = self.stats.clone();
         tokio::select! {
             r = healthz => r,
             () = https => Ok(()),
+            () = stats.sample() => Ok(()),
         }
     }
 }
@@ -454,6 +477,52 @@ async fn probe_metrics() -> Response {
         Err(e) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("encoding metrics: {e}"),
+        ),
+    }
+}
+
+/// `/metrics/resource`: the node's, pods' and containers' cpu and working
+/// set from the stats summary (the kubelet's resource metrics collector);
+/// `resource_scrape_error 1` alone when the stats cannot be gathered.
+async fn resource_metrics(State(app): State<Arc<App>>) -> Response {
+    let summary = match app.stats.summary(true).await {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warn!(error = %e, "resource metrics");
+            None
+        }
+    };
+    match crate::stats::summary::resource_metrics(summary.as_ref()) {
+        Ok(body) => ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response(),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics: {e}"),
+        ),
+    }
+}
+
+/// `/stats/summary` as the kubelet's `handleSummary`: the whole summary, or
+/// only cpu and memory with `?only_cpu_and_memory=true`; 500 `Internal Error:
+/// …` when the runtime cannot be asked.
+async fn stats_summary(State(app): State<Arc<App>>, RawQuery(q): RawQuery) -> Response {
+    let only: Vec<String> = q
+        .as_deref()
+        .map(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .filter(|(k, _)| k == "only_cpu_and_memory")
+                .map(|(_, v)| v.into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let only_cpu_and_memory = only.len() == 1 && only[0] == "true";
+    match app.stats.summary(only_cpu_and_memory).await {
+        Ok(s) => match serde_json::to_vec(&s) {
+            Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        },
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("Internal Error: {e}"),
         ),
     }
 }

@@ -458,3 +458,28 @@ async fn streaming_requests_are_checked_before_the_runtime_is_asked() {
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
     assert!(body.contains("ListContainers"), "{body}");
 }
+
+#[tokio::test]
+async fn stats_without_a_runtime_answer_the_kubelets_errors() {
+    let f = start().await;
+    let tester = || Some(client_cert(&f.ca, "tester", "testers"));
+    // The runtime's socket does not exist: the summary cannot be gathered.
+    let (status, body) = f.get("/stats/summary", tester(), None).await.unwrap();
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(body.starts_with("Internal Error: "), "{body}");
+    // The resource metrics still answer, with the scrape error set.
+    let (status, body) = f.get("/metrics/resource", tester(), None).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body.lines().any(|l| l == "resource_scrape_error 1"),
+        "{body}"
+    );
+    // Authorized as nodes/stats and nodes/metrics.
+    let seen = f.seen.lock().unwrap().clone();
+    let subresources: Vec<&str> = seen
+        .iter()
+        .filter_map(|r| r["spec"]["resourceAttributes"]["subresource"].as_str())
+        .collect();
+    assert!(subresources.contains(&"stats"), "{subresources:?}");
+    assert!(subresources.contains(&"metrics"), "{subresources:?}");
+}
