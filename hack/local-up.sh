@@ -555,21 +555,6 @@ fi
 # EndpointSlice name it, and the API server (--enable-aggregator-routing)
 # proxies metrics.k8s.io to that endpoint, so no kube-proxy is needed.
 if $metrics_server; then
-  if pid=$(running_pid metrics-server); then
-    log "metrics-server already running (pid $pid)"
-  else
-    start_daemon metrics-server "$BIN/metrics-server" \
-      --kubeconfig="$LOCAL/metrics-server.kubeconfig" \
-      --authentication-kubeconfig="$LOCAL/metrics-server.kubeconfig" \
-      --authorization-kubeconfig="$LOCAL/metrics-server.kubeconfig" \
-      --bind-address="$NODE_IP" --secure-port=4443 \
-      --tls-cert-file="$PKI/metrics-server.crt" --tls-private-key-file="$PKI/metrics-server.key" \
-      --kubelet-preferred-address-types=InternalIP \
-      --kubelet-use-node-status-port \
-      --kubelet-insecure-tls \
-      --kubelet-request-timeout=5s \
-      --metric-resolution=10s
-  fi
   log "registering metrics-server as APIService v1beta1.metrics.k8s.io"
   touch "$RUN/metrics-server.apiservice"
   kubectl_admin apply -f - >/dev/null <<EOF
@@ -670,6 +655,26 @@ spec:
     namespace: kube-system
     port: 443
 EOF
+  # metrics-server reads extension-apiserver-authentication at start and exits
+  # if it may not: start it once its RBAC is in force.
+  wait_for "RBAC of system:metrics-server in force" 30 \
+    kubectl_admin auth can-i get configmaps/extension-apiserver-authentication \
+    -n kube-system --as system:metrics-server || die "metrics-server's RBAC is not in force"
+  if pid=$(running_pid metrics-server); then
+    log "metrics-server already running (pid $pid)"
+  else
+    start_daemon metrics-server "$BIN/metrics-server" \
+      --kubeconfig="$LOCAL/metrics-server.kubeconfig" \
+      --authentication-kubeconfig="$LOCAL/metrics-server.kubeconfig" \
+      --authorization-kubeconfig="$LOCAL/metrics-server.kubeconfig" \
+      --bind-address="$NODE_IP" --secure-port=4443 \
+      --tls-cert-file="$PKI/metrics-server.crt" --tls-private-key-file="$PKI/metrics-server.key" \
+      --kubelet-preferred-address-types=InternalIP \
+      --kubelet-use-node-status-port \
+      --kubelet-insecure-tls \
+      --kubelet-request-timeout=5s \
+      --metric-resolution=10s
+  fi
   wait_daemon metrics-server "APIService v1beta1.metrics.k8s.io to be Available" 90 \
     kubectl_admin wait apiservice v1beta1.metrics.k8s.io --for=condition=Available --timeout=5s
   phase "metrics-server Available"
