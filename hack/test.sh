@@ -48,7 +48,7 @@ e2e() {
     [[ $f == e2e_restart ]] || targets+=(--test "$f")
   done
   cargo test --no-fail-fast "${targets[@]}" -- --ignored --test-threads 4 || rc=1
-  cargo test --test e2e_restart -- --ignored || rc=1
+  cargo test --test e2e_restart -- --ignored --test-threads 1 || rc=1
   ((rc == 0)) || tail_log rustlet 60
   "$ROOT/hack/local-down.sh" || rc=1
   return $rc

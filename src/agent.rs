@@ -267,12 +267,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .shutdown_on_signal();
     let store = controller.store();
     let ctx = Arc::new(ctx.with_store(store.clone()));
-    let server = tokio::spawn(crate::server::serve(
+    // The node API drains once the pod workers have stopped on SIGTERM/SIGINT.
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(crate::server::serve_until(
         server_config(&args, &settings, &node_name, &node_ip)?,
         crate::server::Deps {
             client: client.clone(),
             pods: store.clone(),
             runtime: runtime.clone(),
+        },
+        async {
+            let _ = server_stopped.await;
         },
     ));
     let housekeeping = tokio::spawn({
@@ -298,13 +303,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         });
     // The node API failing to start (port in use, bad certificate) is fatal, as
     // for the kubelet.
-    let result = tokio::select! {
-        () = pods => Ok(()),
-        r = server => Err(match r {
+    let server_failed =
+        |r: std::result::Result<crate::server::Result<()>, tokio::task::JoinError>| match r {
             Ok(Ok(())) => anyhow!("node API server stopped"),
             Ok(Err(e)) => anyhow!(e).context("node API server"),
             Err(e) => anyhow!("node API server task: {e}"),
-        }),
+        };
+    let result = tokio::select! {
+        () = pods => {
+            // A signal stopped the pod workers: drain the node API, then go.
+            let _ = stop_server.send(());
+            let drained = tokio::time::timeout(
+                crate::server::DRAIN + Duration::from_secs(1),
+                &mut server,
+            )
+            .await;
+            match drained {
+                Ok(Ok(Ok(()))) | Err(_) => Ok(()),
+                Ok(r) => Err(server_failed(r)),
+            }
+        }
+        r = &mut server => Err(server_failed(r)),
     };
     housekeeping.abort();
     info!("stopped");

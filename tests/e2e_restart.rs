@@ -1,6 +1,8 @@
 //! Restart safety on the local cluster: after `kill -9` of the agent and a
 //! restart, every running container is adopted from CRI labels; none restarts
-//! and no status changes; pods deleted while it was down are cleaned up.
+//! and no status changes; pods deleted while it was down are cleaned up. On
+//! SIGTERM the agent drains its node API and exits. The tests stop the agent:
+//! run them one at a time (`--test-threads 1`).
 
 mod common;
 
@@ -150,5 +152,82 @@ async fn kill_and_restart_adopts_running_pods() {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn sigterm_drains_the_node_api_and_exits() {
+    use std::io::BufRead as _;
+    let client = client().await;
+    let ns = namespace(&client, "e2e-sigterm").await;
+    create(
+        &client,
+        &ns,
+        &pod(
+            "ticker",
+            "Always",
+            BUSYBOX,
+            &["sh", "-c", "while true; do echo tick; sleep 1; done"],
+        ),
+    )
+    .await;
+    wait_for(&client, &ns, "ticker", 60, "Running", phase("Running")).await;
+    let mut logs = std::process::Command::new("kubectl")
+        .args(["logs", "-f", "-n", &ns, "ticker"])
+        .env("KUBECONFIG", local().join("admin.kubeconfig"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl logs -f");
+    let mut lines = std::io::BufReader::new(logs.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "tick", "the follow streams");
+    std::thread::spawn(move || lines.for_each(drop));
+
+    let pid = agent_pid();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    // The follow ends cleanly (not cut off) and the agent exits, both well
+    // within the drain period.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = logs.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "kubectl logs -f still runs");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "kubectl logs -f: {status}");
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent still runs after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = std::fs::read_to_string(local().join("logs/rustlet.log")).unwrap();
+    let drained = log
+        .rfind("draining the node API")
+        .expect("the node API drained");
+    assert!(
+        log[drained..].contains("rustlet::agent: stopped"),
+        "{}",
+        &log[drained..]
+    );
+
+    let up = std::process::Command::new(root().join("hack/local-up.sh"))
+        .args(["--agent", "rustlet"])
+        .status()
+        .unwrap();
+    assert!(up.success(), "restart the agent with hack/local-up.sh");
+    let p = wait_for(&client, &ns, "ticker", 30, "Running", phase("Running")).await;
+    assert_eq!(
+        container_status(&p).restart_count,
+        0,
+        "the container ran on while the agent was away"
+    );
     drop_namespace(&client, &ns).await;
 }

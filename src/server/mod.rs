@@ -164,6 +164,8 @@ const FOLLOW_POLL: Duration = Duration::from_millis(200);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct App {
+    /// True once the server drains: followed logs and proxied streams end.
+    draining: tokio::sync::watch::Receiver<bool>,
     configz: serde_json::Value,
     pods: Store<Pod>,
     runtime: crate::cri::Runtime,
@@ -173,6 +175,8 @@ struct App {
 
 /// The node API with its sockets open, ready to [`run`](Self::run).
 pub struct Server {
+    /// Set when the server starts draining ([`Server::run_until`]).
+    draining: tokio::sync::watch::Sender<bool>,
     listener: TcpListener,
     healthz: Option<TcpListener>,
     acceptor: tokio_rustls::TlsAcceptor,
@@ -208,7 +212,9 @@ impl Server {
             None => None,
         };
         let auth = Arc::new(auth::Auth::new(deps.client, cfg.node_name.clone()));
+        let (draining, draining_rx) = tokio::sync::watch::channel(false);
         let app = Arc::new(App {
+            draining: draining_rx.clone(),
             configz: configz(&cfg),
             pods: deps.pods,
             stats: Arc::new(crate::stats::Provider::new(
@@ -222,7 +228,7 @@ impl Server {
         });
         let stats = app.stats.clone();
         let router = Router::new()
-            .merge(healthz_routes())
+            .merge(healthz_routes(draining_rx))
             .route("/configz", get(configz_handler))
             .route("/pods", get(pods))
             .route("/pods/", get(pods))
@@ -262,6 +268,7 @@ impl Server {
             .with_state(app)
             .layer(axum::middleware::from_fn_with_state(auth, auth::filter));
         Ok(Self {
+            draining,
             listener,
             healthz,
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
@@ -290,57 +297,104 @@ impl Server {
     /// # Errors
     /// [`Error::Healthz`] when the health endpoint stops.
     pub async fn run(self) -> Result<()> {
-        if let Ok(addr) = self.listener.local_addr() {
+        self.run_until(std::future::pending()).await
+    }
+
+    /// Serves until `stop` completes, then drains: no new connections are
+    /// accepted, `/healthz` answers 500 (`[-]syncloop failed`), followed logs
+    /// end as if their container had stopped and proxied exec/attach/
+    /// port-forward streams are closed on both sides; in-flight requests get up
+    /// to [`DRAIN`] to finish before their connections are dropped.
+    ///
+    /// # Errors
+    /// [`Error::Healthz`] when the health endpoint stops before `stop`.
+    pub async fn run_until(self, stop: impl Future<Output = ()>) -> Result<()> {
+        let Self {
+            draining,
+            listener,
+            healthz,
+            acceptor,
+            router,
+            stats,
+        } = self;
+        if let Ok(addr) = listener.local_addr() {
             info!(%addr, "serving the node API");
         }
-        let healthz = async {
-            match self.healthz {
-                Some(l) => {
-                    let addr = l.local_addr().map_err(|source| Error::Healthz {
-                        addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
-                        source,
-                    })?;
-                    info!(%addr, "serving the health endpoint");
-                    axum::serve(l, healthz_routes())
-                        .await
-                        .map_err(|source| Error::Healthz { addr, source })
-                }
-                None => std::future::pending().await,
+        let mut healthz = tokio::spawn({
+            let routes = healthz_routes(draining.subscribe());
+            async move {
+                let Some(l) = healthz else {
+                    return std::future::pending().await;
+                };
+                let addr = l.local_addr().map_err(|source| Error::Healthz {
+                    addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+                    source,
+                })?;
+                info!(%addr, "serving the health endpoint");
+                axum::serve(l, routes)
+                    .await
+                    .map_err(|source| Error::Healthz { addr, source })
             }
-        };
-        let https = async {
-            loop {
-                let (tcp, peer) = match self.listener.accept().await {
-                    Ok(x) => x,
+        });
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let sample = stats.sample();
+        tokio::pin!(stop, sample);
+        let result = loop {
+            tokio::select! {
+                () = &mut stop => break Ok(()),
+                r = &mut healthz => break match r {
+                    Ok(r) => r,
+                    Err(e) => Err(Error::Healthz {
+                        addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+                        source: std::io::Error::other(e),
+                    }),
+                },
+                () = &mut sample => {}
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, peer)) => {
+                        tokio::spawn(connection(
+                            acceptor.clone(),
+                            router.clone(),
+                            tcp,
+                            peer,
+                            graceful.watcher(),
+                        ));
+                    }
                     Err(e) => {
                         // Out of file descriptors and the like: back off a little.
                         warn!(error = %e, "accept");
                         tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
                     }
-                };
-                tokio::spawn(connection(
-                    self.acceptor.clone(),
-                    self.router.clone(),
-                    tcp,
-                    peer,
-                ));
+                },
             }
         };
-        let stats = self.stats.clone();
-        tokio::select! {
-            r = healthz => r,
-            () = https => Ok(()),
-            () = stats.sample() => Ok(()),
+        drop(listener);
+        draining.send_replace(true);
+        info!("draining the node API");
+        if tokio::time::timeout(DRAIN, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            warn!(
+                seconds = DRAIN.as_secs(),
+                "node API connections still open after the drain; dropping them"
+            );
         }
+        healthz.abort();
+        result
     }
 }
+
+/// How long in-flight requests of the node API may take to finish once it
+/// drains (seconds).
+pub const DRAIN: Duration = Duration::from_secs(5);
 
 async fn connection(
     acceptor: tokio_rustls::TlsAcceptor,
     router: Router,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
+    watcher: hyper_util::server::graceful::Watcher,
 ) {
     let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
@@ -364,10 +418,9 @@ async fn connection(
         req.extensions_mut().insert(cert.clone());
         router.clone().oneshot(req)
     });
-    if let Err(e) = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-        .serve_connection_with_upgrades(TokioIo::new(tls), svc)
-        .await
-    {
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
+    if let Err(e) = watcher.watch(conn).await {
         debug!(%peer, error = %e, "connection");
     }
 }
@@ -379,6 +432,19 @@ async fn connection(
 /// See [`Server::bind`] and [`Server::run`].
 pub async fn serve(cfg: ServerConfig, deps: Deps) -> Result<()> {
     Server::bind(cfg, deps).await?.run().await
+}
+
+/// Starts the node API and serves until `stop` completes, then drains it:
+/// [`Server::bind`] then [`Server::run_until`].
+///
+/// # Errors
+/// See [`Server::bind`] and [`Server::run_until`].
+pub async fn serve_until(
+    cfg: ServerConfig,
+    deps: Deps,
+    stop: impl Future<Output = ()>,
+) -> Result<()> {
+    Server::bind(cfg, deps).await?.run_until(stop).await
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response {
@@ -397,36 +463,78 @@ async fn not_found() -> Response {
     text(StatusCode::NOT_FOUND, "404 page not found\n")
 }
 
-/// The kubelet's health checks; all pass while the agent serves.
+/// The kubelet's health checks; all pass while the agent serves, and
+/// `syncloop` fails once the node API drains on the way out.
 const HEALTH_CHECKS: [&str; 3] = ["ping", "log", "syncloop"];
 
-fn healthz_routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+/// Whether the node API drains, for the health checks.
+#[derive(Clone)]
+struct Draining(tokio::sync::watch::Receiver<bool>);
+
+fn healthz_routes<S: Clone + Send + Sync + 'static>(
+    draining: tokio::sync::watch::Receiver<bool>,
+) -> Router<S> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/healthz/{check}", get(healthz_check))
+        .layer(axum::Extension(Draining(draining)))
 }
 
-async fn healthz(RawQuery(q): RawQuery) -> Response {
+/// The checks that fail now: `syncloop` while draining.
+fn failing(draining: &Draining) -> &'static [&'static str] {
+    if *draining.0.borrow() {
+        &["syncloop"]
+    } else {
+        &[]
+    }
+}
+
+/// `/healthz` as the apiserver's healthz handler: `ok`, or with `?verbose`
+/// every check; when a check fails, 500 with every check and
+/// `healthz check failed` (the reason withheld).
+async fn healthz(
+    axum::Extension(draining): axum::Extension<Draining>,
+    RawQuery(q): RawQuery,
+) -> Response {
     let verbose = q
         .as_deref()
         .is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "verbose"));
-    if verbose {
-        let mut out: String = HEALTH_CHECKS
-            .iter()
-            .map(|c| format!("[+]{c} ok\n"))
-            .collect();
-        out.push_str("healthz check passed\n");
-        text(StatusCode::OK, out)
+    let failed = failing(&draining);
+    let checks: String = HEALTH_CHECKS
+        .iter()
+        .map(|c| {
+            if failed.contains(c) {
+                format!("[-]{c} failed: reason withheld\n")
+            } else {
+                format!("[+]{c} ok\n")
+            }
+        })
+        .collect();
+    if !failed.is_empty() {
+        text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{checks}healthz check failed\n"),
+        )
+    } else if verbose {
+        text(StatusCode::OK, format!("{checks}healthz check passed\n"))
     } else {
         text(StatusCode::OK, "ok")
     }
 }
 
-async fn healthz_check(Path(check): Path<String>) -> Response {
-    if HEALTH_CHECKS.contains(&check.as_str()) {
-        text(StatusCode::OK, "ok")
-    } else {
+async fn healthz_check(
+    axum::Extension(draining): axum::Extension<Draining>,
+    Path(check): Path<String>,
+) -> Response {
+    if !HEALTH_CHECKS.contains(&check.as_str()) {
         text(StatusCode::NOT_FOUND, "404 page not found\n")
+    } else if failing(&draining).contains(&check.as_str()) {
+        text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal server error: the node agent is shutting down\n",
+        )
+    } else {
+        text(StatusCode::OK, "ok")
     }
 }
 
@@ -699,10 +807,11 @@ async fn container_logs(
         }
     };
     // Following ends when the container stops: its status says so, or a newer
-    // instance started (its file is no longer the newest).
+    // instance started (its file is no longer the newest); or the server drains.
     let store = app.pods.clone();
+    let draining = app.draining.clone();
     let running = move || {
-        if !follow {
+        if !follow || *draining.borrow() {
             return false;
         }
         let Some(p) = store.get(&oref) else {

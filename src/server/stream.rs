@@ -325,7 +325,7 @@ pub(super) async fn exec(
         Err(resp) => return resp,
     };
     match app.runtime.exec_url(&id, exec_command(&query), io).await {
-        Ok(url) => proxy(req, &url).await,
+        Ok(url) => proxy(req, &url, app.draining.clone()).await,
         Err(e) => cri_error(&e),
     }
 }
@@ -345,7 +345,7 @@ pub(super) async fn attach(
     };
     let io = StreamIo { tty, ..io };
     match app.runtime.attach_url(&id, io).await {
-        Ok(url) => proxy(req, &url).await,
+        Ok(url) => proxy(req, &url, app.draining.clone()).await,
         Err(e) => cri_error(&e),
     }
 }
@@ -390,7 +390,7 @@ pub(super) async fn port_forward(
         );
     };
     match app.runtime.port_forward_url(&sandbox.id, ports).await {
-        Ok(url) => proxy(req, &url).await,
+        Ok(url) => proxy(req, &url, app.draining.clone()).await,
         Err(e) => cri_error(&e),
     }
 }
@@ -406,7 +406,11 @@ fn proxy_error(message: impl Into<String>) -> Response {
 /// Proxies the upgrade request `req` to the runtime's streaming `url` (the
 /// kubelet's `proxyStream`): 500 `Upgrade request required` for a plain
 /// request; the runtime's answer relayed; after `101` both connections spliced.
-async fn proxy(mut req: Request, url: &str) -> Response {
+async fn proxy(
+    mut req: Request,
+    url: &str,
+    draining: tokio::sync::watch::Receiver<bool>,
+) -> Response {
     if !is_upgrade_request(req.headers()) {
         return proxy_error("Upgrade request required");
     }
@@ -447,7 +451,7 @@ async fn proxy(mut req: Request, url: &str) -> Response {
     }
     debug!(url, headers = ?resp.headers(), "runtime switched protocols");
     let backend_upgrade = hyper::upgrade::on(&mut resp);
-    tokio::spawn(splice(client_upgrade, backend_upgrade));
+    tokio::spawn(splice(client_upgrade, backend_upgrade, draining));
     let mut out = Response::new(Body::empty());
     *out.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     *out.headers_mut() = resp.headers().clone();
@@ -455,8 +459,13 @@ async fn proxy(mut req: Request, url: &str) -> Response {
 }
 
 /// Copies bytes both ways between the upgraded client and runtime connections
-/// until either direction ends, then closes both (as `UpgradeAwareHandler`).
-async fn splice(client: OnUpgrade, backend: OnUpgrade) {
+/// until either direction ends (as `UpgradeAwareHandler`) or the server
+/// drains, then closes both.
+async fn splice(
+    client: OnUpgrade,
+    backend: OnUpgrade,
+    mut draining: tokio::sync::watch::Receiver<bool>,
+) {
     let (client, backend) = match tokio::try_join!(client, backend) {
         Ok(x) => x,
         Err(e) => {
@@ -474,9 +483,17 @@ async fn splice(client: OnUpgrade, backend: OnUpgrade) {
         let r = tokio::io::copy(&mut backend_rd, &mut client_wr).await;
         ("runtime to client", r)
     };
+    let drained = async {
+        // A server gone without draining (its sender dropped) never drains.
+        if draining.wait_for(|d| *d).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        ("server draining", Ok(0))
+    };
     let (dir, r) = tokio::select! {
         r = up => r,
         r = down => r,
+        r = drained => r,
     };
     match r {
         Ok(n) => debug!(direction = dir, bytes = n, "stream ended"),
@@ -688,7 +705,12 @@ mod tests {
         let front = axum::Router::new().route(
             "/{token}",
             axum::routing::post(move |Path(token): Path<String>, req: Request| async move {
-                proxy(req, &format!("http://{runtime}/exec/{token}")).await
+                proxy(
+                    req,
+                    &format!("http://{runtime}/exec/{token}"),
+                    tokio::sync::watch::channel(false).1,
+                )
+                .await
             }),
         );
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

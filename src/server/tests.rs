@@ -108,9 +108,24 @@ struct Fixture {
     ca: Ca,
     seen: Arc<Mutex<Vec<Value>>>,
     _dir: tempfile::TempDir,
+    /// Keeps the server running while the fixture lives.
+    _stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 async fn start() -> Fixture {
+    let (f, stop, _server) = start_until().await;
+    Fixture {
+        _stop: Some(stop),
+        ..f
+    }
+}
+
+/// A server that runs until the returned sender fires (or is dropped), and its task.
+async fn start_until() -> (
+    Fixture,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<()>>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let ca = ca("test-ca");
     let ca_file = dir.path().join("ca.crt");
@@ -154,24 +169,34 @@ async fn start() -> Fixture {
     .unwrap();
     let addr = server.local_addr().unwrap();
     let healthz = server.healthz_addr().unwrap();
-    tokio::spawn(async move {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
         // Keep the writer (and so the store's contents) alive with the server.
         let _writer = writer;
-        server.run().await
+        server
+            .run_until(async {
+                let _ = stopped.await;
+            })
+            .await
     });
 
     let mut roots = RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(dir.path().join("pki/kubelet.crt")).unwrap() {
         roots.add(c.unwrap()).unwrap();
     }
-    Fixture {
-        addr,
-        healthz,
-        roots: Arc::new(roots),
-        ca,
-        seen,
-        _dir: dir,
-    }
+    (
+        Fixture {
+            addr,
+            healthz,
+            roots: Arc::new(roots),
+            ca,
+            seen,
+            _dir: dir,
+            _stop: None,
+        },
+        stop,
+        task,
+    )
 }
 
 impl Fixture {
@@ -482,4 +507,61 @@ async fn stats_without_a_runtime_answer_the_kubelets_errors() {
         .collect();
     assert!(subresources.contains(&"stats"), "{subresources:?}");
     assert!(subresources.contains(&"metrics"), "{subresources:?}");
+}
+
+#[tokio::test]
+async fn draining_ends_followed_logs_and_refuses_new_connections() {
+    let (f, stop, server) = start_until().await;
+    // The container is running: without the drain this follow never ends.
+    let follow = f.get(
+        "/containerLogs/ns/p/c?follow=true",
+        Some(client_cert(&f.ca, "tester", "testers")),
+        None,
+    );
+    let drain = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.send(()).unwrap();
+        // Well within the drain period: the follow ended, it was not cut off.
+        tokio::time::timeout(DRAIN - Duration::from_secs(2), server).await
+    };
+    let (followed, stopped) = tokio::join!(follow, drain);
+    assert_eq!(
+        followed.unwrap(),
+        (StatusCode::OK, "new1\nnew2\n".to_string())
+    );
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+    assert!(tokio::net::TcpStream::connect(f.addr).await.is_err());
+}
+
+#[tokio::test]
+async fn health_checks_fail_while_draining() {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let routes: Router = healthz_routes(rx);
+    let get = |path: &'static str| {
+        let routes = routes.clone();
+        async move {
+            let resp = routes
+                .oneshot(http::Request::get(path).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let status = resp.status();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    assert_eq!(get("/healthz").await, (StatusCode::OK, "ok".into()));
+    tx.send_replace(true);
+    assert_eq!(
+        get("/healthz").await,
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "[+]ping ok\n[+]log ok\n[-]syncloop failed: reason withheld\nhealthz check failed\n"
+                .into()
+        )
+    );
+    assert_eq!(
+        get("/healthz/syncloop").await.0,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(get("/healthz/ping").await, (StatusCode::OK, "ok".into()));
 }
