@@ -521,7 +521,8 @@ EOF
         --container-runtime-endpoint "unix://$CTRD_SOCK" \
         --root-dir "$LOCAL/rustlet" \
         --pod-logs-dir "$LOCAL/pod-logs" \
-        --client-ca-file "$PKI/ca.crt"
+        --client-ca-file "$PKI/ca.crt" \
+        --rotate-server-certificates
     fi
     ;;
 esac
@@ -548,6 +549,23 @@ if [[ $agent != none ]]; then
   wait_daemon "$agent" "node $NODE_NAME to register" "$READY_TIMEOUT" kubectl_admin get node "$NODE_NAME"
   wait_daemon "$agent" "node $NODE_NAME to be Ready" "$READY_TIMEOUT" ready_since "$agent_since"
   phase "node Ready ($agent)"
+fi
+
+# rustlet asks the certificates API for its serving certificate
+# (--rotate-server-certificates); as the cluster's admin, approve it (the
+# controller-manager signs it with the cluster CA) and wait until it is served.
+approve_serving_csr() {
+  local -a names
+  mapfile -t names < <(kubectl_admin get csr -o json | jq -r --arg user "system:node:$NODE_NAME" \
+    '.items[] | select(.spec.signerName == "kubernetes.io/kubelet-serving" and .spec.username == $user
+      and ((.status.conditions // []) | length) == 0) | .metadata.name')
+  ((${#names[@]})) && kubectl_admin certificate approve "${names[@]}" >/dev/null
+}
+serving_cert_verified() { curl -s -o /dev/null --max-time 2 --cacert "$PKI/ca.crt" "https://$NODE_IP:10250/healthz"; }
+if [[ $agent == rustlet ]] && ! serving_cert_verified; then
+  wait_daemon rustlet "rustlet's serving certificate request" 30 approve_serving_csr
+  wait_daemon rustlet "rustlet to serve its issued certificate" 30 serving_cert_verified
+  phase "serving certificate approved and issued (rustlet)"
 fi
 
 # ---------------------------------------------------------------- metrics-server

@@ -270,7 +270,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The node API drains once the pod workers have stopped on SIGTERM/SIGINT.
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(crate::server::serve_until(
-        server_config(&args, &settings, &node_name, &node_ip)?,
+        server_config(&args, &settings, &client, &node_name, &node_ip)?,
         crate::server::Deps {
             client: client.clone(),
             pods: store.clone(),
@@ -364,6 +364,7 @@ async fn reconcile_measured(
 fn server_config(
     args: &RunArgs,
     settings: &Settings,
+    client: &Client,
     node_name: &str,
     node_ip: &str,
 ) -> anyhow::Result<crate::server::ServerConfig> {
@@ -384,6 +385,21 @@ fn server_config(
             cert: cert.clone(),
             key: key.clone(),
         };
+    } else if settings.server_tls_bootstrap || args.rotate_server_certificates {
+        // As the kubelet: given files win over bootstrapping.
+        let slot = crate::server::csr::CertSlot::default();
+        tokio::spawn(
+            crate::server::csr::Manager {
+                client: client.clone(),
+                node: node_name.to_string(),
+                names: vec![node_name.to_string()],
+                ips: vec![ip],
+                dir: settings.root_dir.join("pki"),
+                slot: slot.clone(),
+            }
+            .run(),
+        );
+        cfg.serving_cert = crate::server::ServingCert::Bootstrap(slot);
     }
     cfg.client_ca_file.clone_from(&args.client_ca_file);
     cfg.root_dir.clone_from(&settings.root_dir);
@@ -457,7 +473,8 @@ async fn register(
 }
 
 /// Computes node status every `nodeStatusUpdateFrequency` and patches it when it
-/// changed or `nodeStatusReportFrequency` passed, as `syncNodeStatus`.
+/// changed or `nodeStatusReportFrequency` passed, as `syncNodeStatus`; the
+/// status it compares with is the one the last patch returned.
 async fn node_status_loop(
     client: Client,
     runtime: Runtime,
@@ -468,21 +485,28 @@ async fn node_status_loop(
 ) {
     let api: Api<Node> = Api::all(client);
     let mut last_report: Option<Instant> = None;
+    // The status as the API server last returned it; read again only after a
+    // failed patch, so an idle node costs the API server no reads.
+    let mut known: Option<k8s_openapi::api::core::v1::NodeStatus> = None;
     let mut tick = tokio::time::interval(settings.node_status_update_frequency);
     loop {
         tick.tick().await;
-        let old = match api.get(&cfg.name).await {
-            Ok(n) => n.status,
-            Err(e) => {
-                warn!(error = %e, "get node status");
-                continue;
-            }
+        let old = match known.take() {
+            Some(s) => Some(s),
+            None => match api.get(&cfg.name).await {
+                Ok(n) => n.status,
+                Err(e) => {
+                    warn!(error = %e, "get node status");
+                    continue;
+                }
+            },
         };
         let facts = runtime_facts(&runtime, &version).await;
         let new =
             crate::node::status::status(&cfg, &machine, &facts, old.as_ref(), Timestamp::now());
         let due = last_report.is_none_or(|t| t.elapsed() >= settings.node_status_report_frequency);
         if !due && !crate::node::status::changed(old.as_ref(), &new) {
+            known = old;
             continue;
         }
         let patch = serde_json::json!({ "status": new });
@@ -490,7 +514,10 @@ async fn node_status_loop(
             .patch_status(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => last_report = Some(Instant::now()),
+            Ok(node) => {
+                last_report = Some(Instant::now());
+                known = node.status;
+            }
             Err(e) => warn!(error = %e, "patch node status"),
         }
     }

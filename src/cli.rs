@@ -77,6 +77,11 @@ pub struct RunArgs {
     /// Private key of --tls-cert-file (PEM).
     #[arg(long, requires = "tls_cert_file")]
     pub tls_private_key_file: Option<PathBuf>,
+    /// Get the node API's serving certificate from the certificates API
+    /// (signer kubernetes.io/kubelet-serving) and renew it as it nears
+    /// expiry; the same as `serverTLSBootstrap: true` in the config file.
+    #[arg(long)]
+    pub rotate_server_certificates: bool,
     /// CA bundle (PEM) that node API client certificates are verified against;
     /// without it only bearer tokens authenticate.
     #[arg(long)]

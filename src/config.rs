@@ -60,6 +60,9 @@ pub struct Settings {
     /// Container log rotation (`containerLogMaxSize`, `containerLogMaxFiles`,
     /// `containerLogMonitorInterval`).
     pub container_logs: crate::log_manager::Policy,
+    /// `serverTLSBootstrap`: the node API's certificate comes from the
+    /// certificates API (signer `kubernetes.io/kubelet-serving`).
+    pub server_tls_bootstrap: bool,
 }
 
 impl Default for Settings {
@@ -79,6 +82,7 @@ impl Default for Settings {
             port: 10250,
             allowed_unsafe_sysctls: Vec::new(),
             container_logs: crate::log_manager::Policy::default(),
+            server_tls_bootstrap: false,
         }
     }
 }
@@ -146,6 +150,7 @@ impl Settings {
             "containerLogMaxSize": binary_quantity(self.container_logs.max_bytes),
             "containerLogMaxFiles": self.container_logs.max_files,
             "containerLogMonitorInterval": go_duration(self.container_logs.interval),
+            "serverTLSBootstrap": self.server_tls_bootstrap,
         })
     }
 }
@@ -179,6 +184,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "containerLogMaxSize",
     "containerLogMaxFiles",
     "containerLogMonitorInterval",
+    "serverTLSBootstrap",
 ];
 
 fn duration(path: &Path, key: &str, v: &Value) -> Result<Duration, Error> {
@@ -282,6 +288,10 @@ pub fn apply_file_text(
             "containerLogMonitorInterval" => {
                 settings.container_logs.interval =
                     duration(path, key, v)?.max(std::time::Duration::from_secs(3));
+            }
+            "serverTLSBootstrap" => {
+                settings.server_tls_bootstrap =
+                    v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
             }
             "clusterDNS" => {
                 settings.cluster_dns = v

@@ -449,6 +449,69 @@ async fn container_logs_are_rotated_compressed_and_followed() {
     drop_namespace(&client, &ns).await;
 }
 
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn the_serving_certificate_is_issued_through_the_certificates_api() {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    use rustls::pki_types::pem::PemObject as _;
+    let client = client().await;
+    // hack/local-up.sh approved the node's request; the controller-manager signed it.
+    let csrs = Api::<CertificateSigningRequest>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .expect("list CSRs");
+    let issued: Vec<Vec<u8>> = csrs
+        .items
+        .iter()
+        .filter(|c| c.spec.signer_name == "kubernetes.io/kubelet-serving")
+        .filter(|c| c.spec.username.as_deref() == Some(&format!("system:node:{}", node_name())))
+        .filter_map(|c| c.status.as_ref()?.certificate.as_ref().map(|b| b.0.clone()))
+        .collect();
+    assert!(
+        !issued.is_empty(),
+        "no issued kubelet-serving request of the node"
+    );
+    // The node API presents one of them, and it verifies against the cluster CA
+    // for the node's IP.
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name())
+        .await
+        .unwrap();
+    let ip: IpAddr = node.status.unwrap().addresses.unwrap()[0]
+        .address
+        .parse()
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(local().join("pki/ca.crt")).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect((ip, 10250)).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))
+        .connect(rustls::pki_types::ServerName::IpAddress(ip.into()), tcp)
+        .await
+        .expect("the served certificate verifies against the cluster CA");
+    let served = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+    let issued_der: Vec<Vec<u8>> = issued
+        .iter()
+        .flat_map(|pem| {
+            rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+                .map(|c| c.unwrap().to_vec())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        issued_der.contains(&served),
+        "the node API serves an issued certificate"
+    );
+}
+
 /// The agnhost image of the local cluster (`netexec` serves HTTP).
 const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
 

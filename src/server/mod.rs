@@ -24,6 +24,7 @@
 //! kubelet's router does.
 
 pub mod auth;
+pub mod csr;
 pub mod logs;
 pub mod stream;
 pub mod tls;
@@ -653,6 +654,7 @@ fn configz(cfg: &ServerConfig) -> serde_json::Value {
             dir.join("kubelet.crt").display().to_string(),
             dir.join("kubelet.key").display().to_string(),
         ),
+        ServingCert::Bootstrap(_) => (String::new(), String::new()),
     };
     let fields = serde_json::json!({
         "address": cfg.address.to_string(),

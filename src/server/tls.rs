@@ -65,6 +65,10 @@ pub enum ServingCert {
         /// `--tls-private-key-file`.
         key: PathBuf,
     },
+    /// Issued through the certificates API (`serverTLSBootstrap`): whatever
+    /// the [`super::csr::Manager`] feeding this slot holds; no handshake
+    /// succeeds before the first certificate is issued.
+    Bootstrap(super::csr::CertSlot),
     /// A self-signed certificate for these names and IPs, kept in `dir`
     /// (`kubelet.crt`, `kubelet.key`) and reused when present.
     SelfSigned {
@@ -156,6 +160,11 @@ impl ServingCert {
     pub fn load(&self) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), Error> {
         match self {
             Self::Files { cert, key } => Ok((read_certs("certificate", cert)?, read_key(key)?)),
+            Self::Bootstrap(_) => Err(Error::Pem {
+                what: "certificate",
+                path: PathBuf::from(super::csr::CURRENT),
+                message: "issued through the certificates API, not loaded from files".into(),
+            }),
             Self::SelfSigned { dir, names, ips } => {
                 let cert = dir.join("kubelet.crt");
                 let key = dir.join("kubelet.key");
@@ -205,11 +214,16 @@ pub fn server_config(
         }
         None => WebPkiClientVerifier::no_client_auth(),
     };
-    let (certs, key) = serving.load()?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)?;
+        .with_client_cert_verifier(verifier);
+    let mut cfg = match serving {
+        ServingCert::Bootstrap(slot) => builder.with_cert_resolver(Arc::new(slot.clone())),
+        _ => {
+            let (certs, key) = serving.load()?;
+            builder.with_single_cert(certs, key)?
+        }
+    };
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(cfg)
 }
