@@ -103,7 +103,15 @@ start_daemon() {
   # setsid does not fork: $! is the daemon's own pid (nohup, setsid and env
   # each exec the next).
   nohup setsid env "${envs[@]}" "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
-  local pid=$!
+  local pid=$! i
+  # Until nohup, setsid and env have exec'd the daemon, /proc/PID/exe names
+  # them, and running_pid would take the daemon for gone: wait (up to 5 s on a
+  # loaded machine) for the exec, or for an early exit.
+  for ((i = 0; i < 250; i++)); do
+    [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == "$exe" ]] && break
+    alive "$pid" || break
+    sleep 0.02
+  done
   printf '%s\n%s\n' "$pid" "$exe" >"$RUN/$name.pid"
   date -u +%Y-%m-%dT%H:%M:%SZ >"$RUN/$name.started"
   STARTED+=("$name")
