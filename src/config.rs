@@ -155,8 +155,10 @@ impl Settings {
     }
 }
 
-/// `bytes` as a quantity in the largest binary unit that divides it: `10Mi`.
-fn binary_quantity(bytes: u64) -> String {
+/// `bytes` as a quantity in the largest binary unit that divides it: `10Mi`,
+/// `2Mi` for a 2048 KiB huge page; plain bytes otherwise.
+#[must_use]
+pub fn binary_quantity(bytes: u64) -> String {
     for (unit, suffix) in [(1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")] {
         if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{suffix}", bytes / unit);

@@ -51,20 +51,18 @@ const COMBINED: &str = "(combined from similar events): ";
 #[must_use]
 pub fn field_path(pod: &Pod, container: &str) -> String {
     let spec = pod.spec.as_ref();
-    let has = |list: Option<Vec<&str>>| list.is_some_and(|l| l.contains(&container));
-    if has(spec
+    let init = spec
         .and_then(|s| s.init_containers.as_ref())
-        .map(|cs| cs.iter().map(|c| c.name.as_str()).collect()))
-    {
-        format!("spec.initContainers{{{container}}}")
-    } else if has(spec
+        .is_some_and(|cs| cs.iter().any(|c| c.name == container));
+    let ephemeral = spec
         .and_then(|s| s.ephemeral_containers.as_ref())
-        .map(|cs| cs.iter().map(|c| c.name.as_str()).collect()))
-    {
-        format!("spec.ephemeralContainers{{{container}}}")
-    } else {
-        format!("spec.containers{{{container}}}")
-    }
+        .is_some_and(|cs| cs.iter().any(|c| c.name == container));
+    let list = match (init, ephemeral) {
+        (true, _) => "initContainers",
+        (false, true) => "ephemeralContainers",
+        (false, false) => "containers",
+    };
+    format!("spec.{list}{{{container}}}")
 }
 
 /// Publishes an event about `pod` (or one of its containers) without waiting:

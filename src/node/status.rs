@@ -87,7 +87,7 @@ pub fn resources(
         .iter()
         .map(|(kib, pages)| {
             (
-                format!("hugepages-{}", binary_size(*kib)),
+                format!("hugepages-{}", crate::config::binary_quantity(kib * 1024)),
                 kib * 1024 * pages,
             )
         })
@@ -114,17 +114,6 @@ pub fn resources(
         allocatable.insert(name, q(bytes.to_string()));
     }
     (capacity, allocatable)
-}
-
-/// A page size in KiB as the resource name's suffix: `2Mi`, `1Gi`, `64Ki`.
-fn binary_size(kib: u64) -> String {
-    if kib >= 1 << 20 && kib.is_multiple_of(1 << 20) {
-        format!("{}Gi", kib >> 20)
-    } else if kib >= 1 << 10 && kib.is_multiple_of(1 << 10) {
-        format!("{}Mi", kib >> 10)
-    } else {
-        format!("{kib}Ki")
-    }
 }
 
 fn condition(

@@ -285,26 +285,10 @@ impl Manager {
         let certified = certified(&cert, &key)?;
         let path = self.dir.join(CURRENT);
         std::fs::create_dir_all(&self.dir)
-            .and_then(|()| write_private(&path, &format!("{cert}{key}")))
+            .and_then(|()| super::tls::write_private(&path, &format!("{cert}{key}"), 0o600))
             .map_err(|source| Error::Write { path, source })?;
         Ok(certified)
     }
-}
-
-/// Writes `text` to `path` (mode 0600) through a temporary file.
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

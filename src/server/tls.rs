@@ -131,24 +131,24 @@ pub fn self_signed(names: &[String], ips: &[IpAddr]) -> Result<(String, String),
     Ok((cert.pem(), key.serialize_pem()))
 }
 
-fn write_private(path: &Path, text: &str, mode: u32) -> Result<(), Error> {
+/// Writes `text` to `path` with permissions `mode` through a temporary file
+/// renamed into place, so a reader never sees half a key.
+///
+/// # Errors
+/// The I/O error of creating, writing, syncing or renaming the file.
+pub(super) fn write_private(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let tmp = path.with_extension("tmp");
-    let werr = |source| Error::Write {
-        path: path.to_path_buf(),
-        source,
-    };
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(mode)
-        .open(&tmp)
-        .map_err(werr)?;
-    f.write_all(text.as_bytes()).map_err(werr)?;
-    f.sync_all().map_err(werr)?;
-    std::fs::rename(&tmp, path).map_err(werr)
+        .open(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
 }
 
 impl ServingCert {
@@ -174,8 +174,12 @@ impl ServingCert {
                         source,
                     })?;
                     let (c, k) = self_signed(names, ips)?;
-                    write_private(&key, &k, 0o600)?;
-                    write_private(&cert, &c, 0o644)?;
+                    for (path, text, mode) in [(&key, &k, 0o600), (&cert, &c, 0o644)] {
+                        write_private(path, text, mode).map_err(|source| Error::Write {
+                            path: path.clone(),
+                            source,
+                        })?;
+                    }
                     tracing::info!(cert = %cert.display(), "generated a self-signed serving certificate");
                 }
                 Ok((read_certs("certificate", &cert)?, read_key(&key)?))
