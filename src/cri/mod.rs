@@ -291,15 +291,7 @@ impl Runtime {
     /// # Errors
     /// As every call.
     pub async fn pod_sandbox_status(&self, id: &str) -> Result<Option<cri::PodSandboxStatus>> {
-        let mut c = self.runtime.clone();
-        let req = cri::PodSandboxStatusRequest {
-            pod_sandbox_id: id.into(),
-            verbose: false,
-        };
-        Ok(self
-            .call("PodSandboxStatus", id, c.pod_sandbox_status(req))
-            .await?
-            .status)
+        Ok(self.pod_sandbox_status_response(id, false).await?.status)
     }
 
     /// CRI `PodSandboxStatus` with `verbose`: the status and the runtime's
@@ -311,10 +303,18 @@ impl Runtime {
         &self,
         id: &str,
     ) -> Result<cri::PodSandboxStatusResponse> {
+        self.pod_sandbox_status_response(id, true).await
+    }
+
+    async fn pod_sandbox_status_response(
+        &self,
+        id: &str,
+        verbose: bool,
+    ) -> Result<cri::PodSandboxStatusResponse> {
         let mut c = self.runtime.clone();
         let req = cri::PodSandboxStatusRequest {
             pod_sandbox_id: id.into(),
-            verbose: true,
+            verbose,
         };
         self.call("PodSandboxStatus", id, c.pod_sandbox_status(req))
             .await
@@ -400,10 +400,18 @@ impl Runtime {
     /// # Errors
     /// As every call.
     pub async fn container_status_verbose(&self, id: &str) -> Result<cri::ContainerStatusResponse> {
+        self.container_status_response(id, true).await
+    }
+
+    async fn container_status_response(
+        &self,
+        id: &str,
+        verbose: bool,
+    ) -> Result<cri::ContainerStatusResponse> {
         let mut c = self.runtime.clone();
         let req = cri::ContainerStatusRequest {
             container_id: id.into(),
-            verbose: true,
+            verbose,
         };
         self.call("ContainerStatus", id, c.container_status(req))
             .await
@@ -414,15 +422,7 @@ impl Runtime {
     /// # Errors
     /// As every call.
     pub async fn container_status(&self, id: &str) -> Result<Option<cri::ContainerStatus>> {
-        let mut c = self.runtime.clone();
-        let req = cri::ContainerStatusRequest {
-            container_id: id.into(),
-            verbose: false,
-        };
-        Ok(self
-            .call("ContainerStatus", id, c.container_status(req))
-            .await?
-            .status)
+        Ok(self.container_status_response(id, false).await?.status)
     }
 
     /// CRI `CreateContainer` in a sandbox; returns the container's ID.

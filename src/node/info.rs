@@ -72,12 +72,7 @@ fn read_trim(path: &str) -> String {
 /// Parses `MemTotal` (kB) of /proc/meminfo text into bytes.
 #[must_use]
 pub fn mem_total_bytes(meminfo: &str) -> u64 {
-    meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    crate::stats::summary::meminfo_bytes(meminfo, "MemTotal").unwrap_or(0)
 }
 
 /// Reads `PRETTY_NAME` from os-release text.

@@ -372,7 +372,7 @@ pub fn status(
             .is_some_and(|c| container_should_restart(c, policy, code))
     };
     let old_phase = old.and_then(|s| s.phase.as_deref());
-    let phase = match (old_phase, &progress) {
+    let mut pod_phase = match (old_phase, &progress) {
         (Some(p @ ("Succeeded" | "Failed")), _) => p.to_string(),
         (_, InitProgress::Failed(_)) => "Failed".to_string(),
         (_, InitProgress::Pending(_)) => "Pending".to_string(),
@@ -385,24 +385,23 @@ pub fn status(
             .containers
             .iter()
             .any(|c| c.state == ContainerState::Running);
-    let mut phase = phase;
     let mut reason_message = None;
-    if stopped_for_deletion && !matches!(phase.as_str(), "Succeeded" | "Failed") {
-        let settled = super::status::phase(&statuses, |_, _| false);
+    if stopped_for_deletion && !matches!(pod_phase.as_str(), "Succeeded" | "Failed") {
+        let settled = phase(&statuses, |_, _| false);
         if settled != "Pending" {
-            phase = settled.to_string();
+            pod_phase = settled.to_string();
         }
     }
     if !matches!(old_phase, Some("Succeeded" | "Failed"))
         && super::plan::active_deadline(pod, now) == super::plan::Deadline::Exceeded
     {
-        phase = "Failed".to_string();
+        pod_phase = "Failed".to_string();
         reason_message = Some((
             super::plan::DEADLINE_REASON.to_string(),
             super::plan::DEADLINE_MESSAGE.to_string(),
         ));
     }
-    let terminal = phase == "Succeeded" || phase == "Failed";
+    let terminal = pod_phase == "Succeeded" || pod_phase == "Failed";
     let sandbox = rt.latest_sandbox().filter(|s| s.ready);
     let ips: Vec<String> = match sandbox {
         Some(_)
@@ -532,7 +531,7 @@ pub fn status(
             .cloned(),
     );
     PodStatus {
-        phase: Some(phase),
+        phase: Some(pod_phase),
         conditions: Some(conditions),
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),

@@ -1163,21 +1163,21 @@ async fn pull_with(
     sandbox_config: &cri::PodSandboxConfig,
     credentials: Vec<cri::AuthConfig>,
 ) -> crate::cri::Result<String> {
-    let mut tries = credentials.into_iter();
-    let mut result = ctx
-        .runtime
-        .pull_image(image, sandbox_config.clone(), tries.next())
-        .await;
+    let mut tries: Vec<Option<cri::AuthConfig>> = credentials.into_iter().map(Some).collect();
+    // The last try's outcome is the answer; with no credentials it is anonymous.
+    let last = tries.pop().unwrap_or(None);
     for auth in tries {
-        if result.is_ok() {
-            break;
-        }
-        result = ctx
+        if let Ok(image_ref) = ctx
             .runtime
-            .pull_image(image, sandbox_config.clone(), Some(auth))
-            .await;
+            .pull_image(image, sandbox_config.clone(), auth)
+            .await
+        {
+            return Ok(image_ref);
+        }
     }
-    result
+    ctx.runtime
+        .pull_image(image, sandbox_config.clone(), last)
+        .await
 }
 
 /// The pod's `imagePullSecrets` as a keyring. Secrets that are missing or of
