@@ -151,17 +151,23 @@ async fn dir_stats(path: PathBuf, fs: Option<FsStats>, time: Time) -> Option<FsS
         .await
         .ok()
         .flatten()?;
-    Some(FsStats {
+    Some(usage_on(fs, time, Some(used), Some(inodes)))
+}
+
+/// What an object uses (`used`, `inodes`, at `time`) on the filesystem `fs`:
+/// the filesystem's size and free space with the object's usage.
+fn usage_on(fs: Option<FsStats>, time: Time, used: Option<u64>, inodes: Option<u64>) -> FsStats {
+    FsStats {
         time,
-        used_bytes: Some(used),
-        inodes_used: Some(inodes),
+        used_bytes: used,
+        inodes_used: inodes,
         ..fs.map(|f| FsStats {
             used_bytes: None,
             inodes_used: None,
             ..f
         })
         .unwrap_or_default()
-    })
+    }
 }
 
 /// Gathers the node's statistics; one per agent, shared by the node API.
@@ -302,17 +308,12 @@ impl Provider {
                             .to_owned(),
                         None => None,
                     };
-                    cs.rootfs = Some(FsStats {
-                        time: Time(w.timestamp),
-                        used_bytes: w.used_bytes.as_ref().map(|v| v.value),
-                        inodes_used: w.inodes_used.as_ref().map(|v| v.value),
-                        ..fs.map(|f| FsStats {
-                            used_bytes: None,
-                            inodes_used: None,
-                            ..f
-                        })
-                        .unwrap_or_default()
-                    });
+                    cs.rootfs = Some(usage_on(
+                        fs,
+                        Time(w.timestamp),
+                        w.used_bytes.as_ref().map(|v| v.value),
+                        w.inodes_used.as_ref().map(|v| v.value),
+                    ));
                 }
                 let dir = crate::pod::translate::pod_log_dir(
                     &self.pod_logs_dir,
@@ -560,20 +561,16 @@ impl Provider {
             .fs_id
             .as_ref()
             .and_then(|id| fs_info(Path::new(&id.mountpoint), now));
-        Some(FsStats {
-            time: if usage.timestamp > 0 {
-                Time(usage.timestamp)
-            } else {
-                now
-            },
-            used_bytes: usage.used_bytes.as_ref().map(|v| v.value),
-            inodes_used: usage.inodes_used.as_ref().map(|v| v.value),
-            ..fs.map(|f| FsStats {
-                used_bytes: None,
-                inodes_used: None,
-                ..f
-            })
-            .unwrap_or_default()
-        })
+        let time = if usage.timestamp > 0 {
+            Time(usage.timestamp)
+        } else {
+            now
+        };
+        Some(usage_on(
+            fs,
+            time,
+            usage.used_bytes.as_ref().map(|v| v.value),
+            usage.inodes_used.as_ref().map(|v| v.value),
+        ))
     }
 }
