@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod node;
 pub mod pod;
 pub mod prober;
+pub mod resource;
 pub mod server;
 pub mod stats;
 pub mod volume;

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube_quantity::ParsedQuantity;
 
 use super::translate::{NodeContext, PodFacts, pod_identity};
 
@@ -215,16 +214,12 @@ fn field_ref(pod: &Pod, path: &str, node: &NodeContext, facts: &PodFacts) -> Opt
     })
 }
 
-fn quantity(q: &Quantity) -> Option<f64> {
-    ParsedQuantity::try_from(q).ok()?.to_bytes_f64()
-}
-
 /// The value of a `resourceFieldRef` (`limits.cpu`, `requests.memory`, …) of
-/// `container`, divided by `divisor` and rounded up, as the kubelet's
-/// `ExtractContainerResourceValue`; unset limits are the node's allocatable.
+/// `container`, as [`crate::resource::container_resource_value`] with the
+/// node's allocatable resources for unset limits.
 ///
 /// # Errors
-/// An unknown resource or container name.
+/// An unknown resource or container name, or a bad quantity.
 pub fn resource_field(
     pod: &Pod,
     container: &str,
@@ -232,56 +227,8 @@ pub fn resource_field(
     divisor: Option<&Quantity>,
     node: &NodeContext,
 ) -> Result<String, EnvError> {
-    let c = pod
-        .spec
-        .as_ref()
-        .and_then(|s| {
-            s.containers
-                .iter()
-                .chain(s.init_containers.iter().flatten())
-                .find(|c| c.name == container)
-        })
-        .ok_or_else(|| {
-            EnvError(format!(
-                "resourceFieldRef: container {container:?} not found"
-            ))
-        })?;
-    let (kind, name) = resource.split_once('.').ok_or_else(|| {
-        EnvError(format!(
-            "resourceFieldRef: unsupported resource {resource:?}"
-        ))
-    })?;
-    let res = c.resources.as_ref();
-    let set = match kind {
-        "limits" => res
-            .and_then(|r| r.limits.as_ref())
-            .and_then(|m| m.get(name)),
-        "requests" => res
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|m| m.get(name)),
-        _ => {
-            return Err(EnvError(format!(
-                "resourceFieldRef: unsupported resource {resource:?}"
-            )));
-        }
-    };
-    let value = match (set, kind) {
-        (Some(q), _) => quantity(q).unwrap_or(0.0),
-        (None, "limits") => node.allocatable.get(name).and_then(quantity).unwrap_or(0.0),
-        (None, _) => 0.0,
-    };
-    let divisor = divisor
-        .and_then(quantity)
-        .filter(|d| *d > 0.0)
-        .unwrap_or(1.0);
-    let scaled = value / divisor;
-    // CPU rounds up to whole divisors (at least 1 when set), other resources round up too.
-    let n = scaled.ceil().max(if name == "cpu" && value > 0.0 {
-        1.0
-    } else {
-        0.0
-    });
-    Ok(format!("{n:.0}"))
+    crate::resource::container_resource_value(pod, container, resource, divisor, &node.allocatable)
+        .map_err(|e| EnvError(format!("resourceFieldRef: {e}")))
 }
 
 /// True for a valid environment variable name (C identifier-like, as the
@@ -430,7 +377,7 @@ mod tests {
     use crate::pod::fixtures::pod;
     use k8s_openapi::api::core::v1::{
         ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource,
-        ResourceFieldSelector, ResourceRequirements,
+        ResourceRequirements,
     };
 
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -568,7 +515,6 @@ mod tests {
         assert_eq!(f("requests.cpu", None), "1", "250m rounds up to one core");
         assert_eq!(f("requests.cpu", Some("1m")), "250");
         assert_eq!(f("limits.cpu", None), "2", "unset limit: node allocatable");
-        let _ = ResourceFieldSelector::default();
     }
 
     fn service(

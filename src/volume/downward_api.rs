@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, Pod, ResourceFieldSelect
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use super::atomic_writer::{FileProjection, Payload};
-use super::quantity::{Quantity, ceil_div};
 use super::{DEFAULT_MODE, Error, Result, to_uid};
 
 /// The plugin's directory name under `<pod>/volumes/`.
@@ -98,17 +97,8 @@ pub fn field_value(pod: &Pod, path: &str) -> Result<String> {
     })
 }
 
-fn quantity(q: Option<&ApiQuantity>) -> Result<Quantity> {
-    q.map_or(Ok(Quantity::default()), |q| {
-        Quantity::parse(&q.0).map_err(|e| Error::Payload(e.to_string()))
-    })
-}
-
-/// The value of a container resource as the kubelet's
-/// `ExtractResourceValueByContainerNameAndNodeAllocatable`: a limit the
-/// container does not set is the node's allocatable amount; cpu is
-/// `ceil(millicores / divisor millicores)`, memory and ephemeral-storage
-/// `ceil(bytes / divisor bytes)`; the divisor defaults to 1.
+/// The value of a container resource (`resourceFieldRef`), as
+/// [`crate::resource::container_resource_value`].
 ///
 /// # Errors
 /// [`Error::Payload`] for an unknown container or resource, or a bad quantity.
@@ -117,57 +107,14 @@ pub fn resource_value(
     selector: &ResourceFieldSelector,
     allocatable: &BTreeMap<String, ApiQuantity>,
 ) -> Result<String> {
-    let name = selector.container_name.as_deref().unwrap_or_default();
-    let spec = pod.spec.as_ref();
-    let container = spec
-        .into_iter()
-        .flat_map(|s| {
-            s.containers
-                .iter()
-                .chain(s.init_containers.iter().flatten())
-        })
-        .find(|c| c.name == name)
-        .ok_or_else(|| Error::Payload(format!("container {name} not found")))?;
-    let divisor = quantity(selector.divisor.as_ref())?;
-    let divisor = if divisor.is_zero() {
-        Quantity::from_units(1)
-    } else {
-        divisor
-    };
-    let resources = container.resources.as_ref();
-    let (kind, resource) = selector.resource.split_once('.').ok_or_else(|| {
-        Error::Payload(format!(
-            "unsupported container resource: {}",
-            selector.resource
-        ))
-    })?;
-    let set = match kind {
-        "limits" => resources.and_then(|r| r.limits.as_ref()),
-        "requests" => resources.and_then(|r| r.requests.as_ref()),
-        _ => {
-            return Err(Error::Payload(format!(
-                "unsupported container resource: {}",
-                selector.resource
-            )));
-        }
-    };
-    let mut value = set.and_then(|s| s.get(resource));
-    if kind == "limits" && value.is_none() {
-        value = allocatable.get(resource);
-    }
-    let value = quantity(value)?;
-    let out = match resource {
-        "cpu" => ceil_div(value.milli_value(), divisor.milli_value()),
-        "memory" | "ephemeral-storage" => ceil_div(value.value(), divisor.value()),
-        r if r.starts_with("hugepages-") => ceil_div(value.value(), divisor.value()),
-        _ => {
-            return Err(Error::Payload(format!(
-                "unsupported container resource: {}",
-                selector.resource
-            )));
-        }
-    };
-    Ok(out.to_string())
+    crate::resource::container_resource_value(
+        pod,
+        selector.container_name.as_deref().unwrap_or_default(),
+        &selector.resource,
+        selector.divisor.as_ref(),
+        allocatable,
+    )
+    .map_err(|e| Error::Payload(e.to_string()))
 }
 
 /// The files of a downwardAPI volume (or projection) as the kubelet's

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use super::mount;
-use super::quantity::Quantity;
+use crate::resource::Quantity;
 
 /// The plugin's directory name under `<pod>/volumes/`.
 pub const PLUGIN_DIR: &str = "kubernetes.io~empty-dir";

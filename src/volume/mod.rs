@@ -24,7 +24,6 @@ pub mod mount;
 pub mod mounts;
 pub mod ownership;
 pub mod projected;
-pub mod quantity;
 pub mod secret;
 pub mod token;
 
