@@ -53,29 +53,32 @@ fn last_bytes(mut v: Vec<u8>, max: usize) -> String {
     String::from_utf8_lossy(&v).into_owned()
 }
 
-/// The text of the last `lines` lines of a CRI-format container log
-/// (`<time> <stream> <P|F> <text>`, partial `P` lines joined; a partial last
-/// line without its newline), at most `max` bytes.
+/// The text of the last `lines` lines of a container log (CRI or Docker
+/// JSON format; partial lines joined, a partial last line kept without its
+/// newline), at most its last `max` bytes: the kubelet's
+/// `readLastStringFromContainerLogs`. Lines that do not parse are skipped.
 #[must_use]
-pub fn cri_log_tail(log: &str, lines: usize, max: usize) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut partial = String::new();
-    for line in log.lines() {
-        let mut parts = line.splitn(4, ' ');
-        let (Some(_time), Some(_stream), Some(tag)) = (parts.next(), parts.next(), parts.next())
-        else {
+pub fn log_tail(log: &[u8], lines: usize, max: usize) -> String {
+    let json = log
+        .split_inclusive(|b| *b == b'\n')
+        .next()
+        .is_some_and(crate::cri::log::is_json);
+    // Whole lines, each with its partial beginnings joined on.
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut partial: Vec<u8> = Vec::new();
+    for line in log.split_inclusive(|b| *b == b'\n') {
+        let Ok(msg) = crate::cri::log::parse_line(line, json) else {
             continue;
         };
-        partial.push_str(parts.next().unwrap_or_default());
-        if tag != "P" {
+        partial.extend_from_slice(&msg.content);
+        if partial.ends_with(b"\n") {
             out.push(std::mem::take(&mut partial));
         }
     }
     let start = out.len().saturating_sub(lines);
-    let mut text: String = out[start..].iter().map(|l| format!("{l}\n")).collect();
-    // A last line the runtime left partial (no newline before the stream closed).
-    text.push_str(&partial);
-    last_bytes(text.into_bytes(), max)
+    let mut text: Vec<u8> = out[start..].concat();
+    text.extend_from_slice(&partial);
+    last_bytes(text, max)
 }
 
 /// The termination message of an exited container, as the kubelet's
@@ -95,8 +98,8 @@ fn termination_message(s: &cri::ContainerStatus) -> String {
         .map(|data| last_bytes(data, MAX_TERMINATION_MESSAGE_BYTES))
         .unwrap_or_default();
     if from_file.is_empty() && fallback {
-        let log = std::fs::read_to_string(&s.log_path).unwrap_or_default();
-        return cri_log_tail(&log, MAX_TERMINATION_LOG_LINES, MAX_TERMINATION_LOG_BYTES);
+        let log = std::fs::read(&s.log_path).unwrap_or_default();
+        return log_tail(&log, MAX_TERMINATION_LOG_LINES, MAX_TERMINATION_LOG_BYTES);
     }
     from_file
 }
@@ -204,11 +207,17 @@ mod tests {
                    2024-01-01T00:00:01Z stderr P tw\n\
                    2024-01-01T00:00:02Z stderr F o\n\
                    2024-01-01T00:00:03Z stdout F three\n";
-        assert_eq!(cri_log_tail(log, 80, 2048), "one\ntwo\nthree\n");
-        assert_eq!(cri_log_tail(log, 2, 2048), "two\nthree\n");
-        assert_eq!(cri_log_tail(log, 80, 4), "ree\n");
-        let unterminated = "2024-01-01T00:00:00Z stdout P DONE\n";
-        assert_eq!(cri_log_tail(unterminated, 80, 2048), "DONE");
+        let log = log.as_bytes();
+        assert_eq!(log_tail(log, 80, 2048), "one\ntwo\nthree\n");
+        assert_eq!(log_tail(log, 2, 2048), "two\nthree\n");
+        assert_eq!(log_tail(log, 80, 4), "ree\n");
+        let unterminated = b"2024-01-01T00:00:00Z stdout P DONE\n";
+        assert_eq!(log_tail(unterminated, 80, 2048), "DONE");
+        let json = br#"{"log":"a\n","stream":"stdout","time":"2024-01-01T00:00:00Z"}
+{"log":"b\n","stream":"stderr","time":"2024-01-01T00:00:01Z"}
+"#;
+        assert_eq!(log_tail(json, 1, 2048), "b\n");
+        assert_eq!(log_tail(b"garbage\n", 80, 2048), "");
     }
 
     #[test]
