@@ -267,6 +267,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .shutdown_on_signal();
     let store = controller.store();
     let ctx = Arc::new(ctx.with_store(store.clone()));
+    let stats = Arc::new(crate::stats::Provider::new(
+        &node_name,
+        runtime.clone(),
+        settings.root_dir.clone(),
+        settings.pod_logs_dir.clone(),
+    ));
+    tokio::spawn({
+        let stats = stats.clone();
+        async move { stats.sample().await }
+    });
     // The node API drains once the pod workers have stopped on SIGTERM/SIGINT.
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(crate::server::serve_until(
@@ -275,6 +285,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             client: client.clone(),
             pods: store.clone(),
             runtime: runtime.clone(),
+            stats: stats.clone(),
         },
         async {
             let _ = server_stopped.await;
@@ -402,7 +413,6 @@ fn server_config(
         cfg.serving_cert = crate::server::ServingCert::Bootstrap(slot);
     }
     cfg.client_ca_file.clone_from(&args.client_ca_file);
-    cfg.root_dir.clone_from(&settings.root_dir);
     cfg.kubelet_config = settings.kubelet_configuration();
     Ok(cfg)
 }

@@ -103,9 +103,6 @@ pub struct ServerConfig {
     pub client_ca_file: Option<PathBuf>,
     /// Directory of pod logs (`podLogsDir`, `/var/log/pods`).
     pub pod_logs_dir: PathBuf,
-    /// The agent's root directory (`--root-dir`, `/var/lib/rustlet`): pod
-    /// directories and the filesystem `/stats/summary` reports as the node's.
-    pub root_dir: PathBuf,
     /// The agent's other effective KubeletConfiguration fields (a JSON object),
     /// shown by `/configz` with this server's own.
     pub kubelet_config: serde_json::Value,
@@ -135,7 +132,6 @@ impl ServerConfig {
             },
             client_ca_file: None,
             pod_logs_dir,
-            root_dir: PathBuf::from("/var/lib/rustlet"),
             kubelet_config: serde_json::json!({}),
         }
     }
@@ -150,6 +146,9 @@ pub struct Deps {
     pub pods: Store<Pod>,
     /// The container runtime: streaming URLs and container lookups.
     pub runtime: crate::cri::Runtime,
+    /// Resource statistics for `/stats/summary` and `/metrics/resource`
+    /// (the agent keeps its cpu rates fresh with [`crate::stats::Provider::sample`]).
+    pub stats: Arc<crate::stats::Provider>,
 }
 
 impl std::fmt::Debug for Deps {
@@ -182,7 +181,6 @@ pub struct Server {
     healthz: Option<TcpListener>,
     acceptor: tokio_rustls::TlsAcceptor,
     router: Router,
-    stats: Arc<crate::stats::Provider>,
 }
 
 impl std::fmt::Debug for Server {
@@ -218,16 +216,10 @@ impl Server {
             draining: draining_rx.clone(),
             configz: configz(&cfg),
             pods: deps.pods,
-            stats: Arc::new(crate::stats::Provider::new(
-                &cfg.node_name,
-                deps.runtime.clone(),
-                cfg.root_dir.clone(),
-                cfg.pod_logs_dir.clone(),
-            )),
+            stats: deps.stats,
             runtime: deps.runtime,
             pod_logs_dir: cfg.pod_logs_dir,
         });
-        let stats = app.stats.clone();
         let router = Router::new()
             .merge(healthz_routes(draining_rx))
             .route("/configz", get(configz_handler))
@@ -274,7 +266,6 @@ impl Server {
             healthz,
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
             router,
-            stats,
         })
     }
 
@@ -316,7 +307,6 @@ impl Server {
             healthz,
             acceptor,
             router,
-            stats,
         } = self;
         if let Ok(addr) = listener.local_addr() {
             info!(%addr, "serving the node API");
@@ -338,8 +328,7 @@ impl Server {
             }
         });
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-        let sample = stats.sample();
-        tokio::pin!(stop, sample);
+        tokio::pin!(stop);
         let result = loop {
             tokio::select! {
                 () = &mut stop => break Ok(()),
@@ -350,7 +339,6 @@ impl Server {
                         source: std::io::Error::other(e),
                     }),
                 },
-                () = &mut sample => {}
                 accepted = listener.accept() => match accepted {
                     Ok((tcp, peer)) => {
                         tokio::spawn(connection(

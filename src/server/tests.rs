@@ -153,16 +153,23 @@ async fn start_until() -> (
     cfg.healthz_port = Some(0);
     cfg.client_ca_file = Some(ca_file);
     cfg.kubelet_config = json!({"maxPods": 7, "port": 1});
+    let runtime = crate::cri::Runtime::connect_lazy(
+        &format!("unix://{}", dir.path().join("no-runtime.sock").display()),
+        Duration::from_secs(5),
+    )
+    .unwrap();
     let server = Server::bind(
         cfg,
         Deps {
             client: fake_api(seen.clone()),
             pods: store,
-            runtime: crate::cri::Runtime::connect_lazy(
-                &format!("unix://{}", dir.path().join("no-runtime.sock").display()),
-                Duration::from_secs(5),
-            )
-            .unwrap(),
+            stats: Arc::new(crate::stats::Provider::new(
+                "n1",
+                runtime.clone(),
+                dir.path().to_path_buf(),
+                dir.path().join("logs"),
+            )),
+            runtime,
         },
     )
     .await
