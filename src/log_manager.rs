@@ -106,13 +106,8 @@ pub async fn run(runtime: Runtime, pod_logs_dir: PathBuf, policy: Policy) {
 
 /// One pass over the running containers.
 async fn rotate_all(runtime: &Runtime, pod_logs_dir: &Path, policy: Policy) -> cri::Result<()> {
-    let containers = runtime
-        .list_containers(std::collections::HashMap::new())
-        .await?;
-    for c in containers {
-        if c.state != api::ContainerState::ContainerRunning as i32 {
-            continue;
-        }
+    // The runtime filters on state; the kubelet lists all and skips the rest.
+    for c in runtime.list_running_containers().await? {
         let Some(log) = log_path(pod_logs_dir, &c) else {
             continue;
         };

@@ -364,6 +364,27 @@ impl Runtime {
             .containers)
     }
 
+    /// The running containers, selected by the runtime
+    /// (`ListContainers` with a state filter).
+    ///
+    /// # Errors
+    /// [`Error`] when the call fails.
+    pub async fn list_running_containers(&self) -> Result<Vec<cri::Container>> {
+        let mut c = self.runtime.clone();
+        let req = cri::ListContainersRequest {
+            filter: Some(cri::ContainerFilter {
+                state: Some(cri::ContainerStateValue {
+                    state: cri::ContainerState::ContainerRunning.into(),
+                }),
+                ..Default::default()
+            }),
+        };
+        Ok(self
+            .call("ListContainers", "node", c.list_containers(req))
+            .await?
+            .containers)
+    }
+
     /// CRI `ListContainerStats`: cpu, memory and writable layer usage of every
     /// container the runtime knows.
     ///
