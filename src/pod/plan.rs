@@ -266,11 +266,10 @@ pub fn reports_running(pod: &Pod) -> bool {
 /// init containers (sidecars) in reverse order, as the kubelet stops sidecars
 /// after the main containers. Returns true when any runs.
 fn kill_running(pod: &Pod, rt: &PodRuntime, grace: i64, reason: &str, plan: &mut Plan) -> bool {
-    let ephemeral = ephemeral_containers(pod);
     let order = main_containers(pod)
         .iter()
         .map(|c| c.name.as_str())
-        .chain(ephemeral.iter().map(|c| c.name.as_str()))
+        .chain(ephemeral_names(pod))
         .chain(init_containers(pod).iter().rev().map(|c| c.name.as_str()));
     let mut killed = false;
     for name in order {
@@ -299,7 +298,7 @@ fn kill_running(pod: &Pod, rt: &PodRuntime, grace: i64, reason: &str, plan: &mut
                 .iter()
                 .chain(init_containers(pod))
                 .any(|s| s.name == c.name)
-            && !ephemeral.iter().any(|e| e.name == c.name)
+            && !ephemeral_names(pod).any(|e| e == c.name)
     }) {
         plan.steps.push(Step::KillContainer {
             id: c.id.clone(),
@@ -339,6 +338,15 @@ pub enum InitProgress {
     Failed(String),
 }
 
+/// Whether init container `c` runs again after exiting with `exit_code`: a
+/// sidecar as its own `restartPolicy: Always` says; a regular init container
+/// never after success, after failure as [`container_should_restart`] says
+/// (the kubelet's `isInitContainerFailed` with `shouldRestartOnFailure`).
+#[must_use]
+pub fn init_container_should_restart(c: &Container, policy: &str, exit_code: i32) -> bool {
+    (is_sidecar(c) || exit_code != 0) && container_should_restart(c, policy, exit_code)
+}
+
 /// The init containers' progress in the newest sandbox.
 #[must_use]
 pub fn init_progress(pod: &Pod, rt: &PodRuntime) -> InitProgress {
@@ -359,7 +367,7 @@ pub fn init_progress(pod: &Pod, rt: &PodRuntime) -> InitProgress {
             Some(x)
                 if !is_sidecar(c)
                     && x.state == ContainerState::Exited
-                    && !container_should_restart(c, restart_policy(pod), x.exit_code) =>
+                    && !init_container_should_restart(c, restart_policy(pod), x.exit_code) =>
             {
                 return InitProgress::Failed(x.name.clone());
             }
@@ -431,6 +439,14 @@ pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
         .iter()
         .map(ephemeral_as_container)
         .collect()
+}
+
+/// The names of the pod's ephemeral containers.
+fn ephemeral_names(pod: &Pod) -> impl Iterator<Item = &str> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        .map(|ec| ec.name.as_str())
 }
 
 /// The API status of ephemeral container `name` shows it terminated.
@@ -579,9 +595,7 @@ pub fn plan(
                 .iter()
                 .chain(main_containers(pod))
                 .map(|c| c.name.as_str());
-            let ephemeral = ephemeral_containers(pod);
-            let kept = ephemeral.iter().map(|c| c.name.as_str());
-            garbage(rt, &sandbox_id, names, kept, &mut plan);
+            garbage(rt, &sandbox_id, names, ephemeral_names(pod), &mut plan);
         }
         latest => {
             let ran_before = !rt.containers.is_empty();
@@ -589,18 +603,7 @@ pub fn plan(
                 // The kubelet does not recreate the sandbox of a pod that must not restart.
                 return plan;
             }
-            for c in rt
-                .containers
-                .iter()
-                .filter(|c| c.state == ContainerState::Running)
-            {
-                plan.steps.push(Step::KillContainer {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    grace_seconds: grace_period(pod),
-                    reason: "pod sandbox changed".into(),
-                });
-            }
+            kill_running(pod, rt, grace_period(pod), "pod sandbox changed", &mut plan);
             plan.steps.push(Step::CreateSandbox {
                 attempt: latest.map_or(0, |s| s.attempt + 1),
                 changed: latest.is_some(),
@@ -620,7 +623,9 @@ pub fn plan(
                     .0
                     .is_some_and(|x| x.state == ContainerState::Exited && x.exit_code == 0);
                 // A container that restarts only on failure and succeeded is
-                // not run again; its own restartPolicy overrides the pod's.
+                // not run again; its own restartPolicy overrides the pod's,
+                // and its restartPolicyRules play no part here
+                // (`computePodActions` on a new sandbox).
                 let run_once = c.restart_policy.as_deref().unwrap_or(policy) == "OnFailure";
                 if run_once && succeeded {
                     continue;
@@ -1391,6 +1396,31 @@ mod tests {
             plan(&p, &rt, &BTreeMap::new(), &probes(true), t(20)).steps,
             vec![start("a", 0)]
         );
+    }
+
+    #[test]
+    fn init_containers_restart_only_after_failure_unless_sidecars() {
+        let c = |policy: Option<&str>| Container {
+            name: "i".into(),
+            restart_policy: policy.map(Into::into),
+            ..Container::default()
+        };
+        // (pod policy, container policy, exit code, restarts)
+        let cases = [
+            ("Always", None, 0, false),
+            ("Always", None, 1, true),
+            ("OnFailure", None, 1, true),
+            ("Never", None, 1, false),
+            ("Never", Some("Always"), 0, true),
+            ("Never", Some("Always"), 1, true),
+        ];
+        for (pod_policy, own, code, want) in cases {
+            assert_eq!(
+                init_container_should_restart(&c(own), pod_policy, code),
+                want,
+                "{pod_policy} {own:?} {code}"
+            );
+        }
     }
 
     #[test]

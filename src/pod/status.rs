@@ -14,8 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::plan::{
-    InitProgress, Waiting, container_should_restart, ephemeral_containers, init_containers,
-    init_progress, is_sidecar, main_containers, restart_policy,
+    InitProgress, Waiting, container_should_restart, ephemeral_containers,
+    init_container_should_restart, init_containers, init_progress, is_sidecar, main_containers,
+    restart_policy,
 };
 use super::state::{Container, ContainerState, PodRuntime};
 use crate::prober::ContainerProbes;
@@ -322,9 +323,7 @@ pub fn status(
         .iter()
         .map(|c| {
             let sidecar = is_sidecar(c);
-            // An init container that completed is never run again.
-            let restarts =
-                |code| (sidecar || code != 0) && container_should_restart(c, policy, code);
+            let restarts = |code| init_container_should_restart(c, policy, code);
             let mut st = container_status(
                 c,
                 rt,
