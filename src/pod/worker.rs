@@ -99,7 +99,14 @@ pub struct Context {
     /// service environment variables; none: no service variables.
     pub services: Option<Store<Service>>,
     memory: Mutex<HashMap<String, PodMemory>>,
+    /// The UIDs of the last [`DELETED_KEPT`] pods this agent deleted: the
+    /// API server's last update of such a pod (grace period 0) arrives before
+    /// its removal and must not sync, and so delete, it again.
+    deleted: Mutex<std::collections::VecDeque<String>>,
 }
+
+/// How many deleted pods' UIDs [`Context`] remembers.
+const DELETED_KEPT: usize = 1024;
 
 impl Context {
     /// A context for the given parts.
@@ -131,6 +138,7 @@ impl Context {
             pods: None,
             services: None,
             memory: Mutex::new(HashMap::new()),
+            deleted: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 
@@ -203,6 +211,27 @@ impl Context {
         map.remove(uid);
     }
 
+    /// Remembers that pod `uid` was deleted from the API by this agent.
+    fn mark_deleted(&self, uid: &str) {
+        let mut deleted = self
+            .deleted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if deleted.len() >= DELETED_KEPT {
+            deleted.pop_front();
+        }
+        deleted.push_back(uid.to_string());
+    }
+
+    /// True when this agent deleted pod `uid` from the API.
+    fn was_deleted(&self, uid: &str) -> bool {
+        self.deleted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .any(|d| d == uid)
+    }
+
     /// Publishes an event about `pod` (or one of its containers) without waiting for it.
     fn event(
         &self,
@@ -228,6 +257,9 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         pod: key.clone(),
         source,
     };
+    if ctx.was_deleted(&uid) {
+        return Ok(Action::await_change());
+    }
     let mut rt = observe(&ctx.runtime, &uid).await.map_err(rt_err)?;
     if let Some(rejection) = admission(&pod, &rt, &ctx) {
         reject(&pod, &rejection, &ctx)
@@ -431,6 +463,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         }
     }
     if deleted {
+        ctx.mark_deleted(&uid);
         ctx.forget(&uid);
         ctx.prober.forget(&uid);
         return Ok(Action::await_change());
@@ -613,8 +646,11 @@ async fn kill_containers_with_sync_result(
     }
 }
 
-/// How soon a pod whose volumes cannot be set up is synced again.
-const VOLUME_RETRY: Duration = Duration::from_secs(1);
+/// How soon a pod whose volumes cannot be set up is synced again: the
+/// kubelet's first mount retry (`initialDurationBeforeRetry`, 500 ms). The
+/// common cause right after binding is the Node authorizer not yet knowing
+/// the pod, which lasts milliseconds.
+const VOLUME_RETRY: Duration = Duration::from_millis(500);
 
 /// Sets up (or refreshes) the pod's volumes when the plan starts its sandbox or
 /// containers, or containers run, as the kubelet's `WaitForAttachAndMount`
