@@ -322,3 +322,62 @@ async fn a_terminating_pod_turns_unready_when_its_readiness_probe_fails() {
     );
     drop_namespace(&client, &ns).await;
 }
+
+/// The agent's `pods/status` patches of pod `ns/name` so far, from the API
+/// server's audit log of the node's requests.
+fn status_patches(ns: &str, name: &str) -> usize {
+    let log = std::fs::read_to_string(local().join("logs/audit.log")).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            let o = &e["objectRef"];
+            e["stage"] == "ResponseComplete"
+                && e["verb"] == "patch"
+                && o["resource"] == "pods"
+                && o["subresource"] == "status"
+                && o["namespace"] == ns
+                && o["name"] == name
+        })
+        .count()
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn syncs_of_an_unchanged_pod_send_no_status_patch() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-nopatch").await;
+    let p = pod("quiet", "Always", BUSYBOX, &["sleep", "3600"]);
+    create(&client, &ns, &p).await;
+    wait_for(&client, &ns, "quiet", 60, "Ready", |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = status_patches(&ns, "quiet");
+    assert!(
+        before >= 1,
+        "no status patch of {ns}/quiet in the audit log"
+    );
+    // Each label change is a watch event, so a sync of the same pod.
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for i in 0..3 {
+        let patch = serde_json::json!({ "metadata": { "labels": { "touch": i.to_string() } } });
+        api.patch(
+            "quiet",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        status_patches(&ns, "quiet"),
+        before,
+        "syncs without a change patched the status"
+    );
+    drop_namespace(&client, &ns).await;
+}

@@ -42,8 +42,8 @@ fn terminated(c: &Container, runtime: &str) -> ContainerStateTerminated {
         exit_code: c.exit_code,
         reason: Some(reason),
         message: (!c.message.is_empty()).then(|| c.message.clone()),
-        started_at: c.started_at.map(Time),
-        finished_at: c.finished_at.map(Time),
+        started_at: c.started_at.map(api_time),
+        finished_at: c.finished_at.map(api_time),
         container_id: Some(format!("{runtime}://{}", c.id)),
         signal: None,
     }
@@ -97,7 +97,7 @@ fn container_status(
                 ContainerState::Running => {
                     st.state = Some(ApiState {
                         running: Some(ContainerStateRunning {
-                            started_at: c.started_at.map(Time),
+                            started_at: c.started_at.map(api_time),
                         }),
                         ..Default::default()
                     });
@@ -132,6 +132,9 @@ fn container_status(
             }
         }
     }
+    // `lastState` is a struct, not a pointer, in the Go type: the API server
+    // always returns it, `{}` when empty.
+    st.last_state.get_or_insert_with(ApiState::default);
     st
 }
 
@@ -281,7 +284,7 @@ fn condition(
         .and_then(|cs| cs.iter().find(|c| c.type_ == type_));
     let last_transition_time = match previous {
         Some(p) if p.status == status => p.last_transition_time.clone(),
-        _ => Some(Time(now)),
+        _ => Some(api_time(now)),
     };
     PodCondition {
         type_: type_.into(),
@@ -545,7 +548,9 @@ pub fn status(
         ),
         pod_ip: ips.first().cloned(),
         pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
-        start_time: old.and_then(|s| s.start_time.clone()).or(Some(Time(now))),
+        start_time: old
+            .and_then(|s| s.start_time.clone())
+            .or(Some(api_time(now))),
         qos_class: Some(qos_class(pod).into()),
         observed_generation: pod.metadata.generation,
         reason: reason_message
@@ -557,6 +562,14 @@ pub fn status(
             .or_else(|| old.and_then(|o| o.message.clone())),
         ..old.cloned().unwrap_or_default()
     }
+}
+
+/// `t` as the API keeps it: `metav1.Time` has whole seconds, so a status
+/// built with finer times would never equal the one read back, and every sync
+/// would send a patch the API server drops as a no-op.
+#[must_use]
+pub fn api_time(t: Timestamp) -> Time {
+    Time(Timestamp::from_second(t.as_second()).unwrap_or(t))
 }
 
 /// True when two statuses differ in anything but condition probe times, so a
@@ -839,6 +852,53 @@ mod tests {
         p.status = Some(st.clone());
         let again = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(200));
         assert!(!differs(Some(&st), &again));
+    }
+
+    #[test]
+    fn a_status_read_back_from_the_api_needs_no_patch() {
+        let nanos = |s: i64, ns: i64| {
+            Timestamp::from_nanosecond(
+                i128::from(t(s).as_second()) * 1_000_000_000 + i128::from(ns),
+            )
+            .unwrap()
+        };
+        let mut p = pod("web")
+            .container("a", "busybox")
+            .container("b", "busybox")
+            .build();
+        let mut a = ctr("c1", "a", 0, "s0", Running);
+        a.started_at = Some(nanos(10, 123_456_789));
+        let mut b = exited(ctr("c2", "b", 0, "s0", Running), 1, nanos(20, 987_654_321));
+        b.started_at = Some(nanos(11, 5));
+        let rt = runtime(vec![sandbox("s0", 0, true)], vec![a, b]);
+        let st = status(
+            &p,
+            &rt,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            nanos(30, 42),
+        );
+        // What the API server stores and the watch brings back.
+        let stored: PodStatus = serde_json::from_value(serde_json::to_value(&st).unwrap()).unwrap();
+        assert_eq!(stored, st, "every time is in whole seconds");
+        assert!(
+            st.container_statuses
+                .iter()
+                .flatten()
+                .all(|c| c.last_state.is_some()),
+            "the API server returns lastState, {{}} when empty"
+        );
+        p.status = Some(stored.clone());
+        let again = status(
+            &p,
+            &rt,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &ctx(),
+            nanos(40, 7),
+        );
+        assert!(!differs(Some(&stored), &again), "{again:#?}");
     }
 
     #[test]
