@@ -148,7 +148,7 @@ async fn pod_runs_logs_and_is_deleted_cleanly() {
     }
 
     let uid = p.uid().unwrap();
-    let log = local().join(format!("pod-logs/{ns}_sleeper_{uid}/c/0.log"));
+    let log = log_path(&ns, "sleeper", &uid, "c");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !std::fs::read_to_string(&log).is_ok_and(|s| s.contains("started")) {
         assert!(
@@ -214,14 +214,7 @@ async fn restart_policy_never_reports_exit_codes() {
         (term.exit_code, term.reason.as_deref()),
         (0, Some("Completed"))
     );
-    let ready = ok
-        .status
-        .unwrap()
-        .conditions
-        .unwrap()
-        .into_iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
+    let ready = pod_condition(&ok, "Ready").expect("Ready");
     assert_eq!(
         (ready.status.as_str(), ready.reason.as_deref()),
         ("False", Some("PodCompleted"))

@@ -13,16 +13,8 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
-fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
-    serde_json::from_value(v).expect("valid object")
-}
-
 /// A container that exits at once on SIGTERM.
 const TERM_EXITS: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
-
-/// The agnhost image of the local cluster: `netexec` serves HTTP and logs
-/// every `/echo?msg=...` it answers.
-const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
 
 /// Starts a hook server pod (agnhost netexec on 8080); returns it running (with its IP).
 async fn server(client: &Client, ns: &str) -> Pod {
@@ -54,10 +46,7 @@ fn pod_ip(p: &Pod) -> String {
 
 /// Waits up to `secs` for the server pod's log to contain `want`.
 async fn server_saw(ns: &str, server: &Pod, want: &str, secs: u64) {
-    let path = local().join(format!(
-        "pod-logs/{ns}_server_{}/s/0.log",
-        server.uid().unwrap()
-    ));
+    let path = log_path(ns, "server", &server.uid().unwrap(), "s");
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let text = std::fs::read_to_string(&path).unwrap_or_default();

@@ -13,17 +13,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod, Secret};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
-fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
-    serde_json::from_value(v).expect("valid object")
-}
-
 /// Waits for the container log of the first attempt of `container` to contain `want`.
 async fn log_contains(ns: &str, pod: &Pod, container: &str, want: &str) {
-    let path = local().join(format!(
-        "pod-logs/{ns}_{}_{}/{container}/0.log",
-        pod.name_any(),
-        pod.uid().unwrap()
-    ));
+    let path = log_path(ns, &pod.name_any(), &pod.uid().unwrap(), container);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -304,22 +296,6 @@ async fn run_as_non_root_refuses_root() {
     drop_namespace(&client, &ns).await;
 }
 
-/// Runs kubectl against the local cluster; returns (exit code, stdout, stderr).
-fn kubectl(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new("timeout")
-        .arg("60")
-        .arg("kubectl")
-        .args(args)
-        .env("KUBECONFIG", local().join("admin.kubeconfig"))
-        .output()
-        .expect("run kubectl");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// The status of ephemeral container `name`, if reported.
 fn ephemeral_status(p: &Pod, name: &str) -> Option<ContainerStatus> {
     p.status
@@ -392,22 +368,25 @@ async fn ephemeral_containers_run_once_in_the_targets_process_namespace() {
         Some("Running")
     );
 
-    let (code, out, err) = kubectl(&[
-        "exec",
-        "-n",
-        &ns,
-        "target",
-        "-c",
-        "debugger",
-        "--",
-        "cat",
-        "/proc/1/cmdline",
-    ]);
+    let (code, out, err) = kubectl(
+        &[
+            "exec",
+            "-n",
+            &ns,
+            "target",
+            "-c",
+            "debugger",
+            "--",
+            "cat",
+            "/proc/1/cmdline",
+        ],
+        "",
+    );
     assert_eq!(code, 0, "exec in the ephemeral container: {err}");
     assert_eq!(out, "sleep\u{0}3600\u{0}", "PID 1 is the target's process");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (_, logs, err) = kubectl(&["logs", "-n", &ns, "target", "-c", "debugger"]);
+        let (_, logs, err) = kubectl(&["logs", "-n", &ns, "target", "-c", "debugger"], "");
         if logs.contains("polo") {
             break;
         }

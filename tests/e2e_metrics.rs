@@ -6,14 +6,6 @@ mod common;
 
 use common::*;
 
-/// The value of the sample whose line starts with `prefix` (name and labels), if any.
-fn sample(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix) && l[prefix.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 async fn scrape(client: &kube::Client) -> String {
     scrape_path(client, "metrics").await
 }

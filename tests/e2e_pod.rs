@@ -12,17 +12,10 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 
-fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
-    serde_json::from_value(v).expect("valid object")
-}
-
 /// The log of the first attempt of `container` once the pod finished.
 async fn finished_log(client: &kube::Client, ns: &str, name: &str, container: &str) -> String {
     let done = wait_for(client, ns, name, 90, "Succeeded", phase("Succeeded")).await;
-    let path = local().join(format!(
-        "pod-logs/{ns}_{name}_{}/{container}/0.log",
-        done.uid().unwrap()
-    ));
+    let path = log_path(ns, name, &done.uid().unwrap(), container);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -295,14 +288,15 @@ async fn a_terminating_pod_turns_unready_when_its_readiness_probe_fails() {
         }
     }));
     create(&client, &ns, &p).await;
-    let ready = |want: bool| {
-        move |p: Option<&Pod>| {
-            p.and_then(|p| p.status.as_ref()?.conditions.clone())
-                .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
-                .is_some_and(|c| (c.status == "True") == want)
-        }
-    };
-    wait_for(&client, &ns, "term", 60, "ready", ready(true)).await;
+    wait_for(
+        &client,
+        &ns,
+        "term",
+        60,
+        "ready",
+        condition_is("Ready", "True"),
+    )
+    .await;
     Api::<Pod>::namespaced(client.clone(), &ns)
         .delete("term", &DeleteParams::default())
         .await
@@ -313,7 +307,7 @@ async fn a_terminating_pod_turns_unready_when_its_readiness_probe_fails() {
         "term",
         15,
         "unready while terminating",
-        ready(false),
+        condition_is("Ready", "False"),
     )
     .await;
     assert!(
@@ -348,11 +342,14 @@ async fn syncs_of_an_unchanged_pod_send_no_status_patch() {
     let ns = namespace(&client, "e2e-nopatch").await;
     let p = pod("quiet", "Always", BUSYBOX, &["sleep", "3600"]);
     create(&client, &ns, &p).await;
-    wait_for(&client, &ns, "quiet", 60, "Ready", |p: Option<&Pod>| {
-        p.and_then(|p| p.status.as_ref())
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-    })
+    wait_for(
+        &client,
+        &ns,
+        "quiet",
+        60,
+        "Ready",
+        condition_is("Ready", "True"),
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = status_patches(&ns, "quiet");

@@ -9,10 +9,6 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::Api;
 use kube::api::ListParams;
 
-fn from_json(v: serde_json::Value) -> Pod {
-    serde_json::from_value(v).expect("valid pod")
-}
-
 fn ready(p: Option<&Pod>) -> bool {
     p.and_then(|p| {
         p.status
@@ -44,14 +40,7 @@ async fn exec_readiness_turns_ready_when_the_file_appears() {
         "not ready before the probe passes"
     );
     let p = wait_for(&client, &ns, "ready", 30, "ready", ready).await;
-    let cond = p
-        .status
-        .unwrap()
-        .conditions
-        .unwrap()
-        .into_iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
+    let cond = pod_condition(&p, "Ready").expect("Ready");
     assert_eq!(cond.status, "True");
     drop_namespace(&client, &ns).await;
 }

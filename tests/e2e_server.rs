@@ -512,34 +512,6 @@ async fn the_serving_certificate_is_issued_through_the_certificates_api() {
     );
 }
 
-/// The agnhost image of the local cluster (`netexec` serves HTTP).
-const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
-
-/// `kubectl` against the local cluster as its admin, with `stdin`, killed after
-/// 60 s: (exit code, stdout, stderr).
-fn kubectl(args: &[&str], stdin: &str) -> (i32, String, String) {
-    use std::io::Write as _;
-    let mut child = Command::new("timeout")
-        .arg("60")
-        .arg("kubectl")
-        .args(args)
-        .env("KUBECONFIG", local().join("admin.kubeconfig"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run kubectl");
-    let mut input = child.stdin.take().expect("stdin");
-    input.write_all(stdin.as_bytes()).expect("write stdin");
-    drop(input);
-    let out = child.wait_with_output().expect("kubectl output");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// A namespace with a running busybox pod `sh` that sleeps.
 async fn running_sleeper(client: &kube::Client, prefix: &str) -> String {
     let ns = namespace(client, prefix).await;
@@ -651,10 +623,14 @@ async fn kubectl_port_forward_reaches_a_server_in_the_pod() {
         .unwrap(),
     );
     create(&client, &ns, &web).await;
-    wait_for(&client, &ns, "web", 60, "Ready", |p: Option<&Pod>| {
-        p.and_then(|p| p.status.as_ref()?.conditions.clone())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-    })
+    wait_for(
+        &client,
+        &ns,
+        "web",
+        60,
+        "Ready",
+        condition_is("Ready", "True"),
+    )
     .await;
     let mut child = Command::new("kubectl")
         .args(["port-forward", "-n", &ns, "pod/web", ":8080"])

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -40,14 +39,6 @@ async fn get(client: &kube::Client, path: &str) -> String {
 
 fn u64_at(v: &Value, pointer: &str) -> u64 {
     v.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
-}
-
-/// The value of the sample whose line starts with `prefix` (name and labels).
-fn sample(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix) && l[prefix.len()..].starts_with(' '))
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|v| v.parse().ok())
 }
 
 #[tokio::test]
@@ -208,22 +199,6 @@ async fn stats_summary_and_resource_metrics_show_a_busy_pod() {
     drop_namespace(&client, &ns).await;
 }
 
-/// `kubectl` against the local cluster as its admin: (exit code, stdout, stderr).
-fn kubectl(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("timeout")
-        .arg("60")
-        .arg("kubectl")
-        .args(args)
-        .env("KUBECONFIG", local().join("admin.kubeconfig"))
-        .output()
-        .expect("run kubectl");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[tokio::test]
 #[ignore = "needs the local cluster with metrics-server: hack/local-up.sh --agent rustlet --metrics-server"]
 async fn kubectl_top_shows_a_busy_pod_through_metrics_server() {
@@ -235,7 +210,7 @@ async fn kubectl_top_shows_a_busy_pod_through_metrics_server() {
     // metrics-server needs two scrapes (10 s apart) of the pod for a rate.
     let deadline = Instant::now() + Duration::from_secs(90);
     let out = loop {
-        let (code, out, err) = kubectl(&["top", "pod", "-n", &ns, "--no-headers"]);
+        let (code, out, err) = kubectl(&["top", "pod", "-n", &ns, "--no-headers"], "");
         // burner   123m   1Mi
         let cpu = out
             .lines()
@@ -254,7 +229,7 @@ async fn kubectl_top_shows_a_busy_pod_through_metrics_server() {
     };
     assert!(out.contains("burner"), "{out}");
 
-    let (code, out, err) = kubectl(&["top", "node", "--no-headers"]);
+    let (code, out, err) = kubectl(&["top", "node", "--no-headers"], "");
     assert_eq!(code, 0, "kubectl top node: {out}\n{err}");
     assert!(
         out.lines()

@@ -30,11 +30,6 @@ fn volume_path(uid: &str, plugin: &str, name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The log file of container `c` (first attempt).
-fn log_path(ns: &str, pod: &str, uid: &str, c: &str) -> PathBuf {
-    local().join(format!("pod-logs/{ns}_{pod}_{uid}/{c}/0.log"))
-}
-
 /// Waits up to `secs` for `path` to contain every one of `needles`; returns its text.
 async fn wait_file_contains(path: &Path, needles: &[&str], secs: u64) -> String {
     let deadline = Instant::now() + Duration::from_secs(secs);

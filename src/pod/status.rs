@@ -592,6 +592,15 @@ mod tests {
         }
     }
 
+    /// The condition of type `ty` in `st`.
+    fn condition<'a>(st: &'a PodStatus, ty: &str) -> &'a PodCondition {
+        st.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == ty)
+            .unwrap_or_else(|| panic!("no {ty} condition in {st:#?}"))
+    }
+
     fn state_of(s: &ContainerStatus) -> String {
         let st = s.state.as_ref().unwrap();
         if st.running.is_some() {
@@ -649,14 +658,7 @@ mod tests {
             ])
         };
         let cond = |st: &PodStatus, ty: &str| {
-            let c = st
-                .conditions
-                .as_ref()
-                .unwrap()
-                .iter()
-                .find(|c| c.type_ == ty)
-                .unwrap()
-                .clone();
+            let c = condition(st, ty).clone();
             (c.status, c.message.unwrap_or_default())
         };
         let unready = status(&p, &rt, &BTreeMap::new(), &probes(false), &ctx(), t(20));
@@ -793,13 +795,7 @@ mod tests {
             assert_eq!(state_of(cs), want_state, "{name}: state");
             assert_eq!(cs.ready, want_ready, "{name}: ready");
             assert_eq!(cs.restart_count, restarts, "{name}: restarts");
-            let ready = st
-                .conditions
-                .as_ref()
-                .unwrap()
-                .iter()
-                .find(|c| c.type_ == "Ready")
-                .unwrap();
+            let ready = condition(&st, "Ready");
             assert_eq!(
                 ready.status,
                 if want_ready { "True" } else { "False" },
@@ -929,13 +925,7 @@ mod tests {
         let cs = &st.container_statuses.as_ref().unwrap()[0];
         assert!(!cs.ready && cs.started == Some(true));
         assert_eq!(st.phase.as_deref(), Some("Running"));
-        let ready = st
-            .conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .unwrap();
+        let ready = condition(&st, "Ready");
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_deref()),
             ("False", Some("ContainersNotReady"))
@@ -975,14 +965,7 @@ mod tests {
             vec![ctr("c1", "a", 0, "s0", Running)],
         );
         let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(100));
-        let ready = st
-            .conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .unwrap()
-            .clone();
+        let ready = condition(&st, "Ready").clone();
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_deref()),
             ("False", Some("ReadinessGatesNotReady"))
@@ -996,15 +979,12 @@ mod tests {
             ..Default::default()
         });
         let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(100));
-        let conds = st.conditions.unwrap();
-        assert!(
-            conds.iter().any(|c| c.type_ == "example.com/lb"),
+        assert_eq!(
+            condition(&st, "example.com/lb").status,
+            "True",
             "the gate's condition is kept"
         );
-        assert_eq!(
-            conds.iter().find(|c| c.type_ == "Ready").unwrap().status,
-            "True"
-        );
+        assert_eq!(condition(&st, "Ready").status, "True");
     }
 
     #[test]
@@ -1019,13 +999,7 @@ mod tests {
             .restart_policy("Never")
             .build();
         let cond = |st: &PodStatus, t: &str| {
-            let c = st
-                .conditions
-                .as_ref()
-                .unwrap()
-                .iter()
-                .find(|c| c.type_ == t)
-                .unwrap();
+            let c = condition(st, t);
             (c.status.clone(), c.reason.clone().unwrap_or_default())
         };
         let s0 = || vec![sandbox("s0", 0, true)];
@@ -1310,13 +1284,7 @@ mod tests {
         assert_eq!(state_of(&eph[1]), "waiting:ContainerCreating");
         // Ready and the phase are the main containers' alone.
         assert_eq!(st.phase.as_deref(), Some("Running"));
-        let ready = st
-            .conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .unwrap();
+        let ready = condition(&st, "Ready");
         assert_eq!(ready.status, "True");
         // An exited one stays terminated; it is not restarted.
         let rt = runtime(

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::events::{EventType, Recorder};
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, PodStatus, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -70,6 +70,9 @@ struct PodMemory {
     waiting: BTreeMap<String, Waiting>,
     /// Image pull back-off per container: (failures, back-off).
     pulls: BTreeMap<String, (u32, PullBackoff)>,
+    /// The last status patched, with the resourceVersion of the pod object it
+    /// was computed from (the status manager's cache).
+    sent: Option<(String, PodStatus)>,
 }
 
 /// Everything a pod sync needs; one per agent, shared by every pod worker.
@@ -211,6 +214,23 @@ impl Context {
         map.remove(uid);
     }
 
+    /// `pod` as this agent last left it: when the object is the very version
+    /// a status patch was computed from (the watch has not yet brought the
+    /// patched object back), its status is replaced by the patched one, as
+    /// the kubelet builds on its status manager's cached status rather than
+    /// the API's. Otherwise a sync before the watch catches up would
+    /// recompute, and patch again, what was just written.
+    fn with_sent_status(&self, pod: Arc<Pod>, uid: &str) -> Arc<Pod> {
+        match self.memory(uid, |m| sent_status_of(&pod, m.sent.as_ref())) {
+            Some(status) => {
+                let mut p = (*pod).clone();
+                p.status = Some(status);
+                Arc::new(p)
+            }
+            None => pod,
+        }
+    }
+
     /// Remembers that pod `uid` was deleted from the API by this agent.
     fn mark_deleted(&self, uid: &str) {
         let mut deleted = self
@@ -245,6 +265,15 @@ impl Context {
     }
 }
 
+/// The status to see `pod` with, given the last status patched and the
+/// resourceVersion it was computed from: that status when `pod` is still that
+/// version, else none (the API's object is newer and has the last word).
+fn sent_status_of(pod: &Pod, sent: Option<&(String, PodStatus)>) -> Option<PodStatus> {
+    let rv = pod.metadata.resource_version.as_deref()?;
+    sent.filter(|(at, _)| at == rv)
+        .map(|(_, status)| status.clone())
+}
+
 /// One sync of `pod`: observe, plan, act, report. Never sleeps; waiting is a requeue.
 ///
 /// # Errors
@@ -252,14 +281,15 @@ impl Context {
 #[tracing::instrument(skip_all, fields(pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())))]
 pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let (ns, name, uid) = pod_identity(&pod);
+    if ctx.was_deleted(&uid) {
+        return Ok(Action::await_change());
+    }
+    let pod = ctx.with_sent_status(pod, &uid);
     let key = format!("{ns}/{name}");
     let rt_err = |source| Error::Runtime {
         pod: key.clone(),
         source,
     };
-    if ctx.was_deleted(&uid) {
-        return Ok(Action::await_change());
-    }
     let mut rt = observe(&ctx.runtime, &uid).await.map_err(rt_err)?;
     if let Some(rejection) = admission(&pod, &rt, &ctx) {
         reject(&pod, &rejection, &ctx)
@@ -483,6 +513,8 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|source| Error::Api { pod: key, source })?;
+        let at = pod.metadata.resource_version.clone().unwrap_or_default();
+        ctx.memory(&uid, |m| m.sent = Some((at, new_status)));
     }
     let requeue = plan
         .requeue_after
@@ -1484,4 +1516,31 @@ async fn cleanup_orphan(
         "removed the sandboxes, containers and volumes of a pod no longer bound to this node"
     );
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::fixtures::pod;
+
+    #[test]
+    fn a_stale_pod_is_seen_with_the_status_last_sent() {
+        let status = |phase: &str| PodStatus {
+            phase: Some(phase.into()),
+            ..PodStatus::default()
+        };
+        let mut p = pod("web").container("c", "busybox").build();
+        p.metadata.resource_version = Some("7".into());
+        p.status = Some(status("Pending"));
+        let sent = ("7".to_string(), status("Running"));
+        // The watch has not brought the patched pod back: it is version 7 still.
+        assert_eq!(sent_status_of(&p, Some(&sent)), Some(status("Running")));
+        // A newer version (the patch's echo, or someone else's change) wins.
+        p.metadata.resource_version = Some("8".into());
+        assert_eq!(sent_status_of(&p, Some(&sent)), None);
+        // Nothing sent, or an object without a version: the API's status.
+        assert_eq!(sent_status_of(&p, None), None);
+        p.metadata.resource_version = None;
+        assert_eq!(sent_status_of(&p, Some(&sent)), None);
+    }
 }

@@ -201,3 +201,72 @@ pub fn container_status(p: &Pod) -> k8s_openapi::api::core::v1::ContainerStatus 
         .cloned()
         .expect("container status")
 }
+
+/// The agnhost image of the local cluster (`netexec` serves HTTP and logs
+/// every `/echo?msg=...` it answers).
+pub const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
+
+/// An API object from its JSON.
+pub fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v).expect("valid object")
+}
+
+/// The pod condition of type `type_`, if the status has it.
+pub fn pod_condition(p: &Pod, type_: &str) -> Option<k8s_openapi::api::core::v1::PodCondition> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .cloned()
+}
+
+/// The pod's condition `type_` has status `status` (`"True"`, `"False"`).
+pub fn condition_is(type_: &'static str, status: &'static str) -> impl Condition<Pod> {
+    move |p: Option<&Pod>| {
+        p.and_then(|p| pod_condition(p, type_))
+            .is_some_and(|c| c.status == status)
+    }
+}
+
+/// The log file of the first attempt of container `container` of pod
+/// `ns/pod` (UID `uid`), under the local cluster's pod log directory.
+pub fn log_path(ns: &str, pod: &str, uid: &str, container: &str) -> PathBuf {
+    local().join(format!("pod-logs/{ns}_{pod}_{uid}/{container}/0.log"))
+}
+
+/// `kubectl` against the local cluster as its admin, with `stdin` as its
+/// input, killed after 60 s: (exit code, stdout, stderr).
+pub fn kubectl(args: &[&str], stdin: &str) -> (i32, String, String) {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("timeout")
+        .arg("60")
+        .arg("kubectl")
+        .args(args)
+        .env("KUBECONFIG", local().join("admin.kubeconfig"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kubectl");
+    let mut input = child.stdin.take().expect("stdin");
+    input.write_all(stdin.as_bytes()).expect("write stdin");
+    drop(input);
+    let out = child.wait_with_output().expect("kubectl output");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The value of the Prometheus sample whose line starts with `prefix` (its
+/// name and labels).
+pub fn sample(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix) && l[prefix.len()..].starts_with(' '))
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|v| v.parse().ok())
+}
