@@ -1,5 +1,9 @@
 //! The PLEG (pod lifecycle event generator): CRI `GetContainerEvents` turned into
-//! pod requeues, so a container that starts or exits is synced at once. When the
+//! pod requeues, so a container that exits or is removed is synced at once.
+//! Created and started events are not: only this agent creates and starts its
+//! pods' containers and sandboxes, and the pod worker observes the runtime
+//! again after acting (where the kubelet's SyncPod leaves that to the PLEG), so
+//! such a sync would find nothing new while the runtime is busiest. When the
 //! runtime has no event stream (containerd 1.6 answers UNIMPLEMENTED) the pod
 //! workers' periodic relist is the only source, as the kubelet's generic PLEG.
 
@@ -51,6 +55,9 @@ pub fn start(
                                     continue;
                                 };
                                 debug!(pod = %format!("{}/{}", md.namespace, md.name), kind = ev.container_event_type, "PLEG event");
+                                if !requeues(ev.container_event_type) {
+                                    continue;
+                                }
                                 if tx
                                     .send(ObjectRef::new(&md.name).within(&md.namespace))
                                     .is_err()
@@ -77,4 +84,30 @@ pub fn start(
         }
     });
     (UnboundedReceiverStream::new(rx), connected)
+}
+
+/// Whether a container event of CRI type `kind` requeues its pod: a stop or
+/// a removal does; a creation or a start, which the pod worker itself made and
+/// already observed, does not.
+fn requeues(kind: i32) -> bool {
+    matches!(
+        cri::ContainerEventType::try_from(kind),
+        Ok(cri::ContainerEventType::ContainerStoppedEvent
+            | cri::ContainerEventType::ContainerDeletedEvent)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cri::ContainerEventType as E;
+
+    #[test]
+    fn only_stops_and_removals_requeue() {
+        assert!(requeues(E::ContainerStoppedEvent.into()));
+        assert!(requeues(E::ContainerDeletedEvent.into()));
+        assert!(!requeues(E::ContainerCreatedEvent.into()));
+        assert!(!requeues(E::ContainerStartedEvent.into()));
+        assert!(!requeues(42), "unknown kinds are not acted on");
+    }
 }
