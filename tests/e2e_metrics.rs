@@ -78,6 +78,16 @@ async fn metrics_count_a_pod_start_under_the_kubelets_names() {
         "{after}"
     );
     assert!(after.contains("# TYPE kubelet_runtime_operations_duration_seconds histogram"));
+    // Ready only once the readiness probe has succeeded, and so been counted.
+    wait_for(
+        &client,
+        &ns,
+        "sleeper",
+        30,
+        "Ready",
+        condition_is("Ready", "True"),
+    )
+    .await;
     let probes = scrape_path(&client, "metrics/probes").await;
     let series = format!(
         "prober_probe_total{{probe_type=\"Readiness\",result=\"successful\",container=\"c\",pod=\"sleeper\",namespace=\"{ns}\""
