@@ -351,17 +351,11 @@ impl Runtime {
         &self,
         labels: HashMap<String, String>,
     ) -> Result<Vec<cri::Container>> {
-        let mut c = self.runtime.clone();
-        let req = cri::ListContainersRequest {
-            filter: Some(cri::ContainerFilter {
-                label_selector: labels,
-                ..Default::default()
-            }),
-        };
-        Ok(self
-            .call("ListContainers", "node", c.list_containers(req))
-            .await?
-            .containers)
+        self.list_containers_where(cri::ContainerFilter {
+            label_selector: labels,
+            ..Default::default()
+        })
+        .await
     }
 
     /// The running containers, selected by the runtime
@@ -370,14 +364,22 @@ impl Runtime {
     /// # Errors
     /// [`Error`] when the call fails.
     pub async fn list_running_containers(&self) -> Result<Vec<cri::Container>> {
+        self.list_containers_where(cri::ContainerFilter {
+            state: Some(cri::ContainerStateValue {
+                state: cri::ContainerState::ContainerRunning.into(),
+            }),
+            ..Default::default()
+        })
+        .await
+    }
+
+    async fn list_containers_where(
+        &self,
+        filter: cri::ContainerFilter,
+    ) -> Result<Vec<cri::Container>> {
         let mut c = self.runtime.clone();
         let req = cri::ListContainersRequest {
-            filter: Some(cri::ContainerFilter {
-                state: Some(cri::ContainerStateValue {
-                    state: cri::ContainerState::ContainerRunning.into(),
-                }),
-                ..Default::default()
-            }),
+            filter: Some(filter),
         };
         Ok(self
             .call("ListContainers", "node", c.list_containers(req))
