@@ -9,11 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, anyhow};
 use clap::Parser;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
@@ -21,10 +19,14 @@ use crate::cli::{Cli, Command, LogFormat, RunArgs};
 use crate::config::{self, Settings};
 use crate::cri::Runtime;
 use crate::node::MachineInfo;
-use crate::node::status::{NodeConfig, RuntimeFacts};
+use crate::node::status::NodeConfig;
+use crate::pod::env_sources::SourceReader;
+use crate::pod::image_manager::{ImageManager, PullConcurrency};
+use crate::pod::runtime_manager::RuntimeManager;
 use crate::pod::status::StatusContext;
+use crate::pod::status_manager::StatusManager;
 use crate::pod::translate::{HostDns, NodeContext};
-use crate::pod::{pleg, worker};
+use crate::pod::{housekeeping, pleg, worker};
 use crate::volume::VolumeManager;
 
 /// Entry point of the `rustlet` binary: parses flags, runs, and turns any error
@@ -186,8 +188,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let machine = MachineInfo::read(&settings.root_dir);
     let (_, allocatable) = crate::node::status::resources(&machine, settings.max_pods);
     let volumes = VolumeManager::new(client.clone(), &settings.root_dir, allocatable);
-    let node_uid = register(&client, &runtime, &node_cfg, &machine, &runtime_version).await;
-    tokio::spawn(node_status_loop(
+    let node_uid = crate::node::registration::register(
+        &client,
+        &runtime,
+        &node_cfg,
+        &machine,
+        &runtime_version,
+    )
+    .await;
+    tokio::spawn(crate::node::registration::status_loop(
         client.clone(),
         runtime.clone(),
         node_cfg.clone(),
@@ -200,7 +209,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         settings.pod_logs_dir.clone(),
         settings.container_logs,
     ));
-    tokio::spawn(lease_loop(
+    tokio::spawn(crate::node::lease::renew_loop(
         client.clone(),
         node_name.clone(),
         node_uid,
@@ -213,60 +222,74 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let recorder = crate::events::Recorder::new(client.clone(), node_name.clone());
     let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
     let prober = crate::prober::manager::Manager::new(runtime.clone(), recorder.clone(), probe_tx);
-    let ctx = worker::Context::new(
-        client.clone(),
-        runtime.clone(),
-        recorder,
-        NodeContext {
-            node_name: node_name.clone(),
-            node_ips: vec![node_ip.clone()],
-            pod_logs_dir: settings.pod_logs_dir.clone(),
-            root_dir: settings.root_dir.clone(),
-            host_dns,
-            cluster_dns: settings.cluster_dns.clone(),
-            cluster_domain: settings.cluster_domain.clone(),
-            allocatable: crate::node::status::resources(&machine, settings.max_pods).1,
-            memory_capacity_bytes: machine.memory_bytes,
-            hosts_file: crate::pod::hosts::ETC_HOSTS_PATH.into(),
-            allowed_unsafe_sysctls: settings.allowed_unsafe_sysctls.clone(),
-        },
-        StatusContext {
-            host_ips: vec![node_ip.clone()],
-            runtime_name: version.runtime_name.clone(),
-        },
-        pleg_connected,
-        prober,
-    );
-    let (services, services_writer) = kube::runtime::reflector::store();
+    // The stores exist before the controller, so the context is built once.
+    let (services, services_writer) = reflector::store();
     tokio::spawn(
-        kube::runtime::reflector(
-            services_writer,
-            watcher(
-                Api::<Service>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff(),
+        watcher(
+            Api::<Service>::all(client.clone()),
+            watcher::Config::default(),
         )
+        .default_backoff()
+        .reflect(services_writer)
         .for_each(|ev| async move {
             if let Err(e) = ev {
                 warn!(error = %e, "watch services");
             }
         }),
     );
-    let ctx = ctx.with_volumes(volumes).with_services(services);
-
-    let pods: Api<Pod> = Api::all(client.clone());
-    let controller = Controller::new(
-        pods,
+    let (store, pods_writer) = reflector::store();
+    let pod_events = watcher(
+        Api::<Pod>::all(client.clone()),
         watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
     )
-    .reconcile_on(futures::stream::select(
-        pleg_events,
-        tokio_stream::wrappers::UnboundedReceiverStream::new(probe_rx),
-    ))
-    .shutdown_on_signal();
-    let store = controller.store();
-    let ctx = Arc::new(ctx.with_store(store.clone()));
+    .default_backoff()
+    .reflect(pods_writer)
+    .applied_objects();
+    let node = NodeContext {
+        node_name: node_name.clone(),
+        node_ips: vec![node_ip.clone()],
+        pod_logs_dir: settings.pod_logs_dir.clone(),
+        root_dir: settings.root_dir.clone(),
+        host_dns,
+        cluster_dns: settings.cluster_dns.clone(),
+        cluster_domain: settings.cluster_domain.clone(),
+        allocatable: crate::node::status::resources(&machine, settings.max_pods).1,
+        memory_capacity_bytes: machine.memory_bytes,
+        hosts_file: crate::pod::hosts::ETC_HOSTS_PATH.into(),
+        allowed_unsafe_sysctls: settings.allowed_unsafe_sysctls.clone(),
+    };
+    let ctx = Arc::new(worker::Context {
+        runtime: RuntimeManager {
+            runtime: runtime.clone(),
+            images: ImageManager::new(
+                runtime.clone(),
+                client.clone(),
+                recorder.clone(),
+                pull_concurrency(&settings),
+            ),
+            sources: SourceReader {
+                client: client.clone(),
+                services,
+            },
+            recorder,
+            node,
+            pods: store.clone(),
+        },
+        status: StatusManager::new(client.clone()),
+        status_context: StatusContext {
+            host_ips: vec![node_ip.clone()],
+            runtime_name: version.runtime_name.clone(),
+        },
+        volumes: Arc::new(volumes),
+        prober,
+        pleg_connected,
+    });
+    let controller = Controller::for_stream(pod_events, store.clone())
+        .reconcile_on(futures::stream::select(
+            pleg_events,
+            tokio_stream::wrappers::UnboundedReceiverStream::new(probe_rx),
+        ))
+        .shutdown_on_signal();
     let stats = Arc::new(crate::stats::Provider::new(
         &node_name,
         runtime.clone(),
@@ -299,7 +322,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             let mut tick = tokio::time::interval(Duration::from_secs(2));
             loop {
                 tick.tick().await;
-                if let Err(e) = worker::cleanup_orphans(&runtime, &client, &store, &volumes).await {
+                let cleaned = housekeeping::cleanup_orphans(&runtime, &client, &store, &volumes);
+                if let Err(e) = cleaned.await {
                     warn!(error = %e, "housekeeping");
                 }
             }
@@ -339,6 +363,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     housekeeping.abort();
     info!("stopped");
     result
+}
+
+/// The image pull concurrency of the settings' `serializeImagePulls` and
+/// `maxParallelImagePulls`.
+fn pull_concurrency(settings: &Settings) -> PullConcurrency {
+    match (
+        settings.serialize_image_pulls,
+        settings.max_parallel_image_pulls,
+    ) {
+        (true, _) => PullConcurrency::Serial,
+        (false, Some(n)) => PullConcurrency::Limited(n),
+        (false, None) => PullConcurrency::Unlimited,
+    }
 }
 
 /// The pod worker, timed into `kubelet_pod_worker_duration_seconds` (`create`
@@ -415,132 +452,4 @@ fn server_config(
     cfg.client_ca_file.clone_from(&args.client_ca_file);
     cfg.kubelet_config = settings.kubelet_configuration();
     Ok(cfg)
-}
-
-async fn runtime_facts(runtime: &Runtime, version: &str) -> RuntimeFacts {
-    let mut facts = RuntimeFacts {
-        version: version.to_string(),
-        ..Default::default()
-    };
-    match runtime.status().await {
-        Ok(st) => {
-            for c in st.status.map(|s| s.conditions).unwrap_or_default() {
-                if c.status {
-                    continue;
-                }
-                let text = format!(
-                    "{}=false reason:{} message:{}",
-                    c.r#type, c.reason, c.message
-                );
-                match c.r#type.as_str() {
-                    "RuntimeReady" => facts.runtime_not_ready = Some(text),
-                    "NetworkReady" => facts.network_not_ready = Some(text),
-                    _ => {}
-                }
-            }
-        }
-        Err(e) => facts.runtime_not_ready = Some(e.to_string()),
-    }
-    facts
-}
-
-/// Creates the Node, or adopts an existing one (labels merged); returns its UID.
-/// Retries until the API server accepts, as `registerWithAPIServer`.
-async fn register(
-    client: &Client,
-    runtime: &Runtime,
-    cfg: &NodeConfig,
-    m: &MachineInfo,
-    version: &str,
-) -> String {
-    let api: Api<Node> = Api::all(client.clone());
-    let mut delay = Duration::from_millis(100);
-    loop {
-        let facts = runtime_facts(runtime, version).await;
-        let node = crate::node::status::initial_node(
-            cfg,
-            crate::node::status::status(cfg, m, &facts, None, Timestamp::now()),
-        );
-        let result = match api.create(&PostParams::default(), &node).await {
-            Ok(n) => Ok(n),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                let patch = serde_json::json!({ "metadata": { "labels": node.metadata.labels } });
-                api.patch(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(n) => {
-                info!(node = cfg.name, "node registered");
-                return n.metadata.uid.unwrap_or_default();
-            }
-            Err(e) => warn!(error = %e, "register node; retrying"),
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(7));
-    }
-}
-
-/// Computes node status every `nodeStatusUpdateFrequency` and patches it when it
-/// changed or `nodeStatusReportFrequency` passed, as `syncNodeStatus`; the
-/// status it compares with is the one the last patch returned.
-async fn node_status_loop(
-    client: Client,
-    runtime: Runtime,
-    cfg: NodeConfig,
-    machine: MachineInfo,
-    version: String,
-    settings: Settings,
-) {
-    let api: Api<Node> = Api::all(client);
-    let mut last_report: Option<Instant> = None;
-    // The status as the API server last returned it; read again only after a
-    // failed patch, so an idle node costs the API server no reads.
-    let mut known: Option<k8s_openapi::api::core::v1::NodeStatus> = None;
-    let mut tick = tokio::time::interval(settings.node_status_update_frequency);
-    loop {
-        tick.tick().await;
-        let old = match known.take() {
-            Some(s) => Some(s),
-            None => match api.get(&cfg.name).await {
-                Ok(n) => n.status,
-                Err(e) => {
-                    warn!(error = %e, "get node status");
-                    continue;
-                }
-            },
-        };
-        let facts = runtime_facts(&runtime, &version).await;
-        let new =
-            crate::node::status::status(&cfg, &machine, &facts, old.as_ref(), Timestamp::now());
-        let due = last_report.is_none_or(|t| t.elapsed() >= settings.node_status_report_frequency);
-        if !due && !crate::node::status::changed(old.as_ref(), &new) {
-            known = old;
-            continue;
-        }
-        let patch = serde_json::json!({ "status": new });
-        match api
-            .patch_status(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(node) => {
-                last_report = Some(Instant::now());
-                known = node.status;
-            }
-            Err(e) => warn!(error = %e, "patch node status"),
-        }
-    }
-}
-
-/// Renews the node Lease every quarter of its duration (10 s for 40 s).
-async fn lease_loop(client: Client, name: String, uid: String, duration_seconds: i32) {
-    let period = Duration::from_secs(u64::try_from(duration_seconds / 4).unwrap_or(10).max(1));
-    let mut tick = tokio::time::interval(period);
-    loop {
-        tick.tick().await;
-        if let Err(e) = crate::node::lease::renew(&client, &name, &uid, duration_seconds).await {
-            warn!(error = %e, "renew node lease");
-        }
-    }
 }

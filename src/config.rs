@@ -59,10 +59,15 @@ pub struct Settings {
     pub allowed_unsafe_sysctls: Vec<String>,
     /// Container log rotation (`containerLogMaxSize`, `containerLogMaxFiles`,
     /// `containerLogMonitorInterval`).
-    pub container_logs: crate::log_manager::Policy,
+    pub container_logs: ContainerLogPolicy,
     /// `serverTLSBootstrap`: the node API's certificate comes from the
     /// certificates API (signer `kubernetes.io/kubelet-serving`).
     pub server_tls_bootstrap: bool,
+    /// `serializeImagePulls` (true): one image pull at a time.
+    pub serialize_image_pulls: bool,
+    /// `maxParallelImagePulls`: the most pulls at once when
+    /// `serializeImagePulls` is false (none: no limit).
+    pub max_parallel_image_pulls: Option<u32>,
 }
 
 impl Default for Settings {
@@ -81,8 +86,10 @@ impl Default for Settings {
             resolv_conf: "/etc/resolv.conf".into(),
             port: 10250,
             allowed_unsafe_sysctls: Vec::new(),
-            container_logs: crate::log_manager::Policy::default(),
+            container_logs: ContainerLogPolicy::default(),
             server_tls_bootstrap: false,
+            serialize_image_pulls: true,
+            max_parallel_image_pulls: None,
         }
     }
 }
@@ -151,6 +158,8 @@ impl Settings {
             "containerLogMaxFiles": self.container_logs.max_files,
             "containerLogMonitorInterval": go_duration(self.container_logs.interval),
             "serverTLSBootstrap": self.server_tls_bootstrap,
+            "serializeImagePulls": self.serialize_image_pulls,
+            "maxParallelImagePulls": self.max_parallel_image_pulls,
         })
     }
 }
@@ -187,6 +196,8 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "containerLogMaxFiles",
     "containerLogMonitorInterval",
     "serverTLSBootstrap",
+    "serializeImagePulls",
+    "maxParallelImagePulls",
 ];
 
 fn duration(path: &Path, key: &str, v: &Value) -> Result<Duration, Error> {
@@ -295,6 +306,21 @@ pub fn apply_file_text(
                 settings.server_tls_bootstrap =
                     v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
             }
+            "serializeImagePulls" => {
+                settings.serialize_image_pulls =
+                    v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
+            }
+            "maxParallelImagePulls" => {
+                settings.max_parallel_image_pulls = match v {
+                    Value::Null => None,
+                    v => Some(
+                        v.as_u64()
+                            .and_then(|n| u32::try_from(n).ok())
+                            .filter(|n| *n >= 1)
+                            .ok_or_else(|| bad(key, "a count of at least 1"))?,
+                    ),
+                };
+            }
             "clusterDNS" => {
                 settings.cluster_dns = v
                     .as_array()
@@ -305,6 +331,13 @@ pub fn apply_file_text(
             }
             _ => ignored.push(key.clone()),
         }
+    }
+    // As the kubelet's validation: a limit above 1 needs parallel pulls.
+    if settings.serialize_image_pulls && settings.max_parallel_image_pulls.is_some_and(|n| n > 1) {
+        return Err(bad(
+            "maxParallelImagePulls",
+            "1 or nothing when serializeImagePulls is true",
+        ));
     }
     ignored.sort();
     Ok(ignored)
@@ -320,6 +353,28 @@ pub fn apply_file(settings: &mut Settings, path: &Path) -> Result<Vec<String>, E
         source,
     })?;
     apply_file_text(settings, path, &text)
+}
+
+/// When and how much container logs are rotated (the kubelet's
+/// `containerLogMaxSize`, `containerLogMaxFiles`, `containerLogMonitorInterval`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContainerLogPolicy {
+    /// A log file larger than this many bytes is rotated (default 10 MiB).
+    pub max_bytes: u64,
+    /// Files kept per container, the live one included (default 5, at least 2).
+    pub max_files: usize,
+    /// How often logs are checked (default 10 s).
+    pub interval: Duration,
+}
+
+impl Default for ContainerLogPolicy {
+    fn default() -> Self {
+        Self {
+            max_bytes: 10 * 1024 * 1024,
+            max_files: 5,
+            interval: Duration::from_secs(10),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -368,6 +423,30 @@ mod tests {
         for bad in ["containerLogMaxFiles: 1", "containerLogMaxSize: lots"] {
             let err = apply_file_text(&mut s, Path::new("k.yaml"), bad).unwrap_err();
             assert!(err.to_string().contains("containerLogMax"), "{err}");
+        }
+    }
+
+    #[test]
+    fn image_pull_concurrency_fields() {
+        let mut s = Settings::default();
+        assert!(s.serialize_image_pulls, "serial by default, as the kubelet");
+        let text = "serializeImagePulls: false\nmaxParallelImagePulls: 3\n";
+        apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert_eq!(
+            (s.serialize_image_pulls, s.max_parallel_image_pulls),
+            (false, Some(3))
+        );
+        let c = s.kubelet_configuration();
+        assert_eq!(c["maxParallelImagePulls"], 3);
+        for bad in [
+            "maxParallelImagePulls: 0",
+            "maxParallelImagePulls: -1",
+            "maxParallelImagePulls: 9999999999999",
+            "serializeImagePulls: true\nmaxParallelImagePulls: 2",
+        ] {
+            let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), bad);
+            let err = err.unwrap_err().to_string();
+            assert!(err.contains("maxParallelImagePulls"), "{bad}: {err}");
         }
     }
 

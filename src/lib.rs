@@ -7,17 +7,24 @@
 pub mod agent;
 pub mod cli;
 pub mod config;
+pub mod container;
 pub mod cri;
 pub mod events;
+pub mod expansion;
 pub mod log_manager;
 pub mod metrics;
 pub mod node;
+pub mod paths;
 pub mod pod;
 pub mod prober;
+pub mod reasons;
 pub mod resource;
 pub mod server;
 pub mod stats;
 pub mod volume;
+
+#[cfg(test)]
+pub mod fixtures;
 
 /// The Kubernetes version whose kubelet this agent follows.
 pub const KUBERNETES_VERSION: &str = "v1.37.0";

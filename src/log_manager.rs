@@ -9,7 +9,6 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use tracing::{debug, warn};
@@ -22,27 +21,7 @@ const COMPRESSED: &str = ".gz";
 /// The suffix of files being written (removed when found left over).
 const TMP: &str = ".tmp";
 
-/// When and how much container logs are rotated (the kubelet's
-/// `containerLogMaxSize`, `containerLogMaxFiles`, `containerLogMonitorInterval`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Policy {
-    /// A log file larger than this many bytes is rotated (default 10 MiB).
-    pub max_bytes: u64,
-    /// Files kept per container, the live one included (default 5, at least 2).
-    pub max_files: usize,
-    /// How often logs are checked (default 10 s).
-    pub interval: Duration,
-}
-
-impl Default for Policy {
-    fn default() -> Self {
-        Self {
-            max_bytes: 10 * 1024 * 1024,
-            max_files: 5,
-            interval: Duration::from_secs(10),
-        }
-    }
-}
+pub use crate::config::ContainerLogPolicy as Policy;
 
 /// What to do with a container's rotated files before rotating its live log.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -128,17 +107,14 @@ async fn rotate_all(runtime: &Runtime, pod_logs_dir: &Path, policy: Policy) -> c
 /// The log file of a container, from its kubelet labels and restart attempt.
 fn log_path(pod_logs_dir: &Path, c: &api::Container) -> Option<PathBuf> {
     let label = |k: &str| c.labels.get(k).map(String::as_str);
-    let dir = crate::pod::translate::pod_log_dir(
+    let dir = crate::paths::pod_log_dir(
         pod_logs_dir,
         label(cri::POD_NAMESPACE_LABEL)?,
         label(cri::POD_NAME_LABEL)?,
         label(cri::POD_UID_LABEL)?,
     );
     let meta = c.metadata.as_ref()?;
-    Some(dir.join(crate::pod::translate::container_log_path(
-        &meta.name,
-        meta.attempt,
-    )))
+    Some(dir.join(crate::paths::container_log_path(&meta.name, meta.attempt)))
 }
 
 /// Errors of one rotation.

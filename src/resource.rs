@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn container_resource_values_as_the_kubelet_extracts_them() {
-        use crate::pod::fixtures::pod;
+        use crate::fixtures::pod;
         use k8s_openapi::api::core::v1::ResourceRequirements;
         let q = |s: &str| ApiQuantity(s.into());
         let mut p = pod("web").container("c", "busybox").build();

@@ -7,6 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use std::time::Duration;
+use tracing::warn;
 
 /// Namespace of node leases.
 pub const NAMESPACE: &str = "kube-node-lease";
@@ -64,5 +66,17 @@ pub async fn renew(
             .await
             .map(drop),
         Err(e) => Err(e),
+    }
+}
+
+/// Renews the node Lease every quarter of its duration (10 s for 40 s).
+pub async fn renew_loop(client: Client, name: String, uid: String, duration_seconds: i32) {
+    let period = Duration::from_secs(u64::try_from(duration_seconds / 4).unwrap_or(10).max(1));
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        if let Err(e) = renew(&client, &name, &uid, duration_seconds).await {
+            warn!(error = %e, "renew node lease");
+        }
     }
 }

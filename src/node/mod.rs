@@ -5,6 +5,7 @@
 
 pub mod info;
 pub mod lease;
+pub mod registration;
 pub mod status;
 
 pub use info::MachineInfo;

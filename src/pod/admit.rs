@@ -187,7 +187,7 @@ pub fn admit(pod: &Pod, allowed_unsafe: &[String]) -> Result<(), Rejection> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::fixtures::pod;
+    use crate::fixtures::pod;
     use k8s_openapi::api::core::v1::{PodOS, PodSecurityContext, Sysctl};
 
     #[test]

@@ -241,7 +241,7 @@ pub async fn make_hosts_mount(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::fixtures::pod;
+    use crate::fixtures::pod;
     use k8s_openapi::api::core::v1::VolumeMount;
 
     fn alias(ip: &str, names: &[&str]) -> HostAlias {

@@ -1,20 +1,40 @@
-//! The pod worker: one reconcile per pod at a time (a `kube_runtime::Controller`
-//! on the pods bound to this node), each one a pass of the kubelet's `SyncPod`:
-//! observe the runtime ([`observe`]), compute the actions ([`plan`]), execute
-//! them through CRI, and report the status ([`status`]) to the API server.
+//! The pod worker and the managers it drives, cut as the kubelet's own
+//! packages: one reconcile per pod at a time (a `kube_runtime::Controller` on
+//! the pods bound to this node), each a pass of the kubelet's `SyncPod` —
+//! observe the runtime ([`crate::container`]), compute the actions
+//! ([`plan`]), carry them out ([`runtime_manager`], [`image_manager`]), and
+//! report the status ([`status`], written only by [`status_manager`]).
+//!
+//! | module | job | the kubelet's part |
+//! |---|---|---|
+//! | [`worker`] | the reconcile loop: observe → admit → volumes → plan → execute → report | `pod_workers.go`, `SyncPod` |
+//! | [`plan`] | what to do, pure | `computePodActions` |
+//! | [`runtime_manager`] | carries out a plan's steps through CRI | kuberuntime manager `SyncPod`, `startContainer`, `killContainer` |
+//! | [`image_manager`] | pull policy, credentials, back-off, pull concurrency | `pkg/kubelet/images` |
+//! | [`status`] | the pod's status, pure | `generateAPIPodStatus`, `getPhase` |
+//! | [`status_manager`] | the only writer of `pods/status`, the final delete | `pkg/kubelet/status` |
+//! | [`housekeeping`] | runtime objects of pods no longer bound here | `HandlePodCleanups` |
+//! | [`admit`] | admission, pure | `canAdmitPod` |
+//! | [`spec`] | reading a pod's spec and status, pure | helpers of `pkg/kubelet/container`, `podutil` |
+//! | [`translate`], [`env`], [`hosts`] | a pod spec as CRI configs, environment, `/etc/hosts`, pure | `kuberuntime_container.go`, `kubelet_pods.go` |
+//! | [`env_sources`] | ConfigMaps, Secrets and Services environments read | `makeEnvironmentVariables`' listers |
+//! | [`credentials`] | `imagePullSecrets` as a keyring | `credentialprovider` |
+//! | [`lifecycle`] | postStart and preStop hooks | `pkg/kubelet/lifecycle` |
+//! | [`pleg`] | runtime events as pod syncs | `pkg/kubelet/pleg` |
 
 pub mod admit;
 pub mod credentials;
 pub mod env;
+pub mod env_sources;
 pub mod hosts;
+pub mod housekeeping;
+pub mod image_manager;
 pub mod lifecycle;
-pub mod observe;
 pub mod plan;
 pub mod pleg;
-pub mod state;
+pub mod runtime_manager;
+pub mod spec;
 pub mod status;
+pub mod status_manager;
 pub mod translate;
 pub mod worker;
-
-#[cfg(test)]
-pub mod fixtures;

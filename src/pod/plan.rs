@@ -5,11 +5,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 
-use super::state::{Container as RuntimeContainer, ContainerState, PodRuntime};
+use super::spec::{
+    container_should_restart, ephemeral_names, grace_period, init_container_should_restart,
+    init_containers, is_sidecar, is_terminal, main_containers, restart_policy, restarts_after_kill,
+};
 use super::translate::container_hash;
+use crate::container::state::{Container as RuntimeContainer, ContainerState, PodRuntime};
 use crate::prober::{ContainerProbes, ProbeKind};
 
 /// Initial CrashLoopBackOff delay (10 s), doubled per restart up to [`MAX_BACKOFF`].
@@ -98,6 +102,19 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The plan's leading [`Step::KillContainer`] steps: for a terminating
+    /// pod, every container to stop, which the runtime manager stops together
+    /// before the rest of the plan (the kubelet's `killPodWithSyncResult`).
+    #[must_use]
+    pub fn leading_kills(&self) -> &[Step] {
+        let n = self
+            .steps
+            .iter()
+            .take_while(|s| matches!(s, Step::KillContainer { .. }))
+            .count();
+        &self.steps[..n]
+    }
+
     fn requeue_at(&mut self, now: Timestamp, at: Timestamp) {
         let d = Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO);
         self.requeue_after = Some(self.requeue_after.map_or(d, |r| r.min(d)));
@@ -125,96 +142,8 @@ pub fn crash_backoff(restarts: u32) -> Duration {
     INITIAL_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF)
 }
 
-/// The pod's restart policy (`Always` when unset).
-#[must_use]
-pub fn restart_policy(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always")
-}
-
-/// Whether a container that exited with `exit_code` is restarted under the
-/// pod-level `policy`.
-#[must_use]
-pub fn should_restart(policy: &str, exit_code: i32) -> bool {
-    match policy {
-        "Never" => false,
-        "OnFailure" => exit_code != 0,
-        _ => true,
-    }
-}
-
-/// True when `rule` matches `exit_code`: its `exitCodes` operator `In` (the
-/// code is listed) or `NotIn` (it is not); a rule without `exitCodes` or with
-/// another operator matches nothing (`FindMatchingContainerRestartRule`).
-fn rule_matches(rule: &k8s_openapi::api::core::v1::ContainerRestartRule, exit_code: i32) -> bool {
-    let Some(codes) = &rule.exit_codes else {
-        return false;
-    };
-    let listed = codes.values.iter().flatten().any(|v| *v == exit_code);
-    match codes.operator.as_str() {
-        "In" => listed,
-        "NotIn" => !listed,
-        _ => false,
-    }
-}
-
-/// Whether container `c` that exited with `exit_code` is restarted, as the
-/// kubelet's `ContainerShouldRestart` (feature ContainerRestartRules, on by
-/// default since v1.35): with a container-level `restartPolicy`, the first
-/// `restartPolicyRules` entry matching the exit code decides when its action
-/// is `Restart` or `RestartAllContainers`, else the container's policy does;
-/// without one, the pod's `policy` does ([`should_restart`]).
-#[must_use]
-pub fn container_should_restart(c: &Container, policy: &str, exit_code: i32) -> bool {
-    if let Some(own) = c.restart_policy.as_deref() {
-        let rule = c
-            .restart_policy_rules
-            .iter()
-            .flatten()
-            .find(|r| rule_matches(r, exit_code));
-        if rule.is_some_and(|r| matches!(r.action.as_str(), "Restart" | "RestartAllContainers")) {
-            return true;
-        }
-        match own {
-            "Always" => return true,
-            "OnFailure" => return exit_code != 0,
-            "Never" => return false,
-            _ => {}
-        }
-    }
-    should_restart(policy, exit_code)
-}
-
-/// Whether a running container is restarted after a failed liveness or
-/// startup probe kills it: the container's own `restartPolicy` when set (not
-/// `Never`; its rules are not evaluated, there is no exit code yet), else the
-/// pod's (`computePodActions`).
-#[must_use]
-pub fn restarts_after_kill(c: &Container, policy: &str) -> bool {
-    c.restart_policy
-        .as_deref()
-        .map_or(policy != "Never", |own| own != "Never")
-}
-
-/// The pod's grace period for deletion, in seconds: `deletionGracePeriodSeconds`,
-/// else `terminationGracePeriodSeconds`, else 30.
-#[must_use]
-pub fn grace_period(pod: &Pod) -> i64 {
-    pod.metadata
-        .deletion_grace_period_seconds
-        .or_else(|| {
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds)
-        })
-        .unwrap_or(30)
-        .max(0)
-}
-
 /// Reason of a pod failed for its active deadline (the kubelet's active_deadline.go).
-pub const DEADLINE_REASON: &str = "DeadlineExceeded";
+pub const DEADLINE_REASON: &str = crate::reasons::pod::DEADLINE_EXCEEDED;
 /// Message of a pod failed for its active deadline.
 pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
@@ -311,21 +240,6 @@ fn kill_running(pod: &Pod, rt: &PodRuntime, grace: i64, reason: &str, plan: &mut
     killed
 }
 
-/// True when the pod's phase in the API is already terminal (Succeeded or Failed).
-#[must_use]
-pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-/// True for a sidecar: an init container with `restartPolicy: Always`.
-#[must_use]
-pub fn is_sidecar(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
-}
-
 /// Where the pod's init containers stand in the current sandbox, as the
 /// kubelet's `computeInitContainerActions` sees them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -336,15 +250,6 @@ pub enum InitProgress {
     Pending(String),
     /// The named init container failed and the pod's restart policy is `Never`.
     Failed(String),
-}
-
-/// Whether init container `c` runs again after exiting with `exit_code`: a
-/// sidecar as its own `restartPolicy: Always` says; a regular init container
-/// never after success, after failure as [`container_should_restart`] says
-/// (the kubelet's `isInitContainerFailed` with `shouldRestartOnFailure`).
-#[must_use]
-pub fn init_container_should_restart(c: &Container, policy: &str, exit_code: i32) -> bool {
-    (is_sidecar(c) || exit_code != 0) && container_should_restart(c, policy, exit_code)
 }
 
 /// The init containers' progress in the newest sandbox.
@@ -375,78 +280,6 @@ pub fn init_progress(pod: &Pod, rt: &PodRuntime) -> InitProgress {
         }
     }
     InitProgress::Done
-}
-
-/// The pod's init containers (empty when none).
-#[must_use]
-pub fn init_containers(pod: &Pod) -> &[Container] {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or_default()
-}
-
-/// The pod's main containers.
-#[must_use]
-pub fn main_containers(pod: &Pod) -> &[Container] {
-    pod.spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
-        .unwrap_or_default()
-}
-
-/// An ephemeral container as the container it is run as (the kubelet's
-/// `v1.Container(ec.EphemeralContainerCommon)`: every field but
-/// `targetContainerName`).
-#[must_use]
-pub fn ephemeral_as_container(ec: &EphemeralContainer) -> Container {
-    Container {
-        args: ec.args.clone(),
-        command: ec.command.clone(),
-        env: ec.env.clone(),
-        env_from: ec.env_from.clone(),
-        image: ec.image.clone(),
-        image_pull_policy: ec.image_pull_policy.clone(),
-        lifecycle: ec.lifecycle.clone(),
-        liveness_probe: ec.liveness_probe.clone(),
-        name: ec.name.clone(),
-        ports: ec.ports.clone(),
-        readiness_probe: ec.readiness_probe.clone(),
-        resize_policy: ec.resize_policy.clone(),
-        resources: ec.resources.clone(),
-        restart_policy: ec.restart_policy.clone(),
-        restart_policy_rules: ec.restart_policy_rules.clone(),
-        security_context: ec.security_context.clone(),
-        startup_probe: ec.startup_probe.clone(),
-        stdin: ec.stdin,
-        stdin_once: ec.stdin_once,
-        termination_message_path: ec.termination_message_path.clone(),
-        termination_message_policy: ec.termination_message_policy.clone(),
-        tty: ec.tty,
-        volume_devices: ec.volume_devices.clone(),
-        volume_mounts: ec.volume_mounts.clone(),
-        working_dir: ec.working_dir.clone(),
-    }
-}
-
-/// The pod's ephemeral containers as containers ([`ephemeral_as_container`]).
-#[must_use]
-pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.ephemeral_containers.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .map(ephemeral_as_container)
-        .collect()
-}
-
-/// The names of the pod's ephemeral containers.
-fn ephemeral_names(pod: &Pod) -> impl Iterator<Item = &str> {
-    pod.spec
-        .iter()
-        .flat_map(|s| s.ephemeral_containers.iter().flatten())
-        .map(|ec| ec.name.as_str())
 }
 
 /// The API status of ephemeral container `name` shows it terminated.
@@ -505,12 +338,84 @@ pub fn all_done(pod: &Pod, rt: &PodRuntime) -> bool {
         })
 }
 
+/// How soon a pod whose volumes are not all set up is synced again: the
+/// kubelet's first mount retry (`initialDurationBeforeRetry`, 500 ms). The
+/// common cause right after binding is the Node authorizer not yet knowing
+/// the pod, which lasts milliseconds.
+pub const VOLUME_RETRY: Duration = Duration::from_millis(500);
+
+/// What a pod's volumes need before its sync is planned, as the kubelet's
+/// volume manager sees the pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VolumeNeed {
+    /// The pod is active: its volumes are set up (or refreshed) before it is
+    /// planned (`WaitForAttachAndMount` before `SyncPod`).
+    Mount,
+    /// The pod finished and nothing of it runs: its volumes are torn down.
+    Unmount,
+    /// Nothing to do: the pod is terminating (its volumes go with it) or a
+    /// finished pod still has something running.
+    Leave,
+}
+
+/// What the volumes of `pod` need at `now`, given its runtime state `rt`.
+#[must_use]
+pub fn volume_need(pod: &Pod, rt: &PodRuntime, now: Timestamp) -> VolumeNeed {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return VolumeNeed::Leave;
+    }
+    let deadline = !is_terminal(pod) && active_deadline(pod, now) == Deadline::Exceeded;
+    if deadline || is_terminal(pod) || all_done(pod, rt) {
+        if rt.all_stopped() {
+            VolumeNeed::Unmount
+        } else {
+            VolumeNeed::Leave
+        }
+    } else {
+        VolumeNeed::Mount
+    }
+}
+
+/// Whether the pod's volumes are all set up, an input of [`plan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Volumes {
+    /// Every volume is set up: the sandbox and containers may start.
+    Ready,
+    /// Some volume is not: nothing starts, and the pod is synced again after
+    /// [`VOLUME_RETRY`]; its containers stay `ContainerCreating`.
+    NotReady,
+}
+
 /// Plans one sync of `pod` against `rt` at `now`. `pull_backoff` holds the image
 /// pull back-offs of this pod's containers by name, `probes` what the probe
 /// manager says of its running containers (a failed liveness or startup probe
-/// kills the container, which then restarts as its restart policy says).
+/// kills the container, which then restarts as its restart policy says),
+/// `volumes` whether the pod's volumes are set up ([`volume_need`]).
 #[must_use]
 pub fn plan(
+    pod: &Pod,
+    rt: &PodRuntime,
+    pull_backoff: &BTreeMap<String, PullBackoff>,
+    probes: &BTreeMap<String, ContainerProbes>,
+    volumes: Volumes,
+    now: Timestamp,
+) -> Plan {
+    let mut plan = plan_ready(pod, rt, pull_backoff, probes, now);
+    if volumes == Volumes::NotReady {
+        // Nothing starts before the volumes it mounts exist.
+        let starts =
+            |s: &Step| matches!(s, Step::CreateSandbox { .. } | Step::StartContainer { .. });
+        plan.steps.retain(|s| !starts(s));
+        plan.requeue_after = Some(
+            plan.requeue_after
+                .map_or(VOLUME_RETRY, |r| r.min(VOLUME_RETRY)),
+        );
+    }
+    plan
+}
+
+/// The plan of [`plan`] with every volume set up.
+fn plan_ready(
     pod: &Pod,
     rt: &PodRuntime,
     pull_backoff: &BTreeMap<String, PullBackoff>,
@@ -857,7 +762,7 @@ fn terminate(pod: &Pod, rt: &PodRuntime, plan: &mut Plan) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::fixtures::{ctr, exited, pod, runtime, sandbox, t};
+    use crate::fixtures::{ctr, exited, pod, runtime, sandbox, t};
     use ContainerState::{Created, Running};
 
     fn start(name: &str, attempt: u32) -> Step {
@@ -891,7 +796,7 @@ mod tests {
             .build();
         let s0 = sandbox("s0", 0, true);
         let dead0 = sandbox("s0", 0, false);
-        let cases: Vec<(&str, &Pod, crate::pod::state::PodRuntime, Vec<Step>)> = vec![
+        let cases: Vec<(&str, &Pod, crate::container::state::PodRuntime, Vec<Step>)> = vec![
             (
                 "new pod: sandbox then every container",
                 &p,
@@ -996,7 +901,7 @@ mod tests {
         ];
         for (name, pod, rt, want) in cases {
             assert_eq!(
-                plan(pod, &rt, &none, &BTreeMap::new(), t(100)).steps,
+                plan(pod, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(100)).steps,
                 want,
                 "{name}"
             );
@@ -1017,7 +922,7 @@ mod tests {
             .restart_policy("Never")
             .build();
         let s0 = || vec![sandbox("s0", 0, true)];
-        let cases: Vec<(&str, &Pod, crate::pod::state::PodRuntime, Vec<Step>)> = vec![
+        let cases: Vec<(&str, &Pod, crate::container::state::PodRuntime, Vec<Step>)> = vec![
             (
                 "new pod: sandbox and the first init container only",
                 &p,
@@ -1078,7 +983,7 @@ mod tests {
         ];
         for (name, pod, rt, want) in cases {
             assert_eq!(
-                plan(pod, &rt, &none, &BTreeMap::new(), t(100)).steps,
+                plan(pod, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(100)).steps,
                 want,
                 "{name}"
             );
@@ -1096,7 +1001,7 @@ mod tests {
         let s0 = || vec![sandbox("s0", 0, true)];
         let rt = runtime(s0(), vec![ctr("p1", "proxy", 0, "s0", Running)]);
         assert_eq!(
-            plan(&p, &rt, &none, &BTreeMap::new(), t(100)).steps,
+            plan(&p, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(100)).steps,
             vec![start("i1", 0)],
             "started sidecar gates the next"
         );
@@ -1109,7 +1014,7 @@ mod tests {
             ],
         );
         assert_eq!(
-            plan(&p, &rt, &none, &BTreeMap::new(), t(100)).steps,
+            plan(&p, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(100)).steps,
             vec![start("proxy", 1)],
             "an exited sidecar restarts"
         );
@@ -1128,7 +1033,15 @@ mod tests {
             .restart_policy("Never")
             .build();
         assert_eq!(
-            plan(&never, &done, &none, &BTreeMap::new(), t(100)).steps,
+            plan(
+                &never,
+                &done,
+                &none,
+                &BTreeMap::new(),
+                Volumes::Ready,
+                t(100)
+            )
+            .steps,
             vec![
                 Step::KillContainer {
                     id: "p1".into(),
@@ -1169,11 +1082,11 @@ mod tests {
         };
         let none = BTreeMap::new();
         assert_eq!(
-            plan(&p, &rt, &none, &unhealthy, t(100)).steps,
+            plan(&p, &rt, &none, &unhealthy, Volumes::Ready, t(100)).steps,
             vec![kill.clone(), start("a", 1)]
         );
         assert_eq!(
-            plan(&never, &rt, &none, &unhealthy, t(100)).steps,
+            plan(&never, &rt, &none, &unhealthy, Volumes::Ready, t(100)).steps,
             vec![kill]
         );
     }
@@ -1190,7 +1103,14 @@ mod tests {
             ],
         );
         // Third restart: 40 s after the exit at t=100.
-        let early = plan(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), t(110));
+        let early = plan(
+            &p,
+            &rt,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            Volumes::Ready,
+            t(110),
+        );
         assert_eq!(early.waiting["a"].reason, "CrashLoopBackOff");
         assert!(
             early.waiting["a"]
@@ -1199,7 +1119,14 @@ mod tests {
         );
         assert_eq!(early.requeue_after, Some(Duration::from_secs(30)));
         assert_eq!(early.steps, vec![Step::RemoveContainer { id: "c1".into() }]);
-        let due = plan(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), t(140));
+        let due = plan(
+            &p,
+            &rt,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            Volumes::Ready,
+            t(140),
+        );
         assert_eq!(due.steps[0], start("a", 4));
         assert!(due.waiting.is_empty());
     }
@@ -1215,12 +1142,12 @@ mod tests {
                 image: "nope:1".into(),
             },
         )]);
-        let held = plan(&p, &rt, &backoff, &BTreeMap::new(), t(100));
+        let held = plan(&p, &rt, &backoff, &BTreeMap::new(), Volumes::Ready, t(100));
         assert!(held.steps.is_empty());
         assert_eq!(held.waiting["a"].reason, "ImagePullBackOff");
         assert_eq!(held.requeue_after, Some(Duration::from_secs(20)));
         assert_eq!(
-            plan(&p, &rt, &backoff, &BTreeMap::new(), t(121)).steps,
+            plan(&p, &rt, &backoff, &BTreeMap::new(), Volumes::Ready, t(121)).steps,
             vec![start("a", 0)]
         );
     }
@@ -1268,7 +1195,15 @@ mod tests {
             reason: format!("Stopping container {name}"),
         };
         // Main containers are killed before sidecars; nothing is removed yet.
-        let steps = plan(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), t(100)).steps;
+        let steps = plan(
+            &p,
+            &rt,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            Volumes::Ready,
+            t(100),
+        )
+        .steps;
         assert_eq!(
             steps,
             vec![
@@ -1288,13 +1223,22 @@ mod tests {
             &stopped,
             &BTreeMap::new(),
             &BTreeMap::new(),
+            Volumes::Ready,
             t(100),
         );
         assert!(wait.steps.is_empty());
         assert_eq!(wait.requeue_after, Some(Duration::from_secs(1)));
         let done = with_status(p.clone(), None, Some(t(1)));
         assert_eq!(
-            plan(&done, &stopped, &BTreeMap::new(), &BTreeMap::new(), t(100)).steps,
+            plan(
+                &done,
+                &stopped,
+                &BTreeMap::new(),
+                &BTreeMap::new(),
+                Volumes::Ready,
+                t(100)
+            )
+            .steps,
             vec![
                 Step::StopSandbox { id: "s0".into() },
                 Step::RemoveContainer { id: "c1".into() },
@@ -1307,6 +1251,7 @@ mod tests {
             &runtime(vec![], vec![]),
             &BTreeMap::new(),
             &BTreeMap::new(),
+            Volumes::Ready,
             t(100),
         )
         .steps;
@@ -1348,10 +1293,24 @@ mod tests {
             vec![sandbox("s0", 0, true)],
             vec![ctr("c1", "a", 0, "s0", Running)],
         );
-        let before = plan(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), t(20));
+        let before = plan(
+            &p,
+            &rt,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            Volumes::Ready,
+            t(20),
+        );
         assert!(!before.deadline_exceeded && before.steps.is_empty());
         assert_eq!(before.requeue_after, Some(Duration::from_secs(10)));
-        let after = plan(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), t(30));
+        let after = plan(
+            &p,
+            &rt,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            Volumes::Ready,
+            t(30),
+        );
         assert!(after.deadline_exceeded);
         assert_eq!(
             after.steps,
@@ -1388,12 +1347,27 @@ mod tests {
             )])
         };
         assert!(
-            plan(&p, &rt, &BTreeMap::new(), &probes(false), t(20))
-                .steps
-                .is_empty()
+            plan(
+                &p,
+                &rt,
+                &BTreeMap::new(),
+                &probes(false),
+                Volumes::Ready,
+                t(20)
+            )
+            .steps
+            .is_empty()
         );
         assert_eq!(
-            plan(&p, &rt, &BTreeMap::new(), &probes(true), t(20)).steps,
+            plan(
+                &p,
+                &rt,
+                &BTreeMap::new(),
+                &probes(true),
+                Volumes::Ready,
+                t(20)
+            )
+            .steps,
             vec![start("a", 0)]
         );
     }
@@ -1535,7 +1509,15 @@ mod tests {
         ];
         for (name, p, code, want) in cases {
             assert_eq!(
-                plan(p, &exit(code), &none, &BTreeMap::new(), t(100)).steps,
+                plan(
+                    p,
+                    &exit(code),
+                    &none,
+                    &BTreeMap::new(),
+                    Volumes::Ready,
+                    t(100)
+                )
+                .steps,
                 want,
                 "{name}"
             );
@@ -1550,9 +1532,25 @@ mod tests {
                 failed: Some(ProbeKind::Liveness),
             },
         )]);
-        let steps = plan(&own_always, &running, &none, &unhealthy, t(100)).steps;
+        let steps = plan(
+            &own_always,
+            &running,
+            &none,
+            &unhealthy,
+            Volumes::Ready,
+            t(100),
+        )
+        .steps;
         assert_eq!(steps.last(), Some(&start("a", 1)));
-        let steps = plan(&own_never, &running, &none, &unhealthy, t(100)).steps;
+        let steps = plan(
+            &own_never,
+            &running,
+            &none,
+            &unhealthy,
+            Volumes::Ready,
+            t(100),
+        )
+        .steps;
         assert!(matches!(steps.as_slice(), [Step::KillContainer { .. }]));
     }
 
@@ -1575,7 +1573,7 @@ mod tests {
             InitProgress::Pending("i1".into())
         );
         assert_eq!(
-            plan(&p, &failed, &none, &BTreeMap::new(), t(100)).steps,
+            plan(&p, &failed, &none, &BTreeMap::new(), Volumes::Ready, t(100)).steps,
             vec![start("i1", 1)]
         );
     }
@@ -1593,7 +1591,7 @@ mod tests {
             target_id: target.map(Into::into),
         };
         let s0 = || vec![sandbox("s0", 0, true)];
-        let cases: Vec<(&str, crate::pod::state::PodRuntime, Vec<Step>)> = vec![
+        let cases: Vec<(&str, crate::container::state::PodRuntime, Vec<Step>)> = vec![
             (
                 "new: both, the second in its target's process namespace",
                 runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]),
@@ -1630,7 +1628,7 @@ mod tests {
         ];
         for (name, rt, want) in cases {
             assert_eq!(
-                plan(&p, &rt, &none, &BTreeMap::new(), t(100)).steps,
+                plan(&p, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(100)).steps,
                 want,
                 "{name}"
             );
@@ -1650,7 +1648,7 @@ mod tests {
         });
         let rt = runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]);
         assert_eq!(
-            plan(&ran, &rt, &none, &BTreeMap::new(), t(100)).steps,
+            plan(&ran, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(100)).steps,
             vec![eph("shell", Some("c1"))]
         );
         // Before initialization completes, ephemeral containers still start.
@@ -1661,7 +1659,7 @@ mod tests {
             .build();
         let rt = runtime(s0(), vec![ctr("x1", "i1", 0, "s0", Running)]);
         assert_eq!(
-            plan(&init, &rt, &none, &BTreeMap::new(), t(100)).steps,
+            plan(&init, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(100)).steps,
             vec![eph("debugger", None)]
         );
         // An image pull back-off holds it.
@@ -1673,7 +1671,7 @@ mod tests {
             },
         )]);
         let rt = runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]);
-        let held = plan(&p, &rt, &backoff, &BTreeMap::new(), t(100));
+        let held = plan(&p, &rt, &backoff, &BTreeMap::new(), Volumes::Ready, t(100));
         assert_eq!(held.steps, vec![eph("shell", Some("c1"))]);
         assert_eq!(held.waiting["debugger"].reason, "ImagePullBackOff");
     }
@@ -1693,7 +1691,7 @@ mod tests {
                 ctr("e1", "debugger", 0, "s0", Running),
             ],
         );
-        let kills: Vec<String> = plan(&p, &rt, &none, &BTreeMap::new(), t(100))
+        let kills: Vec<String> = plan(&p, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(100))
             .steps
             .iter()
             .filter_map(|s| match s {
@@ -1715,7 +1713,7 @@ mod tests {
             ],
         );
         assert!(
-            plan(&live, &rt, &none, &BTreeMap::new(), t(100))
+            plan(&live, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(100))
                 .steps
                 .is_empty()
         );

@@ -13,12 +13,12 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::plan::{
-    InitProgress, Waiting, container_should_restart, ephemeral_containers,
-    init_container_should_restart, init_containers, init_progress, is_sidecar, main_containers,
-    restart_policy,
+use super::plan::{InitProgress, Waiting, init_progress};
+use super::spec::{
+    container_should_restart, ephemeral_containers, init_container_should_restart, init_containers,
+    is_sidecar, main_containers, restart_policy,
 };
-use super::state::{Container, ContainerState, PodRuntime};
+use crate::container::state::{Container, ContainerState, PodRuntime};
 use crate::prober::ContainerProbes;
 
 /// Node-side facts the status needs.
@@ -564,6 +564,20 @@ pub fn status(
     }
 }
 
+/// The status of a pod the node does not admit, as the kubelet's `rejectPod`:
+/// phase `Failed` with the admission's reason and `Pod was rejected: <message>`,
+/// and the pod's QoS class; everything else is left as the API has it.
+#[must_use]
+pub fn rejected(pod: &Pod, rejection: &super::admit::Rejection) -> PodStatus {
+    PodStatus {
+        phase: Some(crate::reasons::phase::FAILED.into()),
+        reason: Some(rejection.reason.to_string()),
+        message: Some(format!("Pod was rejected: {}", rejection.message)),
+        qos_class: Some(qos_class(pod).into()),
+        ..pod.status.clone().unwrap_or_default()
+    }
+}
+
 /// `t` as the API keeps it: `metav1.Time` has whole seconds, so a status
 /// built with finer times would never equal the one read back, and every sync
 /// would send a patch the API server drops as a no-op.
@@ -582,7 +596,7 @@ pub fn differs(old: Option<&PodStatus>, new: &PodStatus) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::fixtures::{ctr, exited, pod, runtime, sandbox, t};
+    use crate::fixtures::{ctr, exited, pod, runtime, sandbox, t};
     use ContainerState::Running;
 
     fn ctx() -> StatusContext {

@@ -95,18 +95,6 @@ impl HostDns {
     }
 }
 
-/// The pod's log directory: `<pod_logs_dir>/<namespace>_<name>_<uid>`, as the kubelet's `BuildPodLogsDirectory`.
-#[must_use]
-pub fn pod_log_dir(pod_logs_dir: &Path, namespace: &str, name: &str, uid: &str) -> PathBuf {
-    pod_logs_dir.join(format!("{namespace}_{name}_{uid}"))
-}
-
-/// The container's log path relative to the pod log directory: `<container>/<restartCount>.log`.
-#[must_use]
-pub fn container_log_path(container: &str, attempt: u32) -> String {
-    format!("{container}/{attempt}.log")
-}
-
 /// A stable hash of the container spec (hex, 16 digits), kept in the container's
 /// annotations; a change means the spec changed and the container is replaced,
 /// as the kubelet's `HashContainer`.
@@ -292,7 +280,7 @@ pub fn sandbox_config(
             attempt,
         }),
         hostname,
-        log_directory: pod_log_dir(&node.pod_logs_dir, &ns, &name, &uid)
+        log_directory: crate::paths::pod_log_dir(&node.pod_logs_dir, &ns, &name, &uid)
             .to_string_lossy()
             .into_owned(),
         dns_config: Some(dns_config(pod, node)?),
@@ -622,7 +610,7 @@ pub fn container_config(
         mounts,
         labels,
         annotations,
-        log_path: container_log_path(&c.name, attempt),
+        log_path: crate::paths::container_log_path(&c.name, attempt),
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
@@ -656,7 +644,7 @@ pub fn target_pid_namespace(config: &mut cri::ContainerConfig, target_id: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::fixtures::pod;
+    use crate::fixtures::pod;
     use k8s_openapi::api::core::v1::EnvVar;
 
     fn node() -> NodeContext {

@@ -774,8 +774,8 @@ async fn container_logs(
         Err(message) => return text(StatusCode::BAD_REQUEST, message),
     };
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let dir = crate::pod::translate::pod_log_dir(&app.pod_logs_dir, &namespace, &pod_name, &uid)
-        .join(&container);
+    let dir =
+        crate::paths::pod_log_dir(&app.pod_logs_dir, &namespace, &pod_name, &uid).join(&container);
     let restarts = logs::restarts(&dir);
     let Some((restart, path)) = logs::file_for(&dir, &restarts, which) else {
         return text(

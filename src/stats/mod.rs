@@ -315,7 +315,7 @@ impl Provider {
                         w.inodes_used.as_ref().map(|v| v.value),
                     ));
                 }
-                let dir = crate::pod::translate::pod_log_dir(
+                let dir = crate::paths::pod_log_dir(
                     &self.pod_logs_dir,
                     &meta.namespace,
                     &meta.name,

@@ -116,7 +116,7 @@ pub fn set_up(dir: &Path, medium: Medium, mode: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::fixtures::pod;
+    use crate::fixtures::pod;
     use k8s_openapi::api::core::v1::ResourceRequirements;
 
     fn with_limit(mut p: Pod, i: usize, mem: &str) -> Pod {

@@ -665,7 +665,7 @@ fn write_volume(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::fixtures::pod;
+    use crate::fixtures::pod;
     use k8s_openapi::api::core::v1::{
         ConfigMapVolumeSource, EmptyDirVolumeSource, HostPathVolumeSource, KeyToPath,
         SecretVolumeSource,

@@ -34,7 +34,7 @@ pub type PodVolumes = BTreeMap<String, MountedVolume>;
 /// [`Error::Mount`] naming the variables that are undefined or empty.
 pub fn expand_sub_path_expr(expr: &str, env: &BTreeMap<String, String>) -> Result<String> {
     let missing = std::cell::RefCell::new(BTreeSet::new());
-    let out = crate::pod::env::expand(expr, |name| {
+    let out = crate::expansion::expand(expr, |name| {
         let value = env.get(name).filter(|v| !v.is_empty()).cloned();
         if value.is_none() {
             missing.borrow_mut().insert(name.to_string());

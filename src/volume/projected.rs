@@ -135,7 +135,7 @@ pub fn payload(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::fixtures::pod;
+    use crate::fixtures::pod;
     use k8s_openapi::api::core::v1::{
         ConfigMap, ConfigMapProjection, DownwardAPIProjection, DownwardAPIVolumeFile, KeyToPath,
         ObjectFieldSelector, VolumeProjection,

@@ -1,6 +1,6 @@
 //! What the runtime holds for one pod: its sandboxes and containers, as plain
 //! data read from CRI (the kubelet's `kubecontainer.PodStatus`). Built by
-//! [`super::observe`], consumed by the pure [`super::plan`] and [`super::status`].
+//! [`observe`](super::observe), consumed by the pure `pod::plan` and `pod::status`.
 
 use k8s_openapi::jiff::Timestamp;
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use k8s_cri::v1 as cri;
 use k8s_openapi::jiff::Timestamp;
 
-use super::state::{Container, ContainerState, PodRuntime, Sandbox};
+use crate::container::state::{Container, ContainerState, PodRuntime, Sandbox};
 use crate::cri::{
     CONTAINER_HASH_ANNOTATION, POD_UID_LABEL, Result, Runtime, TERMINATION_MESSAGE_PATH_ANNOTATION,
     TERMINATION_MESSAGE_POLICY_ANNOTATION,

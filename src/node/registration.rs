@@ -1,0 +1,135 @@
+//! Registration of the Node and its status loop, as the kubelet's
+//! `registerWithAPIServer` and `syncNodeStatus` (kubelet_node_status.go): the
+//! Node is created (or adopted) at start, then its status is computed every
+//! `nodeStatusUpdateFrequency` and patched when it changed or
+//! `nodeStatusReportFrequency` passed.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use tracing::{info, warn};
+
+use super::MachineInfo;
+use super::status::{NodeConfig, RuntimeFacts};
+use crate::config::Settings;
+use crate::cri::Runtime;
+
+/// The runtime's version and readiness, as the node status reports them
+/// (CRI `Status`: the `RuntimeReady` and `NetworkReady` conditions).
+async fn runtime_facts(runtime: &Runtime, version: &str) -> RuntimeFacts {
+    let mut facts = RuntimeFacts {
+        version: version.to_string(),
+        ..Default::default()
+    };
+    match runtime.status().await {
+        Ok(st) => {
+            for c in st.status.map(|s| s.conditions).unwrap_or_default() {
+                if c.status {
+                    continue;
+                }
+                let text = format!(
+                    "{}=false reason:{} message:{}",
+                    c.r#type, c.reason, c.message
+                );
+                match c.r#type.as_str() {
+                    "RuntimeReady" => facts.runtime_not_ready = Some(text),
+                    "NetworkReady" => facts.network_not_ready = Some(text),
+                    _ => {}
+                }
+            }
+        }
+        Err(e) => facts.runtime_not_ready = Some(e.to_string()),
+    }
+    facts
+}
+
+/// Creates the Node, or adopts an existing one (labels merged); returns its UID.
+/// Retries until the API server accepts, as `registerWithAPIServer`.
+pub async fn register(
+    client: &Client,
+    runtime: &Runtime,
+    cfg: &NodeConfig,
+    m: &MachineInfo,
+    version: &str,
+) -> String {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let facts = runtime_facts(runtime, version).await;
+        let node = super::status::initial_node(
+            cfg,
+            super::status::status(cfg, m, &facts, None, Timestamp::now()),
+        );
+        let result = match api.create(&PostParams::default(), &node).await {
+            Ok(n) => Ok(n),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let patch = serde_json::json!({ "metadata": { "labels": node.metadata.labels } });
+                api.patch(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(n) => {
+                info!(node = cfg.name, "node registered");
+                return n.metadata.uid.unwrap_or_default();
+            }
+            Err(e) => warn!(error = %e, "register node; retrying"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(7));
+    }
+}
+
+/// Computes node status every `nodeStatusUpdateFrequency` and patches it when it
+/// changed or `nodeStatusReportFrequency` passed, as `syncNodeStatus`; the
+/// status it compares with is the one the last patch returned.
+pub async fn status_loop(
+    client: Client,
+    runtime: Runtime,
+    cfg: NodeConfig,
+    machine: MachineInfo,
+    version: String,
+    settings: Settings,
+) {
+    let api: Api<Node> = Api::all(client);
+    let mut last_report: Option<Instant> = None;
+    // The status as the API server last returned it; read again only after a
+    // failed patch, so an idle node costs the API server no reads.
+    let mut known: Option<NodeStatus> = None;
+    let mut tick = tokio::time::interval(settings.node_status_update_frequency);
+    loop {
+        tick.tick().await;
+        let old = match known.take() {
+            Some(s) => Some(s),
+            None => match api.get(&cfg.name).await {
+                Ok(n) => n.status,
+                Err(e) => {
+                    warn!(error = %e, "get node status");
+                    continue;
+                }
+            },
+        };
+        let facts = runtime_facts(&runtime, &version).await;
+        let new = super::status::status(&cfg, &machine, &facts, old.as_ref(), Timestamp::now());
+        let due = last_report.is_none_or(|t| t.elapsed() >= settings.node_status_report_frequency);
+        if !due && !super::status::changed(old.as_ref(), &new) {
+            known = old;
+            continue;
+        }
+        let patch = serde_json::json!({ "status": new });
+        match api
+            .patch_status(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(node) => {
+                last_report = Some(Instant::now());
+                known = node.status;
+            }
+            Err(e) => warn!(error = %e, "patch node status"),
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Pod housekeeping, as the kubelet's `HandlePodCleanups`: the sandboxes,
+//! containers and volumes of pods no longer bound to this node (deleted while
+//! the agent was down, or force-deleted) are stopped and removed, and the pod
+//! workers' managers forget pods that are gone.
+
+use std::collections::{HashMap, HashSet};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::Store;
+use kube::{Api, Client};
+use tracing::{debug, info, warn};
+
+use crate::cri::{POD_UID_LABEL, Runtime};
+use crate::volume::VolumeManager;
+
+/// Housekeeping (the kubelet's `HandlePodCleanups`): stops and removes the
+/// sandboxes and containers of pods that are no longer bound to this node, such
+/// as pods deleted while the agent was down or force-deleted, then tears down
+/// their volumes and directories. A pod the reflector's cache does not know is
+/// looked up in the API server first, so a cache that is still listing never
+/// costs a running pod.
+///
+/// # Errors
+/// The first CRI call that fails.
+pub async fn cleanup_orphans(
+    runtime: &Runtime,
+    client: &Client,
+    store: &Store<Pod>,
+    volumes: &VolumeManager,
+) -> crate::cri::Result<usize> {
+    let known: HashSet<String> = store
+        .state()
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    let sandboxes = runtime.list_pod_sandboxes(HashMap::new()).await?;
+    // Pods the local cache does not know, by UID, with their namespace and name.
+    let candidates: HashMap<String, (String, String)> = sandboxes
+        .iter()
+        .filter_map(|s| {
+            let uid = s.labels.get(POD_UID_LABEL)?;
+            let ns = s.labels.get(crate::cri::POD_NAMESPACE_LABEL)?;
+            let name = s.labels.get(crate::cri::POD_NAME_LABEL)?;
+            (!known.contains(uid)).then(|| (uid.clone(), (ns.clone(), name.clone())))
+        })
+        .collect();
+    // Orphans are cleaned up concurrently: each may wait for a container to stop.
+    let results = futures::future::join_all(
+        candidates
+            .into_iter()
+            .map(|(uid, (ns, name))| cleanup_orphan(runtime, client, volumes, uid, ns, name)),
+    )
+    .await;
+    let mut removed = 0;
+    for r in results {
+        removed += usize::from(r?);
+    }
+    Ok(removed)
+}
+
+/// Cleans up one pod the cache does not know, unless the API server still has it.
+async fn cleanup_orphan(
+    runtime: &Runtime,
+    client: &Client,
+    volumes: &VolumeManager,
+    uid: String,
+    ns: String,
+    name: String,
+) -> crate::cri::Result<bool> {
+    // The cache may be behind (just started, or relisting): ask the API server.
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    match api.get_opt(&name).await {
+        Ok(Some(p)) if p.metadata.uid.as_deref() == Some(uid.as_str()) => return Ok(false),
+        Ok(_) => {}
+        // The Node authorizer forbids reading a pod that is not bound to this node,
+        // which includes one that no longer exists.
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        Err(e) => {
+            debug!(error = %e, pod = %format!("{ns}/{name}"), "housekeeping: get pod");
+            return Ok(false);
+        }
+    }
+    let by_uid = HashMap::from([(POD_UID_LABEL.to_string(), uid.clone())]);
+    for c in runtime.list_containers(by_uid.clone()).await? {
+        if c.state == cri::ContainerState::ContainerRunning as i32 {
+            runtime.stop_container(&c.id, 2).await?;
+        }
+        runtime.remove_container(&c.id).await?;
+    }
+    for s in runtime.list_pod_sandboxes(by_uid).await? {
+        runtime.stop_pod_sandbox(&s.id).await?;
+        runtime.remove_pod_sandbox(&s.id).await?;
+    }
+    if let Err(e) = volumes.teardown(&uid).await {
+        warn!(pod_uid = uid, error = %e, "housekeeping: remove pod directory");
+    }
+    info!(
+        pod_uid = uid,
+        "removed the sandboxes, containers and volumes of a pod no longer bound to this node"
+    );
+    Ok(true)
+}

@@ -1,0 +1,597 @@
+//! The runtime manager: carries out a pod's [`Plan`] steps through CRI, as
+//! the kubelet's kuberuntime manager (`SyncPod` after `computePodActions`,
+//! `startContainer`, `killContainer`, `killPodWithSyncResult`): sandboxes are
+//! created with their log directory, containers are started with their image
+//! ensured (the [`ImageManager`]), their environment, mounts and termination
+//! message file, and stopped with their preStop hook inside the grace period.
+//! What a step could not do comes back as the container's waiting reason.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kube::runtime::reflector::{ObjectRef, Store};
+use tracing::{debug, warn};
+
+use super::env;
+use super::env_sources::SourceReader;
+use super::image_manager::ImageManager;
+use super::lifecycle;
+use super::plan::{Plan, Step, Waiting};
+use super::spec;
+use super::translate::{self, NodeContext, PodFacts, pod_identity};
+use crate::container::PodRuntime;
+use crate::cri::Runtime;
+use crate::events::{EventType, Recorder};
+use crate::reasons::{event, waiting};
+use crate::volume::PodVolumes;
+
+/// The runtime manager; one per agent, shared by every pod worker.
+pub struct RuntimeManager {
+    /// The container runtime.
+    pub runtime: Runtime,
+    /// The image manager.
+    pub images: ImageManager,
+    /// Where environments are read from.
+    pub sources: SourceReader,
+    /// Event recorder (reporting component `kubelet`, instance the node name).
+    pub recorder: Recorder,
+    /// Node facts for sandbox and container configs.
+    pub node: NodeContext,
+    /// The reflector's pods: a kill in progress reads the pod's current grace
+    /// period from it.
+    pub pods: Store<Pod>,
+}
+
+/// What carrying out a plan left behind.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Containers that could not start this time, with why (`state.waiting`).
+    pub waiting: BTreeMap<String, Waiting>,
+    /// The plan reached [`Step::DeletePod`]: the pod's runtime objects are
+    /// gone and the Pod object is to be deleted.
+    pub delete_pod: bool,
+}
+
+/// Where a container is started: the pod's current sandbox, its config and IPs.
+struct Placement {
+    /// CRI sandbox ID.
+    sandbox_id: String,
+    /// The sandbox's config (for image pulls and container creation).
+    config: cri::PodSandboxConfig,
+    /// The sandbox's IPs, primary first.
+    pod_ips: Vec<String>,
+}
+
+/// A step failed on the runtime (the pod's sync fails and is retried).
+pub type Result<T, E = crate::cri::Error> = std::result::Result<T, E>;
+
+impl RuntimeManager {
+    fn event(&self, pod: &Pod, c: Option<&str>, type_: EventType, reason: &str, note: String) {
+        crate::events::publish(&self.recorder, pod, c, type_, reason, note);
+    }
+
+    /// Carries out `steps` of `pod`'s plan in order against its runtime state
+    /// `rt`, with its set-up `volumes`. Container start failures become
+    /// waiting reasons; a sandbox that cannot be created ends the pass (its
+    /// `FailedCreatePodSandBox` event sent), as `SyncPod` returns there.
+    ///
+    /// # Errors
+    /// A CRI call that stops, removes or kills failed.
+    pub async fn execute(
+        &self,
+        pod: &Pod,
+        rt: &PodRuntime,
+        steps: &[Step],
+        volumes: &PodVolumes,
+    ) -> Result<Outcome> {
+        let mut outcome = Outcome::default();
+        let mut placement: Option<Placement> = None;
+        for step in steps {
+            match step {
+                Step::KillContainer {
+                    id,
+                    name,
+                    grace_seconds,
+                    reason,
+                } => {
+                    debug!(container = name, reason, "kill container");
+                    self.kill_container(pod, name, id, *grace_seconds, pod_ip(rt))
+                        .await?;
+                }
+                Step::StopSandbox { id } => self.runtime.stop_pod_sandbox(id).await?,
+                Step::RemoveContainer { id } => self.runtime.remove_container(id).await?,
+                Step::RemoveSandbox { id } => self.runtime.remove_pod_sandbox(id).await?,
+                Step::CreateSandbox { attempt, changed } => {
+                    if *changed {
+                        let note = "Pod sandbox changed, it will be killed and re-created.";
+                        let reason = event::SANDBOX_CHANGED;
+                        self.event(pod, None, EventType::Normal, reason, note.into());
+                    }
+                    match self.create_sandbox(pod, *attempt).await {
+                        Ok(p) => placement = Some(p),
+                        Err(msg) => {
+                            let reason = event::FAILED_CREATE_POD_SANDBOX;
+                            self.event(pod, None, EventType::Warning, reason, msg);
+                            break;
+                        }
+                    }
+                }
+                Step::StartContainer { name, attempt } => {
+                    if placement.is_none() {
+                        placement = self.current_sandbox(pod, rt);
+                    }
+                    let Some(at) = &placement else { break };
+                    let Some(c) = spec::find_container(pod, name) else {
+                        continue;
+                    };
+                    let started = self.start_container(pod, c, *attempt, None, at, volumes);
+                    self.record_start(pod, name, started.await, &mut outcome);
+                }
+                Step::StartEphemeralContainer { name, target_id } => {
+                    if placement.is_none() {
+                        placement = self.current_sandbox(pod, rt);
+                    }
+                    let Some(at) = &placement else { break };
+                    let started =
+                        self.start_ephemeral(pod, name, target_id.as_deref(), at, volumes);
+                    if let Some(result) = started.await {
+                        self.record_start(pod, name, result, &mut outcome);
+                    }
+                }
+                Step::DeletePod => {
+                    outcome.delete_pod = true;
+                    break;
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Notes how a container start went: its pull back-off ends, or its
+    /// waiting reason is kept for the status.
+    fn record_start(
+        &self,
+        pod: &Pod,
+        name: &str,
+        result: std::result::Result<(), Waiting>,
+        outcome: &mut Outcome,
+    ) {
+        match result {
+            Ok(()) => {
+                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                self.images.started(uid, name);
+            }
+            Err(w) => {
+                outcome.waiting.insert(name.to_string(), w);
+            }
+        }
+    }
+
+    /// Starts ephemeral container `name` (none when the spec no longer has
+    /// it), joining the process namespace of its target container `target_id`
+    /// when it names one; a target that does not exist is a
+    /// `CreateContainerConfigError`.
+    async fn start_ephemeral(
+        &self,
+        pod: &Pod,
+        name: &str,
+        target_id: Option<&str>,
+        at: &Placement,
+        volumes: &PodVolumes,
+    ) -> Option<std::result::Result<(), Waiting>> {
+        let ec = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.ephemeral_containers.as_ref())
+            .and_then(|ecs| ecs.iter().find(|x| x.name == name))?;
+        let c = spec::ephemeral_as_container(ec);
+        let target = ec.target_container_name.as_deref().unwrap_or_default();
+        if !target.is_empty() && target_id.is_none() {
+            let msg = format!("unable to find target container {target}");
+            let note = format!("Error: {msg}");
+            self.event(pod, Some(name), EventType::Warning, event::FAILED, note);
+            return Some(Err(Waiting {
+                reason: waiting::CREATE_CONTAINER_CONFIG_ERROR.into(),
+                message: msg,
+            }));
+        }
+        let target_id = target_id.filter(|_| !target.is_empty());
+        Some(
+            self.start_container(pod, &c, 0, target_id, at, volumes)
+                .await,
+        )
+    }
+
+    /// The ready sandbox of the pod with its config and IPs, for starting
+    /// containers in it; none without one.
+    fn current_sandbox(&self, pod: &Pod, rt: &PodRuntime) -> Option<Placement> {
+        let s = rt.latest_sandbox().filter(|s| s.ready)?;
+        match translate::sandbox_config(pod, s.attempt, &self.node) {
+            Ok(config) => Some(Placement {
+                sandbox_id: s.id.clone(),
+                config,
+                pod_ips: s.ips.clone(),
+            }),
+            Err(e) => {
+                warn!(error = %e, "sandbox config");
+                None
+            }
+        }
+    }
+
+    /// Creates the pod's log directory and sandbox (attempt `attempt`).
+    ///
+    /// # Errors
+    /// The message of the `FailedCreatePodSandBox` event.
+    async fn create_sandbox(
+        &self,
+        pod: &Pod,
+        attempt: u32,
+    ) -> std::result::Result<Placement, String> {
+        let (ns, name, _) = pod_identity(pod);
+        let config = translate::sandbox_config(pod, attempt, &self.node)
+            .map_err(|e| format!("Failed to create pod sandbox: {e}"))?;
+        tokio::fs::create_dir_all(&config.log_directory)
+            .await
+            .map_err(|e| {
+                format!(
+                    "Failed to create pod sandbox: create log directory {}: {e}",
+                    config.log_directory
+                )
+            })?;
+        let sandbox_id = self
+            .runtime
+            .run_pod_sandbox(config.clone(), &format!("pod {ns}/{name}"))
+            .await
+            .map_err(|e| format!("Failed to create pod sandbox: {e}"))?;
+        let pod_ips = match self.runtime.pod_sandbox_status(&sandbox_id).await {
+            Ok(Some(st)) => crate::container::observe::sandbox_from(&st).ips,
+            _ => Vec::new(),
+        };
+        Ok(Placement {
+            sandbox_id,
+            config,
+            pod_ips,
+        })
+    }
+
+    /// The kubelet's `startContainer` for container `c` (a regular, init or
+    /// ephemeral container), numbered as its steps: (1) ensure the image,
+    /// (2) build the config and create the container, (3) start it, (4) run
+    /// its postStart hook, killing it when the hook fails. An ephemeral
+    /// container with a `target_id` shares that container's process
+    /// namespace. A failure returns the waiting reason to show, its events sent.
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        attempt: u32,
+        target_id: Option<&str>,
+        at: &Placement,
+        volumes: &PodVolumes,
+    ) -> std::result::Result<(), Waiting> {
+        let (ns, pod_name, _) = pod_identity(pod);
+        let name = c.name.as_str();
+        let image = c.image.clone().unwrap_or_default();
+        if image.is_empty() || image.contains(char::is_whitespace) {
+            let message =
+                format!("Failed to apply default image tag \"{image}\": invalid reference format");
+            return Err(self.failed(pod, name, waiting::INVALID_IMAGE_NAME, message));
+        }
+        // Step 1: the image.
+        let policy = spec::pull_policy(c);
+        let image = (self.images)
+            .ensure_image(pod, name, &image, &policy, &at.config)
+            .await?;
+        // Step 2: the config, then the container.
+        let pod_ips = self.pod_ips(pod, &at.pod_ips);
+        let mut config = self
+            .container_config(pod, c, attempt, &image, &at.config, &pod_ips, volumes)
+            .await?;
+        if let Some(target) = target_id {
+            translate::target_pid_namespace(&mut config, target);
+        }
+        let target = format!("container {name} of pod {ns}/{pod_name}");
+        let created = self
+            .runtime
+            .create_container(&at.sandbox_id, config, at.config.clone(), &target)
+            .await;
+        let id = created.map_err(|e| {
+            let note = format!("Error: {e}");
+            self.event(pod, Some(name), EventType::Warning, event::FAILED, note);
+            Waiting {
+                reason: waiting::CREATE_CONTAINER_ERROR.into(),
+                message: e.to_string(),
+            }
+        })?;
+        let note = format!("Created container: {name}");
+        self.event(pod, Some(name), EventType::Normal, event::CREATED, note);
+        // Step 3: start.
+        if let Err(e) = self.runtime.start_container(&id).await {
+            let note = format!("Error: {e}");
+            self.event(pod, Some(name), EventType::Warning, event::FAILED, note);
+            return Err(Waiting {
+                reason: waiting::RUN_CONTAINER_ERROR.into(),
+                message: e.to_string(),
+            });
+        }
+        let note = format!("Started container {name}");
+        self.event(pod, Some(name), EventType::Normal, event::STARTED, note);
+        // Step 4: the postStart hook, before the container counts as started.
+        let ip = pod_ips.first().and_then(|ip| ip.parse().ok());
+        self.post_start(pod, c, &id, ip).await
+    }
+
+    /// The pod IPs containers are given: the sandbox's, or the node's for a
+    /// `hostNetwork` pod (the kubelet's `generateAPIPodStatus`, whose IPs
+    /// `SyncPod` hands to the containers).
+    fn pod_ips(&self, pod: &Pod, sandbox_ips: &[String]) -> Vec<String> {
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        if host_network && sandbox_ips.is_empty() {
+            self.node.node_ips.clone()
+        } else {
+            sandbox_ips.to_vec()
+        }
+    }
+
+    /// A `Failed` event `Error: <reason>` for container `name`; the waiting
+    /// reason to show.
+    fn failed(&self, pod: &Pod, name: &str, reason: &str, message: String) -> Waiting {
+        let note = format!("Error: {reason}");
+        self.event(pod, Some(name), EventType::Warning, event::FAILED, note);
+        Waiting {
+            reason: reason.into(),
+            message,
+        }
+    }
+
+    /// The CRI config of container `c`: its environment (from the sources it
+    /// names), the `runAsNonRoot` check against the image's user, its volume
+    /// mounts, the managed `/etc/hosts` and the termination message file.
+    ///
+    /// # Errors
+    /// `CreateContainerConfigError` (or `CreateContainerError` for the node's
+    /// own files), its event sent.
+    #[allow(clippy::too_many_arguments)] // one call site; the parts of one container start
+    async fn container_config(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        attempt: u32,
+        image: &super::image_manager::ImageInfo,
+        sandbox_config: &cri::PodSandboxConfig,
+        pod_ips: &[String],
+        volumes: &PodVolumes,
+    ) -> std::result::Result<cri::ContainerConfig, Waiting> {
+        let (_, _, uid) = pod_identity(pod);
+        let name = c.name.as_str();
+        let log_dir = std::path::Path::new(&sandbox_config.log_directory).join(name);
+        if let Err(e) = tokio::fs::create_dir_all(&log_dir).await {
+            let message = format!("create log directory {}: {e}", log_dir.display());
+            return Err(self.failed(pod, name, waiting::CREATE_CONTAINER_ERROR, message));
+        }
+        let config_error = |message: String| {
+            let note = format!("Error: {message}");
+            self.event(pod, Some(name), EventType::Warning, event::FAILED, note);
+            Waiting {
+                reason: waiting::CREATE_CONTAINER_CONFIG_ERROR.into(),
+                message,
+            }
+        };
+        let facts = PodFacts {
+            pod_ips: pod_ips.to_vec(),
+            host_ips: self.node.node_ips.clone(),
+        };
+        let sources = self.sources.read(pod, c).await.map_err(config_error)?;
+        let env = env::environment(pod, c, &self.node, &facts, &sources)
+            .map_err(|e| config_error(e.to_string()))?;
+        translate::verify_run_as_non_root(pod, c, image.uid, &image.username)
+            .map_err(config_error)?;
+        let mut mounts = crate::volume::container_mounts(c, volumes, &env)
+            .map_err(|e| config_error(e.to_string()))?;
+        if super::hosts::should_mount(pod, c, pod_ips) {
+            let pod_dir = crate::volume::pod_dir(&self.node.root_dir, &uid);
+            let hosts = super::hosts::make_hosts_mount(
+                pod,
+                &pod_dir,
+                pod_ips,
+                &self.node.cluster_domain,
+                self.node.hosts_file(),
+            )
+            .await
+            .map_err(config_error)?;
+            mounts.push(hosts);
+        }
+        let mut config =
+            translate::container_config(pod, c, attempt, &image.id, &env, &self.node, mounts);
+        match termination_log(&self.node.root_dir, &uid, c, attempt).await {
+            Ok(mount) => config.mounts.extend(mount),
+            Err(e) => {
+                let message = format!("create termination message file: {e}");
+                return Err(self.failed(pod, name, waiting::CREATE_CONTAINER_ERROR, message));
+            }
+        }
+        Ok(config)
+    }
+
+    /// Runs container `c`'s postStart hook, if it has one; on failure the
+    /// `FailedPostStartHook` event, the container killed, and
+    /// `PostStartHookError`.
+    async fn post_start(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        ip: Option<IpAddr>,
+    ) -> std::result::Result<(), Waiting> {
+        let Some(handler) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
+            return Ok(());
+        };
+        let limit = lifecycle::POST_START_EXEC_LIMIT;
+        let ran = lifecycle::run_handler(&self.runtime, pod, c, id, handler, ip, limit).await;
+        let Err(msg) = ran else { return Ok(()) };
+        let name = c.name.as_str();
+        let reason = event::FAILED_POST_START_HOOK;
+        self.event(pod, Some(name), EventType::Warning, reason, msg.clone());
+        let grace = spec::grace_period(pod);
+        if let Err(e) = self.kill_container(pod, name, id, grace, ip).await {
+            warn!(error = %e, container = name, "kill container after its postStart hook failed");
+        }
+        Err(Waiting {
+            reason: waiting::POST_START_HOOK_ERROR.into(),
+            message: msg,
+        })
+    }
+
+    /// Stops the containers of a terminating pod (its plan's leading
+    /// [`Step::KillContainer`] steps, [`Plan::leading_kills`]): the main
+    /// containers all at once, as the kubelet's `killContainersWithSyncResult`,
+    /// then the sidecars one at a time in the plan's order (reverse start order).
+    ///
+    /// # Errors
+    /// The first `StopContainer` that failed.
+    pub async fn kill_pod_containers(&self, pod: &Pod, rt: &PodRuntime, plan: &Plan) -> Result<()> {
+        let sidecar = |c: &str| {
+            spec::init_containers(pod)
+                .iter()
+                .any(|i| i.name == c && spec::is_sidecar(i))
+        };
+        let targets = plan.leading_kills().iter().filter_map(|step| match step {
+            Step::KillContainer {
+                id,
+                name,
+                grace_seconds,
+                reason,
+            } => {
+                debug!(container = name, reason, "kill container");
+                Some((name.as_str(), id.as_str(), *grace_seconds))
+            }
+            _ => None,
+        });
+        let (sidecars, mains): (Vec<_>, Vec<_>) = targets.partition(|(c, _, _)| sidecar(c));
+        let ip = pod_ip(rt);
+        let all_mains = mains
+            .iter()
+            .map(|(c, id, grace)| self.kill_container(pod, c, id, *grace, ip));
+        futures::future::try_join_all(all_mains).await?;
+        for (c, id, grace) in &sidecars {
+            self.kill_container(pod, c, id, *grace, ip).await?;
+        }
+        Ok(())
+    }
+
+    /// The grace period of `pod` now, if it is being deleted: from the latest
+    /// version in the reflector's store (same UID), else from `pod`.
+    fn current_grace(&self, pod: &Pod) -> Option<i64> {
+        let (ns, name, uid) = pod_identity(pod);
+        let latest = self
+            .pods
+            .get(&ObjectRef::new(&name).within(&ns))
+            .filter(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
+        let pod = latest.as_deref().unwrap_or(pod);
+        pod.metadata
+            .deletion_timestamp
+            .is_some()
+            .then(|| spec::grace_period(pod))
+    }
+
+    /// Stops container `name` (CRI ID `id`) of `pod` as the kubelet's
+    /// `killContainer`: the `Killing` event, the container's preStop hook (if
+    /// any and the grace period is not 0) within `grace_seconds`, then
+    /// `StopContainer` with what is left of the grace period, at least 2 s.
+    /// While the hook runs, a shorter grace period set by a new deletion of
+    /// the pod cuts it short ([`lifecycle::KillBudget`]). A failed hook is a
+    /// `FailedPreStopHook` event; the container is stopped anyway.
+    ///
+    /// # Errors
+    /// `StopContainer` failed.
+    pub async fn kill_container(
+        &self,
+        pod: &Pod,
+        name: &str,
+        id: &str,
+        grace_seconds: i64,
+        pod_ip: Option<IpAddr>,
+    ) -> Result<()> {
+        let note = format!("Stopping container {name}");
+        self.event(pod, Some(name), EventType::Normal, event::KILLING, note);
+        let spec = spec::find_container(pod, name);
+        let hook = spec.and_then(|c| Some((c, c.lifecycle.as_ref()?.pre_stop.as_ref()?)));
+        let mut budget = lifecycle::KillBudget::new(tokio::time::Instant::now(), grace_seconds);
+        if let Some((c, handler)) = hook.filter(|_| grace_seconds > 0) {
+            let exec_timeout = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
+            let run =
+                lifecycle::run_handler(&self.runtime, pod, c, id, handler, pod_ip, exec_timeout);
+            tokio::pin!(run);
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tokio::select! {
+                    ran = &mut run => {
+                        if let Err(msg) = ran {
+                            let reason = event::FAILED_PRE_STOP_HOOK;
+                            self.event(pod, Some(name), EventType::Warning, reason, msg);
+                        }
+                        break;
+                    }
+                    () = tokio::time::sleep_until(budget.deadline()) => {
+                        debug!(container = name, "preStop hook not completed in the grace period");
+                        break;
+                    }
+                    _ = tick.tick() => {
+                        if let Some(grace) = self.current_grace(pod) {
+                            budget = budget.observe(grace, tokio::time::Instant::now());
+                        }
+                    }
+                }
+            }
+        }
+        let grace = budget.stop_grace(tokio::time::Instant::now());
+        self.runtime.stop_container(id, grace).await
+    }
+}
+
+/// The pod's primary IP from its newest sandbox.
+fn pod_ip(rt: &PodRuntime) -> Option<IpAddr> {
+    rt.latest_sandbox()
+        .and_then(|s| s.ips.first())
+        .and_then(|ip| ip.parse().ok())
+}
+
+/// Creates the file mounted at the container's `terminationMessagePath`
+/// (`<root>/pods/<uid>/containers/<name>/<attempt>`, mode 0666) as the
+/// kubelet's `makeMounts` does; none when the path is empty.
+///
+/// # Errors
+/// The file cannot be created.
+async fn termination_log(
+    root: &std::path::Path,
+    uid: &str,
+    c: &Container,
+    attempt: u32,
+) -> std::io::Result<Option<cri::Mount>> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = c
+        .termination_message_path
+        .as_deref()
+        .unwrap_or("/dev/termination-log");
+    if path.is_empty() {
+        return Ok(None);
+    }
+    let dir = root.join("pods").join(uid).join("containers").join(&c.name);
+    tokio::fs::create_dir_all(&dir).await?;
+    let file = dir.join(attempt.to_string());
+    tokio::fs::write(&file, b"").await?;
+    tokio::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).await?;
+    Ok(Some(cri::Mount {
+        container_path: path.to_string(),
+        host_path: file.to_string_lossy().into_owned(),
+        ..Default::default()
+    }))
+}

@@ -1,0 +1,181 @@
+//! The status manager: the only writer of `pods/status` and the one place a
+//! finished pod is deleted from the API, as the kubelet's `pkg/kubelet/status`
+//! manager (`SetPodStatus`, `needsUpdate`, `syncPod` with its final delete).
+//! It keeps the status it last sent for each pod with the resourceVersion it
+//! was computed from, so a sync that starts from an object the watch has not
+//! refreshed yet builds on what was sent (the kubelet's status cache), and a
+//! status equal to the one the API has costs no request.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Client};
+
+use super::status::differs;
+use super::translate::pod_identity;
+
+/// How many deleted pods' UIDs the status manager remembers.
+const DELETED_KEPT: usize = 1024;
+
+/// A status last sent: the resourceVersion of the pod object it was computed
+/// from, and the status.
+type Sent = (String, PodStatus);
+
+/// The status manager; one per agent, shared by every pod worker.
+pub struct StatusManager {
+    client: Client,
+    /// The last status sent, by pod UID.
+    sent: Mutex<HashMap<String, Sent>>,
+    /// The UIDs of the last [`DELETED_KEPT`] pods this agent deleted: the API
+    /// server's last update of such a pod (grace period 0) arrives before its
+    /// removal and must not sync, and so delete, it again.
+    deleted: Mutex<VecDeque<String>>,
+}
+
+impl StatusManager {
+    /// A status manager writing with `client` (the node's credentials).
+    #[must_use]
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            sent: Mutex::new(HashMap::new()),
+            deleted: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn sent_for(&self, pod: &Pod) -> Option<PodStatus> {
+        let uid = pod.metadata.uid.as_deref()?;
+        let sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        sent_status_of(pod, sent.get(uid))
+    }
+
+    /// `pod` as this agent last left it: when the object is the very version
+    /// a status was computed from (the watch has not yet brought the patched
+    /// object back), its status is replaced by the one sent, as the kubelet
+    /// builds on its status manager's cache rather than the API's.
+    #[must_use]
+    pub fn with_sent_status(&self, pod: Arc<Pod>) -> Arc<Pod> {
+        match self.sent_for(&pod) {
+            Some(status) => {
+                let mut p = (*pod).clone();
+                p.status = Some(status);
+                Arc::new(p)
+            }
+            None => pod,
+        }
+    }
+
+    /// Sets `pod`'s status to `status`: patches `pods/status` (with the pod's
+    /// UID as precondition) when it differs from the status last sent for this
+    /// object, or else from the object's own; returns whether it patched. A
+    /// pod that is gone (404) or was replaced by another of the same name
+    /// (409) is not an error: there is nothing left to report on.
+    ///
+    /// # Errors
+    /// The patch failed otherwise.
+    pub async fn set_status(&self, pod: &Pod, status: PodStatus) -> Result<bool, kube::Error> {
+        let current = self.sent_for(pod).or_else(|| pod.status.clone());
+        if !differs(current.as_ref(), &status) {
+            return Ok(false);
+        }
+        let (ns, name, uid) = pod_identity(pod);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let patch = serde_json::json!({ "metadata": { "uid": uid }, "status": status });
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let at = pod.metadata.resource_version.clone().unwrap_or_default();
+        self.sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uid, (at, status));
+        Ok(true)
+    }
+
+    /// Deletes a pod whose containers and sandboxes are all gone (grace period
+    /// 0, UID precondition), as the status manager's final `deletePod`, and
+    /// forgets it. A pod already gone or replaced is fine.
+    ///
+    /// # Errors
+    /// The delete failed otherwise.
+    pub async fn delete(&self, pod: &Pod) -> Result<(), kube::Error> {
+        let (ns, name, uid) = pod_identity(pod);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &dp).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+        self.sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&uid);
+        let mut deleted = self.deleted.lock().unwrap_or_else(PoisonError::into_inner);
+        if deleted.len() >= DELETED_KEPT {
+            deleted.pop_front();
+        }
+        deleted.push_back(uid);
+        Ok(())
+    }
+
+    /// True when this agent deleted pod `uid` from the API.
+    #[must_use]
+    pub fn was_deleted(&self, uid: &str) -> bool {
+        self.deleted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|d| d == uid)
+    }
+}
+
+/// The status to see `pod` with, given the last status sent and the
+/// resourceVersion it was computed from: that status when `pod` is still that
+/// version, else none (the API's object is newer and has the last word).
+fn sent_status_of(pod: &Pod, sent: Option<&Sent>) -> Option<PodStatus> {
+    let rv = pod.metadata.resource_version.as_deref()?;
+    sent.filter(|(at, _)| at == rv)
+        .map(|(_, status)| status.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::pod;
+
+    #[test]
+    fn a_stale_pod_is_seen_with_the_status_last_sent() {
+        let status = |phase: &str| PodStatus {
+            phase: Some(phase.into()),
+            ..PodStatus::default()
+        };
+        let mut p = pod("web").container("c", "busybox").build();
+        p.metadata.resource_version = Some("7".into());
+        p.status = Some(status("Pending"));
+        let sent = ("7".to_string(), status("Running"));
+        // The watch has not brought the patched pod back: it is version 7 still.
+        assert_eq!(sent_status_of(&p, Some(&sent)), Some(status("Running")));
+        // A newer version (the patch's echo, or someone else's change) wins.
+        p.metadata.resource_version = Some("8".into());
+        assert_eq!(sent_status_of(&p, Some(&sent)), None);
+        // Nothing sent, or an object without a version: the API's status.
+        assert_eq!(sent_status_of(&p, None), None);
+        p.metadata.resource_version = None;
+        assert_eq!(sent_status_of(&p, Some(&sent)), None);
+    }
+}

@@ -1,0 +1,117 @@
+//! The kubelet's words, in one place: pod phases, pod condition types,
+//! container waiting reasons and Event reasons, spelled as the API and the
+//! kubelet spell them (core/v1 `PodPhase` and `PodConditionType`, the kubelet's
+//! `events` package and kuberuntime's `ErrImagePull`-style errors). Code
+//! compares and writes these constants rather than string literals.
+
+/// Pod phases (`status.phase`, core/v1 `PodPhase`).
+pub mod phase {
+    /// Accepted, not every container created yet.
+    pub const PENDING: &str = "Pending";
+    /// Bound, sandbox up, at least one container running or restarting.
+    pub const RUNNING: &str = "Running";
+    /// Every container terminated with success and will not restart.
+    pub const SUCCEEDED: &str = "Succeeded";
+    /// Every container terminated, at least one in failure, none restarting.
+    pub const FAILED: &str = "Failed";
+    /// The pod's state could not be obtained.
+    pub const UNKNOWN: &str = "Unknown";
+
+    /// True for the phases a pod never leaves (`Succeeded`, `Failed`).
+    #[must_use]
+    pub fn is_terminal(phase: &str) -> bool {
+        phase == SUCCEEDED || phase == FAILED
+    }
+}
+
+/// Pod condition types (`status.conditions[].type`, core/v1 `PodConditionType`).
+pub mod condition {
+    /// The scheduler placed the pod (set by the scheduler, kept by the node).
+    pub const POD_SCHEDULED: &str = "PodScheduled";
+    /// The sandbox is up with networking (KEP-3085).
+    pub const POD_READY_TO_START_CONTAINERS: &str = "PodReadyToStartContainers";
+    /// Every init container completed (sidecars: started).
+    pub const INITIALIZED: &str = "Initialized";
+    /// Every container is ready.
+    pub const CONTAINERS_READY: &str = "ContainersReady";
+    /// The pod can serve: containers ready and readiness gates true.
+    pub const READY: &str = "Ready";
+    /// Reasons of the conditions above when false, as the kubelet's status manager.
+    pub mod reason {
+        /// `Initialized` false: init containers have not all completed.
+        pub const CONTAINERS_NOT_INITIALIZED: &str = "ContainersNotInitialized";
+        /// `ContainersReady`/`Ready` false: some container is not ready.
+        pub const CONTAINERS_NOT_READY: &str = "ContainersNotReady";
+        /// Every container finished (`Ready` false on a completed pod).
+        pub const POD_COMPLETED: &str = "PodCompleted";
+    }
+}
+
+/// Pod-level `status.reason` values the node sets.
+pub mod pod {
+    /// The pod ran past `spec.activeDeadlineSeconds` (the kubelet's active_deadline.go).
+    pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+}
+
+/// Container `state.waiting.reason` values, as the kubelet reports them
+/// (kuberuntime's errors and `images` package errors).
+pub mod waiting {
+    /// The container is being created (no record yet).
+    pub const CONTAINER_CREATING: &str = "ContainerCreating";
+    /// A main container waits for the init containers.
+    pub const POD_INITIALIZING: &str = "PodInitializing";
+    /// The restart back-off holds a crashed container.
+    pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
+    /// The image pull back-off holds the container.
+    pub const IMAGE_PULL_BACK_OFF: &str = "ImagePullBackOff";
+    /// The image pull failed.
+    pub const ERR_IMAGE_PULL: &str = "ErrImagePull";
+    /// The image is absent and the pull policy is `Never`.
+    pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+    /// The image reference cannot be parsed.
+    pub const INVALID_IMAGE_NAME: &str = "InvalidImageName";
+    /// The container's config could not be built (env, mounts, runAsNonRoot, subPath).
+    pub const CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
+    /// CRI `CreateContainer` failed.
+    pub const CREATE_CONTAINER_ERROR: &str = "CreateContainerError";
+    /// CRI `StartContainer` failed.
+    pub const RUN_CONTAINER_ERROR: &str = "RunContainerError";
+    /// The postStart hook failed and the container was killed.
+    pub const POST_START_HOOK_ERROR: &str = "PostStartHookError";
+}
+
+/// Event reasons, as the kubelet's `pkg/kubelet/events` constants.
+pub mod event {
+    /// Container created (`CreatedContainer`).
+    pub const CREATED: &str = "Created";
+    /// Container started (`StartedContainer`).
+    pub const STARTED: &str = "Started";
+    /// Something failed (`FailedToCreateContainer`, `FailedToStartContainer`, pulls).
+    pub const FAILED: &str = "Failed";
+    /// Container being stopped (`KillingContainer`).
+    pub const KILLING: &str = "Killing";
+    /// Back-off of a restart or a pull (`BackOffStartContainer`, `BackOffPullImage`).
+    pub const BACK_OFF: &str = "BackOff";
+    /// Image pull started (`PullingImage`).
+    pub const PULLING: &str = "Pulling";
+    /// Image pulled or present (`PulledImage`).
+    pub const PULLED: &str = "Pulled";
+    /// Image absent under policy `Never` (`ErrImageNeverPullPolicy`).
+    pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+    /// Some `imagePullSecrets` could not be read (`FailedToRetrieveImagePullSecret`).
+    pub const FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET: &str = "FailedToRetrieveImagePullSecret";
+    /// The sandbox is recreated (`SandboxChanged`).
+    pub const SANDBOX_CHANGED: &str = "SandboxChanged";
+    /// CRI `RunPodSandbox` failed (`FailedCreatePodSandBox`).
+    pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+    /// A volume could not be set up (`FailedMountVolume`).
+    pub const FAILED_MOUNT: &str = "FailedMount";
+    /// The postStart hook failed (`FailedPostStartHook`).
+    pub const FAILED_POST_START_HOOK: &str = "FailedPostStartHook";
+    /// The preStop hook failed (`FailedPreStopHook`).
+    pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
+    /// A probe failed (`ContainerUnhealthy`).
+    pub const UNHEALTHY: &str = "Unhealthy";
+    /// A probe succeeded with a warning (`ContainerProbeWarning`).
+    pub const PROBE_WARNING: &str = "ProbeWarning";
+}
