@@ -5,6 +5,7 @@
 //! by default) and fails with an [`Error`] that names the CRI call and the object
 //! (pod or container) it was made for.
 
+pub mod fake;
 pub mod log;
 
 use std::{collections::HashMap, future::Future, io, path::PathBuf, time::Duration};
