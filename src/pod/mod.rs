@@ -38,3 +38,6 @@ pub mod status;
 pub mod status_manager;
 pub mod translate;
 pub mod worker;
+
+#[cfg(test)]
+mod scenarios;

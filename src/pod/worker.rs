@@ -125,7 +125,11 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     // Step 1: the pod as last reported, and what the runtime holds of it.
     let pod = ctx.status.with_sent_status(pod);
     let rt = observe(&ctx.runtime.runtime, &uid).await.map_err(rt_err)?;
-    // Step 2: admission of a pod not started yet.
+    // Step 2: admission of a pod not started yet; a pod that finished
+    // without ever running (rejected) has nothing more to do.
+    if never_ran(&pod, &rt) {
+        return Ok(Action::await_change());
+    }
     if let Some(rejection) = admission(&pod, &rt, &ctx) {
         reject(&pod, &rejection, &ctx).await.map_err(api_err)?;
         return Ok(Action::await_change());
@@ -193,6 +197,20 @@ fn admission(pod: &Pod, rt: &PodRuntime, ctx: &Context) -> Option<Rejection> {
         return None;
     }
     admit::admit(pod, &ctx.runtime.node.allowed_unsafe_sysctls).err()
+}
+
+/// True for a pod in a terminal phase that never ran here: no container
+/// status, nothing in the runtime, not being deleted (a rejected pod, whose
+/// status is final as the kubelet's `rejectPod` left it).
+fn never_ran(pod: &Pod, rt: &PodRuntime) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && super::spec::is_terminal(pod)
+        && pod
+            .status
+            .as_ref()
+            .is_none_or(|s| s.container_statuses.is_none())
+        && rt.sandboxes.is_empty()
+        && rt.containers.is_empty()
 }
 
 /// Fails a pod the node does not admit, as the kubelet's `rejectPod`: a

@@ -1,0 +1,225 @@
+//! A fake API server behind a real `kube::Client`: it keeps Pods, ConfigMaps
+//! and Secrets in memory, answers the requests the pod worker makes as the
+//! API server does (merge patches of `pods/status` with the UID precondition,
+//! deletes with preconditions, `get`s, Events), and records each request so a
+//! scenario can assert the exact API traffic of a sync. Anything else is
+//! answered 404 and recorded as unexpected.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+/// One request the fake API server received.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Seen {
+    /// `GET`, `PATCH`, ...
+    pub method: String,
+    /// The path without the query.
+    pub path: String,
+    /// The JSON body (`null` without one).
+    pub body: Value,
+}
+
+impl Seen {
+    /// `"<METHOD> <path>"`.
+    pub fn line(&self) -> String {
+        format!("{} {}", self.method, self.path)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Objects by (resource, namespace, name), as JSON.
+    objects: BTreeMap<(String, String, String), Value>,
+    requests: Vec<Seen>,
+    revision: u64,
+}
+
+/// The fake API server; cheap to clone.
+#[derive(Clone, Default)]
+pub struct FakeApi(Arc<Mutex<State>>);
+
+fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// RFC 7386 JSON merge patch of `patch` onto `target`.
+fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let Value::Object(t) = target else { return };
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge(t.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+fn status(code: StatusCode, reason: &str, message: &str) -> (StatusCode, Value) {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": message, "reason": reason, "code": code.as_u16(),
+    });
+    (code, body)
+}
+
+impl FakeApi {
+    /// A client whose every request this fake answers.
+    pub fn client(&self) -> kube::Client {
+        let api = self.clone();
+        let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let api = api.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let bytes = body.collect_bytes().await.unwrap_or_default();
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let (code, out) = api.answer(&parts.method, parts.uri.path(), body);
+                let resp = Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(out.to_string())))
+                    .unwrap_or_default();
+                Ok::<_, Infallible>(resp)
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// Stores `pod` (with the next resourceVersion); returns it as stored.
+    pub fn put_pod(&self, mut pod: Pod) -> Pod {
+        let mut st = lock(&self.0);
+        st.revision += 1;
+        pod.metadata.resource_version = Some(st.revision.to_string());
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let v = serde_json::to_value(&pod).unwrap_or_default();
+        st.objects.insert(("pods".into(), ns, name), v);
+        pod
+    }
+
+    /// Stores an object of `resource` (`configmaps`, `secrets`) in `default`.
+    pub fn put(&self, resource: &str, name: &str, object: Value) {
+        let key = (
+            resource.to_string(),
+            "default".to_string(),
+            name.to_string(),
+        );
+        lock(&self.0).objects.insert(key, object);
+    }
+
+    /// Removes pod `name` of `default` (a deletion the agent did not make).
+    pub fn remove_pod(&self, name: &str) {
+        let key = ("pods".to_string(), "default".to_string(), name.to_string());
+        lock(&self.0).objects.remove(&key);
+    }
+
+    /// Pod `name` of `default` as stored, if it exists.
+    pub fn pod(&self, name: &str) -> Option<Pod> {
+        let key = ("pods".to_string(), "default".to_string(), name.to_string());
+        let st = lock(&self.0);
+        st.objects
+            .get(&key)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+
+    /// Every request but Event writes, in order, drained.
+    pub fn take_requests(&self) -> Vec<Seen> {
+        let mut st = lock(&self.0);
+        let all = std::mem::take(&mut st.requests);
+        let (events, rest): (Vec<Seen>, Vec<Seen>) =
+            all.into_iter().partition(|s| s.path.contains("/events"));
+        st.requests = events;
+        rest
+    }
+
+    /// The Events written so far, as `(reason, message)`.
+    pub fn events(&self) -> Vec<(String, String)> {
+        let st = lock(&self.0);
+        st.objects
+            .iter()
+            .filter(|((r, _, _), _)| r == "events")
+            .map(|(_, v)| {
+                let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+                (s("reason"), s("message"))
+            })
+            .collect()
+    }
+
+    fn answer(&self, method: &Method, path: &str, body: Value) -> (StatusCode, Value) {
+        let mut st = lock(&self.0);
+        st.requests.push(Seen {
+            method: method.to_string(),
+            path: path.to_string(),
+            body: body.clone(),
+        });
+        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        // /api/v1/namespaces/{ns}/{resource}/{name}[/{sub}]
+        let (ns, resource, name, sub) = match parts.as_slice() {
+            ["api", "v1", "namespaces", ns, r] => (*ns, *r, "", ""),
+            ["api", "v1", "namespaces", ns, r, n] => (*ns, *r, *n, ""),
+            ["api", "v1", "namespaces", ns, r, n, s] => (*ns, *r, *n, *s),
+            _ => return status(StatusCode::NOT_FOUND, "NotFound", "unexpected path"),
+        };
+        if resource == "events" {
+            let name = body["metadata"]["name"]
+                .as_str()
+                .map_or_else(|| format!("event-{}", st.requests.len()), str::to_string);
+            let key = ("events".to_string(), ns.to_string(), name);
+            let name = key.2.clone();
+            let stored = st.objects.entry(key).or_insert(Value::Null);
+            merge(stored, &body);
+            stored["metadata"]["name"] = json!(name);
+            return (StatusCode::CREATED, stored.clone());
+        }
+        let key = (resource.to_string(), ns.to_string(), name.to_string());
+        match (method.as_str(), resource, sub) {
+            ("GET", _, "") => match st.objects.get(&key) {
+                Some(v) => (StatusCode::OK, v.clone()),
+                None => status(StatusCode::NOT_FOUND, "NotFound", "not found"),
+            },
+            ("PATCH", "pods", "status") => {
+                st.revision += 1;
+                let revision = st.revision.to_string();
+                let Some(stored) = st.objects.get_mut(&key) else {
+                    return status(StatusCode::NOT_FOUND, "NotFound", "pod not found");
+                };
+                let want = body["metadata"]["uid"].as_str();
+                if want.is_some() && want != stored["metadata"]["uid"].as_str() {
+                    return status(StatusCode::CONFLICT, "Conflict", "UID precondition failed");
+                }
+                let mut patch = body.clone();
+                if let Some(m) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("uid");
+                }
+                merge(stored, &patch);
+                stored["metadata"]["resourceVersion"] = json!(revision);
+                (StatusCode::OK, stored.clone())
+            }
+            ("DELETE", "pods", "") => {
+                let Some(stored) = st.objects.get(&key) else {
+                    return status(StatusCode::NOT_FOUND, "NotFound", "pod not found");
+                };
+                let want = body["preconditions"]["uid"].as_str();
+                if want.is_some() && want != stored["metadata"]["uid"].as_str() {
+                    return status(StatusCode::CONFLICT, "Conflict", "UID precondition failed");
+                }
+                let removed = st.objects.remove(&key).unwrap_or_default();
+                (StatusCode::OK, removed)
+            }
+            _ => status(StatusCode::NOT_FOUND, "NotFound", "unexpected request"),
+        }
+    }
+}

@@ -1,0 +1,710 @@
+//! Scenario tests of the pod worker, in process and without a cluster, in the
+//! manner of the kubelet's `TestSyncPod*` (a fake runtime) and kube-rs
+//! controller-rs (a fake API server asserting each request): the real
+//! [`reconcile`] runs against the in-memory CRI runtime
+//! ([`crate::cri::fake`], served over a unix socket, reached through the real
+//! CRI client) and a fake API server behind a real `kube::Client`. Each
+//! scenario asserts the exact runtime calls and API requests of each sync.
+
+mod api;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, ExecAction, Pod, PodSecurityContext, PodStatus, Probe, Sysctl, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher;
+use serde_json::json;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use self::api::FakeApi;
+use super::env_sources::SourceReader;
+use super::image_manager::{ImageManager, PullConcurrency};
+use super::runtime_manager::RuntimeManager;
+use super::status::StatusContext;
+use super::status_manager::StatusManager;
+use super::translate::{HostDns, NodeContext};
+use super::worker::{Context, reconcile};
+use crate::cri::fake::FakeRuntime;
+use crate::events::Recorder;
+use crate::fixtures::pod;
+use crate::volume::VolumeManager;
+
+/// An image the runtime has (tagged: pull policy `IfNotPresent`).
+const IMAGE: &str = "busybox:1.36";
+/// The status path of pod `web`.
+const WEB_STATUS: &str = "PATCH /api/v1/namespaces/default/pods/web/status";
+
+/// One node: the fake runtime and API server, and the pod worker's context.
+struct Node {
+    api: FakeApi,
+    cri: FakeRuntime,
+    ctx: Arc<Context>,
+    pods: Writer<Pod>,
+    _probes: UnboundedReceiver<kube::runtime::reflector::ObjectRef<Pod>>,
+    dir: Arc<tempfile::TempDir>,
+}
+
+impl Node {
+    /// A node with an empty runtime (but [`IMAGE`]) and an empty API.
+    async fn start() -> Self {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let (cri, _) = FakeRuntime::serve(dir.path()).expect("serve the fake runtime");
+        cri.add_image(IMAGE);
+        Self::with(FakeApi::default(), cri, dir).await
+    }
+
+    /// The same node after an agent restart: the same runtime and API, every
+    /// manager new and empty.
+    async fn restart(&self) -> Self {
+        Self::with(self.api.clone(), self.cri.clone(), self.dir.clone()).await
+    }
+
+    async fn with(api: FakeApi, cri: FakeRuntime, dir: Arc<tempfile::TempDir>) -> Self {
+        let runtime = cri.client(Duration::from_secs(10)).await.expect("client");
+        let client = api.client();
+        let recorder = Recorder::new(client.clone(), "node-1".into());
+        let (probe_tx, probes) = tokio::sync::mpsc::unbounded_channel();
+        let prober =
+            crate::prober::manager::Manager::new(runtime.clone(), recorder.clone(), probe_tx);
+        let (store, pods) = reflector::store();
+        let (services, mut services_writer) = reflector::store();
+        services_writer.apply_watcher_event(&watcher::Event::InitDone);
+        let root = dir.path().join("root");
+        let hosts = dir.path().join("hosts");
+        std::fs::write(&hosts, "127.0.0.1 localhost\n").expect("hosts file");
+        let node = NodeContext {
+            node_name: "node-1".into(),
+            node_ips: vec!["10.0.0.1".into()],
+            pod_logs_dir: dir.path().join("logs"),
+            root_dir: root.clone(),
+            host_dns: HostDns::default(),
+            cluster_dns: vec![],
+            cluster_domain: "cluster.local".into(),
+            allocatable: BTreeMap::new(),
+            memory_capacity_bytes: 1 << 30,
+            hosts_file: hosts,
+            allowed_unsafe_sysctls: vec![],
+        };
+        let images = ImageManager::new(
+            runtime.clone(),
+            client.clone(),
+            recorder.clone(),
+            PullConcurrency::Serial,
+        );
+        let ctx = Arc::new(Context {
+            runtime: RuntimeManager {
+                runtime,
+                images,
+                sources: SourceReader {
+                    client: client.clone(),
+                    services,
+                },
+                recorder,
+                node,
+                pods: store,
+            },
+            status: StatusManager::new(client.clone()),
+            status_context: StatusContext {
+                host_ips: vec!["10.0.0.1".into()],
+                runtime_name: "fake".into(),
+            },
+            volumes: Arc::new(VolumeManager::new(client, &root, BTreeMap::new())),
+            prober,
+            pleg_connected: Arc::new(AtomicBool::new(false)),
+        });
+        Self {
+            api,
+            cri,
+            ctx,
+            pods,
+            _probes: probes,
+            dir,
+        }
+    }
+
+    /// Binds `pod` to the node: stored in the API and seen by the watch.
+    fn bind(&mut self, pod: Pod) -> Pod {
+        let pod = self.api.put_pod(pod);
+        self.pods
+            .apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+        pod
+    }
+
+    /// Pod `name` as the watch delivers it now.
+    fn watched(&mut self, name: &str) -> Pod {
+        let pod = self.api.pod(name).expect("the pod in the API");
+        self.pods
+            .apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+        pod
+    }
+
+    /// One sync of `pod`, bounded in time.
+    async fn sync(&self, pod: &Pod) -> Action {
+        let run = reconcile(Arc::new(pod.clone()), self.ctx.clone());
+        tokio::time::timeout(Duration::from_secs(20), run)
+            .await
+            .expect("a sync ends")
+            .expect("a sync succeeds")
+    }
+
+    /// One sync of pod `name` as the watch delivers it now.
+    async fn sync_watched(&mut self, name: &str) -> Action {
+        let pod = self.watched(name);
+        self.sync(&pod).await
+    }
+
+    /// The runtime calls since the last look.
+    fn cri_calls(&self) -> Vec<String> {
+        self.cri.take_calls()
+    }
+
+    /// The API requests (but Events) since the last look, as `METHOD path`.
+    fn api_calls(&self) -> Vec<String> {
+        self.api
+            .take_requests()
+            .iter()
+            .map(api::Seen::line)
+            .collect()
+    }
+
+    /// Pod `name`'s status in the API.
+    fn status(&self, name: &str) -> PodStatus {
+        self.api
+            .pod(name)
+            .and_then(|p| p.status)
+            .unwrap_or_default()
+    }
+
+    /// Waits (up to 5 s) for an Event with `reason` whose message contains `text`.
+    async fn event(&self, reason: &str, text: &str) {
+        for _ in 0..100 {
+            let events = self.api.events();
+            if events.iter().any(|(r, m)| r == reason && m.contains(text)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "no {reason} event with {text:?}; events: {:?}",
+            self.api.events()
+        );
+    }
+}
+
+/// Container `name`'s state in `st`: `running`, `waiting:<reason>` or
+/// `terminated:<reason>`, with its restart count.
+fn state(st: &PodStatus, name: &str) -> (String, i32) {
+    let all = st
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(st.container_statuses.iter().flatten());
+    let Some(c) = all.into_iter().find(|c| c.name == name) else {
+        return ("absent".into(), 0);
+    };
+    let s = c.state.clone().unwrap_or_default();
+    let text = if s.running.is_some() {
+        "running".to_string()
+    } else if let Some(w) = s.waiting {
+        format!("waiting:{}", w.reason.unwrap_or_default())
+    } else if let Some(t) = s.terminated {
+        format!("terminated:{}", t.reason.unwrap_or_default())
+    } else {
+        "none".into()
+    };
+    (text, c.restart_count)
+}
+
+/// The requeue delay of `action` (none: wait for a change).
+fn requeue(action: &Action) -> Option<Duration> {
+    if *action == Action::await_change() {
+        return None;
+    }
+    // `Action` shows its delay only through Debug: `Some(1.5s)`, `Some(500ms)`.
+    let text = format!("{action:?}");
+    let d = text.split("Some(").nth(1)?.split(')').next()?;
+    let (num, unit) = d.split_at(d.find(|c: char| c.is_ascii_alphabetic() || c == 'µ')?);
+    let n: f64 = num.parse().ok()?;
+    let secs = match unit {
+        "s" => n,
+        "ms" => n / 1e3,
+        "µs" => n / 1e6,
+        "ns" => n / 1e9,
+        _ => return None,
+    };
+    Some(Duration::from_secs_f64(secs))
+}
+
+fn started(containers: &[&str]) -> Vec<String> {
+    let mut calls = vec!["RunPodSandbox default/web".to_string()];
+    for c in containers {
+        calls.push(format!("CreateContainer {c}"));
+        calls.push(format!("StartContainer {c}"));
+    }
+    calls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_pod_gets_a_sandbox_and_its_containers_and_one_status_patch() {
+    let mut n = Node::start().await;
+    let web = n.bind(
+        pod("web")
+            .container("a", IMAGE)
+            .container("b", IMAGE)
+            .build(),
+    );
+    let action = n.sync(&web).await;
+    assert_eq!(n.cri_calls(), started(&["a", "b"]));
+    assert_eq!(n.api_calls(), [WEB_STATUS]);
+    let st = n.status("web");
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    assert_eq!(state(&st, "a"), ("running".into(), 0));
+    assert_eq!(state(&st, "b"), ("running".into(), 0));
+    assert!(st.pod_ip.is_some_and(|ip| ip.starts_with("10.244.")));
+    assert_eq!(
+        requeue(&action),
+        Some(Duration::from_secs(2)),
+        "resync without PLEG"
+    );
+    n.event("Pulled", "already present on machine").await;
+    n.event("Started", "Started container a").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_pull_backs_off_without_pulling_again() {
+    let mut n = Node::start().await;
+    let image = "registry.example/app:1";
+    n.cri.fail_pull(image, "pull access denied");
+    let web = n.bind(pod("web").container("c", image).build());
+    n.sync(&web).await;
+    assert_eq!(
+        n.cri_calls(),
+        ["RunPodSandbox default/web", &format!("PullImage {image}")]
+    );
+    assert_eq!(state(&n.status("web"), "c").0, "waiting:ErrImagePull");
+    n.event("Failed", "pull access denied").await;
+    // The next sync is inside the back-off: no pull, ImagePullBackOff.
+    n.cri.allow_pull(image);
+    let action = n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), Vec::<String>::new());
+    assert_eq!(state(&n.status("web"), "c").0, "waiting:ImagePullBackOff");
+    let wait = requeue(&action).expect("a requeue");
+    assert!(wait <= Duration::from_secs(10), "{wait:?}");
+    n.event("BackOff", "Back-off pulling image").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashing_container_restarts_at_once_then_after_its_back_off_deadline() {
+    let mut n = Node::start().await;
+    n.cri.script_exit_on_start("c", 1);
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    n.sync(&web).await;
+    assert_eq!(n.cri_calls(), started(&["c"]));
+    // The first restart has no back-off.
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), ["CreateContainer c", "StartContainer c"]);
+    // The second waits 10 s: CrashLoopBackOff, requeued for the deadline
+    // (sooner than the 30 s resync of a node whose PLEG has runtime events).
+    n.ctx
+        .pleg_connected
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let action = n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), Vec::<String>::new());
+    assert_eq!(
+        state(&n.status("web"), "c"),
+        ("waiting:CrashLoopBackOff".into(), 1)
+    );
+    let wait = requeue(&action).expect("a requeue");
+    assert!(
+        wait > Duration::from_secs(8) && wait <= Duration::from_secs(10),
+        "{wait:?}"
+    );
+    n.event(
+        "BackOff",
+        "Back-off restarting failed container c in pod web_default(uid-web)",
+    )
+    .await;
+    // Once the deadline has passed, it restarts.
+    let last = n.cri.containers().into_iter().max_by_key(|c| c.attempt);
+    let past = Timestamp::now().as_nanosecond() - 11_000_000_000;
+    let past = i64::try_from(past).expect("nanoseconds");
+    assert!(n.cri.set_finished_at(&last.expect("a container").id, past));
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), ["CreateContainer c", "StartContainer c"]);
+    assert_eq!(state(&n.status("web"), "c").1, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_containers_run_one_at_a_time_before_the_main_ones() {
+    let mut n = Node::start().await;
+    n.cri.script_exit_on_start("i1", 0);
+    n.cri.script_exit_on_start("i2", 0);
+    let web = n.bind(
+        pod("web")
+            .init_container("i1", IMAGE)
+            .init_container("i2", IMAGE)
+            .container("c", IMAGE)
+            .build(),
+    );
+    n.sync(&web).await;
+    assert_eq!(n.cri_calls(), started(&["i1"]));
+    assert_eq!(n.status("web").phase.as_deref(), Some("Pending"));
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), ["CreateContainer i2", "StartContainer i2"]);
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), ["CreateContainer c", "StartContainer c"]);
+    let st = n.status("web");
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    assert_eq!(state(&st, "i1").0, "terminated:Completed");
+    assert_eq!(state(&st, "c").0, "running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_starts_first_and_keeps_running_beside_the_main_container() {
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").sidecar("s", IMAGE).container("c", IMAGE).build());
+    n.sync(&web).await;
+    assert_eq!(n.cri_calls(), started(&["s"]));
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), ["CreateContainer c", "StartContainer c"]);
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), Vec::<String>::new(), "nothing to do");
+    let st = n.status("web");
+    assert_eq!(state(&st, "s").0, "running");
+    assert_eq!(state(&st, "c").0, "running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_delete_stops_reports_then_removes_and_deletes_once() {
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    n.sync(&web).await;
+    n.cri_calls();
+    n.api_calls();
+    let mut deleting = n.api.pod("web").expect("pod");
+    deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    deleting.metadata.deletion_grace_period_seconds = Some(30);
+    n.api.put_pod(deleting);
+    // Stop within the grace period, then report the terminated container.
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), ["StopContainer c 30", "StopPodSandbox web"]);
+    assert_eq!(n.api_calls(), [WEB_STATUS]);
+    assert_eq!(state(&n.status("web"), "c").0, "terminated:Error");
+    n.event("Killing", "Stopping container c").await;
+    // Then remove everything and delete the pod (grace 0, UID precondition).
+    let last = n.watched("web");
+    n.sync(&last).await;
+    assert_eq!(
+        n.cri_calls(),
+        [
+            "StopPodSandbox web",
+            "RemoveContainer c",
+            "RemovePodSandbox web"
+        ]
+    );
+    let requests = n.api.take_requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(
+        requests[0].line(),
+        "DELETE /api/v1/namespaces/default/pods/web"
+    );
+    assert_eq!(requests[0].body["gracePeriodSeconds"], 0);
+    assert_eq!(requests[0].body["preconditions"]["uid"], "uid-web");
+    assert!(n.api.pod("web").is_none());
+    // The API's last update of the pod arrives after: nothing happens again.
+    let action = n.sync(&last).await;
+    assert_eq!((n.cri_calls(), n.api_calls()), (vec![], vec![]));
+    assert_eq!(action, Action::await_change());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_deleted_pod_is_cleaned_up_once_the_watch_has_dropped_it() {
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    n.sync(&web).await;
+    n.cri_calls();
+    n.api.remove_pod("web");
+    n.api_calls();
+    let (rt, client) = (&n.ctx.runtime.runtime, n.api.client());
+    let store = n.ctx.runtime.pods.clone();
+    let cleanup = || super::housekeeping::cleanup_orphans(rt, &client, &store, &n.ctx.volumes);
+    // The watch has not dropped it yet: housekeeping leaves it alone.
+    assert_eq!(cleanup().await.expect("housekeeping"), 0);
+    assert_eq!(n.cri_calls(), Vec::<String>::new());
+    n.pods.apply_watcher_event(&watcher::Event::Delete(web));
+    assert_eq!(cleanup().await.expect("housekeeping"), 1);
+    assert_eq!(
+        n.cri_calls(),
+        [
+            "StopContainer c 2",
+            "RemoveContainer c",
+            "StopPodSandbox web",
+            "RemovePodSandbox web"
+        ]
+    );
+    assert_eq!(n.api_calls(), ["GET /api/v1/namespaces/default/pods/web"]);
+    assert!(n.cri.sandboxes().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_deleted_while_the_agent_was_down_are_removed_but_not_those_the_api_still_has() {
+    let mut n = Node::start().await;
+    let gone = n.bind(pod("gone").container("c", IMAGE).build());
+    let kept = n.bind(pod("kept").container("c", IMAGE).build());
+    n.sync(&gone).await;
+    n.sync(&kept).await;
+    n.cri_calls();
+    // The agent restarts: its store is empty (not listed yet); `gone` was
+    // deleted from the API meanwhile, `kept` was not.
+    n.api.remove_pod("gone");
+    let fresh = n.restart().await;
+    fresh.api_calls();
+    let client = fresh.api.client();
+    let removed = super::housekeeping::cleanup_orphans(
+        &fresh.ctx.runtime.runtime,
+        &client,
+        &fresh.ctx.runtime.pods,
+        &fresh.ctx.volumes,
+    )
+    .await
+    .expect("housekeeping");
+    assert_eq!(removed, 1);
+    let mut calls = fresh.cri_calls();
+    calls.sort();
+    assert_eq!(
+        calls,
+        [
+            "RemoveContainer c",
+            "RemovePodSandbox gone",
+            "StopContainer c 2",
+            "StopPodSandbox gone"
+        ]
+    );
+    let names: Vec<String> = fresh.cri.sandboxes().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, ["kept"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_the_node_does_not_admit_is_failed_without_touching_the_runtime() {
+    let mut n = Node::start().await;
+    let mut p = pod("web").container("c", IMAGE).build();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.security_context = Some(PodSecurityContext {
+            sysctls: Some(vec![Sysctl {
+                name: "kernel.msgmax".into(),
+                value: "1".into(),
+            }]),
+            ..Default::default()
+        });
+    }
+    let web = n.bind(p);
+    let action = n.sync(&web).await;
+    assert_eq!(action, Action::await_change());
+    assert_eq!(n.cri_calls(), Vec::<String>::new());
+    assert_eq!(n.api_calls(), [WEB_STATUS]);
+    let st = n.status("web");
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("SysctlForbidden"));
+    assert!(
+        st.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Pod was rejected: ")),
+        "{:?}",
+        st.message
+    );
+    n.event("SysctlForbidden", "kernel.msgmax").await;
+    // It stays rejected: the next sync neither starts nor patches it.
+    n.sync_watched("web").await;
+    assert_eq!((n.cri_calls(), n.api_calls()), (vec![], vec![]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_agent_restart_running_containers_are_adopted_not_restarted() {
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").sidecar("s", IMAGE).container("c", IMAGE).build());
+    n.sync(&web).await;
+    n.sync_watched("web").await;
+    n.cri_calls();
+    n.api_calls();
+    let mut fresh = n.restart().await;
+    fresh.bind(n.api.pod("web").expect("pod"));
+    fresh.sync_watched("web").await;
+    assert_eq!(fresh.cri_calls(), Vec::<String>::new());
+    assert_eq!(
+        fresh.api_calls(),
+        Vec::<String>::new(),
+        "the status is unchanged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_liveness_probe_kills_and_restarts_the_container() {
+    let mut n = Node::start().await;
+    n.cri.script_exec(["check"], 1, "unhealthy");
+    let mut p = pod("web").container("c", IMAGE).build();
+    if let Some(c) = p.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+        c.liveness_probe = Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(vec!["check".into()]),
+            }),
+            period_seconds: Some(1),
+            failure_threshold: Some(1),
+            ..Default::default()
+        });
+    }
+    let web = n.bind(p);
+    n.sync(&web).await;
+    assert_eq!(n.cri_calls(), started(&["c"]));
+    // Sync until the probe manager has seen the probe fail.
+    let mut calls = Vec::new();
+    for _ in 0..50 {
+        n.sync_watched("web").await;
+        calls = n.cri_calls();
+        if !calls.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        calls,
+        [
+            "StopContainer c 30",
+            "CreateContainer c",
+            "StartContainer c"
+        ]
+    );
+    n.event("Unhealthy", "Liveness probe failed").await;
+    n.event("Killing", "Stopping container c").await;
+    assert_eq!(state(&n.status("web"), "c"), ("running".into(), 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_that_changes_nothing_sends_no_patch() {
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    n.sync(&web).await;
+    assert_eq!(
+        (n.cri_calls(), n.api_calls()),
+        (started(&["c"]), vec![WEB_STATUS.into()])
+    );
+    for _ in 0..3 {
+        n.sync_watched("web").await;
+        assert_eq!((n.cri_calls(), n.api_calls()), (vec![], vec![]));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_pod_object_is_seen_with_the_status_last_sent() {
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    n.sync(&web).await;
+    assert_eq!(n.api_calls(), [WEB_STATUS]);
+    // The watch has not brought the patched object back: the same object
+    // again costs no second patch of the same status.
+    n.sync(&web).await;
+    assert_eq!((n.cri_calls().len(), n.api_calls()), (3, vec![]));
+    // A status the API lost (someone else's write) is written again.
+    let mut other = n.api.pod("web").expect("pod");
+    other.status = Some(PodStatus::default());
+    n.api.put_pod(other);
+    n.sync_watched("web").await;
+    assert_eq!(n.api_calls(), [WEB_STATUS]);
+    assert_eq!(n.status("web").phase.as_deref(), Some("Running"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_waits_for_its_volumes_before_anything_starts() {
+    let mut n = Node::start().await;
+    let mut p = pod("web").container("c", IMAGE).build();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.volumes = Some(vec![Volume {
+            name: "cfg".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: "settings".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
+        spec.containers[0].volume_mounts = Some(vec![VolumeMount {
+            name: "cfg".into(),
+            mount_path: "/etc/settings".into(),
+            ..Default::default()
+        }]);
+    }
+    let web = n.bind(p);
+    let action = n.sync(&web).await;
+    assert_eq!(n.cri_calls(), Vec::<String>::new());
+    assert_eq!(
+        n.api_calls(),
+        [
+            "GET /api/v1/namespaces/default/configmaps/settings",
+            WEB_STATUS
+        ]
+    );
+    assert_eq!(requeue(&action), Some(super::plan::VOLUME_RETRY));
+    let st = n.status("web");
+    assert_eq!(st.phase.as_deref(), Some("Pending"));
+    assert_eq!(state(&st, "c").0, "waiting:ContainerCreating");
+    n.event("FailedMount", "settings").await;
+    // The ConfigMap appears: the pod starts.
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": "default"}, "data": {"k": "v"}});
+    n.api.put("configmaps", "settings", cm);
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), started(&["c"]));
+    assert_eq!(state(&n.status("web"), "c").0, "running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_sandbox_is_replaced_and_its_containers_started_again() {
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    n.sync(&web).await;
+    n.cri_calls();
+    let sandbox = n.cri.sandboxes().pop().expect("a sandbox").id;
+    n.ctx
+        .runtime
+        .runtime
+        .stop_pod_sandbox(&sandbox)
+        .await
+        .expect("stop the sandbox");
+    n.cri_calls();
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), started(&["c"]));
+    n.event("SandboxChanged", "Pod sandbox changed").await;
+    let attempts: Vec<u32> = n.cri.sandboxes().iter().map(|s| s.attempt).collect();
+    assert!(attempts.contains(&1), "{attempts:?}");
+    assert_eq!(state(&n.status("web"), "c"), ("running".into(), 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_past_its_active_deadline_is_killed_and_failed() {
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    n.sync(&web).await;
+    n.cri_calls();
+    let mut p = n.api.pod("web").expect("pod");
+    if let Some(spec) = p.spec.as_mut() {
+        spec.active_deadline_seconds = Some(1);
+    }
+    if let Some(st) = p.status.as_mut() {
+        st.start_time = Some(Time(Timestamp::now() - Duration::from_secs(5)));
+    }
+    n.api.put_pod(p);
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), ["StopContainer c 30", "StopPodSandbox web"]);
+    let st = n.status("web");
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("DeadlineExceeded"));
+    n.event("DeadlineExceeded", "longer than the specified deadline")
+        .await;
+}
