@@ -318,10 +318,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let runtime = runtime.clone();
         let volumes = ctx.volumes.clone();
         let client = client.clone();
+        let ctx = ctx.clone();
         async move {
             let mut tick = tokio::time::interval(Duration::from_secs(2));
+            let _ = store.wait_until_ready().await;
             loop {
                 tick.tick().await;
+                housekeeping::forget_gone(&ctx, &store);
                 let cleaned = housekeeping::cleanup_orphans(&runtime, &client, &store, &volumes);
                 if let Err(e) = cleaned.await {
                     warn!(error = %e, "housekeeping");

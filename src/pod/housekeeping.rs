@@ -11,6 +11,7 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 use tracing::{debug, info, warn};
 
+use super::worker::Context;
 use crate::cri::{POD_UID_LABEL, Runtime};
 use crate::volume::VolumeManager;
 
@@ -100,4 +101,23 @@ async fn cleanup_orphan(
         "removed the sandboxes, containers and volumes of a pod no longer bound to this node"
     );
     Ok(true)
+}
+
+/// Makes the pod workers' managers forget the pods that are no longer bound
+/// to this node (the reflector's `store`, once it has listed): their cached
+/// statuses, image pull back-offs and probe workers. Pods this agent deleted
+/// were forgotten then; this catches those removed behind its back.
+pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
+    let known: HashSet<String> = store
+        .state()
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    let keep = |uid: &str| known.contains(uid);
+    ctx.status.retain(keep);
+    ctx.runtime.images.retain(keep);
+    for uid in ctx.prober.pods().into_iter().filter(|u| !keep(u)) {
+        debug!(pod_uid = uid, "housekeeping: stop the probes of a pod gone");
+        ctx.prober.forget(&uid);
+    }
 }

@@ -113,6 +113,12 @@ impl ImageManager {
             .remove(uid);
     }
 
+    /// Forgets the back-offs of pods whose UID `keep` rejects.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut map = self.backoffs.lock().unwrap_or_else(PoisonError::into_inner);
+        map.retain(|uid, _| keep(uid));
+    }
+
     /// Container `name` of pod `uid` started: its pull back-off ends.
     pub fn started(&self, uid: &str, name: &str) {
         self.with_backoffs(uid, |m| m.remove(name));

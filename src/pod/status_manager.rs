@@ -133,6 +133,22 @@ impl StatusManager {
         Ok(())
     }
 
+    /// Forgets the statuses sent for pods whose UID `keep` rejects (pods gone
+    /// from the node without this agent deleting them, e.g. force-deleted).
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        sent.retain(|uid, _| keep(uid));
+    }
+
+    /// How many pods have a status cached.
+    #[must_use]
+    pub fn cached(&self) -> usize {
+        self.sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     /// True when this agent deleted pod `uid` from the API.
     #[must_use]
     pub fn was_deleted(&self, uid: &str) -> bool {

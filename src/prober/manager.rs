@@ -173,6 +173,13 @@ impl Manager {
         );
     }
 
+    /// The UIDs of the pods that have probe workers.
+    #[must_use]
+    pub fn pods(&self) -> Vec<String> {
+        let workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        workers.keys().cloned().collect()
+    }
+
     /// Stops every worker of the pod with `uid`.
     pub fn forget(&self, uid: &str) {
         let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);

@@ -453,6 +453,10 @@ async fn a_force_deleted_pod_is_cleaned_up_once_the_watch_has_dropped_it() {
     );
     assert_eq!(n.api_calls(), ["GET /api/v1/namespaces/default/pods/web"]);
     assert!(n.cri.sandboxes().is_empty());
+    // The managers forget it too.
+    assert_eq!(n.ctx.status.cached(), 1);
+    super::housekeeping::forget_gone(&n.ctx, &n.ctx.runtime.pods);
+    assert_eq!(n.ctx.status.cached(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
