@@ -27,6 +27,7 @@ use crate::pod::status::StatusContext;
 use crate::pod::status_manager::StatusManager;
 use crate::pod::translate::{HostDns, NodeContext};
 use crate::pod::{housekeeping, pleg, worker};
+use crate::reasons::phase;
 use crate::volume::VolumeManager;
 
 /// Entry point of the `rustlet` binary: parses flags, runs, and turns any error
@@ -391,9 +392,9 @@ async fn reconcile_measured(
     use kube::ResourceExt as _;
     let m = crate::metrics::metrics();
     let uid = pod.uid().unwrap_or_default();
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let pod_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let finishing =
-        pod.metadata.deletion_timestamp.is_some() || matches!(phase, Some("Succeeded" | "Failed"));
+        pod.metadata.deletion_timestamp.is_some() || pod_phase.is_some_and(phase::is_terminal);
     let op = if finishing {
         m.pod_gone(&uid);
         "sync"
@@ -402,7 +403,7 @@ async fn reconcile_measured(
     } else {
         "sync"
     };
-    if phase == Some("Running") {
+    if pod_phase == Some(phase::RUNNING) {
         m.pod_running(&uid);
     }
     let started = Instant::now();

@@ -1,8 +1,11 @@
-//! The kubelet's words, in one place: pod phases, pod condition types,
-//! container waiting reasons and Event reasons, spelled as the API and the
-//! kubelet spell them (core/v1 `PodPhase` and `PodConditionType`, the kubelet's
-//! `events` package and kuberuntime's `ErrImagePull`-style errors). Code
-//! compares and writes these constants rather than string literals.
+//! The kubelet's words, in one place: pod phases, pod condition types and
+//! reasons, container waiting and terminated reasons, Event reasons, node
+//! condition types and reasons, and admission reasons, spelled as the API and
+//! the kubelet spell them (core/v1 `PodPhase`, `PodConditionType` and
+//! `NodeConditionType`, the kubelet's `events` package, kuberuntime's
+//! `ErrImagePull`-style errors, the node status setters and the admit
+//! handlers). Code compares and writes these constants rather than string
+//! literals.
 
 /// Pod phases (`status.phase`, core/v1 `PodPhase`).
 pub mod phase {
@@ -44,6 +47,9 @@ pub mod condition {
         pub const CONTAINERS_NOT_READY: &str = "ContainersNotReady";
         /// Every container finished (`Ready` false on a completed pod).
         pub const POD_COMPLETED: &str = "PodCompleted";
+        /// `Ready` false: containers ready, some readiness gate is not
+        /// (the status manager's `ReadinessGatesNotReady`).
+        pub const READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
     }
 }
 
@@ -80,6 +86,23 @@ pub mod waiting {
     pub const POST_START_HOOK_ERROR: &str = "PostStartHookError";
 }
 
+/// Container `state.terminated.reason` values.
+pub mod terminated {
+    /// Exited with code 0 (the reason containerd's CRI plugin gives, `completeExitReason`).
+    pub const COMPLETED: &str = "Completed";
+    /// Exited with a non-zero code (containerd's CRI plugin, `errorExitReason`).
+    pub const ERROR: &str = "Error";
+    /// Killed by the kernel's OOM killer (containerd's CRI plugin, `oomExitReason`).
+    pub const OOM_KILLED: &str = "OOMKilled";
+    /// The runtime could not learn how the container exited (containerd's CRI
+    /// plugin, `unknownExitReason`); the status reports `Completed` or `Error`
+    /// from the exit code instead.
+    pub const UNKNOWN: &str = "Unknown";
+    /// The container could not be located when the pod was terminated (the
+    /// kubelet's `kubecontainer.ContainerReasonStatusUnknown`).
+    pub const CONTAINER_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+}
+
 /// Event reasons, as the kubelet's `pkg/kubelet/events` constants.
 pub mod event {
     /// Container created (`CreatedContainer`).
@@ -114,4 +137,46 @@ pub mod event {
     pub const UNHEALTHY: &str = "Unhealthy";
     /// A probe succeeded with a warning (`ContainerProbeWarning`).
     pub const PROBE_WARNING: &str = "ProbeWarning";
+}
+
+/// Node condition types (`status.conditions[].type` of a Node, core/v1
+/// `NodeConditionType`) and the reasons the kubelet's node status setters
+/// (nodestatus/setters.go) give them.
+pub mod node {
+    /// The node is healthy and ready to accept pods (`NodeReady`).
+    pub const READY: &str = "Ready";
+    /// The node's memory is low (`NodeMemoryPressure`).
+    pub const MEMORY_PRESSURE: &str = "MemoryPressure";
+    /// The node's disk space is low (`NodeDiskPressure`).
+    pub const DISK_PRESSURE: &str = "DiskPressure";
+    /// The node has too few free process IDs (`NodePIDPressure`).
+    pub const PID_PRESSURE: &str = "PIDPressure";
+    /// Reasons of the node conditions above.
+    pub mod reason {
+        /// `Ready` true (`ReadyCondition`).
+        pub const KUBELET_READY: &str = "KubeletReady";
+        /// `Ready` false (`ReadyCondition`).
+        pub const KUBELET_NOT_READY: &str = "KubeletNotReady";
+        /// `MemoryPressure` false (`MemoryPressureCondition`).
+        pub const KUBELET_HAS_SUFFICIENT_MEMORY: &str = "KubeletHasSufficientMemory";
+        /// `MemoryPressure` true (`MemoryPressureCondition`).
+        pub const KUBELET_HAS_INSUFFICIENT_MEMORY: &str = "KubeletHasInsufficientMemory";
+        /// `DiskPressure` false (`DiskPressureCondition`).
+        pub const KUBELET_HAS_NO_DISK_PRESSURE: &str = "KubeletHasNoDiskPressure";
+        /// `DiskPressure` true (`DiskPressureCondition`).
+        pub const KUBELET_HAS_DISK_PRESSURE: &str = "KubeletHasDiskPressure";
+        /// `PIDPressure` false (`PIDPressureCondition`).
+        pub const KUBELET_HAS_SUFFICIENT_PID: &str = "KubeletHasSufficientPID";
+        /// `PIDPressure` true (`PIDPressureCondition`).
+        pub const KUBELET_HAS_INSUFFICIENT_PID: &str = "KubeletHasInsufficientPID";
+    }
+}
+
+/// Pod `status.reason` values of a pod the node does not admit, as the
+/// kubelet's admit handlers.
+pub mod admission {
+    /// `spec.os.name` is not this node's OS (`predicateAdmitHandler`'s `PodOSNotSupported`).
+    pub const POD_OS_NOT_SUPPORTED: &str = "PodOSNotSupported";
+    /// A sysctl is not allowed (sysctl allowlist's `ForbiddenReason`, `SysctlForbidden`).
+    pub const SYSCTL_FORBIDDEN: &str = "SysctlForbidden";
 }

@@ -59,6 +59,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Code, Request, Response, Status};
 
 use crate::cri::{POD_UID_LABEL, Runtime};
+use crate::reasons::terminated;
 
 /// File name of the socket [`FakeRuntime::serve`] listens on, in the directory
 /// it is given.
@@ -93,7 +94,11 @@ fn now() -> i64 {
 /// The reason containerd gives an exited container: `Completed` for exit
 /// code 0, else `Error`.
 fn exit_reason(exit_code: i32) -> &'static str {
-    if exit_code == 0 { "Completed" } else { "Error" }
+    if exit_code == 0 {
+        terminated::COMPLETED
+    } else {
+        terminated::ERROR
+    }
 }
 
 fn selector_matches(selector: &HashMap<String, String>, labels: &HashMap<String, String>) -> bool {

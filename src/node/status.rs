@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use super::info::{MachineInfo, go_arch};
+use crate::reasons::node::{DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE, READY, reason};
 
 /// Memory held back from allocatable: the default hard eviction threshold
 /// `memory.available<100Mi`, in bytes.
@@ -125,7 +126,7 @@ fn condition(
     now: Timestamp,
 ) -> NodeCondition {
     // For pressure conditions "ok" means status False.
-    let status = if type_ == "Ready" { ok } else { !ok };
+    let status = if type_ == READY { ok } else { !ok };
     let status = if status { "True" } else { "False" };
     let previous = old
         .and_then(|s| s.conditions.as_ref())
@@ -188,33 +189,42 @@ pub fn status(
         addresses: Some(addresses),
         conditions: Some(vec![
             condition(
-                "MemoryPressure",
+                MEMORY_PRESSURE,
                 true,
-                ("KubeletHasSufficientMemory", "KubeletHasInsufficientMemory"),
+                (
+                    reason::KUBELET_HAS_SUFFICIENT_MEMORY,
+                    reason::KUBELET_HAS_INSUFFICIENT_MEMORY,
+                ),
                 ("kubelet has sufficient memory available", String::new()),
                 old,
                 now,
             ),
             condition(
-                "DiskPressure",
+                DISK_PRESSURE,
                 true,
-                ("KubeletHasNoDiskPressure", "KubeletHasDiskPressure"),
+                (
+                    reason::KUBELET_HAS_NO_DISK_PRESSURE,
+                    reason::KUBELET_HAS_DISK_PRESSURE,
+                ),
                 ("kubelet has no disk pressure", String::new()),
                 old,
                 now,
             ),
             condition(
-                "PIDPressure",
+                PID_PRESSURE,
                 true,
-                ("KubeletHasSufficientPID", "KubeletHasInsufficientPID"),
+                (
+                    reason::KUBELET_HAS_SUFFICIENT_PID,
+                    reason::KUBELET_HAS_INSUFFICIENT_PID,
+                ),
                 ("kubelet has sufficient PID available", String::new()),
                 old,
                 now,
             ),
             condition(
-                "Ready",
+                READY,
                 ready,
-                ("KubeletReady", "KubeletNotReady"),
+                (reason::KUBELET_READY, reason::KUBELET_NOT_READY),
                 ("kubelet is posting ready status", problems.join(", ")),
                 old,
                 now,

@@ -5,10 +5,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-/// Reason of a pod whose `spec.os.name` is not this node's OS.
-pub const POD_OS_NOT_SUPPORTED: &str = "PodOSNotSupported";
-/// Reason of a pod asking for a sysctl that is not allowed.
-pub const SYSCTL_FORBIDDEN: &str = "SysctlForbidden";
+use crate::reasons::admission::{POD_OS_NOT_SUPPORTED, SYSCTL_FORBIDDEN};
 
 /// The sysctls the kubelet allows without configuration (`safeSysctls`): namespaced
 /// and without influence on other pods.

@@ -15,6 +15,7 @@ use super::spec::{
 use super::translate::container_hash;
 use crate::container::state::{Container as RuntimeContainer, ContainerState, PodRuntime};
 use crate::prober::{ContainerProbes, ProbeKind};
+use crate::reasons::waiting;
 
 /// Initial CrashLoopBackOff delay (10 s), doubled per restart up to [`MAX_BACKOFF`].
 pub const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
@@ -596,7 +597,7 @@ impl Planner<'_> {
         self.plan.waiting.insert(
             name.to_string(),
             Waiting {
-                reason: "ImagePullBackOff".into(),
+                reason: waiting::IMAGE_PULL_BACK_OFF.into(),
                 message: format!("Back-off pulling image \"{}\"", b.image),
             },
         );
@@ -659,7 +660,7 @@ impl Planner<'_> {
                         self.plan.waiting.insert(
                             c.name.clone(),
                             Waiting {
-                                reason: "CrashLoopBackOff".into(),
+                                reason: waiting::CRASH_LOOP_BACK_OFF.into(),
                                 message: format!(
                                     "back-off {delay}s restarting failed container={} pod={name}_{ns}({uid})",
                                     c.name

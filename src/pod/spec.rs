@@ -97,10 +97,10 @@ pub fn grace_period(pod: &Pod) -> i64 {
 /// True when the pod's phase in the API is already terminal (Succeeded or Failed).
 #[must_use]
 pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(crate::reasons::phase::is_terminal)
 }
 
 /// True for a sidecar: an init container with `restartPolicy: Always`.

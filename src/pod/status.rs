@@ -20,6 +20,8 @@ use super::spec::{
 };
 use crate::container::state::{Container, ContainerState, PodRuntime};
 use crate::prober::ContainerProbes;
+use crate::reasons::condition::{self as cond, reason as cond_reason};
+use crate::reasons::{phase, terminated, waiting};
 
 /// Node-side facts the status needs.
 #[derive(Clone, Debug, Default)]
@@ -31,12 +33,12 @@ pub struct StatusContext {
 }
 
 fn terminated(c: &Container, runtime: &str) -> ContainerStateTerminated {
-    let reason = if !c.reason.is_empty() && c.reason != "Unknown" {
+    let reason = if !c.reason.is_empty() && c.reason != terminated::UNKNOWN {
         c.reason.clone()
     } else if c.exit_code == 0 {
-        "Completed".into()
+        terminated::COMPLETED.into()
     } else {
-        "Error".into()
+        terminated::ERROR.into()
     };
     ContainerStateTerminated {
         exit_code: c.exit_code,
@@ -126,7 +128,7 @@ fn container_status(
                     st.started = Some(false);
                 }
                 ContainerState::Created => {
-                    st.state = Some(wait("ContainerCreating", None));
+                    st.state = Some(wait(waiting::CONTAINER_CREATING, None));
                     st.started = Some(false);
                 }
             }
@@ -152,9 +154,9 @@ pub fn ephemeral_statuses(
     ctx: &StatusContext,
 ) -> Vec<ContainerStatus> {
     let default_wait = if init_containers(pod).is_empty() {
-        "ContainerCreating"
+        waiting::CONTAINER_CREATING
     } else {
-        "PodInitializing"
+        waiting::POD_INITIALIZING
     };
     let old: &[ContainerStatus] = pod
         .status
@@ -224,21 +226,21 @@ pub fn phase(
         }
     }
     if waiting > 0 || statuses.is_empty() {
-        return "Pending";
+        return phase::PENDING;
     }
     if running > 0 {
-        return "Running";
+        return phase::RUNNING;
     }
     if stopped > 0 {
         if restarting > 0 {
-            return "Running";
+            return phase::RUNNING;
         }
         if stopped == succeeded {
-            return "Succeeded";
+            return phase::SUCCEEDED;
         }
-        return "Failed";
+        return phase::FAILED;
     }
-    "Pending"
+    phase::PENDING
 }
 
 /// The pod's QoS class, as `GetPodQOS`: Guaranteed when every container's cpu
@@ -313,7 +315,7 @@ pub fn status(
 ) -> PodStatus {
     let old = pod.status.as_ref();
     if let Some(o) = old.filter(|o| {
-        matches!(o.phase.as_deref(), Some("Succeeded" | "Failed")) && o.container_statuses.is_some()
+        o.phase.as_deref().is_some_and(phase::is_terminal) && o.container_statuses.is_some()
     }) {
         // A terminal status is final: its containers may not leave `terminated`,
         // even once the runtime has removed them (the status manager's rule).
@@ -333,7 +335,7 @@ pub fn status(
                 waiting.get(&c.name),
                 probes.get(&c.name),
                 restarts,
-                "PodInitializing",
+                waiting::POD_INITIALIZING,
                 ctx,
             );
             let state = st.state.as_ref();
@@ -348,9 +350,9 @@ pub fn status(
         })
         .collect();
     let main_wait = if initialized {
-        "ContainerCreating"
+        waiting::CONTAINER_CREATING
     } else {
-        "PodInitializing"
+        waiting::POD_INITIALIZING
     };
     let statuses: Vec<ContainerStatus> = main_containers(pod)
         .iter()
@@ -375,9 +377,9 @@ pub fn status(
     };
     let old_phase = old.and_then(|s| s.phase.as_deref());
     let mut pod_phase = match (old_phase, &progress) {
-        (Some(p @ ("Succeeded" | "Failed")), _) => p.to_string(),
-        (_, InitProgress::Failed(_)) => "Failed".to_string(),
-        (_, InitProgress::Pending(_)) => "Pending".to_string(),
+        (Some(p @ (phase::SUCCEEDED | phase::FAILED)), _) => p.to_string(),
+        (_, InitProgress::Failed(_)) => phase::FAILED.to_string(),
+        (_, InitProgress::Pending(_)) => phase::PENDING.to_string(),
         (_, InitProgress::Done) => phase(&statuses, restartable).to_string(),
     };
     // A deleted pod whose containers all stopped is terminal: they will not
@@ -388,22 +390,22 @@ pub fn status(
             .iter()
             .any(|c| c.state == ContainerState::Running);
     let mut reason_message = None;
-    if stopped_for_deletion && !matches!(pod_phase.as_str(), "Succeeded" | "Failed") {
+    if stopped_for_deletion && !phase::is_terminal(&pod_phase) {
         let settled = phase(&statuses, |_, _| false);
-        if settled != "Pending" {
+        if settled != phase::PENDING {
             pod_phase = settled.to_string();
         }
     }
-    if !matches!(old_phase, Some("Succeeded" | "Failed"))
+    if !old_phase.is_some_and(phase::is_terminal)
         && super::plan::active_deadline(pod, now) == super::plan::Deadline::Exceeded
     {
-        pod_phase = "Failed".to_string();
+        pod_phase = phase::FAILED.to_string();
         reason_message = Some((
             super::plan::DEADLINE_REASON.to_string(),
             super::plan::DEADLINE_MESSAGE.to_string(),
         ));
     }
-    let terminal = pod_phase == "Succeeded" || pod_phase == "Failed";
+    let terminal = phase::is_terminal(&pod_phase);
     let sandbox = rt.latest_sandbox().filter(|s| s.ready);
     let ips: Vec<String> = match sandbox {
         Some(_)
@@ -451,7 +453,7 @@ pub fn status(
     let pod_ready = all_ready && missing_gates.is_empty();
     let mut conditions = vec![
         condition(
-            "PodReadyToStartContainers",
+            cond::POD_READY_TO_START_CONTAINERS,
             sandbox.is_some(),
             None,
             old,
@@ -459,34 +461,34 @@ pub fn status(
             now,
         ),
         condition(
-            "Initialized",
+            cond::INITIALIZED,
             initialized || (terminal && !matches!(progress, InitProgress::Failed(_))),
-            Some("ContainersNotInitialized"),
+            Some(cond_reason::CONTAINERS_NOT_INITIALIZED),
             old,
             generation,
             now,
         ),
         condition(
-            "ContainersReady",
+            cond::CONTAINERS_READY,
             all_ready,
             Some(if terminal {
-                "PodCompleted"
+                cond_reason::POD_COMPLETED
             } else {
-                "ContainersNotReady"
+                cond_reason::CONTAINERS_NOT_READY
             }),
             old,
             generation,
             now,
         ),
         condition(
-            "Ready",
+            cond::READY,
             pod_ready,
             Some(if terminal {
-                "PodCompleted"
+                cond_reason::POD_COMPLETED
             } else if all_ready {
-                "ReadinessGatesNotReady"
+                cond_reason::READINESS_GATES_NOT_READY
             } else {
-                "ContainersNotReady"
+                cond_reason::CONTAINERS_NOT_READY
             }),
             old,
             generation,
@@ -520,10 +522,10 @@ pub fn status(
     }
     // Conditions owned by others (PodScheduled, readiness gates, DisruptionTarget, ...) stay.
     let ours = [
-        "PodReadyToStartContainers",
-        "Initialized",
-        "ContainersReady",
-        "Ready",
+        cond::POD_READY_TO_START_CONTAINERS,
+        cond::INITIALIZED,
+        cond::CONTAINERS_READY,
+        cond::READY,
     ];
     conditions.extend(
         old.and_then(|s| s.conditions.as_ref())
@@ -570,7 +572,7 @@ pub fn status(
 #[must_use]
 pub fn rejected(pod: &Pod, rejection: &super::admit::Rejection) -> PodStatus {
     PodStatus {
-        phase: Some(crate::reasons::phase::FAILED.into()),
+        phase: Some(phase::FAILED.into()),
         reason: Some(rejection.reason.to_string()),
         message: Some(format!("Pod was rejected: {}", rejection.message)),
         qos_class: Some(qos_class(pod).into()),

@@ -19,6 +19,7 @@ use super::run::probe_once;
 use super::{ContainerProbes, ProbeKind, ProbeState, Timing};
 use crate::container::state::{ContainerState, PodRuntime};
 use crate::cri::Runtime;
+use crate::reasons::event;
 
 type Key = (String, ProbeKind);
 
@@ -318,7 +319,7 @@ impl Worker {
                     &self.pod,
                     Some(&self.container.name),
                     EventType::Warning,
-                    "ProbeWarning",
+                    event::PROBE_WARNING,
                     format!("{} probe warning: {}", self.kind.name(), outcome.output),
                 );
             }
@@ -328,7 +329,7 @@ impl Worker {
                     &self.pod,
                     Some(&self.container.name),
                     EventType::Warning,
-                    "Unhealthy",
+                    event::UNHEALTHY,
                     format!(
                         "{} probe failed: {}",
                         self.kind.name(),

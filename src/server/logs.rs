@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::ContainerStatus;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::cri::log::{LogMessage, Stream, format_timestamp};
+use crate::reasons::waiting;
 
 /// The streams a request asks for (`stream` query parameter: `All`, `Stdout`, `Stderr`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -517,8 +518,8 @@ pub fn pick(
     if let Some(w) = &state.waiting {
         let reason = w.reason.as_deref().unwrap_or_default();
         let why = match reason {
-            "ErrImagePull" => "image can't be pulled".to_string(),
-            "ImagePullBackOff" => "trying and failing to pull image".to_string(),
+            waiting::ERR_IMAGE_PULL => "image can't be pulled".to_string(),
+            waiting::IMAGE_PULL_BACK_OFF => "trying and failing to pull image".to_string(),
             r => r.to_string(),
         };
         return Err(format!(

@@ -536,7 +536,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     let mut running_pods = 0;
     for pod in &pods {
         let Some(status) = &pod.status else { continue };
-        if status.phase.as_deref() == Some("Running") {
+        if status.phase.as_deref() == Some(crate::reasons::phase::RUNNING) {
             running_pods += 1;
         }
         let all = [
