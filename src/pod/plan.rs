@@ -446,104 +446,77 @@ fn plan_ready(
         }
         return plan;
     }
-    let policy = restart_policy(pod);
-    let mut planner = Planner {
-        pod,
-        rt,
-        pull_backoff,
-        probes,
-        now,
-        plan: &mut plan,
-    };
     match rt.latest_sandbox() {
         Some(s) if s.ready => {
             let sandbox_id = s.id.clone();
-            // Ephemeral containers start even before initialization completes.
-            for (name, target_id) in ephemeral_to_start(pod, rt) {
-                planner.ephemeral(name, target_id);
-            }
-            let mut initialized = true;
-            for c in init_containers(pod) {
-                let latest = rt
-                    .containers
-                    .iter()
-                    .find(|x| x.name == c.name && x.sandbox_id == sandbox_id);
-                if is_sidecar(c) {
-                    planner.container(c, latest, &sandbox_id);
-                    // The next containers wait until the sidecar has started
-                    // (its startup probe, if any, passed).
-                    let started = latest.is_some_and(|x| {
-                        x.state == ContainerState::Running
-                            && probes.get(&c.name).is_none_or(|p| p.started)
-                    });
-                    if !started {
-                        initialized = false;
-                        break;
-                    }
-                } else if latest
-                    .is_some_and(|x| x.state == ContainerState::Exited && x.exit_code == 0)
-                {
-                    continue;
-                } else {
-                    // Run (or restart) this one; the rest wait for it, one at a time.
-                    planner.container(c, latest, &sandbox_id);
-                    initialized = false;
-                    break;
-                }
-            }
-            if initialized {
-                for c in main_containers(pod) {
-                    let latest = rt.latest_two(&c.name).0;
-                    planner.container(c, latest, &sandbox_id);
-                }
-            }
+            let mut planner = Planner {
+                pod,
+                rt,
+                pull_backoff,
+                probes,
+                now,
+                plan: &mut plan,
+            };
+            planner.in_sandbox(&sandbox_id);
             let names = init_containers(pod)
                 .iter()
                 .chain(main_containers(pod))
                 .map(|c| c.name.as_str());
             garbage(rt, &sandbox_id, names, ephemeral_names(pod), &mut plan);
         }
-        latest => {
-            let ran_before = !rt.containers.is_empty();
-            if latest.is_some() && policy == "Never" && ran_before {
-                // The kubelet does not recreate the sandbox of a pod that must not restart.
-                return plan;
-            }
-            kill_running(pod, rt, grace_period(pod), "pod sandbox changed", &mut plan);
-            plan.steps.push(Step::CreateSandbox {
-                attempt: latest.map_or(0, |s| s.attempt + 1),
-                changed: latest.is_some(),
-            });
-            // A new sandbox runs the init containers again from the first.
-            let next_attempt = |name: &str| rt.latest_two(name).0.map_or(0, |c| c.attempt + 1);
-            if let Some(first) = init_containers(pod).first() {
-                plan.steps.push(Step::StartContainer {
-                    name: first.name.clone(),
-                    attempt: next_attempt(&first.name),
-                });
-                return plan;
-            }
-            for c in main_containers(pod) {
-                let succeeded = rt
-                    .latest_two(&c.name)
-                    .0
-                    .is_some_and(|x| x.state == ContainerState::Exited && x.exit_code == 0);
-                // A container that restarts only on failure and succeeded is
-                // not run again; its own restartPolicy overrides the pod's,
-                // and its restartPolicyRules play no part here
-                // (`computePodActions` on a new sandbox).
-                let run_once = c.restart_policy.as_deref().unwrap_or(policy) == "OnFailure";
-                if run_once && succeeded {
-                    continue;
-                }
-                plan.steps.push(Step::StartContainer {
-                    name: c.name.clone(),
-                    attempt: next_attempt(&c.name),
-                });
-            }
-        }
+        latest => new_sandbox(pod, rt, latest, &mut plan),
     }
     plan
+}
+
+/// Plans a pod without a ready sandbox: kill what still runs, create the
+/// next sandbox, then start its first init container or else its main
+/// containers (`computePodActions` when the sandbox changed). A pod that must
+/// not restart and already ran gets no new sandbox.
+fn new_sandbox(
+    pod: &Pod,
+    rt: &PodRuntime,
+    latest: Option<&crate::container::Sandbox>,
+    plan: &mut Plan,
+) {
+    let policy = restart_policy(pod);
+    let ran_before = !rt.containers.is_empty();
+    if latest.is_some() && policy == "Never" && ran_before {
+        // The kubelet does not recreate the sandbox of a pod that must not restart.
+        return;
+    }
+    kill_running(pod, rt, grace_period(pod), "pod sandbox changed", plan);
+    plan.steps.push(Step::CreateSandbox {
+        attempt: latest.map_or(0, |s| s.attempt + 1),
+        changed: latest.is_some(),
+    });
+    // A new sandbox runs the init containers again from the first.
+    let next_attempt = |name: &str| rt.latest_two(name).0.map_or(0, |c| c.attempt + 1);
+    if let Some(first) = init_containers(pod).first() {
+        plan.steps.push(Step::StartContainer {
+            name: first.name.clone(),
+            attempt: next_attempt(&first.name),
+        });
+        return;
+    }
+    for c in main_containers(pod) {
+        let succeeded = rt
+            .latest_two(&c.name)
+            .0
+            .is_some_and(|x| x.state == ContainerState::Exited && x.exit_code == 0);
+        // A container that restarts only on failure and succeeded is
+        // not run again; its own restartPolicy overrides the pod's,
+        // and its restartPolicyRules play no part here
+        // (`computePodActions` on a new sandbox).
+        let run_once = c.restart_policy.as_deref().unwrap_or(policy) == "OnFailure";
+        if run_once && succeeded {
+            continue;
+        }
+        plan.steps.push(Step::StartContainer {
+            name: c.name.clone(),
+            attempt: next_attempt(&c.name),
+        });
+    }
 }
 
 /// The grace period for killing a container whose `kind` probe failed: the
@@ -576,6 +549,45 @@ struct Planner<'a> {
 }
 
 impl Planner<'_> {
+    /// Plans the containers of a pod whose sandbox `sandbox_id` is ready:
+    /// ephemeral containers not run yet, then the init containers in order
+    /// (a sidecar must have started, a regular one exited 0, before the next),
+    /// then, once initialized, the main containers.
+    fn in_sandbox(&mut self, sandbox_id: &str) {
+        let (pod, rt) = (self.pod, self.rt);
+        // Ephemeral containers start even before initialization completes.
+        for (name, target_id) in ephemeral_to_start(pod, rt) {
+            self.ephemeral(name, target_id);
+        }
+        for c in init_containers(pod) {
+            let latest = rt
+                .containers
+                .iter()
+                .find(|x| x.name == c.name && x.sandbox_id == sandbox_id);
+            if is_sidecar(c) {
+                self.container(c, latest, sandbox_id);
+                // The next containers wait until the sidecar has started
+                // (its startup probe, if any, passed).
+                let started = latest.is_some_and(|x| {
+                    x.state == ContainerState::Running
+                        && self.probes.get(&c.name).is_none_or(|p| p.started)
+                });
+                if !started {
+                    return;
+                }
+            } else if !latest.is_some_and(|x| x.state == ContainerState::Exited && x.exit_code == 0)
+            {
+                // Run (or restart) this one; the rest wait for it, one at a time.
+                self.container(c, latest, sandbox_id);
+                return;
+            }
+        }
+        for c in main_containers(pod) {
+            let latest = rt.latest_two(&c.name).0;
+            self.container(c, latest, sandbox_id);
+        }
+    }
+
     /// Plans ephemeral container `name` that never ran: start it once, unless
     /// its image pull is backing off.
     fn ephemeral(&mut self, name: String, target_id: Option<String>) {

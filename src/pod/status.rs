@@ -300,10 +300,11 @@ fn condition(
     }
 }
 
-/// The pod's status from its runtime state at `now`. `waiting` holds reasons the
-/// last sync left for containers that could not start (the kubelet's reason cache),
-/// `probes` the probe manager's results (readiness and startup) by container.
-/// A pod already in a terminal phase keeps that phase.
+/// The pod's status from its runtime state at `now`, as the kubelet's
+/// `generateAPIPodStatus`: container statuses, phase, IPs, conditions. `waiting`
+/// holds reasons the last sync left for containers that could not start (the
+/// kubelet's reason cache), `probes` the probe manager's results (readiness
+/// and startup) by container. A pod already in a terminal phase keeps that phase.
 #[must_use]
 pub fn status(
     pod: &Pod,
@@ -321,219 +322,35 @@ pub fn status(
         // even once the runtime has removed them (the status manager's rule).
         return o.clone();
     }
-    let policy = restart_policy(pod);
     let progress = init_progress(pod, rt);
-    let initialized = progress == InitProgress::Done;
-    let init_statuses: Vec<ContainerStatus> = init_containers(pod)
-        .iter()
-        .map(|c| {
-            let sidecar = is_sidecar(c);
-            let restarts = |code| init_container_should_restart(c, policy, code);
-            let mut st = container_status(
-                c,
-                rt,
-                waiting.get(&c.name),
-                probes.get(&c.name),
-                restarts,
-                waiting::POD_INITIALIZING,
-                ctx,
-            );
-            let state = st.state.as_ref();
-            st.ready = if sidecar {
-                state.is_some_and(|s| s.running.is_some()) && st.ready
-            } else {
-                state
-                    .and_then(|s| s.terminated.as_ref())
-                    .is_some_and(|t| t.exit_code == 0)
-            };
-            st
-        })
-        .collect();
-    let main_wait = if initialized {
+    let init_statuses = init_statuses(pod, rt, waiting, probes, ctx);
+    let main_wait = if progress == InitProgress::Done {
         waiting::CONTAINER_CREATING
     } else {
         waiting::POD_INITIALIZING
     };
+    let policy = restart_policy(pod);
     let statuses: Vec<ContainerStatus> = main_containers(pod)
         .iter()
         .map(|c| {
-            container_status(
-                c,
-                rt,
-                waiting.get(&c.name),
-                probes.get(&c.name),
-                |code| container_should_restart(c, policy, code),
-                main_wait,
-                ctx,
-            )
+            let restarts = |code| container_should_restart(c, policy, code);
+            let (w, p) = (waiting.get(&c.name), probes.get(&c.name));
+            container_status(c, rt, w, p, restarts, main_wait, ctx)
         })
         .collect();
     let ephemeral_statuses = ephemeral_statuses(pod, rt, waiting, ctx);
-    let restartable = |name: &str, code: i32| {
-        main_containers(pod)
-            .iter()
-            .find(|c| c.name == name)
-            .is_some_and(|c| container_should_restart(c, policy, code))
-    };
-    let old_phase = old.and_then(|s| s.phase.as_deref());
-    let mut pod_phase = match (old_phase, &progress) {
-        (Some(p @ (phase::SUCCEEDED | phase::FAILED)), _) => p.to_string(),
-        (_, InitProgress::Failed(_)) => phase::FAILED.to_string(),
-        (_, InitProgress::Pending(_)) => phase::PENDING.to_string(),
-        (_, InitProgress::Done) => phase(&statuses, restartable).to_string(),
-    };
-    // A deleted pod whose containers all stopped is terminal: they will not
-    // restart whatever the restart policy (the kubelet's `podIsTerminal`).
-    let stopped_for_deletion = pod.metadata.deletion_timestamp.is_some()
-        && !rt
-            .containers
-            .iter()
-            .any(|c| c.state == ContainerState::Running);
-    let mut reason_message = None;
-    if stopped_for_deletion && !phase::is_terminal(&pod_phase) {
-        let settled = phase(&statuses, |_, _| false);
-        if settled != phase::PENDING {
-            pod_phase = settled.to_string();
-        }
-    }
-    if !old_phase.is_some_and(phase::is_terminal)
-        && super::plan::active_deadline(pod, now) == super::plan::Deadline::Exceeded
-    {
-        pod_phase = phase::FAILED.to_string();
-        reason_message = Some((
-            super::plan::DEADLINE_REASON.to_string(),
-            super::plan::DEADLINE_MESSAGE.to_string(),
-        ));
-    }
-    let terminal = phase::is_terminal(&pod_phase);
+    let (pod_phase, reason_message) = pod_phase(pod, rt, &progress, &statuses, now);
     let sandbox = rt.latest_sandbox().filter(|s| s.ready);
-    let ips: Vec<String> = match sandbox {
-        Some(_)
-            if pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.host_network)
-                .unwrap_or(false) =>
-        {
-            ctx.host_ips.clone()
-        }
-        Some(s) => s.ips.clone(),
-        None => old
-            .and_then(|o| o.pod_ips.as_ref())
-            .map(|v| v.iter().map(|p| p.ip.clone()).collect())
-            .unwrap_or_default(),
-    };
-    let generation = pod.metadata.generation;
-    // Sidecars count for readiness as the main containers do
-    // (`GenerateContainersReadyCondition`), in spec order, sidecars first.
-    let sidecar_statuses = init_containers(pod)
-        .iter()
-        .filter(|c| is_sidecar(c))
-        .filter_map(|c| init_statuses.iter().find(|s| s.name == c.name));
-    let not_ready: Vec<&str> = sidecar_statuses
-        .chain(statuses.iter())
-        .filter(|s| !s.ready)
-        .map(|s| s.name.as_str())
-        .collect();
-    let all_ready = !statuses.is_empty() && not_ready.is_empty() && !terminal;
-    let missing_gates: Vec<String> = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.readiness_gates.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|g| {
-            !old.and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == g.condition_type && c.status == "True")
-        })
-        .map(|g| g.condition_type.clone())
-        .collect();
-    let pod_ready = all_ready && missing_gates.is_empty();
-    let mut conditions = vec![
-        condition(
-            cond::POD_READY_TO_START_CONTAINERS,
-            sandbox.is_some(),
-            None,
-            old,
-            generation,
-            now,
-        ),
-        condition(
-            cond::INITIALIZED,
-            initialized || (terminal && !matches!(progress, InitProgress::Failed(_))),
-            Some(cond_reason::CONTAINERS_NOT_INITIALIZED),
-            old,
-            generation,
-            now,
-        ),
-        condition(
-            cond::CONTAINERS_READY,
-            all_ready,
-            Some(if terminal {
-                cond_reason::POD_COMPLETED
-            } else {
-                cond_reason::CONTAINERS_NOT_READY
-            }),
-            old,
-            generation,
-            now,
-        ),
-        condition(
-            cond::READY,
-            pod_ready,
-            Some(if terminal {
-                cond_reason::POD_COMPLETED
-            } else if all_ready {
-                cond_reason::READINESS_GATES_NOT_READY
-            } else {
-                cond_reason::CONTAINERS_NOT_READY
-            }),
-            old,
-            generation,
-            now,
-        ),
-    ];
-    if !all_ready && !terminal {
-        let msg = format!("containers with unready status: [{}]", not_ready.join(" "));
-        conditions[2].message = Some(msg.clone());
-        conditions[3].message = Some(msg);
-    }
-    if all_ready && !missing_gates.is_empty() {
-        let gates: Vec<String> = missing_gates
-            .iter()
-            .map(|g| {
-                format!("corresponding condition of pod readiness gate \"{g}\" does not exist.")
-            })
-            .collect();
-        conditions[3].message = Some(gates.join(", "));
-    }
-    if conditions[1].status == "False" {
-        let incomplete: Vec<&str> = init_statuses
-            .iter()
-            .filter(|s| !s.ready)
-            .map(|s| s.name.as_str())
-            .collect();
-        conditions[1].message = Some(format!(
-            "containers with incomplete status: [{}]",
-            incomplete.join(" ")
-        ));
-    }
-    // Conditions owned by others (PodScheduled, readiness gates, DisruptionTarget, ...) stay.
-    let ours = [
-        cond::POD_READY_TO_START_CONTAINERS,
-        cond::INITIALIZED,
-        cond::CONTAINERS_READY,
-        cond::READY,
-    ];
-    conditions.extend(
-        old.and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .filter(|c| !ours.contains(&c.type_.as_str()))
-            .cloned(),
-    );
+    let ips = pod_ips(pod, sandbox, ctx);
+    let conditions = conditions(&Facts {
+        pod,
+        sandbox_ready: sandbox.is_some(),
+        progress: &progress,
+        terminal: phase::is_terminal(&pod_phase),
+        init_statuses: &init_statuses,
+        statuses: &statuses,
+        now,
+    });
     PodStatus {
         phase: Some(pod_phase),
         conditions: Some(conditions),
@@ -564,6 +381,221 @@ pub fn status(
             .or_else(|| old.and_then(|o| o.message.clone())),
         ..old.cloned().unwrap_or_default()
     }
+}
+
+/// The statuses of the pod's init containers: a sidecar is ready while it
+/// runs and its readiness probe passes, a regular init container once it
+/// exited 0.
+fn init_statuses(
+    pod: &Pod,
+    rt: &PodRuntime,
+    waiting: &BTreeMap<String, Waiting>,
+    probes: &BTreeMap<String, ContainerProbes>,
+    ctx: &StatusContext,
+) -> Vec<ContainerStatus> {
+    let policy = restart_policy(pod);
+    init_containers(pod)
+        .iter()
+        .map(|c| {
+            let restarts = |code| init_container_should_restart(c, policy, code);
+            let (w, p) = (waiting.get(&c.name), probes.get(&c.name));
+            let mut st = container_status(c, rt, w, p, restarts, waiting::POD_INITIALIZING, ctx);
+            let state = st.state.as_ref();
+            st.ready = if is_sidecar(c) {
+                state.is_some_and(|s| s.running.is_some()) && st.ready
+            } else {
+                state
+                    .and_then(|s| s.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code == 0)
+            };
+            st
+        })
+        .collect()
+}
+
+/// The pod's phase (the kubelet's `getPhase` with the init containers'
+/// progress), with the pod-level reason and message when the node sets them:
+/// a terminal phase stays; a deleted pod whose containers all stopped settles
+/// (`podIsTerminal`); past its active deadline it is `Failed` with
+/// `DeadlineExceeded`.
+fn pod_phase(
+    pod: &Pod,
+    rt: &PodRuntime,
+    progress: &InitProgress,
+    statuses: &[ContainerStatus],
+    now: Timestamp,
+) -> (String, Option<(String, String)>) {
+    let policy = restart_policy(pod);
+    let restartable = |name: &str, code: i32| {
+        main_containers(pod)
+            .iter()
+            .find(|c| c.name == name)
+            .is_some_and(|c| container_should_restart(c, policy, code))
+    };
+    let old_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let mut pod_phase = match (old_phase, progress) {
+        (Some(p @ (phase::SUCCEEDED | phase::FAILED)), _) => p.to_string(),
+        (_, InitProgress::Failed(_)) => phase::FAILED.to_string(),
+        (_, InitProgress::Pending(_)) => phase::PENDING.to_string(),
+        (_, InitProgress::Done) => phase(statuses, restartable).to_string(),
+    };
+    // A deleted pod whose containers all stopped is terminal: they will not
+    // restart whatever the restart policy (the kubelet's `podIsTerminal`).
+    let stopped_for_deletion = pod.metadata.deletion_timestamp.is_some()
+        && !rt
+            .containers
+            .iter()
+            .any(|c| c.state == ContainerState::Running);
+    if stopped_for_deletion && !phase::is_terminal(&pod_phase) {
+        let settled = phase(statuses, |_, _| false);
+        if settled != phase::PENDING {
+            pod_phase = settled.to_string();
+        }
+    }
+    if !old_phase.is_some_and(phase::is_terminal)
+        && super::plan::active_deadline(pod, now) == super::plan::Deadline::Exceeded
+    {
+        let reason = super::plan::DEADLINE_REASON.to_string();
+        let message = super::plan::DEADLINE_MESSAGE.to_string();
+        return (phase::FAILED.to_string(), Some((reason, message)));
+    }
+    (pod_phase, None)
+}
+
+/// The pod's IPs: the node's for a `hostNetwork` pod, else its ready
+/// sandbox's, else the ones last reported (a pod whose sandbox stopped keeps
+/// its IPs in the status).
+fn pod_ips(
+    pod: &Pod,
+    sandbox: Option<&crate::container::Sandbox>,
+    ctx: &StatusContext,
+) -> Vec<String> {
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    match sandbox {
+        Some(_) if host_network => ctx.host_ips.clone(),
+        Some(s) => s.ips.clone(),
+        None => pod
+            .status
+            .as_ref()
+            .and_then(|o| o.pod_ips.as_ref())
+            .map(|v| v.iter().map(|p| p.ip.clone()).collect())
+            .unwrap_or_default(),
+    }
+}
+
+/// What the pod's conditions are computed from.
+struct Facts<'a> {
+    pod: &'a Pod,
+    sandbox_ready: bool,
+    progress: &'a InitProgress,
+    terminal: bool,
+    init_statuses: &'a [ContainerStatus],
+    statuses: &'a [ContainerStatus],
+    now: Timestamp,
+}
+
+/// The conditions the node owns (`PodReadyToStartContainers`, `Initialized`,
+/// `ContainersReady`, `Ready`, with the kubelet's reasons and messages), then
+/// those others own (`PodScheduled`, readiness gates, `DisruptionTarget`, ...)
+/// as they are.
+fn conditions(f: &Facts<'_>) -> Vec<PodCondition> {
+    let (pod, now, terminal) = (f.pod, f.now, f.terminal);
+    let old = pod.status.as_ref();
+    let generation = pod.metadata.generation;
+    // Sidecars count for readiness as the main containers do
+    // (`GenerateContainersReadyCondition`), in spec order, sidecars first.
+    let sidecar_statuses = init_containers(pod)
+        .iter()
+        .filter(|c| is_sidecar(c))
+        .filter_map(|c| f.init_statuses.iter().find(|s| s.name == c.name));
+    let not_ready: Vec<&str> = sidecar_statuses
+        .chain(f.statuses.iter())
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    let all_ready = !f.statuses.is_empty() && not_ready.is_empty() && !terminal;
+    let missing_gates: Vec<String> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|g| {
+            !old.and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == g.condition_type && c.status == "True")
+        })
+        .map(|g| g.condition_type.clone())
+        .collect();
+    let pod_ready = all_ready && missing_gates.is_empty();
+    let initialized = *f.progress == InitProgress::Done
+        || (terminal && !matches!(f.progress, InitProgress::Failed(_)));
+    let not_ready_reason = if terminal {
+        cond_reason::POD_COMPLETED
+    } else {
+        cond_reason::CONTAINERS_NOT_READY
+    };
+    let ready_reason = if !terminal && all_ready {
+        cond_reason::READINESS_GATES_NOT_READY
+    } else {
+        not_ready_reason
+    };
+    let make = |type_, ok, reason| condition(type_, ok, reason, old, generation, now);
+    let mut conditions = vec![
+        make(cond::POD_READY_TO_START_CONTAINERS, f.sandbox_ready, None),
+        make(
+            cond::INITIALIZED,
+            initialized,
+            Some(cond_reason::CONTAINERS_NOT_INITIALIZED),
+        ),
+        make(cond::CONTAINERS_READY, all_ready, Some(not_ready_reason)),
+        make(cond::READY, pod_ready, Some(ready_reason)),
+    ];
+    if !all_ready && !terminal {
+        let msg = format!("containers with unready status: [{}]", not_ready.join(" "));
+        conditions[2].message = Some(msg.clone());
+        conditions[3].message = Some(msg);
+    }
+    if all_ready && !missing_gates.is_empty() {
+        let gates: Vec<String> = missing_gates
+            .iter()
+            .map(|g| {
+                format!("corresponding condition of pod readiness gate \"{g}\" does not exist.")
+            })
+            .collect();
+        conditions[3].message = Some(gates.join(", "));
+    }
+    if conditions[1].status == "False" {
+        let incomplete: Vec<&str> = f
+            .init_statuses
+            .iter()
+            .filter(|s| !s.ready)
+            .map(|s| s.name.as_str())
+            .collect();
+        conditions[1].message = Some(format!(
+            "containers with incomplete status: [{}]",
+            incomplete.join(" ")
+        ));
+    }
+    let ours = [
+        cond::POD_READY_TO_START_CONTAINERS,
+        cond::INITIALIZED,
+        cond::CONTAINERS_READY,
+        cond::READY,
+    ];
+    conditions.extend(
+        old.and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|c| !ours.contains(&c.type_.as_str()))
+            .cloned(),
+    );
+    conditions
 }
 
 /// The status of a pod the node does not admit, as the kubelet's `rejectPod`:
