@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow};
 use clap::Parser;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
@@ -239,11 +239,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }),
     );
     let (store, pods_writer) = reflector::store();
+    // True once the pods bound to the node were listed. Housekeeping waits for
+    // it rather than for the store's readiness, which wakes only one waiter
+    // (the controller's).
+    let (listed_tx, mut listed) = tokio::sync::watch::channel(false);
     let pod_events = watcher(
         Api::<Pod>::all(client.clone()),
         watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
     )
     .default_backoff()
+    .inspect_ok(move |ev| {
+        if matches!(ev, watcher::Event::InitDone) {
+            listed_tx.send_replace(true);
+        }
+    })
     .reflect(pods_writer)
     .applied_objects();
     let node = NodeContext {
@@ -322,7 +331,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let ctx = ctx.clone();
         async move {
             let mut tick = tokio::time::interval(Duration::from_secs(2));
-            let _ = store.wait_until_ready().await;
+            let _ = listed.wait_for(|listed| *listed).await;
             loop {
                 tick.tick().await;
                 housekeeping::forget_gone(&ctx, &store);
