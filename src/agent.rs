@@ -225,12 +225,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let prober = crate::prober::manager::Manager::new(runtime.clone(), recorder.clone(), probe_tx);
     // The stores exist before the controller, so the context is built once.
     let (services, services_writer) = reflector::store();
+    let (services_listed_tx, services_listed) = tokio::sync::watch::channel(false);
     tokio::spawn(
         watcher(
             Api::<Service>::all(client.clone()),
             watcher::Config::default(),
         )
         .default_backoff()
+        .inspect_ok(move |ev| {
+            if matches!(ev, watcher::Event::InitDone) {
+                services_listed_tx.send_replace(true);
+            }
+        })
         .reflect(services_writer)
         .for_each(|ev| async move {
             if let Err(e) = ev {
@@ -280,6 +286,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             sources: SourceReader {
                 client: client.clone(),
                 services,
+                services_listed,
             },
             recorder,
             node,

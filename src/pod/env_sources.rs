@@ -25,6 +25,10 @@ pub struct SourceReader {
     pub client: Client,
     /// The reflector store of the cluster's Services.
     pub services: Store<Service>,
+    /// True once the Services were listed. Waited on instead of the store's
+    /// readiness, which wakes only one of its waiters (concurrent container
+    /// starts would time out).
+    pub services_listed: tokio::sync::watch::Receiver<bool>,
 }
 
 impl SourceReader {

@@ -78,6 +78,7 @@ impl Node {
         let (store, pods) = reflector::store();
         let (services, mut services_writer) = reflector::store();
         services_writer.apply_watcher_event(&watcher::Event::InitDone);
+        let (_, services_listed) = tokio::sync::watch::channel(true);
         let root = dir.path().join("root");
         let hosts = dir.path().join("hosts");
         std::fs::write(&hosts, "127.0.0.1 localhost\n").expect("hosts file");
@@ -107,6 +108,7 @@ impl Node {
                 sources: SourceReader {
                     client: client.clone(),
                     services,
+                    services_listed,
                 },
                 recorder,
                 node,
