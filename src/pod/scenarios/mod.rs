@@ -14,8 +14,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, ExecAction, Pod, PodSecurityContext, PodStatus, Probe, Sysctl, Volume,
-    VolumeMount,
+    ConfigMapVolumeSource, ExecAction, Lifecycle, LifecycleHandler, Pod, PodSecurityContext,
+    PodStatus, Probe, Sysctl, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -711,4 +711,50 @@ async fn a_pod_past_its_active_deadline_is_killed_and_failed() {
     assert_eq!(st.reason.as_deref(), Some("DeadlineExceeded"));
     n.event("DeadlineExceeded", "longer than the specified deadline")
         .await;
+}
+
+/// Runs `edit` on the first container of `p`'s spec.
+fn edit_container(p: &mut Pod, edit: impl FnOnce(&mut k8s_openapi::api::core::v1::Container)) {
+    if let Some(c) = p.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+        edit(c);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_with_the_largest_grace_period_runs_its_pre_stop_hook_and_stops() {
+    let mut n = Node::start().await;
+    let mut p = pod("web").container("c", IMAGE).build();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.termination_grace_period_seconds = Some(i64::MAX);
+    }
+    edit_container(&mut p, |c| {
+        c.lifecycle = Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                exec: Some(ExecAction {
+                    command: Some(vec!["drain".into()]),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    });
+    let web = n.bind(p);
+    n.sync(&web).await;
+    n.cri_calls();
+    let mut deleting = n.api.pod("web").expect("pod");
+    deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    deleting.metadata.deletion_grace_period_seconds = Some(i64::MAX);
+    n.api.put_pod(deleting);
+    // The hook returns at once; the container is stopped with what is left
+    // of a grace period no clock can count to the end.
+    n.sync_watched("web").await;
+    assert_eq!(n.cri.execs(), ["c drain"]);
+    assert_eq!(
+        n.cri_calls(),
+        [
+            format!("StopContainer c {}", i64::MAX),
+            "StopPodSandbox web".into()
+        ]
+    );
+    assert_eq!(state(&n.status("web"), "c").0, "terminated:Error");
 }
