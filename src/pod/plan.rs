@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::spec::{
     container_should_restart, ephemeral_names, grace_period, init_container_should_restart,
@@ -161,7 +161,10 @@ pub enum Deadline {
 
 /// The pod's active deadline at `now`, counted from `status.startTime` (the
 /// kubelet's `pastActiveDeadline`: exceeded once `now - startTime >=
-/// activeDeadlineSeconds`).
+/// activeDeadlineSeconds`). A deadline of 0 or less is exceeded at once, as
+/// there; one past the last time a timestamp holds (`activeDeadlineSeconds`
+/// near `i64::MAX`, which only API validation keeps out) is never reached,
+/// where the kubelet's `Duration(seconds) * time.Second` wraps.
 #[must_use]
 pub fn active_deadline(pod: &Pod, now: Timestamp) -> Deadline {
     let Some(secs) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
@@ -170,7 +173,9 @@ pub fn active_deadline(pod: &Pod, now: Timestamp) -> Deadline {
     let Some(start) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
         return Deadline::None;
     };
-    let end = start.0 + Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+    let Ok(end) = start.0.checked_add(SignedDuration::from_secs(secs.max(0))) else {
+        return Deadline::None;
+    };
     if now >= end {
         Deadline::Exceeded
     } else {
@@ -1288,6 +1293,25 @@ mod tests {
             ),
             (deadline(Some(5), Some(t(0))), t(5), Deadline::Exceeded),
             (deadline(Some(5), Some(t(0))), t(60), Deadline::Exceeded),
+            // Extremes: past the end of time, never; 0 or less, at once.
+            (deadline(Some(i64::MAX), Some(t(0))), t(100), Deadline::None),
+            (
+                deadline(Some(i64::MIN), Some(t(0))),
+                t(0),
+                Deadline::Exceeded,
+            ),
+            (deadline(Some(-1), Some(t(0))), t(0), Deadline::Exceeded),
+            (deadline(Some(0), Some(t(0))), t(0), Deadline::Exceeded),
+            (
+                deadline(Some(i64::from(i32::MAX)), Some(t(0))),
+                t(0),
+                Deadline::In(Duration::from_secs(u64::from(i32::MAX.unsigned_abs()))),
+            ),
+            (
+                deadline(Some(1), Some(Timestamp::MAX)),
+                Timestamp::MAX,
+                Deadline::None,
+            ),
         ];
         for (p, now, want) in cases {
             assert_eq!(active_deadline(&p, now), want);

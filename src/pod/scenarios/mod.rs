@@ -758,3 +758,46 @@ async fn a_pod_deleted_with_the_largest_grace_period_runs_its_pre_stop_hook_and_
     );
     assert_eq!(state(&n.status("web"), "c").0, "terminated:Error");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_with_the_largest_probe_timings_and_active_deadline_starts_and_syncs() {
+    for deadline in [i64::from(i32::MAX), i64::MAX] {
+        let mut n = Node::start().await;
+        let mut p = pod("web").container("c", IMAGE).build();
+        if let Some(spec) = p.spec.as_mut() {
+            spec.active_deadline_seconds = Some(deadline);
+        }
+        let probe = Probe {
+            exec: Some(ExecAction {
+                command: Some(vec!["check".into()]),
+            }),
+            initial_delay_seconds: Some(i32::MAX),
+            period_seconds: Some(i32::MAX),
+            timeout_seconds: Some(i32::MAX),
+            success_threshold: Some(i32::MAX),
+            failure_threshold: Some(i32::MAX),
+            termination_grace_period_seconds: Some(i64::MAX),
+            ..Default::default()
+        };
+        edit_container(&mut p, |c| {
+            c.startup_probe = Some(probe.clone());
+            c.liveness_probe = Some(probe.clone());
+            c.readiness_probe = Some(probe);
+        });
+        let web = n.bind(p);
+        n.sync(&web).await;
+        assert_eq!(n.cri_calls(), started(&["c"]), "deadline {deadline}");
+        // The second sync counts the active deadline from the start time the
+        // first one reported; no probe is due for 68 years.
+        for _ in 0..2 {
+            let action = n.sync_watched("web").await;
+            assert_eq!(n.cri_calls(), Vec::<String>::new(), "deadline {deadline}");
+            assert_eq!(requeue(&action), Some(Duration::from_secs(2)));
+        }
+        let st = n.status("web");
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        assert_eq!(state(&st, "c").0, "running");
+        assert!(st.start_time.is_some());
+        assert_eq!(n.cri.execs(), Vec::<String>::new());
+    }
+}
