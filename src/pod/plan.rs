@@ -492,11 +492,15 @@ fn new_sandbox(
     }
     kill_running(pod, rt, grace_period(pod), "pod sandbox changed", plan);
     plan.steps.push(Step::CreateSandbox {
-        attempt: latest.map_or(0, |s| s.attempt + 1),
+        attempt: latest.map_or(0, |s| s.attempt.saturating_add(1)),
         changed: latest.is_some(),
     });
     // A new sandbox runs the init containers again from the first.
-    let next_attempt = |name: &str| rt.latest_two(name).0.map_or(0, |c| c.attempt + 1);
+    let next_attempt = |name: &str| {
+        rt.latest_two(name)
+            .0
+            .map_or(0, |c| c.attempt.saturating_add(1))
+    };
     if let Some(first) = init_containers(pod).first() {
         plan.steps.push(Step::StartContainer {
             name: first.name.clone(),
@@ -699,7 +703,11 @@ impl Planner<'_> {
         }
         self.plan.steps.push(Step::StartContainer {
             name: c.name.clone(),
-            attempt: self.rt.latest_two(&c.name).0.map_or(0, |x| x.attempt + 1),
+            attempt: self
+                .rt
+                .latest_two(&c.name)
+                .0
+                .map_or(0, |x| x.attempt.saturating_add(1)),
         });
     }
 }
@@ -1274,6 +1282,33 @@ mod tests {
         )
         .steps;
         assert_eq!(gone, vec![Step::DeletePod]);
+    }
+
+    #[test]
+    fn attempts_stay_at_the_largest_cri_attempt() {
+        // The runtime's attempt is a u32 (the kubelet counts restarts in an
+        // int): the next attempt after the last one is the last one again.
+        let (backoffs, probes) = (BTreeMap::new(), BTreeMap::new());
+        let p = pod("web").container("a", "busybox").build();
+        let at = t(1000);
+        let last = u32::MAX;
+        let dead = runtime(
+            vec![sandbox("s0", last, false)],
+            vec![exited(ctr("c1", "a", last, "s0", Running), 0, at)],
+        );
+        let steps = plan(&p, &dead, &backoffs, &probes, Volumes::Ready, at).steps;
+        let new_sandbox = Step::CreateSandbox {
+            attempt: last,
+            changed: true,
+        };
+        assert_eq!(steps, vec![new_sandbox, start("a", last)]);
+        let crashed = runtime(
+            vec![sandbox("s1", 0, true)],
+            vec![exited(ctr("c1", "a", last, "s1", Running), 1, at)],
+        );
+        let later = at + MAX_BACKOFF;
+        let steps = plan(&p, &crashed, &backoffs, &probes, Volumes::Ready, later).steps;
+        assert_eq!(steps, vec![start("a", last)]);
     }
 
     #[test]
