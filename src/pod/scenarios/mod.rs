@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, ExecAction, Lifecycle, LifecycleHandler, Pod, PodSecurityContext,
-    PodStatus, Probe, Sysctl, Volume, VolumeMount,
+    PodStatus, Probe, ResourceRequirements, Sysctl, Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
@@ -800,4 +801,37 @@ async fn a_pod_with_the_largest_probe_timings_and_active_deadline_starts_and_syn
         assert!(st.start_time.is_some());
         assert_eq!(n.cri.execs(), Vec::<String>::new());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_with_huge_limits_is_created_with_clamped_resources() {
+    let mut n = Node::start().await;
+    let mut p = pod("web").container("c", IMAGE).build();
+    edit_container(&mut p, |c| {
+        c.resources = Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity("9e15".into())),
+                ("memory".to_string(), Quantity("8Ei".into())),
+            ])),
+            ..Default::default()
+        });
+    });
+    let web = n.bind(p);
+    n.sync(&web).await;
+    assert_eq!(n.cri_calls(), started(&["c"]));
+    let c = n.cri.containers().pop().expect("the container");
+    let r = c.linux_resources.expect("Linux resources");
+    // Shares at the kernel's maximum, the quota and the memory limit
+    // (2^63 bytes, one past i64) saturated, Guaranteed's OOM score.
+    assert_eq!(
+        (
+            r.cpu_shares,
+            r.cpu_quota,
+            r.cpu_period,
+            r.memory_limit_in_bytes,
+            r.oom_score_adj
+        ),
+        (262_144, i64::MAX, 100_000, i64::MAX, -997)
+    );
+    assert_eq!(state(&n.status("web"), "c").0, "running");
 }
