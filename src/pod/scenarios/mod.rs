@@ -835,3 +835,45 @@ async fn a_container_with_huge_limits_is_created_with_clamped_resources() {
     );
     assert_eq!(state(&n.status("web"), "c").0, "running");
 }
+
+/// A sync that panics with `message`.
+async fn panicking_sync(message: String) -> super::worker::Result<Action> {
+    panic!("{message}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_that_panics_fails_with_an_event_and_the_pod_syncs_again() {
+    use super::worker::{Error, FAILED_SYNC_NOTE, error_policy, isolated};
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    let sync = panicking_sync(format!("index {} out of range", 7));
+    let err = isolated(&web, &n.ctx, sync)
+        .await
+        .expect_err("a failed sync");
+    let Error::Panicked { pod, message } = &err else {
+        panic!("not a panic: {err}");
+    };
+    assert_eq!(
+        (pod.as_str(), message.as_str()),
+        ("default/web", "index 7 out of range")
+    );
+    assert_eq!(
+        err.to_string(),
+        "sync pod default/web: panicked: index 7 out of range"
+    );
+    n.event("FailedSync", FAILED_SYNC_NOTE).await;
+    // The error policy retries it as any failed sync, and the next sync of
+    // the pod, through the same wrapper, goes on as usual.
+    let action = error_policy(Arc::new(web.clone()), &err, n.ctx.clone());
+    assert_eq!(requeue(&action), Some(Duration::from_secs(5)));
+    let sync = reconcile(Arc::new(web.clone()), n.ctx.clone());
+    isolated(&web, &n.ctx, sync).await.expect("a sync");
+    assert_eq!(n.cri_calls(), started(&["c"]));
+    assert_eq!(state(&n.status("web"), "c").0, "running");
+    // A panic with a static message.
+    let sync = async { panic!("static") };
+    let err = isolated(&web, &n.ctx, sync)
+        .await
+        .expect_err("a failed sync");
+    assert!(matches!(err, Error::Panicked { message, .. } if message == "static"));
+}
