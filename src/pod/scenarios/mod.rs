@@ -14,8 +14,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, ExecAction, Lifecycle, LifecycleHandler, Pod, PodSecurityContext,
-    PodStatus, Probe, ResourceRequirements, Sysctl, Volume, VolumeMount,
+    ConfigMapVolumeSource, EnvVar, EnvVarSource, ExecAction, Lifecycle, LifecycleHandler, Pod,
+    PodSecurityContext, PodStatus, Probe, ResourceFieldSelector, ResourceRequirements, Sysctl,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -876,4 +877,46 @@ async fn a_sync_that_panics_fails_with_an_event_and_the_pod_syncs_again() {
         .await
         .expect_err("a failed sync");
     assert!(matches!(err, Error::Panicked { message, .. } if message == "static"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_divisor_too_large_to_hold_fails_the_container_config() {
+    let mut n = Node::start().await;
+    let mut p = pod("web").container("c", IMAGE).build();
+    edit_container(&mut p, |c| {
+        c.env = Some(vec![EnvVar {
+            name: "CPU".into(),
+            value_from: Some(EnvVarSource {
+                resource_field_ref: Some(ResourceFieldSelector {
+                    resource: "limits.cpu".into(),
+                    divisor: Some(Quantity("1e2147483647".into())),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
+    });
+    let web = n.bind(p);
+    n.sync(&web).await;
+    assert_eq!(n.cri_calls(), ["RunPodSandbox default/web"]);
+    let st = n.status("web");
+    let waiting = st
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == "c");
+    let waiting = waiting
+        .and_then(|c| c.state.clone()?.waiting)
+        .expect("waiting");
+    assert_eq!(
+        waiting.reason.as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    assert!(
+        waiting
+            .message
+            .is_some_and(|m| m.contains("invalid quantity \"1e2147483647\"")),
+    );
+    n.event("Failed", "invalid quantity").await;
 }
