@@ -920,3 +920,52 @@ async fn a_resource_divisor_too_large_to_hold_fails_the_container_config() {
     );
     n.event("Failed", "invalid quantity").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_liveness_kill_with_the_largest_probe_grace_period_runs_the_hook_and_restarts() {
+    let mut n = Node::start().await;
+    n.cri.script_exec(["check"], 1, "unhealthy");
+    let mut p = pod("web").container("c", IMAGE).build();
+    edit_container(&mut p, |c| {
+        c.liveness_probe = Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(vec!["check".into()]),
+            }),
+            period_seconds: Some(1),
+            failure_threshold: Some(1),
+            termination_grace_period_seconds: Some(i64::MAX),
+            ..Default::default()
+        });
+        c.lifecycle = Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                exec: Some(ExecAction {
+                    command: Some(vec!["drain".into()]),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    });
+    let web = n.bind(p);
+    n.sync(&web).await;
+    assert_eq!(n.cri_calls(), started(&["c"]));
+    let mut calls = Vec::new();
+    for _ in 0..50 {
+        n.sync_watched("web").await;
+        calls = n.cri_calls();
+        if !calls.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        calls,
+        [
+            format!("StopContainer c {}", i64::MAX),
+            "CreateContainer c".into(),
+            "StartContainer c".into()
+        ]
+    );
+    assert!(n.cri.execs().contains(&"c drain".to_string()));
+    assert_eq!(state(&n.status("web"), "c"), ("running".into(), 1));
+}
