@@ -401,6 +401,7 @@ fn pull_concurrency(settings: &Settings) -> PullConcurrency {
 /// The pod worker, timed into `kubelet_pod_worker_duration_seconds` (`create`
 /// on a pod's first pass, `sync` after) and, once the pod is seen Running,
 /// `kubelet_pod_start_duration_seconds`, as the kubelet's pod workers record them.
+/// A panic in a sync fails that sync only ([`worker::isolated`]).
 async fn reconcile_measured(
     pod: Arc<Pod>,
     ctx: Arc<worker::Context>,
@@ -423,7 +424,8 @@ async fn reconcile_measured(
         m.pod_running(&uid);
     }
     let started = Instant::now();
-    let result = worker::reconcile(pod, ctx).await;
+    let sync = worker::reconcile(pod.clone(), ctx.clone());
+    let result = worker::isolated(&pod, &ctx, sync).await;
     m.record_pod_worker(op, started.elapsed());
     result
 }

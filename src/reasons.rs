@@ -137,6 +137,8 @@ pub mod event {
     pub const UNHEALTHY: &str = "Unhealthy";
     /// A probe succeeded with a warning (`ContainerProbeWarning`).
     pub const PROBE_WARNING: &str = "ProbeWarning";
+    /// A pod sync failed (`FailedSync`).
+    pub const FAILED_SYNC: &str = "FailedSync";
 }
 
 /// Node condition types (`status.conditions[].type` of a Node, core/v1

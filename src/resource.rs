@@ -22,6 +22,18 @@ const NANO: i128 = 1_000_000_000;
 #[error("invalid quantity {0:?}")]
 pub struct Invalid(pub String);
 
+/// Why text is not a quantity [`Quantity::parse`] holds.
+#[derive(Clone, Copy)]
+enum Unparsed {
+    /// Not the quantity syntax.
+    Syntax,
+    /// A quantity beyond what an `i128` of nano-units holds.
+    TooLarge {
+        /// Its sign.
+        negative: bool,
+    },
+}
+
 /// A parsed quantity, held exactly in nano-units (1 = 10⁻⁹ of the unit).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Quantity(i128);
@@ -38,27 +50,49 @@ impl Quantity {
     /// `G`, `T`, `P`, `E`) or an exponent (`e3`, `E-2`).
     ///
     /// # Errors
-    /// [`Invalid`] for anything else, or a value too large to hold.
+    /// [`Invalid`] for anything else, or a value too large to hold (beyond
+    /// about ±1.7 × 10²⁹ units).
     pub fn parse(text: &str) -> Result<Self, Invalid> {
-        let bad = || Invalid(text.to_string());
+        Self::parse_parts(text).map_err(|_| Invalid(text.to_string()))
+    }
+
+    /// Parses as [`Quantity::parse`], but a value too large to hold is the
+    /// largest quantity of its sign instead of an error: for limits, where
+    /// such a value means more than any node has (`1e30` cpu, `1e40` bytes).
+    ///
+    /// # Errors
+    /// [`Invalid`] for text that is not a quantity.
+    pub fn parse_saturating(text: &str) -> Result<Self, Invalid> {
+        match Self::parse_parts(text) {
+            Ok(q) => Ok(q),
+            Err(Unparsed::TooLarge { negative }) => {
+                Ok(Self(if negative { -i128::MAX } else { i128::MAX }))
+            }
+            Err(Unparsed::Syntax) => Err(Invalid(text.to_string())),
+        }
+    }
+
+    /// The parser of [`Quantity::parse`], in checked arithmetic throughout
+    /// (exponents and digit strings come from pod specs).
+    fn parse_parts(text: &str) -> Result<Self, Unparsed> {
         let s = text.trim();
         let (negative, s) = match s.strip_prefix('-') {
             Some(rest) => (true, rest),
             None => (false, s.strip_prefix('+').unwrap_or(s)),
         };
+        let too_large = Unparsed::TooLarge { negative };
         let end = s
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(s.len());
         let (number, suffix) = s.split_at(end);
         if number.is_empty() || number == "." || number.matches('.').count() > 1 {
-            return Err(bad());
+            return Err(Unparsed::Syntax);
         }
         let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
-        // The number as digits / 10^frac.len().
-        let digits: i128 = format!("{whole}{frac}").parse().map_err(|_| bad())?;
-        let frac_digits = u32::try_from(frac.len()).map_err(|_| bad())?;
+        // Trailing zeros of the fraction change nothing.
+        let frac = frac.trim_end_matches('0');
         // (multiplier numerator, power of ten) of the suffix.
-        let (mul, pow10): (i128, i32) = match suffix {
+        let (mul, pow10): (i128, i64) = match suffix {
             "" => (1, 0),
             "n" => (1, -9),
             "u" => (1, -6),
@@ -75,19 +109,46 @@ impl Quantity {
             "Ti" => (1 << 40, 0),
             "Pi" => (1 << 50, 0),
             "Ei" => (1 << 60, 0),
-            e if e.starts_with(['e', 'E']) => (1, e[1..].parse::<i32>().map_err(|_| bad())?),
-            _ => return Err(bad()),
+            e if e.starts_with(['e', 'E']) => {
+                (1, e[1..].parse::<i64>().map_err(|_| Unparsed::Syntax)?)
+            }
+            _ => return Err(Unparsed::Syntax),
         };
+        let frac_digits = i64::try_from(frac.len()).map_err(|_| Unparsed::Syntax)?;
+        // The number as digits / 10^frac_digits.
+        let digits: i128 = match format!("{whole}{frac}").parse() {
+            Ok(d) => d,
+            // More digits than an i128 holds: too large when the whole part
+            // alone is at least 10^39 nano-units; else more precision than
+            // a nano-unit, which is not a quantity this parser keeps.
+            Err(_) => {
+                let whole_digits = i64::try_from(whole.trim_start_matches('0').len())
+                    .map_err(|_| Unparsed::Syntax)?;
+                let magnitude = whole_digits.saturating_add(pow10).saturating_add(9);
+                return Err(if magnitude > 39 {
+                    too_large
+                } else {
+                    Unparsed::Syntax
+                });
+            }
+        };
+        if digits == 0 {
+            return Ok(Self(0));
+        }
         // value in nano-units = digits * mul * 10^(pow10 + 9 - frac_digits)
-        let exp = pow10 + 9 - i32::try_from(frac_digits).map_err(|_| bad())?;
-        let base = digits.checked_mul(mul).ok_or_else(bad)?;
+        let exp = pow10.saturating_add(9).saturating_sub(frac_digits);
+        let base = digits.checked_mul(mul).ok_or(too_large)?;
+        let scale = u32::try_from(exp.unsigned_abs())
+            .ok()
+            .and_then(|e| 10i128.checked_pow(e));
         let nanos = if exp >= 0 {
-            let scale = 10i128.checked_pow(exp.unsigned_abs()).ok_or_else(bad)?;
-            base.checked_mul(scale).ok_or_else(bad)?
+            scale
+                .and_then(|scale| base.checked_mul(scale))
+                .ok_or(too_large)?
         } else {
-            // Finer than a nano-unit: round up, as Quantity does.
-            let scale = 10i128.checked_pow(exp.unsigned_abs()).ok_or_else(bad)?;
-            (base + scale - 1) / scale
+            // Finer than a nano-unit: round up, as Quantity does (anything
+            // below 10^-38 of a nano-unit is one).
+            scale.map_or(1, |scale| base / scale + i128::from(base % scale != 0))
         };
         Ok(Self(if negative { -nanos } else { nanos }))
     }
@@ -221,6 +282,50 @@ mod tests {
         for bad in ["", "m", "1.2.3", "1Qi", "abc", "1e"] {
             assert!(Quantity::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn extreme_quantities_never_overflow() {
+        let big = "170141183460469231731687303715884105727"; // i128::MAX
+        // (text, value in units by `parse`: None = an error)
+        let cases = [
+            ("9223372036854775807", Some(i128::from(i64::MAX))),
+            ("-9223372036854775808", Some(i128::from(i64::MIN))),
+            ("8Ei", Some(1 << 63)),
+            ("9e15", Some(9_000_000_000_000_000)),
+            ("1e29", Some(10i128.pow(29))),
+            ("1e30", None),
+            ("1e2147483647", None),
+            ("1e9223372036854775807", None),
+            ("1e99999999999999999999", None),
+            (&format!("{big}e-20"), Some(1_701_411_834_604_692_318)),
+            (&format!("{big}{big}"), None),
+            ("0e2147483647", Some(0)),
+            ("1e-2147483648", Some(1)),
+            ("1e-9223372036854775808", Some(1)),
+            (&format!("0.{}1", "0".repeat(60)), Some(1)),
+            (&format!("1.{}", "0".repeat(60)), Some(1)),
+        ];
+        for (text, want) in cases {
+            let got = Quantity::parse(text).ok().map(Quantity::value);
+            assert_eq!(got, want, "{text}");
+        }
+        // Too large to hold: the largest quantity of its sign when saturating.
+        let max = Quantity(i128::MAX);
+        let min = Quantity(-i128::MAX);
+        for (text, want) in [
+            ("1e30", max),
+            ("1e2147483647", max),
+            ("-1e2147483647", min),
+            (&format!("{big}{big}"), max),
+            (&format!("-{big}{big}"), min),
+        ] {
+            assert_eq!(Quantity::parse_saturating(text), Ok(want), "{text}");
+        }
+        assert_eq!(max.milli_value(), i128::MAX / 1_000_000 + 1);
+        assert_eq!(min.value(), -(i128::MAX / NANO));
+        assert!(Quantity::parse_saturating("1e").is_err());
+        assert!(Quantity::parse_saturating(&format!("0.{big}{big}")).is_err());
     }
 
     #[test]

@@ -125,7 +125,7 @@ pub struct SandboxSnapshot {
 }
 
 /// A container as [`FakeRuntime::containers`] shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ContainerSnapshot {
     /// The container ID (64 hex digits).
     pub id: String,
@@ -147,6 +147,9 @@ pub struct ContainerSnapshot {
     pub started_at: i64,
     /// When it exited, in nanoseconds since the Unix epoch; 0 if it has not.
     pub finished_at: i64,
+    /// The Linux resources (cpu shares and quota, memory limit, OOM score
+    /// adjustment) its config asked for, as received.
+    pub linux_resources: Option<cri::LinuxContainerResources>,
 }
 
 struct SandboxRecord {
@@ -325,6 +328,7 @@ impl ContainerRecord {
             image: self.image(),
             started_at: self.started_at,
             finished_at: self.finished_at,
+            linux_resources: self.config.linux.as_ref().and_then(|l| l.resources.clone()),
         }
     }
 }

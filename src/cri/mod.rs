@@ -500,8 +500,10 @@ impl Runtime {
             timeout: grace_seconds,
         };
         let grace = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
+        // A grace period up to i64::MAX seconds: the deadline saturates (and
+        // `tokio::time::timeout` takes one past the clock's end as none).
         let this = Self {
-            timeout: self.timeout + grace,
+            timeout: self.timeout.saturating_add(grace),
             ..self.clone()
         };
         this.call("StopContainer", id, c.stop_container(req))
@@ -557,7 +559,7 @@ impl Runtime {
             timeout: secs,
         };
         let this = Self {
-            timeout: timeout + Duration::from_secs(2),
+            timeout: timeout.saturating_add(Duration::from_secs(2)),
             ..self.clone()
         };
         let resp = this.call("ExecSync", id, c.exec_sync(req)).await?;

@@ -118,10 +118,14 @@ impl KillBudget {
         }
     }
 
-    /// When the budget runs out.
+    /// When the budget runs out; `None` when that lies beyond what the
+    /// monotonic clock can hold (a grace period near `i64::MAX` seconds, which
+    /// the API admits): the budget never runs out. The kubelet's
+    /// `time.Duration(gracePeriod) * time.Second` wraps there instead.
     #[must_use]
-    pub fn deadline(&self) -> Instant {
-        self.start + Duration::from_secs(u64::try_from(self.grace_seconds).unwrap_or(0))
+    pub fn deadline(&self) -> Option<Instant> {
+        let grace = Duration::from_secs(u64::try_from(self.grace_seconds).unwrap_or(0));
+        self.start.checked_add(grace)
     }
 
     /// The budget after the pod's grace period was seen as `grace_seconds` at
@@ -130,10 +134,23 @@ impl KillBudget {
     #[must_use]
     pub fn observe(self, grace_seconds: i64, now: Instant) -> Self {
         let reduced = Self::new(now, grace_seconds);
-        if grace_seconds < self.grace_seconds && reduced.deadline() < self.deadline() {
+        let sooner = match (reduced.deadline(), self.deadline()) {
+            (Some(new), Some(current)) => new < current,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if grace_seconds < self.grace_seconds && sooner {
             reduced
         } else {
             self
+        }
+    }
+
+    /// Waits until the budget runs out (forever when it never does).
+    pub async fn expired(&self) {
+        match self.deadline() {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
         }
     }
 
@@ -173,17 +190,51 @@ mod tests {
     }
 
     #[test]
+    fn extreme_grace_periods_never_overflow_the_clock() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let max32 = u64::from(i32::MAX.unsigned_abs());
+        // (grace, deadline: None = never, stop grace 5 s later)
+        let cases = [
+            (i64::MAX, None, i64::MAX - 5),
+            (i64::MIN, Some(t0), 2),
+            (-1, Some(t0), 2),
+            (0, Some(t0), 2),
+            (
+                i64::from(i32::MAX),
+                Some(t0 + s(max32)),
+                i64::from(i32::MAX) - 5,
+            ),
+        ];
+        for (grace, deadline, stop) in cases {
+            let b = KillBudget::new(t0, grace);
+            assert_eq!(b.deadline(), deadline, "grace {grace}");
+            assert_eq!(b.stop_grace(t0 + s(5)), stop, "grace {grace}");
+        }
+        // A second delete with a shorter grace period ends a budget that never runs out.
+        let endless = KillBudget::new(t0, i64::MAX);
+        let reduced = endless.observe(30, t0 + s(10));
+        assert_eq!(reduced.deadline(), Some(t0 + s(40)));
+        assert_eq!(endless.observe(i64::MAX - 1, t0 + s(10)), endless);
+        assert_eq!(reduced.observe(i64::MAX, t0 + s(20)), reduced);
+        // However long the hook took.
+        assert_eq!(grace_after_hook(i64::MAX, Duration::MAX), 2);
+        assert_eq!(grace_after_hook(i64::MIN, Duration::MAX), 2);
+        assert_eq!(grace_after_hook(i64::MAX, Duration::ZERO), i64::MAX);
+    }
+
+    #[test]
     fn budget_reduced_by_a_second_delete() {
         let t0 = Instant::now();
         let s = Duration::from_secs;
         let b = KillBudget::new(t0, 100);
-        assert_eq!(b.deadline(), t0 + s(100));
+        assert_eq!(b.deadline(), Some(t0 + s(100)));
         // The same or a longer grace period changes nothing.
         assert_eq!(b.observe(100, t0 + s(5)), b);
         assert_eq!(b.observe(200, t0 + s(5)), b);
         // A shorter one seen at 10 s ends at 40 s.
         let r = b.observe(30, t0 + s(10));
-        assert_eq!(r.deadline(), t0 + s(40));
+        assert_eq!(r.deadline(), Some(t0 + s(40)));
         assert_eq!(r.stop_grace(t0 + s(40)), 2);
         assert_eq!(r.stop_grace(t0 + s(20)), 20);
         // Seen again later, it does not push the deadline out.

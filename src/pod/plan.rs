@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::spec::{
     container_should_restart, ephemeral_names, grace_period, init_container_should_restart,
@@ -161,7 +161,10 @@ pub enum Deadline {
 
 /// The pod's active deadline at `now`, counted from `status.startTime` (the
 /// kubelet's `pastActiveDeadline`: exceeded once `now - startTime >=
-/// activeDeadlineSeconds`).
+/// activeDeadlineSeconds`). A deadline of 0 or less is exceeded at once, as
+/// there; one past the last time a timestamp holds (`activeDeadlineSeconds`
+/// near `i64::MAX`, which only API validation keeps out) is never reached,
+/// where the kubelet's `Duration(seconds) * time.Second` wraps.
 #[must_use]
 pub fn active_deadline(pod: &Pod, now: Timestamp) -> Deadline {
     let Some(secs) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
@@ -170,7 +173,9 @@ pub fn active_deadline(pod: &Pod, now: Timestamp) -> Deadline {
     let Some(start) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
         return Deadline::None;
     };
-    let end = start.0 + Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+    let Ok(end) = start.0.checked_add(SignedDuration::from_secs(secs.max(0))) else {
+        return Deadline::None;
+    };
     if now >= end {
         Deadline::Exceeded
     } else {
@@ -487,11 +492,15 @@ fn new_sandbox(
     }
     kill_running(pod, rt, grace_period(pod), "pod sandbox changed", plan);
     plan.steps.push(Step::CreateSandbox {
-        attempt: latest.map_or(0, |s| s.attempt + 1),
+        attempt: latest.map_or(0, |s| s.attempt.saturating_add(1)),
         changed: latest.is_some(),
     });
     // A new sandbox runs the init containers again from the first.
-    let next_attempt = |name: &str| rt.latest_two(name).0.map_or(0, |c| c.attempt + 1);
+    let next_attempt = |name: &str| {
+        rt.latest_two(name)
+            .0
+            .map_or(0, |c| c.attempt.saturating_add(1))
+    };
     if let Some(first) = init_containers(pod).first() {
         plan.steps.push(Step::StartContainer {
             name: first.name.clone(),
@@ -694,7 +703,11 @@ impl Planner<'_> {
         }
         self.plan.steps.push(Step::StartContainer {
             name: c.name.clone(),
-            attempt: self.rt.latest_two(&c.name).0.map_or(0, |x| x.attempt + 1),
+            attempt: self
+                .rt
+                .latest_two(&c.name)
+                .0
+                .map_or(0, |x| x.attempt.saturating_add(1)),
         });
     }
 }
@@ -1272,6 +1285,33 @@ mod tests {
     }
 
     #[test]
+    fn attempts_stay_at_the_largest_cri_attempt() {
+        // The runtime's attempt is a u32 (the kubelet counts restarts in an
+        // int): the next attempt after the last one is the last one again.
+        let (backoffs, probes) = (BTreeMap::new(), BTreeMap::new());
+        let p = pod("web").container("a", "busybox").build();
+        let at = t(1000);
+        let last = u32::MAX;
+        let dead = runtime(
+            vec![sandbox("s0", last, false)],
+            vec![exited(ctr("c1", "a", last, "s0", Running), 0, at)],
+        );
+        let steps = plan(&p, &dead, &backoffs, &probes, Volumes::Ready, at).steps;
+        let new_sandbox = Step::CreateSandbox {
+            attempt: last,
+            changed: true,
+        };
+        assert_eq!(steps, vec![new_sandbox, start("a", last)]);
+        let crashed = runtime(
+            vec![sandbox("s1", 0, true)],
+            vec![exited(ctr("c1", "a", last, "s1", Running), 1, at)],
+        );
+        let later = at + MAX_BACKOFF;
+        let steps = plan(&p, &crashed, &backoffs, &probes, Volumes::Ready, later).steps;
+        assert_eq!(steps, vec![start("a", last)]);
+    }
+
+    #[test]
     fn active_deadline_table() {
         let deadline = |secs: Option<i64>, start: Option<Timestamp>| {
             let mut p = with_status(pod("web").container("a", "busybox").build(), None, start);
@@ -1288,6 +1328,25 @@ mod tests {
             ),
             (deadline(Some(5), Some(t(0))), t(5), Deadline::Exceeded),
             (deadline(Some(5), Some(t(0))), t(60), Deadline::Exceeded),
+            // Extremes: past the end of time, never; 0 or less, at once.
+            (deadline(Some(i64::MAX), Some(t(0))), t(100), Deadline::None),
+            (
+                deadline(Some(i64::MIN), Some(t(0))),
+                t(0),
+                Deadline::Exceeded,
+            ),
+            (deadline(Some(-1), Some(t(0))), t(0), Deadline::Exceeded),
+            (deadline(Some(0), Some(t(0))), t(0), Deadline::Exceeded),
+            (
+                deadline(Some(i64::from(i32::MAX)), Some(t(0))),
+                t(0),
+                Deadline::In(Duration::from_secs(u64::from(i32::MAX.unsigned_abs()))),
+            ),
+            (
+                deadline(Some(1), Some(Timestamp::MAX)),
+                Timestamp::MAX,
+                Deadline::None,
+            ),
         ];
         for (p, now, want) in cases {
             assert_eq!(active_deadline(&p, now), want);

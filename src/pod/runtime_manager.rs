@@ -540,7 +540,7 @@ impl RuntimeManager {
                         }
                         break;
                     }
-                    () = tokio::time::sleep_until(budget.deadline()) => {
+                    () = budget.expired() => {
                         debug!(container = name, "preStop hook not completed in the grace period");
                         break;
                     }

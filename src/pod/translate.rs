@@ -10,7 +10,6 @@ use k8s_openapi::api::core::v1::{
     Container, Pod, PodSecurityContext, SeccompProfile, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube_quantity::ParsedQuantity;
 use sha2::{Digest, Sha256};
 
 use crate::cri::{
@@ -337,27 +336,79 @@ pub struct PodFacts {
     pub host_ips: Vec<String>,
 }
 
-/// Millicores (or bytes, for memory) of a quantity; 0 when unparsable.
-fn amount(q: Option<&Quantity>, scale: f64) -> Option<i64> {
-    let v = ParsedQuantity::try_from(q?).ok()?.to_bytes_f64()?;
-    #[allow(
-        clippy::cast_possible_truncation,
-        reason = "resource amounts are far below i64::MAX"
-    )]
-    Some((v * scale).ceil() as i64)
+/// Millicores (`milli`) or units (bytes, for memory) of a quantity, rounded
+/// up as the kubelet's `MilliValue` and `Value`; `None` when unset or not a
+/// quantity. An amount beyond `i64` (a cpu of `1e30`, a memory of `8Ei`, one
+/// byte past `i64::MAX`) saturates at `i64::MAX` (or `i64::MIN`), where the
+/// kubelet's conversion wraps.
+fn amount(q: Option<&Quantity>, milli: bool) -> Option<i64> {
+    let q = crate::resource::Quantity::parse_saturating(&q?.0).ok()?;
+    let v = if milli { q.milli_value() } else { q.value() };
+    Some(i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX }))
 }
 
 /// Minimum CPU shares (the kubelet's `MinShares`).
 pub const MIN_SHARES: i64 = 2;
+/// Maximum CPU shares (the kubelet's `MaxShares`, the kernel's limit).
+pub const MAX_SHARES: i64 = 262_144;
 /// CFS period in microseconds (100 ms, `QuotaPeriod`).
 pub const CPU_PERIOD_US: i64 = 100_000;
 /// Minimum CFS quota in microseconds (`MinQuotaPeriod`, 1 ms).
 pub const MIN_QUOTA_US: i64 = 1_000;
 
+/// The CPU shares of a request of `millicores`, as the kubelet's
+/// `MilliCPUToShares`: millicores × 1024 / 1000, clamped to
+/// [`MIN_SHARES`]..=[`MAX_SHARES`] (computed wide, so that no request overflows).
+#[must_use]
+pub fn cpu_shares(millicores: i64) -> i64 {
+    let shares = (i128::from(millicores) * 1024 / 1000)
+        .clamp(i128::from(MIN_SHARES), i128::from(MAX_SHARES));
+    i64::try_from(shares).unwrap_or(MAX_SHARES)
+}
+
+/// The CFS quota in microseconds of a limit of `millicores` over
+/// [`CPU_PERIOD_US`], as the kubelet's `milliCPUToQuota`: 0 (no quota) for a
+/// zero limit, else millicores × period / 1000, at least [`MIN_QUOTA_US`];
+/// a quota beyond `i64` is `i64::MAX`, where the kubelet's product wraps.
+#[must_use]
+pub fn cpu_quota(millicores: i64) -> i64 {
+    if millicores == 0 {
+        return 0;
+    }
+    let quota =
+        (i128::from(millicores) * i128::from(CPU_PERIOD_US) / 1000).max(i128::from(MIN_QUOTA_US));
+    i64::try_from(quota).unwrap_or(i64::MAX)
+}
+
+/// The memory limit in bytes given to the runtime for a limit of `bytes`
+/// (already saturated at `i64::MAX`): 0, which sets none, for an
+/// unset, zero or negative limit (the kubelet sets the limit only when it is
+/// not 0; the API admits no negative quantity, and the runtime would read
+/// -1 as unlimited and refuse any other).
+#[must_use]
+pub fn memory_limit_bytes(bytes: Option<i64>) -> i64 {
+    bytes.unwrap_or(0).max(0)
+}
+
+/// The `oom_score_adj` of a Burstable container requesting `request_bytes` of
+/// memory on a node of `capacity_bytes`, as the kubelet's
+/// `GetContainerOOMScoreAdjust`: 1000 − 1000 × request / capacity, computed
+/// wide (the kubelet's int64 product wraps beyond 8 PiB), within 3..=999
+/// (above Guaranteed's, below BestEffort's 1000; the kubelet leaves a value
+/// above 1000, from a negative request, to the kernel, which refuses it).
+#[must_use]
+pub fn burstable_oom_score_adj(request_bytes: i64, capacity_bytes: u64) -> i64 {
+    let capacity = i128::from(capacity_bytes.max(1));
+    let adj = (1000 - 1000 * i128::from(request_bytes) / capacity).clamp(3, 999);
+    i64::try_from(adj).unwrap_or(999)
+}
+
 /// The container's Linux resources, as the kubelet's `calculateLinuxResources`:
-/// cpu shares from the request (millicores × 1024 / 1000, at least 2), CFS quota
-/// from the limit over a 100 ms period, the memory limit in bytes, and
-/// `oom_score_adj` from the pod's QoS class (`GetContainerOOMScoreAdjust`).
+/// cpu shares from the request ([`cpu_shares`]), CFS quota from the limit over
+/// a 100 ms period ([`cpu_quota`]), the memory limit in bytes
+/// ([`memory_limit_bytes`]), and `oom_score_adj` from the pod's QoS class
+/// (`GetContainerOOMScoreAdjust`, [`burstable_oom_score_adj`]). However large
+/// the quantities, nothing overflows.
 #[must_use]
 pub fn linux_resources(
     pod: &Pod,
@@ -374,30 +425,23 @@ pub fn linux_resources(
             .and_then(|m| m.get(name))
             .or(limit(name))
     };
-    let cpu_request = amount(request("cpu"), 1000.0);
-    let cpu_limit = amount(limit("cpu"), 1000.0);
-    let memory_limit = amount(limit("memory"), 1.0).unwrap_or(0);
-    let memory_request = amount(request("memory"), 1.0).unwrap_or(0);
-    let cpu_shares = cpu_request.map_or(MIN_SHARES, |m| (m * 1024 / 1000).max(MIN_SHARES));
+    let cpu_request = amount(request("cpu"), true);
+    let cpu_limit = amount(limit("cpu"), true);
+    let memory_request = amount(request("memory"), false).unwrap_or(0);
     let (cpu_quota, cpu_period) = match cpu_limit {
-        Some(m) => ((m * CPU_PERIOD_US / 1000).max(MIN_QUOTA_US), CPU_PERIOD_US),
+        Some(m) => (cpu_quota(m), CPU_PERIOD_US),
         None => (0, 0),
     };
     let oom_score_adj = match super::status::qos_class(pod) {
         "Guaranteed" => -997,
         "BestEffort" => 1000,
-        _ => {
-            let capacity = i64::try_from(node.memory_capacity_bytes)
-                .unwrap_or(i64::MAX)
-                .max(1);
-            (1000 - 1000 * memory_request / capacity).clamp(3, 999)
-        }
+        _ => burstable_oom_score_adj(memory_request, node.memory_capacity_bytes),
     };
     cri::LinuxContainerResources {
         cpu_period,
         cpu_quota,
-        cpu_shares,
-        memory_limit_in_bytes: memory_limit,
+        cpu_shares: cpu_shares(cpu_request.unwrap_or(0)),
+        memory_limit_in_bytes: memory_limit_bytes(amount(limit("memory"), false)),
         oom_score_adj,
         ..Default::default()
     }
@@ -794,6 +838,90 @@ mod tests {
         let burstable = r(&p);
         assert_eq!(burstable.cpu_shares, 2, "at least MinShares");
         assert_eq!(burstable.oom_score_adj, 500);
+    }
+
+    #[test]
+    fn cpu_and_memory_clamps_at_the_extremes() {
+        let max32 = i64::from(i32::MAX);
+        // (millicores, shares, quota µs)
+        let cpu = [
+            (i64::MAX, MAX_SHARES, i64::MAX),
+            (i64::MIN, MIN_SHARES, MIN_QUOTA_US),
+            (max32, MAX_SHARES, max32 * 100),
+            (256_000, MAX_SHARES, 25_600_000),
+            (1000, 1024, 100_000),
+            (1, MIN_SHARES, MIN_QUOTA_US),
+            (0, MIN_SHARES, 0),
+            (-1, MIN_SHARES, MIN_QUOTA_US),
+        ];
+        for (m, shares, quota) in cpu {
+            assert_eq!((cpu_shares(m), cpu_quota(m)), (shares, quota), "{m}m");
+        }
+        // (limit bytes, CRI limit)
+        let memory = [
+            (None, 0),
+            (Some(i64::MAX), i64::MAX),
+            (Some(i64::MIN), 0),
+            (Some(-1), 0),
+            (Some(0), 0),
+            (Some(max32), max32),
+        ];
+        for (bytes, want) in memory {
+            assert_eq!(memory_limit_bytes(bytes), want, "{bytes:?}");
+        }
+        // (request bytes, capacity bytes, oom_score_adj)
+        let gib = 1 << 30;
+        let oom = [
+            (i64::MAX, gib, 3),
+            (i64::MIN, gib, 999),
+            (-1, gib, 999),
+            (0, gib, 999),
+            (max32, gib, 3),
+            (1 << 29, gib, 500),
+            (i64::MAX, u64::MAX, 501),
+            (1, 0, 3),
+        ];
+        for (request, capacity, want) in oom {
+            assert_eq!(
+                burstable_oom_score_adj(request, capacity),
+                want,
+                "{request} of {capacity}"
+            );
+        }
+    }
+
+    #[test]
+    fn huge_and_negative_quantities_are_clamped() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        let q = |s: &str| Quantity(s.into());
+        let n = node();
+        let with = |limits: &[(&str, &str)], requests: &[(&str, &str)]| {
+            let list =
+                |l: &[(&str, &str)]| Some(l.iter().map(|(k, v)| (k.to_string(), q(v))).collect());
+            let mut p = pod("web").container("c", "busybox").build();
+            p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
+                limits: list(limits),
+                requests: list(requests),
+                ..Default::default()
+            });
+            let r = linux_resources(&p, &p.spec.as_ref().unwrap().containers[0], &n);
+            (
+                r.cpu_shares,
+                r.cpu_quota,
+                r.memory_limit_in_bytes,
+                r.oom_score_adj,
+            )
+        };
+        let huge = with(&[("cpu", "9e15"), ("memory", "8Ei")], &[]);
+        assert_eq!(huge, (MAX_SHARES, i64::MAX, i64::MAX, -997));
+        let beyond = with(&[("cpu", "1e30"), ("memory", "1e30")], &[]);
+        assert_eq!(beyond, (MAX_SHARES, i64::MAX, i64::MAX, -997));
+        let burstable = with(&[], &[("cpu", "9e15"), ("memory", "16Ei")]);
+        assert_eq!(burstable, (MAX_SHARES, 0, 0, 3));
+        let negative = with(&[("cpu", "-1"), ("memory", "-1Gi")], &[]);
+        assert_eq!(negative, (MIN_SHARES, MIN_QUOTA_US, 0, -997));
+        let zero = with(&[("cpu", "0"), ("memory", "0")], &[]);
+        assert_eq!(zero, (MIN_SHARES, 0, 0, -997));
     }
 
     #[test]

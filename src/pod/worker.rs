@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::admit::{self, Rejection};
 use super::plan::{self, Plan, VolumeNeed, Volumes, Waiting, plan};
@@ -56,6 +56,14 @@ pub enum Error {
         /// The volume error.
         #[source]
         source: crate::volume::Error,
+    },
+    /// The sync panicked ([`isolated`]); the agent goes on.
+    #[error("sync pod {pod}: panicked: {message}")]
+    Panicked {
+        /// `namespace/name`.
+        pod: String,
+        /// The panic's message.
+        message: String,
     },
 }
 
@@ -347,6 +355,53 @@ async fn delete(pod: &Pod, ctx: &Context) -> Result<()> {
     ctx.runtime.images.forget(&uid);
     ctx.prober.forget(&uid);
     Ok(())
+}
+
+/// The kubelet's note of a `FailedSync` event: no detail, so that repeated
+/// failures aggregate (pod_workers.go).
+pub const FAILED_SYNC_NOTE: &str = "Error syncing pod";
+
+/// Runs `sync`, one sync of `pod` (a [`reconcile`]), so that a panic in it
+/// ends that sync only, not the agent: the controller polls every pod's sync
+/// on one task, where a panic would unwind through all of them. The panic
+/// becomes [`Error::Panicked`], logged, with a Warning `FailedSync` event on
+/// the pod as the kubelet's pod worker sends for a failed sync; the error
+/// policy then retries it like any failed sync.
+///
+/// Unwinding out of a sync is safe to go on from: the managers' locks are
+/// taken poison-tolerant and hold no invariant a half-done sync breaks, and
+/// the next sync observes the runtime afresh.
+///
+/// # Errors
+/// The sync's own error, or [`Error::Panicked`].
+pub async fn isolated<F>(pod: &Pod, ctx: &Context, sync: F) -> Result<Action>
+where
+    F: Future<Output = Result<Action>>,
+{
+    use futures::FutureExt as _;
+    let panic = match std::panic::AssertUnwindSafe(sync).catch_unwind().await {
+        Ok(result) => return result,
+        Err(panic) => panic,
+    };
+    let message = panic_message(panic.as_ref());
+    let (ns, name, _) = pod_identity(pod);
+    error!(panic = %message, "pod sync panicked");
+    let note = FAILED_SYNC_NOTE.to_string();
+    ctx.event(pod, None, EventType::Warning, event::FAILED_SYNC, note);
+    Err(Error::Panicked {
+        pod: format!("{ns}/{name}"),
+        message,
+    })
+}
+
+/// The message a panic was raised with (`panic!("...")` carries a `&str` or
+/// a `String`).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 /// The controller's error policy: log and retry in 5 s.

@@ -52,11 +52,16 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// The timing of `probe`, defaults as the API's.
+    /// The timing of `probe`, defaults as the API's: a period, timeout or
+    /// threshold that is unset or 0 takes its default, as API defaulting sets
+    /// it; a negative one, which API validation refuses, too (the kubelet's
+    /// probe ticker would panic on a non-positive period); a negative initial
+    /// delay is none. Up to `i32::MAX` seconds (68 years) is kept as given.
     #[must_use]
     pub fn of(probe: &Probe) -> Self {
         let secs = |v: Option<i32>, d: u64| {
-            Duration::from_secs(v.and_then(|v| u64::try_from(v).ok()).unwrap_or(d))
+            let v = v.and_then(|v| u64::try_from(v).ok()).filter(|v| *v > 0);
+            Duration::from_secs(v.unwrap_or(d))
         };
         let count = |v: Option<i32>, d: u32| {
             v.and_then(|v| u32::try_from(v).ok())
@@ -65,8 +70,8 @@ impl Timing {
         };
         Self {
             initial_delay: secs(probe.initial_delay_seconds, 0),
-            period: secs(probe.period_seconds, 10).max(Duration::from_secs(1)),
-            timeout: secs(probe.timeout_seconds, 1).max(Duration::from_secs(1)),
+            period: secs(probe.period_seconds, 10),
+            timeout: secs(probe.timeout_seconds, 1),
             success_threshold: count(probe.success_threshold, 1),
             failure_threshold: count(probe.failure_threshold, 3),
         }
@@ -107,10 +112,13 @@ impl ProbeState {
     }
 
     /// Whether a probe is due: the container started at `started` and the
-    /// initial delay has passed at `now`.
+    /// initial delay has passed at `now`. A delay that ends past the last
+    /// time a timestamp holds never passes.
     #[must_use]
     pub fn due(timing: &Timing, started: Timestamp, now: Timestamp) -> bool {
-        now >= started + timing.initial_delay
+        started
+            .checked_add(timing.initial_delay)
+            .is_ok_and(|at| now >= at)
     }
 
     /// Records one probe outcome; returns true when the reported result changed.
@@ -238,5 +246,65 @@ mod tests {
             ),
             (Duration::from_secs(10), Duration::from_secs(1), 1, 3)
         );
+    }
+
+    #[test]
+    fn extreme_timings_take_defaults_or_stay_as_given() {
+        let s = Duration::from_secs;
+        let max = u32::MAX >> 1; // i32::MAX
+        // (value of every field, (initial delay, period, timeout, success, failure))
+        let cases = [
+            (
+                i32::MAX,
+                (s(max.into()), s(max.into()), s(max.into()), max, max),
+            ),
+            (1, (s(1), s(1), s(1), 1, 1)),
+            (0, (s(0), s(10), s(1), 1, 3)),
+            (-1, (s(0), s(10), s(1), 1, 3)),
+            (i32::MIN, (s(0), s(10), s(1), 1, 3)),
+        ];
+        for (v, want) in cases {
+            let probe = Probe {
+                initial_delay_seconds: Some(v),
+                period_seconds: Some(v),
+                timeout_seconds: Some(v),
+                success_threshold: Some(v),
+                failure_threshold: Some(v),
+                ..Default::default()
+            };
+            let t = Timing::of(&probe);
+            let got = (
+                t.initial_delay,
+                t.period,
+                t.timeout,
+                t.success_threshold,
+                t.failure_threshold,
+            );
+            assert_eq!(got, want, "{v}");
+        }
+        // The largest delay from a start at the end of time never passes; from
+        // now, 68 years on.
+        let t = Timing::of(&Probe {
+            initial_delay_seconds: Some(i32::MAX),
+            ..Default::default()
+        });
+        assert!(!ProbeState::due(&t, Timestamp::MAX, Timestamp::MAX));
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        assert!(!ProbeState::due(&t, now, now + s(u64::from(max) - 1)));
+        assert!(ProbeState::due(&t, now, now + s(max.into())));
+        // A threshold of i32::MAX is reached; the run counts on without overflowing.
+        let t = Timing {
+            failure_threshold: max,
+            ..t
+        };
+        let mut st = ProbeState::new(ProbeKind::Liveness);
+        st.last = Some(false);
+        st.run = max - 2;
+        assert!(!st.record(false, &t));
+        assert!(st.record(false, &t));
+        assert_eq!(st.result, Some(false));
+        st.run = u32::MAX;
+        assert!(!st.record(false, &t));
+        assert_eq!(st.run, u32::MAX);
     }
 }

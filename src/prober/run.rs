@@ -545,13 +545,25 @@ where
     ))
 }
 
+/// The URL a gRPC probe dials for `ip` and `port`. A port out of range is an
+/// error, as the kubelet's dial of it fails: in a URL it would parse with no
+/// port and the probe would reach port 80.
+fn grpc_url(ip: IpAddr, port: i32) -> Result<String, String> {
+    let Ok(port) = u16::try_from(port) else {
+        return Err(format!(
+            "failed to connect service \"{ip}:{port}\": dial tcp: address {port}: invalid port"
+        ));
+    };
+    Ok(match ip {
+        IpAddr::V4(v4) => format!("http://{v4}:{port}"),
+        IpAddr::V6(v6) => format!("http://[{v6}]:{port}"),
+    })
+}
+
 async fn grpc_health(ip: IpAddr, port: i32, service: String) -> Result<bool, String> {
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-    let url = match ip {
-        IpAddr::V4(v4) => format!("http://{v4}:{port}"),
-        IpAddr::V6(v6) => format!("http://[{v6}]:{port}"),
-    };
+    let url = grpc_url(ip, port)?;
     let channel = tonic::transport::Endpoint::from_shared(url)
         .map_err(|e| e.to_string())?
         .connect()
@@ -592,6 +604,23 @@ mod tests {
                 .contains("couldn't find port")
         );
         assert!(resolve_port(&IntOrString::Int(70000), &c).is_err());
+    }
+
+    #[test]
+    fn grpc_ports_out_of_range_fail() {
+        let v4: IpAddr = "10.0.0.5".parse().unwrap();
+        let v6: IpAddr = "fd00::5".parse().unwrap();
+        let ok = |s: &str| Ok(s.to_string());
+        assert_eq!(grpc_url(v4, 9090), ok("http://10.0.0.5:9090"));
+        assert_eq!(grpc_url(v6, 65535), ok("http://[fd00::5]:65535"));
+        assert_eq!(grpc_url(v4, 0), ok("http://10.0.0.5:0"));
+        for port in [65536, -1, i32::MAX, i32::MIN] {
+            let err = grpc_url(v4, port).unwrap_err();
+            assert!(
+                err.ends_with(&format!("address {port}: invalid port")),
+                "{err}"
+            );
+        }
     }
 
     fn local(port: u16, path: &str) -> HttpTarget {

@@ -615,6 +615,42 @@ mod tests {
         assert_eq!(err("stream=both"), OptionsError::Stream("both".into()));
     }
 
+    #[test]
+    fn extreme_query_numbers_are_taken_or_refused_never_wrapped() {
+        let max = i64::MAX;
+        let o = opts(&format!("tailLines={max}&limitBytes={max}"));
+        assert_eq!(
+            (o.tail_lines, o.limit_bytes),
+            (Some(max as u64), Some(max as u64))
+        );
+        // Counting back past the first timestamp: everything.
+        assert_eq!(
+            opts(&format!("sinceSeconds={max}")).since,
+            Some(Timestamp::MIN)
+        );
+        let err = |q: &str| LogOptions::from_query(q, now()).unwrap_err();
+        for q in [
+            format!("tailLines={}", i64::MIN),
+            format!("limitBytes={}", i64::MIN),
+            format!("sinceSeconds={}", i64::MIN),
+            "limitBytes=-1".into(),
+            "sinceSeconds=-1".into(),
+        ] {
+            assert!(matches!(err(&q), OptionsError::Invalid(_)), "{q}");
+        }
+        for q in [
+            "tailLines=9223372036854775808",
+            "limitBytes=1e3",
+            "sinceSeconds=+-1",
+        ] {
+            assert!(matches!(err(q), OptionsError::Decode(_)), "{q}");
+        }
+        // The tail of a file shorter than asked for is all of it.
+        let mut f = io::Cursor::new(b"a\nb\n".to_vec());
+        assert_eq!(tail_start(&mut f, u64::MAX).unwrap(), 0);
+        assert_eq!(tail_start(&mut f, 0).unwrap(), 4);
+    }
+
     const LOG: &str = "\
 2024-05-01T11:00:00.000000001Z stdout F one
 2024-05-01T11:30:00.000000002Z stderr F two

@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath};
 
 use super::atomic_writer::{FileProjection, Payload};
-use super::{DEFAULT_MODE, Error, Result, to_uid};
+use super::{DEFAULT_MODE, Error, Result, file_mode, to_uid};
 
 /// The plugin's directory name under `<pod>/volumes/`.
 pub const PLUGIN_DIR: &str = "kubernetes.io~configmap";
@@ -32,7 +32,7 @@ pub fn payload(
     let mut out = Payload::new();
     let file = |bytes: Vec<u8>, mode: i32, user: Option<i64>| FileProjection {
         data: bytes,
-        mode: mode.unsigned_abs(),
+        mode: file_mode(mode),
         fs_user: to_uid(user),
     };
     match items.filter(|i| !i.is_empty()) {

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, Pod, ResourceFieldSelect
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use super::atomic_writer::{FileProjection, Payload};
-use super::{DEFAULT_MODE, Error, Result, to_uid};
+use super::{DEFAULT_MODE, Error, Result, file_mode, to_uid};
 
 /// The plugin's directory name under `<pod>/volumes/`.
 pub const PLUGIN_DIR: &str = "kubernetes.io~downward-api";
@@ -145,11 +145,7 @@ pub fn payload(
                     item.path.clone(),
                     FileProjection {
                         data: v.into_bytes(),
-                        mode: item
-                            .mode
-                            .or(default_mode)
-                            .unwrap_or(DEFAULT_MODE)
-                            .unsigned_abs(),
+                        mode: file_mode(item.mode.or(default_mode).unwrap_or(DEFAULT_MODE)),
                         fs_user: to_uid(item.user.or(default_user)),
                     },
                 );

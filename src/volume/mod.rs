@@ -134,6 +134,22 @@ fn to_uid(user: Option<i64>) -> Option<u32> {
     user.and_then(|u| u32::try_from(u).ok())
 }
 
+/// A file's mode from a `defaultMode` or `mode` field: the permission bits
+/// (0777) of the `int32`'s two's-complement value, as the kubelet's
+/// `os.FileMode(mode)` conversion keeps them. The API admits only 0–0777;
+/// whatever else a spec holds never sets setuid, setgid or sticky bits (its
+/// absolute value used to: `-1` was mode 0001, `0o4755` setuid).
+fn file_mode(mode: i32) -> u32 {
+    mode.cast_unsigned() & 0o777
+}
+
+/// An emptyDir directory's mode from its `mode` field: the permission and
+/// sticky bits (01777, the range the API admits) of the two's-complement
+/// value, as [`file_mode`].
+fn dir_mode(mode: i32) -> u32 {
+    mode.cast_unsigned() & 0o1777
+}
+
 /// The pod's directory: `<root>/pods/<uid>`.
 #[must_use]
 pub fn pod_dir(root: &Path, uid: &str) -> PathBuf {
@@ -560,9 +576,7 @@ fn set_up_volume(
     if let Some(ed) = &v.empty_dir {
         let d = dir(empty_dir::PLUGIN_DIR);
         let first = std::fs::symlink_metadata(&d).is_err();
-        let mode = ed
-            .mode
-            .map_or(empty_dir::DEFAULT_DIR_MODE, |m| m.unsigned_abs() & 0o7777);
+        let mode = ed.mode.map_or(empty_dir::DEFAULT_DIR_MODE, dir_mode);
         let io = |source| Error::Io {
             op: "set up emptyDir",
             path: d.clone(),
@@ -682,6 +696,26 @@ mod tests {
         let mut p = pod("web").container("c", "busybox").build();
         p.spec.as_mut().unwrap().volumes = Some(vols);
         p
+    }
+
+    #[test]
+    fn modes_keep_only_the_bits_the_api_admits() {
+        // (field value, file mode, emptyDir mode)
+        let cases = [
+            (0o644, 0o644, 0o644),
+            (0o777, 0o777, 0o777),
+            (0o1777, 0o777, 0o1777),
+            (0o4755, 0o755, 0o755),
+            (0o7777, 0o777, 0o1777),
+            (0, 0, 0),
+            (-1, 0o777, 0o1777),
+            (-0o644, 0o134, 0o1134),
+            (i32::MAX, 0o777, 0o1777),
+            (i32::MIN, 0, 0),
+        ];
+        for (v, file, dir) in cases {
+            assert_eq!((file_mode(v), dir_mode(v)), (file, dir), "{v:o}");
+        }
     }
 
     #[test]

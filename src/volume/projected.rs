@@ -13,7 +13,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use super::atomic_writer::{FileProjection, Payload};
 use super::token::{DEFAULT_EXPIRATION_SECONDS, TokenKey};
 use super::{
-    DEFAULT_MODE, Error, Fetched, Result, aggregate, configmap, downward_api, secret, to_uid,
+    DEFAULT_MODE, Error, Fetched, Result, aggregate, configmap, downward_api, file_mode, secret,
+    to_uid,
 };
 
 /// The plugin's directory name under `<pod>/volumes/`.
@@ -105,7 +106,7 @@ pub fn payload(
                     t.path.clone(),
                     FileProjection {
                         data: token.into_bytes(),
-                        mode: mode.unsigned_abs(),
+                        mode: file_mode(mode),
                         fs_user: to_uid(user),
                     },
                 )])

@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::{KeyToPath, Secret};
 
 use super::atomic_writer::{FileProjection, Payload};
-use super::{DEFAULT_MODE, Error, Result, to_uid};
+use super::{DEFAULT_MODE, Error, Result, file_mode, to_uid};
 
 /// The plugin's directory name under `<pod>/volumes/`.
 pub const PLUGIN_DIR: &str = "kubernetes.io~secret";
@@ -36,7 +36,7 @@ pub fn payload(
                     k.clone(),
                     FileProjection {
                         data: v.0.clone(),
-                        mode: mode.unsigned_abs(),
+                        mode: file_mode(mode),
                         fs_user: to_uid(default_user),
                     },
                 );
@@ -57,7 +57,7 @@ pub fn payload(
                     item.path.clone(),
                     FileProjection {
                         data: v.0.clone(),
-                        mode: item.mode.unwrap_or(mode).unsigned_abs(),
+                        mode: file_mode(item.mode.unwrap_or(mode)),
                         fs_user: to_uid(item.user.or(default_user)),
                     },
                 );

@@ -50,16 +50,19 @@ pub struct IssuedToken {
 
 /// True when `token` must be requested again at `now`: within the last 20 %
 /// of its lifetime, or older than [`MAX_TTL`] (the kubelet's `requiresRefresh`,
-/// without its jitter).
+/// without its jitter). Counted in whole seconds, saturating: a lifetime up
+/// to `i64::MAX` seconds (asked for by the pod's projection, granted by the
+/// API server) never overflows, where the kubelet's arithmetic wraps.
 #[must_use]
 pub fn requires_refresh(token: &IssuedToken, now: Timestamp) -> bool {
     let ttl = token.expiration_seconds.max(0);
-    let issued = token.expires - Duration::from_secs(ttl.unsigned_abs());
+    let expires = token.expires.as_second();
+    let issued = expires.saturating_sub(ttl);
     let max_ttl = i64::try_from(MAX_TTL.as_secs()).unwrap_or(i64::MAX);
-    if now.as_second() > issued.as_second().saturating_add(max_ttl) {
+    if now.as_second() > issued.saturating_add(max_ttl) {
         return true;
     }
-    let refresh_at = token.expires.as_second() - ttl * 20 / 100;
+    let refresh_at = expires.saturating_sub(ttl / 100 * 20 + ttl % 100 * 20 / 100);
     now.as_second() >= refresh_at
 }
 
@@ -173,6 +176,40 @@ mod tests {
         };
         assert!(!requires_refresh(&t, at(24 * 3600)));
         assert!(requires_refresh(&t, at(24 * 3600 + 1)));
+    }
+
+    #[test]
+    fn extreme_lifetimes_never_overflow() {
+        let token = |expires: Timestamp, ttl: i64| IssuedToken {
+            token: "t".into(),
+            expires,
+            expiration_seconds: ttl,
+        };
+        // (expires, granted lifetime, now, refresh): a lifetime longer than
+        // time itself was issued before it began, more than a day ago.
+        let cases = [
+            (at(3600), i64::MAX, at(0), true),
+            (Timestamp::MAX, i64::MAX, at(0), true),
+            (Timestamp::MAX, i64::MAX, Timestamp::MAX, true),
+            (Timestamp::MIN, i64::MAX, at(0), true),
+            (at(3600), i64::MIN, at(0), false),
+            (at(3600), -1, at(3599), false),
+            (at(3600), 0, at(3600), true),
+            (at(3600), i64::from(i32::MAX), at(0), true),
+        ];
+        for (expires, ttl, now, want) in cases {
+            let t = token(expires, ttl);
+            assert_eq!(requires_refresh(&t, now), want, "{expires} {ttl} {now}");
+        }
+        // A year-long lifetime ending at the last timestamp: fresh for a day.
+        let year = 365 * 24 * 3600;
+        let t = token(Timestamp::MAX, year);
+        let issued = Timestamp::from_second(Timestamp::MAX.as_second() - year).unwrap();
+        assert!(!requires_refresh(&t, issued));
+        assert!(requires_refresh(
+            &t,
+            issued + Duration::from_secs(24 * 3600 + 1)
+        ));
     }
 
     #[test]
