@@ -166,6 +166,20 @@ impl Node {
         self.sync(&pod).await
     }
 
+    /// Syncs pod `name` every 100 ms (at most 50 times) until a sync calls the
+    /// runtime, as a probe result arriving on its own timer makes it; those calls.
+    async fn sync_until_called(&mut self, name: &str) -> Vec<String> {
+        for _ in 0..50 {
+            self.sync_watched(name).await;
+            let calls = self.cri_calls();
+            if !calls.is_empty() {
+                return calls;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Vec::new()
+    }
+
     /// The runtime calls since the last look.
     fn cri_calls(&self) -> Vec<String> {
         self.cri.take_calls()
@@ -573,15 +587,7 @@ async fn a_failed_liveness_probe_kills_and_restarts_the_container() {
     n.sync(&web).await;
     assert_eq!(n.cri_calls(), started(&["c"]));
     // Sync until the probe manager has seen the probe fail.
-    let mut calls = Vec::new();
-    for _ in 0..50 {
-        n.sync_watched("web").await;
-        calls = n.cri_calls();
-        if !calls.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let calls = n.sync_until_called("web").await;
     assert_eq!(
         calls,
         [
@@ -951,15 +957,7 @@ async fn a_liveness_kill_with_the_largest_probe_grace_period_runs_the_hook_and_r
     let web = n.bind(p);
     n.sync(&web).await;
     assert_eq!(n.cri_calls(), started(&["c"]));
-    let mut calls = Vec::new();
-    for _ in 0..50 {
-        n.sync_watched("web").await;
-        calls = n.cri_calls();
-        if !calls.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let calls = n.sync_until_called("web").await;
     assert_eq!(
         calls,
         [
