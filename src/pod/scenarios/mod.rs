@@ -180,6 +180,15 @@ impl Node {
         Vec::new()
     }
 
+    /// Deletes pod `name` as the API server does for a graceful delete: its
+    /// deletion timestamp set, with `grace` seconds.
+    fn delete_gracefully(&self, name: &str, grace: i64) {
+        let mut deleting = self.api.pod(name).expect("pod");
+        deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        deleting.metadata.deletion_grace_period_seconds = Some(grace);
+        self.api.put_pod(deleting);
+    }
+
     /// The runtime calls since the last look.
     fn cri_calls(&self) -> Vec<String> {
         self.cri.take_calls()
@@ -240,6 +249,19 @@ fn state(st: &PodStatus, name: &str) -> (String, i32) {
         "none".into()
     };
     (text, c.restart_count)
+}
+
+/// A lifecycle whose preStop hook runs `command` in the container.
+fn exec_pre_stop(command: &str) -> Lifecycle {
+    Lifecycle {
+        pre_stop: Some(LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(vec![command.into()]),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// The requeue delay of `action` (none: wait for a change).
@@ -408,10 +430,7 @@ async fn a_graceful_delete_stops_reports_then_removes_and_deletes_once() {
     n.sync(&web).await;
     n.cri_calls();
     n.api_calls();
-    let mut deleting = n.api.pod("web").expect("pod");
-    deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
-    deleting.metadata.deletion_grace_period_seconds = Some(30);
-    n.api.put_pod(deleting);
+    n.delete_gracefully("web", 30);
     // Stop within the grace period, then report the terminated container.
     n.sync_watched("web").await;
     assert_eq!(n.cri_calls(), ["StopContainer c 30", "StopPodSandbox web"]);
@@ -738,23 +757,12 @@ async fn a_pod_deleted_with_the_largest_grace_period_runs_its_pre_stop_hook_and_
         spec.termination_grace_period_seconds = Some(i64::MAX);
     }
     edit_container(&mut p, |c| {
-        c.lifecycle = Some(Lifecycle {
-            pre_stop: Some(LifecycleHandler {
-                exec: Some(ExecAction {
-                    command: Some(vec!["drain".into()]),
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
+        c.lifecycle = Some(exec_pre_stop("drain"));
     });
     let web = n.bind(p);
     n.sync(&web).await;
     n.cri_calls();
-    let mut deleting = n.api.pod("web").expect("pod");
-    deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
-    deleting.metadata.deletion_grace_period_seconds = Some(i64::MAX);
-    n.api.put_pod(deleting);
+    n.delete_gracefully("web", i64::MAX);
     // The hook returns at once; the container is stopped with what is left
     // of a grace period no clock can count to the end.
     n.sync_watched("web").await;
@@ -944,15 +952,7 @@ async fn a_liveness_kill_with_the_largest_probe_grace_period_runs_the_hook_and_r
             termination_grace_period_seconds: Some(i64::MAX),
             ..Default::default()
         });
-        c.lifecycle = Some(Lifecycle {
-            pre_stop: Some(LifecycleHandler {
-                exec: Some(ExecAction {
-                    command: Some(vec!["drain".into()]),
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
+        c.lifecycle = Some(exec_pre_stop("drain"));
     });
     let web = n.bind(p);
     n.sync(&web).await;
