@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 use tracing::warn;
 
 use super::credentials::Keyring;
-use super::plan::{INITIAL_BACKOFF, MAX_BACKOFF, PullBackoff, Waiting};
+use super::plan::{PullBackoff, Waiting, crash_backoff};
 use crate::cri::Runtime;
 use crate::events::{EventType, Recorder};
 use crate::reasons::{event, waiting};
@@ -211,8 +211,9 @@ impl ImageManager {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         self.with_backoffs(uid, |m| {
             let failures = m.get(name).map_or(0, |(n, _)| *n).saturating_add(1);
-            let factor = 1u32.checked_shl(failures - 1).unwrap_or(u32::MAX);
-            let delay = INITIAL_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF);
+            // The restart back-off's curve: both are the kubelet's
+            // `flowcontrol.Backoff`, 10 s doubling to 300 s.
+            let delay = crash_backoff(failures);
             let until = Timestamp::now() + delay;
             let image = image.to_string();
             m.insert(name.to_string(), (failures, PullBackoff { until, image }));
