@@ -173,6 +173,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .node_ip
         .map_or_else(|| "127.0.0.1".to_string(), |ip| ip.to_string());
     info!(node = node_name, runtime = runtime_version, "starting");
+    // As the kubelet with maxOpenFiles: every connection, log and volume
+    // takes a descriptor.
+    match crate::server::raise_open_files_limit(crate::server::MAX_OPEN_FILES) {
+        Ok(n) => info!(open_files = n, "open-file limit"),
+        Err(e) => warn!(error = %e, "failed to raise the open-file limit"),
+    }
     for dir in [&settings.root_dir, &settings.pod_logs_dir] {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("create directory {}", dir.display()))?;
@@ -473,5 +479,10 @@ fn server_config(
     }
     cfg.client_ca_file.clone_from(&args.client_ca_file);
     cfg.kubelet_config = settings.kubelet_configuration();
+    cfg.auth_ttls = crate::server::auth::CacheTtls {
+        token: settings.authentication_cache_ttl,
+        allowed: settings.authorization_cache_authorized_ttl,
+        denied: settings.authorization_cache_unauthorized_ttl,
+    };
     Ok(cfg)
 }

@@ -68,6 +68,13 @@ pub struct Settings {
     /// `maxParallelImagePulls`: the most pulls at once when
     /// `serializeImagePulls` is false (none: no limit).
     pub max_parallel_image_pulls: Option<u32>,
+    /// `authentication.webhook.cacheTTL` (2 min): how long a token review's
+    /// result is cached.
+    pub authentication_cache_ttl: Duration,
+    /// `authorization.webhook.cacheAuthorizedTTL` (5 min).
+    pub authorization_cache_authorized_ttl: Duration,
+    /// `authorization.webhook.cacheUnauthorizedTTL` (30 s).
+    pub authorization_cache_unauthorized_ttl: Duration,
 }
 
 impl Default for Settings {
@@ -90,6 +97,9 @@ impl Default for Settings {
             server_tls_bootstrap: false,
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
+            authentication_cache_ttl: Duration::from_secs(120),
+            authorization_cache_authorized_ttl: Duration::from_secs(300),
+            authorization_cache_unauthorized_ttl: Duration::from_secs(30),
         }
     }
 }
@@ -198,6 +208,8 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "serverTLSBootstrap",
     "serializeImagePulls",
     "maxParallelImagePulls",
+    "authentication",
+    "authorization",
 ];
 
 fn duration(path: &Path, key: &str, v: &Value) -> Result<Duration, Error> {
@@ -321,6 +333,9 @@ pub fn apply_file_text(
                     ),
                 };
             }
+            "authentication" | "authorization" => {
+                webhook_cache_ttls(settings, path, key, v, &mut ignored)?;
+            }
             "clusterDNS" => {
                 settings.cluster_dns = v
                     .as_array()
@@ -341,6 +356,46 @@ pub fn apply_file_text(
     }
     ignored.sort();
     Ok(ignored)
+}
+
+/// Reads the webhook cache TTLs of an `authentication` or `authorization`
+/// block; every other field in it is reported as ignored by its dotted name
+/// (`authentication.anonymous`, `authorization.mode`).
+fn webhook_cache_ttls(
+    settings: &mut Settings,
+    path: &Path,
+    key: &str,
+    v: &Value,
+    ignored: &mut Vec<String>,
+) -> Result<(), Error> {
+    let bad = |want: &str| Error::Parse {
+        path: path.to_path_buf(),
+        message: format!("{key}: expected {want}"),
+    };
+    let block = v.as_object().ok_or_else(|| bad("a mapping"))?;
+    for (field, inner) in block {
+        if field != "webhook" {
+            ignored.push(format!("{key}.{field}"));
+            continue;
+        }
+        let webhook = inner.as_object().ok_or_else(|| bad("webhook: a mapping"))?;
+        for (name, value) in webhook {
+            let dotted = format!("{key}.webhook.{name}");
+            match (key, name.as_str()) {
+                ("authentication", "cacheTTL") => {
+                    settings.authentication_cache_ttl = duration(path, &dotted, value)?;
+                }
+                ("authorization", "cacheAuthorizedTTL") => {
+                    settings.authorization_cache_authorized_ttl = duration(path, &dotted, value)?;
+                }
+                ("authorization", "cacheUnauthorizedTTL") => {
+                    settings.authorization_cache_unauthorized_ttl = duration(path, &dotted, value)?;
+                }
+                _ => ignored.push(dotted),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads a KubeletConfiguration file onto `settings`; returns the ignored fields.

@@ -14,13 +14,16 @@
 //! resource=nodes, subresource(s)=[…])`.
 //!
 //! Decisions are cached as the kubelet's webhook authenticator and authorizer
-//! cache them: an authenticated token for 2 minutes, an allowed decision for 5
-//! minutes, a denied one for 30 seconds.
+//! cache them ([`CacheTtls`]): a token review's result for 2 minutes, whether
+//! the token authenticated or not, an allowed decision for 5 minutes, a denied
+//! one for 30 seconds. Both caches are bounded ([`TOKEN_CACHE_MAX`],
+//! [`DECISION_CACHE_MAX`]), tokens are cached under their SHA-256 only, and
+//! concurrent identical reviews are made once.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
@@ -176,59 +179,89 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// A map whose entries expire.
-#[derive(Debug)]
-struct TtlCache<K, V> {
-    entries: Mutex<HashMap<K, (V, Instant)>>,
+/// A decision kept in a cache, with how long it is kept.
+#[derive(Clone, Debug)]
+struct Cached<V> {
+    value: V,
+    ttl: Duration,
 }
 
-/// Entries kept at most; expired ones are dropped when it fills.
-const CACHE_MAX: usize = 4096;
+/// Each entry expires after the time-to-live it was stored with.
+struct PerEntryTtl;
 
-impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
-    fn new() -> Self {
-        Self {
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn get(&self, k: &K, now: Instant) -> Option<V> {
-        let map = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.get(k)
-            .filter(|(_, until)| *until > now)
-            .map(|(v, _)| v.clone())
-    }
-
-    fn put(&self, k: K, v: V, ttl: Duration, now: Instant) {
-        let mut map = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if map.len() >= CACHE_MAX {
-            map.retain(|_, (_, until)| *until > now);
-            if map.len() >= CACHE_MAX {
-                map.clear();
-            }
-        }
-        map.insert(k, (v, now + ttl));
+impl<K, V> moka::Expiry<K, Cached<V>> for PerEntryTtl {
+    fn expire_after_create(
+        &self,
+        _key: &K,
+        value: &Cached<V>,
+        _created_at: std::time::Instant,
+    ) -> Option<Duration> {
+        Some(value.ttl)
     }
 }
 
-/// How long an authenticated token is trusted without asking again (the
-/// kubelet's `authentication.webhook.cacheTTL`, 2 min).
+/// A bounded cache whose entries expire, concurrent look-ups of one key
+/// sharing one computation (the API server's cached token authenticator and
+/// webhook authorizer caches).
+type TtlCache<K, V> = moka::future::Cache<K, Cached<V>>;
+
+fn ttl_cache<K, V>(capacity: u64) -> TtlCache<K, V>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    moka::future::Cache::builder()
+        .max_capacity(capacity)
+        .expire_after(PerEntryTtl)
+        .build()
+}
+
+/// Token reviews kept at most (the kubelet keeps them in an unbounded
+/// expiring map; a flood of distinct tokens must not grow the agent).
+pub const TOKEN_CACHE_MAX: u64 = 8192;
+/// Access decisions kept at most (the webhook authorizer's LRU of 8192).
+pub const DECISION_CACHE_MAX: u64 = 8192;
+
+/// How long an authentication result is trusted without asking again (the
+/// kubelet's `authentication.webhook.cacheTTL`, 2 min, for tokens that
+/// authenticate and for tokens that do not alike).
 pub const TOKEN_TTL: Duration = Duration::from_secs(120);
 /// How long an allowed decision is kept (`authorization.webhook.cacheAuthorizedTTL`, 5 min).
 pub const ALLOWED_TTL: Duration = Duration::from_secs(300);
 /// How long a denied decision is kept (`authorization.webhook.cacheUnauthorizedTTL`, 30 s).
 pub const DENIED_TTL: Duration = Duration::from_secs(30);
 
+/// How long the webhook caches keep their results (KubeletConfiguration
+/// `authentication.webhook.cacheTTL`, `authorization.webhook.cacheAuthorizedTTL`
+/// and `cacheUnauthorizedTTL`). Zero keeps nothing, though concurrent
+/// identical reviews still share one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheTtls {
+    /// A token review's result, authenticated or not (2 min).
+    pub token: Duration,
+    /// An allowed access review (5 min).
+    pub allowed: Duration,
+    /// A denied access review (30 s).
+    pub denied: Duration,
+}
+
+impl Default for CacheTtls {
+    fn default() -> Self {
+        Self {
+            token: TOKEN_TTL,
+            allowed: ALLOWED_TTL,
+            denied: DENIED_TTL,
+        }
+    }
+}
+
 /// Authenticates and authorizes requests through the API server.
 pub struct Auth {
     client: Client,
     node_name: String,
+    ttls: CacheTtls,
+    /// Keyed by the SHA-256 of the token: the token itself is kept only
+    /// while its review is made.
     tokens: TtlCache<[u8; 32], Option<User>>,
     decisions: TtlCache<String, bool>,
 }
@@ -237,32 +270,52 @@ impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Auth")
             .field("node_name", &self.node_name)
+            .field("ttls", &self.ttls)
             .finish_non_exhaustive()
     }
 }
 
 impl Auth {
-    /// An authenticator and authorizer for node `node_name`, asking through `client`.
+    /// An authenticator and authorizer for node `node_name`, asking through
+    /// `client`, with the kubelet's default cache TTLs.
     #[must_use]
     pub fn new(client: Client, node_name: String) -> Self {
+        Self::with_ttls(client, node_name, CacheTtls::default())
+    }
+
+    /// As [`Auth::new`], keeping review results for `ttls`.
+    #[must_use]
+    pub fn with_ttls(client: Client, node_name: String, ttls: CacheTtls) -> Self {
         Self {
             client,
             node_name,
-            tokens: TtlCache::new(),
-            decisions: TtlCache::new(),
+            ttls,
+            tokens: ttl_cache(TOKEN_CACHE_MAX),
+            decisions: ttl_cache(DECISION_CACHE_MAX),
         }
     }
 
     /// The user a bearer token belongs to, by `TokenReview` (no audiences);
-    /// `None` when the API server does not authenticate it.
+    /// `None` when the API server does not authenticate it. Results are
+    /// cached for [`CacheTtls::token`] under the token's hash (the kubelet's
+    /// cached token authenticator); concurrent look-ups of one token share
+    /// one review; a failed review is not cached.
     ///
     /// # Errors
     /// [`Error::TokenReview`] when the review cannot be made.
-    pub async fn authenticate_token(&self, token: &str) -> Result<Option<User>, Error> {
+    pub async fn authenticate_token(&self, token: &str) -> Result<Option<User>, Arc<Error>> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(user) = self.tokens.get(&key, Instant::now()) {
-            return Ok(user);
-        }
+        let review = async {
+            let user = self.review_token(token).await?;
+            Ok::<_, Error>(Cached {
+                value: user,
+                ttl: self.ttls.token,
+            })
+        };
+        self.tokens.try_get_with(key, review).await.map(|c| c.value)
+    }
+
+    async fn review_token(&self, token: &str) -> Result<Option<User>, Error> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_string(),
@@ -274,6 +327,7 @@ impl Auth {
             .create(&PostParams::default(), &review)
             .await
             .map_err(Error::TokenReview)?;
+        drop(review);
         let status = got.status.unwrap_or_default();
         if status.authenticated != Some(true) {
             debug!(error = status.error.as_deref(), "token not authenticated");
@@ -286,15 +340,14 @@ impl Auth {
             groups: info.groups.unwrap_or_default(),
             extra: info.extra.unwrap_or_default(),
         };
-        let user = (!user.name.is_empty()).then_some(user);
-        if user.is_some() {
-            self.tokens
-                .put(key, user.clone(), TOKEN_TTL, Instant::now());
-        }
-        Ok(user)
+        Ok((!user.name.is_empty()).then_some(user))
     }
 
-    /// Whether `user` may `verb` the node's `subresource`, by `SubjectAccessReview`.
+    /// Whether `user` may `verb` the node's `subresource`, by
+    /// `SubjectAccessReview`. Decisions are cached for
+    /// [`CacheTtls::allowed`] or [`CacheTtls::denied`] (the webhook
+    /// authorizer's cache); concurrent identical reviews share one call; a
+    /// failed review is not cached.
     ///
     /// # Errors
     /// [`Error::SubjectAccessReview`] when the review cannot be made.
@@ -303,7 +356,7 @@ impl Auth {
         user: &User,
         verb: &str,
         subresource: &str,
-    ) -> Result<bool, Error> {
+    ) -> Result<bool, Arc<Error>> {
         let spec = SubjectAccessReviewSpec {
             user: Some(user.name.clone()),
             uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
@@ -322,24 +375,35 @@ impl Auth {
             non_resource_attributes: None,
         };
         let key = serde_json::to_string(&spec).unwrap_or_default();
-        if let Some(allowed) = self.decisions.get(&key, Instant::now()) {
-            return Ok(allowed);
-        }
-        let review = SubjectAccessReview {
-            spec,
-            ..SubjectAccessReview::default()
+        let review = async {
+            let got = Api::<SubjectAccessReview>::all(self.client.clone())
+                .create(
+                    &PostParams::default(),
+                    &SubjectAccessReview {
+                        spec,
+                        ..SubjectAccessReview::default()
+                    },
+                )
+                .await
+                .map_err(|source| Error::SubjectAccessReview {
+                    user: user.name.clone(),
+                    source,
+                })?;
+            let allowed = got.status.is_some_and(|s| s.allowed);
+            let ttl = if allowed {
+                self.ttls.allowed
+            } else {
+                self.ttls.denied
+            };
+            Ok::<_, Error>(Cached {
+                value: allowed,
+                ttl,
+            })
         };
-        let got = Api::<SubjectAccessReview>::all(self.client.clone())
-            .create(&PostParams::default(), &review)
+        self.decisions
+            .try_get_with(key, review)
             .await
-            .map_err(|source| Error::SubjectAccessReview {
-                user: user.name.clone(),
-                source,
-            })?;
-        let allowed = got.status.is_some_and(|s| s.allowed);
-        let ttl = if allowed { ALLOWED_TTL } else { DENIED_TTL };
-        self.decisions.put(key, allowed, ttl, Instant::now());
-        Ok(allowed)
+            .map(|c| c.value)
     }
 }
 
@@ -486,14 +550,5 @@ mod tests {
         assert_eq!(user.name, "system:node:n1");
         assert_eq!(user.groups, vec!["system:nodes"]);
         assert_eq!(cert_user(b"not a certificate"), None);
-    }
-
-    #[test]
-    fn cache_entries_expire() {
-        let c = TtlCache::new();
-        let t0 = Instant::now();
-        c.put("k", 1, Duration::from_secs(30), t0);
-        assert_eq!(c.get(&"k", t0 + Duration::from_secs(29)), Some(1));
-        assert_eq!(c.get(&"k", t0 + Duration::from_secs(30)), None);
     }
 }

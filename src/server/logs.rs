@@ -8,12 +8,14 @@
 //! none), and `ReadLogs` in k8s.io/cri-client/pkg/logs (format, tail, partial lines,
 //! follow). Like the kubelet, rotated files (`<n>.log.<timestamp>`) are not read.
 
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ContainerStatus;
 use k8s_openapi::jiff::Timestamp;
+
+use tokio::io::{AsyncBufReadExt as _, AsyncSeekExt as _};
 
 use crate::cri::log::{LogMessage, Stream, format_timestamp};
 use crate::reasons::waiting;
@@ -282,15 +284,16 @@ pub fn tail_start<F: Read + Seek>(f: &mut F, n: u64) -> io::Result<u64> {
 }
 
 /// Where the output goes: a client that may go away.
-pub trait LogSink {
-    /// Sends a chunk; false when the client is gone.
-    fn send(&mut self, chunk: Vec<u8>) -> bool;
+pub trait LogSink: Send {
+    /// Sends a chunk, waiting while the client is behind; false when the
+    /// client is gone.
+    fn send(&mut self, chunk: Vec<u8>) -> impl Future<Output = bool> + Send;
     /// True when the client is gone.
     fn is_closed(&self) -> bool;
 }
 
 impl LogSink for Vec<u8> {
-    fn send(&mut self, chunk: Vec<u8>) -> bool {
+    async fn send(&mut self, chunk: Vec<u8>) -> bool {
         self.extend_from_slice(&chunk);
         true
     }
@@ -300,8 +303,10 @@ impl LogSink for Vec<u8> {
 }
 
 impl LogSink for tokio::sync::mpsc::Sender<bytes::Bytes> {
-    fn send(&mut self, chunk: Vec<u8>) -> bool {
-        self.blocking_send(chunk.into()).is_ok()
+    async fn send(&mut self, chunk: Vec<u8>) -> bool {
+        tokio::sync::mpsc::Sender::send(self, chunk.into())
+            .await
+            .is_ok()
     }
     fn is_closed(&self) -> bool {
         tokio::sync::mpsc::Sender::is_closed(self)
@@ -314,7 +319,7 @@ const CHUNK: usize = 32 * 1024;
 /// An open container log file, positioned where the options say reading starts.
 pub struct LogReader {
     path: PathBuf,
-    reader: BufReader<std::fs::File>,
+    reader: tokio::io::BufReader<tokio::fs::File>,
     opts: LogOptions,
 }
 
@@ -331,27 +336,35 @@ impl LogReader {
     ///
     /// # Errors
     /// The file cannot be opened, sought or read.
-    pub fn open(path: &Path, opts: LogOptions) -> io::Result<Self> {
-        let mut f = std::fs::File::open(path)?;
-        let start = match opts.tail_lines {
-            Some(n) => tail_start(&mut f, n)?,
-            None => 0,
-        };
-        f.seek(SeekFrom::Start(start))?;
+    pub async fn open(path: &Path, opts: LogOptions) -> io::Result<Self> {
+        let tail = opts.tail_lines;
+        let owned = path.to_path_buf();
+        // One short blocking step: open and find where the tail starts.
+        let f = tokio::task::spawn_blocking(move || {
+            let mut f = std::fs::File::open(&owned)?;
+            let start = match tail {
+                Some(n) => tail_start(&mut f, n)?,
+                None => 0,
+            };
+            f.seek(SeekFrom::Start(start))?;
+            Ok::<_, io::Error>(f)
+        })
+        .await
+        .map_err(io::Error::other)??;
         Ok(Self {
             path: path.to_path_buf(),
-            reader: BufReader::new(f),
+            reader: tokio::io::BufReader::new(tokio::fs::File::from_std(f)),
             opts,
         })
     }
 
     /// True when the path now names another file than the one being read
     /// (the log manager renamed it and the runtime reopened a new one).
-    fn rotated(&self) -> bool {
+    async fn rotated(&self) -> bool {
         use std::os::unix::fs::MetadataExt as _;
         match (
-            std::fs::metadata(&self.path),
-            self.reader.get_ref().metadata(),
+            tokio::fs::metadata(&self.path).await,
+            self.reader.get_ref().metadata().await,
         ) {
             (Ok(now), Ok(open)) => (now.dev(), now.ino()) != (open.dev(), open.ino()),
             _ => false,
@@ -362,15 +375,16 @@ impl LogReader {
     /// `running()` says the container stopped and what it wrote last is read, or
     /// the client is gone. `poll` is how often a followed file is checked for new
     /// lines; a followed file that is rotated is followed into its successor.
-    /// Blocking: run it on a blocking thread. Lines that do not parse are
+    /// Runs on the async runtime: file reads are short blocking steps and the
+    /// waits between polls hold no thread. Lines that do not parse are
     /// logged and skipped.
     ///
     /// # Errors
     /// I/O errors reading the file.
-    pub fn run(
+    pub async fn run<S: LogSink>(
         mut self,
-        sink: &mut dyn LogSink,
-        running: &dyn Fn() -> bool,
+        sink: &mut S,
+        running: &(dyn Fn() -> bool + Send + Sync),
         poll: Duration,
     ) -> io::Result<()> {
         let limited = self.opts.tail_lines.is_some() && !self.opts.follow;
@@ -385,7 +399,7 @@ impl LogReader {
                 break;
             }
             line.clear();
-            self.reader.read_until(b'\n', &mut line)?;
+            self.reader.read_until(b'\n', &mut line).await?;
             let mut last = false;
             if !line.ends_with(b"\n") {
                 if self.opts.follow {
@@ -395,16 +409,16 @@ impl LogReader {
                     }
                     // Read an incomplete line again once it is complete.
                     let back = i64::try_from(line.len()).unwrap_or(i64::MAX);
-                    self.reader.seek_relative(-back)?;
-                    if !out.is_empty() && !sink.send(std::mem::take(&mut out)) {
+                    self.reader.seek(SeekFrom::Current(-back)).await?;
+                    if !out.is_empty() && !sink.send(std::mem::take(&mut out)).await {
                         return Ok(());
                     }
                     // The live file was rotated away: go on in the new one,
                     // as the kubelet's follow does.
-                    if self.rotated()
-                        && let Ok(f) = std::fs::File::open(&self.path)
+                    if self.rotated().await
+                        && let Ok(f) = tokio::fs::File::open(&self.path).await
                     {
-                        self.reader = BufReader::new(f);
+                        self.reader = tokio::io::BufReader::new(f);
                         continue;
                     }
                     alive = running();
@@ -412,7 +426,7 @@ impl LogReader {
                         if sink.is_closed() {
                             return Ok(());
                         }
-                        std::thread::sleep(poll);
+                        tokio::time::sleep(poll).await;
                     }
                     continue;
                 }
@@ -435,7 +449,7 @@ impl LogReader {
                     tracing::warn!(path = %self.path.display(), error = %e, "skipping log line");
                 }
             }
-            if out.len() >= CHUNK && !sink.send(std::mem::take(&mut out)) {
+            if out.len() >= CHUNK && !sink.send(std::mem::take(&mut out)).await {
                 return Ok(());
             }
             if last {
@@ -443,7 +457,7 @@ impl LogReader {
             }
         }
         if !out.is_empty() {
-            sink.send(out);
+            sink.send(out).await;
         }
         Ok(())
     }
@@ -659,33 +673,38 @@ mod tests {
 2024-05-01T11:59:30Z stdout F four
 ";
 
-    fn read(text: &str, q: &str) -> String {
+    async fn read(text: &str, q: &str) -> String {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.log");
         std::fs::write(&path, text).unwrap();
         let mut out = Vec::new();
         LogReader::open(&path, opts(q))
+            .await
             .unwrap()
             .run(&mut out, &|| false, Duration::from_millis(1))
+            .await
             .unwrap();
         String::from_utf8(out).unwrap()
     }
 
-    #[test]
-    fn options_shape_the_output() {
-        assert_eq!(read(LOG, ""), "one\ntwo\nthree\nfour\n");
+    #[tokio::test]
+    async fn options_shape_the_output() {
+        assert_eq!(read(LOG, "").await, "one\ntwo\nthree\nfour\n");
         // tailLines counts lines of the file: a partial line is one.
-        assert_eq!(read(LOG, "tailLines=1"), "four\n");
-        assert_eq!(read(LOG, "tailLines=2"), "ee\nfour\n");
-        assert_eq!(read(LOG, "tailLines=3"), "three\nfour\n");
-        assert_eq!(read(LOG, "tailLines=0"), "");
-        assert_eq!(read(LOG, "tailLines=100"), "one\ntwo\nthree\nfour\n");
-        assert_eq!(read(LOG, "limitBytes=6"), "one\ntw");
-        assert_eq!(read(LOG, "sinceSeconds=1800"), "two\nthree\nfour\n");
-        assert_eq!(read(LOG, "sinceTime=2024-05-01T11:45:01Z"), "ee\nfour\n");
-        assert_eq!(read(LOG, "stream=Stderr"), "two\n");
+        assert_eq!(read(LOG, "tailLines=1").await, "four\n");
+        assert_eq!(read(LOG, "tailLines=2").await, "ee\nfour\n");
+        assert_eq!(read(LOG, "tailLines=3").await, "three\nfour\n");
+        assert_eq!(read(LOG, "tailLines=0").await, "");
+        assert_eq!(read(LOG, "tailLines=100").await, "one\ntwo\nthree\nfour\n");
+        assert_eq!(read(LOG, "limitBytes=6").await, "one\ntw");
+        assert_eq!(read(LOG, "sinceSeconds=1800").await, "two\nthree\nfour\n");
         assert_eq!(
-            read(LOG, "timestamps=true&tailLines=3"),
+            read(LOG, "sinceTime=2024-05-01T11:45:01Z").await,
+            "ee\nfour\n"
+        );
+        assert_eq!(read(LOG, "stream=Stderr").await, "two\n");
+        assert_eq!(
+            read(LOG, "timestamps=true&tailLines=3").await,
             "2024-05-01T11:45:00.000000000Z three\n2024-05-01T11:59:30.000000000Z four\n"
         );
         // A bad line is skipped; an incomplete last line is read.
@@ -693,7 +712,8 @@ mod tests {
             read(
                 "2024-05-01T11:00:00Z stdout F a\nnonsense\n2024-05-01T11:00:00Z stdout F b",
                 ""
-            ),
+            )
+            .await,
             "a\nb"
         );
     }
@@ -713,8 +733,8 @@ mod tests {
         assert_eq!(tail_start(&mut io::Cursor::new(b""), 3).unwrap(), 0);
     }
 
-    #[test]
-    fn follow_streams_until_the_container_stops() {
+    #[tokio::test]
+    async fn follow_streams_until_the_container_stops() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.log");
         std::fs::write(
@@ -722,7 +742,9 @@ mod tests {
             "2024-05-01T11:00:00Z stdout F a\n2024-05-01T11:00:00Z stdout P b",
         )
         .unwrap();
-        let reader = LogReader::open(&path, opts("follow=true&tailLines=1")).unwrap();
+        let reader = LogReader::open(&path, opts("follow=true&tailLines=1"))
+            .await
+            .unwrap();
         let writer = {
             let path = path.clone();
             std::thread::spawn(move || {
@@ -739,18 +761,19 @@ mod tests {
         let mut out = Vec::new();
         reader
             .run(&mut out, &running, Duration::from_millis(5))
+            .await
             .unwrap();
         // tailLines=1 starts at the last complete line; the partial line, once
         // complete, is joined with the next.
         assert_eq!(String::from_utf8(out).unwrap(), "a\nbc\n");
     }
 
-    #[test]
-    fn follow_goes_on_in_the_new_file_after_a_rotation() {
+    #[tokio::test]
+    async fn follow_goes_on_in_the_new_file_after_a_rotation() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.log");
         std::fs::write(&path, "2024-05-01T11:00:00Z stdout F before\n").unwrap();
-        let reader = LogReader::open(&path, opts("follow=true")).unwrap();
+        let reader = LogReader::open(&path, opts("follow=true")).await.unwrap();
         let writer = {
             let path = path.clone();
             std::thread::spawn(move || {
@@ -764,15 +787,16 @@ mod tests {
         let mut out = Vec::new();
         reader
             .run(&mut out, &running, Duration::from_millis(5))
+            .await
             .unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "before\nafter\n");
     }
 
-    #[test]
-    fn follow_ends_when_the_client_goes() {
+    #[tokio::test]
+    async fn follow_ends_when_the_client_goes() {
         struct Gone;
         impl LogSink for Gone {
-            fn send(&mut self, _: Vec<u8>) -> bool {
+            async fn send(&mut self, _: Vec<u8>) -> bool {
                 false
             }
             fn is_closed(&self) -> bool {
@@ -783,8 +807,10 @@ mod tests {
         let path = dir.path().join("0.log");
         std::fs::write(&path, "").unwrap();
         LogReader::open(&path, opts("follow=true"))
+            .await
             .unwrap()
             .run(&mut Gone, &|| true, Duration::from_millis(1))
+            .await
             .unwrap();
     }
 

@@ -22,6 +22,17 @@
 //!
 //! Any other path answers 404 `404 page not found` after authorization, as the
 //! kubelet's router does.
+//!
+//! Under abuse ([`Limits`]): a TLS handshake must finish within 10 s, a
+//! connection without a request in flight is closed after 90 s (the kubelet's
+//! `IdleTimeout`; for HTTP/1.1 this is also how long a request head may take),
+//! request heads are limited to 1 MiB (the kubelet's `MaxHeaderBytes`, 431
+//! past it), an HTTP/2 connection carries at most 250 streams at once (Go's
+//! default, which the kubelet keeps), connections beyond 4096 are closed as
+//! they are accepted, and at most 256 logs are followed at once (429 past
+//! it). Followed logs are read on the async runtime, not on blocking threads.
+//! [`raise_open_files_limit`] lifts the agent's open-file limit at start as
+//! the kubelet does with `maxOpenFiles`.
 
 pub mod auth;
 pub mod csr;
@@ -106,6 +117,50 @@ pub struct ServerConfig {
     /// The agent's other effective KubeletConfiguration fields (a JSON object),
     /// shown by `/configz` with this server's own.
     pub kubelet_config: serde_json::Value,
+    /// How long token and access reviews are cached.
+    pub auth_ttls: auth::CacheTtls,
+    /// Timeouts and caps of connections and requests.
+    pub limits: Limits,
+}
+
+/// Timeouts and caps that keep the node API serving under abuse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// A TLS handshake that takes longer is dropped (10 s; the kubelet's Go
+    /// server allows its 4 h read timeout).
+    pub handshake_timeout: Duration,
+    /// A connection without a request in flight is closed after this long
+    /// (the kubelet's `IdleTimeout`, 90 s); an HTTP/2 connection gets a GOAWAY.
+    pub idle_timeout: Duration,
+    /// How long an HTTP/1.1 request head may take to arrive, counted from
+    /// when the connection waits for it (90 s: hyper starts this timer when
+    /// a kept-alive connection goes idle, so it is no shorter than the idle
+    /// timeout; the kubelet allows 4 h).
+    pub header_read_timeout: Duration,
+    /// The largest request head, in bytes (the kubelet's `MaxHeaderBytes`,
+    /// 1 MiB); a larger HTTP/1.1 head is answered 431.
+    pub max_header_bytes: usize,
+    /// Connections served at once (4096); more are closed as they are accepted.
+    pub max_connections: usize,
+    /// Streams one HTTP/2 connection may have open at once (250, Go's
+    /// default `MaxConcurrentStreams`).
+    pub max_concurrent_streams: u32,
+    /// Container logs followed at once (256); more are answered 429.
+    pub max_log_follows: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(90),
+            header_read_timeout: Duration::from_secs(90),
+            max_header_bytes: 1 << 20,
+            max_connections: 4096,
+            max_concurrent_streams: 250,
+            max_log_follows: 256,
+        }
+    }
 }
 
 impl ServerConfig {
@@ -133,6 +188,8 @@ impl ServerConfig {
             client_ca_file: None,
             pod_logs_dir,
             kubelet_config: serde_json::json!({}),
+            auth_ttls: auth::CacheTtls::default(),
+            limits: Limits::default(),
         }
     }
 }
@@ -160,12 +217,53 @@ impl std::fmt::Debug for Deps {
 /// How often a followed log file is checked for new lines and its container for
 /// having stopped (the runtime's log reader waits for a file event or at most 1 s).
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
-/// A TLS handshake that takes longer is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The kubelet's default `maxOpenFiles`.
+pub const MAX_OPEN_FILES: u64 = 1_000_000;
+
+/// Raises the process's open-file limit (`RLIMIT_NOFILE`) as the kubelet does
+/// at start with `maxOpenFiles`: soft and hard limit to `want` when allowed
+/// (that needs `CAP_SYS_RESOURCE` past the hard limit), otherwise the soft
+/// limit to the hard one. Never lowers a limit. Returns the soft limit now in
+/// force.
+///
+/// # Errors
+/// The `setrlimit` error when not even the soft limit can be raised.
+pub fn raise_open_files_limit(want: u64) -> std::io::Result<u64> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let now = getrlimit(Resource::Nofile);
+    let soft = now.current.unwrap_or(u64::MAX);
+    let hard = now.maximum.unwrap_or(u64::MAX);
+    if hard < want {
+        let both = Rlimit {
+            current: Some(want),
+            maximum: Some(want),
+        };
+        if setrlimit(Resource::Nofile, both).is_ok() {
+            return Ok(want);
+        }
+    }
+    // An unlimited hard limit cannot be the soft one (the kernel caps open
+    // files at fs.nr_open): take the kubelet's number then.
+    let target = if now.maximum.is_none() { want } else { hard };
+    if soft >= target {
+        return Ok(soft);
+    }
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(target),
+            maximum: now.maximum,
+        },
+    )?;
+    Ok(target)
+}
 
 struct App {
     /// True once the server drains: followed logs and proxied streams end.
     draining: tokio::sync::watch::Receiver<bool>,
+    /// Permits for followed logs ([`Limits::max_log_follows`]).
+    follows: Arc<tokio::sync::Semaphore>,
     configz: serde_json::Value,
     pods: Store<Pod>,
     runtime: crate::cri::Runtime,
@@ -181,6 +279,7 @@ pub struct Server {
     healthz: Option<TcpListener>,
     acceptor: tokio_rustls::TlsAcceptor,
     router: Router,
+    limits: Limits,
 }
 
 impl std::fmt::Debug for Server {
@@ -210,10 +309,16 @@ impl Server {
             Some(port) => Some(bind(SocketAddr::new(cfg.healthz_address, port)).await?),
             None => None,
         };
-        let auth = Arc::new(auth::Auth::new(deps.client, cfg.node_name.clone()));
+        let auth = Arc::new(auth::Auth::with_ttls(
+            deps.client,
+            cfg.node_name.clone(),
+            cfg.auth_ttls,
+        ));
         let (draining, draining_rx) = tokio::sync::watch::channel(false);
+        let limits = cfg.limits;
         let app = Arc::new(App {
             draining: draining_rx.clone(),
+            follows: Arc::new(tokio::sync::Semaphore::new(limits.max_log_follows)),
             configz: configz(&cfg),
             pods: deps.pods,
             stats: deps.stats,
@@ -266,6 +371,7 @@ impl Server {
             healthz,
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
             router,
+            limits,
         })
     }
 
@@ -307,6 +413,7 @@ impl Server {
             healthz,
             acceptor,
             router,
+            limits,
         } = self;
         if let Ok(addr) = listener.local_addr() {
             info!(%addr, "serving the node API");
@@ -327,7 +434,9 @@ impl Server {
                     .map_err(|source| Error::Healthz { addr, source })
             }
         });
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        // One permit per open connection; all of them back means all are closed.
+        let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+        let mut refused: u64 = 0;
         tokio::pin!(stop);
         let result = loop {
             tokio::select! {
@@ -341,12 +450,28 @@ impl Server {
                 },
                 accepted = listener.accept() => match accepted {
                     Ok((tcp, peer)) => {
+                        let Ok(slot) = slots.clone().try_acquire_owned() else {
+                            // Full: close it now rather than let it wait.
+                            drop(tcp);
+                            refused = refused.saturating_add(1);
+                            if refused.is_power_of_two() {
+                                warn!(
+                                    %peer,
+                                    max = limits.max_connections,
+                                    refused,
+                                    "node API connection limit reached; closing new connections"
+                                );
+                            }
+                            continue;
+                        };
                         tokio::spawn(connection(
                             acceptor.clone(),
                             router.clone(),
                             tcp,
                             peer,
-                            graceful.watcher(),
+                            limits,
+                            draining.subscribe(),
+                            slot,
                         ));
                     }
                     Err(e) => {
@@ -360,7 +485,8 @@ impl Server {
         drop(listener);
         draining.send_replace(true);
         info!("draining the node API");
-        if tokio::time::timeout(DRAIN, graceful.shutdown())
+        let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+        if tokio::time::timeout(DRAIN, slots.acquire_many(all))
             .await
             .is_err()
         {
@@ -378,14 +504,87 @@ impl Server {
 /// drains (seconds).
 pub const DRAIN: Duration = Duration::from_secs(5);
 
+/// Counts a connection's requests in flight: each holds a [`Busy`] until its
+/// response body is done.
+#[derive(Clone)]
+struct InFlight(Arc<tokio::sync::watch::Sender<usize>>);
+
+/// One request in flight on a connection.
+struct Busy(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl InFlight {
+    fn new() -> Self {
+        Self(Arc::new(tokio::sync::watch::channel(0).0))
+    }
+
+    fn begin(&self) -> Busy {
+        self.0.send_modify(|n| *n = n.saturating_add(1));
+        Busy(self.0.clone())
+    }
+
+    /// Completes once no request has been in flight for `timeout`.
+    async fn idle_for(&self, timeout: Duration) {
+        let mut rx = self.0.subscribe();
+        loop {
+            if rx.wait_for(|n| *n == 0).await.is_err() {
+                return;
+            }
+            // Any change (a request starting) restarts the wait.
+            if tokio::time::timeout(timeout, rx.changed()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// Completes once the server drains.
+async fn drained(mut draining: tokio::sync::watch::Receiver<bool>) {
+    let _ = draining.wait_for(|d| *d).await;
+}
+
+/// The hyper connection settings of [`Limits`]: the protocol the TLS
+/// handshake agreed on (ALPN `h2`, else HTTP/1.1), the header size and read
+/// timeout, the HTTP/2 stream cap.
+fn conn_builder(
+    limits: &Limits,
+    h2: bool,
+) -> hyper_util::server::conn::auto::Builder<TokioExecutor> {
+    use hyper_util::rt::TokioTimer;
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        // hyper's smallest read buffer is 8 KiB.
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    if h2 {
+        builder.http2_only()
+    } else {
+        builder.http1_only()
+    }
+}
+
 async fn connection(
     acceptor: tokio_rustls::TlsAcceptor,
     router: Router,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
-    watcher: hyper_util::server::graceful::Watcher,
+    limits: Limits,
+    draining: tokio::sync::watch::Receiver<bool>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
 ) {
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+    let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             debug!(%peer, error = %e, "TLS handshake");
@@ -396,21 +595,59 @@ async fn connection(
             return;
         }
     };
+    let (_, session) = tls.get_ref();
+    let h2 = session.alpn_protocol() == Some(b"h2");
     let cert = auth::PeerCert(
-        tls.get_ref()
-            .1
+        session
             .peer_certificates()
             .and_then(|c| c.first())
             .and_then(|c| auth::cert_user(c)),
     );
-    let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-        req.extensions_mut().insert(cert.clone());
-        router.clone().oneshot(req)
+    let in_flight = InFlight::new();
+    let svc = hyper::service::service_fn({
+        let in_flight = in_flight.clone();
+        move |mut req: hyper::Request<hyper::body::Incoming>| {
+            let busy = in_flight.begin();
+            req.extensions_mut().insert(cert.clone());
+            let resp = router.clone().oneshot(req);
+            async move {
+                let resp = resp.await?;
+                // Busy until the body is sent (or dropped).
+                Ok::<_, Infallible>(resp.map(|b| {
+                    Body::new(http_body_util::BodyExt::map_frame(b, move |f| {
+                        let _busy = &busy;
+                        f
+                    }))
+                }))
+            }
+        }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let builder = conn_builder(&limits, h2);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
-    if let Err(e) = watcher.watch(conn).await {
-        debug!(%peer, error = %e, "connection");
+    tokio::pin!(conn);
+    let idle = in_flight.idle_for(limits.idle_timeout);
+    tokio::pin!(idle);
+    let drain = drained(draining);
+    tokio::pin!(drain);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    debug!(%peer, error = %e, "connection");
+                }
+                return;
+            }
+            () = &mut idle, if !closing => {
+                debug!(%peer, "closing an idle connection");
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            () = &mut drain, if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+        }
     }
 }
 
@@ -655,14 +892,14 @@ fn configz(cfg: &ServerConfig) -> serde_json::Value {
             "x509": {
                 "clientCAFile": cfg.client_ca_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             },
-            "webhook": { "enabled": true, "cacheTTL": dur(auth::TOKEN_TTL) },
+            "webhook": { "enabled": true, "cacheTTL": dur(cfg.auth_ttls.token) },
             "anonymous": { "enabled": false },
         },
         "authorization": {
             "mode": "Webhook",
             "webhook": {
-                "cacheAuthorizedTTL": dur(auth::ALLOWED_TTL),
-                "cacheUnauthorizedTTL": dur(auth::DENIED_TTL),
+                "cacheAuthorizedTTL": dur(cfg.auth_ttls.allowed),
+                "cacheUnauthorizedTTL": dur(cfg.auth_ttls.denied),
             },
         },
     });
@@ -787,7 +1024,23 @@ async fn container_logs(
         );
     };
     let follow = opts.follow;
-    let reader = match logs::LogReader::open(&path, opts) {
+    let permit = if follow {
+        match app.follows.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                let mut resp = text(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too many container logs are being followed on this node; try again later\n",
+                );
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+                return resp;
+            }
+        }
+    } else {
+        None
+    };
+    let reader = match logs::LogReader::open(&path, opts).await {
         Ok(r) => r,
         Err(e) => {
             return text(
@@ -813,9 +1066,11 @@ async fn container_logs(
                 .is_some_and(|s| s.running.is_some())
             && logs::restarts(&dir).first() == Some(&restart)
     };
-    let (mut tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
-    tokio::task::spawn_blocking(move || {
-        if let Err(e) = reader.run(&mut tx, &running, FOLLOW_POLL) {
+    // Two chunks in flight at most: a client that does not read holds 64 KiB.
+    let (mut tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(2);
+    tokio::spawn(async move {
+        let _permit = permit;
+        if let Err(e) = reader.run(&mut tx, &running, FOLLOW_POLL).await {
             warn!(path = %path.display(), error = %e, "read container log");
         }
     });
