@@ -437,6 +437,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn webhook_cache_ttls_are_read_and_other_auth_fields_reported() {
+        let mut s = Settings::default();
+        assert_eq!(s.authentication_cache_ttl, Duration::from_secs(120));
+        assert_eq!(
+            s.authorization_cache_authorized_ttl,
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            s.authorization_cache_unauthorized_ttl,
+            Duration::from_secs(30)
+        );
+        let text = "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: true\n    cacheTTL: 10s\nauthorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 0s\n";
+        let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert_eq!(
+            ignored,
+            vec![
+                "authentication.anonymous",
+                "authentication.webhook.enabled",
+                "authorization.mode"
+            ]
+        );
+        assert_eq!(s.authentication_cache_ttl, Duration::from_secs(10));
+        assert_eq!(
+            s.authorization_cache_authorized_ttl,
+            Duration::from_secs(60)
+        );
+        assert_eq!(s.authorization_cache_unauthorized_ttl, Duration::ZERO);
+        let bad = "authorization:\n  webhook:\n    cacheAuthorizedTTL: -1s\n";
+        assert!(apply_file_text(&mut s, Path::new("k.yaml"), bad).is_err());
+    }
+
+    #[test]
     fn file_fields_apply_and_unknown_ones_are_named() {
         let mut s = Settings::default();
         let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 50\n\

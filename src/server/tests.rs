@@ -64,6 +64,8 @@ fn fake_api(seen: Arc<Mutex<Vec<Value>>>) -> Client {
         async move {
             let path = req.uri().path().to_string();
             let body = req.into_body().collect().await?.to_bytes();
+            // Long enough for concurrent requests to overlap.
+            tokio::time::sleep(Duration::from_millis(50)).await;
             let mut v: Value = serde_json::from_slice(&body)?;
             seen.lock().unwrap().push(v.clone());
             if path == "/apis/authentication.k8s.io/v1/tokenreviews" {
@@ -126,6 +128,25 @@ async fn start_until() -> (
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<Result<()>>,
 ) {
+    start_until_with(|_| {}).await
+}
+
+/// A server whose configuration `tweak` changed first, kept running.
+async fn start_with(tweak: impl FnOnce(&mut ServerConfig)) -> Fixture {
+    let (f, stop, _server) = start_until_with(tweak).await;
+    Fixture {
+        _stop: Some(stop),
+        ..f
+    }
+}
+
+async fn start_until_with(
+    tweak: impl FnOnce(&mut ServerConfig),
+) -> (
+    Fixture,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<()>>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let ca = ca("test-ca");
     let ca_file = dir.path().join("ca.crt");
@@ -153,6 +174,7 @@ async fn start_until() -> (
     cfg.healthz_port = Some(0);
     cfg.client_ca_file = Some(ca_file);
     cfg.kubelet_config = json!({"maxPods": 7, "port": 1});
+    tweak(&mut cfg);
     let runtime = crate::cri::Runtime::connect_lazy(
         &format!("unix://{}", dir.path().join("no-runtime.sock").display()),
         Duration::from_secs(5),
@@ -206,7 +228,32 @@ async fn start_until() -> (
     )
 }
 
+type ClientTls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
 impl Fixture {
+    /// A TLS connection to the server, verifying its certificate for
+    /// 127.0.0.1, with an optional client certificate, offering `alpn`.
+    async fn connect(
+        &self,
+        identity: Option<Identity>,
+        alpn: &[&[u8]],
+    ) -> std::io::Result<ClientTls> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(self.roots.clone());
+        let mut cfg = match identity {
+            Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let tcp = tokio::net::TcpStream::connect(self.addr).await?;
+        tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(ServerName::IpAddress(Ipv4Addr::LOCALHOST.into()), tcp)
+            .await
+    }
+
     /// GET `path` over HTTPS, verifying the server's certificate for 127.0.0.1,
     /// with an optional client certificate and bearer token.
     async fn get(
@@ -215,21 +262,37 @@ impl Fixture {
         identity: Option<Identity>,
         token: Option<&str>,
     ) -> std::io::Result<(StatusCode, String)> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(self.roots.clone());
-        let cfg = match identity {
-            Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
-            None => builder.with_no_client_auth(),
-        };
-        let tcp = tokio::net::TcpStream::connect(self.addr).await?;
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
-            .connect(ServerName::IpAddress(Ipv4Addr::LOCALHOST.into()), tcp)
-            .await?;
+        let tls = self.connect(identity, &[]).await?;
         request(TokioIo::new(tls), path, token).await
     }
+
+    fn tester(&self) -> Option<Identity> {
+        Some(client_cert(&self.ca, "tester", "testers"))
+    }
+
+    /// The kinds of the reviews the API server was asked, in order.
+    fn review_kinds(&self) -> Vec<String> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|v| v["kind"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    fn count(&self, kind: &str) -> usize {
+        self.review_kinds().iter().filter(|k| *k == kind).count()
+    }
+}
+
+/// Waits up to `within` for the peer to close `tls` (a read sees EOF or an error).
+async fn closed_within(tls: &mut ClientTls, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(within, tls.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
 }
 
 async fn request<T>(io: T, path: &str, token: Option<&str>) -> std::io::Result<(StatusCode, String)>
@@ -571,4 +634,332 @@ async fn health_checks_fail_while_draining() {
         StatusCode::INTERNAL_SERVER_ERROR
     );
     assert_eq!(get("/healthz/ping").await, (StatusCode::OK, "ok".into()));
+}
+
+fn fast_idle(cfg: &mut ServerConfig) {
+    cfg.limits.idle_timeout = Duration::from_millis(300);
+    // Longer than the test: the idle timeout alone closes connections.
+    cfg.limits.header_read_timeout = Duration::from_secs(30);
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed_after_the_idle_timeout() {
+    let f = start_with(fast_idle).await;
+    let mut tls = f.connect(None, &[]).await.unwrap();
+    assert!(closed_within(&mut tls, Duration::from_secs(3)).await);
+}
+
+#[tokio::test]
+async fn kept_alive_connections_are_closed_after_the_idle_timeout() {
+    let f = start_with(fast_idle).await;
+    for alpn in [&b"http/1.1"[..], &b"h2"[..]] {
+        let tls = f.connect(f.tester(), &[alpn]).await.unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(alpn));
+        let io = TokioIo::new(tls);
+        let req = || {
+            http::Request::get("https://127.0.0.1/healthz")
+                .body(Empty::<bytes::Bytes>::new())
+                .unwrap()
+        };
+        let conn: tokio::task::JoinHandle<()> = if alpn == b"h2" {
+            let (mut sender, conn) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                    .await
+                    .unwrap();
+            let task = tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            assert_eq!(sender.send_request(req()).await.unwrap().status(), 200);
+            task
+        } else {
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+            let task = tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            let resp = sender.send_request(req()).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.into_body().collect().await.unwrap();
+            task
+        };
+        // The server closes it (a GOAWAY for HTTP/2); the client's
+        // connection task ends.
+        tokio::time::timeout(Duration::from_secs(3), conn)
+            .await
+            .unwrap_or_else(|_| panic!("{alpn:?} connection still open"))
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_connection_with_a_request_in_flight_is_not_idle() {
+    let f = start_with(fast_idle).await;
+    let tls = f.connect(f.tester(), &[]).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    // The container runs: the follow goes on for as long as the client reads.
+    let resp = sender
+        .send_request(
+            http::Request::get("/containerLogs/ns/p/c?follow=true")
+                .header(http::header::HOST, "127.0.0.1")
+                .body(Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, "new1\nnew2\n");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !conn.is_finished(),
+        "a connection following a log was closed as idle"
+    );
+}
+
+#[tokio::test]
+async fn request_heads_over_a_mebibyte_are_refused_with_431() {
+    let f = start().await;
+    let get = |filler: usize| {
+        let f = &f;
+        async move {
+            let tls = f.connect(None, &[]).await.unwrap();
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            sender
+                .send_request(
+                    http::Request::get("/healthz")
+                        .header(http::header::HOST, "127.0.0.1")
+                        .header("x-filler", "a".repeat(filler))
+                        .body(Empty::<bytes::Bytes>::new())
+                        .unwrap(),
+                )
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(
+        get((1 << 20) + 1024).await,
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    );
+    // Below the limit the request is read (and, without credentials, refused).
+    assert_eq!(get(900 << 10).await, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn connections_beyond_the_cap_are_closed() {
+    let f = start_with(|cfg| cfg.limits.max_connections = 2).await;
+    let a = f.connect(None, &[]).await.unwrap();
+    let _b = f.connect(None, &[]).await.unwrap();
+    // The third is closed before its handshake completes.
+    assert!(f.connect(None, &[]).await.is_err());
+    // A slot is free again once a connection closes.
+    drop(a);
+    let mut again = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if let Ok(c) = f.connect(None, &[]).await {
+            again = Some(c);
+            break;
+        }
+    }
+    let tls = again.expect("no connection accepted after one closed");
+    let (status, _) = request(TokioIo::new(tls), "/healthz", None).await.unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn token_reviews_are_cached_and_shared() {
+    let f = start().await;
+    // Twenty requests at once with one token: one review.
+    let many = |token: &'static str| {
+        let f = &f;
+        futures::future::join_all((0..20).map(move |_| f.get("/healthz", None, Some(token))))
+    };
+    for got in many("good").await {
+        assert_eq!(got.unwrap().0, StatusCode::FORBIDDEN);
+    }
+    assert_eq!(f.count("TokenReview"), 1);
+    // The decision for the user is cached too: one review per subresource.
+    assert_eq!(f.count("SubjectAccessReview"), 2);
+    for got in many("good").await {
+        assert_eq!(got.unwrap().0, StatusCode::FORBIDDEN);
+    }
+    assert_eq!(f.count("TokenReview"), 1);
+    // A token that does not authenticate is cached as well (the kubelet keeps
+    // both for cacheTTL), under its hash: the token itself is not kept.
+    for got in many("bad").await {
+        assert_eq!(got.unwrap().0, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(f.count("TokenReview"), 2);
+}
+
+#[tokio::test]
+async fn unauthenticated_tokens_are_asked_again_after_the_cache_ttl() {
+    let f = start_with(|cfg| cfg.auth_ttls.token = Duration::from_millis(400)).await;
+    for _ in 0..3 {
+        let (status, _) = f.get("/pods", None, Some("bad")).await.unwrap();
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(f.count("TokenReview"), 1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (status, _) = f.get("/pods", None, Some("bad")).await.unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(f.count("TokenReview"), 2);
+}
+
+#[tokio::test]
+async fn denied_decisions_expire_before_allowed_ones() {
+    let f = start_with(|cfg| {
+        cfg.auth_ttls.allowed = Duration::from_secs(60);
+        cfg.auth_ttls.denied = Duration::from_millis(400);
+    })
+    .await;
+    let nobody = || Some(client_cert(&f.ca, "nobody", "none"));
+    for _ in 0..2 {
+        assert_eq!(
+            f.get("/healthz", nobody(), None).await.unwrap().0,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            f.get("/healthz", f.tester(), None).await.unwrap().0,
+            StatusCode::OK
+        );
+    }
+    // nobody: healthz and proxy denied; tester: healthz allowed.
+    assert_eq!(f.count("SubjectAccessReview"), 3);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        f.get("/healthz", nobody(), None).await.unwrap().0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        f.get("/healthz", f.tester(), None).await.unwrap().0,
+        StatusCode::OK
+    );
+    assert_eq!(f.count("SubjectAccessReview"), 5);
+}
+
+#[tokio::test]
+async fn followers_beyond_the_cap_get_429() {
+    let f = start_with(|cfg| cfg.limits.max_log_follows = 1).await;
+    let tls = f.connect(f.tester(), &[]).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let first = sender
+        .send_request(
+            http::Request::get("/containerLogs/ns/p/c?follow=true")
+                .header(http::header::HOST, "127.0.0.1")
+                .body(Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let (status, body) = f
+        .get("/containerLogs/ns/p/c?follow=true", f.tester(), None)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    // Reading without following is not limited.
+    assert_eq!(
+        f.get("/containerLogs/ns/p/c", f.tester(), None)
+            .await
+            .unwrap(),
+        (StatusCode::OK, "new1\nnew2\n".to_string())
+    );
+    // Once the first follower goes, another may follow.
+    drop(first);
+    drop(sender);
+    let mut followed = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let tls = f.connect(f.tester(), &[]).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let resp = sender
+            .send_request(
+                http::Request::get("/containerLogs/ns/p/c?follow=true")
+                    .header(http::header::HOST, "127.0.0.1")
+                    .body(Empty::<bytes::Bytes>::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        if resp.status() == StatusCode::OK {
+            followed = true;
+            break;
+        }
+    }
+    assert!(followed, "the follow slot was not given back");
+}
+
+#[test]
+fn many_followers_hold_no_blocking_threads() {
+    // Four blocking threads, ten times as many followers: were a follower to
+    // hold a blocking thread, spawn_blocking (volume set-up, file reads)
+    // would wait for them all.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let f = start().await;
+        let mut held = Vec::new();
+        for _ in 0..40 {
+            let tls = f.connect(f.tester(), &[]).await.unwrap();
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let resp = sender
+                .send_request(
+                    http::Request::get("/containerLogs/ns/p/c?follow=true")
+                        .header(http::header::HOST, "127.0.0.1")
+                        .body(Empty::<bytes::Bytes>::new())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+            held.push((sender, resp));
+        }
+        // Let every follower reach its wait for new lines.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let started = std::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(5), tokio::task::spawn_blocking(|| ()))
+            .await
+            .expect("spawn_blocking starved by log followers")
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        drop(held);
+    });
+}
+
+#[test]
+fn the_open_file_limit_is_raised_to_what_is_allowed() {
+    use rustix::process::{Resource, getrlimit};
+    let before = getrlimit(Resource::Nofile);
+    let soft = raise_open_files_limit(MAX_OPEN_FILES).unwrap();
+    let after = getrlimit(Resource::Nofile);
+    assert_eq!(after.current, Some(soft));
+    assert!(soft >= before.current.unwrap_or(0));
+    // The soft limit reached the hard one, or the kubelet's number.
+    assert!(
+        after.current == after.maximum || soft == MAX_OPEN_FILES,
+        "{after:?}"
+    );
+    // Asking again changes nothing.
+    assert_eq!(raise_open_files_limit(MAX_OPEN_FILES).unwrap(), soft);
 }
