@@ -85,7 +85,7 @@ async fn symlinks_planted_in_a_volume_never_reach_the_host() {
     let host_canary_up = Path::new("/tmp").join(&canary_up);
     let plant = "mkdir -p /vol/data && echo from-the-volume > /vol/data/file.txt && \
                  ln -s / /vol/escape && ln -s /etc /vol/etc && \
-                 ln -s ../../../../../../../../../../tmp /vol/up && \
+                 ln -s ../../../../../../../../../../../../../../../../../../../../tmp /vol/up && \
                  ln -s /etc/hostname /vol/hostname && ln -s data /vol/inside";
     let good = "echo \"file=$(cat /file.txt)\"; ls /data/file.txt && echo dir-listed; \
                 echo \"link=$(cat /inside/file.txt)\"; \
@@ -178,10 +178,10 @@ async fn symlinks_planted_in_a_volume_never_reach_the_host() {
         .collect();
     for c in bad_names {
         assert!(
-            events
-                .iter()
-                .any(|e| e.starts_with(&format!("spec.containers{{{c}}}: Error: "))
-                    && e.contains("subPath")),
+            events.iter().any(
+                |e| e.starts_with(&format!("spec.containers{{{c}}}: Error: "))
+                    && e.contains("subPath")
+            ),
             "no Failed event for {c}: {events:?}"
         );
     }
