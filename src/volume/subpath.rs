@@ -42,6 +42,8 @@ const TARGET_DIR_MODE: u32 = 0o750;
 const TARGET_FILE_MODE: u32 = 0o640;
 /// How many mounts stacked on one bind target are undone before giving up.
 const MAX_STACKED: usize = 16;
+/// How many times a lookup raced by a rename (`EAGAIN`) is tried again.
+const MAX_RETRIES: u32 = 8;
 
 /// A subPath that cannot be made, bound or cleaned up.
 #[derive(Debug, thiserror::Error)]
@@ -178,16 +180,23 @@ fn beneath() -> ResolveFlags {
     ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS
 }
 
-/// Opens `rel` beneath `root` as an `O_PATH` descriptor.
+/// Opens `rel` beneath `root` as an `O_PATH` descriptor. `EAGAIN` (a
+/// rename or mount raced the lookup, which `RESOLVE_BENEATH` then refuses
+/// to vouch for) is retried a few times.
 fn open_beneath(root: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
-    rustix::fs::openat2(
-        root,
-        rel,
-        OFlags::PATH | OFlags::CLOEXEC,
-        Mode::empty(),
-        beneath(),
-    )
-    .map_err(io::Error::from)
+    let mut tries = 0;
+    loop {
+        match rustix::fs::openat2(
+            root,
+            rel,
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            beneath(),
+        ) {
+            Err(rustix::io::Errno::AGAIN) if tries < MAX_RETRIES => tries += 1,
+            other => return other.map_err(io::Error::from),
+        }
+    }
 }
 
 /// True for the errors `openat2` gives when resolution would leave the root.
