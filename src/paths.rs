@@ -2,7 +2,9 @@
 //! (`<podLogsDir>/<namespace>_<name>_<uid>/<container>/<restartCount>.log`,
 //! kuberuntime `BuildPodLogsDirectory` and `BuildContainerLogsDirectory`).
 //! Read by the CRI config translator, the node API's log reader, the stats
-//! provider and the log manager. Pure.
+//! provider and the log manager. And where a pod's subPath bind mounts go
+//! (`<pod-dir>/volume-subpaths/...`, the kubelet's `getPodVolumeSubpathsDir`).
+//! Pure.
 
 use std::path::{Path, PathBuf};
 
@@ -16,4 +18,26 @@ pub fn pod_log_dir(pod_logs_dir: &Path, namespace: &str, name: &str, uid: &str) 
 #[must_use]
 pub fn container_log_path(container: &str, attempt: u32) -> String {
     format!("{container}/{attempt}.log")
+}
+
+/// Directory of a pod's subPath bind mounts in its pod directory.
+pub const VOLUME_SUBPATHS_DIR: &str = "volume-subpaths";
+
+/// The pod's subPath bind mounts: `<pod_dir>/volume-subpaths`, as the
+/// kubelet's `getPodVolumeSubpathsDir`.
+#[must_use]
+pub fn volume_subpaths_dir(pod_dir: &Path) -> PathBuf {
+    pod_dir.join(VOLUME_SUBPATHS_DIR)
+}
+
+/// Where the subPath of mount `index` (its position in the container's
+/// `volumeMounts`) of `container` on `volume` is bind-mounted:
+/// `<pod_dir>/volume-subpaths/<volume>/<container>/<index>`, as the kubelet's
+/// `getSubpathBindTarget`. The names are taken as single path elements.
+#[must_use]
+pub fn volume_subpath(pod_dir: &Path, volume: &str, container: &str, index: usize) -> PathBuf {
+    volume_subpaths_dir(pod_dir)
+        .join(volume)
+        .join(container)
+        .join(index.to_string())
 }

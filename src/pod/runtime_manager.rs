@@ -394,10 +394,19 @@ impl RuntimeManager {
             .map_err(|e| config_error(e.to_string()))?;
         translate::verify_run_as_non_root(pod, c, image.uid, &image.username)
             .map_err(config_error)?;
-        let mut mounts = crate::volume::container_mounts(c, volumes, &env)
-            .map_err(|e| config_error(e.to_string()))?;
+        let pod_dir = crate::volume::pod_dir(&self.node.root_dir, &uid);
+        // SubPaths are opened, made and bind-mounted here: blocking work.
+        let made = tokio::task::spawn_blocking({
+            let (c, volumes, env, pod_dir) =
+                (c.clone(), volumes.clone(), env.clone(), pod_dir.clone());
+            move || crate::volume::container_mounts(&c, &volumes, &env, &pod_dir)
+        })
+        .await;
+        let mut mounts = match made {
+            Ok(m) => m.map_err(|e| config_error(e.to_string()))?,
+            Err(e) => return Err(config_error(format!("prepare volume mounts: {e}"))),
+        };
         if super::hosts::should_mount(pod, c, pod_ips) {
-            let pod_dir = crate::volume::pod_dir(&self.node.root_dir, &uid);
             let hosts = super::hosts::make_hosts_mount(
                 pod,
                 &pod_dir,

@@ -7,8 +7,10 @@
 //! a pod's sandbox or containers, and on every later sync of a running pod
 //! (which refreshes configMap, secret, downwardAPI and projected contents when
 //! their sources change); [`mounts::container_mounts`] turns a container's
-//! `volumeMounts` into CRI mounts; [`VolumeManager::teardown`] unmounts and
-//! removes the pod's directory when the pod is gone.
+//! `volumeMounts` into CRI mounts (a subPath as a bind mount under
+//! `<root-dir>/pods/<uid>/volume-subpaths`, [`subpath`]);
+//! [`VolumeManager::teardown`] unmounts those, then the volumes, and removes
+//! the pod's directory when the pod is gone.
 //!
 //! Config maps, secrets and service account tokens are read one object at a
 //! time (`GET`, and `POST serviceaccounts/<sa>/token`), the only access the
@@ -25,6 +27,7 @@ pub mod mounts;
 pub mod ownership;
 pub mod projected;
 pub mod secret;
+pub mod subpath;
 pub mod token;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -103,6 +106,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A subPath bind mount could not be cleaned up.
+    #[error(transparent)]
+    SubPath(#[from] subpath::Error),
     /// Several sources of one volume failed.
     #[error("[{}]", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
     Multiple(Vec<Error>),
@@ -423,36 +429,44 @@ impl VolumeManager {
         }
     }
 
-    /// Unmounts everything under the pod's directory and removes it, and
-    /// forgets the pod's tokens (the kubelet's volume teardown and
+    /// Unmounts the pod's subPath bind mounts, then everything else under the
+    /// pod's directory, and removes it, and forgets the pod's tokens (the
+    /// kubelet's volume teardown with `CleanSubPaths`, and
     /// `cleanupOrphanedPodDirs`). A pod without a directory is fine.
     ///
     /// # Errors
-    /// [`Error::Io`] when a mount cannot be undone or the directory removed;
-    /// nothing is removed while a mount is left.
+    /// [`Error::SubPath`] or [`Error::Io`] when a mount cannot be undone or
+    /// the directory removed; nothing is removed while a mount is left.
     pub async fn teardown(&self, uid: &str) -> Result<()> {
         let dir = pod_dir(&self.root_dir, uid);
         self.tokens.forget_pod(uid);
-        let task = tokio::task::spawn_blocking(move || remove_pod_dir(&dir));
+        let task = tokio::task::spawn_blocking(move || tear_down_pod_dir(&dir));
         match task.await {
             Ok(r) => r,
             Err(e) => Err(Error::Payload(format!("volume teardown task failed: {e}"))),
         }
     }
 
-    /// Unmounts and removes the volumes of a pod that has finished (its
-    /// `volumes` directory; the pod directory stays until the pod is gone), as
-    /// the kubelet does for terminated pods. Cheap when already done.
+    /// Unmounts and removes the subPath bind mounts and the volumes of a pod
+    /// that has finished (its `volume-subpaths` and `volumes` directories; the
+    /// pod directory stays until the pod is gone), as the kubelet does for
+    /// terminated pods. Cheap when already done.
     ///
     /// # Errors
     /// As [`VolumeManager::teardown`].
     pub async fn teardown_volumes(&self, uid: &str) -> Result<()> {
-        let dir = pod_dir(&self.root_dir, uid).join(VOLUMES_DIR);
-        if std::fs::symlink_metadata(&dir).is_err() {
+        let pod = pod_dir(&self.root_dir, uid);
+        let dir = pod.join(VOLUMES_DIR);
+        let subpaths = crate::paths::volume_subpaths_dir(&pod);
+        if std::fs::symlink_metadata(&dir).is_err() && std::fs::symlink_metadata(&subpaths).is_err()
+        {
             return Ok(());
         }
         self.tokens.forget_pod(uid);
-        let task = tokio::task::spawn_blocking(move || remove_pod_dir(&dir));
+        let task = tokio::task::spawn_blocking(move || {
+            clean_sub_paths(&pod)?;
+            remove_pod_dir(&dir)
+        });
         match task.await {
             Ok(r) => r,
             Err(e) => Err(Error::Payload(format!("volume teardown task failed: {e}"))),
@@ -496,6 +510,21 @@ impl VolumeManager {
         }
         removed
     }
+}
+
+/// Unmounts and removes the subPath bind mounts of the pod in `pod_dir`
+/// ([`subpath::clean_sub_paths`]), before its volumes go, as the kubelet
+/// cleans a volume's subPaths before unmounting it.
+fn clean_sub_paths(pod_dir: &Path) -> Result<()> {
+    subpath::clean_sub_paths(pod_dir)?;
+    Ok(())
+}
+
+/// Tears down a pod's directory: its subPath bind mounts, then every other
+/// mount under it, then the directory.
+fn tear_down_pod_dir(dir: &Path) -> Result<()> {
+    clean_sub_paths(dir)?;
+    remove_pod_dir(dir)
 }
 
 fn remove_pod_dir(dir: &Path) -> Result<()> {
@@ -920,6 +949,39 @@ mod tests {
         assert!(!pod.exists());
         let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
         assert!(mount::mounts_under(&text, &pod).is_empty());
+    }
+
+    #[test]
+    fn teardown_unmounts_sub_paths_before_removing_anything() {
+        if !subpath::tests::need_root() {
+            return;
+        }
+        let root = subpath::tests::TestDir::new();
+        let pod = pod_dir(root.path(), "u1");
+        let vol = volume_dir(root.path(), "u1", empty_dir::PLUGIN_DIR, "x");
+        std::fs::create_dir_all(vol.join("d")).unwrap();
+        std::fs::write(vol.join("d/f"), "x").unwrap();
+        let outside = root.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("keep"), "host").unwrap();
+        let sp = subpath::SubPath {
+            volume_path: &vol,
+            sub_path: "d",
+            pod_dir: &pod,
+            volume_name: "x",
+            container_name: "c",
+            index: 0,
+        };
+        let target = subpath::bind_sub_path(&sp).unwrap();
+        assert!(target.join("f").exists());
+        tear_down_pod_dir(&pod).unwrap();
+        assert!(!pod.exists());
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(mount::mounts_under(&text, root.path()).is_empty());
+        assert_eq!(
+            std::fs::read_to_string(outside.join("keep")).unwrap(),
+            "host"
+        );
     }
 
     #[test]

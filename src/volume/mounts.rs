@@ -1,18 +1,17 @@
 //! A container's `volumeMounts` as CRI mounts, as the kubelet's `makeMounts`
-//! (pkg/kubelet/kubelet_pods.go): the volume's host path (or a `subPath`, or a
-//! `subPathExpr` expanded from the container's environment, inside it),
-//! read-only when the mount or the volume plugin says so, and the mount
-//! propagation mode.
+//! (pkg/kubelet/kubelet_pods.go): the volume's host path (or, for a `subPath`
+//! or a `subPathExpr` expanded from the container's environment, the bind
+//! mount of that file made safely by [`subpath`]), read-only when the mount or
+//! the volume plugin says so, and the mount propagation mode.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, VolumeMount};
+use tracing::warn;
 
-use super::{Error, Result};
+use super::{Error, Result, subpath};
 
 /// A pod volume ready to be mounted into its containers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,57 +95,58 @@ pub fn sub_path(m: &VolumeMount, env: &BTreeMap<String, String>) -> Result<Optio
     Ok(Some(sub))
 }
 
-/// The host path of `sub` inside the volume at `volume`: created as a
-/// directory with the volume's mode when missing, then resolved (symlinks
-/// followed) and required to stay inside the volume, as the kubelet's
-/// `SafeMakeDir` and `PrepareSafeSubpath`.
+/// The host path to give the runtime for subPath `sub` of the volume
+/// mounted at `volume`: the subPath opened beneath the volume (its missing
+/// directories made there), bind-mounted onto
+/// `<pod_dir>/volume-subpaths/<volume>/<container>/<index>`
+/// ([`subpath::bind_sub_path`]), as the kubelet's `makeMounts` with
+/// `SafeMakeDir` and `PrepareSafeSubpath`. Blocking.
 ///
 /// # Errors
-/// [`Error::Mount`] when it cannot be created or resolves outside the volume.
-pub fn resolve_sub_path(volume: &Path, sub: &str, mount: &str, container: &str) -> Result<PathBuf> {
-    let fail = || {
-        Error::Mount(format!(
-            "failed to prepare subPath for volumeMount {mount:?} of container {container:?}"
-        ))
+/// [`Error::Mount`] with the kubelet's messages, which name the volume mount
+/// and the container but not the node's paths (those go to the log): "failed
+/// to create subPath directory ..." when a missing directory cannot be made
+/// inside the volume, "failed to prepare subPath ..." for the rest, such as
+/// a subPath that leaves the volume.
+pub fn prepare_sub_path(
+    volume: &MountedVolume,
+    sub: &str,
+    pod_dir: &Path,
+    mount: &VolumeMount,
+    container: &str,
+    index: usize,
+) -> Result<PathBuf> {
+    let sp = subpath::SubPath {
+        volume_path: &volume.host_path,
+        sub_path: sub,
+        pod_dir,
+        volume_name: &mount.name,
+        container_name: container,
+        index,
     };
-    let root = volume.canonicalize().map_err(|_| fail())?;
-    let path = volume.join(sub);
-    if fs::symlink_metadata(&path).is_err() {
-        let mode = fs::metadata(&root)
-            .map_err(|_| fail())?
-            .permissions()
-            .mode()
-            & 0o7777;
-        let create_fail = || {
-            Error::Mount(format!(
-                "failed to create subPath directory for volumeMount {mount:?} of container {container:?}"
-            ))
+    subpath::bind_sub_path(&sp).map_err(|e| {
+        warn!(
+            container,
+            volume_mount = mount.name,
+            sub_path = sub,
+            error = %e,
+            "subPath refused"
+        );
+        let what = match e {
+            subpath::Error::MakeDir { .. } => "create subPath directory",
+            _ => "prepare subPath",
         };
-        // Each missing directory gets the volume's mode, umask or not, as the
-        // kubelet's `doSafeMakeDir` (mkdirat, then fchmod to the mode).
-        let mut dir = volume.to_path_buf();
-        for part in Path::new(sub).components() {
-            dir.push(part);
-            if fs::symlink_metadata(&dir).is_ok() {
-                continue;
-            }
-            fs::DirBuilder::new()
-                .mode(mode)
-                .create(&dir)
-                .map_err(|_| create_fail())?;
-            fs::set_permissions(&dir, fs::Permissions::from_mode(mode))
-                .map_err(|_| create_fail())?;
-        }
-    }
-    let resolved = path.canonicalize().map_err(|_| fail())?;
-    if !resolved.starts_with(&root) {
-        return Err(fail());
-    }
-    Ok(resolved)
+        Error::Mount(format!(
+            "failed to {what} for volumeMount {:?} of container {container:?}",
+            mount.name
+        ))
+    })
 }
 
 /// The CRI mounts of container `c` from the pod's set-up `volumes`, with
-/// `env` (the container's environment) for `subPathExpr`.
+/// `env` (the container's environment) for `subPathExpr`; `pod_dir` is the
+/// pod's directory, where subPaths are bind-mounted ([`prepare_sub_path`]).
+/// Blocking: makes directories and mounts for subPaths.
 ///
 /// `recursiveReadOnly: Enabled` asks the runtime for a recursive read-only
 /// mount; `IfPossible` stays a plain read-only mount.
@@ -158,10 +158,11 @@ pub fn container_mounts(
     c: &Container,
     volumes: &PodVolumes,
     env: &[(String, String)],
+    pod_dir: &Path,
 ) -> Result<Vec<cri::Mount>> {
     let env: BTreeMap<String, String> = env.iter().cloned().collect();
     let mut mounts = Vec::new();
-    for m in c.volume_mounts.iter().flatten() {
+    for (index, m) in c.volume_mounts.iter().flatten().enumerate() {
         let Some(vol) = volumes.get(&m.name) else {
             return Err(Error::Mount(format!(
                 "cannot find volume {:?} to mount into container {:?}",
@@ -169,7 +170,7 @@ pub fn container_mounts(
             )));
         };
         let host_path = match sub_path(m, &env)? {
-            Some(sub) => resolve_sub_path(&vol.host_path, &sub, &m.name, &c.name)?,
+            Some(sub) => prepare_sub_path(vol, &sub, pod_dir, m, &c.name, index)?,
             None => vol.host_path.clone(),
         };
         let container_path = if m.mount_path.starts_with('/') {
@@ -243,39 +244,45 @@ mod tests {
     }
 
     #[test]
-    fn sub_paths_resolve_inside_the_volume_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let vol = dir.path().join("vol");
-        fs::create_dir(&vol).unwrap();
-        fs::set_permissions(&vol, fs::Permissions::from_mode(0o777)).unwrap();
-        let made = resolve_sub_path(&vol, "a/b", "v", "c").unwrap();
-        assert!(made.is_dir());
-        assert_eq!(made, vol.canonicalize().unwrap().join("a/b"));
-        for d in ["a", "a/b"] {
-            let mode = fs::metadata(vol.join(d)).unwrap().permissions().mode() & 0o7777;
-            assert_eq!(mode, 0o777, "{d}: the volume's mode, whatever the umask");
+    fn refused_sub_paths_get_the_kubelet_messages() {
+        if !subpath::tests::need_root() {
+            return;
         }
-        // A symlink inside the volume to a file inside it is followed.
-        fs::write(vol.join("real"), "x").unwrap();
-        std::os::unix::fs::symlink("real", vol.join("link")).unwrap();
+        let dir = subpath::tests::TestDir::new();
+        let vol = dir.path().join("vol");
+        let pod_dir = dir.path().join("pod");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&vol).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, vol.join("escape")).unwrap();
+        std::os::unix::fs::symlink("nowhere", vol.join("dangling")).unwrap();
+        let volume = MountedVolume {
+            host_path: vol.clone(),
+            read_only: false,
+        };
+        let m = vm("v", "/m");
+        let err = |sub| {
+            prepare_sub_path(&volume, sub, &pod_dir, &m, "c", 0)
+                .unwrap_err()
+                .to_string()
+        };
         assert_eq!(
-            resolve_sub_path(&vol, "link", "v", "c").unwrap(),
-            vol.canonicalize().unwrap().join("real")
-        );
-        // A symlink out of the volume is refused.
-        std::os::unix::fs::symlink("/etc", vol.join("escape")).unwrap();
-        let err = resolve_sub_path(&vol, "escape", "v", "c").unwrap_err();
-        assert_eq!(
-            err.to_string(),
+            err("escape"),
             "failed to prepare subPath for volumeMount \"v\" of container \"c\""
         );
+        assert_eq!(
+            err("dangling/x"),
+            "failed to create subPath directory for volumeMount \"v\" of container \"c\""
+        );
+        assert!(!vol.join("nowhere").exists());
+        assert!(!subpath::tests::mounted_at_or_under(&pod_dir));
     }
 
     #[test]
     fn mounts_carry_paths_read_only_and_propagation() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = subpath::tests::TestDir::new();
         let data = dir.path().join("data");
-        fs::create_dir(&data).unwrap();
+        std::fs::create_dir(&data).unwrap();
         let volumes = PodVolumes::from([
             (
                 "cfg".to_string(),
@@ -304,8 +311,15 @@ mod tests {
             volume_mounts: Some(vec![vm("cfg", "/etc/cfg"), ro, sub, bidi]),
             ..Default::default()
         };
+        if !subpath::tests::need_root() {
+            return;
+        }
+        let pod_dir = dir.path().join("pod");
         let kv = [("POD_NAME".to_string(), "web-0".to_string())];
-        let m = container_mounts(&c, &volumes, &kv).unwrap();
+        let m = container_mounts(&c, &volumes, &kv, &pod_dir);
+        let cleaned = subpath::clean_sub_paths(&pod_dir);
+        let m = m.unwrap();
+        assert_eq!(cleaned.unwrap(), 1, "the subPathExpr mount");
         assert_eq!(m.len(), 4);
         assert_eq!(
             (m[0].container_path.as_str(), m[0].readonly),
@@ -320,7 +334,8 @@ mod tests {
         assert!(!m[2].readonly);
         assert_eq!(
             PathBuf::from(&m[2].host_path),
-            data.canonicalize().unwrap().join("web-0")
+            pod_dir.join("volume-subpaths/data/c/2"),
+            "the subPath's bind mount, at the mount's index"
         );
         assert!(data.join("web-0").is_dir());
         assert_eq!(
@@ -337,7 +352,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            container_mounts(&missing, &volumes, &kv)
+            container_mounts(&missing, &volumes, &kv, &pod_dir)
                 .unwrap_err()
                 .to_string(),
             "cannot find volume \"nope\" to mount into container \"c\""
