@@ -455,8 +455,9 @@ pub fn apply_file_text(
                             return Err(Error::Unsupported {
                                 path: path.to_path_buf(),
                                 field: format!("featureGates.{gate}"),
-                                message: "unrecognized feature gate (supported: UserNamespacesSupport)"
-                                    .into(),
+                                message:
+                                    "unrecognized feature gate (supported: UserNamespacesSupport)"
+                                        .into(),
                             });
                         }
                     }
@@ -652,5 +653,92 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("nodeStatusUpdateFrequency"));
+    }
+
+    #[test]
+    fn security_fields_are_honoured_or_refused() {
+        // (document, field named in the error; None: accepted)
+        let cases = [
+            ("seccompDefault: true\n", None),
+            (
+                "authentication: {anonymous: {enabled: false}, webhook: {enabled: true}}\n",
+                None,
+            ),
+            ("authorization: {mode: Webhook}\n", None),
+            (
+                "readOnlyPort: 0\nprotectKernelDefaults: false\npodPidsLimit: -1\n",
+                None,
+            ),
+            ("featureGates: {UserNamespacesSupport: false}\n", None),
+            ("tlsMinVersion: VersionTLS12\ntlsCipherSuites: []\n", None),
+            ("userNamespaces: {idsPerPod: 65536}\n", None),
+            (
+                "authentication: {anonymous: {enabled: true}}\n",
+                Some("authentication.anonymous.enabled"),
+            ),
+            (
+                "authentication: {webhook: {enabled: false}}\n",
+                Some("authentication.webhook.enabled"),
+            ),
+            (
+                "authentication: {anonymous: yes-please}\n",
+                Some("authentication.anonymous.enabled"),
+            ),
+            (
+                "authorization: {mode: AlwaysAllow}\n",
+                Some("authorization.mode"),
+            ),
+            ("readOnlyPort: 10255\n", Some("readOnlyPort")),
+            (
+                "protectKernelDefaults: true\n",
+                Some("protectKernelDefaults"),
+            ),
+            ("podPidsLimit: 1024\n", Some("podPidsLimit")),
+            (
+                "enableDebuggingHandlers: false\n",
+                Some("enableDebuggingHandlers"),
+            ),
+            ("tlsMinVersion: VersionTLS13\n", Some("tlsMinVersion")),
+            (
+                "tlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n",
+                Some("tlsCipherSuites"),
+            ),
+            (
+                "userNamespaces: {idsPerPod: 1024}\n",
+                Some("userNamespaces.idsPerPod"),
+            ),
+            (
+                "featureGates: {AllAlpha: true}\n",
+                Some("featureGates.AllAlpha"),
+            ),
+        ];
+        for (text, want) in cases {
+            let mut s = Settings::default();
+            match (apply_file_text(&mut s, Path::new("k.yaml"), text), want) {
+                (Ok(_), None) => {}
+                (Err(e @ Error::Unsupported { .. }), Some(field)) => {
+                    let line = e.to_string();
+                    assert!(
+                        line.starts_with(&format!("config file k.yaml: {field}: ")),
+                        "{line}"
+                    );
+                    assert!(!line.contains('\n'), "one line: {line}");
+                }
+                (got, want) => panic!("{text}: got {got:?}, want {want:?}"),
+            }
+        }
+        let mut s = Settings::default();
+        assert!(
+            s.user_namespaces_support && !s.seccomp_default,
+            "the kubelet's defaults"
+        );
+        let text = "seccompDefault: true\nfeatureGates: {UserNamespacesSupport: false}\nfailSwapOn: true\n";
+        assert!(
+            apply_file_text(&mut s, Path::new("k.yaml"), text)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(s.seccomp_default && !s.user_namespaces_support);
+        assert_eq!(s.fail_swap_on, Some(true));
     }
 }

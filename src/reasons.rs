@@ -186,5 +186,6 @@ pub mod admission {
     pub const APPARMOR: &str = "AppArmor";
     /// `supplementalGroupsPolicy: Strict` on a node whose runtime does not
     /// support it (`predicateAdmitHandler`'s `SupplementalGroupsPolicyNotSupported`).
-    pub const SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED: &str = "SupplementalGroupsPolicyNotSupported";
+    pub const SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED: &str =
+        "SupplementalGroupsPolicyNotSupported";
 }

@@ -1591,7 +1591,10 @@ mod tests {
     /// `name` in it, started; returns (sandbox ID, container ID).
     async fn running_pod(runtime: &Runtime, name: &str, uid: &str) -> (String, String) {
         let config = sandbox_config("default", name, uid);
-        let sandbox = runtime.run_pod_sandbox(config.clone(), "", name).await.unwrap();
+        let sandbox = runtime
+            .run_pod_sandbox(config.clone(), "", name)
+            .await
+            .unwrap();
         let container = runtime
             .create_container(&sandbox, container_config(uid, name, 0), config, name)
             .await
@@ -1608,7 +1611,11 @@ mod tests {
     async fn sandbox_runs_lists_by_filter_stops_and_is_removed() {
         let (_dir, fake, runtime) = served().await;
         let web = runtime
-            .run_pod_sandbox(sandbox_config("default", "web", "uid-web"), "", "default/web")
+            .run_pod_sandbox(
+                sandbox_config("default", "web", "uid-web"),
+                "",
+                "default/web",
+            )
             .await
             .unwrap();
         let db = runtime

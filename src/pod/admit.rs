@@ -390,4 +390,113 @@ mod tests {
             "forbidden sysctl: \"kernel.msgmax\" not allowlisted"
         );
     }
+
+    #[test]
+    fn apparmor_and_supplemental_groups_policy_table() {
+        use k8s_openapi::api::core::v1::{AppArmorProfile, SecurityContext};
+        let aa = |t: &str| AppArmorProfile {
+            type_: t.into(),
+            localhost_profile: (t == "Localhost").then(|| "k8s-x".into()),
+        };
+        // (pod profile, container profile, annotation, strict, node has AppArmor, runtime has Strict) → reason
+        type Case<'a> = (
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<&'a str>,
+            bool,
+            bool,
+            bool,
+            Option<&'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (None, None, None, false, false, false, None),
+            (
+                Some("RuntimeDefault"),
+                None,
+                None,
+                false,
+                false,
+                false,
+                Some(APPARMOR),
+            ),
+            (Some("RuntimeDefault"), None, None, false, true, false, None),
+            (Some("Unconfined"), None, None, false, false, false, None),
+            (
+                None,
+                Some("Localhost"),
+                None,
+                false,
+                false,
+                false,
+                Some(APPARMOR),
+            ),
+            (None, Some("Unconfined"), None, false, false, false, None),
+            (
+                None,
+                None,
+                Some("runtime/default"),
+                false,
+                false,
+                false,
+                Some(APPARMOR),
+            ),
+            (None, None, Some("unconfined"), false, false, false, None),
+            (
+                None,
+                None,
+                None,
+                true,
+                true,
+                false,
+                Some(SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED),
+            ),
+            (None, None, None, true, true, true, None),
+            (
+                Some("RuntimeDefault"),
+                None,
+                None,
+                true,
+                false,
+                false,
+                Some(SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED),
+            ),
+        ];
+        for (pod_aa, c_aa, annotation, strict, apparmor, sgp, want) in cases {
+            let mut p = pod("web").container("c", "busybox").build();
+            if let Some(a) = annotation {
+                p.metadata.annotations = Some(std::collections::BTreeMap::from([(
+                    "container.apparmor.security.beta.kubernetes.io/c".to_string(),
+                    a.to_string(),
+                )]));
+            }
+            let s = p.spec.as_mut().unwrap();
+            s.security_context = Some(PodSecurityContext {
+                app_armor_profile: pod_aa.map(aa),
+                supplemental_groups_policy: strict.then(|| "Strict".into()),
+                ..Default::default()
+            });
+            s.containers[0].security_context = Some(SecurityContext {
+                app_armor_profile: c_aa.map(aa),
+                ..Default::default()
+            });
+            let node = NodeAbilities {
+                allowed_unsafe_sysctls: &[],
+                apparmor_enabled: apparmor,
+                supplemental_groups_policy: sgp,
+            };
+            let got = admit(&p, &node).err();
+            assert_eq!(
+                got.as_ref().map(|r| r.reason),
+                want,
+                "{pod_aa:?} {c_aa:?} {annotation:?} strict={strict} apparmor={apparmor} sgp={sgp}"
+            );
+            if let Some(r) = got {
+                let message = match r.reason {
+                    APPARMOR => "Cannot enforce AppArmor: AppArmor is not enabled on the host",
+                    _ => "SupplementalGroupsPolicy=Strict is not supported in this node",
+                };
+                assert_eq!(r.message, message);
+            }
+        }
+    }
 }

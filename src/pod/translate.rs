@@ -258,7 +258,10 @@ pub fn user_namespace_need(
 ///
 /// # Errors
 /// The kubelet's `the handler "x" is not known`.
-pub fn check_runtime_handler(handler: &str, handlers: &[cri::RuntimeHandler]) -> Result<(), String> {
+pub fn check_runtime_handler(
+    handler: &str,
+    handlers: &[cri::RuntimeHandler],
+) -> Result<(), String> {
     if handlers.is_empty() || handlers.iter().any(|h| h.name == handler) {
         Ok(())
     } else {
@@ -621,7 +624,10 @@ pub fn seccomp_root(root_dir: &Path) -> PathBuf {
     root_dir.join("seccomp")
 }
 
-fn profile(kind: cri::security_profile::ProfileType, localhost_ref: String) -> cri::SecurityProfile {
+fn profile(
+    kind: cri::security_profile::ProfileType,
+    localhost_ref: String,
+) -> cri::SecurityProfile {
     cri::SecurityProfile {
         profile_type: kind as i32,
         localhost_ref,
@@ -1144,8 +1150,8 @@ mod tests {
             host_path: "/var/lib/rustlet/pods/uid-web/volumes/kubernetes.io~empty-dir/data".into(),
             ..Default::default()
         };
-        let cfg = container_config(&p, &c2, 2, "sha256:abc", &env, &node(), vec![mount.clone()])
-            .unwrap();
+        let cfg =
+            container_config(&p, &c2, 2, "sha256:abc", &env, &node(), vec![mount.clone()]).unwrap();
         assert_eq!(cfg.mounts, vec![mount]);
         assert_eq!(cfg.log_path, "c/2.log");
         assert_eq!(cfg.labels[CONTAINER_NAME_LABEL], "c");
@@ -1389,5 +1395,388 @@ mod tests {
         let mut host = own;
         host.spec.as_mut().unwrap().host_pid = Some(true);
         assert_eq!(pid(&host), (cri::NamespaceMode::Node as i32, String::new()));
+    }
+
+    fn handler(name: &str, userns: bool) -> cri::RuntimeHandler {
+        cri::RuntimeHandler {
+            name: name.into(),
+            features: Some(cri::RuntimeHandlerFeatures {
+                user_namespaces: userns,
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn user_namespace_is_the_pods_own_or_the_pod_fails() {
+        use UserNamespaceNeed::{Host, Pod as Own, Unspecified};
+        let runc = [
+            handler("", true),
+            handler("runc", true),
+            handler("old", false),
+        ];
+        // (hostUsers, handler, runtime's handlers, gate) → need or the kubelet's error
+        type Case<'a> = (
+            Option<bool>,
+            &'a str,
+            &'a [cri::RuntimeHandler],
+            bool,
+            Result<UserNamespaceNeed, &'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (None, "", &runc, true, Ok(Host)),
+            (Some(true), "", &runc, true, Ok(Host)),
+            (None, "", &[], false, Ok(Unspecified)),
+            (Some(false), "", &runc, true, Ok(Own)),
+            (Some(false), "runc", &runc, true, Ok(Own)),
+            (
+                Some(false),
+                "old",
+                &runc,
+                true,
+                Err("RuntimeClass handler \"old\" does not support user namespaces"),
+            ),
+            (
+                Some(false),
+                "kata",
+                &runc,
+                true,
+                Err("the handler \"kata\" is not known"),
+            ),
+            (
+                Some(false),
+                "",
+                &[],
+                true,
+                Err("runtime handlers are not set"),
+            ),
+            (
+                Some(false),
+                "",
+                &runc,
+                false,
+                Err(
+                    "the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers",
+                ),
+            ),
+            (
+                Some(true),
+                "",
+                &runc,
+                false,
+                Err(
+                    "the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers",
+                ),
+            ),
+        ];
+        for (host_users, h, handlers, gate, want) in cases {
+            let mut p = pod("web").container("c", "busybox").build();
+            p.spec.as_mut().unwrap().host_users = host_users;
+            let got = user_namespace_need(&p, h, handlers, gate);
+            assert_eq!(
+                got.as_ref().map_err(String::as_str),
+                want.as_ref().map_err(|e| *e),
+                "{host_users:?} {h:?} gate={gate}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_pods_user_namespace_reaches_sandbox_and_containers() {
+        let mut p = pod("web").container("c", "busybox").build();
+        p.spec.as_mut().unwrap().host_users = Some(false);
+        let isolation = Isolation {
+            runtime_handler: "runc".into(),
+            user_namespace: Some(pod_user_namespace(3 * USER_NS_LENGTH)),
+        };
+        let sandbox = sandbox_config(&p, 0, &node(), &isolation).unwrap();
+        let userns = |ns: Option<&cri::NamespaceOption>| ns.and_then(|n| n.userns_options.clone());
+        let want = cri::UserNamespace {
+            mode: cri::NamespaceMode::Pod as i32,
+            uids: vec![cri::IdMapping {
+                host_id: 196_608,
+                container_id: 0,
+                length: 65_536,
+            }],
+            gids: vec![cri::IdMapping {
+                host_id: 196_608,
+                container_id: 0,
+                length: 65_536,
+            }],
+        };
+        let sc = sandbox
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref());
+        assert_eq!(
+            userns(sc.and_then(|s| s.namespace_options.as_ref())),
+            Some(want.clone())
+        );
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let mut cfg = container_config(&p, c, 0, "sha256:b", &[], &node(), vec![]).unwrap();
+        join_user_namespace(&mut cfg, &isolation);
+        let csc = cfg.linux.as_ref().and_then(|l| l.security_context.as_ref());
+        assert_eq!(
+            userns(csc.and_then(|s| s.namespace_options.as_ref())),
+            Some(want)
+        );
+    }
+
+    #[test]
+    fn runtime_handlers_are_checked_when_the_runtime_lists_them() {
+        let listed = [handler("", false), handler("runc", false)];
+        for (h, handlers, ok) in [
+            ("", &listed[..], true),
+            ("runc", &listed[..], true),
+            ("kata", &listed[..], false),
+            ("kata", &[][..], true),
+        ] {
+            assert_eq!(check_runtime_handler(h, handlers).is_ok(), ok, "{h:?}");
+        }
+    }
+
+    #[test]
+    fn seccomp_profiles_table() {
+        use cri::security_profile::ProfileType::{Localhost, RuntimeDefault, Unconfined};
+        let sp = |t: &str, l: Option<&str>| SeccompProfile {
+            type_: t.into(),
+            localhost_profile: l.map(Into::into),
+        };
+        let mut n = node();
+        n.root_dir = "/var/lib/rustlet".into();
+        let mut defaulted = n.clone();
+        defaulted.seccomp_default = true;
+        // (container, pod, seccompDefault) → (type, localhost_ref) or an error
+        let cases = [
+            (None, None, false, Ok((Unconfined, ""))),
+            (None, None, true, Ok((RuntimeDefault, ""))),
+            (
+                None,
+                Some(sp("RuntimeDefault", None)),
+                false,
+                Ok((RuntimeDefault, "")),
+            ),
+            (
+                Some(sp("Unconfined", None)),
+                Some(sp("RuntimeDefault", None)),
+                true,
+                Ok((Unconfined, "")),
+            ),
+            (
+                Some(sp("Localhost", Some("profiles/audit.json"))),
+                None,
+                false,
+                Ok((Localhost, "/var/lib/rustlet/seccomp/profiles/audit.json")),
+            ),
+            (
+                None,
+                Some(sp("Localhost", Some("a.json"))),
+                true,
+                Ok((Localhost, "/var/lib/rustlet/seccomp/a.json")),
+            ),
+            (
+                Some(sp("Localhost", Some("../../etc/x.json"))),
+                None,
+                false,
+                Err("without '..'"),
+            ),
+            (
+                Some(sp("Localhost", Some("a/../../x.json"))),
+                None,
+                false,
+                Err("without '..'"),
+            ),
+            (
+                Some(sp("Localhost", Some("/etc/x.json"))),
+                None,
+                false,
+                Err("without '..'"),
+            ),
+            (
+                Some(sp("Localhost", None)),
+                None,
+                false,
+                Err("localhostProfile must be set"),
+            ),
+            (
+                Some(sp("Localhost", Some(""))),
+                None,
+                false,
+                Err("localhostProfile must be set"),
+            ),
+            (
+                Some(sp("Whatever", None)),
+                None,
+                true,
+                Err("unknown seccomp profile type"),
+            ),
+        ];
+        for (c, p, default, want) in cases {
+            let node = if default { &defaulted } else { &n };
+            let got = seccomp(c.as_ref(), p.as_ref(), node);
+            match (got, want) {
+                (Ok(got), Ok((t, r))) => {
+                    assert_eq!(
+                        (got.profile_type, got.localhost_ref.as_str()),
+                        (t as i32, r),
+                        "{c:?} {p:?}"
+                    );
+                }
+                (Err(e), Err(msg)) => assert!(e.to_string().contains(msg), "{c:?}: {e}"),
+                (got, want) => panic!("{c:?} {p:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn apparmor_selinux_and_groups_policy_reach_the_runtime() {
+        use cri::security_profile::ProfileType;
+        use k8s_openapi::api::core::v1::{AppArmorProfile, SELinuxOptions};
+        let aa = |t: &str, l: Option<&str>| AppArmorProfile {
+            type_: t.into(),
+            localhost_profile: l.map(Into::into),
+        };
+        // (pod field, container field, annotation) → (CRI type, ref, deprecated string) or none
+        let cases = [
+            (None, None, None, None),
+            (
+                Some(aa("RuntimeDefault", None)),
+                None,
+                None,
+                Some((ProfileType::RuntimeDefault, "", "runtime/default")),
+            ),
+            (
+                Some(aa("RuntimeDefault", None)),
+                Some(aa("Localhost", Some("k8s-x"))),
+                None,
+                Some((ProfileType::Localhost, "k8s-x", "localhost/k8s-x")),
+            ),
+            (
+                Some(aa("RuntimeDefault", None)),
+                None,
+                Some("unconfined"),
+                Some((ProfileType::Unconfined, "", "unconfined")),
+            ),
+            (
+                None,
+                None,
+                Some("localhost/k8s-y"),
+                Some((ProfileType::Localhost, "k8s-y", "localhost/k8s-y")),
+            ),
+            (
+                None,
+                Some(aa("Unconfined", None)),
+                Some("runtime/default"),
+                Some((ProfileType::Unconfined, "", "unconfined")),
+            ),
+        ];
+        for (pod_aa, c_aa, annotation, want) in cases {
+            let mut p = pod("web").container("c", "busybox").build();
+            if let Some(a) = annotation {
+                p.metadata.annotations = Some(BTreeMap::from([(
+                    format!("{APPARMOR_ANNOTATION_PREFIX}c"),
+                    a.to_string(),
+                )]));
+            }
+            let spec = p.spec.as_mut().unwrap();
+            spec.security_context = Some(PodSecurityContext {
+                app_armor_profile: pod_aa.clone(),
+                ..Default::default()
+            });
+            spec.containers[0].security_context = Some(SecurityContext {
+                app_armor_profile: c_aa.clone(),
+                ..Default::default()
+            });
+            let c = &p.spec.as_ref().unwrap().containers[0];
+            let sc = security_context(&p, c, &node(), &Isolation::default()).unwrap();
+            #[allow(deprecated)] // the deprecated string is still sent, as the kubelet does
+            let got = sc
+                .apparmor
+                .map(|a| (a.profile_type, a.localhost_ref, sc.apparmor_profile.clone()));
+            let want = want.map(|(t, r, d)| (t as i32, r.to_string(), d.to_string()));
+            assert_eq!(got, want, "{pod_aa:?} {c_aa:?} {annotation:?}");
+        }
+        let bad = {
+            let mut p = pod("web").container("c", "busybox").build();
+            p.spec.as_mut().unwrap().containers[0].security_context = Some(SecurityContext {
+                app_armor_profile: Some(aa("Localhost", None)),
+                ..Default::default()
+            });
+            p
+        };
+        let c = &bad.spec.as_ref().unwrap().containers[0];
+        assert!(security_context(&bad, c, &node(), &Isolation::default()).is_err());
+
+        let mut p = pod("web").container("c", "busybox").build();
+        let selinux = |level: &str| SELinuxOptions {
+            level: Some(level.into()),
+            type_: Some("container_t".into()),
+            ..Default::default()
+        };
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            se_linux_options: Some(selinux("s0:c1,c2")),
+            supplemental_groups_policy: Some("Strict".into()),
+            ..Default::default()
+        });
+        let sandbox = sandbox_config(&p, 0, &node(), &Isolation::default()).unwrap();
+        let ssc = sandbox.linux.unwrap().security_context.unwrap();
+        assert_eq!(ssc.selinux_options.unwrap().level, "s0:c1,c2");
+        assert_eq!(
+            ssc.supplemental_groups_policy,
+            cri::SupplementalGroupsPolicy::Strict as i32
+        );
+        assert_eq!(
+            ssc.seccomp.unwrap().profile_type,
+            cri::security_profile::ProfileType::RuntimeDefault as i32
+        );
+        p.spec.as_mut().unwrap().containers[0].security_context = Some(SecurityContext {
+            se_linux_options: Some(selinux("s0:c3,c4")),
+            ..Default::default()
+        });
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let sc = security_context(&p, c, &node(), &Isolation::default()).unwrap();
+        let o = sc.selinux_options.unwrap();
+        assert_eq!(
+            (o.level.as_str(), o.r#type.as_str()),
+            ("s0:c3,c4", "container_t")
+        );
+        assert_eq!(
+            sc.supplemental_groups_policy,
+            cri::SupplementalGroupsPolicy::Strict as i32
+        );
+        p.spec
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap()
+            .supplemental_groups_policy = Some("Loose".into());
+        assert!(sandbox_config(&p, 0, &node(), &Isolation::default()).is_err());
+    }
+
+    #[test]
+    fn pod_overhead_is_the_sandboxs() {
+        let mut p = pod("web").container("c", "busybox").build();
+        let none = sandbox_config(&p, 0, &node(), &Isolation::default()).unwrap();
+        assert_eq!(none.linux.unwrap().overhead, None);
+        p.spec.as_mut().unwrap().overhead = Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity("250m".into())),
+            ("memory".to_string(), Quantity("120Mi".into())),
+        ]));
+        let o = sandbox_config(&p, 0, &node(), &Isolation::default())
+            .unwrap()
+            .linux
+            .unwrap()
+            .overhead
+            .unwrap();
+        assert_eq!(
+            (
+                o.cpu_shares,
+                o.cpu_quota,
+                o.cpu_period,
+                o.memory_limit_in_bytes
+            ),
+            (256, 25_000, CPU_PERIOD_US, 120 << 20)
+        );
     }
 }

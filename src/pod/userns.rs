@@ -162,7 +162,9 @@ impl UsernsManager {
         }
         let taken: std::collections::BTreeSet<u32> = used.values().copied().collect();
         let ranges = u32::MAX / USER_NS_LENGTH;
-        (1..=ranges).find(|i| !taken.contains(i)).ok_or_else(exhausted)
+        (1..=ranges)
+            .find(|i| !taken.contains(i))
+            .ok_or_else(exhausted)
     }
 }
 
@@ -200,7 +202,10 @@ fn read_index(pod_dir: &Path, uid: &str) -> Result<Option<u32>, Error> {
         )));
     }
     if uids.host_id % USER_NS_LENGTH != 0 || uids.host_id < USER_NS_LENGTH {
-        return Err(invalid(format!("host ID {} is not a range of its own", uids.host_id)));
+        return Err(invalid(format!(
+            "host ID {} is not a range of its own",
+            uids.host_id
+        )));
     }
     Ok(Some(uids.host_id / USER_NS_LENGTH))
 }
@@ -256,7 +261,11 @@ mod tests {
         assert_eq!(again.get_or_create("b").unwrap(), b);
         again.release("a");
         assert!(!dir.path().join("pods/a/userns").exists());
-        assert_eq!(again.get_or_create("c").unwrap(), a, "a's range is free again");
+        assert_eq!(
+            again.get_or_create("c").unwrap(),
+            a,
+            "a's range is free again"
+        );
     }
 
     #[test]
@@ -264,10 +273,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let m = UsernsManager::new(dir.path(), 10);
         let cases = [
-            ("identity", r#"{"uidMappings":[{"hostId":0,"containerId":0,"length":65536}],"gidMappings":[{"hostId":0,"containerId":0,"length":65536}]}"#),
-            ("short", r#"{"uidMappings":[{"hostId":65536,"containerId":0,"length":10}],"gidMappings":[{"hostId":65536,"containerId":0,"length":10}]}"#),
-            ("odd", r#"{"uidMappings":[{"hostId":65537,"containerId":0,"length":65536}],"gidMappings":[{"hostId":65537,"containerId":0,"length":65536}]}"#),
-            ("differ", r#"{"uidMappings":[{"hostId":65536,"containerId":0,"length":65536}],"gidMappings":[]}"#),
+            (
+                "identity",
+                r#"{"uidMappings":[{"hostId":0,"containerId":0,"length":65536}],"gidMappings":[{"hostId":0,"containerId":0,"length":65536}]}"#,
+            ),
+            (
+                "short",
+                r#"{"uidMappings":[{"hostId":65536,"containerId":0,"length":10}],"gidMappings":[{"hostId":65536,"containerId":0,"length":10}]}"#,
+            ),
+            (
+                "odd",
+                r#"{"uidMappings":[{"hostId":65537,"containerId":0,"length":65536}],"gidMappings":[{"hostId":65537,"containerId":0,"length":65536}]}"#,
+            ),
+            (
+                "differ",
+                r#"{"uidMappings":[{"hostId":65536,"containerId":0,"length":65536}],"gidMappings":[]}"#,
+            ),
             ("garbage", "not json"),
         ];
         for (uid, text) in cases {
