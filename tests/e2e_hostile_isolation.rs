@@ -119,6 +119,7 @@ async fn host_users_false_never_runs_in_the_host_user_namespace() {
     p.spec.as_mut().unwrap().host_users = Some(false);
     let created = create(&client, &ns, &p).await;
     let uid = created.metadata.uid.clone().unwrap();
+    eprintln!("the runtime's default handler supports user namespaces: {supported}");
     if supported {
         // It runs, in a user namespace of its own: uid 0 inside is not uid 0 outside.
         wait_for(&client, &ns, "userns", 90, "Succeeded", phase("Succeeded")).await;
