@@ -90,7 +90,7 @@ async fn start_pod(rt: &Runtime, image: &str, logs: &Path, uid: String) -> anyho
         linux: Some(cri::LinuxContainerConfig::default()),
         ..Default::default()
     };
-    let sid = rt.run_pod_sandbox(sandbox.clone(), &uid).await?;
+    let sid = rt.run_pod_sandbox(sandbox.clone(), "", &uid).await?;
     let cid = rt.create_container(&sid, container, sandbox, &uid).await?;
     rt.start_container(&cid).await?;
     Ok(sid)

@@ -92,6 +92,31 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// True when the kernel enforces AppArmor: `/sys/module/apparmor/parameters/enabled`
+/// starts with `Y` (runc's `apparmor.IsEnabled`, which the kubelet's AppArmor
+/// validator uses).
+fn apparmor_enabled() -> bool {
+    std::fs::read("/sys/module/apparmor/parameters/enabled").is_ok_and(|b| b.first() == Some(&b'Y'))
+}
+
+/// With `failSwapOn: true`, refuses to run on a node with swap on, as the
+/// kubelet's container manager: `swaps` (`/proc/swaps`) lists a device
+/// below its header line.
+///
+/// # Errors
+/// Swap is on, or the file cannot be read.
+fn check_no_swap(swaps: &Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(swaps)
+        .with_context(|| format!("failSwapOn: read {}", swaps.display()))?;
+    if text.lines().skip(1).any(|l| !l.trim().is_empty()) {
+        anyhow::bail!(
+            "running with swap on is not supported, please disable swap or set --fail-swap-on flag to false (failSwapOn: false in the config file); {} lists swap",
+            swaps.display()
+        );
+    }
+    Ok(())
+}
+
 /// Flags over file over defaults.
 ///
 /// # Errors
@@ -151,6 +176,9 @@ fn hostname() -> String {
 /// start; later failures are retried and logged instead.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let settings = settings(&args)?;
+    if settings.fail_swap_on == Some(true) {
+        check_no_swap(Path::new("/proc/swaps"))?;
+    }
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let runtime = Runtime::connect(
         &settings.container_runtime_endpoint,
@@ -279,6 +307,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         memory_capacity_bytes: machine.memory_bytes,
         hosts_file: crate::pod::hosts::ETC_HOSTS_PATH.into(),
         allowed_unsafe_sysctls: settings.allowed_unsafe_sysctls.clone(),
+        seccomp_default: settings.seccomp_default,
+        apparmor_enabled: apparmor_enabled(),
+        user_namespaces_support: settings.user_namespaces_support,
     };
     let ctx = Arc::new(worker::Context {
         runtime: RuntimeManager {
@@ -297,6 +328,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             recorder,
             node,
             pods: store.clone(),
+            client: client.clone(),
+            userns: crate::pod::userns::UsernsManager::new(
+                &settings.root_dir,
+                usize::try_from(settings.max_pods).unwrap_or(usize::MAX),
+            ),
         },
         status: StatusManager::new(client.clone()),
         status_context: StatusContext {

@@ -26,6 +26,18 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// The file asks for a security setting this agent cannot honour; run
+    /// without it, the node would be less protected than configured, so the
+    /// agent does not start.
+    #[error("config file {path}: {field}: {message}")]
+    Unsupported {
+        /// The file.
+        path: PathBuf,
+        /// The field, dotted (`authorization.mode`).
+        field: String,
+        /// What is asked and what this agent supports.
+        message: String,
+    },
 }
 
 /// The settings rustlet runs with, after flags, file and defaults are merged.
@@ -75,6 +87,15 @@ pub struct Settings {
     pub authorization_cache_authorized_ttl: Duration,
     /// `authorization.webhook.cacheUnauthorizedTTL` (30 s).
     pub authorization_cache_unauthorized_ttl: Duration,
+    /// `seccompDefault` (false): containers without a seccomp profile run
+    /// under the runtime's default profile instead of none.
+    pub seccomp_default: bool,
+    /// `featureGates.UserNamespacesSupport` (true, as the kubelet since
+    /// 1.33): pods may ask for their own user namespace (`hostUsers: false`).
+    pub user_namespaces_support: bool,
+    /// `failSwapOn` as set in the file: true makes the agent refuse to start
+    /// on a node with swap enabled (unset: not checked).
+    pub fail_swap_on: Option<bool>,
 }
 
 impl Default for Settings {
@@ -100,6 +121,9 @@ impl Default for Settings {
             authentication_cache_ttl: Duration::from_secs(120),
             authorization_cache_authorized_ttl: Duration::from_secs(300),
             authorization_cache_unauthorized_ttl: Duration::from_secs(30),
+            seccomp_default: false,
+            user_namespaces_support: true,
+            fail_swap_on: None,
         }
     }
 }
@@ -170,6 +194,9 @@ impl Settings {
             "serverTLSBootstrap": self.server_tls_bootstrap,
             "serializeImagePulls": self.serialize_image_pulls,
             "maxParallelImagePulls": self.max_parallel_image_pulls,
+            "seccompDefault": self.seccomp_default,
+            "featureGates": {"UserNamespacesSupport": self.user_namespaces_support},
+            "failSwapOn": self.fail_swap_on,
         })
     }
 }
@@ -210,7 +237,89 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "maxParallelImagePulls",
     "authentication",
     "authorization",
+    "seccompDefault",
+    "featureGates",
+    "failSwapOn",
 ];
+
+/// KubeletConfiguration fields that guard the node's security, with the
+/// values this agent honours (it does the same whether or not they are set):
+/// any other value, or any other shape, stops the agent at start
+/// ([`Error::Unsupported`]) rather than running less protected than
+/// configured. Each is the dotted path of the field and the values accepted.
+pub const SECURITY_FIELDS: &[(&str, &[&str])] = &[
+    // The node API refuses anonymous requests and authorizes every request
+    // with a SubjectAccessReview (server::auth).
+    ("authentication.anonymous.enabled", &["false"]),
+    ("authentication.webhook.enabled", &["true"]),
+    ("authorization.mode", &["Webhook"]),
+    // No unauthenticated read-only port is served.
+    ("readOnlyPort", &["0"]),
+    // Kernel tunables are not checked against the kubelet's expectations.
+    ("protectKernelDefaults", &["false"]),
+    // No per-pod process limit is set.
+    ("podPidsLimit", &["-1", "0"]),
+    // exec, attach, port-forward and logs are always served.
+    ("enableDebuggingHandlers", &["true"]),
+    // The node API speaks TLS 1.2 and 1.3 with rustls' cipher suites.
+    ("tlsMinVersion", &["VersionTLS12", ""]),
+    // User namespaces get the kubelet's default 65536 IDs per pod.
+    ("userNamespaces.idsPerPod", &["65536"]),
+];
+
+/// Checks the security fields of a KubeletConfiguration document
+/// ([`SECURITY_FIELDS`], plus `tlsCipherSuites` and unknown feature gates).
+///
+/// # Errors
+/// [`Error::Unsupported`] for the first field set to a value this agent does not honour.
+fn check_security_fields(path: &Path, map: &serde_json::Map<String, Value>) -> Result<(), Error> {
+    let unsupported = |field: &str, message: String| Error::Unsupported {
+        path: path.to_path_buf(),
+        field: field.to_string(),
+        message,
+    };
+    for (field, accepted) in SECURITY_FIELDS {
+        let mut parts = field.split('.');
+        let first = parts.next().unwrap_or_default();
+        let mut v = map.get(first);
+        for part in parts {
+            v = match v {
+                Some(Value::Object(m)) => m.get(part),
+                Some(Value::Null) | None => None,
+                Some(_) => {
+                    return Err(unsupported(field, "expected a mapping above it".into()));
+                }
+            };
+        }
+        let Some(v) = v.filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let text = match v {
+            Value::String(s) => s.clone(),
+            Value::Bool(_) | Value::Number(_) => v.to_string(),
+            _ => String::new(),
+        };
+        if !accepted.contains(&text.as_str()) || matches!(v, Value::Array(_) | Value::Object(_)) {
+            return Err(unsupported(
+                field,
+                format!(
+                    "{v} is not supported by this agent (supported: {})",
+                    accepted.join(", ")
+                ),
+            ));
+        }
+    }
+    if map
+        .get("tlsCipherSuites")
+        .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
+    {
+        return Err(unsupported(
+            "tlsCipherSuites",
+            "a cipher suite list is not supported by this agent (it uses rustls' suites)".into(),
+        ));
+    }
+    Ok(())
+}
 
 fn duration(path: &Path, key: &str, v: &Value) -> Result<Duration, Error> {
     let bad = |m: String| Error::Parse {
@@ -253,6 +362,7 @@ pub fn apply_file_text(
             .map(str::to_string)
             .ok_or_else(|| bad(key, "a string"))
     };
+    check_security_fields(path, map)?;
     let mut ignored = Vec::new();
     for (key, v) in map {
         match key.as_str() {
@@ -335,6 +445,38 @@ pub fn apply_file_text(
             }
             "authentication" | "authorization" => {
                 webhook_cache_ttls(settings, path, key, v, &mut ignored)?;
+            }
+            "seccompDefault" => {
+                settings.seccomp_default = v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
+            }
+            "failSwapOn" => {
+                settings.fail_swap_on = match v {
+                    Value::Null => None,
+                    v => Some(v.as_bool().ok_or_else(|| bad(key, "true or false"))?),
+                };
+            }
+            "featureGates" => {
+                let gates = v
+                    .as_object()
+                    .ok_or_else(|| bad(key, "a mapping of gate names to true or false"))?;
+                for (gate, on) in gates {
+                    let on = on
+                        .as_bool()
+                        .ok_or_else(|| bad(&format!("featureGates.{gate}"), "true or false"))?;
+                    match gate.as_str() {
+                        "UserNamespacesSupport" => settings.user_namespaces_support = on,
+                        // As the kubelet, which refuses a gate it does not know.
+                        _ => {
+                            return Err(Error::Unsupported {
+                                path: path.to_path_buf(),
+                                field: format!("featureGates.{gate}"),
+                                message:
+                                    "unrecognized feature gate (supported: UserNamespacesSupport)"
+                                        .into(),
+                            });
+                        }
+                    }
+                }
             }
             "clusterDNS" => {
                 settings.cluster_dns = v
@@ -475,7 +617,8 @@ mod tests {
                     runtimeRequestTimeout: 1m30s\nclusterDNS: [10.0.0.10]\ncgroupDriver: cgroupfs\nfailSwapOn: false\n\
                     allowedUnsafeSysctls: [kernel.msg*, net.core.somaxconn]\n";
         let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
-        assert_eq!(ignored, vec!["cgroupDriver", "failSwapOn"]);
+        assert_eq!(ignored, vec!["cgroupDriver"]);
+        assert_eq!(s.fail_swap_on, Some(false));
         assert_eq!(s.max_pods, 50);
         assert_eq!(s.runtime_request_timeout, Duration::from_secs(90));
         assert_eq!(s.cluster_dns, vec!["10.0.0.10"]);
@@ -597,5 +740,92 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("nodeStatusUpdateFrequency"));
+    }
+
+    #[test]
+    fn security_fields_are_honoured_or_refused() {
+        // (document, field named in the error; None: accepted)
+        let cases = [
+            ("seccompDefault: true\n", None),
+            (
+                "authentication: {anonymous: {enabled: false}, webhook: {enabled: true}}\n",
+                None,
+            ),
+            ("authorization: {mode: Webhook}\n", None),
+            (
+                "readOnlyPort: 0\nprotectKernelDefaults: false\npodPidsLimit: -1\n",
+                None,
+            ),
+            ("featureGates: {UserNamespacesSupport: false}\n", None),
+            ("tlsMinVersion: VersionTLS12\ntlsCipherSuites: []\n", None),
+            ("userNamespaces: {idsPerPod: 65536}\n", None),
+            (
+                "authentication: {anonymous: {enabled: true}}\n",
+                Some("authentication.anonymous.enabled"),
+            ),
+            (
+                "authentication: {webhook: {enabled: false}}\n",
+                Some("authentication.webhook.enabled"),
+            ),
+            (
+                "authentication: {anonymous: yes-please}\n",
+                Some("authentication.anonymous.enabled"),
+            ),
+            (
+                "authorization: {mode: AlwaysAllow}\n",
+                Some("authorization.mode"),
+            ),
+            ("readOnlyPort: 10255\n", Some("readOnlyPort")),
+            (
+                "protectKernelDefaults: true\n",
+                Some("protectKernelDefaults"),
+            ),
+            ("podPidsLimit: 1024\n", Some("podPidsLimit")),
+            (
+                "enableDebuggingHandlers: false\n",
+                Some("enableDebuggingHandlers"),
+            ),
+            ("tlsMinVersion: VersionTLS13\n", Some("tlsMinVersion")),
+            (
+                "tlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n",
+                Some("tlsCipherSuites"),
+            ),
+            (
+                "userNamespaces: {idsPerPod: 1024}\n",
+                Some("userNamespaces.idsPerPod"),
+            ),
+            (
+                "featureGates: {AllAlpha: true}\n",
+                Some("featureGates.AllAlpha"),
+            ),
+        ];
+        for (text, want) in cases {
+            let mut s = Settings::default();
+            match (apply_file_text(&mut s, Path::new("k.yaml"), text), want) {
+                (Ok(_), None) => {}
+                (Err(e @ Error::Unsupported { .. }), Some(field)) => {
+                    let line = e.to_string();
+                    assert!(
+                        line.starts_with(&format!("config file k.yaml: {field}: ")),
+                        "{line}"
+                    );
+                    assert!(!line.contains('\n'), "one line: {line}");
+                }
+                (got, want) => panic!("{text}: got {got:?}, want {want:?}"),
+            }
+        }
+        let mut s = Settings::default();
+        assert!(
+            s.user_namespaces_support && !s.seccomp_default,
+            "the kubelet's defaults"
+        );
+        let text = "seccompDefault: true\nfeatureGates: {UserNamespacesSupport: false}\nfailSwapOn: true\n";
+        assert!(
+            apply_file_text(&mut s, Path::new("k.yaml"), text)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(s.seccomp_default && !s.user_namespaces_support);
+        assert_eq!(s.fail_swap_on, Some(true));
     }
 }

@@ -181,4 +181,11 @@ pub mod admission {
     pub const POD_OS_NOT_SUPPORTED: &str = "PodOSNotSupported";
     /// A sysctl is not allowed (sysctl allowlist's `ForbiddenReason`, `SysctlForbidden`).
     pub const SYSCTL_FORBIDDEN: &str = "SysctlForbidden";
+    /// An AppArmor profile on a node that cannot enforce it (the AppArmor
+    /// admit handler's `AppArmorNotAdmittedReason`).
+    pub const APPARMOR: &str = "AppArmor";
+    /// `supplementalGroupsPolicy: Strict` on a node whose runtime does not
+    /// support it (`predicateAdmitHandler`'s `SupplementalGroupsPolicyNotSupported`).
+    pub const SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED: &str =
+        "SupplementalGroupsPolicyNotSupported";
 }

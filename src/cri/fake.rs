@@ -1591,7 +1591,10 @@ mod tests {
     /// `name` in it, started; returns (sandbox ID, container ID).
     async fn running_pod(runtime: &Runtime, name: &str, uid: &str) -> (String, String) {
         let config = sandbox_config("default", name, uid);
-        let sandbox = runtime.run_pod_sandbox(config.clone(), name).await.unwrap();
+        let sandbox = runtime
+            .run_pod_sandbox(config.clone(), "", name)
+            .await
+            .unwrap();
         let container = runtime
             .create_container(&sandbox, container_config(uid, name, 0), config, name)
             .await
@@ -1608,11 +1611,15 @@ mod tests {
     async fn sandbox_runs_lists_by_filter_stops_and_is_removed() {
         let (_dir, fake, runtime) = served().await;
         let web = runtime
-            .run_pod_sandbox(sandbox_config("default", "web", "uid-web"), "default/web")
+            .run_pod_sandbox(
+                sandbox_config("default", "web", "uid-web"),
+                "",
+                "default/web",
+            )
             .await
             .unwrap();
         let db = runtime
-            .run_pod_sandbox(sandbox_config("prod", "db", "uid-db"), "prod/db")
+            .run_pod_sandbox(sandbox_config("prod", "db", "uid-db"), "", "prod/db")
             .await
             .unwrap();
         assert_ne!(web, db);
@@ -1722,12 +1729,12 @@ mod tests {
             }),
             ..Default::default()
         });
-        let proxy = runtime.run_pod_sandbox(config, "proxy").await.unwrap();
+        let proxy = runtime.run_pod_sandbox(config, "", "proxy").await.unwrap();
         let status = runtime.pod_sandbox_status(&proxy).await.unwrap().unwrap();
         assert_eq!(status.network.unwrap().ip, "");
         // The next pod network sandbox still gets the first address.
         let web = runtime
-            .run_pod_sandbox(sandbox_config("default", "web", "uid-web"), "web")
+            .run_pod_sandbox(sandbox_config("default", "web", "uid-web"), "", "web")
             .await
             .unwrap();
         let ips: Vec<_> = fake.sandboxes().into_iter().map(|s| (s.id, s.ip)).collect();
@@ -1742,7 +1749,7 @@ mod tests {
         let (_dir, fake, runtime) = served().await;
         let config = sandbox_config("default", "web", "uid-web");
         let sandbox = runtime
-            .run_pod_sandbox(config.clone(), "web")
+            .run_pod_sandbox(config.clone(), "", "web")
             .await
             .unwrap();
         let image_ref = runtime
@@ -1813,7 +1820,7 @@ mod tests {
         let (_dir, fake, runtime) = served().await;
         let config = sandbox_config("default", "web", "uid-web");
         let sandbox = runtime
-            .run_pod_sandbox(config.clone(), "web")
+            .run_pod_sandbox(config.clone(), "", "web")
             .await
             .unwrap();
         let err = runtime
@@ -2050,7 +2057,7 @@ mod tests {
         fake.add_image(BUSYBOX);
         let config = sandbox_config("default", "web", "uid-web");
         let sandbox = runtime
-            .run_pod_sandbox(config.clone(), "web")
+            .run_pod_sandbox(config.clone(), "", "web")
             .await
             .unwrap();
         let id = runtime

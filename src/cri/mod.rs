@@ -241,19 +241,22 @@ impl Runtime {
         .await
     }
 
-    /// CRI `RunPodSandbox`; returns the new sandbox's ID.
+    /// CRI `RunPodSandbox` with runtime handler `runtime_handler` (a
+    /// RuntimeClass's `handler`; empty: the runtime's default); returns the
+    /// new sandbox's ID.
     ///
     /// # Errors
     /// As every call; `target` names the pod in the error.
     pub async fn run_pod_sandbox(
         &self,
         config: cri::PodSandboxConfig,
+        runtime_handler: &str,
         target: &str,
     ) -> Result<String> {
         let mut c = self.runtime.clone();
         let req = cri::RunPodSandboxRequest {
             config: Some(config),
-            runtime_handler: String::new(),
+            runtime_handler: runtime_handler.to_string(),
         };
         Ok(self
             .call("RunPodSandbox", target, c.run_pod_sandbox(req))

@@ -1,11 +1,27 @@
 //! Pod admission on the node, as the kubelet's admit handlers: the OS field
-//! check of `predicateAdmitHandler` (lifecycle/predicate.go) and the sysctl
-//! allowlist (sysctl/allowlist.go, safe_sysctls.go). Pure: a rejected pod is
-//! failed by the worker with the reason and message returned here.
+//! and supplemental groups policy checks of `predicateAdmitHandler`
+//! (lifecycle/predicate.go), the sysctl allowlist (sysctl/allowlist.go,
+//! safe_sysctls.go) and the AppArmor admit handler (lifecycle/handlers.go with
+//! security/apparmor/validate.go). Pure: a rejected pod is failed by the
+//! worker with the reason and message returned here.
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::reasons::admission::{POD_OS_NOT_SUPPORTED, SYSCTL_FORBIDDEN};
+use crate::reasons::admission::{
+    APPARMOR, POD_OS_NOT_SUPPORTED, SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED, SYSCTL_FORBIDDEN,
+};
+
+/// What the node can enforce, for admission.
+#[derive(Clone, Debug, Default)]
+pub struct NodeAbilities<'a> {
+    /// `allowedUnsafeSysctls` (names, or prefixes ending in `*`).
+    pub allowed_unsafe_sysctls: &'a [String],
+    /// The kernel enforces AppArmor.
+    pub apparmor_enabled: bool,
+    /// The runtime supports `supplementalGroupsPolicy: Strict` (CRI `Status`
+    /// `features.supplemental_groups_policy`).
+    pub supplemental_groups_policy: bool,
+}
 
 /// The sysctls the kubelet allows without configuration (`safeSysctls`): namespaced
 /// and without influence on other pods.
@@ -145,12 +161,64 @@ fn validate_sysctl(
     Err(format!("{sysctl:?} not allowlisted"))
 }
 
-/// Admits `pod` on a Linux node whose configuration allows the unsafe sysctls
-/// `allowed_unsafe` (KubeletConfiguration `allowedUnsafeSysctls`).
+/// True when `pod` sets `supplementalGroupsPolicy: Strict`.
+#[must_use]
+pub fn wants_strict_supplemental_groups(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.supplemental_groups_policy.as_deref())
+        == Some("Strict")
+}
+
+/// True when some container of `pod` would run under an AppArmor profile
+/// other than `Unconfined` (pod or container field, or the deprecated
+/// annotation), as the kubelet's `apparmor.isRequired`.
+#[must_use]
+pub fn apparmor_required(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let confined = |p: Option<&k8s_openapi::api::core::v1::AppArmorProfile>| {
+        p.is_some_and(|p| p.type_ != "Unconfined")
+    };
+    if confined(
+        spec.security_context
+            .as_ref()
+            .and_then(|sc| sc.app_armor_profile.as_ref()),
+    ) {
+        return true;
+    }
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter());
+    let ephemeral = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .map(|e| e.security_context.as_ref());
+    if containers
+        .map(|c| c.security_context.as_ref())
+        .chain(ephemeral)
+        .any(|sc| confined(sc.and_then(|sc| sc.app_armor_profile.as_ref())))
+    {
+        return true;
+    }
+    pod.metadata.annotations.iter().flatten().any(|(k, v)| {
+        k.starts_with(super::translate::APPARMOR_ANNOTATION_PREFIX) && v != "unconfined"
+    })
+}
+
+/// Admits `pod` on a Linux node that can enforce what `node` says.
 ///
 /// # Errors
-/// The [`Rejection`] of the first check that fails, in the kubelet's order.
-pub fn admit(pod: &Pod, allowed_unsafe: &[String]) -> Result<(), Rejection> {
+/// The [`Rejection`] of the first check that fails, in the kubelet's order:
+/// the OS field, `supplementalGroupsPolicy: Strict` the runtime does not
+/// support, a sysctl not allowed, an AppArmor profile on a node without
+/// AppArmor.
+pub fn admit(pod: &Pod, node: &NodeAbilities<'_>) -> Result<(), Rejection> {
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(());
     };
@@ -160,6 +228,13 @@ pub fn admit(pod: &Pod, allowed_unsafe: &[String]) -> Result<(), Rejection> {
             message: "Failed to admit pod as the OS field doesn't match node OS".into(),
         });
     }
+    if wants_strict_supplemental_groups(pod) && !node.supplemental_groups_policy {
+        return Err(Rejection {
+            reason: SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED,
+            message: "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
+        });
+    }
+    let allowed_unsafe = node.allowed_unsafe_sysctls;
     let sysctls = spec
         .security_context
         .as_ref()
@@ -177,6 +252,12 @@ pub fn admit(pod: &Pod, allowed_unsafe: &[String]) -> Result<(), Rejection> {
             reason: SYSCTL_FORBIDDEN,
             message: format!("forbidden sysctl: {e}"),
         })?;
+    }
+    if !node.apparmor_enabled && apparmor_required(pod) {
+        return Err(Rejection {
+            reason: APPARMOR,
+            message: "Cannot enforce AppArmor: AppArmor is not enabled on the host".into(),
+        });
     }
     Ok(())
 }
@@ -282,7 +363,11 @@ mod tests {
                 ),
                 ..Default::default()
             });
-            let got = admit(&p, &allowed).err().map(|r| r.reason);
+            let node = NodeAbilities {
+                allowed_unsafe_sysctls: &allowed,
+                ..Default::default()
+            };
+            let got = admit(&p, &node).err().map(|r| r.reason);
             assert_eq!(
                 got, want,
                 "{os:?} {sysctls:?} host_net={host_net} {allowed:?}"
@@ -301,8 +386,117 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(
-            admit(&p, &[]).unwrap_err().message,
+            admit(&p, &NodeAbilities::default()).unwrap_err().message,
             "forbidden sysctl: \"kernel.msgmax\" not allowlisted"
         );
+    }
+
+    #[test]
+    fn apparmor_and_supplemental_groups_policy_table() {
+        use k8s_openapi::api::core::v1::{AppArmorProfile, SecurityContext};
+        let aa = |t: &str| AppArmorProfile {
+            type_: t.into(),
+            localhost_profile: (t == "Localhost").then(|| "k8s-x".into()),
+        };
+        // (pod profile, container profile, annotation, strict, node has AppArmor, runtime has Strict) → reason
+        type Case<'a> = (
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<&'a str>,
+            bool,
+            bool,
+            bool,
+            Option<&'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (None, None, None, false, false, false, None),
+            (
+                Some("RuntimeDefault"),
+                None,
+                None,
+                false,
+                false,
+                false,
+                Some(APPARMOR),
+            ),
+            (Some("RuntimeDefault"), None, None, false, true, false, None),
+            (Some("Unconfined"), None, None, false, false, false, None),
+            (
+                None,
+                Some("Localhost"),
+                None,
+                false,
+                false,
+                false,
+                Some(APPARMOR),
+            ),
+            (None, Some("Unconfined"), None, false, false, false, None),
+            (
+                None,
+                None,
+                Some("runtime/default"),
+                false,
+                false,
+                false,
+                Some(APPARMOR),
+            ),
+            (None, None, Some("unconfined"), false, false, false, None),
+            (
+                None,
+                None,
+                None,
+                true,
+                true,
+                false,
+                Some(SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED),
+            ),
+            (None, None, None, true, true, true, None),
+            (
+                Some("RuntimeDefault"),
+                None,
+                None,
+                true,
+                false,
+                false,
+                Some(SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED),
+            ),
+        ];
+        for (pod_aa, c_aa, annotation, strict, apparmor, sgp, want) in cases {
+            let mut p = pod("web").container("c", "busybox").build();
+            if let Some(a) = annotation {
+                p.metadata.annotations = Some(std::collections::BTreeMap::from([(
+                    "container.apparmor.security.beta.kubernetes.io/c".to_string(),
+                    a.to_string(),
+                )]));
+            }
+            let s = p.spec.as_mut().unwrap();
+            s.security_context = Some(PodSecurityContext {
+                app_armor_profile: pod_aa.map(aa),
+                supplemental_groups_policy: strict.then(|| "Strict".into()),
+                ..Default::default()
+            });
+            s.containers[0].security_context = Some(SecurityContext {
+                app_armor_profile: c_aa.map(aa),
+                ..Default::default()
+            });
+            let node = NodeAbilities {
+                allowed_unsafe_sysctls: &[],
+                apparmor_enabled: apparmor,
+                supplemental_groups_policy: sgp,
+            };
+            let got = admit(&p, &node).err();
+            assert_eq!(
+                got.as_ref().map(|r| r.reason),
+                want,
+                "{pod_aa:?} {c_aa:?} {annotation:?} strict={strict} apparmor={apparmor} sgp={sgp}"
+            );
+            if let Some(r) = got {
+                let message = match r.reason {
+                    APPARMOR => "Cannot enforce AppArmor: AppArmor is not enabled on the host",
+                    _ => "SupplementalGroupsPolicy=Strict is not supported in this node",
+                };
+                assert_eq!(r.message, message);
+            }
+        }
     }
 }

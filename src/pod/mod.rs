@@ -21,6 +21,7 @@
 //! | [`credentials`] | `imagePullSecrets` as a keyring | `credentialprovider` |
 //! | [`lifecycle`] | postStart and preStop hooks | `pkg/kubelet/lifecycle` |
 //! | [`pleg`] | runtime events as pod syncs | `pkg/kubelet/pleg` |
+//! | [`userns`] | the host ID range of each pod with its own user namespace | `pkg/kubelet/userns` |
 
 pub mod admit;
 pub mod credentials;
@@ -37,6 +38,7 @@ pub mod spec;
 pub mod status;
 pub mod status_manager;
 pub mod translate;
+pub mod userns;
 pub mod worker;
 
 #[cfg(test)]

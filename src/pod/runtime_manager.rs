@@ -21,7 +21,8 @@ use super::image_manager::ImageManager;
 use super::lifecycle;
 use super::plan::{Plan, Step, Waiting};
 use super::spec;
-use super::translate::{self, NodeContext, PodFacts, pod_identity};
+use super::translate::{self, Isolation, NodeContext, PodFacts, UserNamespaceNeed, pod_identity};
+use super::userns::UsernsManager;
 use crate::container::PodRuntime;
 use crate::cri::Runtime;
 use crate::events::{EventType, Recorder};
@@ -43,6 +44,10 @@ pub struct RuntimeManager {
     /// The reflector's pods: a kill in progress reads the pod's current grace
     /// period from it.
     pub pods: Store<Pod>,
+    /// The API client: RuntimeClasses are read through it.
+    pub client: kube::Client,
+    /// The host ID ranges of pods with their own user namespace.
+    pub userns: UsernsManager,
 }
 
 /// What carrying out a plan left behind.
@@ -63,6 +68,8 @@ struct Placement {
     config: cri::PodSandboxConfig,
     /// The sandbox's IPs, primary first.
     pod_ips: Vec<String>,
+    /// The pod's runtime handler and user namespace.
+    isolation: Isolation,
 }
 
 /// A step failed on the runtime (the pod's sync fails and is retried).
@@ -121,7 +128,7 @@ impl RuntimeManager {
                 }
                 Step::StartContainer { name, attempt } => {
                     if placement.is_none() {
-                        placement = self.current_sandbox(pod, rt);
+                        placement = self.current_sandbox(pod, rt).await;
                     }
                     let Some(at) = &placement else { break };
                     let Some(c) = spec::find_container(pod, name) else {
@@ -132,7 +139,7 @@ impl RuntimeManager {
                 }
                 Step::StartEphemeralContainer { name, target_id } => {
                     if placement.is_none() {
-                        placement = self.current_sandbox(pod, rt);
+                        placement = self.current_sandbox(pod, rt).await;
                     }
                     let Some(at) = &placement else { break };
                     let started =
@@ -207,13 +214,21 @@ impl RuntimeManager {
 
     /// The ready sandbox of the pod with its config and IPs, for starting
     /// containers in it; none without one.
-    fn current_sandbox(&self, pod: &Pod, rt: &PodRuntime) -> Option<Placement> {
+    async fn current_sandbox(&self, pod: &Pod, rt: &PodRuntime) -> Option<Placement> {
         let s = rt.latest_sandbox().filter(|s| s.ready)?;
-        match translate::sandbox_config(pod, s.attempt, &self.node) {
+        let isolation = match self.isolation(pod).await {
+            Ok(i) => i,
+            Err(e) => {
+                warn!(error = %e, "isolation of the pod's sandbox");
+                return None;
+            }
+        };
+        match translate::sandbox_config(pod, s.attempt, &self.node, &isolation) {
             Ok(config) => Some(Placement {
                 sandbox_id: s.id.clone(),
                 config,
                 pod_ips: s.ips.clone(),
+                isolation,
             }),
             Err(e) => {
                 warn!(error = %e, "sandbox config");
@@ -222,7 +237,62 @@ impl RuntimeManager {
         }
     }
 
-    /// Creates the pod's log directory and sandbox (attempt `attempt`).
+    /// The pod's [`Isolation`], as the kubelet's `createPodSandbox` and
+    /// `NamespacesForPod`: the handler of its RuntimeClass (read from the
+    /// API, as the kubelet's runtimeclass manager; `""` without one),
+    /// checked against the handlers the runtime reports, and its user
+    /// namespace ([`translate::user_namespace_need`], with a range from the
+    /// [`UsernsManager`]). The runtime's `Status` is asked only for a pod
+    /// with a RuntimeClass or its own user namespace.
+    ///
+    /// # Errors
+    /// Why the pod cannot run here, in the kubelet's words: the RuntimeClass
+    /// does not exist, the runtime does not know its handler, or cannot give
+    /// the pod the user namespace it asks for. Never a fallback.
+    async fn isolation(&self, pod: &Pod) -> std::result::Result<Isolation, String> {
+        use k8s_openapi::api::node::v1::RuntimeClass;
+        let spec = pod.spec.as_ref();
+        let class = spec
+            .and_then(|s| s.runtime_class_name.as_deref())
+            .filter(|c| !c.is_empty());
+        let runtime_handler = match class {
+            None => String::new(),
+            Some(name) => {
+                let api = kube::Api::<RuntimeClass>::all(self.client.clone());
+                match api.get_opt(name).await {
+                    Ok(Some(rc)) => rc.handler,
+                    Ok(None) => return Err(format!("runtimeclass.node.k8s.io {name:?} not found")),
+                    Err(e) => return Err(format!("failed to lookup RuntimeClass {name}: {e}")),
+                }
+            }
+        };
+        let own_userns = spec.and_then(|s| s.host_users) == Some(false);
+        let handlers = if class.is_some() || own_userns {
+            let status = self.runtime.status().await.map_err(|e| e.to_string())?;
+            translate::check_runtime_handler(&runtime_handler, &status.runtime_handlers)?;
+            status.runtime_handlers
+        } else {
+            Vec::new()
+        };
+        let gate = self.node.user_namespaces_support;
+        let need = translate::user_namespace_need(pod, &runtime_handler, &handlers, gate)?;
+        let user_namespace = match need {
+            UserNamespaceNeed::Unspecified => None,
+            UserNamespaceNeed::Host => Some(translate::host_user_namespace()),
+            UserNamespaceNeed::Pod => {
+                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                let first = self.userns.get_or_create(uid).map_err(|e| e.to_string())?;
+                Some(translate::pod_user_namespace(first))
+            }
+        };
+        Ok(Isolation {
+            runtime_handler,
+            user_namespace,
+        })
+    }
+
+    /// Creates the pod's log directory and sandbox (attempt `attempt`) with
+    /// its [`Isolation`].
     ///
     /// # Errors
     /// The message of the `FailedCreatePodSandBox` event.
@@ -232,8 +302,10 @@ impl RuntimeManager {
         attempt: u32,
     ) -> std::result::Result<Placement, String> {
         let (ns, name, _) = pod_identity(pod);
-        let config = translate::sandbox_config(pod, attempt, &self.node)
-            .map_err(|e| format!("Failed to create pod sandbox: {e}"))?;
+        let failed = |e: String| format!("Failed to create pod sandbox: {e}");
+        let isolation = self.isolation(pod).await.map_err(failed)?;
+        let config = translate::sandbox_config(pod, attempt, &self.node, &isolation)
+            .map_err(|e| failed(e.to_string()))?;
         tokio::fs::create_dir_all(&config.log_directory)
             .await
             .map_err(|e| {
@@ -244,9 +316,13 @@ impl RuntimeManager {
             })?;
         let sandbox_id = self
             .runtime
-            .run_pod_sandbox(config.clone(), &format!("pod {ns}/{name}"))
+            .run_pod_sandbox(
+                config.clone(),
+                &isolation.runtime_handler,
+                &format!("pod {ns}/{name}"),
+            )
             .await
-            .map_err(|e| format!("Failed to create pod sandbox: {e}"))?;
+            .map_err(|e| failed(e.to_string()))?;
         let pod_ips = match self.runtime.pod_sandbox_status(&sandbox_id).await {
             Ok(Some(st)) => crate::container::observe::sandbox_from(&st).ips,
             _ => Vec::new(),
@@ -255,6 +331,7 @@ impl RuntimeManager {
             sandbox_id,
             config,
             pod_ips,
+            isolation,
         })
     }
 
@@ -291,6 +368,7 @@ impl RuntimeManager {
         let mut config = self
             .container_config(pod, c, attempt, &image, &at.config, &pod_ips, volumes)
             .await?;
+        translate::join_user_namespace(&mut config, &at.isolation);
         if let Some(target) = target_id {
             translate::target_pid_namespace(&mut config, target);
         }
@@ -419,7 +497,8 @@ impl RuntimeManager {
             mounts.push(hosts);
         }
         let mut config =
-            translate::container_config(pod, c, attempt, &image.id, &env, &self.node, mounts);
+            translate::container_config(pod, c, attempt, &image.id, &env, &self.node, mounts)
+                .map_err(|e| config_error(e.to_string()))?;
         match termination_log(&self.node.root_dir, &uid, c, attempt).await {
             Ok(mount) => config.mounts.extend(mount),
             Err(e) => {

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
-    Container, Pod, PodSecurityContext, SeccompProfile, SecurityContext,
+    AppArmorProfile, Container, Pod, PodSecurityContext, SELinuxOptions, SeccompProfile,
+    SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use sha2::{Digest, Sha256};
@@ -51,6 +52,15 @@ pub struct NodeContext {
     pub hosts_file: PathBuf,
     /// `allowedUnsafeSysctls` of the configuration, for admission.
     pub allowed_unsafe_sysctls: Vec<String>,
+    /// `seccompDefault` of the configuration: a container without a seccomp
+    /// profile gets the runtime's default instead of none.
+    pub seccomp_default: bool,
+    /// The kernel enforces AppArmor (`/sys/module/apparmor/parameters/enabled`
+    /// is `Y`), for admission.
+    pub apparmor_enabled: bool,
+    /// The `UserNamespacesSupport` feature gate (on by default, as in the
+    /// kubelet since 1.33); off, a pod that sets `hostUsers` fails.
+    pub user_namespaces_support: bool,
 }
 
 impl NodeContext {
@@ -137,7 +147,7 @@ fn host_network(pod: &Pod) -> bool {
         .unwrap_or(false)
 }
 
-fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
+fn namespace_options(pod: &Pod, isolation: &Isolation) -> cri::NamespaceOption {
     let spec = pod.spec.as_ref();
     let mode = |host: Option<bool>, otherwise: cri::NamespaceMode| {
         if host.unwrap_or(false) {
@@ -160,6 +170,127 @@ fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
             },
         ),
         ipc: mode(spec.and_then(|s| s.host_ipc), cri::NamespaceMode::Pod),
+        userns_options: isolation.user_namespace.clone(),
+        ..Default::default()
+    }
+}
+
+/// What the cluster and the runtime decide about a pod's isolation beyond its
+/// spec, resolved before its sandbox is made: the CRI runtime handler of its
+/// RuntimeClass and its user namespace. Plain data, so that translation stays
+/// pure.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Isolation {
+    /// The RuntimeClass's `handler` (empty: the runtime's default), given to
+    /// `RunPodSandbox`.
+    pub runtime_handler: String,
+    /// `NamespaceOption.userns_options` of the sandbox and of every container:
+    /// none (the feature gate is off and `hostUsers` unset), `NODE`, or `POD`
+    /// with the pod's ID mappings ([`pod_user_namespace`]).
+    pub user_namespace: Option<cri::UserNamespace>,
+}
+
+/// Size of a pod's user namespace ID range: 65536 IDs, as the kubelet's
+/// `userNsLength` (its default `idsPerPod`).
+pub const USER_NS_LENGTH: u32 = 1 << 16;
+
+/// What a pod asks of user namespaces, as the kubelet's
+/// `GetOrCreateUserNamespaceMappings` before any range is allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserNamespaceNeed {
+    /// Nothing is said to the runtime (the feature gate is off, `hostUsers` unset).
+    Unspecified,
+    /// The host's user namespace (`hostUsers` unset or true).
+    Host,
+    /// A user namespace of the pod's own (`hostUsers: false`), with a range of
+    /// [`USER_NS_LENGTH`] IDs to allocate.
+    Pod,
+}
+
+/// Decides [`UserNamespaceNeed`] for `pod` run with runtime handler
+/// `handler`, given the handlers the runtime reports in CRI `Status`
+/// (`runtime_handlers`, each with `features.user_namespaces`) and the
+/// `UserNamespacesSupport` feature gate: the kubelet's
+/// `GetOrCreateUserNamespaceMappings` with `HandlerSupportsUserNamespaces`.
+/// A pod that asks for its own user namespace never falls back to the host's.
+///
+/// # Errors
+/// The kubelet's messages: the gate is off but `hostUsers` is set; the
+/// runtime reports no handlers, does not know `handler`, or knows it without
+/// user namespace support.
+pub fn user_namespace_need(
+    pod: &Pod,
+    handler: &str,
+    handlers: &[cri::RuntimeHandler],
+    gate: bool,
+) -> Result<UserNamespaceNeed, String> {
+    let host_users = pod.spec.as_ref().and_then(|s| s.host_users);
+    match (host_users, gate) {
+        (None, false) => return Ok(UserNamespaceNeed::Unspecified),
+        (None | Some(true), true) => return Ok(UserNamespaceNeed::Host),
+        (Some(_), false) => {
+            return Err(
+                "the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers"
+                    .into(),
+            );
+        }
+        (Some(false), true) => {}
+    }
+    if handlers.is_empty() {
+        return Err("runtime handlers are not set".into());
+    }
+    let known = handlers
+        .iter()
+        .find(|h| h.name == handler)
+        .ok_or_else(|| format!("the handler {handler:?} is not known"))?;
+    if known.features.as_ref().is_some_and(|f| f.user_namespaces) {
+        Ok(UserNamespaceNeed::Pod)
+    } else {
+        Err(format!(
+            "RuntimeClass handler {handler:?} does not support user namespaces"
+        ))
+    }
+}
+
+/// Checks that the runtime knows `handler`, when it reports its handlers at
+/// all (CRI `Status.runtime_handlers`, where `""` is its default): a pod is
+/// never run with another handler than its RuntimeClass names.
+///
+/// # Errors
+/// The kubelet's `the handler "x" is not known`.
+pub fn check_runtime_handler(
+    handler: &str,
+    handlers: &[cri::RuntimeHandler],
+) -> Result<(), String> {
+    if handlers.is_empty() || handlers.iter().any(|h| h.name == handler) {
+        Ok(())
+    } else {
+        Err(format!("the handler {handler:?} is not known"))
+    }
+}
+
+/// The user namespace of a pod whose range starts at host ID `first_id`:
+/// mode `POD`, container IDs 0..65536 mapped onto `first_id`.., the same
+/// for groups, as the kubelet's `createUserNs`.
+#[must_use]
+pub fn pod_user_namespace(first_id: u32) -> cri::UserNamespace {
+    let mapping = cri::IdMapping {
+        host_id: first_id,
+        container_id: 0,
+        length: USER_NS_LENGTH,
+    };
+    cri::UserNamespace {
+        mode: cri::NamespaceMode::Pod as i32,
+        uids: vec![mapping],
+        gids: vec![mapping],
+    }
+}
+
+/// The user namespace option of a pod that uses the host's.
+#[must_use]
+pub fn host_user_namespace() -> cri::UserNamespace {
+    cri::UserNamespace {
+        mode: cri::NamespaceMode::Node as i32,
         ..Default::default()
     }
 }
@@ -227,16 +358,22 @@ pub fn dns_config(pod: &Pod, node: &NodeContext) -> Result<cri::DnsConfig, Error
     Ok(dns)
 }
 
-/// The sandbox config of attempt `attempt`, as the kubelet's `generatePodSandboxConfig`.
+/// The sandbox config of attempt `attempt` with the pod's `isolation`, as the
+/// kubelet's `generatePodSandboxConfig` and `generatePodSandboxLinuxConfig`:
+/// the sandbox runs under the runtime's default seccomp profile, with the
+/// pod's SELinux options, supplemental groups policy and user namespace, and
+/// the pod's `overhead` (set from its RuntimeClass) as the sandbox's.
 ///
 /// The hostname is the kubelet's `GeneratePodHostNameAndDomain` (see [`super::hosts`]).
 ///
 /// # Errors
-/// [`Error::InvalidSpec`] when the DNS settings or the hostname are invalid.
+/// [`Error::InvalidSpec`] when the DNS settings, the hostname or the
+/// supplemental groups policy are invalid.
 pub fn sandbox_config(
     pod: &Pod,
     attempt: u32,
     node: &NodeContext,
+    isolation: &Isolation,
 ) -> Result<cri::PodSandboxConfig, Error> {
     let (ns, name, uid) = pod_identity(pod);
     let spec = pod.spec.as_ref();
@@ -293,8 +430,11 @@ pub fn sandbox_config(
             .into_iter()
             .collect(),
         linux: Some(cri::LinuxPodSandboxConfig {
+            overhead: overhead(pod),
             security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
+                namespace_options: Some(namespace_options(pod, isolation)),
+                selinux_options: psc.and_then(|p| p.se_linux_options.as_ref()).map(selinux),
+                supplemental_groups_policy: supplemental_groups_policy(psc)?,
                 privileged: spec
                     .map(|s| s.containers.iter())
                     .into_iter()
@@ -317,7 +457,12 @@ pub fn sandbox_config(
                     .into_iter()
                     .chain(psc.and_then(|p| p.fs_group))
                     .collect(),
-                seccomp: seccomp(psc.and_then(|p| p.seccomp_profile.as_ref())),
+                // As the kubelet: the sandbox always runs under the runtime's
+                // default profile, whatever the containers get.
+                seccomp: Some(cri::SecurityProfile {
+                    profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
+                    localhost_ref: String::new(),
+                }),
                 ..Default::default()
             }),
             sysctls,
@@ -472,23 +617,221 @@ pub const READONLY_PATHS: &[&str] = &[
     "/proc/sysrq-trigger",
 ];
 
-fn seccomp(profile: Option<&SeccompProfile>) -> Option<cri::SecurityProfile> {
-    let p = profile?;
-    let profile_type = match p.type_.as_str() {
-        "RuntimeDefault" => cri::security_profile::ProfileType::RuntimeDefault,
-        "Localhost" => cri::security_profile::ProfileType::Localhost,
-        _ => cri::security_profile::ProfileType::Unconfined,
+/// The directory of Localhost seccomp profiles under the agent's root
+/// directory (the kubelet's `<root-dir>/seccomp`).
+#[must_use]
+pub fn seccomp_root(root_dir: &Path) -> PathBuf {
+    root_dir.join("seccomp")
+}
+
+fn profile(
+    kind: cri::security_profile::ProfileType,
+    localhost_ref: String,
+) -> cri::SecurityProfile {
+    cri::SecurityProfile {
+        profile_type: kind as i32,
+        localhost_ref,
+    }
+}
+
+/// The container's seccomp profile, as the kubelet's `getSeccompProfile`:
+/// the container's, else the pod's, else `RuntimeDefault` with
+/// `seccompDefault`, else `Unconfined`. A `Localhost` profile is the file
+/// `<root-dir>/seccomp/<localhostProfile>`; a name that would leave that
+/// directory (absolute, or with a `..` component, which API validation
+/// refuses too) is an error, and so is a type the API does not define
+/// (where the kubelet would run the container unconfined).
+///
+/// # Errors
+/// [`Error::InvalidSpec`] as above, or a `Localhost` profile without a name.
+pub fn seccomp(
+    container: Option<&SeccompProfile>,
+    pod: Option<&SeccompProfile>,
+    node: &NodeContext,
+) -> Result<cri::SecurityProfile, Error> {
+    use cri::security_profile::ProfileType;
+    let Some(p) = container.or(pod) else {
+        let kind = if node.seccomp_default {
+            ProfileType::RuntimeDefault
+        } else {
+            ProfileType::Unconfined
+        };
+        return Ok(profile(kind, String::new()));
     };
-    Some(cri::SecurityProfile {
-        profile_type: profile_type as i32,
-        localhost_ref: p.localhost_profile.clone().unwrap_or_default(),
+    match p.type_.as_str() {
+        "RuntimeDefault" => Ok(profile(ProfileType::RuntimeDefault, String::new())),
+        "Unconfined" => Ok(profile(ProfileType::Unconfined, String::new())),
+        "Localhost" => {
+            let name = p.localhost_profile.as_deref().unwrap_or_default();
+            if name.is_empty() {
+                return Err(Error::InvalidSpec(
+                    "localhostProfile must be set if seccompProfile type is Localhost.".into(),
+                ));
+            }
+            let path = Path::new(name);
+            let escapes = path.is_absolute()
+                || path
+                    .components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir));
+            if escapes {
+                return Err(Error::InvalidSpec(format!(
+                    "seccomp localhostProfile {name:?} must be a relative path below {} without '..'",
+                    seccomp_root(&node.root_dir).display()
+                )));
+            }
+            let file = seccomp_root(&node.root_dir).join(path);
+            Ok(profile(
+                ProfileType::Localhost,
+                file.to_string_lossy().into_owned(),
+            ))
+        }
+        other => Err(Error::InvalidSpec(format!(
+            "unknown seccomp profile type {other:?}"
+        ))),
+    }
+}
+
+/// Annotation prefix of the deprecated per-container AppArmor profile
+/// (`container.apparmor.security.beta.kubernetes.io/<container>`).
+pub const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+
+/// The AppArmor profile a deprecated annotation value names
+/// (`runtime/default`, `unconfined`, `localhost/<name>`); none for others.
+fn apparmor_from_annotation(value: &str) -> Option<AppArmorProfile> {
+    let (type_, localhost_profile) = match value {
+        "runtime/default" => ("RuntimeDefault", None),
+        "unconfined" => ("Unconfined", None),
+        v => ("Localhost", Some(v.strip_prefix("localhost/")?.to_string())),
+    };
+    Some(AppArmorProfile {
+        type_: type_.into(),
+        localhost_profile,
+    })
+}
+
+/// The AppArmor profile that applies to container `c`, as the kubelet's
+/// `apparmor.GetProfile`: the container's field, else its deprecated
+/// annotation, else the pod's field; none when nothing is set.
+#[must_use]
+pub fn apparmor_profile(pod: &Pod, c: &Container) -> Option<AppArmorProfile> {
+    if let Some(p) = c
+        .security_context
+        .as_ref()
+        .and_then(|sc| sc.app_armor_profile.as_ref())
+    {
+        return Some(p.clone());
+    }
+    let annotation = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(&format!("{APPARMOR_ANNOTATION_PREFIX}{}", c.name)));
+    if let Some(p) = annotation.and_then(|v| apparmor_from_annotation(v)) {
+        return Some(p);
+    }
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.app_armor_profile.clone())
+}
+
+/// The container's AppArmor profile as CRI's `apparmor` field with the
+/// deprecated `apparmor_profile` string, as the kubelet's `getAppArmorProfile`;
+/// none when nothing is set (the runtime's default applies).
+///
+/// # Errors
+/// [`Error::InvalidSpec`] for a `Localhost` profile without a name or a type
+/// the API does not define.
+pub fn apparmor(pod: &Pod, c: &Container) -> Result<Option<(cri::SecurityProfile, String)>, Error> {
+    use cri::security_profile::ProfileType;
+    let Some(p) = apparmor_profile(pod, c) else {
+        return Ok(None);
+    };
+    let found = match p.type_.as_str() {
+        "RuntimeDefault" => (
+            profile(ProfileType::RuntimeDefault, String::new()),
+            "runtime/default".to_string(),
+        ),
+        "Unconfined" => (
+            profile(ProfileType::Unconfined, String::new()),
+            "unconfined".to_string(),
+        ),
+        "Localhost" => {
+            let name = p.localhost_profile.unwrap_or_default();
+            if name.is_empty() {
+                return Err(Error::InvalidSpec(
+                    "missing localhost apparmor profile name".into(),
+                ));
+            }
+            (
+                profile(ProfileType::Localhost, name.clone()),
+                format!("localhost/{name}"),
+            )
+        }
+        other => {
+            return Err(Error::InvalidSpec(format!(
+                "unknown apparmor profile type: {other:?}"
+            )));
+        }
+    };
+    Ok(Some(found))
+}
+
+fn selinux(o: &SELinuxOptions) -> cri::SeLinuxOption {
+    cri::SeLinuxOption {
+        user: o.user.clone().unwrap_or_default(),
+        role: o.role.clone().unwrap_or_default(),
+        r#type: o.type_.clone().unwrap_or_default(),
+        level: o.level.clone().unwrap_or_default(),
+    }
+}
+
+/// The pod's `supplementalGroupsPolicy` as CRI's (`Merge` when unset).
+///
+/// # Errors
+/// [`Error::InvalidSpec`] for a policy the API does not define.
+fn supplemental_groups_policy(psc: Option<&PodSecurityContext>) -> Result<i32, Error> {
+    match psc.and_then(|p| p.supplemental_groups_policy.as_deref()) {
+        None | Some("Merge") => Ok(cri::SupplementalGroupsPolicy::Merge as i32),
+        Some("Strict") => Ok(cri::SupplementalGroupsPolicy::Strict as i32),
+        Some(other) => Err(Error::InvalidSpec(format!(
+            "unknown supplementalGroupsPolicy {other:?}"
+        ))),
+    }
+}
+
+/// The pod's `overhead` (set by the API server from its RuntimeClass) as the
+/// sandbox's resources, as the kubelet's `convertOverheadToLinuxResources`:
+/// cpu as both request and limit, memory as the limit; none without one.
+fn overhead(pod: &Pod) -> Option<cri::LinuxContainerResources> {
+    let o = pod.spec.as_ref()?.overhead.as_ref()?;
+    let cpu = amount(o.get("cpu"), true).unwrap_or(0);
+    let quota = cpu_quota(cpu);
+    Some(cri::LinuxContainerResources {
+        cpu_shares: cpu_shares(cpu),
+        cpu_quota: quota,
+        cpu_period: if quota == 0 { 0 } else { CPU_PERIOD_US },
+        memory_limit_in_bytes: memory_limit_bytes(amount(o.get("memory"), false)),
+        ..Default::default()
     })
 }
 
 /// The container's security context merged over the pod's, as the kubelet's
-/// `determineEffectiveSecurityContext` + `convertToRuntimeSecurityContext`.
-#[must_use]
-pub fn security_context(pod: &Pod, c: &Container) -> cri::LinuxContainerSecurityContext {
+/// `determineEffectiveSecurityContext` + `convertToRuntimeSecurityContext`,
+/// in the pod's `isolation` (its user namespace): seccomp ([`seccomp`]),
+/// AppArmor ([`apparmor`]), SELinux options and the supplemental groups policy
+/// all reach the runtime.
+///
+/// # Errors
+/// [`Error::InvalidSpec`] for a seccomp or AppArmor profile that cannot be
+/// honoured or an unknown supplemental groups policy.
+#[allow(deprecated)] // `apparmor_profile`: the kubelet still sets it for runtimes that read only it
+pub fn security_context(
+    pod: &Pod,
+    c: &Container,
+    node: &NodeContext,
+    isolation: &Isolation,
+) -> Result<cri::LinuxContainerSecurityContext, Error> {
     let psc: Option<&PodSecurityContext> =
         pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let sc: Option<&SecurityContext> = c.security_context.as_ref();
@@ -512,14 +855,20 @@ pub fn security_context(pod: &Pod, c: &Container) -> cri::LinuxContainerSecurity
             p.iter().map(|s| (*s).to_string()).collect()
         }
     };
-    cri::LinuxContainerSecurityContext {
+    let apparmor = apparmor(pod, c)?;
+    Ok(cri::LinuxContainerSecurityContext {
         capabilities: caps.map(|c| cri::Capability {
             add_capabilities: c.add.clone().unwrap_or_default(),
             drop_capabilities: c.drop.clone().unwrap_or_default(),
             add_ambient_capabilities: Vec::new(),
         }),
         privileged,
-        namespace_options: Some(namespace_options(pod)),
+        namespace_options: Some(namespace_options(pod, isolation)),
+        selinux_options: sc
+            .and_then(|s| s.se_linux_options.as_ref())
+            .or(psc.and_then(|p| p.se_linux_options.as_ref()))
+            .map(selinux),
+        supplemental_groups_policy: supplemental_groups_policy(psc)?,
         run_as_user: run_as_user.map(|value| cri::Int64Value { value }),
         run_as_group: run_as_group.map(|value| cri::Int64Value { value }),
         readonly_rootfs: sc
@@ -529,12 +878,15 @@ pub fn security_context(pod: &Pod, c: &Container) -> cri::LinuxContainerSecurity
         no_new_privs: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
         masked_paths: paths(MASKED_PATHS),
         readonly_paths: paths(READONLY_PATHS),
-        seccomp: seccomp(
-            sc.and_then(|s| s.seccomp_profile.as_ref())
-                .or(psc.and_then(|p| p.seccomp_profile.as_ref())),
-        ),
+        seccomp: Some(seccomp(
+            sc.and_then(|s| s.seccomp_profile.as_ref()),
+            psc.and_then(|p| p.seccomp_profile.as_ref()),
+            node,
+        )?),
+        apparmor_profile: apparmor.as_ref().map(|a| a.1.clone()).unwrap_or_default(),
+        apparmor: apparmor.map(|a| a.0),
         ..Default::default()
-    }
+    })
 }
 
 /// Checks `runAsNonRoot` against the user the container will run as (the
@@ -588,7 +940,10 @@ pub fn verify_run_as_non_root(
 /// runtime resolved, the environment from [`super::env::environment`] (command
 /// and args expanded against it) and the container's volume `mounts` (from
 /// `volume::container_mounts`), as the kubelet's `generateContainerConfig`.
-#[must_use]
+/// The pod's user namespace comes in with [`join_user_namespace`].
+///
+/// # Errors
+/// [`Error::InvalidSpec`] from [`security_context`].
 pub fn container_config(
     pod: &Pod,
     c: &Container,
@@ -597,7 +952,7 @@ pub fn container_config(
     env: &[(String, String)],
     node: &NodeContext,
     mounts: Vec<cri::Mount>,
-) -> cri::ContainerConfig {
+) -> Result<cri::ContainerConfig, Error> {
     let (ns, name, uid) = pod_identity(pod);
     let labels = HashMap::from([
         (CONTAINER_NAME_LABEL.to_string(), c.name.clone()),
@@ -631,7 +986,8 @@ pub fn container_config(
         ),
     ]);
     let (command, args) = super::env::command_and_args(c, env);
-    cri::ContainerConfig {
+    let security_context = security_context(pod, c, node, &Isolation::default())?;
+    Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: c.name.clone(),
             attempt,
@@ -660,9 +1016,23 @@ pub fn container_config(
         tty: c.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(linux_resources(pod, c, node)),
-            security_context: Some(security_context(pod, c)),
+            security_context: Some(security_context),
         }),
         ..Default::default()
+    })
+}
+
+/// Puts the container into its pod's user namespace (`isolation`'s
+/// `userns_options`, which the runtime checks against the sandbox's), as
+/// the kubelet's `NamespacesForPod` gives both the same.
+pub fn join_user_namespace(config: &mut cri::ContainerConfig, isolation: &Isolation) {
+    if let Some(ns) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .and_then(|sc| sc.namespace_options.as_mut())
+    {
+        ns.userns_options.clone_from(&isolation.user_namespace);
     }
 }
 
@@ -709,7 +1079,7 @@ mod tests {
             .label("app", "web")
             .container("c", "busybox")
             .build();
-        let cfg = sandbox_config(&p, 1, &node()).unwrap();
+        let cfg = sandbox_config(&p, 1, &node(), &Isolation::default()).unwrap();
         let md = cfg.metadata.unwrap();
         assert_eq!(
             (md.name.as_str(), md.namespace.as_str(), md.attempt),
@@ -780,7 +1150,8 @@ mod tests {
             host_path: "/var/lib/rustlet/pods/uid-web/volumes/kubernetes.io~empty-dir/data".into(),
             ..Default::default()
         };
-        let cfg = container_config(&p, &c2, 2, "sha256:abc", &env, &node(), vec![mount.clone()]);
+        let cfg =
+            container_config(&p, &c2, 2, "sha256:abc", &env, &node(), vec![mount.clone()]).unwrap();
         assert_eq!(cfg.mounts, vec![mount]);
         assert_eq!(cfg.log_path, "c/2.log");
         assert_eq!(cfg.labels[CONTAINER_NAME_LABEL], "c");
@@ -943,7 +1314,13 @@ mod tests {
             }),
             ..Default::default()
         });
-        let sc = security_context(&p, &p.spec.as_ref().unwrap().containers[0]);
+        let sc = security_context(
+            &p,
+            &p.spec.as_ref().unwrap().containers[0],
+            &node(),
+            &Isolation::default(),
+        )
+        .unwrap();
         assert_eq!(sc.run_as_user.map(|v| v.value), Some(1000));
         assert_eq!(sc.run_as_group.map(|v| v.value), Some(10));
         assert_eq!(sc.supplemental_groups, vec![3000, 2000]);
@@ -996,7 +1373,7 @@ mod tests {
     fn ephemeral_container_joins_its_targets_process_namespace() {
         let pid = |p: &Pod| {
             let c = &p.spec.as_ref().unwrap().containers[0];
-            let mut cfg = container_config(p, c, 0, "sha256:b", &[], &node(), vec![]);
+            let mut cfg = container_config(p, c, 0, "sha256:b", &[], &node(), vec![]).unwrap();
             target_pid_namespace(&mut cfg, "c1");
             let ns = cfg
                 .linux
@@ -1018,5 +1395,388 @@ mod tests {
         let mut host = own;
         host.spec.as_mut().unwrap().host_pid = Some(true);
         assert_eq!(pid(&host), (cri::NamespaceMode::Node as i32, String::new()));
+    }
+
+    fn handler(name: &str, userns: bool) -> cri::RuntimeHandler {
+        cri::RuntimeHandler {
+            name: name.into(),
+            features: Some(cri::RuntimeHandlerFeatures {
+                user_namespaces: userns,
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn user_namespace_is_the_pods_own_or_the_pod_fails() {
+        use UserNamespaceNeed::{Host, Pod as Own, Unspecified};
+        let runc = [
+            handler("", true),
+            handler("runc", true),
+            handler("old", false),
+        ];
+        // (hostUsers, handler, runtime's handlers, gate) → need or the kubelet's error
+        type Case<'a> = (
+            Option<bool>,
+            &'a str,
+            &'a [cri::RuntimeHandler],
+            bool,
+            Result<UserNamespaceNeed, &'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (None, "", &runc, true, Ok(Host)),
+            (Some(true), "", &runc, true, Ok(Host)),
+            (None, "", &[], false, Ok(Unspecified)),
+            (Some(false), "", &runc, true, Ok(Own)),
+            (Some(false), "runc", &runc, true, Ok(Own)),
+            (
+                Some(false),
+                "old",
+                &runc,
+                true,
+                Err("RuntimeClass handler \"old\" does not support user namespaces"),
+            ),
+            (
+                Some(false),
+                "kata",
+                &runc,
+                true,
+                Err("the handler \"kata\" is not known"),
+            ),
+            (
+                Some(false),
+                "",
+                &[],
+                true,
+                Err("runtime handlers are not set"),
+            ),
+            (
+                Some(false),
+                "",
+                &runc,
+                false,
+                Err(
+                    "the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers",
+                ),
+            ),
+            (
+                Some(true),
+                "",
+                &runc,
+                false,
+                Err(
+                    "the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers",
+                ),
+            ),
+        ];
+        for (host_users, h, handlers, gate, want) in cases {
+            let mut p = pod("web").container("c", "busybox").build();
+            p.spec.as_mut().unwrap().host_users = host_users;
+            let got = user_namespace_need(&p, h, handlers, gate);
+            assert_eq!(
+                got.as_ref().map_err(String::as_str),
+                want.as_ref().map_err(|e| *e),
+                "{host_users:?} {h:?} gate={gate}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_pods_user_namespace_reaches_sandbox_and_containers() {
+        let mut p = pod("web").container("c", "busybox").build();
+        p.spec.as_mut().unwrap().host_users = Some(false);
+        let isolation = Isolation {
+            runtime_handler: "runc".into(),
+            user_namespace: Some(pod_user_namespace(3 * USER_NS_LENGTH)),
+        };
+        let sandbox = sandbox_config(&p, 0, &node(), &isolation).unwrap();
+        let userns = |ns: Option<&cri::NamespaceOption>| ns.and_then(|n| n.userns_options.clone());
+        let want = cri::UserNamespace {
+            mode: cri::NamespaceMode::Pod as i32,
+            uids: vec![cri::IdMapping {
+                host_id: 196_608,
+                container_id: 0,
+                length: 65_536,
+            }],
+            gids: vec![cri::IdMapping {
+                host_id: 196_608,
+                container_id: 0,
+                length: 65_536,
+            }],
+        };
+        let sc = sandbox
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref());
+        assert_eq!(
+            userns(sc.and_then(|s| s.namespace_options.as_ref())),
+            Some(want.clone())
+        );
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let mut cfg = container_config(&p, c, 0, "sha256:b", &[], &node(), vec![]).unwrap();
+        join_user_namespace(&mut cfg, &isolation);
+        let csc = cfg.linux.as_ref().and_then(|l| l.security_context.as_ref());
+        assert_eq!(
+            userns(csc.and_then(|s| s.namespace_options.as_ref())),
+            Some(want)
+        );
+    }
+
+    #[test]
+    fn runtime_handlers_are_checked_when_the_runtime_lists_them() {
+        let listed = [handler("", false), handler("runc", false)];
+        for (h, handlers, ok) in [
+            ("", &listed[..], true),
+            ("runc", &listed[..], true),
+            ("kata", &listed[..], false),
+            ("kata", &[][..], true),
+        ] {
+            assert_eq!(check_runtime_handler(h, handlers).is_ok(), ok, "{h:?}");
+        }
+    }
+
+    #[test]
+    fn seccomp_profiles_table() {
+        use cri::security_profile::ProfileType::{Localhost, RuntimeDefault, Unconfined};
+        let sp = |t: &str, l: Option<&str>| SeccompProfile {
+            type_: t.into(),
+            localhost_profile: l.map(Into::into),
+        };
+        let mut n = node();
+        n.root_dir = "/var/lib/rustlet".into();
+        let mut defaulted = n.clone();
+        defaulted.seccomp_default = true;
+        // (container, pod, seccompDefault) → (type, localhost_ref) or an error
+        let cases = [
+            (None, None, false, Ok((Unconfined, ""))),
+            (None, None, true, Ok((RuntimeDefault, ""))),
+            (
+                None,
+                Some(sp("RuntimeDefault", None)),
+                false,
+                Ok((RuntimeDefault, "")),
+            ),
+            (
+                Some(sp("Unconfined", None)),
+                Some(sp("RuntimeDefault", None)),
+                true,
+                Ok((Unconfined, "")),
+            ),
+            (
+                Some(sp("Localhost", Some("profiles/audit.json"))),
+                None,
+                false,
+                Ok((Localhost, "/var/lib/rustlet/seccomp/profiles/audit.json")),
+            ),
+            (
+                None,
+                Some(sp("Localhost", Some("a.json"))),
+                true,
+                Ok((Localhost, "/var/lib/rustlet/seccomp/a.json")),
+            ),
+            (
+                Some(sp("Localhost", Some("../../etc/x.json"))),
+                None,
+                false,
+                Err("without '..'"),
+            ),
+            (
+                Some(sp("Localhost", Some("a/../../x.json"))),
+                None,
+                false,
+                Err("without '..'"),
+            ),
+            (
+                Some(sp("Localhost", Some("/etc/x.json"))),
+                None,
+                false,
+                Err("without '..'"),
+            ),
+            (
+                Some(sp("Localhost", None)),
+                None,
+                false,
+                Err("localhostProfile must be set"),
+            ),
+            (
+                Some(sp("Localhost", Some(""))),
+                None,
+                false,
+                Err("localhostProfile must be set"),
+            ),
+            (
+                Some(sp("Whatever", None)),
+                None,
+                true,
+                Err("unknown seccomp profile type"),
+            ),
+        ];
+        for (c, p, default, want) in cases {
+            let node = if default { &defaulted } else { &n };
+            let got = seccomp(c.as_ref(), p.as_ref(), node);
+            match (got, want) {
+                (Ok(got), Ok((t, r))) => {
+                    assert_eq!(
+                        (got.profile_type, got.localhost_ref.as_str()),
+                        (t as i32, r),
+                        "{c:?} {p:?}"
+                    );
+                }
+                (Err(e), Err(msg)) => assert!(e.to_string().contains(msg), "{c:?}: {e}"),
+                (got, want) => panic!("{c:?} {p:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn apparmor_selinux_and_groups_policy_reach_the_runtime() {
+        use cri::security_profile::ProfileType;
+        use k8s_openapi::api::core::v1::{AppArmorProfile, SELinuxOptions};
+        let aa = |t: &str, l: Option<&str>| AppArmorProfile {
+            type_: t.into(),
+            localhost_profile: l.map(Into::into),
+        };
+        // (pod field, container field, annotation) → (CRI type, ref, deprecated string) or none
+        let cases = [
+            (None, None, None, None),
+            (
+                Some(aa("RuntimeDefault", None)),
+                None,
+                None,
+                Some((ProfileType::RuntimeDefault, "", "runtime/default")),
+            ),
+            (
+                Some(aa("RuntimeDefault", None)),
+                Some(aa("Localhost", Some("k8s-x"))),
+                None,
+                Some((ProfileType::Localhost, "k8s-x", "localhost/k8s-x")),
+            ),
+            (
+                Some(aa("RuntimeDefault", None)),
+                None,
+                Some("unconfined"),
+                Some((ProfileType::Unconfined, "", "unconfined")),
+            ),
+            (
+                None,
+                None,
+                Some("localhost/k8s-y"),
+                Some((ProfileType::Localhost, "k8s-y", "localhost/k8s-y")),
+            ),
+            (
+                None,
+                Some(aa("Unconfined", None)),
+                Some("runtime/default"),
+                Some((ProfileType::Unconfined, "", "unconfined")),
+            ),
+        ];
+        for (pod_aa, c_aa, annotation, want) in cases {
+            let mut p = pod("web").container("c", "busybox").build();
+            if let Some(a) = annotation {
+                p.metadata.annotations = Some(BTreeMap::from([(
+                    format!("{APPARMOR_ANNOTATION_PREFIX}c"),
+                    a.to_string(),
+                )]));
+            }
+            let spec = p.spec.as_mut().unwrap();
+            spec.security_context = Some(PodSecurityContext {
+                app_armor_profile: pod_aa.clone(),
+                ..Default::default()
+            });
+            spec.containers[0].security_context = Some(SecurityContext {
+                app_armor_profile: c_aa.clone(),
+                ..Default::default()
+            });
+            let c = &p.spec.as_ref().unwrap().containers[0];
+            let sc = security_context(&p, c, &node(), &Isolation::default()).unwrap();
+            #[allow(deprecated)] // the deprecated string is still sent, as the kubelet does
+            let got = sc
+                .apparmor
+                .map(|a| (a.profile_type, a.localhost_ref, sc.apparmor_profile.clone()));
+            let want = want.map(|(t, r, d)| (t as i32, r.to_string(), d.to_string()));
+            assert_eq!(got, want, "{pod_aa:?} {c_aa:?} {annotation:?}");
+        }
+        let bad = {
+            let mut p = pod("web").container("c", "busybox").build();
+            p.spec.as_mut().unwrap().containers[0].security_context = Some(SecurityContext {
+                app_armor_profile: Some(aa("Localhost", None)),
+                ..Default::default()
+            });
+            p
+        };
+        let c = &bad.spec.as_ref().unwrap().containers[0];
+        assert!(security_context(&bad, c, &node(), &Isolation::default()).is_err());
+
+        let mut p = pod("web").container("c", "busybox").build();
+        let selinux = |level: &str| SELinuxOptions {
+            level: Some(level.into()),
+            type_: Some("container_t".into()),
+            ..Default::default()
+        };
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            se_linux_options: Some(selinux("s0:c1,c2")),
+            supplemental_groups_policy: Some("Strict".into()),
+            ..Default::default()
+        });
+        let sandbox = sandbox_config(&p, 0, &node(), &Isolation::default()).unwrap();
+        let ssc = sandbox.linux.unwrap().security_context.unwrap();
+        assert_eq!(ssc.selinux_options.unwrap().level, "s0:c1,c2");
+        assert_eq!(
+            ssc.supplemental_groups_policy,
+            cri::SupplementalGroupsPolicy::Strict as i32
+        );
+        assert_eq!(
+            ssc.seccomp.unwrap().profile_type,
+            cri::security_profile::ProfileType::RuntimeDefault as i32
+        );
+        p.spec.as_mut().unwrap().containers[0].security_context = Some(SecurityContext {
+            se_linux_options: Some(selinux("s0:c3,c4")),
+            ..Default::default()
+        });
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let sc = security_context(&p, c, &node(), &Isolation::default()).unwrap();
+        let o = sc.selinux_options.unwrap();
+        assert_eq!(
+            (o.level.as_str(), o.r#type.as_str()),
+            ("s0:c3,c4", "container_t")
+        );
+        assert_eq!(
+            sc.supplemental_groups_policy,
+            cri::SupplementalGroupsPolicy::Strict as i32
+        );
+        p.spec
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap()
+            .supplemental_groups_policy = Some("Loose".into());
+        assert!(sandbox_config(&p, 0, &node(), &Isolation::default()).is_err());
+    }
+
+    #[test]
+    fn pod_overhead_is_the_sandboxs() {
+        let mut p = pod("web").container("c", "busybox").build();
+        let none = sandbox_config(&p, 0, &node(), &Isolation::default()).unwrap();
+        assert_eq!(none.linux.unwrap().overhead, None);
+        p.spec.as_mut().unwrap().overhead = Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity("250m".into())),
+            ("memory".to_string(), Quantity("120Mi".into())),
+        ]));
+        let o = sandbox_config(&p, 0, &node(), &Isolation::default())
+            .unwrap()
+            .linux
+            .unwrap()
+            .overhead
+            .unwrap();
+        assert_eq!(
+            (
+                o.cpu_shares,
+                o.cpu_quota,
+                o.cpu_period,
+                o.memory_limit_in_bytes
+            ),
+            (256, 25_000, CPU_PERIOD_US, 120 << 20)
+        );
     }
 }

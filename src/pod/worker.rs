@@ -138,7 +138,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     if never_ran(&pod, &rt) {
         return Ok(Action::await_change());
     }
-    if let Some(rejection) = admission(&pod, &rt, &ctx) {
+    if let Some(rejection) = admission(&pod, &rt, &ctx).await.map_err(rt_err)? {
         reject(&pod, &rejection, &ctx).await.map_err(api_err)?;
         return Ok(Action::await_change());
     }
@@ -196,15 +196,39 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
 /// The admission verdict on a pod this node has not started yet (no sandbox,
 /// not finished, not being deleted), as the kubelet's `canAdmitPod` on pod
 /// addition; `None` admits it. A pod that already runs is never rejected.
-fn admission(pod: &Pod, rt: &PodRuntime, ctx: &Context) -> Option<Rejection> {
+/// The runtime's features (CRI `Status`) are asked for only when the pod
+/// sets `supplementalGroupsPolicy: Strict`.
+///
+/// # Errors
+/// The runtime's `Status` failed (the sync is retried; the pod is not
+/// rejected for a runtime that did not answer).
+async fn admission(
+    pod: &Pod,
+    rt: &PodRuntime,
+    ctx: &Context,
+) -> Result<Option<Rejection>, crate::cri::Error> {
     if pod.metadata.deletion_timestamp.is_some()
         || super::spec::is_terminal(pod)
         || !rt.sandboxes.is_empty()
         || !rt.containers.is_empty()
     {
-        return None;
+        return Ok(None);
     }
-    admit::admit(pod, &ctx.runtime.node.allowed_unsafe_sysctls).err()
+    let node = &ctx.runtime.node;
+    let supplemental_groups_policy = if admit::wants_strict_supplemental_groups(pod) {
+        let status = ctx.runtime.runtime.status().await?;
+        status
+            .features
+            .is_some_and(|f| f.supplemental_groups_policy)
+    } else {
+        false
+    };
+    let abilities = admit::NodeAbilities {
+        allowed_unsafe_sysctls: &node.allowed_unsafe_sysctls,
+        apparmor_enabled: node.apparmor_enabled,
+        supplemental_groups_policy,
+    };
+    Ok(admit::admit(pod, &abilities).err())
 }
 
 /// True for a pod in a terminal phase that never ran here: no container
@@ -353,6 +377,7 @@ async fn delete(pod: &Pod, ctx: &Context) -> Result<()> {
     })?;
     info!("pod terminated and deleted");
     ctx.runtime.images.forget(&uid);
+    ctx.runtime.userns.release(&uid);
     ctx.prober.forget(&uid);
     Ok(())
 }

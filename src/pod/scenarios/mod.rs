@@ -96,6 +96,9 @@ impl Node {
             memory_capacity_bytes: 1 << 30,
             hosts_file: hosts,
             allowed_unsafe_sysctls: vec![],
+            seccomp_default: false,
+            apparmor_enabled: false,
+            user_namespaces_support: true,
         };
         let images = ImageManager::new(
             runtime.clone(),
@@ -115,6 +118,8 @@ impl Node {
                 recorder,
                 node,
                 pods: store,
+                client: client.clone(),
+                userns: crate::pod::userns::UsernsManager::new(&root, 110),
             },
             status: StatusManager::new(client.clone()),
             status_context: StatusContext {
