@@ -115,3 +115,56 @@ async fn fallback_to_a_400_mib_log_gives_the_last_2_kib() {
     );
     println!("log fallback: log file {log} bytes, agent VmHWM {hwm} KiB");
 }
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn an_environment_that_doubles_itself_is_refused_within_bounded_memory() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-env-bomb").await;
+    // V0 is 8 bytes and each next one twice the last: V24 alone is 128 MiB.
+    let mut env = vec![serde_json::json!({ "name": "V0", "value": "xxxxxxxx" })];
+    for i in 1..=24 {
+        let prev = format!("$(V{})", i - 1);
+        env.push(serde_json::json!({ "name": format!("V{i}"), "value": prev.repeat(2) }));
+    }
+    let p = from_json(serde_json::json!({
+        "metadata": { "name": "envbomb" },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["true"],
+                "env": env,
+            }]
+        }
+    }));
+    create(&client, &ns, &p).await;
+    let waiting = wait_for(
+        &client,
+        &ns,
+        "envbomb",
+        90,
+        "CreateContainerConfigError",
+        waiting_reason("CreateContainerConfigError"),
+    )
+    .await;
+    let message = container_status(&waiting)
+        .state
+        .and_then(|s| s.waiting)
+        .and_then(|w| w.message)
+        .unwrap_or_default();
+    let hwm = agent_hwm_kib();
+    drop_namespace(&client, &ns).await;
+    assert!(
+        message.contains("takes more than 6291456 bytes with variable \"V19\""),
+        "{message}"
+    );
+    assert!(
+        hwm < MAX_AGENT_HWM_KIB,
+        "agent peak RSS {hwm} KiB, more than {MAX_AGENT_HWM_KIB} KiB"
+    );
+    println!("environment bomb: agent VmHWM {hwm} KiB");
+}
