@@ -16,9 +16,10 @@ use crate::redact::Redacted;
 
 /// Most bytes a container's environment (`NAME=value` and a terminating NUL
 /// per variable) and its expanded `command` and `args` (each with a NUL) may
-/// take together: 6 MiB. Linux's `execve` refuses more than three quarters of
-/// its 8 MiB stack limit for arguments and environment together, whatever the
-/// stack rlimit, so no container beyond it could start its process; the cap
+/// take together: 6 MiB. Linux's `execve` refuses arguments and environment
+/// that take more than three quarters of the kernel's default 8 MiB stack
+/// (`_STK_LIM`), whatever the stack rlimit, so no container beyond it could
+/// start its process; the cap
 /// also keeps the CRI `CreateContainer` request below the 16 MiB gRPC message
 /// limit of the kubelet's runtime client and of containerd, and bounds what
 /// building one environment may allocate however large the ConfigMaps and
@@ -296,7 +297,9 @@ pub fn is_env_var_name(name: &str) -> bool {
 ///
 /// # Errors
 /// A non-optional ConfigMap/Secret or key that is missing, or a bad field path,
-/// with the kubelet's messages (e.g. `configmap "x" not found`).
+/// with the kubelet's messages (e.g. `configmap "x" not found`); an
+/// environment, command and args that take more than
+/// [`MAX_ENVIRONMENT_BYTES`] once expanded, naming the variable that crossed it.
 pub fn environment(
     pod: &Pod,
     c: &Container,
