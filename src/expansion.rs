@@ -7,40 +7,56 @@
 /// reference is kept as written, and a `$` before anything else stays.
 #[must_use]
 pub fn expand(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
-    let mut out = String::with_capacity(input.len());
+    expand_at_most(input, lookup, usize::MAX).unwrap_or_default()
+}
+
+/// [`expand`], giving up with `None` as soon as the result would be longer
+/// than `max` bytes: references that multiply a value (`$(A)$(A)…`, each
+/// variable twice its predecessor) cost at most `max` bytes of memory, never
+/// their full expansion.
+#[must_use]
+pub fn expand_at_most(
+    input: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+    max: usize,
+) -> Option<String> {
+    let mut out = String::with_capacity(input.len().min(max));
+    let push = |out: &mut String, s: &str| {
+        (out.len().checked_add(s.len())? <= max).then(|| out.push_str(s))
+    };
     let mut rest = input;
     while let Some(pos) = rest.find('$') {
-        out.push_str(&rest[..pos]);
+        push(&mut out, &rest[..pos])?;
         let after = &rest[pos + 1..];
         if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
+            push(&mut out, "$")?;
             rest = tail;
         } else if let Some(body) = after.strip_prefix('(') {
             match body.find(')') {
                 Some(end) => {
                     let name = &body[..end];
                     match lookup(name) {
-                        Some(v) => out.push_str(&v),
+                        Some(v) => push(&mut out, &v)?,
                         None => {
-                            out.push_str("$(");
-                            out.push_str(name);
-                            out.push(')');
+                            push(&mut out, "$(")?;
+                            push(&mut out, name)?;
+                            push(&mut out, ")")?;
                         }
                     }
                     rest = &body[end + 1..];
                 }
                 None => {
-                    out.push_str("$(");
+                    push(&mut out, "$(")?;
                     rest = body;
                 }
             }
         } else {
-            out.push('$');
+            push(&mut out, "$")?;
             rest = after;
         }
     }
-    out.push_str(rest);
-    out
+    push(&mut out, rest)?;
+    Some(out)
 }
 
 #[cfg(test)]
@@ -54,6 +70,39 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn expansion_stops_at_its_bound() {
+        let lookup = vars(&[("A", "aaaa")]);
+        assert_eq!(
+            expand_at_most("x$(A)y", &lookup, 6).as_deref(),
+            Some("xaaaay")
+        );
+        assert_eq!(expand_at_most("x$(A)y", &lookup, 5), None);
+        assert_eq!(expand_at_most("$(B)", &lookup, 4).as_deref(), Some("$(B)"));
+        assert_eq!(
+            expand_at_most("$(B)", &lookup, 3),
+            None,
+            "kept as written, counted"
+        );
+        assert_eq!(expand_at_most("", &lookup, 0).as_deref(), Some(""));
+        // A doubling chain: 2^40 bytes if expanded, refused within the bound.
+        let mut env: BTreeMap<String, String> = BTreeMap::from([("V0".into(), "x".into())]);
+        for i in 1..=40 {
+            let prev = format!("$(V{})", i - 1);
+            let look = |k: &str| env.get(k).cloned();
+            match expand_at_most(&prev.repeat(2), look, 1 << 20) {
+                Some(v) => {
+                    env.insert(format!("V{i}"), v);
+                }
+                None => {
+                    assert_eq!(i, 21, "2^21 bytes is the first over 1 MiB");
+                    return;
+                }
+            }
+        }
+        panic!("never refused");
     }
 
     #[test]

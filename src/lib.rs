@@ -18,6 +18,7 @@ pub mod paths;
 pub mod pod;
 pub mod prober;
 pub mod reasons;
+pub mod redact;
 pub mod resource;
 pub mod server;
 pub mod stats;

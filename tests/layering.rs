@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "foundations, pure or std-only",
         &[
             "reasons",
+            "redact",
             "expansion",
             "paths",
             "resource",

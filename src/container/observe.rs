@@ -2,6 +2,8 @@
 //! `io.kubernetes.pod.uid` label: the kubelet's `GetPodStatus`.
 
 use std::collections::HashMap;
+use std::io::{self, Read as _, Seek as _, SeekFrom};
+use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::jiff::Timestamp;
@@ -38,75 +40,157 @@ pub fn sandbox_from(s: &cri::PodSandboxStatus) -> Sandbox {
 }
 
 /// Most bytes of a termination message file that are reported (the kubelet's
-/// `MaxContainerTerminationMessageLength`, 4 KiB).
+/// `MaxContainerTerminationMessageLength`, 4 KiB): the file's last ones.
 pub const MAX_TERMINATION_MESSAGE_BYTES: usize = 4 * 1024;
 /// Most log lines and bytes used as a termination message under
-/// `FallbackToLogsOnError` (80 lines, 2 KiB).
+/// `FallbackToLogsOnError` (the kubelet's `MaxContainerTerminationMessageLogLines`,
+/// 80, and `MaxContainerTerminationMessageLogLength`, 2 KiB).
 pub const MAX_TERMINATION_LOG_LINES: usize = 80;
 /// See [`MAX_TERMINATION_LOG_LINES`].
 pub const MAX_TERMINATION_LOG_BYTES: usize = 2 * 1024;
 
-fn last_bytes(mut v: Vec<u8>, max: usize) -> String {
-    if v.len() > max {
-        v.drain(..v.len() - max);
-    }
-    String::from_utf8_lossy(&v).into_owned()
+/// `bytes` as text of at most `max` bytes: invalid UTF-8 replaced, and, should
+/// the replacements make it longer, whole characters dropped from the front.
+fn bounded_text(bytes: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let Some(excess) = text.len().checked_sub(max).filter(|e| *e > 0) else {
+        return text.into_owned();
+    };
+    let cut = (excess..=text.len())
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(text.len());
+    text[cut..].to_string()
 }
 
-/// The text of the last `lines` lines of a container log (CRI or Docker
-/// JSON format; partial lines joined, a partial last line kept without its
-/// newline), at most its last `max` bytes: the kubelet's
-/// `readLastStringFromContainerLogs`. Lines that do not parse are skipped.
-#[must_use]
-pub fn log_tail(log: &[u8], lines: usize, max: usize) -> String {
-    let json = log
-        .split_inclusive(|b| *b == b'\n')
-        .next()
-        .is_some_and(crate::cri::log::is_json);
-    // Whole lines, each with its partial beginnings joined on.
-    let mut out: Vec<Vec<u8>> = Vec::new();
-    let mut partial: Vec<u8> = Vec::new();
-    for line in log.split_inclusive(|b| *b == b'\n') {
-        let Ok(msg) = crate::cri::log::parse_line(line, json) else {
-            continue;
-        };
-        partial.extend_from_slice(&msg.content);
-        if partial.ends_with(b"\n") {
-            out.push(std::mem::take(&mut partial));
+/// The last `max` bytes of the regular file at `path` (the kubelet's
+/// `tail.ReadAtMost`): one seek and one bounded read whatever its size. Anything
+/// but a regular file (a FIFO, a device planted at the path) reads as empty,
+/// without blocking.
+fn read_at_most(path: &Path, max: usize) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Ok(Vec::new());
+    }
+    let max = u64::try_from(max).unwrap_or(u64::MAX);
+    let start = meta.len().saturating_sub(max);
+    f.seek(SeekFrom::Start(start))?;
+    let mut data = Vec::new();
+    f.take(max).read_to_end(&mut data)?;
+    Ok(data)
+}
+
+/// Where an exited container's termination message is read from: the host
+/// side of the file mounted at its `terminationMessagePath`, and its log when
+/// the policy is `FallbackToLogsOnError` and the container failed (not when it
+/// could not even run: it has no log). Pure: taken from the CRI status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TerminationSource {
+    /// The host path of the termination message file, if one is mounted.
+    pub file: Option<PathBuf>,
+    /// The container's log, when the message falls back to it.
+    pub fallback_log: Option<PathBuf>,
+}
+
+impl TerminationSource {
+    /// The sources of `s`'s termination message, as the kubelet's
+    /// `convertToKubeContainerStatus` picks them.
+    #[must_use]
+    pub fn of(s: &cri::ContainerStatus) -> Self {
+        let path = s
+            .annotations
+            .get(TERMINATION_MESSAGE_PATH_ANNOTATION)
+            .filter(|p| !p.is_empty());
+        let fallback = s
+            .annotations
+            .get(TERMINATION_MESSAGE_POLICY_ANNOTATION)
+            .map(String::as_str)
+            == Some("FallbackToLogsOnError")
+            && s.exit_code != 0
+            && s.reason != "ContainerCannotRun";
+        Self {
+            file: path
+                .and_then(|p| s.mounts.iter().find(|m| &m.container_path == p))
+                .map(|m| PathBuf::from(&m.host_path)),
+            fallback_log: (fallback && !s.log_path.is_empty()).then(|| PathBuf::from(&s.log_path)),
         }
     }
-    let start = out.len().saturating_sub(lines);
-    let mut text: Vec<u8> = out[start..].concat();
-    text.extend_from_slice(&partial);
-    last_bytes(text, max)
-}
 
-/// The termination message of an exited container, as the kubelet's
-/// `getTerminationMessage`: the file mounted at its `terminationMessagePath`,
-/// else (policy `FallbackToLogsOnError` and a non-zero exit) the end of its log.
-fn termination_message(s: &cri::ContainerStatus) -> String {
-    let path = s.annotations.get(TERMINATION_MESSAGE_PATH_ANNOTATION);
-    let fallback = s
-        .annotations
-        .get(TERMINATION_MESSAGE_POLICY_ANNOTATION)
-        .map(String::as_str)
-        == Some("FallbackToLogsOnError")
-        && s.exit_code != 0;
-    let from_file = path
-        .and_then(|p| s.mounts.iter().find(|m| &m.container_path == p))
-        .and_then(|m| std::fs::read(&m.host_path).ok())
-        .map(|data| last_bytes(data, MAX_TERMINATION_MESSAGE_BYTES))
-        .unwrap_or_default();
-    if from_file.is_empty() && fallback {
-        let log = std::fs::read(&s.log_path).unwrap_or_default();
-        return log_tail(&log, MAX_TERMINATION_LOG_LINES, MAX_TERMINATION_LOG_BYTES);
+    /// The termination message, as the kubelet's `getTerminationMessage` and
+    /// `readLastStringFromContainerLogs`: the last
+    /// [`MAX_TERMINATION_MESSAGE_BYTES`] of the file; when there is no file or
+    /// it is empty, and the policy falls back, the last
+    /// [`MAX_TERMINATION_LOG_BYTES`] of the last [`MAX_TERMINATION_LOG_LINES`]
+    /// lines of the log. A file that cannot be read gives the kubelet's error
+    /// message instead (and no fallback). Reads at most those bytes from the end
+    /// of each file (seeks, never reads a file whole); blocking: call it off the
+    /// async threads, as [`observe`] does.
+    #[must_use]
+    pub fn read(&self) -> String {
+        let from_file = match &self.file {
+            None => String::new(),
+            Some(path) => match read_at_most(path, MAX_TERMINATION_MESSAGE_BYTES) {
+                Ok(data) => bounded_text(&data, MAX_TERMINATION_MESSAGE_BYTES),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+                Err(e) => {
+                    return format!("Error on reading termination log {}: {e}", path.display());
+                }
+            },
+        };
+        let Some(log) = self.fallback_log.as_ref().filter(|_| from_file.is_empty()) else {
+            return from_file;
+        };
+        let tail = std::fs::File::open(log)
+            .map_err(|e| {
+                format!(
+                    "failed to open log file {:?}: {e}",
+                    log.display().to_string()
+                )
+            })
+            .and_then(|mut f| {
+                crate::cri::log::tail_content(
+                    &mut f,
+                    MAX_TERMINATION_LOG_LINES as u64,
+                    MAX_TERMINATION_LOG_BYTES,
+                )
+                .map_err(|e| {
+                    format!(
+                        "failed to read log file {:?}: {e}",
+                        log.display().to_string()
+                    )
+                })
+            });
+        match tail {
+            Ok(data) => bounded_text(&data, MAX_TERMINATION_LOG_BYTES),
+            Err(e) => format!("Error on reading termination message from logs: {e}"),
+        }
     }
-    from_file
 }
 
-/// Converts a CRI container status into [`Container`].
+/// The termination message of an exited container with status `s`, read on a
+/// blocking thread (see [`TerminationSource::read`]); empty for any other.
+async fn termination_message(s: &cri::ContainerStatus) -> String {
+    if s.state != cri::ContainerState::ContainerExited as i32 {
+        return String::new();
+    }
+    let source = TerminationSource::of(s);
+    if source == TerminationSource::default() {
+        return String::new();
+    }
+    tokio::task::spawn_blocking(move || source.read())
+        .await
+        .unwrap_or_default()
+}
+
+/// Converts a CRI container status into [`Container`]; `written` is the
+/// termination message of an exited container (from [`TerminationSource`]),
+/// appended to the runtime's message.
 #[must_use]
-pub fn container_from(s: &cri::ContainerStatus, sandbox_id: &str) -> Container {
+pub fn container_from(s: &cri::ContainerStatus, sandbox_id: &str, written: &str) -> Container {
     let state = match cri::ContainerState::try_from(s.state) {
         Ok(cri::ContainerState::ContainerCreated) => ContainerState::Created,
         Ok(cri::ContainerState::ContainerRunning) => ContainerState::Running,
@@ -129,10 +213,9 @@ pub fn container_from(s: &cri::ContainerStatus, sandbox_id: &str) -> Container {
         exit_code: s.exit_code,
         reason: s.reason.clone(),
         message: if state == ContainerState::Exited {
-            let written = termination_message(s);
             match (s.message.is_empty(), written.is_empty()) {
                 (_, true) => s.message.clone(),
-                (true, false) => written,
+                (true, false) => written.to_string(),
                 (false, false) => format!("{}: {written}", s.message),
             }
         } else {
@@ -178,12 +261,11 @@ pub async fn observe(runtime: &Runtime, uid: &str) -> Result<PodRuntime> {
         })
     });
     let container_futs = containers.iter().map(|c| async move {
-        Ok::<_, crate::cri::Error>(
-            runtime
-                .container_status(&c.id)
-                .await?
-                .map(|st| container_from(&st, &c.pod_sandbox_id)),
-        )
+        let Some(st) = runtime.container_status(&c.id).await? else {
+            return Ok::<_, crate::cri::Error>(None);
+        };
+        let written = termination_message(&st).await;
+        Ok(Some(container_from(&st, &c.pod_sandbox_id, &written)))
     });
     let (sandboxes, containers) = tokio::try_join!(
         futures::future::try_join_all(sandbox_futs),
@@ -201,34 +283,11 @@ pub async fn observe(runtime: &Runtime, uid: &str) -> Result<PodRuntime> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn log_tail_joins_partials_and_keeps_the_end() {
-        let log = "2024-01-01T00:00:00Z stdout F one\n\
-                   2024-01-01T00:00:01Z stderr P tw\n\
-                   2024-01-01T00:00:02Z stderr F o\n\
-                   2024-01-01T00:00:03Z stdout F three\n";
-        let log = log.as_bytes();
-        assert_eq!(log_tail(log, 80, 2048), "one\ntwo\nthree\n");
-        assert_eq!(log_tail(log, 2, 2048), "two\nthree\n");
-        assert_eq!(log_tail(log, 80, 4), "ree\n");
-        let unterminated = b"2024-01-01T00:00:00Z stdout P DONE\n";
-        assert_eq!(log_tail(unterminated, 80, 2048), "DONE");
-        let json = br#"{"log":"a\n","stream":"stdout","time":"2024-01-01T00:00:00Z"}
-{"log":"b\n","stream":"stderr","time":"2024-01-01T00:00:01Z"}
-"#;
-        assert_eq!(log_tail(json, 1, 2048), "b\n");
-        assert_eq!(log_tail(b"garbage\n", 80, 2048), "");
-    }
-
-    #[test]
-    fn termination_message_from_file_or_logs() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("msg");
-        let log = dir.path().join("0.log");
-        std::fs::write(&log, "2024-01-01T00:00:00Z stderr F boom\n").unwrap();
-        let mut st = cri::ContainerStatus {
-            exit_code: 1,
-            log_path: log.to_string_lossy().into_owned(),
+    fn exited(dir: &Path, policy: &str, exit_code: i32) -> cri::ContainerStatus {
+        cri::ContainerStatus {
+            state: cri::ContainerState::ContainerExited as i32,
+            exit_code,
+            log_path: dir.join("0.log").to_string_lossy().into_owned(),
             annotations: [
                 (
                     TERMINATION_MESSAGE_PATH_ANNOTATION.to_string(),
@@ -236,26 +295,123 @@ mod tests {
                 ),
                 (
                     TERMINATION_MESSAGE_POLICY_ANNOTATION.to_string(),
-                    "FallbackToLogsOnError".to_string(),
+                    policy.to_string(),
                 ),
             ]
             .into(),
             mounts: vec![cri::Mount {
                 container_path: "/dev/termination-log".into(),
-                host_path: file.to_string_lossy().into_owned(),
+                host_path: dir.join("msg").to_string_lossy().into_owned(),
                 ..Default::default()
             }],
             ..Default::default()
-        };
-        assert_eq!(
-            termination_message(&st),
-            "boom\n",
-            "no file: fall back to the log"
-        );
+        }
+    }
+
+    fn message(st: &cri::ContainerStatus) -> String {
+        TerminationSource::of(st).read()
+    }
+
+    #[test]
+    fn termination_message_from_file_or_logs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, log) = (dir.path().join("msg"), dir.path().join("0.log"));
+        std::fs::write(&log, "2024-01-01T00:00:00Z stderr F boom\n").unwrap();
+        let mut st = exited(dir.path(), "FallbackToLogsOnError", 1);
+        assert_eq!(message(&st), "boom\n", "no file: fall back to the log");
         std::fs::write(&file, "written by the app").unwrap();
-        assert_eq!(termination_message(&st), "written by the app");
+        assert_eq!(message(&st), "written by the app");
         std::fs::write(&file, "").unwrap();
+        assert_eq!(message(&st), "boom\n", "empty file: fall back to the log");
+        st.reason = "ContainerCannotRun".into();
+        assert_eq!(message(&st), "", "it never ran: no log to fall back to");
+        st.reason = String::new();
         st.exit_code = 0;
-        assert_eq!(termination_message(&st), "", "exit 0: no fallback");
+        assert_eq!(message(&st), "", "exit 0: no fallback");
+        let st = exited(dir.path(), "File", 1);
+        assert_eq!(message(&st), "", "policy File: no fallback");
+        std::fs::remove_file(&log).unwrap();
+        let st = exited(dir.path(), "FallbackToLogsOnError", 1);
+        assert!(
+            message(&st).starts_with("Error on reading termination message from logs: "),
+            "{}",
+            message(&st)
+        );
+    }
+
+    #[test]
+    fn a_huge_termination_message_file_gives_its_last_4_kib() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("msg");
+        // 400 MiB (sparse: no disk used) and a marker at the end.
+        let f = std::fs::File::create(&file).unwrap();
+        f.set_len(400 << 20).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"THE-END"))
+            .unwrap();
+        let got = message(&exited(dir.path(), "File", 0));
+        assert_eq!(got.len(), MAX_TERMINATION_MESSAGE_BYTES);
+        assert!(got.ends_with("\0\0THE-END"));
+    }
+
+    #[test]
+    fn a_huge_log_gives_the_last_2_kib_of_its_last_80_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = String::new();
+        // The runtime's 16 KiB pieces of one long line, then two short ones.
+        for _ in 0..200 {
+            log.push_str("2024-01-01T00:00:00.000000000Z stdout P ");
+            log.push_str(&"a".repeat(16 * 1024));
+            log.push('\n');
+        }
+        log.push_str("2024-01-01T00:00:01Z stdout F \n2024-01-01T00:00:01Z stderr F the end\n");
+        std::fs::write(dir.path().join("0.log"), &log).unwrap();
+        let got = message(&exited(dir.path(), "FallbackToLogsOnError", 3));
+        assert_eq!(got.len(), MAX_TERMINATION_LOG_BYTES);
+        assert!(got.ends_with("aaa\nthe end\n"), "{got:?}");
+    }
+
+    #[test]
+    fn what_is_not_a_regular_file_reads_as_empty_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("msg");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert_eq!(message(&exited(dir.path(), "File", 1)), "");
+    }
+
+    #[test]
+    fn invalid_utf8_never_makes_a_message_longer_than_its_bound() {
+        let text = bounded_text(&[0xff; 4096], 4096);
+        assert!(text.len() <= 4096, "{}", text.len());
+        assert!(text.chars().all(|c| c == char::REPLACEMENT_CHARACTER));
+        assert_eq!(bounded_text(b"plain", 4096), "plain");
+        // A character cut at the front by the tail read is replaced, not kept whole.
+        assert_eq!(
+            bounded_text("é!".as_bytes().get(1..).unwrap(), 8),
+            "\u{fffd}!"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_exited_containers_read_a_message() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("msg"), "bye").unwrap();
+        let mut st = exited(dir.path(), "File", 0);
+        assert_eq!(termination_message(&st).await, "bye");
+        let c = container_from(&st, "s", "bye");
+        assert_eq!(c.message, "bye");
+        st.message = "runtime says".into();
+        assert_eq!(container_from(&st, "s", "bye").message, "runtime says: bye");
+        st.state = cri::ContainerState::ContainerRunning as i32;
+        assert_eq!(termination_message(&st).await, "");
     }
 }

@@ -2,8 +2,10 @@
 //! <F|P>[:tags] <content>`, and Docker's JSON lines), as the runtime writes it
 //! and k8s.io/cri-client/pkg/logs reads it: parsing a line, and the kubelet's
 //! timestamp format for `timestamps=true`. The node API's log reader and the
-//! termination message's log fallback both read logs through it.
+//! termination message's log fallback both read logs through it, and both
+//! find the last lines of a file the same way ([`tail_start`]).
 
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::str::FromStr;
 
 use k8s_openapi::jiff::Timestamp;
@@ -169,9 +171,221 @@ pub fn is_json(line: &[u8]) -> bool {
     parse_cri_line(line).is_err() && parse_json_line(line).is_ok()
 }
 
+const TAIL_BLOCK: usize = 1024;
+
+/// The byte offset where the last `n` complete lines of `f` start (the runtime's
+/// `findTailLineStartIndex`): a trailing line without a newline is not counted,
+/// and is read after them.
+///
+/// # Errors
+/// I/O errors of seeking and reading.
+pub fn tail_start<F: Read + Seek>(f: &mut F, n: u64) -> io::Result<u64> {
+    let size = f.seek(SeekFrom::End(0))?;
+    let mut right = size;
+    let mut left = size;
+    let mut count = 0u64;
+    let mut buf = Vec::new();
+    while right > 0 && count <= n {
+        left = right.saturating_sub(TAIL_BLOCK as u64);
+        let len = usize::try_from(right - left).unwrap_or(TAIL_BLOCK);
+        buf.resize(len, 0);
+        f.seek(SeekFrom::Start(left))?;
+        f.read_exact(&mut buf)?;
+        count += buf.iter().filter(|b| **b == b'\n').count() as u64;
+        right = left;
+    }
+    // `buf` is the block at `left`; skip lines until `n` remain.
+    let mut at = 0usize;
+    while count > n {
+        let idx = buf[at..]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(buf.len() - at, |i| i + 1);
+        at += idx;
+        count -= 1;
+    }
+    Ok(left + at as u64)
+}
+
+/// Most bytes of a line's beginning [`tail_content`] keeps (its timestamp,
+/// stream and tags are in them).
+const LINE_HEAD: usize = 512;
+
+/// Reads one line of `r` (through its newline, or to the end of the input)
+/// into `line`, keeping only its first [`LINE_HEAD`] bytes and its last `tail`
+/// bytes: memory stays bounded whatever the line's length. Returns the number
+/// of bytes the line had (0 at the end of the input).
+fn read_line_bounded<R: BufRead>(r: &mut R, line: &mut Vec<u8>, tail: usize) -> io::Result<u64> {
+    let mut total = 0u64;
+    loop {
+        let buf = r.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(total);
+        }
+        let (n, done) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        line.extend_from_slice(&buf[..n]);
+        r.consume(n);
+        total = total.saturating_add(n as u64);
+        // Drop the middle once it is worth it: what is kept is never less
+        // than the head and the last `tail` bytes.
+        if line.len() > LINE_HEAD.saturating_add(tail.saturating_mul(2)) {
+            let cut = line.len() - tail;
+            line.drain(LINE_HEAD..cut);
+        }
+        if done {
+            return Ok(total);
+        }
+    }
+}
+
+/// The content of the last `lines` lines of a container log (CRI or Docker
+/// JSON format, stdout and stderr; a partial line's content without its
+/// newline), at most its last `max` bytes: what the kubelet's
+/// `readLastStringFromContainerLogs` reads for `FallbackToLogsOnError`
+/// (`ReadLogs` with `tailLines` into a ring buffer). Reads from the end of
+/// the file, never more than those lines, and holds at most about `max` bytes
+/// plus one line's beginning in memory however long the lines are. Lines that
+/// do not parse are skipped (a Docker JSON line longer than `max` plus its
+/// beginning is one of them).
+///
+/// # Errors
+/// I/O errors of seeking and reading.
+pub fn tail_content<F: Read + Seek>(f: &mut F, lines: u64, max: usize) -> io::Result<Vec<u8>> {
+    let end = f.seek(SeekFrom::End(0))?;
+    let start = tail_start(f, lines)?;
+    f.seek(SeekFrom::Start(start))?;
+    // What was there when the read began: a file still growing is not chased.
+    let mut r = BufReader::new(f.take(end.saturating_sub(start)));
+    let mut out: Vec<u8> = Vec::new();
+    let mut line = Vec::new();
+    let mut json: Option<bool> = None;
+    let mut left = lines;
+    // One byte more than `max`: a partial line loses its newline.
+    let keep = max.saturating_add(1);
+    while left > 0 {
+        line.clear();
+        if read_line_bounded(&mut r, &mut line, keep)? == 0 {
+            break;
+        }
+        let format_is_json = *json.get_or_insert_with(|| is_json(&line));
+        let Ok(msg) = parse_line(&line, format_is_json) else {
+            continue;
+        };
+        out.extend_from_slice(&msg.content);
+        if out.len() > max.saturating_mul(2) {
+            out.drain(..out.len() - max);
+        }
+        left -= 1;
+    }
+    if out.len() > max {
+        out.drain(..out.len() - max);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tail_content_is_the_content_of_the_last_file_lines() {
+        let log = b"2024-01-01T00:00:00Z stdout F one\n\
+                    2024-01-01T00:00:01Z stderr P tw\n\
+                    2024-01-01T00:00:02Z stderr F o\n\
+                    2024-01-01T00:00:03Z stdout F three\n";
+        let tail = |log: &[u8], lines, max| {
+            String::from_utf8(tail_content(&mut io::Cursor::new(log), lines, max).unwrap()).unwrap()
+        };
+        assert_eq!(tail(log, 80, 2048), "one\ntwo\nthree\n");
+        // Lines of the file, as the kubelet counts them: a partial line is one.
+        assert_eq!(tail(log, 2, 2048), "o\nthree\n");
+        assert_eq!(tail(log, 0, 2048), "");
+        assert_eq!(tail(log, 80, 4), "ree\n");
+        assert_eq!(tail(log, 80, 0), "");
+        let unterminated = b"2024-01-01T00:00:00Z stdout P DONE\n";
+        assert_eq!(tail(unterminated, 80, 2048), "DONE");
+        let no_newline = b"2024-01-01T00:00:00Z stdout F one\n2024-01-01T00:00:00Z stdout F tw";
+        // As the kubelet's `ReadLogs`: the line without a newline is read after
+        // the counted ones, within the count.
+        assert_eq!(tail(no_newline, 1, 2048), "one\n");
+        assert_eq!(tail(no_newline, 2, 2048), "one\ntw");
+        let json = br#"{"log":"a\n","stream":"stdout","time":"2024-01-01T00:00:00Z"}
+{"log":"b\n","stream":"stderr","time":"2024-01-01T00:00:01Z"}
+"#;
+        assert_eq!(tail(json, 1, 2048), "b\n");
+        assert_eq!(tail(b"garbage\n", 80, 2048), "");
+        assert_eq!(tail(b"", 80, 2048), "");
+    }
+
+    /// A reader that counts the bytes read from it.
+    struct Counting<R> {
+        inner: R,
+        read: u64,
+    }
+
+    impl<R: Read> Read for Counting<R> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.read += n as u64;
+            Ok(n)
+        }
+    }
+
+    impl<R: Seek> Seek for Counting<R> {
+        fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+            self.inner.seek(pos)
+        }
+    }
+
+    #[test]
+    fn tail_content_reads_only_the_end_and_keeps_little() {
+        // 100,000 lines: only the last ones are read.
+        let line = "2024-01-01T00:00:00Z stdout F 0123456789\n";
+        let many = line.repeat(100_000);
+        let mut f = Counting {
+            inner: io::Cursor::new(many.as_bytes()),
+            read: 0,
+        };
+        let got = tail_content(&mut f, 80, 2048).unwrap();
+        assert_eq!(got, b"0123456789\n".repeat(80));
+        let limit = 2 * (80 * line.len() as u64 + TAIL_BLOCK as u64);
+        assert!(f.read < limit, "read {} bytes", f.read);
+        // One 8 MiB line without a newline: its end, and the header still parsed.
+        let mut huge = b"2024-01-01T00:00:00Z stderr P ".to_vec();
+        huge.extend(std::iter::repeat_n(b'x', 8 << 20));
+        huge.extend_from_slice(b"END");
+        let got = tail_content(&mut io::Cursor::new(&huge), 80, 2048).unwrap();
+        assert_eq!(got.len(), 2048);
+        assert!(got.ends_with(b"xxEND"));
+        // Lines longer than what is kept: the bound holds whatever their number.
+        let mut line = Vec::new();
+        let mut r = io::BufReader::with_capacity(64, io::Cursor::new(&huge));
+        assert_eq!(
+            read_line_bounded(&mut r, &mut line, 100).unwrap(),
+            huge.len() as u64
+        );
+        assert!(line.len() <= LINE_HEAD + 2 * 100, "{}", line.len());
+        assert!(line.starts_with(b"2024-01-01T00:00:00Z stderr P xx"));
+        assert!(line.ends_with(b"xxEND"));
+    }
+
+    #[test]
+    fn tail_finds_line_starts_across_blocks() {
+        let line = "a".repeat(TAIL_BLOCK);
+        let text = format!(
+            "{line}\n{line}\n{line}\n{line}\n{}",
+            &line[TAIL_BLOCK / 2..]
+        );
+        let mut c = io::Cursor::new(text.as_bytes());
+        let step = TAIL_BLOCK as u64 + 1;
+        assert_eq!(tail_start(&mut c, 0).unwrap(), step * 4);
+        assert_eq!(tail_start(&mut c, 1).unwrap(), step * 3);
+        assert_eq!(tail_start(&mut c, 9999).unwrap(), 0);
+        assert_eq!(tail_start(&mut io::Cursor::new(b""), 3).unwrap(), 0);
+    }
 
     #[test]
     fn cri_lines_parse() {

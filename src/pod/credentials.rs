@@ -6,13 +6,18 @@
 //! allowed per host label, an `http(s)://` scheme ignored), and an image is
 //! matched against every key: same host labels (globs matching), same port,
 //! and the key's path a prefix of the image's. Matches are tried longest key
-//! first, as the kubelet's `Lookup`.
+//! first, as the kubelet's `Lookup`. Passwords, `auth` and tokens are
+//! [`Redacted`]: a `Debug` print of a keyring shows registries and user
+//! names only, and a config that does not parse is reported by position, never
+//! by its content.
 
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use k8s_cri::v1 as cri;
 use serde::Deserialize;
+
+use crate::redact::Redacted;
 
 /// The Docker Hub registry as keys may name it.
 const DOCKER_HUB: &str = "index.docker.io";
@@ -23,14 +28,14 @@ struct Entry {
     #[serde(default)]
     username: String,
     #[serde(default)]
-    password: String,
+    password: Redacted<String>,
     /// base64 of `username:password`.
     #[serde(default)]
-    auth: String,
+    auth: Redacted<String>,
     #[serde(default, rename = "identitytoken")]
-    identity_token: String,
+    identity_token: Redacted<String>,
     #[serde(default, rename = "registrytoken")]
-    registry_token: String,
+    registry_token: Redacted<String>,
 }
 
 /// The `.dockerconfigjson` shape.
@@ -52,7 +57,8 @@ pub enum SecretError {
     /// The secret is of another type or lacks its key.
     #[error("secret is not of type kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg")]
     WrongType,
-    /// The docker config does not parse.
+    /// The docker config does not parse: what is wrong and where, never the
+    /// content (serde's own message may quote a value, a password among them).
     #[error("invalid docker config: {0}")]
     Invalid(String),
 }
@@ -72,18 +78,18 @@ impl Keyring {
             match (type_, data.get(".dockerconfigjson"), data.get(".dockercfg")) {
                 ("kubernetes.io/dockerconfigjson", Some(json), _) => {
                     serde_json::from_slice::<ConfigJson>(json)
-                        .map_err(|e| SecretError::Invalid(e.to_string()))?
+                        .map_err(invalid)?
                         .auths
                 }
                 ("kubernetes.io/dockercfg", _, Some(cfg)) => {
-                    serde_json::from_slice(cfg).map_err(|e| SecretError::Invalid(e.to_string()))?
+                    serde_json::from_slice(cfg).map_err(invalid)?
                 }
                 _ => return Err(SecretError::WrongType),
             };
         for (key, mut entry) in parsed {
             if let Some((user, pass)) = decode_auth(&entry.auth) {
                 entry.username = user;
-                entry.password = pass;
+                entry.password = pass.into();
             }
             self.entries.push((key, entry));
         }
@@ -107,16 +113,28 @@ impl Keyring {
             .into_iter()
             .map(|(_, e)| cri::AuthConfig {
                 username: e.username.clone(),
-                password: e.password.clone(),
+                password: e.password.expose().clone(),
                 auth: String::new(),
                 // Left empty as the kubelet's keyring does: the key already
                 // matched the image's registry.
                 server_address: String::new(),
-                identity_token: e.identity_token.clone(),
-                registry_token: e.registry_token.clone(),
+                identity_token: e.identity_token.expose().clone(),
+                registry_token: e.registry_token.expose().clone(),
             })
             .collect()
     }
+}
+
+/// A docker config that does not parse, by the kind of error and its position.
+#[allow(clippy::needless_pass_by_value, reason = "used as a map_err function")]
+fn invalid(e: serde_json::Error) -> SecretError {
+    let what = match e.classify() {
+        serde_json::error::Category::Io => "unreadable",
+        serde_json::error::Category::Syntax => "not JSON",
+        serde_json::error::Category::Data => "not a docker config",
+        serde_json::error::Category::Eof => "truncated",
+    };
+    SecretError::Invalid(format!("{what} at line {} column {}", e.line(), e.column()))
 }
 
 /// `username:password` from a base64 `auth` field.
@@ -310,6 +328,42 @@ mod tests {
             Err(SecretError::Invalid(_))
         ));
         assert_eq!(k.lookup("r.io/x").len(), 1, "nothing lost");
+    }
+
+    #[test]
+    fn no_secret_in_a_debug_print_or_an_error() {
+        // "dTE6c2VjcmV0LWF1dGg=" is u1:secret-auth.
+        let k = keyring(
+            r#"{"auths": {
+                "a.io": {"auth": "dTE6c2VjcmV0LWF1dGg="},
+                "b.io": {"username": "u2", "password": "secret-password"},
+                "c.io": {"identitytoken": "secret-identity", "registrytoken": "secret-registry"}
+            }}"#,
+        );
+        let printed = format!("{k:?} {k:#?}");
+        for secret in ["secret", "dTE6c2VjcmV0LWF1dGg=", "c2VjcmV0"] {
+            assert!(!printed.contains(secret), "{secret} in {printed}");
+        }
+        assert!(
+            printed.contains("b.io") && printed.contains("u2"),
+            "{printed}"
+        );
+        assert_eq!(k.lookup("c.io/x")[0].identity_token, "secret-identity");
+        // serde would quote the misplaced password in its message.
+        for bad in [
+            r#"{"auths": {"r.io": {"password": ["secret-password"]}}}"#,
+            r#"{"auths": "secret-password"}"#,
+            r#"{"auths": {"r.io": {"password": "secret-password"}"#,
+            "secret-password",
+        ] {
+            let data = BTreeMap::from([(".dockerconfigjson".to_string(), bad.as_bytes().to_vec())]);
+            let err = Keyring::default()
+                .add_secret("kubernetes.io/dockerconfigjson", &data)
+                .unwrap_err();
+            let text = format!("{err} {err:?}");
+            assert!(!text.contains("secret"), "{text}");
+            assert!(text.contains("line 1 column"), "{text}");
+        }
     }
 
     #[test]

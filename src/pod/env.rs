@@ -11,7 +11,95 @@ use k8s_openapi::api::core::v1::{Container, Pod, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::translate::{NodeContext, PodFacts, pod_identity};
-use crate::expansion::expand;
+use crate::expansion::{expand, expand_at_most};
+use crate::redact::Redacted;
+
+/// Most bytes a container's environment (`NAME=value` and a terminating NUL
+/// per variable) and its expanded `command` and `args` (each with a NUL) may
+/// take together: 6 MiB. Linux's `execve` refuses arguments and environment
+/// that take more than three quarters of the kernel's default 8 MiB stack
+/// (`_STK_LIM`), whatever the stack rlimit, so no container beyond it could
+/// start its process; the cap
+/// also keeps the CRI `CreateContainer` request below the 16 MiB gRPC message
+/// limit of the kubelet's runtime client and of containerd, and bounds what
+/// building one environment may allocate however large the ConfigMaps and
+/// Secrets behind `envFrom`, or however often a value refers to another. The
+/// kubelet has no such check: its runtime or the kernel fails the container
+/// later, less clearly.
+pub const MAX_ENVIRONMENT_BYTES: usize = 6 << 20;
+
+/// The bytes `name` and `value` take in a process's environment.
+fn entry_size(name: &str, value: &str) -> usize {
+    name.len().saturating_add(value.len()).saturating_add(2)
+}
+
+/// The error of an environment that has grown past [`MAX_ENVIRONMENT_BYTES`].
+fn too_large(container: &str, at: &str) -> EnvError {
+    EnvError(format!(
+        "the environment of container {container:?} takes more than {MAX_ENVIRONMENT_BYTES} bytes \
+         with {at}: no process can be started with it"
+    ))
+}
+
+/// A container's environment being built: variables in definition order, a
+/// later definition replacing an earlier one in place, found by name in
+/// constant time, with the running size checked against
+/// [`MAX_ENVIRONMENT_BYTES`].
+struct Env<'a> {
+    container: &'a str,
+    vars: Vec<(String, String)>,
+    index: std::collections::HashMap<String, usize>,
+    size: usize,
+}
+
+impl<'a> Env<'a> {
+    fn new(container: &'a str) -> Self {
+        Self {
+            container,
+            vars: Vec::new(),
+            index: std::collections::HashMap::new(),
+            size: 0,
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.index.get(name).map(|i| self.vars[*i].1.as_str())
+    }
+
+    /// Room left for one more value of variable `name`.
+    fn room(&self, name: &str) -> usize {
+        let freed = self.get(name).map_or(0, |v| entry_size(name, v));
+        MAX_ENVIRONMENT_BYTES
+            .saturating_add(freed)
+            .saturating_sub(self.size)
+            .saturating_sub(entry_size(name, ""))
+    }
+
+    fn set(&mut self, name: String, value: String) -> Result<(), EnvError> {
+        let added = entry_size(&name, &value);
+        let size = match self.index.get(&name) {
+            Some(i) => {
+                let slot = &mut self.vars[*i];
+                let size = self
+                    .size
+                    .saturating_sub(entry_size(&slot.0, &slot.1))
+                    .saturating_add(added);
+                slot.1 = value;
+                size
+            }
+            None => {
+                self.index.insert(name.clone(), self.vars.len());
+                self.vars.push((name.clone(), value));
+                self.size.saturating_add(added)
+            }
+        };
+        self.size = size;
+        if size > MAX_ENVIRONMENT_BYTES {
+            return Err(too_large(self.container, &format!("variable {name:?}")));
+        }
+        Ok(())
+    }
+}
 
 /// ConfigMaps and Secrets of the pod's namespace that its containers reference,
 /// by name; a name that is absent was not found in the API.
@@ -19,8 +107,8 @@ use crate::expansion::expand;
 pub struct EnvSources {
     /// ConfigMap name → data.
     pub config_maps: BTreeMap<String, BTreeMap<String, String>>,
-    /// Secret name → decoded data.
-    pub secrets: BTreeMap<String, BTreeMap<String, String>>,
+    /// Secret name → decoded data (never shown by `Debug`).
+    pub secrets: BTreeMap<String, Redacted<BTreeMap<String, String>>>,
     /// The service environment variables the pod sees (from [`service_env`]).
     pub services: BTreeMap<String, String>,
 }
@@ -209,7 +297,9 @@ pub fn is_env_var_name(name: &str) -> bool {
 ///
 /// # Errors
 /// A non-optional ConfigMap/Secret or key that is missing, or a bad field path,
-/// with the kubelet's messages (e.g. `configmap "x" not found`).
+/// with the kubelet's messages (e.g. `configmap "x" not found`); an
+/// environment, command and args that take more than
+/// [`MAX_ENVIRONMENT_BYTES`] once expanded, naming the variable that crossed it.
 pub fn environment(
     pod: &Pod,
     c: &Container,
@@ -218,14 +308,7 @@ pub fn environment(
     sources: &EnvSources,
 ) -> Result<Vec<(String, String)>, EnvError> {
     let (ns, _, _) = pod_identity(pod);
-    let mut env: Vec<(String, String)> = Vec::new();
-    let set = |env: &mut Vec<(String, String)>, k: String, v: String| match env
-        .iter_mut()
-        .find(|(n, _)| *n == k)
-    {
-        Some(slot) => slot.1 = v,
-        None => env.push((k, v)),
-    };
+    let mut env = Env::new(&c.name);
     for from in c.env_from.iter().flatten() {
         let prefix = from.prefix.clone().unwrap_or_default();
         let (data, kind, name, optional) = if let Some(r) = &from.config_map_ref {
@@ -237,7 +320,7 @@ pub fn environment(
             )
         } else if let Some(r) = &from.secret_ref {
             (
-                sources.secrets.get(&r.name),
+                sources.secrets.get(&r.name).map(|d| d.expose()),
                 "secret",
                 &r.name,
                 r.optional.unwrap_or(false),
@@ -250,7 +333,7 @@ pub fn environment(
                 for (k, v) in data {
                     let key = format!("{prefix}{k}");
                     if is_env_var_name(&key) {
-                        set(&mut env, key, v.clone());
+                        env.set(key, v.clone())?;
                     }
                 }
             }
@@ -298,23 +381,32 @@ pub fn environment(
                 String::new()
             }
         } else {
-            let raw = e.value.clone().unwrap_or_default();
-            expand(&raw, |name| {
-                env.iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| v.clone())
-                    .or_else(|| sources.services.get(name).cloned())
-            })
+            let raw = e.value.as_deref().unwrap_or_default();
+            let lookup = |name: &str| {
+                env.get(name)
+                    .or_else(|| sources.services.get(name).map(String::as_str))
+                    .map(str::to_string)
+            };
+            expand_at_most(raw, lookup, env.room(&e.name))
+                .ok_or_else(|| too_large(&c.name, &format!("variable {:?}", e.name)))?
         };
-        set(&mut env, e.name.clone(), value);
+        env.set(e.name.clone(), value)?;
     }
     // Service variables come last, unless the container defines the name itself.
     for (k, v) in &sources.services {
-        if !env.iter().any(|(n, _)| n == k) {
-            env.push((k.clone(), v.clone()));
+        if env.get(k).is_none() {
+            env.set(k.clone(), v.clone())?;
         }
     }
-    Ok(env)
+    // The command and arguments share the limit with the environment.
+    let mut left = MAX_ENVIRONMENT_BYTES.saturating_sub(env.size);
+    for arg in c.command.iter().flatten().chain(c.args.iter().flatten()) {
+        let lookup = |name: &str| env.get(name).map(str::to_string);
+        let expanded = expand_at_most(arg, lookup, left.saturating_sub(1))
+            .ok_or_else(|| too_large(&c.name, "its command and arguments"))?;
+        left = left.saturating_sub(expanded.len().saturating_add(1));
+    }
+    Ok(env.vars)
 }
 
 /// `command` and `args` with `$(VAR)` expanded against the final environment,
@@ -346,6 +438,124 @@ mod tests {
             value: Some(value.into()),
             value_from: None,
         }
+    }
+
+    fn build(c: &Container, sources: &EnvSources) -> Result<Vec<(String, String)>, EnvError> {
+        let p = pod("web").container("c", "busybox").build();
+        environment(
+            &p,
+            c,
+            &NodeContext::default(),
+            &PodFacts::default(),
+            sources,
+        )
+    }
+
+    fn container(env: Vec<EnvVar>, env_from: Vec<EnvFromSource>) -> Container {
+        Container {
+            name: "c".into(),
+            env: Some(env),
+            env_from: Some(env_from),
+            ..Default::default()
+        }
+    }
+
+    fn from_cm(name: &str, prefix: &str) -> EnvFromSource {
+        EnvFromSource {
+            prefix: Some(prefix.into()),
+            config_map_ref: Some(ConfigMapEnvSource {
+                name: name.into(),
+                optional: None,
+            }),
+            secret_ref: None,
+        }
+    }
+
+    #[test]
+    fn references_that_double_a_value_are_refused_within_the_cap() {
+        // V40 would be 2^40 bytes; V0 to V21 take 4 MiB, V22 as much again.
+        let mut vars = vec![var("V0", "x")];
+        for i in 1..=40 {
+            vars.push(var(&format!("V{i}"), &format!("$(V{0})$(V{0})", i - 1)));
+        }
+        let err = build(&container(vars, vec![]), &EnvSources::default()).unwrap_err();
+        assert_eq!(
+            err.0,
+            format!(
+                "the environment of container \"c\" takes more than {MAX_ENVIRONMENT_BYTES} \
+                 bytes with variable \"V22\": no process can be started with it"
+            )
+        );
+    }
+
+    #[test]
+    fn a_large_config_map_used_many_times_is_refused_at_the_cap() {
+        // 1 MiB, the most the API stores in one object, under 100 prefixes.
+        let big = BTreeMap::from([("K".to_string(), "v".repeat(1 << 20))]);
+        let sources = EnvSources {
+            config_maps: BTreeMap::from([("big".to_string(), big)]),
+            ..Default::default()
+        };
+        let from = (0..100)
+            .map(|i| from_cm("big", &format!("P{i}_")))
+            .collect();
+        let err = build(&container(vec![], from), &sources).unwrap_err();
+        assert!(err.0.contains("variable \"P5_K\""), "{}", err.0);
+        // Five times is 5 MiB: allowed.
+        let from = (0..5).map(|i| from_cm("big", &format!("P{i}_"))).collect();
+        assert_eq!(build(&container(vec![], from), &sources).unwrap().len(), 5);
+    }
+
+    #[test]
+    fn the_command_and_arguments_share_the_cap() {
+        let mut c = container(vec![var("A", &"a".repeat(1 << 20))], vec![]);
+        c.args = Some(vec!["$(A)".into(); 4]);
+        assert!(
+            build(&c, &EnvSources::default()).is_ok(),
+            "5 MiB and a little"
+        );
+        c.args = Some(vec!["$(A)".into(); 5]);
+        let err = build(&c, &EnvSources::default()).unwrap_err();
+        assert!(
+            err.0.contains("with its command and arguments"),
+            "{}",
+            err.0
+        );
+        c.args = None;
+        c.command = Some(vec!["$(A)$(A)$(A)$(A)$(A)$(A)".into()]);
+        assert!(build(&c, &EnvSources::default()).is_err());
+    }
+
+    #[test]
+    fn many_keys_are_set_in_linear_time() {
+        // 200,000 variables from one config map, then as many redefinitions.
+        let data: BTreeMap<String, String> = (0..200_000)
+            .map(|i| (format!("K{i}"), String::new()))
+            .collect();
+        let sources = EnvSources {
+            config_maps: BTreeMap::from([("many".to_string(), data)]),
+            ..Default::default()
+        };
+        let c = container(vec![], vec![from_cm("many", ""), from_cm("many", "")]);
+        let started = std::time::Instant::now();
+        assert_eq!(build(&c, &sources).unwrap().len(), 200_000);
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    }
+
+    #[test]
+    fn secret_data_never_shows_in_a_debug_print() {
+        let sources = EnvSources {
+            secrets: BTreeMap::from([(
+                "db".to_string(),
+                BTreeMap::from([("password".to_string(), "secret-value".to_string())]).into(),
+            )]),
+            ..Default::default()
+        };
+        let printed = format!("{sources:?} {sources:#?}");
+        assert!(
+            printed.contains("db") && !printed.contains("secret-value"),
+            "{printed}"
+        );
     }
 
     #[test]

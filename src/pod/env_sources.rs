@@ -74,7 +74,7 @@ impl SourceReader {
                         .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
                         .collect();
                     data.extend(s.string_data.unwrap_or_default());
-                    sources.secrets.insert(name, data);
+                    sources.secrets.insert(name, data.into());
                 }
                 Ok(None) => {}
                 Err(e) => warn!(error = %e, secret = name, "get secret"),

@@ -8,7 +8,7 @@
 //! none), and `ReadLogs` in k8s.io/cri-client/pkg/logs (format, tail, partial lines,
 //! follow). Like the kubelet, rotated files (`<n>.log.<timestamp>`) are not read.
 
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -19,6 +19,8 @@ use tokio::io::{AsyncBufReadExt as _, AsyncSeekExt as _};
 
 use crate::cri::log::{LogMessage, Stream, format_timestamp};
 use crate::reasons::waiting;
+
+pub use crate::cri::log::tail_start;
 
 /// The streams a request asks for (`stream` query parameter: `All`, `Stdout`, `Stderr`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -245,42 +247,6 @@ impl LogWriter {
             }
         }
     }
-}
-
-const TAIL_BLOCK: usize = 1024;
-
-/// The byte offset where the last `n` complete lines of `f` start (the runtime's
-/// `findTailLineStartIndex`): a trailing line without a newline is not counted,
-/// and is read after them.
-///
-/// # Errors
-/// I/O errors of seeking and reading.
-pub fn tail_start<F: Read + Seek>(f: &mut F, n: u64) -> io::Result<u64> {
-    let size = f.seek(SeekFrom::End(0))?;
-    let mut right = size;
-    let mut left = size;
-    let mut count = 0u64;
-    let mut buf = Vec::new();
-    while right > 0 && count <= n {
-        left = right.saturating_sub(TAIL_BLOCK as u64);
-        let len = usize::try_from(right - left).unwrap_or(TAIL_BLOCK);
-        buf.resize(len, 0);
-        f.seek(SeekFrom::Start(left))?;
-        f.read_exact(&mut buf)?;
-        count += buf.iter().filter(|b| **b == b'\n').count() as u64;
-        right = left;
-    }
-    // `buf` is the block at `left`; skip lines until `n` remain.
-    let mut at = 0usize;
-    while count > n {
-        let idx = buf[at..]
-            .iter()
-            .position(|b| *b == b'\n')
-            .map_or(buf.len() - at, |i| i + 1);
-        at += idx;
-        count -= 1;
-    }
-    Ok(left + at as u64)
 }
 
 /// Where the output goes: a client that may go away.
@@ -716,21 +682,6 @@ mod tests {
             .await,
             "a\nb"
         );
-    }
-
-    #[test]
-    fn tail_finds_line_starts_across_blocks() {
-        let line = "a".repeat(TAIL_BLOCK);
-        let text = format!(
-            "{line}\n{line}\n{line}\n{line}\n{}",
-            &line[TAIL_BLOCK / 2..]
-        );
-        let mut c = io::Cursor::new(text.as_bytes());
-        let step = TAIL_BLOCK as u64 + 1;
-        assert_eq!(tail_start(&mut c, 0).unwrap(), step * 4);
-        assert_eq!(tail_start(&mut c, 1).unwrap(), step * 3);
-        assert_eq!(tail_start(&mut c, 9999).unwrap(), 0);
-        assert_eq!(tail_start(&mut io::Cursor::new(b""), 3).unwrap(), 0);
     }
 
     #[tokio::test]

@@ -26,7 +26,9 @@ pub const MAX_FILE_NAME_LENGTH: usize = 255;
 pub const MAX_PATH_LENGTH: usize = 4096;
 
 /// One file of a payload: contents, permission bits and an optional owner.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Its `Debug` shows the size of the contents, never the bytes (they may be
+/// Secret data or a token).
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct FileProjection {
     /// The file's bytes.
     pub data: Vec<u8>,
@@ -34,6 +36,16 @@ pub struct FileProjection {
     pub mode: u32,
     /// Owner UID to set, if any (the `user`/`defaultUser` fields).
     pub fs_user: Option<u32>,
+}
+
+impl std::fmt::Debug for FileProjection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileProjection")
+            .field("bytes", &self.data.len())
+            .field("mode", &format_args!("{:#o}", self.mode))
+            .field("fs_user", &self.fs_user)
+            .finish()
+    }
 }
 
 /// Files to project, by relative path (`key`, `dir/key`).
@@ -337,6 +349,22 @@ pub fn is_published(target: &Path) -> bool {
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn debug_shows_the_size_never_the_bytes() {
+        let f = FileProjection {
+            data: b"secret-data".to_vec(),
+            mode: 0o400,
+            fs_user: Some(1000),
+        };
+        let printed = format!("{f:?}");
+        assert_eq!(
+            printed,
+            "FileProjection { bytes: 11, mode: 0o400, fs_user: Some(1000) }"
+        );
+        let payload = Payload::from([("token".to_string(), f)]);
+        assert!(!format!("{payload:#?}").contains("115"), "no byte values");
+    }
 
     fn file(data: &str, mode: u32) -> FileProjection {
         FileProjection {

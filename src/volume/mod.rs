@@ -169,8 +169,9 @@ pub fn volume_dir(root: &Path, uid: &str, plugin: &str, name: &str) -> PathBuf {
 }
 
 /// What the API server answered for the objects and tokens a pod's volumes
-/// read, by name (`Ok(None)`: not found; `Err`: the error's message).
-#[derive(Clone, Debug, Default)]
+/// read, by name (`Ok(None)`: not found; `Err`: the error's message). Its
+/// `Debug` shows names only, never Secret data nor tokens.
+#[derive(Clone, Default)]
 pub struct Fetched {
     /// Config maps by name.
     pub config_maps: BTreeMap<String, Result<Option<Arc<ConfigMap>>, String>>,
@@ -195,6 +196,16 @@ fn found<T: Clone>(
         }),
         Some(Err(message)) => Err(Error::Payload(message.clone())),
         None => Err(Error::Payload(format!("{kind} \"{name}\" was not read"))),
+    }
+}
+
+impl std::fmt::Debug for Fetched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fetched")
+            .field("config_maps", &self.config_maps.keys().collect::<Vec<_>>())
+            .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .field("tokens", &self.tokens.keys().collect::<Vec<_>>())
+            .finish()
     }
 }
 
@@ -725,6 +736,39 @@ mod tests {
         let mut p = pod("web").container("c", "busybox").build();
         p.spec.as_mut().unwrap().volumes = Some(vols);
         p
+    }
+
+    #[test]
+    fn fetched_debug_names_objects_and_never_shows_their_data() {
+        let secret = Secret {
+            data: Some(BTreeMap::from([(
+                "password".to_string(),
+                k8s_openapi::ByteString(b"secret-bytes".to_vec()),
+            )])),
+            string_data: Some(BTreeMap::from([("k".into(), "secret-string".into())])),
+            ..Default::default()
+        };
+        let key = token::TokenKey {
+            namespace: "ns".into(),
+            service_account: "sa".into(),
+            audience: None,
+            expiration_seconds: 3600,
+            pod_name: "web".into(),
+            pod_uid: "u".into(),
+        };
+        let fetched = Fetched {
+            secrets: BTreeMap::from([("creds".to_string(), Ok(Some(Arc::new(secret))))]),
+            tokens: HashMap::from([(key, Ok("eyJ.secret-token".to_string()))]),
+            ..Default::default()
+        };
+        let printed = format!("{fetched:?} {fetched:#?}");
+        assert!(
+            printed.contains("creds") && printed.contains("sa"),
+            "{printed}"
+        );
+        for secret in ["secret-", "eyJ", "115, 101, 99"] {
+            assert!(!printed.contains(secret), "{secret} in {printed}");
+        }
     }
 
     #[test]

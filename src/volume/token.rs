@@ -14,6 +14,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 
 use super::{Error, Result};
+use crate::redact::Redacted;
 
 /// Tokens are requested again after this age whatever their expiration (24 h).
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -40,8 +41,8 @@ pub struct TokenKey {
 /// A token the API server issued.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IssuedToken {
-    /// The JWT.
-    pub token: String,
+    /// The JWT (never shown by `Debug`).
+    pub token: Redacted<String>,
     /// When it expires.
     pub expires: Timestamp,
     /// The lifetime the API server granted, in seconds.
@@ -102,7 +103,7 @@ impl TokenManager {
     pub async fn get(&self, client: &Client, key: &TokenKey) -> Result<String> {
         let now = Timestamp::now();
         if let Some(t) = self.lock().get(key).filter(|t| !requires_refresh(t, now)) {
-            return Ok(t.token.clone());
+            return Ok(t.token.expose().clone());
         }
         let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &key.namespace);
         let tr = api
@@ -124,7 +125,7 @@ impl TokenManager {
         };
         let granted = tr.spec.and_then(|s| s.expiration_seconds);
         let issued = IssuedToken {
-            token: token.clone(),
+            token: token.clone().into(),
             expires: expires.0,
             expiration_seconds: granted.unwrap_or(key.expiration_seconds),
         };
@@ -156,7 +157,7 @@ mod tests {
     fn refreshes_at_eighty_percent_of_the_lifetime() {
         // Issued at 0 for 3600 s: fresh until 2880 s.
         let t = IssuedToken {
-            token: "t".into(),
+            token: "t".to_string().into(),
             expires: at(3600),
             expiration_seconds: 3600,
         };
@@ -167,10 +168,25 @@ mod tests {
     }
 
     #[test]
+    fn debug_never_shows_the_token() {
+        let t = IssuedToken {
+            token: "eyJhbGciOiJSUzI1NiJ9.payload.signature".to_string().into(),
+            expires: at(3600),
+            expiration_seconds: 3600,
+        };
+        let printed = format!("{t:?} {t:#?}");
+        assert!(
+            !printed.contains("eyJ") && !printed.contains("signature"),
+            "{printed}"
+        );
+        assert!(printed.contains("3600"), "{printed}");
+    }
+
+    #[test]
     fn refreshes_after_a_day_whatever_the_expiration() {
         let year = 365 * 24 * 3600;
         let t = IssuedToken {
-            token: "t".into(),
+            token: "t".to_string().into(),
             expires: at(year),
             expiration_seconds: year,
         };
@@ -181,7 +197,7 @@ mod tests {
     #[test]
     fn extreme_lifetimes_never_overflow() {
         let token = |expires: Timestamp, ttl: i64| IssuedToken {
-            token: "t".into(),
+            token: "t".to_string().into(),
             expires,
             expiration_seconds: ttl,
         };
