@@ -23,6 +23,19 @@ fn agent_pid() -> u32 {
         .expect("pid")
 }
 
+/// Resets the agent's peak resident set size once per run of this file
+/// (`5` to `/proc/<pid>/clear_refs`), so that the peak measured is the one
+/// these pods cause, not one left by the end-to-end tests run before them on
+/// the same agent.
+fn reset_agent_hwm_once() {
+    static RESET: std::sync::Once = std::sync::Once::new();
+    RESET.call_once(|| {
+        let pid = agent_pid();
+        std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+            .unwrap_or_else(|e| panic!("reset the peak RSS of the agent (pid {pid}): {e}"));
+    });
+}
+
 /// The agent's peak resident set size (`VmHWM`), in KiB.
 fn agent_hwm_kib() -> u64 {
     let pid = agent_pid();
@@ -65,6 +78,7 @@ fn terminated_message(p: &k8s_openapi::api::core::v1::Pod) -> String {
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_400_mib_termination_message_file_gives_its_last_4_kib() {
+    reset_agent_hwm_once();
     let client = client().await;
     let ns = namespace(&client, "e2e-term-file").await;
     // 400 MiB of `a`, then a marker that only a read from the end sees.
@@ -90,6 +104,7 @@ async fn a_400_mib_termination_message_file_gives_its_last_4_kib() {
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn fallback_to_a_400_mib_log_gives_the_last_2_kib() {
+    reset_agent_hwm_once();
     let client = client().await;
     let ns = namespace(&client, "e2e-term-log").await;
     // 400 MiB on one line (the runtime splits it into 16 KiB partial lines),
@@ -119,6 +134,7 @@ async fn fallback_to_a_400_mib_log_gives_the_last_2_kib() {
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn an_environment_that_doubles_itself_is_refused_within_bounded_memory() {
+    reset_agent_hwm_once();
     let client = client().await;
     let ns = namespace(&client, "e2e-env-bomb").await;
     // V0 is 8 bytes and each next one twice the last: V24 alone is 128 MiB.
