@@ -40,4 +40,6 @@ pub mod translate;
 pub mod worker;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod scenarios;
