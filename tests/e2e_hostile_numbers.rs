@@ -155,7 +155,14 @@ async fn a_cpu_limit_of_9e15_cores_and_memory_in_pi_leave_the_agent_running() {
             .map(|c| c.state.clone())
             .collect::<Vec<_>>()
     );
-    if st.phase.as_deref() != Some("Running") {
+    // A container that does not run says why (on cgroup v1 the kernel
+    // refuses the clamped quota: RunContainerError with its message).
+    let runs = st
+        .container_statuses
+        .iter()
+        .flatten()
+        .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+    if !runs {
         let reason = st.reason.clone().or_else(|| {
             st.container_statuses
                 .iter()
@@ -163,7 +170,7 @@ async fn a_cpu_limit_of_9e15_cores_and_memory_in_pi_leave_the_agent_running() {
                 .find_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
         });
         assert!(
-            reason.is_some_and(|r| !r.is_empty()),
+            reason.is_some_and(|r| !r.is_empty() && r != "ContainerCreating"),
             "a pod that does not run says why: {st:#?}"
         );
     }
