@@ -42,4 +42,6 @@ pub mod userns;
 pub mod worker;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod scenarios;

@@ -72,6 +72,9 @@ struct Placement {
     isolation: Isolation,
 }
 
+/// How often a running postStart hook looks whether its pod is being deleted.
+const DELETION_POLL: Duration = Duration::from_millis(500);
+
 /// A step failed on the runtime (the pod's sync fails and is retried).
 pub type Result<T, E = crate::cri::Error> = std::result::Result<T, E>;
 
@@ -125,6 +128,13 @@ impl RuntimeManager {
                             break;
                         }
                     }
+                }
+                Step::StartContainer { .. } | Step::StartEphemeralContainer { .. }
+                    if self.current_grace(pod).is_some() =>
+                {
+                    // The pod became terminating during this pass (a
+                    // postStart hook was cut short): nothing more starts.
+                    break;
                 }
                 Step::StartContainer { name, attempt } => {
                     if placement.is_none() {
@@ -511,7 +521,13 @@ impl RuntimeManager {
 
     /// Runs container `c`'s postStart hook, if it has one; on failure the
     /// `FailedPostStartHook` event, the container killed, and
-    /// `PostStartHookError`.
+    /// `PostStartHookError`. The hook runs until it ends or the pod is being
+    /// deleted ([`RuntimeManager::being_deleted`], polled every
+    /// [`DELETION_POLL`]): the kubelet's pod worker cancels the sync of a pod
+    /// that becomes terminating, which ends the hook, so that a hook that
+    /// never returns (`sleep 100000`) cannot hold the deletion. A hook cut
+    /// short so fails without a kill of its own: the terminating sync that
+    /// follows stops the container.
     async fn post_start(
         &self,
         pod: &Pod,
@@ -523,11 +539,34 @@ impl RuntimeManager {
             return Ok(());
         };
         let limit = lifecycle::POST_START_EXEC_LIMIT;
-        let ran = lifecycle::run_handler(&self.runtime, pod, c, id, handler, ip, limit).await;
+        let run = lifecycle::run_handler(&self.runtime, pod, c, id, handler, ip, limit);
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval(DELETION_POLL);
+        let ran = loop {
+            tokio::select! {
+                ran = &mut run => break ran,
+                _ = tick.tick() => {
+                    if self.being_deleted(pod) {
+                        break Err(format!(
+                            "PostStart hook of container {:?} cut short: the pod is being deleted",
+                            c.name
+                        ));
+                    }
+                }
+            }
+        };
         let Err(msg) = ran else { return Ok(()) };
         let name = c.name.as_str();
         let reason = event::FAILED_POST_START_HOOK;
         self.event(pod, Some(name), EventType::Warning, reason, msg.clone());
+        if self.being_deleted(pod) {
+            // The terminating sync that follows stops the container, with
+            // its preStop hook and the deletion's grace period.
+            return Err(Waiting {
+                reason: waiting::POST_START_HOOK_ERROR.into(),
+                message: msg,
+            });
+        }
         let grace = spec::grace_period(pod);
         if let Err(e) = self.kill_container(pod, name, id, grace, ip).await {
             warn!(error = %e, container = name, "kill container after its postStart hook failed");
@@ -573,6 +612,18 @@ impl RuntimeManager {
             self.kill_container(pod, c, id, *grace, ip).await?;
         }
         Ok(())
+    }
+
+    /// True when `pod` is being deleted now: the reflector's store holds it
+    /// (same UID) with a deletion timestamp, or no longer holds it (deleted
+    /// with grace 0, or replaced by a new pod of the same name).
+    fn being_deleted(&self, pod: &Pod) -> bool {
+        let (ns, name, uid) = pod_identity(pod);
+        let latest = self
+            .pods
+            .get(&ObjectRef::new(&name).within(&ns))
+            .filter(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
+        latest.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
     }
 
     /// The grace period of `pod` now, if it is being deleted: from the latest

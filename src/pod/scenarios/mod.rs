@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, EnvVar, EnvVarSource, ExecAction, Lifecycle, LifecycleHandler, Pod,
-    PodSecurityContext, PodStatus, Probe, ResourceFieldSelector, ResourceRequirements, Sysctl,
-    Volume, VolumeMount,
+    PodSecurityContext, PodStatus, Probe, ResourceFieldSelector, ResourceRequirements, SleepAction,
+    Sysctl, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -973,4 +973,55 @@ async fn a_liveness_kill_with_the_largest_probe_grace_period_runs_the_hook_and_r
     );
     assert!(n.cri.execs().contains(&"c drain".to_string()));
     assert_eq!(state(&n.status("web"), "c"), ("running".into(), 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_start_hook_that_never_returns_does_not_hold_the_pods_deletion() {
+    let mut n = Node::start().await;
+    let mut p = pod("web")
+        .container("c", IMAGE)
+        .container("d", IMAGE)
+        .build();
+    edit_container(&mut p, |c| {
+        c.lifecycle = Some(Lifecycle {
+            post_start: Some(LifecycleHandler {
+                sleep: Some(SleepAction { seconds: 100_000 }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    });
+    let web = n.bind(p);
+    // The hook holds the sync, as the kubelet runs postStart before the
+    // container counts as started.
+    let ctx = n.ctx.clone();
+    let first = tokio::spawn(reconcile(Arc::new(web), ctx));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!first.is_finished(), "the hook runs");
+    assert_eq!(n.cri_calls(), started(&["c"]));
+    // Deleted meanwhile: the hook is cut short, the rest of the pass
+    // starts nothing, and the sync ends.
+    n.delete_gracefully("web", 30);
+    n.watched("web");
+    let ended = tokio::time::timeout(Duration::from_secs(5), first).await;
+    ended
+        .expect("the sync ends once the pod is being deleted")
+        .expect("the sync does not panic")
+        .expect("the sync succeeds");
+    assert_eq!(n.cri_calls(), Vec::<String>::new(), "d is not started");
+    n.event("FailedPostStartHook", "the pod is being deleted")
+        .await;
+    // The terminating sync stops the container, then the pod goes.
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), ["StopContainer c 30", "StopPodSandbox web"]);
+    n.sync_watched("web").await;
+    assert_eq!(
+        n.cri_calls(),
+        [
+            "StopPodSandbox web",
+            "RemoveContainer c",
+            "RemovePodSandbox web"
+        ]
+    );
+    assert!(n.api.pod("web").is_none(), "the pod is deleted");
 }
