@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapEnvSource, ConfigMapKeySelector, ConfigMapProjection,
+    AppArmorProfile, Capabilities, ConfigMapEnvSource, ConfigMapKeySelector, ConfigMapProjection,
     ConfigMapVolumeSource, Container, ContainerPort, ContainerRestartRule,
     ContainerRestartRuleOnExitCodes, ContainerState as ApiContainerState, ContainerStateRunning,
     ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, DownwardAPIProjection,
@@ -426,9 +426,32 @@ fn security_context() -> impl Strategy<Value = SecurityContext> {
             "bogus",
         ])),
         opt(prop::collection::vec(hostile_string(), 0..3)),
+        prop_oneof![
+            Just("../../../etc/passwd".to_string()),
+            Just("/etc/passwd".to_string()),
+            Just("profiles/ok.json".to_string()),
+            hostile_string(),
+        ],
+        opt(prop::sample::select(vec![
+            "RuntimeDefault",
+            "Localhost",
+            "Unconfined",
+            "bogus",
+        ])),
     )
         .prop_map(
-            |(uid, gid, non_root, privileged, escalation, proc_mount, seccomp, caps)| {
+            |(
+                uid,
+                gid,
+                non_root,
+                privileged,
+                escalation,
+                proc_mount,
+                seccomp,
+                caps,
+                localhost,
+                apparmor,
+            )| {
                 SecurityContext {
                     run_as_user: uid,
                     run_as_group: gid,
@@ -438,7 +461,11 @@ fn security_context() -> impl Strategy<Value = SecurityContext> {
                     proc_mount: proc_mount.map(Into::into),
                     seccomp_profile: seccomp.map(|t| SeccompProfile {
                         type_: t.into(),
-                        localhost_profile: Some("../../../etc/passwd".into()),
+                        localhost_profile: Some(localhost.clone()),
+                    }),
+                    app_armor_profile: apparmor.map(|t| AppArmorProfile {
+                        type_: t.into(),
+                        localhost_profile: Some(localhost),
                     }),
                     capabilities: caps.map(|c| Capabilities {
                         add: Some(c.clone()),
@@ -896,13 +923,14 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
                 0..2,
             )),
             opt(any::<bool>()),
+            opt(any::<bool>()),
         ),
     )
         .prop_map(
             |(
                 (containers, init, ephemeral, grace, deadline, restart_policy),
                 (host_network, host_pid, share_pid, dns_policy, dns, names),
-                (psc, os, volumes, gates, aliases, links),
+                (psc, os, volumes, gates, aliases, links, host_users),
             )| PodSpec {
                 containers,
                 init_containers: init,
@@ -929,6 +957,7 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
                 readiness_gates: gates,
                 host_aliases: aliases,
                 enable_service_links: links,
+                host_users,
                 ..Default::default()
             },
         )
@@ -1171,6 +1200,9 @@ struct Case {
     now: Timestamp,
     allocatable: BTreeMap<String, Quantity>,
     memory_capacity: u64,
+    /// The node's settings and abilities: seccompDefault, AppArmor enforced,
+    /// the UserNamespacesSupport gate, Strict supplemental groups supported.
+    node_flags: [bool; 4],
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -1188,9 +1220,10 @@ fn case() -> impl Strategy<Value = Case> {
             0..3,
         ),
         prop_oneof![Just(0u64), Just(1 << 30), Just(u64::MAX), any::<u64>()],
+        any::<[bool; 4]>(),
     )
         .prop_map(
-            |(pod, rt, probes, backoffs, volumes_ready, now, allocatable, memory_capacity)| Case {
+            |(
                 pod,
                 rt,
                 probes,
@@ -1199,6 +1232,17 @@ fn case() -> impl Strategy<Value = Case> {
                 now,
                 allocatable,
                 memory_capacity,
+                node_flags,
+            )| Case {
+                pod,
+                rt,
+                probes,
+                backoffs,
+                volumes_ready,
+                now,
+                allocatable,
+                memory_capacity,
+                node_flags,
             },
         )
 }
@@ -1218,6 +1262,9 @@ fn node(c: &Case) -> NodeContext {
         memory_capacity_bytes: c.memory_capacity,
         hosts_file: "/etc/hosts".into(),
         allowed_unsafe_sysctls: vec!["kernel.msg*".into(), "net.core.somaxconn".into()],
+        seccomp_default: c.node_flags[0],
+        apparmor_enabled: c.node_flags[1],
+        user_namespaces_support: c.node_flags[2],
     }
 }
 
@@ -1356,8 +1403,24 @@ fn check_containers(c: &Case, node: &NodeContext) {
             let _ = crate::volume::mounts::propagation(m.mount_propagation.as_deref());
         }
         let config = translate::container_config(pod, &ctr, 3, "sha256:b", &vars, node, vec![]);
-        let linux = config.linux.as_ref().expect("linux config");
-        check_resources(linux.resources.as_ref().expect("resources"));
+        if let Ok(config) = &config {
+            let linux = config.linux.as_ref().expect("linux config");
+            check_resources(linux.resources.as_ref().expect("resources"));
+            let seccomp = linux
+                .security_context
+                .as_ref()
+                .and_then(|s| s.seccomp.as_ref());
+            if let Some(p) = seccomp.filter(|p| !p.localhost_ref.is_empty()) {
+                let path = std::path::Path::new(&p.localhost_ref);
+                assert!(
+                    path.starts_with(node.root_dir.join("seccomp"))
+                        && !path
+                            .components()
+                            .any(|x| x == std::path::Component::ParentDir),
+                    "seccomp profile outside <root-dir>/seccomp: {path:?}"
+                );
+            }
+        }
         let _ = translate::verify_run_as_non_root(pod, &ctr, Some(0), "");
         let _ = translate::verify_run_as_non_root(pod, &ctr, None, "nobody");
         let _ = hosts::should_mount(pod, &ctr, &facts.pod_ips);
@@ -1402,7 +1465,36 @@ fn check_containers(c: &Case, node: &NodeContext) {
             }
         }
     }
-    let _ = translate::sandbox_config(pod, u32::MAX, node);
+    let handlers = [cri::RuntimeHandler {
+        name: String::new(),
+        features: Some(cri::RuntimeHandlerFeatures {
+            recursive_read_only_mounts: false,
+            user_namespaces: c.node_flags[2],
+        }),
+    }];
+    let need = translate::user_namespace_need(pod, "", &handlers, node.user_namespaces_support);
+    let isolation = translate::Isolation {
+        runtime_handler: String::new(),
+        user_namespace: match need {
+            Ok(translate::UserNamespaceNeed::Pod) => Some(translate::pod_user_namespace(
+                translate::USER_NS_LENGTH.saturating_mul(7),
+            )),
+            _ => None,
+        },
+    };
+    if let Ok(config) = translate::sandbox_config(pod, u32::MAX, node, &isolation) {
+        let host_userns = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref())
+            .and_then(|n| n.userns_options.as_ref())
+            .is_none_or(|u| u.mode != cri::NamespaceMode::Pod as i32);
+        assert!(
+            !(need == Ok(translate::UserNamespaceNeed::Pod) && host_userns),
+            "hostUsers: false ran in the host's user namespace"
+        );
+    }
     let _ = translate::dns_config(pod, node);
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         if let Some(d) = &v.downward_api {
@@ -1494,7 +1586,14 @@ fn check_status(pod: &Pod, st: &k8s_openapi::api::core::v1::PodStatus) {
 fn check_sync(c: &Case) {
     let node = node(c);
     let pod = &c.pod;
-    let _ = admit::admit(pod, &node.allowed_unsafe_sysctls);
+    let _ = admit::admit(
+        pod,
+        &admit::NodeAbilities {
+            allowed_unsafe_sysctls: &node.allowed_unsafe_sysctls,
+            apparmor_enabled: node.apparmor_enabled,
+            supplemental_groups_policy: c.node_flags[3],
+        },
+    );
     let _ = hosts::hostname_and_domain(pod, &node.cluster_domain)
         .map(|(h, d)| hosts::kernel_hostname(pod, &h, &d));
     let _ = hosts::host_alias_entries(
