@@ -259,6 +259,71 @@ impl Metrics {
         }
     }
 
+    /// Drops the series of one probe worker: every result of
+    /// `worker.probe_type` for its container and pod (`worker.result` is not
+    /// looked at), as the kubelet's probe worker deletes its metrics when it
+    /// stops.
+    pub fn forget_probe(&self, worker: &ProbeLabels) {
+        let same = |l: &ProbeLabels| {
+            l.probe_type == worker.probe_type
+                && l.container == worker.container
+                && l.pod == worker.pod
+                && l.namespace == worker.namespace
+        };
+        let mut series = self
+            .probe_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(of_pod) = series.get_mut(&worker.pod_uid) else {
+            return;
+        };
+        of_pod.retain(|l| {
+            if same(l) {
+                self.probe_total.remove(l);
+                false
+            } else {
+                true
+            }
+        });
+        if of_pod.is_empty() {
+            series.remove(&worker.pod_uid);
+        }
+    }
+
+    /// Forgets every pod whose UID `keep` rejects: its start timing and its
+    /// probe series (the pods no longer bound to this node).
+    pub fn retain_pods(&self, keep: impl Fn(&str) -> bool) {
+        self.first_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|uid, _| keep(uid));
+        let gone: Vec<String> = self
+            .probe_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .filter(|uid| !keep(uid))
+            .cloned()
+            .collect();
+        for uid in gone {
+            self.forget_probes(&uid);
+        }
+    }
+
+    /// Whether pod `uid` has probe series or a start being timed.
+    #[must_use]
+    pub fn tracks_pod(&self, uid: &str) -> bool {
+        self.probe_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(uid)
+            || self
+                .first_seen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(uid)
+    }
+
     /// `/metrics/probes` in the Prometheus text format.
     ///
     /// # Errors

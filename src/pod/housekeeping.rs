@@ -105,8 +105,13 @@ async fn cleanup_orphan(
 
 /// Makes the pod workers' managers forget the pods that are no longer bound
 /// to this node (the reflector's `store`, once it has listed): their cached
-/// statuses, image pull back-offs and probe workers. Pods this agent deleted
-/// were forgotten then; this catches those removed behind its back.
+/// statuses, image pull back-offs, probe workers (which take their
+/// `prober_probe_total` series with them) and the pod start timing of the
+/// metrics, as the kubelet's `HandlePodCleanups` has the probe manager's
+/// `CleanupPods` and the status manager's `RemoveOrphanedStatuses` do. Pods
+/// this agent deleted were forgotten then; this catches those removed behind
+/// its back, such as a force-deleted pod (grace period 0), which no sync ever
+/// sees being deleted.
 pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
     let known: HashSet<String> = store
         .state()
@@ -120,4 +125,5 @@ pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
         debug!(pod_uid = uid, "housekeeping: stop the probes of a pod gone");
         ctx.prober.forget(&uid);
     }
+    crate::metrics::metrics().retain_pods(keep);
 }

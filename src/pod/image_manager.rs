@@ -100,9 +100,19 @@ impl ImageManager {
     /// The pull back-offs of pod `uid`'s containers by name, an input of the plan.
     #[must_use]
     pub fn backoffs(&self, uid: &str) -> BTreeMap<String, PullBackoff> {
-        self.with_backoffs(uid, |m| {
-            m.iter().map(|(k, (_, b))| (k.clone(), b.clone())).collect()
-        })
+        let map = self.backoffs.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(uid)
+            .map(|m| m.iter().map(|(k, (_, b))| (k.clone(), b.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether anything of pod `uid` is held (a pull back-off).
+    #[must_use]
+    pub fn tracks(&self, uid: &str) -> bool {
+        self.backoffs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(uid)
     }
 
     /// Forgets everything about pod `uid` (it is gone).
@@ -121,7 +131,13 @@ impl ImageManager {
 
     /// Container `name` of pod `uid` started: its pull back-off ends.
     pub fn started(&self, uid: &str, name: &str) {
-        self.with_backoffs(uid, |m| m.remove(name));
+        let mut map = self.backoffs.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(m) = map.get_mut(uid) {
+            m.remove(name);
+            if m.is_empty() {
+                map.remove(uid);
+            }
+        }
     }
 
     fn event(&self, pod: &Pod, c: &str, type_: EventType, reason: &str, note: String) {

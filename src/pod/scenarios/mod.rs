@@ -7,6 +7,7 @@
 //! scenario asserts the exact runtime calls and API requests of each sync.
 
 mod api;
+mod leaks;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
