@@ -123,3 +123,174 @@ async fn a_runtime_error_while_probing_is_thrown_away_not_counted_as_a_failure()
         n.api.events()
     );
 }
+
+/// A private image on a registry that wants `user`/`pass`.
+const PRIVATE: &str = "registry.example/private/app:1";
+
+/// Pod `name` running [`PRIVATE`] under `policy`, with `secrets` as its
+/// `imagePullSecrets`.
+fn private_pod(name: &str, policy: &str, secrets: &[&str]) -> k8s_openapi::api::core::v1::Pod {
+    let mut p = pod(name).container("c", PRIVATE).build();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.image_pull_secrets = Some(
+            secrets
+                .iter()
+                .map(|s| k8s_openapi::api::core::v1::LocalObjectReference { name: (*s).into() })
+                .collect(),
+        );
+    }
+    edit_container(&mut p, |c| c.image_pull_policy = Some(policy.into()));
+    p
+}
+
+/// Stores the pull secret `name` (UID `uid-<name>`) for registry.example
+/// with `user` and `pass`.
+fn put_pull_secret(n: &Node, name: &str, user: &str, pass: &str) {
+    use base64::Engine as _;
+    let config = serde_json::json!({ "auths": { "registry.example": { "username": user, "password": pass } } });
+    let data = base64::engine::general_purpose::STANDARD.encode(config.to_string());
+    n.api.put(
+        "secrets",
+        name,
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": name, "namespace": "default", "uid": format!("uid-{name}") },
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": { ".dockerconfigjson": data }
+        }),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_pulled_with_a_secret_is_pulled_again_for_a_pod_without_it() {
+    let mut n = Node::start().await;
+    n.cri.require_auth(PRIVATE, "user", "pass");
+    put_pull_secret(&n, "regcred", "user", "pass");
+    put_pull_secret(&n, "wrong", "user", "guess");
+    put_pull_secret(&n, "copy", "user", "pass");
+    let pull = format!("PullImage {PRIVATE}");
+    let created = ["CreateContainer c", "StartContainer c"];
+    // (pod, pull policy, its secrets, the runtime calls of its first sync
+    // after its sandbox, the container's state), one after another on one
+    // node. One call site of the sync: a debug build's stack frame grows
+    // with each.
+    let table: [(&str, &str, &[&str], &[&str], &str); 7] = [
+        // A has the secret: pulled with it, running.
+        (
+            "a",
+            "IfNotPresent",
+            &["regcred"],
+            &[&pull, created[0], created[1]],
+            "running",
+        ),
+        // B has none: the image is on the node, but B must pull it with its
+        // own (absent) credentials, which the registry refuses.
+        ("b", "IfNotPresent", &[], &[&pull], "waiting:ErrImagePull"),
+        // With pull policy Always, likewise.
+        ("always", "Always", &[], &[&pull], "waiting:ErrImagePull"),
+        // With pull policy Never it cannot pull: it fails without a pull.
+        ("never", "Never", &[], &[], "waiting:ErrImageNeverPull"),
+        // A wrong credential for the registry is refused too.
+        (
+            "wrong",
+            "IfNotPresent",
+            &["wrong"],
+            &[&pull],
+            "waiting:ErrImagePull",
+        ),
+        // C has the same secret: the image is used as it is.
+        ("c", "IfNotPresent", &["regcred"], &created, "running"),
+        // Another secret with the same credential is as good (same hash).
+        ("d", "IfNotPresent", &["copy"], &created, "running"),
+    ];
+    for (name, policy, secrets, calls, want) in table {
+        let p = n.bind(private_pod(name, policy, secrets));
+        n.sync(&p).await;
+        let mut expected = vec![format!("RunPodSandbox default/{name}")];
+        expected.extend(calls.iter().map(ToString::to_string));
+        assert_eq!(n.cri_calls(), expected, "{name}");
+        assert_eq!(state(&n.status(name), "c").0, want, "{name}");
+    }
+    n.event("Failed", "pull access denied").await;
+    // B's next sync is in its back-off: no pull, ImagePullBackOff.
+    n.sync_watched("b").await;
+    assert_eq!(n.cri_calls(), Vec::<String>::new(), "in back-off");
+    assert_eq!(state(&n.status("b"), "c").0, "waiting:ImagePullBackOff");
+    // The records survive a restart of the agent.
+    let mut fresh = n.restart().await;
+    let e = fresh.bind(private_pod("e", "IfNotPresent", &[]));
+    fresh.sync(&e).await;
+    assert_eq!(
+        fresh.cri_calls(),
+        ["RunPodSandbox default/e", pull.as_str()]
+    );
+    assert_eq!(state(&fresh.status("e"), "c").0, "waiting:ErrImagePull");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preloaded_images_are_used_without_verification() {
+    // An image in the runtime that the agent never pulled (busybox here) is
+    // used by a pod without secrets as it is: the default policy,
+    // NeverVerifyPreloadedImages. So is a private one.
+    let mut n = Node::start().await;
+    n.cri.add_image(PRIVATE);
+    n.cri.require_auth(PRIVATE, "user", "pass");
+    let a = n.bind(private_pod("a", "IfNotPresent", &[]));
+    n.sync(&a).await;
+    assert_eq!(
+        n.cri_calls(),
+        [
+            "RunPodSandbox default/a",
+            "CreateContainer c",
+            "StartContainer c"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_pulled_anonymously_is_for_every_pod_and_a_crash_mid_pull_is_verified() {
+    let mut n = Node::start().await;
+    let public = "registry.example/public/app:1";
+    let pull = format!("PullImage {public}");
+    // Pulled without credentials: any pod may use it afterwards.
+    let a = n.bind(pod("a").container("c", public).build());
+    n.sync(&a).await;
+    assert_eq!(
+        n.cri_calls(),
+        [
+            "RunPodSandbox default/a",
+            &pull,
+            "CreateContainer c",
+            "StartContainer c"
+        ]
+    );
+    let b = n.bind(pod("b").container("c", public).build());
+    n.sync(&b).await;
+    assert_eq!(
+        n.cri_calls(),
+        [
+            "RunPodSandbox default/b",
+            "CreateContainer c",
+            "StartContainer c"
+        ]
+    );
+    // An image whose pull was under way when the agent stopped (its intent
+    // left behind, no record): pulled by the agent with unknown credentials,
+    // so verified.
+    let crashed = "registry.example/private/half:1";
+    n.cri.add_image(crashed);
+    n.cri.require_auth(crashed, "user", "pass");
+    let records = super::super::image_manager::PullRecords::new(&n.dir.path().join("root"));
+    records.start_pull(crashed).expect("intent");
+    let mut fresh = n.restart().await;
+    let c = fresh.bind(pod("c").container("c", crashed).build());
+    fresh.sync(&c).await;
+    assert_eq!(
+        fresh.cri_calls(),
+        [
+            "RunPodSandbox default/c",
+            format!("PullImage {crashed}").as_str()
+        ]
+    );
+    assert_eq!(state(&fresh.status("c"), "c").0, "waiting:ErrImagePull");
+}

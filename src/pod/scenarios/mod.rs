@@ -103,7 +103,8 @@ impl Node {
             client.clone(),
             recorder.clone(),
             PullConcurrency::Serial,
-        );
+        )
+        .with_pull_records(&root);
         let ctx = Arc::new(Context {
             runtime: RuntimeManager {
                 runtime,
