@@ -5,12 +5,14 @@
 
 mod common;
 
+use std::path::PathBuf;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use common::*;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, PostParams};
 
 async fn scrape_probes(client: &kube::Client) -> String {
     let path = format!("/api/v1/nodes/{}/proxy/metrics/probes", node_name());
@@ -110,4 +112,184 @@ async fn a_force_deleted_pods_probe_series_leave_the_metrics() {
     }
     eprintln!("probe series gone {gone_after:?} after the force delete");
     drop_namespace(&client, &ns).await;
+}
+
+/// The loopback address of the test registry (another port than
+/// `tests/e2e_images.rs`'s, so both can run at once).
+const REGISTRY: &str = "127.0.0.1:5444";
+
+/// A registry process, stopped when dropped.
+struct Registry {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn bin(name: &str) -> PathBuf {
+    root().join("_output/bin").join(name)
+}
+
+/// Starts the registry (`_output/bin/registry`) with one user
+/// `user`/`pass` and waits until it answers.
+fn start_registry() -> Registry {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let htpasswd = Command::new("htpasswd")
+        .args(["-Bbn", "user", "pass"])
+        .output()
+        .expect("run htpasswd (apache2-utils)");
+    assert!(htpasswd.status.success());
+    std::fs::write(dir.path().join("htpasswd"), &htpasswd.stdout).unwrap();
+    let config = format!(
+        "version: 0.1\nlog: {{ level: warn }}\nstorage: {{ filesystem: {{ rootdirectory: {root} }} }}\n\
+         http: {{ addr: {REGISTRY} }}\n\
+         auth: {{ htpasswd: {{ realm: rustlet-e2e, path: {htpasswd} }} }}\n",
+        root = dir.path().join("data").display(),
+        htpasswd = dir.path().join("htpasswd").display(),
+    );
+    std::fs::write(dir.path().join("config.yml"), config).unwrap();
+    let child = Command::new(bin("registry"))
+        .arg("serve")
+        .arg(dir.path().join("config.yml"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("registry.log")).unwrap())
+        .spawn()
+        .expect("start the registry");
+    let registry = Registry { child, _dir: dir };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(REGISTRY).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "registry did not listen on {REGISTRY}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    registry
+}
+
+/// Pushes the local busybox image to the registry as `image`, then removes
+/// it from the node: only the registry has it.
+fn push(image: &str) {
+    let ctr = |args: &[&str]| {
+        let out = Command::new(bin("ctr"))
+            .arg("--address")
+            .arg(local().join("containerd/containerd.sock"))
+            .args(["--namespace", "k8s.io"])
+            .args(args)
+            .output()
+            .expect("run ctr");
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ctr(&["images", "tag", "--force", BUSYBOX, image]);
+    ctr(&[
+        "images",
+        "push",
+        "--plain-http",
+        "--user",
+        "user:pass",
+        image,
+    ]);
+    ctr(&["images", "rm", image]);
+}
+
+fn private_pod(name: &str, image: &str, secrets: &[&str]) -> Pod {
+    let mut p = pod(name, "Never", image, &["sleep", "3600"]);
+    let spec = p.spec.as_mut().unwrap();
+    spec.containers[0].image_pull_policy = Some("IfNotPresent".into());
+    spec.image_pull_secrets = Some(
+        secrets
+            .iter()
+            .map(|s| serde_json::from_value(serde_json::json!({ "name": s })).unwrap())
+            .collect(),
+    );
+    p
+}
+
+/// The first container's waiting reason.
+fn waiting(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_private_image_pulled_with_a_secret_is_not_used_by_a_pod_without_it() {
+    let _registry = start_registry();
+    let client = client().await;
+    let with = namespace(&client, "e2e-leak-with").await;
+    let image = format!("{REGISTRY}/private/busybox:{with}");
+    push(&image);
+    let config =
+        serde_json::json!({ "auths": { REGISTRY: { "username": "user", "password": "pass" } } });
+    let secret: Secret = from_json(serde_json::json!({
+        "metadata": { "name": "regcred" },
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": { ".dockerconfigjson": config.to_string() }
+    }));
+    Api::<Secret>::namespaced(client.clone(), &with)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create pull secret");
+    // Pod A, with the secret: pulls the image and runs.
+    create(&client, &with, &private_pod("a", &image, &["regcred"])).await;
+    wait_for(&client, &with, "a", 90, "Running", phase("Running")).await;
+    // Pod B, in another namespace, without a secret, IfNotPresent: the image
+    // is on the node now, but B may not use it; its own pull is refused.
+    let without = namespace(&client, "e2e-leak-without").await;
+    create(&client, &without, &private_pod("b", &image, &[])).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &without);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let b = api.get("b").await.expect("get pod b");
+        let phase = b.status.as_ref().and_then(|s| s.phase.clone());
+        assert_ne!(
+            phase.as_deref(),
+            Some("Running"),
+            "pod b runs a private image it has no secret for: {:?}",
+            b.status
+        );
+        if matches!(
+            waiting(&b).as_deref(),
+            Some("ErrImagePull" | "ImagePullBackOff")
+        ) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pod b not in ErrImagePull: {:?}",
+            b.status
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // And it stays so.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let b = api.get("b").await.expect("get pod b");
+    assert!(
+        matches!(
+            waiting(&b).as_deref(),
+            Some("ErrImagePull" | "ImagePullBackOff")
+        ),
+        "{:?}",
+        b.status
+    );
+    drop_namespace(&client, &with).await;
+    drop_namespace(&client, &without).await;
 }
