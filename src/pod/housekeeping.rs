@@ -22,6 +22,17 @@ use crate::volume::VolumeManager;
 /// looked up in the API server first, so a cache that is still listing never
 /// costs a running pod.
 ///
+/// Then the directories of pods that have neither a sandbox nor a place in
+/// the cache (their sandbox vanished while the agent was down, as after a
+/// reboot) are torn down as the kubelet's `cleanupOrphanedPodDirs` does: the
+/// mounts the agent made in them undone, then removed without following a
+/// link or crossing into a mount ([`VolumeManager::cleanup_orphans`]). The
+/// directory of a pod the runtime still has is left to the step above, which
+/// asks the API server first. Only call this once the cache has listed: a
+/// directory is known to be an orphan only from a complete list.
+///
+/// Returns how many pods were cleaned up: sandboxes and orphaned directories.
+///
 /// # Errors
 /// The first CRI call that fails.
 pub async fn cleanup_orphans(
@@ -57,7 +68,14 @@ pub async fn cleanup_orphans(
     for r in results {
         removed += usize::from(r?);
     }
-    Ok(removed)
+    let in_runtime: HashSet<&String> = sandboxes
+        .iter()
+        .filter_map(|s| s.labels.get(POD_UID_LABEL))
+        .collect();
+    let dirs = volumes
+        .cleanup_orphans(store, |uid| in_runtime.contains(&uid.to_string()))
+        .await;
+    Ok(removed + dirs)
 }
 
 /// Cleans up one pod the cache does not know, unless the API server still has it.

@@ -294,3 +294,76 @@ async fn an_image_pulled_anonymously_is_for_every_pod_and_a_crash_mid_pull_is_ve
     );
     assert_eq!(state(&fresh.status("c"), "c").0, "waiting:ErrImagePull");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_directories_whose_sandbox_vanished_are_torn_down_but_not_those_of_live_pods() {
+    let mut n = Node::start().await;
+    let pods = n.dir.path().join("root/pods");
+    let alive = n.bind(pod("alive").container("c", IMAGE).build());
+    let gone = n.bind(pod("gone").container("c", IMAGE).build());
+    n.sync(&alive).await;
+    n.sync(&gone).await;
+    // What the pods left on disk: an emptyDir with data, a secret volume on
+    // a tmpfs (where the agent may mount), and a link a container planted to
+    // a directory outside.
+    let outside = n.dir.path().join("outside");
+    std::fs::create_dir_all(&outside).expect("outside");
+    std::fs::write(outside.join("keep"), "x").expect("outside file");
+    let mut mounted = Vec::new();
+    for uid in ["uid-alive", "uid-gone", "uid-foreign"] {
+        let vols = pods.join(uid).join("volumes");
+        let data = vols.join("kubernetes.io~empty-dir/data");
+        std::fs::create_dir_all(&data).expect("emptyDir");
+        std::fs::write(data.join("f"), "y").expect("emptyDir file");
+        std::os::unix::fs::symlink(&outside, data.join("escape")).expect("link");
+        let secret = vols.join("kubernetes.io~secret/token");
+        std::fs::create_dir_all(&secret).expect("secret dir");
+        if crate::volume::mount::mount_tmpfs(&secret, Some(1 << 20)).is_ok() {
+            mounted.push(secret);
+        }
+    }
+    // A mount the agent never makes, in a pod directory of its own.
+    let foreign = pods.join("uid-foreign/elsewhere");
+    std::fs::create_dir_all(&foreign).expect("foreign dir");
+    let foreign_mounted = crate::volume::mount::mount_tmpfs(&foreign, Some(1 << 20)).is_ok();
+    // The sandboxes vanish while the agent is down (a reboot); `gone` is
+    // deleted from the API meanwhile, `alive` is not.
+    for s in n.cri.sandboxes() {
+        let rt = &n.ctx.runtime.runtime;
+        rt.stop_pod_sandbox(&s.id).await.expect("stop sandbox");
+        rt.remove_pod_sandbox(&s.id).await.expect("remove sandbox");
+    }
+    n.api.remove_pod("gone");
+    n.pods.apply_watcher_event(&watcher::Event::Delete(gone));
+    let removed = super::super::housekeeping::cleanup_orphans(
+        &n.ctx.runtime.runtime,
+        &n.api.client(),
+        &n.ctx.runtime.pods,
+        &n.ctx.volumes,
+    )
+    .await
+    .expect("housekeeping");
+    assert!(!pods.join("uid-gone").exists(), "the orphan goes");
+    assert!(
+        pods.join("uid-alive/volumes").exists(),
+        "a live pod's stays"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("keep")).expect("kept"),
+        "x"
+    );
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let left = crate::volume::mount::mounts_under(&mountinfo, &pods.join("uid-gone"));
+    assert_eq!(left, Vec::<std::path::PathBuf>::new());
+    if foreign_mounted {
+        // Not the agent's mount: left alone, and the directory with it.
+        assert_eq!(removed, 1);
+        assert!(crate::volume::mount::is_mount_point(&foreign));
+        let _ = rustix::mount::unmount(&foreign, rustix::mount::UnmountFlags::DETACH);
+    } else {
+        assert_eq!(removed, 2);
+    }
+    for m in mounted.iter().filter(|m| m.exists()) {
+        let _ = rustix::mount::unmount(m, rustix::mount::UnmountFlags::DETACH);
+    }
+}
