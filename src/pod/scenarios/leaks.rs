@@ -161,6 +161,10 @@ fn put_pull_secret(n: &Node, name: &str, user: &str, pass: &str) {
     );
 }
 
+/// One step of a private image scenario: pod, pull policy, its secrets, the
+/// runtime calls of its first sync after its sandbox, the container's state.
+type Step<'a> = (&'a str, &'a str, &'a [&'a str], &'a [&'a str], &'a str);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_pulled_with_a_secret_is_pulled_again_for_a_pod_without_it() {
     let mut n = Node::start().await;
@@ -174,7 +178,7 @@ async fn an_image_pulled_with_a_secret_is_pulled_again_for_a_pod_without_it() {
     // after its sandbox, the container's state), one after another on one
     // node. One call site of the sync: a debug build's stack frame grows
     // with each.
-    let table: [(&str, &str, &[&str], &[&str], &str); 7] = [
+    let table: [Step<'_>; 7] = [
         // A has the secret: pulled with it, running.
         (
             "a",
