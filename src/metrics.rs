@@ -91,6 +91,9 @@ pub struct Metrics {
     pub probe_total: Family<ProbeLabels, Counter>,
     /// Pod UID → the label sets it has in `probe_total` (removed with the pod).
     probe_series: Mutex<HashMap<String, std::collections::HashSet<ProbeLabels>>>,
+    /// Probe workers alive per series (labels with an empty `result`): a
+    /// restarted container's new worker overlaps its old one.
+    probe_workers: Mutex<HashMap<ProbeLabels, usize>>,
 }
 
 fn def_histogram() -> Histogram {
@@ -119,6 +122,7 @@ impl Metrics {
             probes_registry: Registry::default(),
             probe_total: Family::default(),
             probe_series: Mutex::default(),
+            probe_workers: Mutex::default(),
         };
         let mut probes_registry = Registry::default();
         probes_registry.register(
@@ -256,6 +260,51 @@ impl Metrics {
             .unwrap_or_default();
         for labels in &series {
             self.probe_total.remove(labels);
+        }
+    }
+
+    /// A probe worker for the series of `worker` (its `result` not looked
+    /// at) starts.
+    pub fn probe_worker_started(&self, worker: &ProbeLabels) {
+        let key = ProbeLabels {
+            result: String::new(),
+            ..worker.clone()
+        };
+        let mut workers = self
+            .probe_workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let n = workers.entry(key).or_default();
+        *n = n.saturating_add(1);
+    }
+
+    /// A probe worker for the series of `worker` stopped: when it was the
+    /// last one (the container did not just restart under a new worker),
+    /// its series go ([`Metrics::forget_probe`]), as the kubelet's worker
+    /// deletes its metrics when it stops.
+    pub fn probe_worker_stopped(&self, worker: &ProbeLabels) {
+        let key = ProbeLabels {
+            result: String::new(),
+            ..worker.clone()
+        };
+        let last = {
+            let mut workers = self
+                .probe_workers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match workers.get_mut(&key) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                _ => {
+                    workers.remove(&key);
+                    true
+                }
+            }
+        };
+        if last {
+            self.forget_probe(worker);
         }
     }
 
@@ -410,6 +459,44 @@ mod tests {
         ] {
             assert_eq!(runtime_operation_type(call), want, "{call}");
         }
+    }
+
+    #[test]
+    fn a_probe_series_goes_with_its_last_worker_and_a_pod_with_its_uid() {
+        let m = Metrics::new();
+        let labels = |kind: &str, result: &str, uid: &str| ProbeLabels {
+            probe_type: kind.into(),
+            result: result.into(),
+            container: "c".into(),
+            pod: "p".into(),
+            namespace: "ns".into(),
+            pod_uid: uid.into(),
+        };
+        let count = |m: &Metrics| {
+            m.encode_probes()
+                .expect("encode")
+                .lines()
+                .filter(|l| l.starts_with("prober_probe_total{"))
+                .count()
+        };
+        // A container restarted: its new worker starts before the old stops.
+        m.probe_worker_started(&labels("Liveness", "", "u1"));
+        m.record_probe(labels("Liveness", "successful", "u1"));
+        m.record_probe(labels("Liveness", "failed", "u1"));
+        m.probe_worker_started(&labels("Liveness", "", "u1"));
+        m.record_probe(labels("Readiness", "successful", "u1"));
+        m.probe_worker_stopped(&labels("Liveness", "", "u1"));
+        assert_eq!(count(&m), 3, "the series stay with the new worker");
+        m.probe_worker_stopped(&labels("Liveness", "", "u1"));
+        assert_eq!(count(&m), 1, "both results of the last liveness worker go");
+        assert!(m.tracks_pod("u1"));
+        // A pod gone: everything of it, its start timing too.
+        m.pod_seen("u1");
+        m.record_probe(labels("Startup", "successful", "u2"));
+        m.retain_pods(|uid| uid == "u2");
+        assert!(!m.tracks_pod("u1"));
+        assert!(m.tracks_pod("u2"));
+        assert_eq!(count(&m), 1);
     }
 
     #[test]

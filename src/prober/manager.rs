@@ -132,6 +132,9 @@ impl Manager {
                     .or_default()
                     .clone();
                 let worker = Worker {
+                    // Taken now, before an old worker of the same series
+                    // (the container's previous instance) is stopped below.
+                    _series: SeriesGuard::new(series_labels(kind, pod, c, "")),
                     trigger,
                     runtime: self.runtime.clone(),
                     recorder: self.recorder.clone(),
@@ -246,8 +249,28 @@ impl Manager {
     }
 }
 
+/// The labels of the `prober_probe_total` series of probe `kind` of
+/// container `c` of `pod` with `result`.
+fn series_labels(
+    kind: ProbeKind,
+    pod: &Pod,
+    c: &Container,
+    result: &str,
+) -> crate::metrics::ProbeLabels {
+    crate::metrics::ProbeLabels {
+        probe_type: kind.name().to_string(),
+        result: result.to_string(),
+        container: c.name.clone(),
+        pod: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+    }
+}
+
 /// One probe of one container.
 struct Worker {
+    /// Its series go when the worker does.
+    _series: SeriesGuard,
     /// Shared by the container's workers: the startup worker pulls it when the
     /// startup probe passes, the readiness worker then probes at once.
     trigger: Arc<Notify>,
@@ -282,14 +305,7 @@ impl Worker {
 
     /// The labels of this worker's `prober_probe_total` series with `result`.
     fn labels(&self, result: &str) -> crate::metrics::ProbeLabels {
-        crate::metrics::ProbeLabels {
-            probe_type: self.kind.name().to_string(),
-            result: result.to_string(),
-            container: self.container.name.clone(),
-            pod: self.pod.metadata.name.clone().unwrap_or_default(),
-            namespace: self.pod.metadata.namespace.clone().unwrap_or_default(),
-            pod_uid: self.pod.metadata.uid.clone().unwrap_or_default(),
-        }
+        series_labels(self.kind, &self.pod, &self.container, result)
     }
 
     /// Probes until stopped (its task aborted by the manager). A worker whose
@@ -299,7 +315,6 @@ impl Worker {
     /// `prober_probe_total`, as the kubelet's worker deletes its metrics on
     /// the way out.
     async fn run(self) {
-        let _series = SeriesGuard(self.labels(""));
         if self.probe().await {
             std::future::pending::<()>().await;
         }
@@ -415,11 +430,19 @@ impl Worker {
 
 /// Removes a worker's `prober_probe_total` series (every result) when the
 /// worker ends, however it ends: its task returns or is aborted. Recording
-/// happens only inside the task, so nothing is recorded after this.
+/// happens only inside the task, so nothing is recorded after this. The
+/// series stay while another worker has them (a restarted container's).
 struct SeriesGuard(crate::metrics::ProbeLabels);
+
+impl SeriesGuard {
+    fn new(labels: crate::metrics::ProbeLabels) -> Self {
+        crate::metrics::metrics().probe_worker_started(&labels);
+        Self(labels)
+    }
+}
 
 impl Drop for SeriesGuard {
     fn drop(&mut self) {
-        crate::metrics::metrics().forget_probe(&self.0);
+        crate::metrics::metrics().probe_worker_stopped(&self.0);
     }
 }
