@@ -819,3 +819,105 @@ fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), Error> 
         io("write", path)(e)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(name: &str, hash: &str) -> PullSecret {
+        PullSecret {
+            uid: format!("uid-{name}"),
+            namespace: "ns".into(),
+            name: name.into(),
+            credential_hash: hash.into(),
+        }
+    }
+
+    #[test]
+    fn image_names_lose_tag_and_digest() {
+        for (image, want) in [
+            ("busybox", "busybox"),
+            ("busybox:1.36", "busybox"),
+            ("reg:5000/a/b:1", "reg:5000/a/b"),
+            ("reg:5000/a/b", "reg:5000/a/b"),
+            ("reg/a@sha256:abc", "reg/a"),
+            ("reg/a:1@sha256:abc", "reg/a"),
+        ] {
+            assert_eq!(image_name(image), want, "{image}");
+        }
+    }
+
+    #[test]
+    fn records_merge_bounded_and_survive_a_new_instance() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Timestamp::now();
+        let records = PullRecords::new(dir.path());
+        let with = |s: PullSecret| PullCredentials {
+            secrets: vec![s],
+            node_pods_accessible: false,
+        };
+        records
+            .record("reg/app:1", "sha256:1", &with(secret("a", "h1")), now)
+            .unwrap();
+        // The same secret with a new credential replaces its hash.
+        records
+            .record("reg/app:2", "sha256:1", &with(secret("a", "h2")), now)
+            .unwrap();
+        let again = PullRecords::new(dir.path());
+        let r = again.pulled("sha256:1").unwrap().unwrap();
+        assert_eq!(r.kind, "ImagePulledRecord");
+        assert_eq!(r.credential_mapping["reg/app"].secrets, [secret("a", "h2")]);
+        // Past the bound, the oldest secrets go.
+        for i in 0..MAX_SECRETS_PER_IMAGE + 5 {
+            let s = secret(&format!("s{i}"), &format!("h{i}"));
+            records
+                .record("reg/app", "sha256:1", &with(s), now)
+                .unwrap();
+        }
+        let r = records.pulled("sha256:1").unwrap().unwrap();
+        let kept = &r.credential_mapping["reg/app"].secrets;
+        assert_eq!(kept.len(), MAX_SECRETS_PER_IMAGE);
+        assert!(!kept.contains(&secret("a", "h2")));
+        // An anonymous pull opens it to every pod and clears the secrets.
+        let anyone = PullCredentials {
+            secrets: vec![],
+            node_pods_accessible: true,
+        };
+        records.record("reg/app", "sha256:1", &anyone, now).unwrap();
+        let r = records.pulled("sha256:1").unwrap().unwrap();
+        assert_eq!(r.credential_mapping["reg/app"], anyone);
+    }
+
+    #[test]
+    fn a_bad_record_is_an_error_not_a_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = PullRecords::new(dir.path());
+        let path = records.pulled_path("sha256:1");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "{not json").unwrap();
+        assert!(matches!(
+            records.pulled("sha256:1"),
+            Err(Error::Invalid { .. })
+        ));
+        let big = vec![b' '; usize::try_from(MAX_RECORD_BYTES).unwrap() + 1];
+        std::fs::write(&path, big).unwrap();
+        assert!(matches!(
+            records.pulled("sha256:1"),
+            Err(Error::Invalid { .. })
+        ));
+        // Another image's record under this name is not this one's.
+        let other = PulledRecord {
+            image_ref: "sha256:2".into(),
+            ..Default::default()
+        };
+        std::fs::write(&path, serde_json::to_vec(&other).unwrap()).unwrap();
+        assert!(records.pulled("sha256:1").is_err());
+        assert_eq!(records.pulled("sha256:3").unwrap(), None);
+        // Intents come and go.
+        assert!(!records.pulling("reg/app:1"));
+        records.start_pull("reg/app:1").unwrap();
+        assert!(records.pulling("reg/app:1"));
+        records.end_pull("reg/app:1");
+        assert!(!records.pulling("reg/app:1"));
+    }
+}
