@@ -116,9 +116,9 @@ impl ImageManager {
     /// `MustAttemptImagePull`): an image the agent pulled is used by a pod
     /// whose secrets include one that pulled it (same coordinates, or a
     /// credential with the same hash), or by any pod once it was pulled
-    /// without credentials. One pulled by the agent that has no record for
-    /// this image name, or a record that cannot be read, is verified; an
-    /// image the agent never pulled (preloaded) is not.
+    /// without credentials. A record that cannot be read, or a pull of this
+    /// name that was cut short, means verifying; an image the agent never
+    /// pulled under this name (preloaded) is used as it is.
     #[must_use]
     pub fn must_verify(&self, image: &str, image_ref: &str, secrets: &[PullSecret]) -> bool {
         let Some(records) = &self.records else {
@@ -132,8 +132,12 @@ impl ImageManager {
                 return true;
             }
         };
+        // The record is of the image's content; a name the agent never
+        // pulled it under (no credentials recorded for it, no pull of it
+        // interrupted) came onto the node another way: preloaded, as an
+        // image the agent never pulled at all.
         let Some(allowed) = record.credential_mapping.get(image_name(image)) else {
-            return true;
+            return records.pulling(image);
         };
         if allowed.node_pods_accessible {
             return false;

@@ -371,3 +371,53 @@ async fn pod_directories_whose_sandbox_vanished_are_torn_down_but_not_those_of_l
         let _ = rustix::mount::unmount(m, rustix::mount::UnmountFlags::DETACH);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_content_preloaded_under_another_name_is_not_verified() {
+    // busybox is preloaded; the agent pulls the same content with a secret
+    // under a private name. busybox stays usable without a secret; the
+    // private name does not.
+    let mut n = Node::start().await;
+    let private = "registry.example/private/busybox:1.36";
+    n.cri.require_auth(private, "user", "pass");
+    put_pull_secret(&n, "regcred", "user", "pass");
+    let mut a = pod("a").container("c", private).build();
+    if let Some(spec) = a.spec.as_mut() {
+        spec.image_pull_secrets = Some(vec![k8s_openapi::api::core::v1::LocalObjectReference {
+            name: "regcred".into(),
+        }]);
+    }
+    let a = n.bind(a);
+    n.sync(&a).await;
+    n.cri_calls();
+    let image_ref = n.cri.add_image(IMAGE);
+    let records = super::super::image_manager::PullRecords::new(&n.dir.path().join("root"));
+    let secret = super::super::image_manager::PullSecret {
+        uid: "uid-regcred".into(),
+        namespace: "default".into(),
+        name: "regcred".into(),
+        credential_hash: "h".into(),
+    };
+    let creds = super::super::image_manager::PullCredentials {
+        secrets: vec![secret],
+        node_pods_accessible: false,
+    };
+    records
+        .record(
+            private,
+            &image_ref,
+            &creds,
+            k8s_openapi::jiff::Timestamp::now(),
+        )
+        .expect("record");
+    let b = n.bind(pod("b").container("c", IMAGE).build());
+    n.sync(&b).await;
+    assert_eq!(
+        n.cri_calls(),
+        [
+            "RunPodSandbox default/b",
+            "CreateContainer c",
+            "StartContainer c"
+        ]
+    );
+}
