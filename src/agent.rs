@@ -319,7 +319,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 client.clone(),
                 recorder.clone(),
                 pull_concurrency(&settings),
-            ),
+            )
+            .with_pull_records(&settings.root_dir),
             sources: SourceReader {
                 client: client.clone(),
                 services,

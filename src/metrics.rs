@@ -91,6 +91,9 @@ pub struct Metrics {
     pub probe_total: Family<ProbeLabels, Counter>,
     /// Pod UID → the label sets it has in `probe_total` (removed with the pod).
     probe_series: Mutex<HashMap<String, std::collections::HashSet<ProbeLabels>>>,
+    /// Probe workers alive per series (labels with an empty `result`): a
+    /// restarted container's new worker overlaps its old one.
+    probe_workers: Mutex<HashMap<ProbeLabels, usize>>,
 }
 
 fn def_histogram() -> Histogram {
@@ -119,6 +122,7 @@ impl Metrics {
             probes_registry: Registry::default(),
             probe_total: Family::default(),
             probe_series: Mutex::default(),
+            probe_workers: Mutex::default(),
         };
         let mut probes_registry = Registry::default();
         probes_registry.register(
@@ -259,6 +263,116 @@ impl Metrics {
         }
     }
 
+    /// A probe worker for the series of `worker` (its `result` not looked
+    /// at) starts.
+    pub fn probe_worker_started(&self, worker: &ProbeLabels) {
+        let key = ProbeLabels {
+            result: String::new(),
+            ..worker.clone()
+        };
+        let mut workers = self
+            .probe_workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let n = workers.entry(key).or_default();
+        *n = n.saturating_add(1);
+    }
+
+    /// A probe worker for the series of `worker` stopped: when it was the
+    /// last one (the container did not just restart under a new worker),
+    /// its series go ([`Metrics::forget_probe`]), as the kubelet's worker
+    /// deletes its metrics when it stops.
+    pub fn probe_worker_stopped(&self, worker: &ProbeLabels) {
+        let key = ProbeLabels {
+            result: String::new(),
+            ..worker.clone()
+        };
+        let last = {
+            let mut workers = self
+                .probe_workers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match workers.get_mut(&key) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                _ => {
+                    workers.remove(&key);
+                    true
+                }
+            }
+        };
+        if last {
+            self.forget_probe(worker);
+        }
+    }
+
+    /// Drops the series of one probe worker: every result of
+    /// `worker.probe_type` for its container and pod (`worker.result` is not
+    /// looked at), as the kubelet's probe worker deletes its metrics when it
+    /// stops.
+    pub fn forget_probe(&self, worker: &ProbeLabels) {
+        let same = |l: &ProbeLabels| {
+            l.probe_type == worker.probe_type
+                && l.container == worker.container
+                && l.pod == worker.pod
+                && l.namespace == worker.namespace
+        };
+        let mut series = self
+            .probe_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(of_pod) = series.get_mut(&worker.pod_uid) else {
+            return;
+        };
+        of_pod.retain(|l| {
+            if same(l) {
+                self.probe_total.remove(l);
+                false
+            } else {
+                true
+            }
+        });
+        if of_pod.is_empty() {
+            series.remove(&worker.pod_uid);
+        }
+    }
+
+    /// Forgets every pod whose UID `keep` rejects: its start timing and its
+    /// probe series (the pods no longer bound to this node).
+    pub fn retain_pods(&self, keep: impl Fn(&str) -> bool) {
+        self.first_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|uid, _| keep(uid));
+        let gone: Vec<String> = self
+            .probe_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .filter(|uid| !keep(uid))
+            .cloned()
+            .collect();
+        for uid in gone {
+            self.forget_probes(&uid);
+        }
+    }
+
+    /// Whether pod `uid` has probe series or a start being timed.
+    #[must_use]
+    pub fn tracks_pod(&self, uid: &str) -> bool {
+        self.probe_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(uid)
+            || self
+                .first_seen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(uid)
+    }
+
     /// `/metrics/probes` in the Prometheus text format.
     ///
     /// # Errors
@@ -345,6 +459,44 @@ mod tests {
         ] {
             assert_eq!(runtime_operation_type(call), want, "{call}");
         }
+    }
+
+    #[test]
+    fn a_probe_series_goes_with_its_last_worker_and_a_pod_with_its_uid() {
+        let m = Metrics::new();
+        let labels = |kind: &str, result: &str, uid: &str| ProbeLabels {
+            probe_type: kind.into(),
+            result: result.into(),
+            container: "c".into(),
+            pod: "p".into(),
+            namespace: "ns".into(),
+            pod_uid: uid.into(),
+        };
+        let count = |m: &Metrics| {
+            m.encode_probes()
+                .expect("encode")
+                .lines()
+                .filter(|l| l.starts_with("prober_probe_total{"))
+                .count()
+        };
+        // A container restarted: its new worker starts before the old stops.
+        m.probe_worker_started(&labels("Liveness", "", "u1"));
+        m.record_probe(labels("Liveness", "successful", "u1"));
+        m.record_probe(labels("Liveness", "failed", "u1"));
+        m.probe_worker_started(&labels("Liveness", "", "u1"));
+        m.record_probe(labels("Readiness", "successful", "u1"));
+        m.probe_worker_stopped(&labels("Liveness", "", "u1"));
+        assert_eq!(count(&m), 3, "the series stay with the new worker");
+        m.probe_worker_stopped(&labels("Liveness", "", "u1"));
+        assert_eq!(count(&m), 1, "both results of the last liveness worker go");
+        assert!(m.tracks_pod("u1"));
+        // A pod gone: everything of it, its start timing too.
+        m.pod_seen("u1");
+        m.record_probe(labels("Startup", "successful", "u2"));
+        m.retain_pods(|uid| uid == "u2");
+        assert!(!m.tracks_pod("u1"));
+        assert!(m.tracks_pod("u2"));
+        assert_eq!(count(&m), 1);
     }
 
     #[test]

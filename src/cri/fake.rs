@@ -372,6 +372,8 @@ struct State {
     containers: HashMap<String, ContainerRecord>,
     images: Vec<ImageRecord>,
     failing_pulls: HashMap<String, String>,
+    /// Image → the (username, password) its registry asks of a pull.
+    auth_required: HashMap<String, (String, String)>,
     exit_on_start: HashMap<String, i32>,
     exit_on_stop: HashMap<String, i32>,
     exec_results: HashMap<Vec<String>, ExecResult>,
@@ -392,6 +394,7 @@ impl State {
             containers: HashMap::new(),
             images: Vec::new(),
             failing_pulls: HashMap::new(),
+            auth_required: HashMap::new(),
             exit_on_start: HashMap::new(),
             exit_on_stop: HashMap::new(),
             exec_results: HashMap::new(),
@@ -906,6 +909,14 @@ impl State {
         if let Some(message) = self.failing_pulls.get(&name) {
             return Err(Status::not_found(message.clone()));
         }
+        if let Some((user, pass)) = self.auth_required.get(&name) {
+            let given = req.auth.as_ref().map(|a| (&a.username, &a.password));
+            if given != Some((user, pass)) {
+                return Err(Status::unknown(format!(
+                    "failed to pull and unpack image \"{name}\": failed to resolve reference \"{name}\": pull access denied, repository does not exist or may require authorization: authorization failed: no basic auth credentials"
+                )));
+            }
+        }
         if name.is_empty() {
             return Err(Status::invalid_argument("image name must not be empty"));
         }
@@ -1054,6 +1065,16 @@ impl FakeRuntime {
         self.lock()
             .failing_pulls
             .insert(name.to_string(), message.to_string());
+    }
+
+    /// Makes the registry of image `name` refuse every `PullImage` that does
+    /// not give `username` and `password` (as a private registry does),
+    /// whether or not the image is in the store already.
+    pub fn require_auth(&self, name: &str, username: &str, password: &str) {
+        self.lock().auth_required.insert(
+            name.to_string(),
+            (username.to_string(), password.to_string()),
+        );
     }
 
     /// Undoes [`FakeRuntime::fail_pull`] for `name`.

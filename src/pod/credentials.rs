@@ -48,7 +48,19 @@ struct ConfigJson {
 /// Credentials from a pod's pull secrets, in the order they are found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Keyring {
-    entries: Vec<(String, Entry)>,
+    entries: Vec<(String, Entry, Option<SecretSource>)>,
+}
+
+/// The Secret a credential came from (the kubelet's secret coordinates of
+/// an image pull record).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SecretSource {
+    /// The Secret's namespace.
+    pub namespace: String,
+    /// The Secret's name.
+    pub name: String,
+    /// The Secret's UID.
+    pub uid: String,
 }
 
 /// Why a pull secret was not used.
@@ -74,6 +86,20 @@ impl Keyring {
         type_: &str,
         data: &BTreeMap<String, Vec<u8>>,
     ) -> Result<(), SecretError> {
+        self.add_secret_from(None, type_, data)
+    }
+
+    /// As [`Keyring::add_secret`], remembering which Secret the credentials
+    /// came from ([`Keyring::lookup_sourced`]).
+    ///
+    /// # Errors
+    /// As [`Keyring::add_secret`].
+    pub fn add_secret_from(
+        &mut self,
+        source: Option<SecretSource>,
+        type_: &str,
+        data: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), SecretError> {
         let parsed: BTreeMap<String, Entry> =
             match (type_, data.get(".dockerconfigjson"), data.get(".dockercfg")) {
                 ("kubernetes.io/dockerconfigjson", Some(json), _) => {
@@ -91,7 +117,7 @@ impl Keyring {
                 entry.username = user;
                 entry.password = pass.into();
             }
-            self.entries.push((key, entry));
+            self.entries.push((key, entry, source.clone()));
         }
         Ok(())
     }
@@ -100,26 +126,41 @@ impl Keyring {
     /// when none match (then the pull is anonymous).
     #[must_use]
     pub fn lookup(&self, image: &str) -> Vec<cri::AuthConfig> {
+        self.lookup_sourced(image)
+            .into_iter()
+            .map(|(_, auth)| auth)
+            .collect()
+    }
+
+    /// As [`Keyring::lookup`], each credential with the Secret it came from
+    /// (`None` for one added without a source).
+    #[must_use]
+    pub fn lookup_sourced(&self, image: &str) -> Vec<(Option<SecretSource>, cri::AuthConfig)> {
         let (host, path) = image_location(image);
-        let mut found: Vec<(usize, &Entry)> = self
+        let mut found: Vec<(usize, &Entry, &Option<SecretSource>)> = self
             .entries
             .iter()
-            .filter(|(key, _)| key_matches(key, &host, &path))
-            .map(|(key, e)| (normalize_key(key).len(), e))
+            .filter(|(key, _, _)| key_matches(key, &host, &path))
+            .map(|(key, e, source)| (normalize_key(key).len(), e, source))
             .collect();
         // Stable: equal lengths keep the secrets' order.
         found.sort_by_key(|f| std::cmp::Reverse(f.0));
         found
             .into_iter()
-            .map(|(_, e)| cri::AuthConfig {
-                username: e.username.clone(),
-                password: e.password.expose().clone(),
-                auth: String::new(),
-                // Left empty as the kubelet's keyring does: the key already
-                // matched the image's registry.
-                server_address: String::new(),
-                identity_token: e.identity_token.expose().clone(),
-                registry_token: e.registry_token.expose().clone(),
+            .map(|(_, e, source)| {
+                (
+                    source.clone(),
+                    cri::AuthConfig {
+                        username: e.username.clone(),
+                        password: e.password.expose().clone(),
+                        auth: String::new(),
+                        // Left empty as the kubelet's keyring does: the key already
+                        // matched the image's registry.
+                        server_address: String::new(),
+                        identity_token: e.identity_token.expose().clone(),
+                        registry_token: e.registry_token.expose().clone(),
+                    },
+                )
             })
             .collect()
     }

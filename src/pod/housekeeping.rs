@@ -22,6 +22,17 @@ use crate::volume::VolumeManager;
 /// looked up in the API server first, so a cache that is still listing never
 /// costs a running pod.
 ///
+/// Then the directories of pods that have neither a sandbox nor a place in
+/// the cache (their sandbox vanished while the agent was down, as after a
+/// reboot) are torn down as the kubelet's `cleanupOrphanedPodDirs` does: the
+/// mounts the agent made in them undone, then removed without following a
+/// link or crossing into a mount ([`VolumeManager::cleanup_orphans`]). The
+/// directory of a pod the runtime still has is left to the step above, which
+/// asks the API server first. Only call this once the cache has listed: a
+/// directory is known to be an orphan only from a complete list.
+///
+/// Returns how many pods were cleaned up: sandboxes and orphaned directories.
+///
 /// # Errors
 /// The first CRI call that fails.
 pub async fn cleanup_orphans(
@@ -57,7 +68,14 @@ pub async fn cleanup_orphans(
     for r in results {
         removed += usize::from(r?);
     }
-    Ok(removed)
+    let in_runtime: HashSet<&String> = sandboxes
+        .iter()
+        .filter_map(|s| s.labels.get(POD_UID_LABEL))
+        .collect();
+    let dirs = volumes
+        .cleanup_orphans(store, |uid| in_runtime.contains(&uid.to_string()))
+        .await;
+    Ok(removed + dirs)
 }
 
 /// Cleans up one pod the cache does not know, unless the API server still has it.
@@ -105,8 +123,13 @@ async fn cleanup_orphan(
 
 /// Makes the pod workers' managers forget the pods that are no longer bound
 /// to this node (the reflector's `store`, once it has listed): their cached
-/// statuses, image pull back-offs and probe workers. Pods this agent deleted
-/// were forgotten then; this catches those removed behind its back.
+/// statuses, image pull back-offs, probe workers (which take their
+/// `prober_probe_total` series with them) and the pod start timing of the
+/// metrics, as the kubelet's `HandlePodCleanups` has the probe manager's
+/// `CleanupPods` and the status manager's `RemoveOrphanedStatuses` do. Pods
+/// this agent deleted were forgotten then; this catches those removed behind
+/// its back, such as a force-deleted pod (grace period 0), which no sync ever
+/// sees being deleted.
 pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
     let known: HashSet<String> = store
         .state()
@@ -120,4 +143,5 @@ pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
         debug!(pod_uid = uid, "housekeeping: stop the probes of a pod gone");
         ctx.prober.forget(&uid);
     }
+    crate::metrics::metrics().retain_pods(keep);
 }

@@ -5,6 +5,7 @@
 //! pull concurrency of `serializeImagePulls` / `maxParallelImagePulls`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
@@ -13,9 +14,9 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client};
 use tokio::sync::Semaphore;
-use tracing::warn;
+use tracing::{debug, warn};
 
-use super::credentials::Keyring;
+use super::credentials::{Keyring, SecretSource};
 use super::plan::{PullBackoff, Waiting, crash_backoff};
 use crate::cri::Runtime;
 use crate::events::{EventType, Recorder};
@@ -66,6 +67,9 @@ pub struct ImageManager {
     slots: Option<Semaphore>,
     /// Pull back-offs by pod UID, then container name.
     backoffs: Mutex<HashMap<String, Backoffs>>,
+    /// Which credentials pulled which image; none: images present are used
+    /// without verification.
+    records: Option<PullRecords>,
 }
 
 impl ImageManager {
@@ -89,7 +93,74 @@ impl ImageManager {
             recorder,
             slots: slots.map(|n| Semaphore::new(n.min(Semaphore::MAX_PERMITS))),
             backoffs: Mutex::new(HashMap::new()),
+            records: None,
         }
+    }
+
+    /// Keeps image pull records under `root_dir/image_manager` and verifies
+    /// a pod's credentials before it may use an image pulled with a secret
+    /// (KEP-2535, the kubelet's `KubeletEnsureSecretPulledImages` with the
+    /// default `imagePullCredentialsVerificationPolicy`,
+    /// `NeverVerifyPreloadedImages`: images the agent did not pull are used
+    /// as they are).
+    #[must_use]
+    pub fn with_pull_records(self, root_dir: &Path) -> Self {
+        Self {
+            records: Some(PullRecords::new(root_dir)),
+            ..self
+        }
+    }
+
+    /// Whether a pod presenting `secrets` (for `image`) must pull the present
+    /// image `image_ref` again before it may use it (the kubelet's
+    /// `MustAttemptImagePull`): an image the agent pulled is used by a pod
+    /// whose secrets include one that pulled it (same coordinates, or a
+    /// credential with the same hash), or by any pod once it was pulled
+    /// without credentials. A record that cannot be read, or a pull of this
+    /// name that was cut short, means verifying; an image the agent never
+    /// pulled under this name (preloaded) is used as it is.
+    #[must_use]
+    pub fn must_verify(&self, image: &str, image_ref: &str, secrets: &[PullSecret]) -> bool {
+        let Some(records) = &self.records else {
+            return false;
+        };
+        let record = match records.pulled(image_ref) {
+            Ok(Some(r)) => r,
+            Ok(None) => return records.pulling(image),
+            Err(e) => {
+                warn!(error = %e, image, "image pull record; verifying the pod's credentials");
+                return true;
+            }
+        };
+        // The record is of the image's content; a name the agent never
+        // pulled it under (no credentials recorded for it, no pull of it
+        // interrupted) came onto the node another way: preloaded, as an
+        // image the agent never pulled at all.
+        let Some(allowed) = record.credential_mapping.get(image_name(image)) else {
+            return records.pulling(image);
+        };
+        if allowed.node_pods_accessible {
+            return false;
+        }
+        let matching = secrets.iter().find(|p| {
+            allowed.secrets.iter().any(|s| {
+                (!s.credential_hash.is_empty() && s.credential_hash == p.credential_hash)
+                    || (&s.uid, &s.namespace, &s.name) == (&p.uid, &p.namespace, &p.name)
+            })
+        });
+        let Some(matching) = matching else {
+            return true;
+        };
+        // Remember the pod's secret too (a new one with a known credential,
+        // or a known one whose credential changed), as the kubelet does.
+        let creds = PullCredentials {
+            secrets: vec![matching.clone()],
+            node_pods_accessible: false,
+        };
+        if let Err(e) = records.record(image, image_ref, &creds, Timestamp::now()) {
+            warn!(error = %e, image, "update image pull record");
+        }
+        false
     }
 
     fn with_backoffs<T>(&self, uid: &str, f: impl FnOnce(&mut Backoffs) -> T) -> T {
@@ -100,9 +171,19 @@ impl ImageManager {
     /// The pull back-offs of pod `uid`'s containers by name, an input of the plan.
     #[must_use]
     pub fn backoffs(&self, uid: &str) -> BTreeMap<String, PullBackoff> {
-        self.with_backoffs(uid, |m| {
-            m.iter().map(|(k, (_, b))| (k.clone(), b.clone())).collect()
-        })
+        let map = self.backoffs.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(uid)
+            .map(|m| m.iter().map(|(k, (_, b))| (k.clone(), b.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether anything of pod `uid` is held (a pull back-off).
+    #[must_use]
+    pub fn tracks(&self, uid: &str) -> bool {
+        self.backoffs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(uid)
     }
 
     /// Forgets everything about pod `uid` (it is gone).
@@ -121,7 +202,13 @@ impl ImageManager {
 
     /// Container `name` of pod `uid` started: its pull back-off ends.
     pub fn started(&self, uid: &str, name: &str) {
-        self.with_backoffs(uid, |m| m.remove(name));
+        let mut map = self.backoffs.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(m) = map.get_mut(uid) {
+            m.remove(name);
+            if m.is_empty() {
+                map.remove(uid);
+            }
+        }
     }
 
     fn event(&self, pod: &Pod, c: &str, type_: EventType, reason: &str, note: String) {
@@ -151,10 +238,32 @@ impl ImageManager {
                 None
             }
         };
+        let mut keyring = None;
         if let Some(found) = present.filter(|_| policy != "Always") {
-            let note = format!("Container image \"{image}\" already present on machine");
-            self.event(pod, name, EventType::Normal, event::PULLED, note);
-            return Ok(ImageInfo::from_cri(found));
+            // Boxed, as below: the secrets' API calls make a large future.
+            let ring = Box::pin(self.pull_credentials(pod)).await;
+            let secrets = pod_secrets(&ring, image);
+            keyring = Some(ring);
+            if !self.must_verify(image, &found.id, &secrets) {
+                let note = format!("Container image \"{image}\" already present on machine");
+                self.event(pod, name, EventType::Normal, event::PULLED, note);
+                return Ok(ImageInfo::from_cri(found));
+            }
+            if policy == "Never" {
+                let msg = format!(
+                    "Container image \"{image}\" is present with pull policy of Never, but was pulled with credentials this pod does not have"
+                );
+                let reason = event::ERR_IMAGE_NEVER_PULL;
+                self.event(pod, name, EventType::Warning, reason, msg.clone());
+                return Err(Waiting {
+                    reason: waiting::ERR_IMAGE_NEVER_PULL.into(),
+                    message: msg,
+                });
+            }
+            debug!(
+                image,
+                "image pulled with other credentials: pulling it with the pod's"
+            );
         }
         if policy == "Never" {
             let msg =
@@ -168,14 +277,34 @@ impl ImageManager {
         }
         let note = format!("Pulling image \"{image}\"");
         self.event(pod, name, EventType::Normal, event::PULLING, note);
-        let credentials = self.pull_credentials(pod).await.lookup(image);
+        let keyring = match keyring {
+            Some(k) => k,
+            None => Box::pin(self.pull_credentials(pod)).await,
+        };
+        let credentials = keyring.lookup_sourced(image);
         let queued = Instant::now();
         let _slot = match &self.slots {
             Some(slots) => slots.acquire().await.ok(),
             None => None,
         };
         let started = Instant::now();
-        match self.pull_with(image, sandbox_config, credentials).await {
+        if let Some(records) = &self.records
+            && let Err(e) = records.start_pull(image)
+        {
+            warn!(error = %e, image, "write image pull intent");
+        }
+        let pulled = self.pull_with(image, sandbox_config, credentials).await;
+        if let (Some(records), Ok((image_ref, used))) = (&self.records, &pulled) {
+            let id = self.runtime.image_id(image).await.ok().flatten();
+            let id = id.map_or_else(|| image_ref.clone(), |i| i.id);
+            if let Err(e) = records.record(image, &id, used, Timestamp::now()) {
+                warn!(error = %e, image, "write image pull record");
+            }
+        }
+        if let Some(records) = &self.records {
+            records.end_pull(image);
+        }
+        match pulled.map(|(image_ref, _)| image_ref) {
             Ok(image_ref) => {
                 let note = format!(
                     "Successfully pulled image \"{image}\" in {:.3}s ({:.3}s including waiting)",
@@ -227,24 +356,52 @@ impl ImageManager {
     /// Pulls `image` with each of `credentials` in turn until one works, or
     /// anonymously when there are none; the last failure otherwise, as the
     /// kubelet's `pullImage` tries the keyring's matches.
+    ///
+    /// Returns the image reference and the credentials that worked: the
+    /// Secret of the credential, or node-wide access for an anonymous pull.
     async fn pull_with(
         &self,
         image: &str,
         sandbox_config: &cri::PodSandboxConfig,
-        credentials: Vec<cri::AuthConfig>,
-    ) -> crate::cri::Result<String> {
-        let mut tries: Vec<Option<cri::AuthConfig>> = credentials.into_iter().map(Some).collect();
+        credentials: Vec<(Option<SecretSource>, cri::AuthConfig)>,
+    ) -> crate::cri::Result<(String, PullCredentials)> {
+        let used = |source: Option<SecretSource>, auth: Option<&cri::AuthConfig>| {
+            match (source, auth) {
+                (Some(s), Some(auth)) => PullCredentials {
+                    secrets: vec![PullSecret {
+                        uid: s.uid,
+                        namespace: s.namespace,
+                        name: s.name,
+                        credential_hash: credential_hash(auth),
+                    }],
+                    node_pods_accessible: false,
+                },
+                // A credential of no Secret is recorded as none: the image
+                // is verified again for every pod.
+                (None, Some(_)) => PullCredentials::default(),
+                (_, None) => PullCredentials {
+                    secrets: Vec::new(),
+                    node_pods_accessible: true,
+                },
+            }
+        };
+        let mut tries: Vec<(Option<SecretSource>, Option<cri::AuthConfig>)> =
+            credentials.into_iter().map(|(s, a)| (s, Some(a))).collect();
         // The last try's outcome is the answer; with no credentials it is anonymous.
-        let last = tries.pop().unwrap_or(None);
-        for auth in tries {
-            let pulled = self.runtime.pull_image(image, sandbox_config.clone(), auth);
+        let (last_source, last) = tries.pop().unwrap_or((None, None));
+        for (source, auth) in tries {
+            let pulled = self
+                .runtime
+                .pull_image(image, sandbox_config.clone(), auth.clone());
             if let Ok(image_ref) = pulled.await {
-                return Ok(image_ref);
+                return Ok((image_ref, used(source, auth.as_ref())));
             }
         }
-        self.runtime
-            .pull_image(image, sandbox_config.clone(), last)
-            .await
+        let image_ref = self
+            .runtime
+            .pull_image(image, sandbox_config.clone(), last.clone())
+            .await?;
+        Ok((image_ref, used(last_source, last.as_ref())))
     }
 
     /// The pod's `imagePullSecrets` as a keyring. Secrets that are missing or
@@ -287,7 +444,12 @@ impl ImageManager {
                 .map(|(k, v)| (k, v.0))
                 .collect();
             let type_ = secret.type_.as_deref().unwrap_or_default();
-            if let Err(e) = keyring.add_secret(type_, &data) {
+            let source = SecretSource {
+                namespace: ns.clone(),
+                name: name.clone(),
+                uid: secret.metadata.uid.clone().unwrap_or_default(),
+            };
+            if let Err(e) = keyring.add_secret_from(Some(source), type_, &data) {
                 warn!(error = %e, secret = name, "image pull secret not used");
                 missing.push(name);
             }
@@ -301,5 +463,465 @@ impl ImageManager {
             crate::events::publish(&self.recorder, pod, None, EventType::Warning, reason, note);
         }
         keyring
+    }
+}
+
+/// The pod's pull secrets that have a credential for `image`, as a record
+/// would hold them.
+fn pod_secrets(keyring: &Keyring, image: &str) -> Vec<PullSecret> {
+    keyring
+        .lookup_sourced(image)
+        .into_iter()
+        .filter_map(|(source, auth)| {
+            let s = source?;
+            Some(PullSecret {
+                uid: s.uid,
+                namespace: s.namespace,
+                name: s.name,
+                credential_hash: credential_hash(&auth),
+            })
+        })
+        .collect()
+}
+
+/// Errors of the image pull records.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A record could not be read, written or removed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record file does not hold a record, or is larger than one can be.
+    #[error("invalid image pull record {path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+/// The most bytes a record file is read for; a larger one is not a record.
+const MAX_RECORD_BYTES: u64 = 1 << 20;
+/// The most secrets one image name keeps in a record; past it the oldest
+/// go (a pod presenting one of them is verified again by a pull).
+const MAX_SECRETS_PER_IMAGE: usize = 128;
+/// The most image names one record keeps; past it the oldest go, likewise.
+const MAX_IMAGES_PER_RECORD: usize = 128;
+
+/// The Secret of a pod's pull credential as a record holds it: its
+/// coordinates and the hash of the credential it gave (the kubelet's
+/// `ImagePullSecret`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullSecret {
+    /// The Secret's UID.
+    pub uid: String,
+    /// The Secret's namespace.
+    pub namespace: String,
+    /// The Secret's name.
+    pub name: String,
+    /// SHA-256 (hex) of the credential the Secret gave for the image.
+    pub credential_hash: String,
+}
+
+/// Who may use an image name of a pulled image (the kubelet's
+/// `ImagePullCredentials`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullCredentials {
+    /// Pods presenting one of these Secrets.
+    #[serde(
+        default,
+        rename = "kubernetesSecretCoordinates",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub secrets: Vec<PullSecret>,
+    /// Any pod of the node: the image was pulled without credentials.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub node_pods_accessible: bool,
+}
+
+/// What the agent knows of how an image got onto the node (the kubelet's
+/// `ImagePulledRecord`, `kubelet.config.k8s.io/v1alpha1`), one file per
+/// image ID under `<root-dir>/image_manager/pulled/`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PulledRecord {
+    /// `ImagePulledRecord`.
+    pub kind: String,
+    /// `kubelet.config.k8s.io/v1alpha1`.
+    pub api_version: String,
+    /// When the record last changed (RFC 3339).
+    pub last_updated_time: String,
+    /// The image ID the runtime gave.
+    pub image_ref: String,
+    /// Image name (without tag or digest) → who may use it.
+    #[serde(default)]
+    pub credential_mapping: BTreeMap<String, PullCredentials>,
+}
+
+/// An image pull under way (the kubelet's `ImagePullIntent`), written before
+/// the pull and removed after it: one left behind by a crash marks the
+/// image as pulled by the agent with unknown credentials.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PullIntent {
+    kind: String,
+    api_version: String,
+    image: String,
+}
+
+/// The image name of a reference without its tag and digest
+/// (`reg:5000/app:1@sha256:…` → `reg:5000/app`), as the records key it.
+#[must_use]
+pub fn image_name(image: &str) -> &str {
+    let name = image.split('@').next().unwrap_or(image);
+    match (name.rfind(':'), name.rfind('/')) {
+        (Some(c), Some(s)) if c > s => &name[..c],
+        (Some(c), None) => &name[..c],
+        _ => name,
+    }
+}
+
+/// SHA-256 (hex) of a CRI credential, the hash a record keeps of it.
+#[must_use]
+pub fn credential_hash(auth: &cri::AuthConfig) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for field in [
+        &auth.username,
+        &auth.password,
+        &auth.auth,
+        &auth.server_address,
+        &auth.identity_token,
+        &auth.registry_token,
+    ] {
+        // Length-prefixed, so that fields cannot run into each other.
+        h.update(u64::try_from(field.len()).unwrap_or(u64::MAX).to_le_bytes());
+        h.update(field.as_bytes());
+    }
+    hex(&h.finalize())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// The image pull records under `<root-dir>/image_manager` (the kubelet's
+/// `fsPullRecordsAccessor`): `pulled/sha256-<hash of the image ID>` and
+/// `pulling/sha256-<hash of the image>`, each JSON, each written to a
+/// temporary file and renamed into place, so a crash leaves the old record or
+/// the new one. They survive restarts; nothing is held in memory.
+#[derive(Clone, Debug)]
+pub struct PullRecords {
+    dir: PathBuf,
+}
+
+fn file_name(key: &str) -> String {
+    use sha2::Digest as _;
+    format!("sha256-{}", hex(&sha2::Sha256::digest(key.as_bytes())))
+}
+
+impl PullRecords {
+    /// The records under `root_dir/image_manager`.
+    #[must_use]
+    pub fn new(root_dir: &Path) -> Self {
+        Self {
+            dir: root_dir.join("image_manager"),
+        }
+    }
+
+    fn pulled_path(&self, image_ref: &str) -> PathBuf {
+        self.dir.join("pulled").join(file_name(image_ref))
+    }
+
+    fn intent_path(&self, image: &str) -> PathBuf {
+        self.dir.join("pulling").join(file_name(image))
+    }
+
+    /// The record of image ID `image_ref`, if there is one.
+    ///
+    /// # Errors
+    /// A file that cannot be read, is too large or does not parse.
+    pub fn pulled(&self, image_ref: &str) -> Result<Option<PulledRecord>, Error> {
+        let path = self.pulled_path(image_ref);
+        let Some(bytes) = read_bounded(&path)? else {
+            return Ok(None);
+        };
+        let record: PulledRecord = serde_json::from_slice(&bytes).map_err(|e| Error::Invalid {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        if record.image_ref != image_ref {
+            return Err(Error::Invalid {
+                path,
+                message: format!("it is the record of {:?}", record.image_ref),
+            });
+        }
+        Ok(Some(record))
+    }
+
+    /// Whether a pull of `image` was under way (or left behind by a crash).
+    #[must_use]
+    pub fn pulling(&self, image: &str) -> bool {
+        std::fs::symlink_metadata(self.intent_path(image)).is_ok()
+    }
+
+    /// Notes that a pull of `image` starts.
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub fn start_pull(&self, image: &str) -> Result<(), Error> {
+        let intent = PullIntent {
+            kind: "ImagePullIntent".into(),
+            api_version: "kubelet.config.k8s.io/v1alpha1".into(),
+            image: image.into(),
+        };
+        write_json(&self.intent_path(image), &intent)
+    }
+
+    /// Notes that the pull of `image` ended (either way).
+    pub fn end_pull(&self, image: &str) {
+        let path = self.intent_path(image);
+        if let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            warn!(path = %path.display(), error = %e, "remove image pull intent");
+        }
+    }
+
+    /// Records that `image` (image ID `image_ref`) may be used by pods with
+    /// `credentials`, merged into what the record already says.
+    ///
+    /// # Errors
+    /// The record cannot be written.
+    pub fn record(
+        &self,
+        image: &str,
+        image_ref: &str,
+        credentials: &PullCredentials,
+        now: Timestamp,
+    ) -> Result<(), Error> {
+        let mut record = match self.pulled(image_ref) {
+            Ok(Some(r)) => r,
+            Ok(None) => PulledRecord::default(),
+            Err(e) => {
+                warn!(error = %e, "replacing an unreadable image pull record");
+                PulledRecord::default()
+            }
+        };
+        let before = record.clone();
+        record.kind = "ImagePulledRecord".into();
+        record.api_version = "kubelet.config.k8s.io/v1alpha1".into();
+        record.image_ref = image_ref.into();
+        merge(&mut record, image_name(image), credentials);
+        if record == before {
+            return Ok(());
+        }
+        record.last_updated_time = now.to_string();
+        write_json(&self.pulled_path(image_ref), &record)
+    }
+}
+
+/// Merges `new` into the credentials `record` keeps for `name`, as the
+/// kubelet's `pulledRecordMergeNewCreds`: node-wide access wins and clears
+/// the secrets; a secret replaces the one with its coordinates.
+fn merge(record: &mut PulledRecord, name: &str, new: &PullCredentials) {
+    if !new.node_pods_accessible && new.secrets.is_empty() {
+        return;
+    }
+    if !record.credential_mapping.contains_key(name)
+        && record.credential_mapping.len() >= MAX_IMAGES_PER_RECORD
+        && let Some(first) = record.credential_mapping.keys().next().cloned()
+    {
+        record.credential_mapping.remove(&first);
+    }
+    let old = record
+        .credential_mapping
+        .entry(name.to_string())
+        .or_default();
+    if old.node_pods_accessible {
+        return;
+    }
+    if new.node_pods_accessible {
+        *old = PullCredentials {
+            secrets: Vec::new(),
+            node_pods_accessible: true,
+        };
+        return;
+    }
+    for s in &new.secrets {
+        old.secrets
+            .retain(|o| (&o.namespace, &o.name, &o.uid) != (&s.namespace, &s.name, &s.uid));
+        old.secrets.push(s.clone());
+    }
+    let excess = old.secrets.len().saturating_sub(MAX_SECRETS_PER_IMAGE);
+    old.secrets.drain(..excess);
+}
+
+fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, Error> {
+    use std::io::Read as _;
+    let io = |op| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { op, path, source }
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("open")(e)),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_RECORD_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io("read"))?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_RECORD_BYTES {
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            message: format!("larger than {MAX_RECORD_BYTES} bytes"),
+        });
+    }
+    Ok(Some(bytes))
+}
+
+/// Writes `value` as JSON to `path` through a temporary file in the same
+/// directory, synced, then renamed into place.
+fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), Error> {
+    use std::io::Write as _;
+    let io = |op, p: &Path| {
+        let path = p.to_path_buf();
+        move |source| Error::Io { op, path, source }
+    };
+    let dir = path.parent().unwrap_or(path);
+    std::fs::create_dir_all(dir).map_err(io("create directory", dir))?;
+    let bytes = serde_json::to_vec(value).map_err(|e| Error::Invalid {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp.{}.{seq}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io("write", path)(e)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(name: &str, hash: &str) -> PullSecret {
+        PullSecret {
+            uid: format!("uid-{name}"),
+            namespace: "ns".into(),
+            name: name.into(),
+            credential_hash: hash.into(),
+        }
+    }
+
+    #[test]
+    fn image_names_lose_tag_and_digest() {
+        for (image, want) in [
+            ("busybox", "busybox"),
+            ("busybox:1.36", "busybox"),
+            ("reg:5000/a/b:1", "reg:5000/a/b"),
+            ("reg:5000/a/b", "reg:5000/a/b"),
+            ("reg/a@sha256:abc", "reg/a"),
+            ("reg/a:1@sha256:abc", "reg/a"),
+        ] {
+            assert_eq!(image_name(image), want, "{image}");
+        }
+    }
+
+    #[test]
+    fn records_merge_bounded_and_survive_a_new_instance() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Timestamp::now();
+        let records = PullRecords::new(dir.path());
+        let with = |s: PullSecret| PullCredentials {
+            secrets: vec![s],
+            node_pods_accessible: false,
+        };
+        records
+            .record("reg/app:1", "sha256:1", &with(secret("a", "h1")), now)
+            .unwrap();
+        // The same secret with a new credential replaces its hash.
+        records
+            .record("reg/app:2", "sha256:1", &with(secret("a", "h2")), now)
+            .unwrap();
+        let again = PullRecords::new(dir.path());
+        let r = again.pulled("sha256:1").unwrap().unwrap();
+        assert_eq!(r.kind, "ImagePulledRecord");
+        assert_eq!(r.credential_mapping["reg/app"].secrets, [secret("a", "h2")]);
+        // Past the bound, the oldest secrets go.
+        for i in 0..MAX_SECRETS_PER_IMAGE + 5 {
+            let s = secret(&format!("s{i}"), &format!("h{i}"));
+            records
+                .record("reg/app", "sha256:1", &with(s), now)
+                .unwrap();
+        }
+        let r = records.pulled("sha256:1").unwrap().unwrap();
+        let kept = &r.credential_mapping["reg/app"].secrets;
+        assert_eq!(kept.len(), MAX_SECRETS_PER_IMAGE);
+        assert!(!kept.contains(&secret("a", "h2")));
+        // An anonymous pull opens it to every pod and clears the secrets.
+        let anyone = PullCredentials {
+            secrets: vec![],
+            node_pods_accessible: true,
+        };
+        records.record("reg/app", "sha256:1", &anyone, now).unwrap();
+        let r = records.pulled("sha256:1").unwrap().unwrap();
+        assert_eq!(r.credential_mapping["reg/app"], anyone);
+    }
+
+    #[test]
+    fn a_bad_record_is_an_error_not_a_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = PullRecords::new(dir.path());
+        let path = records.pulled_path("sha256:1");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "{not json").unwrap();
+        assert!(matches!(
+            records.pulled("sha256:1"),
+            Err(Error::Invalid { .. })
+        ));
+        let big = vec![b' '; usize::try_from(MAX_RECORD_BYTES).unwrap() + 1];
+        std::fs::write(&path, big).unwrap();
+        assert!(matches!(
+            records.pulled("sha256:1"),
+            Err(Error::Invalid { .. })
+        ));
+        // Another image's record under this name is not this one's.
+        let other = PulledRecord {
+            image_ref: "sha256:2".into(),
+            ..Default::default()
+        };
+        std::fs::write(&path, serde_json::to_vec(&other).unwrap()).unwrap();
+        assert!(records.pulled("sha256:1").is_err());
+        assert_eq!(records.pulled("sha256:3").unwrap(), None);
+        // Intents come and go.
+        assert!(!records.pulling("reg/app:1"));
+        records.start_pull("reg/app:1").unwrap();
+        assert!(records.pulling("reg/app:1"));
+        records.end_pull("reg/app:1");
+        assert!(!records.pulling("reg/app:1"));
     }
 }

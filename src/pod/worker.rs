@@ -146,7 +146,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let now = Timestamp::now();
     let (volumes, ready) = prepare_volumes(&pod, &rt, now, &ctx).await;
     // Step 4: the plan.
-    ctx.prober.sync(&pod, &rt);
+    sync_probes(&pod, &rt, &ctx);
     let probes = ctx.prober.results(&pod, &rt);
     let backoffs = ctx.runtime.images.backoffs(&uid);
     let plan = plan(&pod, &rt, &backoffs, &probes, ready, now);
@@ -174,7 +174,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         (rt, probes)
     } else {
         let rt = observe(&ctx.runtime.runtime, &uid).await.map_err(rt_err)?;
-        ctx.prober.sync(&pod, &rt);
+        sync_probes(&pod, &rt, &ctx);
         let probes = ctx.prober.results(&pod, &rt);
         (rt, probes)
     };
@@ -191,6 +191,20 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         .requeue_after
         .map_or(ctx.resync(), |r| r.min(ctx.resync()));
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// Starts and stops the pod's probe workers ([`crate::prober::manager::Manager::sync`]),
+/// unless the pod has left the reflector's store meanwhile (force-deleted
+/// while this sync ran): housekeeping has stopped its workers or is about to,
+/// and a sync that outlived the pod must not start them again.
+fn sync_probes(pod: &Pod, rt: &PodRuntime, ctx: &Context) {
+    let key = kube::runtime::reflector::ObjectRef::from_obj(pod);
+    let stored = ctx.runtime.pods.get(&key);
+    if stored.is_some_and(|p| p.metadata.uid == pod.metadata.uid) {
+        ctx.prober.sync(pod, rt);
+    } else {
+        debug!("pod no longer bound here: no probe workers started");
+    }
 }
 
 /// The admission verdict on a pod this node has not started yet (no sandbox,

@@ -132,6 +132,9 @@ impl Manager {
                     .or_default()
                     .clone();
                 let worker = Worker {
+                    // Taken now, before an old worker of the same series
+                    // (the container's previous instance) is stopped below.
+                    _series: SeriesGuard::new(series_labels(kind, pod, c, "")),
                     trigger,
                     runtime: self.runtime.clone(),
                     recorder: self.recorder.clone(),
@@ -246,8 +249,28 @@ impl Manager {
     }
 }
 
+/// The labels of the `prober_probe_total` series of probe `kind` of
+/// container `c` of `pod` with `result`.
+fn series_labels(
+    kind: ProbeKind,
+    pod: &Pod,
+    c: &Container,
+    result: &str,
+) -> crate::metrics::ProbeLabels {
+    crate::metrics::ProbeLabels {
+        probe_type: kind.name().to_string(),
+        result: result.to_string(),
+        container: c.name.clone(),
+        pod: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+    }
+}
+
 /// One probe of one container.
 struct Worker {
+    /// Its series go when the worker does.
+    _series: SeriesGuard,
     /// Shared by the container's workers: the startup worker pulls it when the
     /// startup probe passes, the readiness worker then probes at once.
     trigger: Arc<Notify>,
@@ -280,7 +303,26 @@ impl Worker {
                 .is_some_and(|s| s.result == Some(true))
     }
 
+    /// The labels of this worker's `prober_probe_total` series with `result`.
+    fn labels(&self, result: &str) -> crate::metrics::ProbeLabels {
+        series_labels(self.kind, &self.pod, &self.container, result)
+    }
+
+    /// Probes until stopped (its task aborted by the manager). A worker whose
+    /// probe is done (a passed startup probe, a failed liveness or startup
+    /// probe) stays, idle, until its container goes, as the kubelet's worker
+    /// stays on hold; when it is stopped, its series leave
+    /// `prober_probe_total`, as the kubelet's worker deletes its metrics on
+    /// the way out.
     async fn run(self) {
+        if self.probe().await {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// The probe loop; true when the probe is done, false when the pod
+    /// worker has gone (the agent stops).
+    async fn probe(&self) -> bool {
         let timing = Timing::of(&self.probe);
         let mut tick = tokio::time::interval(timing.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -305,14 +347,26 @@ impl Worker {
                 timing.timeout,
             )
             .await;
-            crate::metrics::metrics().record_probe(crate::metrics::ProbeLabels {
-                probe_type: self.kind.name().to_string(),
-                result: if outcome.ok { "successful" } else { "failed" }.to_string(),
-                container: self.container.name.clone(),
-                pod: self.pod.metadata.name.clone().unwrap_or_default(),
-                namespace: self.pod.metadata.namespace.clone().unwrap_or_default(),
-                pod_uid: self.pod.metadata.uid.clone().unwrap_or_default(),
-            });
+            if outcome.errored {
+                // The probe could not run (the runtime failed the call): the
+                // result is thrown away, as the kubelet's worker does; it
+                // neither counts toward a threshold nor in the metrics.
+                crate::events::publish(
+                    &self.recorder,
+                    &self.pod,
+                    Some(&self.container.name),
+                    EventType::Warning,
+                    event::UNHEALTHY,
+                    format!(
+                        "{} probe errored and resulted in unknown state: {}",
+                        self.kind.name(),
+                        outcome.output.trim_end()
+                    ),
+                );
+                continue;
+            }
+            let result = if outcome.ok { "successful" } else { "failed" };
+            crate::metrics::metrics().record_probe(self.labels(result));
             if outcome.warning {
                 crate::events::publish(
                     &self.recorder,
@@ -357,7 +411,7 @@ impl Worker {
                     .send(ObjectRef::new(&name).within(&ns))
                     .is_err()
                 {
-                    return;
+                    return false;
                 }
             }
             // A failed liveness or startup probe ends with the container; a passed
@@ -368,8 +422,27 @@ impl Worker {
                 ProbeKind::Readiness => false,
             };
             if done {
-                return;
+                return true;
             }
         }
+    }
+}
+
+/// Removes a worker's `prober_probe_total` series (every result) when the
+/// worker ends, however it ends: its task returns or is aborted. Recording
+/// happens only inside the task, so nothing is recorded after this. The
+/// series stay while another worker has them (a restarted container's).
+struct SeriesGuard(crate::metrics::ProbeLabels);
+
+impl SeriesGuard {
+    fn new(labels: crate::metrics::ProbeLabels) -> Self {
+        crate::metrics::metrics().probe_worker_started(&labels);
+        Self(labels)
+    }
+}
+
+impl Drop for SeriesGuard {
+    fn drop(&mut self) {
+        crate::metrics::metrics().probe_worker_stopped(&self.0);
     }
 }

@@ -27,6 +27,13 @@ pub struct Outcome {
     /// probe that stopped at a redirect to another host); `output` says why,
     /// for the `ProbeWarning` event.
     pub warning: bool,
+    /// The probe could not be run at all (the kubelet's `probe.Unknown` with an
+    /// error): the runtime failed the `ExecSync` call (container not found,
+    /// runtime unavailable), or the probe names a port the container does not
+    /// have. Not a failure: the kubelet's worker throws such a result away,
+    /// so it neither counts toward a threshold nor is counted in
+    /// `prober_probe_total`; `output` is the error, for the `Unhealthy` event.
+    pub errored: bool,
 }
 
 impl Outcome {
@@ -35,20 +42,25 @@ impl Outcome {
             ok: true,
             output: output.into(),
             warning: false,
+            errored: false,
         }
     }
     fn warn(output: impl Into<String>) -> Self {
         Self {
-            ok: true,
-            output: output.into(),
             warning: true,
+            ..Self::pass(output)
         }
     }
     fn fail(output: impl Into<String>) -> Self {
         Self {
             ok: false,
-            output: output.into(),
-            warning: false,
+            ..Self::pass(output)
+        }
+    }
+    fn error(output: impl Into<String>) -> Self {
+        Self {
+            errored: true,
+            ..Self::fail(output)
         }
     }
 }
@@ -108,13 +120,27 @@ pub async fn probe_once(
                 "{}command terminated with exit code {code}",
                 String::from_utf8_lossy(&out)
             )),
-            Err(crate::cri::Error::Timeout { .. }) => {
-                Outcome::fail(format!("command timed out after {}s", timeout.as_secs()))
-            }
-            Err(e) => Outcome::fail(e.to_string()),
+            // A command that outlives its timeout fails the probe, as the
+            // kubelet's exec prober (ExecProbeTimeout); the runtime reports it
+            // as DeadlineExceeded, or the call's own deadline passes.
+            Err(
+                crate::cri::Error::Timeout { .. }
+                | crate::cri::Error::Call {
+                    code: tonic::Code::DeadlineExceeded,
+                    ..
+                },
+            ) => Outcome::fail(format!("command timed out after {}s", timeout.as_secs())),
+            // Any other error of the call says nothing about the container's
+            // health: thrown away, as the kubelet's worker does.
+            Err(e) => Outcome::error(e.to_string()),
         };
     }
     if let Some(h) = &probe.http_get {
+        // A port the container does not have is the kubelet's request error:
+        // the probe errored; no address to dial is a failure.
+        if let Err(e) = resolve_port(&h.port, c) {
+            return Outcome::error(e);
+        }
         let target = match HttpTarget::of(h, c, pod_ip) {
             Ok(target) => target,
             Err(e) => return Outcome::fail(e),
@@ -130,6 +156,9 @@ pub async fn probe_once(
         };
     }
     if let Some(t) = &probe.tcp_socket {
+        if let Err(e) = resolve_port(&t.port, c) {
+            return Outcome::error(e);
+        }
         let (host, port) = match target(t.host.as_ref(), &t.port, c, pod_ip) {
             Ok(target) => target,
             Err(e) => return Outcome::fail(e),
@@ -156,7 +185,7 @@ pub async fn probe_once(
             )),
         };
     }
-    Outcome::fail("missing probe handler")
+    Outcome::error("missing probe handler")
 }
 
 /// The most of a response body an HTTP probe or hook reads (the kubelet's

@@ -257,6 +257,50 @@ fn create_user_visible_files(
     Ok(())
 }
 
+/// True for the name of a timestamped data directory,
+/// `..<yyyy_mm_dd_hh_mm_ss>.<n>`.
+fn is_timestamp_dir_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("..") else {
+        return false;
+    };
+    let Some((stamp, n)) = rest.split_once('.') else {
+        return false;
+    };
+    let digits = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit());
+    let parts: Vec<&str> = stamp.split('_').collect();
+    parts.len() == 6
+        && digits(parts[0], 4)
+        && parts[1..].iter().all(|p| digits(p, 2))
+        && !n.is_empty()
+        && n.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Removes the timestamped directories of `target` that `..data` does not
+/// point at (`current`): left by a write interrupted between writing its
+/// directory and swapping `..data` (a crash, a full disk), they would
+/// otherwise stay for the life of the volume. Symbolic links are never
+/// followed: only real directories directly in `target` go.
+fn remove_stale_dirs(target: &Path, current: Option<&Path>) -> Result<()> {
+    let entries = fs::read_dir(target).map_err(io_err("list", target))?;
+    for entry in entries {
+        let entry = entry.map_err(io_err("list", target))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if !is_timestamp_dir_name(name) || current == Some(Path::new(name)) {
+            continue;
+        }
+        let path = target.join(name);
+        let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir());
+        if is_dir {
+            tracing::info!(path = %path.display(), "removing a data directory left by an interrupted write");
+            fs::remove_dir_all(&path).map_err(io_err("remove stale data directory", &path))?;
+        }
+    }
+    Ok(())
+}
+
 /// Projects `payload` into `target` (which must exist) atomically, as the
 /// kubelet's `AtomicWriter.Write`. `set_perms` runs on the new timestamped
 /// directory before it is published (the fsGroup ownership change).
@@ -276,6 +320,7 @@ pub fn write(target: &Path, payload: &Payload, set_perms: Option<SetPerms<'_>>) 
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_err("read link", &data_dir)(e)),
     };
+    remove_stale_dirs(target, old_ts.as_deref())?;
     let mut remove = BTreeSet::new();
     let mut write = true;
     if let Some(old) = &old_ts {
@@ -514,6 +559,40 @@ mod tests {
         validate_path("..").unwrap_err();
         validate_path("./a").unwrap();
         validate_path("a/..b").unwrap();
+    }
+
+    #[test]
+    fn a_directory_left_by_an_interrupted_write_goes_with_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("vol");
+        fs::create_dir(&t).unwrap();
+        let p = payload(&[("a", "1", 0o644)]);
+        write(&t, &p, None).unwrap();
+        let current = fs::read_link(t.join(DATA_DIR)).unwrap();
+        // A crash after writing a new directory, before swapping `..data`;
+        // and a link with such a name pointing out of the volume.
+        let stale = t.join("..2024_01_02_03_04_05.000000001");
+        fs::create_dir_all(stale.join("sub")).unwrap();
+        fs::write(stale.join("sub/a"), "half").unwrap();
+        let outside = dir.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("keep"), "x").unwrap();
+        symlink(&outside, t.join("..2024_01_02_03_04_06.7")).unwrap();
+        // An unchanged payload: nothing is rewritten, the stale directory goes.
+        assert!(!write(&t, &p, None).unwrap());
+        assert!(!stale.exists());
+        assert_eq!(fs::read_link(t.join(DATA_DIR)).unwrap(), current);
+        assert_eq!(fs::read_to_string(t.join("a")).unwrap(), "1");
+        assert!(outside.join("keep").exists(), "a link is not followed");
+        assert!(
+            fs::symlink_metadata(t.join("..2024_01_02_03_04_06.7")).is_ok(),
+            "nor removed"
+        );
+        // Names that are not timestamped directories stay.
+        for name in ["..2024_01_02.1", "..data_x", "..2024_01_02_03_04_05."] {
+            assert!(!is_timestamp_dir_name(name), "{name}");
+        }
+        assert!(is_timestamp_dir_name("..2024_01_02_03_04_05.1"));
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod mount;
 pub mod mounts;
 pub mod ownership;
 pub mod projected;
+pub mod remove;
 pub mod secret;
 pub mod subpath;
 pub mod token;
@@ -485,10 +486,12 @@ impl VolumeManager {
     }
 
     /// Tears down the directories of pods that are not in `store` (the pods
-    /// bound to this node); returns how many were removed. The directories are
-    /// listed before the store is read, so a pod that has just arrived (and
-    /// whose directory is being made) is never taken for an orphan.
-    pub async fn cleanup_orphans(&self, store: &Store<Pod>) -> usize {
+    /// bound to this node) and that `keep` does not keep (the housekeeping's
+    /// pods the runtime still has); returns how many were removed. The
+    /// directories are listed before the store is read, so a pod that has
+    /// just arrived (and whose directory is being made) is never taken for an
+    /// orphan.
+    pub async fn cleanup_orphans(&self, store: &Store<Pod>, keep: impl Fn(&str) -> bool) -> usize {
         let pods = self.root_dir.join(PODS_DIR);
         let Ok(entries) = std::fs::read_dir(&pods) else {
             return 0;
@@ -504,7 +507,7 @@ impl VolumeManager {
             .collect();
         let orphans: Vec<String> = dirs
             .into_iter()
-            .filter(|uid| !known.contains(uid))
+            .filter(|uid| !known.contains(uid) && !keep(uid))
             .collect();
         let mut removed = 0;
         for uid in orphans {
@@ -531,13 +534,31 @@ fn clean_sub_paths(pod_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Tears down a pod's directory: its subPath bind mounts, then every other
-/// mount under it, then the directory.
+/// Tears down a pod's directory: its subPath bind mounts, then the other
+/// mounts the agent made under it, then the directory ([`remove_pod_dir`]).
 fn tear_down_pod_dir(dir: &Path) -> Result<()> {
     clean_sub_paths(dir)?;
     remove_pod_dir(dir)
 }
 
+/// True for a mount point the agent makes: a volume
+/// (`pods/<uid>/volumes/<plugin>/<name>`) or a subPath bind mount
+/// (`pods/<uid>/volume-subpaths/<volume>/<container>/<index>`).
+fn made_by_agent(p: &Path) -> bool {
+    let c: Vec<&std::ffi::OsStr> = p.components().map(|c| c.as_os_str()).collect();
+    let at = |back: usize| c.len().checked_sub(back).and_then(|i| c.get(i)).copied();
+    (at(3) == Some(VOLUMES_DIR.as_ref()) && at(5) == Some(PODS_DIR.as_ref()))
+        || (at(4) == Some(crate::paths::VOLUME_SUBPATHS_DIR.as_ref())
+            && at(6) == Some(PODS_DIR.as_ref()))
+}
+
+/// Removes a pod's directory (or its `volumes` directory) as the kubelet's
+/// `cleanupOrphanedPodDirs`: the mounts the agent made under it are undone
+/// first (a busy one detached); then, if no mount is left, the tree is
+/// removed without following a link or crossing onto another filesystem
+/// ([`remove::remove_all_one_filesystem`]). A mount the agent did not make
+/// (one a container propagated, or someone else's) is left alone and keeps
+/// the directory.
 fn remove_pod_dir(dir: &Path) -> Result<()> {
     if std::fs::symlink_metadata(dir).is_err() {
         return Ok(());
@@ -546,18 +567,31 @@ fn remove_pod_dir(dir: &Path) -> Result<()> {
         let path = dir.to_path_buf();
         move |source| Error::Io { op, path, source }
     };
-    mount::unmount_all_under(dir).map_err(io("unmount volumes under"))?;
-    let left = std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|t| mount::mounts_under(&t, dir))
-        .map_err(io("read mountinfo for"))?;
-    if let Some(p) = left.first() {
+    let mounts = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .map(|t| mount::mounts_under(&t, dir))
+            .map_err(io("read mountinfo for"))
+    };
+    for p in mounts()?.iter().filter(|p| made_by_agent(p)) {
+        if let Err(e) = rustix::mount::unmount(p, rustix::mount::UnmountFlags::empty()) {
+            warn!(path = %p.display(), error = %e, "unmount failed; detaching");
+            rustix::mount::unmount(p, rustix::mount::UnmountFlags::DETACH).map_err(|e| {
+                Error::Io {
+                    op: "unmount",
+                    path: p.clone(),
+                    source: e.into(),
+                }
+            })?;
+        }
+    }
+    if let Some(p) = mounts()?.first() {
         return Err(Error::Io {
             op: "still mounted:",
             path: p.clone(),
-            source: std::io::Error::other("mount point left after unmount"),
+            source: std::io::Error::other("a mount the agent did not make; not removed"),
         });
     }
-    std::fs::remove_dir_all(dir).map_err(io("remove"))
+    remove::remove_all_one_filesystem(dir).map_err(io("remove"))
 }
 
 fn fs_group(pod: &Pod) -> Option<u32> {

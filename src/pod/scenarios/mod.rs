@@ -7,6 +7,7 @@
 //! scenario asserts the exact runtime calls and API requests of each sync.
 
 mod api;
+mod leaks;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -105,7 +106,8 @@ impl Node {
             client.clone(),
             recorder.clone(),
             PullConcurrency::Serial,
-        );
+        )
+        .with_pull_records(&root);
         let ctx = Arc::new(Context {
             runtime: RuntimeManager {
                 runtime,

@@ -1,0 +1,370 @@
+//! End-to-end scenarios of what must not outlive a pod or leak past a pull
+//! secret, on the local cluster (`hack/local-up.sh --agent rustlet`): a
+//! force-deleted pod's probe series leave `/metrics/probes`, and an image
+//! pulled with a secret is not handed to a pod without it.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+
+async fn scrape_probes(client: &kube::Client) -> String {
+    let path = format!("/api/v1/nodes/{}/proxy/metrics/probes", node_name());
+    client
+        .request_text(axum::http::Request::get(path).body(Vec::new()).unwrap())
+        .await
+        .expect("proxy/metrics/probes")
+}
+
+/// The `prober_probe_total` lines of the pod with `uid`.
+fn series_of(text: &str, uid: &str) -> Vec<String> {
+    let label = format!("pod_uid=\"{uid}\"");
+    text.lines()
+        .filter(|l| l.starts_with("prober_probe_total{") && l.contains(&label))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_force_deleted_pods_probe_series_leave_the_metrics() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-leak-probes").await;
+    let probe = serde_json::json!({ "exec": { "command": ["true"] }, "periodSeconds": 1 });
+    let created = create(
+        &client,
+        &ns,
+        &from_json(serde_json::json!({
+            "metadata": { "name": "probed" },
+            "spec": {
+                "terminationGracePeriodSeconds": 30,
+                "containers": [{
+                    "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                    "command": ["sleep", "3600"],
+                    "startupProbe": probe, "livenessProbe": probe, "readinessProbe": probe
+                }]
+            }
+        })),
+    )
+    .await;
+    let uid = created.metadata.uid.clone().expect("uid");
+    wait_for(
+        &client,
+        &ns,
+        "probed",
+        60,
+        "Ready",
+        condition_is("Ready", "True"),
+    )
+    .await;
+    // Every probe has run and is counted under the pod's UID.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = scrape_probes(&client).await;
+        let series = series_of(&text, &uid);
+        let kinds = ["Startup", "Liveness", "Readiness"];
+        if kinds.iter().all(|k| {
+            series
+                .iter()
+                .any(|l| l.contains(&format!("probe_type=\"{k}\"")))
+        }) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "probes not counted: {series:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Force-deleted: gone from the API at once, no deletion timestamp ever seen.
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    api.delete("probed", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("force delete");
+    assert!(api.get_opt("probed").await.expect("get").is_none());
+    // Its series leave within a few housekeeping rounds, and stay gone.
+    let deleted = Instant::now();
+    let deadline = deleted + Duration::from_secs(10);
+    loop {
+        let text = scrape_probes(&client).await;
+        let series = series_of(&text, &uid);
+        if series.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "probe series of the force-deleted pod still there after {:?}: {series:?}",
+            deleted.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let gone_after = deleted.elapsed();
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let series = series_of(&scrape_probes(&client).await, &uid);
+        assert!(
+            series.is_empty(),
+            "probe series came back after they left ({gone_after:?}): {series:?}"
+        );
+    }
+    eprintln!("probe series gone {gone_after:?} after the force delete");
+    drop_namespace(&client, &ns).await;
+}
+
+/// Runs `ctr` against the local cluster's containerd, in the `k8s.io`
+/// namespace; (success, stderr).
+fn ctr(args: &[&str]) -> (bool, String) {
+    let out = Command::new(bin("ctr"))
+        .arg("--address")
+        .arg(local().join("containerd/containerd.sock"))
+        .args(["--namespace", "k8s.io"])
+        .args(args)
+        .output()
+        .expect("run ctr");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_runtime_error_while_probing_does_not_restart_the_container() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-leak-probe-error").await;
+    create(
+        &client,
+        &ns,
+        &from_json(serde_json::json!({
+            "metadata": { "name": "paused" },
+            "spec": { "terminationGracePeriodSeconds": 1, "containers": [{
+                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"],
+                "livenessProbe": { "exec": { "command": ["true"] }, "periodSeconds": 1, "failureThreshold": 1 }
+            }] }
+        })),
+    )
+    .await;
+    let running = wait_for(&client, &ns, "paused", 60, "Running", phase("Running")).await;
+    let id = container_status(&running)
+        .container_id
+        .expect("container ID")
+        .trim_start_matches("containerd://")
+        .to_string();
+    // The runtime cannot exec into a paused container: every ExecSync of
+    // the probe fails in the runtime, which says nothing of its health.
+    let (ok, err) = ctr(&["tasks", "pause", &id]);
+    assert!(ok, "pause: {err}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (ok, err) = ctr(&["tasks", "resume", &id]);
+    assert!(ok, "resume: {err}");
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let notes: Vec<String> = events
+        .list(&kube::api::ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Unhealthy"))
+        .filter_map(|e| e.message)
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let p = api.get("paused").await.expect("pod");
+    let status = container_status(&p);
+    assert_eq!(
+        status.restart_count, 0,
+        "restarted for a probe that could not run: {notes:?}"
+    );
+    assert!(status.state.and_then(|s| s.running).is_some());
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("Liveness probe errored and resulted in unknown state")),
+        "{notes:?}"
+    );
+    drop_namespace(&client, &ns).await;
+}
+
+/// The loopback address of the test registry (another port than
+/// `tests/e2e_images.rs`'s, so both can run at once).
+const REGISTRY: &str = "127.0.0.1:5444";
+
+/// A registry process, stopped when dropped.
+struct Registry {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn bin(name: &str) -> PathBuf {
+    root().join("_output/bin").join(name)
+}
+
+/// Starts the registry (`_output/bin/registry`) with one user
+/// `user`/`pass` and waits until it answers.
+fn start_registry() -> Registry {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let htpasswd = Command::new("htpasswd")
+        .args(["-Bbn", "user", "pass"])
+        .output()
+        .expect("run htpasswd (apache2-utils)");
+    assert!(htpasswd.status.success());
+    std::fs::write(dir.path().join("htpasswd"), &htpasswd.stdout).unwrap();
+    let config = format!(
+        "version: 0.1\nlog: {{ level: warn }}\nstorage: {{ filesystem: {{ rootdirectory: {root} }} }}\n\
+         http: {{ addr: {REGISTRY} }}\n\
+         auth: {{ htpasswd: {{ realm: rustlet-e2e, path: {htpasswd} }} }}\n",
+        root = dir.path().join("data").display(),
+        htpasswd = dir.path().join("htpasswd").display(),
+    );
+    std::fs::write(dir.path().join("config.yml"), config).unwrap();
+    let child = Command::new(bin("registry"))
+        .arg("serve")
+        .arg(dir.path().join("config.yml"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("registry.log")).unwrap())
+        .spawn()
+        .expect("start the registry");
+    let registry = Registry { child, _dir: dir };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(REGISTRY).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "registry did not listen on {REGISTRY}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    registry
+}
+
+/// Pushes the local busybox image to the registry as `image`, then removes
+/// it from the node: only the registry has it.
+fn push(image: &str) {
+    let ctr = |args: &[&str]| {
+        let out = Command::new(bin("ctr"))
+            .arg("--address")
+            .arg(local().join("containerd/containerd.sock"))
+            .args(["--namespace", "k8s.io"])
+            .args(args)
+            .output()
+            .expect("run ctr");
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ctr(&["images", "tag", "--force", BUSYBOX, image]);
+    ctr(&[
+        "images",
+        "push",
+        "--plain-http",
+        "--user",
+        "user:pass",
+        image,
+    ]);
+    ctr(&["images", "rm", image]);
+}
+
+fn private_pod(name: &str, image: &str, secrets: &[&str]) -> Pod {
+    let mut p = pod(name, "Never", image, &["sleep", "3600"]);
+    let spec = p.spec.as_mut().unwrap();
+    spec.containers[0].image_pull_policy = Some("IfNotPresent".into());
+    spec.image_pull_secrets = Some(
+        secrets
+            .iter()
+            .map(|s| serde_json::from_value(serde_json::json!({ "name": s })).unwrap())
+            .collect(),
+    );
+    p
+}
+
+/// The first container's waiting reason.
+fn waiting(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_private_image_pulled_with_a_secret_is_not_used_by_a_pod_without_it() {
+    let _registry = start_registry();
+    let client = client().await;
+    let with = namespace(&client, "e2e-leak-with").await;
+    let image = format!("{REGISTRY}/private/busybox:{with}");
+    push(&image);
+    let config =
+        serde_json::json!({ "auths": { REGISTRY: { "username": "user", "password": "pass" } } });
+    let secret: Secret = from_json(serde_json::json!({
+        "metadata": { "name": "regcred" },
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": { ".dockerconfigjson": config.to_string() }
+    }));
+    Api::<Secret>::namespaced(client.clone(), &with)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create pull secret");
+    // Pod A, with the secret: pulls the image and runs.
+    create(&client, &with, &private_pod("a", &image, &["regcred"])).await;
+    wait_for(&client, &with, "a", 90, "Running", phase("Running")).await;
+    // Pod B, in another namespace, without a secret, IfNotPresent: the image
+    // is on the node now, but B may not use it; its own pull is refused.
+    let without = namespace(&client, "e2e-leak-without").await;
+    create(&client, &without, &private_pod("b", &image, &[])).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &without);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let b = api.get("b").await.expect("get pod b");
+        let phase = b.status.as_ref().and_then(|s| s.phase.clone());
+        assert_ne!(
+            phase.as_deref(),
+            Some("Running"),
+            "pod b runs a private image it has no secret for: {:?}",
+            b.status
+        );
+        if matches!(
+            waiting(&b).as_deref(),
+            Some("ErrImagePull" | "ImagePullBackOff")
+        ) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pod b not in ErrImagePull: {:?}",
+            b.status
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // And it stays so.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let b = api.get("b").await.expect("get pod b");
+    assert!(
+        matches!(
+            waiting(&b).as_deref(),
+            Some("ErrImagePull" | "ImagePullBackOff")
+        ),
+        "{:?}",
+        b.status
+    );
+    drop_namespace(&client, &with).await;
+    drop_namespace(&client, &without).await;
+}
