@@ -13,16 +13,6 @@ use kube::ResourceExt;
 /// The peak memory the agent may reach, in KiB (64 MiB).
 const MAX_AGENT_HWM_KIB: u64 = 64 * 1024;
 
-/// The agent's process ID, from the pid file `hack/local-up.sh` writes.
-fn agent_pid() -> u32 {
-    let text = std::fs::read_to_string(local().join("run/rustlet.pid"))
-        .expect("rustlet pid file (is the agent rustlet?)");
-    text.lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("pid")
-}
-
 /// Resets the agent's peak resident set size once per run of this file
 /// (`5` to `/proc/<pid>/clear_refs`), so that the peak measured is the one
 /// these pods cause, not one left by the end-to-end tests run before them on

@@ -5,10 +5,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use common::registry::{Registry, ctr};
 use common::*;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
@@ -114,22 +113,6 @@ async fn a_force_deleted_pods_probe_series_leave_the_metrics() {
     drop_namespace(&client, &ns).await;
 }
 
-/// Runs `ctr` against the local cluster's containerd, in the `k8s.io`
-/// namespace; (success, stderr).
-fn ctr(args: &[&str]) -> (bool, String) {
-    let out = Command::new(bin("ctr"))
-        .arg("--address")
-        .arg(local().join("containerd/containerd.sock"))
-        .args(["--namespace", "k8s.io"])
-        .args(args)
-        .output()
-        .expect("run ctr");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_runtime_error_while_probing_does_not_restart_the_container() {
@@ -193,89 +176,6 @@ async fn a_runtime_error_while_probing_does_not_restart_the_container() {
 /// `tests/e2e_images.rs`'s, so both can run at once).
 const REGISTRY: &str = "127.0.0.1:5444";
 
-/// A registry process, stopped when dropped.
-struct Registry {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn bin(name: &str) -> PathBuf {
-    root().join("_output/bin").join(name)
-}
-
-/// Starts the registry (`_output/bin/registry`) with one user
-/// `user`/`pass` and waits until it answers.
-fn start_registry() -> Registry {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let htpasswd = Command::new("htpasswd")
-        .args(["-Bbn", "user", "pass"])
-        .output()
-        .expect("run htpasswd (apache2-utils)");
-    assert!(htpasswd.status.success());
-    std::fs::write(dir.path().join("htpasswd"), &htpasswd.stdout).unwrap();
-    let config = format!(
-        "version: 0.1\nlog: {{ level: warn }}\nstorage: {{ filesystem: {{ rootdirectory: {root} }} }}\n\
-         http: {{ addr: {REGISTRY} }}\n\
-         auth: {{ htpasswd: {{ realm: rustlet-e2e, path: {htpasswd} }} }}\n",
-        root = dir.path().join("data").display(),
-        htpasswd = dir.path().join("htpasswd").display(),
-    );
-    std::fs::write(dir.path().join("config.yml"), config).unwrap();
-    let child = Command::new(bin("registry"))
-        .arg("serve")
-        .arg(dir.path().join("config.yml"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("registry.log")).unwrap())
-        .spawn()
-        .expect("start the registry");
-    let registry = Registry { child, _dir: dir };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(REGISTRY).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "registry did not listen on {REGISTRY}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    registry
-}
-
-/// Pushes the local busybox image to the registry as `image`, then removes
-/// it from the node: only the registry has it.
-fn push(image: &str) {
-    let ctr = |args: &[&str]| {
-        let out = Command::new(bin("ctr"))
-            .arg("--address")
-            .arg(local().join("containerd/containerd.sock"))
-            .args(["--namespace", "k8s.io"])
-            .args(args)
-            .output()
-            .expect("run ctr");
-        assert!(
-            out.status.success(),
-            "ctr {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    ctr(&["images", "tag", "--force", BUSYBOX, image]);
-    ctr(&[
-        "images",
-        "push",
-        "--plain-http",
-        "--user",
-        "user:pass",
-        image,
-    ]);
-    ctr(&["images", "rm", image]);
-}
-
 fn private_pod(name: &str, image: &str, secrets: &[&str]) -> Pod {
     let mut p = pod(name, "Never", image, &["sleep", "3600"]);
     let spec = p.spec.as_mut().unwrap();
@@ -307,13 +207,12 @@ fn waiting(p: &Pod) -> Option<String> {
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_private_image_pulled_with_a_secret_is_not_used_by_a_pod_without_it() {
-    let _registry = start_registry();
+    let registry = Registry::start(REGISTRY);
     let client = client().await;
     let with = namespace(&client, "e2e-leak-with").await;
     let image = format!("{REGISTRY}/private/busybox:{with}");
-    push(&image);
-    let config =
-        serde_json::json!({ "auths": { REGISTRY: { "username": "user", "password": "pass" } } });
+    registry.push_busybox(&image);
+    let config = registry.docker_config();
     let secret: Secret = from_json(serde_json::json!({
         "metadata": { "name": "regcred" },
         "type": "kubernetes.io/dockerconfigjson",

@@ -33,17 +33,8 @@ const SLOW: Duration = Duration::from_secs(5);
 /// The agent's peak resident memory under all of it.
 const MAX_HWM_KIB: u64 = 160 * 1024;
 
-fn agent_pid() -> i32 {
-    let text = std::fs::read_to_string(local().join("run/rustlet.pid"))
-        .expect("rustlet pid file (is the agent rustlet?)");
-    text.lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("pid")
-}
-
 /// A `/proc/<pid>/status` field in KiB.
-fn status_kib(pid: i32, field: &str) -> u64 {
+fn status_kib(pid: u32, field: &str) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("agent status");
     text.lines()
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
@@ -51,7 +42,7 @@ fn status_kib(pid: i32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
 }
 
-fn open_files(pid: i32) -> usize {
+fn open_files(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("agent fds")
         .count()
@@ -74,7 +65,7 @@ struct Usage {
     fds: usize,
 }
 
-fn usage(pid: i32) -> Usage {
+fn usage(pid: u32) -> Usage {
     Usage {
         rss_kib: status_kib(pid, "VmRSS"),
         hwm_kib: status_kib(pid, "VmHWM"),

@@ -16,16 +16,6 @@ use kube::{Client, ResourceExt};
 /// A container that exits at once on SIGTERM.
 const TERM_EXITS: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
 
-/// The agent's pid, from the first line of its pid file.
-fn agent_pid() -> u32 {
-    let text = std::fs::read_to_string(local().join("run/rustlet.pid"))
-        .expect("rustlet pid file (is the agent rustlet?)");
-    text.lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("a pid on the first line")
-}
-
 /// The agent still runs as `pid`: its pid file names it and the process lives.
 fn assert_agent_alive(pid: u32) {
     assert_eq!(agent_pid(), pid, "the agent was restarted");

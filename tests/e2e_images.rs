@@ -5,10 +5,7 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
-
+use common::registry::Registry;
 use common::*;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use kube::Api;
@@ -16,88 +13,6 @@ use kube::api::{ListParams, PostParams};
 
 /// The loopback address of the test registry.
 const REGISTRY: &str = "127.0.0.1:5443";
-
-/// A registry process, stopped when dropped.
-struct Registry {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn bin(name: &str) -> PathBuf {
-    root().join("_output/bin").join(name)
-}
-
-/// Starts the registry with one user `user`/`pass` and waits until it answers.
-fn start_registry() -> Registry {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let htpasswd = Command::new("htpasswd")
-        .args(["-Bbn", "user", "pass"])
-        .output()
-        .expect("run htpasswd (apache2-utils)");
-    assert!(htpasswd.status.success());
-    std::fs::write(dir.path().join("htpasswd"), &htpasswd.stdout).unwrap();
-    let config = format!(
-        "version: 0.1\nlog: {{ level: warn }}\nstorage: {{ filesystem: {{ rootdirectory: {root} }} }}\n\
-         http: {{ addr: {REGISTRY} }}\n\
-         auth: {{ htpasswd: {{ realm: rustlet-e2e, path: {htpasswd} }} }}\n",
-        root = dir.path().join("data").display(),
-        htpasswd = dir.path().join("htpasswd").display(),
-    );
-    std::fs::write(dir.path().join("config.yml"), config).unwrap();
-    let child = Command::new(bin("registry"))
-        .arg("serve")
-        .arg(dir.path().join("config.yml"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("registry.log")).unwrap())
-        .spawn()
-        .expect("start the registry (hack/build-cluster.sh registry)");
-    let registry = Registry { child, _dir: dir };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(REGISTRY).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "registry did not listen on {REGISTRY}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    registry
-}
-
-/// Pushes the local busybox image to the registry as `image`.
-fn push(image: &str) {
-    let ctr = |args: &[&str]| {
-        let out = Command::new(bin("ctr"))
-            .arg("--address")
-            .arg(local().join("containerd/containerd.sock"))
-            .args(["--namespace", "k8s.io"])
-            .args(args)
-            .output()
-            .expect("run ctr");
-        assert!(
-            out.status.success(),
-            "ctr {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    ctr(&["images", "tag", "--force", BUSYBOX, image]);
-    ctr(&[
-        "images",
-        "push",
-        "--plain-http",
-        "--user",
-        "user:pass",
-        image,
-    ]);
-    // The node must pull it: only the registry has it now.
-    ctr(&["images", "rm", image]);
-}
 
 async fn events_of(client: &kube::Client, ns: &str, pod: &str) -> Vec<(String, String)> {
     Api::<Event>::namespaced(client.clone(), ns)
@@ -132,14 +47,13 @@ fn private_pod(name: &str, image: &str, secrets: &[&str]) -> Pod {
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn image_pull_secrets_authenticate_private_pulls() {
-    let _registry = start_registry();
+    let registry = Registry::start(REGISTRY);
     let client = client().await;
     let ns = namespace(&client, "e2e-private").await;
     let image = format!("{REGISTRY}/private/busybox:{ns}");
-    push(&image);
+    registry.push_busybox(&image);
 
-    let config =
-        serde_json::json!({ "auths": { REGISTRY: { "username": "user", "password": "pass" } } });
+    let config = registry.docker_config();
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "metadata": { "name": "regcred" },
         "type": "kubernetes.io/dockerconfigjson",

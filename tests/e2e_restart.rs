@@ -15,15 +15,6 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use rustlet::cri::POD_UID_LABEL;
 
-fn agent_pid() -> i32 {
-    let text = std::fs::read_to_string(local().join("run/rustlet.pid"))
-        .expect("rustlet pid file (is the agent rustlet?)");
-    text.lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("pid")
-}
-
 fn snapshot(pods: &[Pod]) -> Vec<(String, String, i32, String)> {
     let mut v: Vec<_> = pods
         .iter()

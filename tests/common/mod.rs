@@ -5,6 +5,8 @@
     reason = "each test binary uses a different part of these helpers"
 )]
 
+pub mod registry;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,17 @@ pub fn root() -> PathBuf {
 /// The local cluster's state directory.
 pub fn local() -> PathBuf {
     root().join("_output/local")
+}
+
+/// The agent's process ID, from the first line of the pid file
+/// `hack/local-up.sh` writes (`_output/local/run/rustlet.pid`).
+pub fn agent_pid() -> u32 {
+    let text = std::fs::read_to_string(local().join("run/rustlet.pid"))
+        .expect("rustlet pid file (is the agent rustlet?)");
+    text.lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("a pid on the first line of the pid file")
 }
 
 /// The node under test.
