@@ -289,6 +289,18 @@ struct Worker {
 }
 
 impl Worker {
+    /// Publishes a Warning event about the probed container.
+    fn warn(&self, reason: &str, note: String) {
+        crate::events::publish(
+            &self.recorder,
+            &self.pod,
+            Some(&self.container.name),
+            EventType::Warning,
+            reason,
+            note,
+        );
+    }
+
     fn key(&self) -> Key {
         (self.container_id.clone(), self.kind)
     }
@@ -351,11 +363,7 @@ impl Worker {
                 // The probe could not run (the runtime failed the call): the
                 // result is thrown away, as the kubelet's worker does; it
                 // neither counts toward a threshold nor in the metrics.
-                crate::events::publish(
-                    &self.recorder,
-                    &self.pod,
-                    Some(&self.container.name),
-                    EventType::Warning,
+                self.warn(
                     event::UNHEALTHY,
                     format!(
                         "{} probe errored and resulted in unknown state: {}",
@@ -368,21 +376,13 @@ impl Worker {
             let result = if outcome.ok { "successful" } else { "failed" };
             crate::metrics::metrics().record_probe(self.labels(result));
             if outcome.warning {
-                crate::events::publish(
-                    &self.recorder,
-                    &self.pod,
-                    Some(&self.container.name),
-                    EventType::Warning,
+                self.warn(
                     event::PROBE_WARNING,
                     format!("{} probe warning: {}", self.kind.name(), outcome.output),
                 );
             }
             if !outcome.ok {
-                crate::events::publish(
-                    &self.recorder,
-                    &self.pod,
-                    Some(&self.container.name),
-                    EventType::Warning,
+                self.warn(
                     event::UNHEALTHY,
                     format!(
                         "{} probe failed: {}",
