@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::registry::{Registry, ctr};
+use common::registry::Registry;
 use common::*;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
@@ -110,65 +110,6 @@ async fn a_force_deleted_pods_probe_series_leave_the_metrics() {
         );
     }
     eprintln!("probe series gone {gone_after:?} after the force delete");
-    drop_namespace(&client, &ns).await;
-}
-
-#[tokio::test]
-#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
-async fn a_runtime_error_while_probing_does_not_restart_the_container() {
-    let client = client().await;
-    let ns = namespace(&client, "e2e-leak-probe-error").await;
-    create(
-        &client,
-        &ns,
-        &from_json(serde_json::json!({
-            "metadata": { "name": "paused" },
-            "spec": { "terminationGracePeriodSeconds": 1, "containers": [{
-                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", "3600"],
-                "livenessProbe": { "exec": { "command": ["true"] }, "periodSeconds": 1, "failureThreshold": 1 }
-            }] }
-        })),
-    )
-    .await;
-    let running = wait_for(&client, &ns, "paused", 60, "Running", phase("Running")).await;
-    let id = container_status(&running)
-        .container_id
-        .expect("container ID")
-        .trim_start_matches("containerd://")
-        .to_string();
-    // The runtime cannot exec into a paused container: every ExecSync of
-    // the probe fails in the runtime, which says nothing of its health.
-    let (ok, err) = ctr(&["tasks", "pause", &id]);
-    assert!(ok, "pause: {err}");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let (ok, err) = ctr(&["tasks", "resume", &id]);
-    assert!(ok, "resume: {err}");
-    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
-    let notes: Vec<String> = events
-        .list(&kube::api::ListParams::default())
-        .await
-        .expect("events")
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("Unhealthy"))
-        .filter_map(|e| e.message)
-        .collect();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let p = api.get("paused").await.expect("pod");
-    let status = container_status(&p);
-    assert_eq!(
-        status.restart_count, 0,
-        "restarted for a probe that could not run: {notes:?}"
-    );
-    assert!(status.state.and_then(|s| s.running).is_some());
-    assert!(
-        notes
-            .iter()
-            .any(|n| n.starts_with("Liveness probe errored and resulted in unknown state")),
-        "{notes:?}"
-    );
     drop_namespace(&client, &ns).await;
 }
 
