@@ -130,21 +130,6 @@ fn private_pod(name: &str, image: &str, secrets: &[&str]) -> Pod {
     p
 }
 
-/// The first container's waiting reason.
-fn waiting(p: &Pod) -> Option<String> {
-    p.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .waiting
-        .as_ref()?
-        .reason
-        .clone()
-}
-
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_private_image_pulled_with_a_secret_is_not_used_by_a_pod_without_it() {

@@ -185,24 +185,24 @@ pub fn phase(phase: &'static str) -> impl Condition<Pod> {
     move |p: Option<&Pod>| p.and_then(|p| p.status.as_ref()?.phase.as_deref()) == Some(phase)
 }
 
+/// The first container's waiting reason, if it waits.
+pub fn waiting(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
 /// The first container waits with `reason`.
 pub fn waiting_reason(reason: &'static str) -> impl Condition<Pod> {
-    move |p: Option<&Pod>| {
-        p.and_then(|p| {
-            p.status
-                .as_ref()?
-                .container_statuses
-                .as_ref()?
-                .first()?
-                .state
-                .as_ref()?
-                .waiting
-                .clone()
-        })
-        .and_then(|w| w.reason)
-        .as_deref()
-            == Some(reason)
-    }
+    move |p: Option<&Pod>| p.and_then(waiting).as_deref() == Some(reason)
 }
 
 /// The first container's status.
