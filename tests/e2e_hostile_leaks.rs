@@ -7,11 +7,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::registry::Registry;
+use common::registry::{Registry, private_pod};
 use common::*;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 
 async fn scrape_probes(client: &kube::Client) -> String {
     let path = format!("/api/v1/nodes/{}/proxy/metrics/probes", node_name());
@@ -117,19 +117,6 @@ async fn a_force_deleted_pods_probe_series_leave_the_metrics() {
 /// `tests/e2e_images.rs`'s, so both can run at once).
 const REGISTRY: &str = "127.0.0.1:5444";
 
-fn private_pod(name: &str, image: &str, secrets: &[&str]) -> Pod {
-    let mut p = pod(name, "Never", image, &["sleep", "3600"]);
-    let spec = p.spec.as_mut().unwrap();
-    spec.containers[0].image_pull_policy = Some("IfNotPresent".into());
-    spec.image_pull_secrets = Some(
-        secrets
-            .iter()
-            .map(|s| serde_json::from_value(serde_json::json!({ "name": s })).unwrap())
-            .collect(),
-    );
-    p
-}
-
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_private_image_pulled_with_a_secret_is_not_used_by_a_pod_without_it() {
@@ -138,23 +125,30 @@ async fn a_private_image_pulled_with_a_secret_is_not_used_by_a_pod_without_it() 
     let with = namespace(&client, "e2e-leak-with").await;
     let image = format!("{REGISTRY}/private/busybox:{with}");
     registry.push_busybox(&image);
-    let config = registry.docker_config();
-    let secret: Secret = from_json(serde_json::json!({
-        "metadata": { "name": "regcred" },
-        "type": "kubernetes.io/dockerconfigjson",
-        "stringData": { ".dockerconfigjson": config.to_string() }
-    }));
-    Api::<Secret>::namespaced(client.clone(), &with)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create pull secret");
+    registry.create_pull_secret(&client, &with, "regcred").await;
     // Pod A, with the secret: pulls the image and runs.
-    create(&client, &with, &private_pod("a", &image, &["regcred"])).await;
+    create(
+        &client,
+        &with,
+        &private_pod(
+            "a",
+            &image,
+            "IfNotPresent",
+            &["sleep", "3600"],
+            &["regcred"],
+        ),
+    )
+    .await;
     wait_for(&client, &with, "a", 90, "Running", phase("Running")).await;
     // Pod B, in another namespace, without a secret, IfNotPresent: the image
     // is on the node now, but B may not use it; its own pull is refused.
     let without = namespace(&client, "e2e-leak-without").await;
-    create(&client, &without, &private_pod("b", &image, &[])).await;
+    create(
+        &client,
+        &without,
+        &private_pod("b", &image, "IfNotPresent", &["sleep", "3600"], &[]),
+    )
+    .await;
     let api: Api<Pod> = Api::namespaced(client.clone(), &without);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

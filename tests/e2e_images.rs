@@ -5,11 +5,11 @@
 
 mod common;
 
-use common::registry::Registry;
+use common::registry::{Registry, private_pod};
 use common::*;
-use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 
 /// The loopback address of the test registry.
 const REGISTRY: &str = "127.0.0.1:5443";
@@ -26,24 +26,6 @@ async fn events_of(client: &kube::Client, ns: &str, pod: &str) -> Vec<(String, S
         .collect()
 }
 
-fn private_pod(name: &str, image: &str, secrets: &[&str]) -> Pod {
-    let mut p = pod(
-        name,
-        "Never",
-        image,
-        &["sh", "-c", "echo pulled; sleep 3600"],
-    );
-    let spec = p.spec.as_mut().unwrap();
-    spec.containers[0].image_pull_policy = Some("Always".into());
-    spec.image_pull_secrets = Some(
-        secrets
-            .iter()
-            .map(|s| serde_json::from_value(serde_json::json!({ "name": s })).unwrap())
-            .collect(),
-    );
-    p
-}
-
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn image_pull_secrets_authenticate_private_pulls() {
@@ -53,23 +35,19 @@ async fn image_pull_secrets_authenticate_private_pulls() {
     let image = format!("{REGISTRY}/private/busybox:{ns}");
     registry.push_busybox(&image);
 
-    let config = registry.docker_config();
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": "regcred" },
-        "type": "kubernetes.io/dockerconfigjson",
-        "stringData": { ".dockerconfigjson": config.to_string() }
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create pull secret");
+    registry.create_pull_secret(&client, &ns, "regcred").await;
 
     // With the secret (and a missing one before it): pulled and running.
     create(
         &client,
         &ns,
-        &private_pod("with", &image, &["absent", "regcred"]),
+        &private_pod(
+            "with",
+            &image,
+            "Always",
+            &["sh", "-c", "echo pulled; sleep 3600"],
+            &["absent", "regcred"],
+        ),
     )
     .await;
     wait_for(&client, &ns, "with", 90, "Running", phase("Running")).await;
@@ -83,7 +61,18 @@ async fn image_pull_secrets_authenticate_private_pulls() {
     assert!(events.iter().any(|(r, _)| r == "Pulled"), "{events:?}");
 
     // Without it: the registry refuses, and the pod waits in ErrImagePull.
-    create(&client, &ns, &private_pod("without", &image, &[])).await;
+    create(
+        &client,
+        &ns,
+        &private_pod(
+            "without",
+            &image,
+            "Always",
+            &["sh", "-c", "echo pulled; sleep 3600"],
+            &[],
+        ),
+    )
+    .await;
     wait_for(
         &client,
         &ns,

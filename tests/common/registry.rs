@@ -6,6 +6,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::Api;
+use kube::api::PostParams;
+
 use super::{BUSYBOX, local, root};
 
 /// The user and password the registry accepts.
@@ -116,4 +120,39 @@ impl Registry {
     pub fn docker_config(&self) -> serde_json::Value {
         serde_json::json!({ "auths": { self.addr: { "username": USER, "password": PASSWORD } } })
     }
+
+    /// Creates the pull Secret `name` (`kubernetes.io/dockerconfigjson`,
+    /// [`Registry::docker_config`]) in `ns`.
+    pub async fn create_pull_secret(&self, client: &kube::Client, ns: &str, name: &str) {
+        let secret: Secret = super::from_json(serde_json::json!({
+            "metadata": { "name": name },
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": { ".dockerconfigjson": self.docker_config().to_string() }
+        }));
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create pull secret");
+    }
+}
+
+/// A pod of one container running `command` from `image` with `pull_policy`,
+/// naming `secrets` as its `imagePullSecrets`.
+pub fn private_pod(
+    name: &str,
+    image: &str,
+    pull_policy: &str,
+    command: &[&str],
+    secrets: &[&str],
+) -> Pod {
+    let mut p = super::pod(name, "Never", image, command);
+    let spec = p.spec.as_mut().expect("spec");
+    spec.containers[0].image_pull_policy = Some(pull_policy.into());
+    spec.image_pull_secrets = Some(
+        secrets
+            .iter()
+            .map(|s| super::from_json(serde_json::json!({ "name": s })))
+            .collect(),
+    );
+    p
 }
