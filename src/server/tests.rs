@@ -231,6 +231,32 @@ async fn start_until_with(
 type ClientTls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
 
 impl Fixture {
+    /// Follows the log of `ns/p/c` as the tester over a connection of its
+    /// own: the request sender, the connection's task and the response.
+    async fn follow(
+        &self,
+    ) -> (
+        hyper::client::conn::http1::SendRequest<Empty<bytes::Bytes>>,
+        tokio::task::JoinHandle<hyper::Result<()>>,
+        http::Response<hyper::body::Incoming>,
+    ) {
+        let tls = self.connect(self.tester(), &[]).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        let conn = tokio::spawn(conn);
+        let resp = sender
+            .send_request(
+                http::Request::get("/containerLogs/ns/p/c?follow=true")
+                    .header(http::header::HOST, "127.0.0.1")
+                    .body(Empty::<bytes::Bytes>::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        (sender, conn, resp)
+    }
+
     /// A TLS connection to the server, verifying its certificate for
     /// 127.0.0.1, with an optional client certificate, offering `alpn`.
     async fn connect(
@@ -693,21 +719,7 @@ async fn kept_alive_connections_are_closed_after_the_idle_timeout() {
 #[tokio::test]
 async fn a_connection_with_a_request_in_flight_is_not_idle() {
     let f = start_with(fast_idle).await;
-    let tls = f.connect(f.tester(), &[]).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
-    let conn = tokio::spawn(conn);
-    // The container runs: the follow goes on for as long as the client reads.
-    let resp = sender
-        .send_request(
-            http::Request::get("/containerLogs/ns/p/c?follow=true")
-                .header(http::header::HOST, "127.0.0.1")
-                .body(Empty::<bytes::Bytes>::new())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let (_sender, conn, resp) = f.follow().await;
     assert_eq!(resp.status(), 200);
     let mut body = resp.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
@@ -848,20 +860,7 @@ async fn denied_decisions_expire_before_allowed_ones() {
 #[tokio::test]
 async fn followers_beyond_the_cap_get_429() {
     let f = start_with(|cfg| cfg.limits.max_log_follows = 1).await;
-    let tls = f.connect(f.tester(), &[]).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let first = sender
-        .send_request(
-            http::Request::get("/containerLogs/ns/p/c?follow=true")
-                .header(http::header::HOST, "127.0.0.1")
-                .body(Empty::<bytes::Bytes>::new())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let (sender, _conn, first) = f.follow().await;
     assert_eq!(first.status(), StatusCode::OK);
     let (status, body) = f
         .get("/containerLogs/ns/p/c?follow=true", f.tester(), None)
@@ -881,20 +880,7 @@ async fn followers_beyond_the_cap_get_429() {
     let mut followed = false;
     for _ in 0..50 {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let tls = f.connect(f.tester(), &[]).await.unwrap();
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        let resp = sender
-            .send_request(
-                http::Request::get("/containerLogs/ns/p/c?follow=true")
-                    .header(http::header::HOST, "127.0.0.1")
-                    .body(Empty::<bytes::Bytes>::new())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
+        let (_sender, _conn, resp) = f.follow().await;
         if resp.status() == StatusCode::OK {
             followed = true;
             break;
@@ -918,20 +904,7 @@ fn many_followers_hold_no_blocking_threads() {
         let f = start().await;
         let mut held = Vec::new();
         for _ in 0..40 {
-            let tls = f.connect(f.tester(), &[]).await.unwrap();
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-                .await
-                .unwrap();
-            tokio::spawn(conn);
-            let resp = sender
-                .send_request(
-                    http::Request::get("/containerLogs/ns/p/c?follow=true")
-                        .header(http::header::HOST, "127.0.0.1")
-                        .body(Empty::<bytes::Bytes>::new())
-                        .unwrap(),
-                )
-                .await
-                .unwrap();
+            let (sender, _conn, resp) = f.follow().await;
             assert_eq!(resp.status(), StatusCode::OK);
             held.push((sender, resp));
         }
