@@ -3,10 +3,11 @@
 # from their Go modules into _output/bin/. Go's module and build caches make a
 # warm rebuild take seconds.
 #
-#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|registry|e2e|ginkgo|metrics-server]
+#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|registry|e2e|e2e-node|ginkgo|metrics-server]
 #
 # `e2e` (not part of `all`) builds the upstream e2e test binary e2e.test and
-# the ginkgo CLI that runs it in parallel (hack/conformance.sh).
+# the ginkgo CLI that runs it in parallel (hack/conformance.sh); `e2e-node`
+# the node suite's e2e_node.test and ginkgo.
 # `metrics-server` (not part of `all`) builds metrics-server, which
 # `hack/local-up.sh --metrics-server` runs behind the aggregation layer.
 set -euo pipefail
@@ -64,6 +65,14 @@ build_e2e() {
   build_ginkgo
 }
 
+# e2e_node.test: the node's own conformance suite (test/e2e_node), which
+# hack/conformance.sh --suite node runs against the local node.
+build_e2e_node() {
+  log "e2e_node.test (k8s.io/kubernetes/test/e2e_node)"
+  (cd tests/cluster && go test -c -trimpath -o "$bin/e2e_node.test" k8s.io/kubernetes/test/e2e_node)
+  build_ginkgo
+}
+
 # The ginkgo CLI runs e2e.test in parallel; its version is the one
 # k8s.io/kubernetes pins (tests/cluster/go.mod).
 build_ginkgo() {
@@ -87,7 +96,8 @@ case "$what" in
   images) build_images ;;
   registry) build_registry ;;
   e2e) build_e2e ;;
+  e2e-node) build_e2e_node ;;
   ginkgo) build_ginkgo ;;
   metrics-server) build_metrics_server ;;
-  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|registry|e2e|ginkgo|metrics-server)" >&2; exit 2 ;;
+  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|registry|e2e|e2e-node|ginkgo|metrics-server)" >&2; exit 2 ;;
 esac

@@ -1,37 +1,85 @@
 #!/usr/bin/env bash
-# Runs the upstream e2e [NodeConformance] tests (e2e.test from
-# k8s.io/kubernetes, built by `hack/build-cluster.sh e2e`) against a fresh
-# local one-node cluster, then takes the cluster down.
+# Runs upstream [NodeConformance] tests against a fresh local one-node cluster
+# (hack/local-up.sh), then takes the cluster down.
 #
-#   hack/conformance.sh [--agent rustlet|kubelet] [--focus REGEX] [--skip REGEX]
+#   hack/conformance.sh [--suite e2e|e2e-slow|node] [--agent rustlet|kubelet]
+#                       [--focus REGEX] [--skip REGEX] [--shards N] [--resume]
 #                       [--procs N] [--timeout DURATION] [--name NAME] [--keep-up]
 #
+#   --suite    which result set (default e2e):
+#                e2e       e2e.test (test/e2e), [NodeConformance] but not
+#                          [Slow]
+#                e2e-slow  e2e.test, the [NodeConformance] tests that are
+#                          [Slow] (pod-level in-place resize, back-off caps:
+#                          e2e and e2e-slow together are the whole
+#                          [NodeConformance] set)
+#                node      e2e_node.test (test/e2e_node, the node's own suite,
+#                          what the upstream node conformance image runs),
+#                          [NodeConformance] but not [Slow], run against the
+#                          existing node (see "The node suite" below)
 #   --agent    the node agent (default rustlet)
-#   --focus    run only the [NodeConformance] tests that also match REGEX
-#   --skip     skip the tests matching REGEX instead of the default
-#              '\[Slow\]|\[Disruptive\]|\[Flaky\]' (the [Slow] tests take
-#              hours: 127 pod-level resize tables, a 27-minute back-off test;
-#              no [NodeConformance] test is Disruptive or Flaky today).
-#              [Serial] tests run, after the others, one at a time.
+#   --focus    run only the suite's tests that also match REGEX
+#   --skip     skip the tests matching REGEX instead of the suite's default
+#              ('\[Disruptive\]|\[Flaky\]', plus '\[Slow\]' for e2e and node;
+#              no [NodeConformance] test of e2e.test is Disruptive or Flaky
+#              today). [Serial] tests run, after the others, one at a time.
+#   --shards N split the selected tests into N shards, run one after the
+#              other on the same cluster (default 1; e2e-slow: 4). Each
+#              shard's report is kept as soon as it ends, so a run that is
+#              interrupted can be resumed.
+#   --resume   keep the shards that already have a report from an earlier run
+#              with the same suite, agent, focus, skip and shards; run the rest
 #   --procs    parallel ginkgo processes (default 6: the tests mostly wait)
-#   --timeout  the whole run's limit (default 2h)
-#   --name     write to _output/conformance/<agent>-NAME/ instead, leaving the
-#              full run's results (which docs/conformance.md is built from)
-#              alone: for subsets, e.g. CI's
+#   --timeout  each shard's limit (default 2h)
+#   --name     write to _output/conformance/NAME/<agent>/ instead of
+#              _output/conformance/<suite>/<agent>/, leaving the full runs'
+#              results (which docs/conformance.md is built from) alone: for
+#              subsets, e.g. CI's
+#   --expect FILE
+#              fail unless every regular expression in FILE (one per line, #
+#              comments) matches a test that ran: for a fixed list of tests
+#              (CI's hack/conformance-ci.txt), so that a test renamed
+#              upstream cannot vanish silently
 #   --keep-up  leave the cluster running afterwards (for debugging)
 #
-# Writes to _output/conformance/<agent>/ (replacing the last run's files):
-#   junit_01.xml   the JUnit report (every spec of e2e.test; the ones not
-#                  selected are "skipped")
-#   e2e.log        ginkgo's output
+# Writes to _output/conformance/<suite>/<agent>/:
+#   shard-<k>/junit_01.xml  the JUnit report of shard k (every spec of the
+#                  suite; the ones not selected are "skipped")
+#   shard-<k>/e2e.log       ginkgo's output
+#   shards/        the shards' test lists (with --shards)
 #   summary.txt    counts, run time, versions, the failed tests
 #   <agent>.log    the node agent's log
 # and ends with one line "N passed, M failed, K skipped" over the selected
 # tests (K: selected but skipped by --skip or by the test itself). Exits
 # non-zero if a test failed or the run did not complete.
+# hack/conformance-table.py turns the result sets of both agents into
+# docs/conformance.md.
 #
-# Needs root, no local cluster running (it starts its own and stops it), and
-# _output/bin/e2e.test and _output/bin/ginkgo.
+# Builds what is missing (the e2e binaries with hack/build-cluster.sh; the
+# cluster's own binaries and images as hack/local-up.sh does). Needs root and
+# no local cluster running: it starts its own and stops it.
+#
+# The node suite: e2e_node.test normally starts its own API server and
+# kubelet. Here it runs against the existing node, as the upstream framework
+# allows (test/e2e_node/e2e_node_suite_test.go, util.go):
+#   --start-services=false --stop-services=false
+#              use the running control plane and node agent
+#   --host, --bearer-token
+#              the suite has no --kubeconfig: it reaches the API server with
+#              a bearer token (a cluster-admin ServiceAccount made here)
+#   --prepull-images=false
+#              prepulling would pull from registries; the images are local
+#   --kubelet-root-dir, --container-runtime-endpoint
+#              the agent's root directory and containerd's socket
+# It reads the agent's KubeletConfiguration from
+# /api/v1/nodes/<node>/proxy/configz (rustlet serves its own) and validates
+# this machine's kernel and cgroups against the default system spec. Tests
+# that stop and restart the agent do it with `sudo systemctl` on a unit named
+# kubelet-*: there is no systemd here, so hack/node-e2e-shim/ puts stand-ins
+# for sudo and systemctl first on the suite's PATH, with one unit,
+# kubelet-e2e.service, that stops the agent and starts it again with
+# hack/local-up.sh. Tests that talk to systemd itself (over D-Bus, e.g. to
+# stop the container runtime) fail: this machine has none.
 set -euo pipefail
 PROG=conformance
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -39,28 +87,39 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; }
 
-DEFAULT_SKIP='\[Slow\]|\[Disruptive\]|\[Flaky\]'
+suite=e2e
 agent=rustlet
 focus=''
-skip=$DEFAULT_SKIP
+skip=''
+skip_given=false
+shards=''
+resume=false
 procs=6
 timeout=2h
 name=''
+expect=''
 keep_up=false
 while (($#)); do
   case $1 in
+    --suite) suite=${2:-}; shift 2 || die "--suite needs a value" ;;
+    --suite=*) suite=${1#*=}; shift ;;
     --agent) agent=${2:-}; shift 2 || die "--agent needs a value" ;;
     --agent=*) agent=${1#*=}; shift ;;
     --focus) focus=${2:-}; shift 2 || die "--focus needs a value" ;;
     --focus=*) focus=${1#*=}; shift ;;
-    --skip) skip=${2:-}; shift 2 || die "--skip needs a value" ;;
-    --skip=*) skip=${1#*=}; shift ;;
+    --skip) skip=${2:-}; skip_given=true; shift 2 || die "--skip needs a value" ;;
+    --skip=*) skip=${1#*=}; skip_given=true; shift ;;
+    --shards) shards=${2:-}; shift 2 || die "--shards needs a value" ;;
+    --shards=*) shards=${1#*=}; shift ;;
+    --resume) resume=true; shift ;;
     --procs) procs=${2:-}; shift 2 || die "--procs needs a value" ;;
     --procs=*) procs=${1#*=}; shift ;;
     --timeout) timeout=${2:-}; shift 2 || die "--timeout needs a value" ;;
     --timeout=*) timeout=${1#*=}; shift ;;
     --name) name=${2:-}; shift 2 || die "--name needs a value" ;;
     --name=*) name=${1#*=}; shift ;;
+    --expect) expect=${2:-}; shift 2 || die "--expect needs a value" ;;
+    --expect=*) expect=${1#*=}; shift ;;
     --keep-up) keep_up=true; shift ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see hack/conformance.sh --help)" ;;
@@ -70,15 +129,26 @@ case $agent in
   rustlet | kubelet) ;;
   *) die "unknown agent '$agent' (rustlet|kubelet)" ;;
 esac
+NC='\[NodeConformance\]'
+SLOW='\[Slow\]'
+case $suite in
+  e2e) test_bin=e2e.test; base_focus=$NC; default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]"; default_shards=1 ;;
+  e2e-slow) test_bin=e2e.test; base_focus="$NC.*$SLOW|$SLOW.*$NC"; default_skip='\[Disruptive\]|\[Flaky\]'; default_shards=4 ;;
+  node) test_bin=e2e_node.test; base_focus=$NC; default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]"; default_shards=1 ;;
+  *) die "unknown suite '$suite' (e2e|e2e-slow|node)" ;;
+esac
+$skip_given || skip=$default_skip
+shards=${shards:-$default_shards}
 [[ $procs =~ ^[1-9][0-9]*$ ]] || die "--procs must be a positive number, not '$procs'"
+[[ $shards =~ ^[1-9][0-9]*$ ]] || die "--shards must be a positive number, not '$shards'"
 [[ -z $name || $name =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "--name must be lowercase letters, digits and dashes, not '$name'"
+[[ -z $expect || -r $expect ]] || die "--expect: cannot read '$expect'"
 
 ((EUID == 0)) || die "must run as root (the local cluster needs it)"
 need_cmd python3 "Debian package python3"
 need_cmd kubectl "a kubectl client (hack/install-deps.sh builds one)"
-for b in e2e.test ginkgo; do
-  [[ -x $BIN/$b ]] || die "missing $BIN/$b (run hack/build-cluster.sh e2e)"
-done
+build_if_missing e2e e2e.test ginkgo
+[[ $suite != node ]] || build_if_missing e2e-node e2e_node.test
 
 # The run needs a cluster of its own: it starts one and takes it down. Any
 # other cluster on this machine (this one's or another checkout's) uses the
@@ -94,50 +164,74 @@ for port in 2379 6443 10250 10257 10259; do
   fi
 done
 
-# The focus: [NodeConformance] and, if given, the caller's REGEX. Ginkgo ORs
+# The focus: the suite's and, if given, the caller's REGEX. Ginkgo ORs
 # repeated --focus flags, so "both" is written as one expression.
-NC='\[NodeConformance\]'
 if [[ -n $focus ]]; then
-  effective_focus="$NC.*($focus)|($focus).*$NC"
+  effective_focus="(?:$base_focus).*(?:$focus)|(?:$focus).*(?:$base_focus)"
 else
-  effective_focus=$NC
+  effective_focus=$base_focus
 fi
 
-OUT=$ROOT/_output/conformance/$agent${name:+-$name}
+OUT=$ROOT/_output/conformance/${name:-$suite}/$agent
 mkdir -p "$OUT"
-rm -rf "${OUT:?}"/junit_01.xml "$OUT"/e2e.log "$OUT"/summary.txt "$OUT"/"$agent".log "$OUT"/e2e-output
+# A run's identity: what selects its tests. --resume only keeps shards of a
+# run with the same identity.
+identity="suite=$suite focus=$effective_focus skip=$skip shards=$shards"
+if $resume && [[ -f $OUT/identity && $(<"$OUT/identity") == "$identity" ]]; then
+  kept=$(find "$OUT" -path "$OUT/shard-*/junit_01.xml" | wc -l)
+  log "resuming: keeping $kept finished shard(s) of $shards"
+else
+  $resume && warn "--resume: no earlier run with the same suite, focus, skip and shards; starting afresh"
+  rm -rf "${OUT:?}"/shard-* "$OUT"/shards "$OUT"/summary.txt "$OUT"/identity "$OUT"/"$agent".log "$OUT"/junit_01.xml \
+    "$OUT"/e2e.log "$OUT"/e2e-output
+  echo "$identity" >"$OUT/identity"
+fi
+rm -f "$OUT/summary.txt"
 
-# write_summary: summary.txt from the JUnit report (also for an interrupted
-# run: ginkgo writes the report of what ran when it is interrupted).
+# write_summary: summary.txt from the shards' JUnit reports (also for an
+# interrupted run: ginkgo writes the report of what ran when interrupted).
 write_summary() {
+  local reports=()
+  mapfile -t reports < <(find "$OUT" -path "$OUT/shard-*/junit_01.xml" | sort)
+  ((${#reports[@]})) || return 1
   {
     echo "agent: $agent"
+    echo "suite: $test_bin"
     echo "date: $run_date"
     echo "focus: $effective_focus"
     echo "skip: ${skip:-}"
+    echo "shards: $shards"
     echo "procs: $procs"
     echo "cluster up: ${t_up:-?}"
     echo "e2e run: ${t_run:-$(since "$t1") (interrupted)}"
-    echo "kubernetes: $(grep -m1 'k8s.io/kubernetes v' "$ROOT/tests/cluster/go.mod" | awk '{print $NF}') (e2e.test, control plane, kubelet)"
+    echo "kubernetes: $(grep -m1 'k8s.io/kubernetes v' "$ROOT/tests/cluster/go.mod" | awk '{print $NF}') ($test_bin, control plane, kubelet)"
     echo "ginkgo: $("$BIN/ginkgo" version 2>/dev/null | awk '{print $NF}' || true)"
     if [[ $agent == rustlet ]]; then
       echo "rustlet: $rustlet_rev"
     fi
   } >"$OUT/summary.txt"
-  line=$(python3 "$ROOT/hack/conformance-table.py" summary \
-    --focus "$effective_focus" --skip "$skip" "$OUT/junit_01.xml" | tee -a "$OUT/summary.txt" | tail -n 1)
+  local expect_args=()
+  [[ -z $expect ]] || expect_args=(--expect "$expect")
+  set +e
+  python3 "$ROOT/hack/conformance-table.py" summary --focus "$effective_focus" --skip "$skip" \
+    "${expect_args[@]}" "${reports[@]}" >>"$OUT/summary.txt"
+  summary_rc=$?
+  set -e
+  line=$(tail -n 1 "$OUT/summary.txt")
 }
 
 cluster_started=false
 ginkgo_pid=''
+summary_rc=1
 on_exit() {
   local rc=$?
   trap - EXIT INT TERM
-  # Interrupted while the tests run: the e2e.test processes (ginkgo's
-  # children) run their cleanup and report on SIGINT, and ginkgo then writes
-  # the reports; whatever is left after a minute is killed.
+  # Interrupted while the tests run: the test processes (ginkgo's children)
+  # run their cleanup and report on SIGINT, and ginkgo then writes the
+  # reports; whatever is left after a minute is killed. An interrupted
+  # shard's report is moved aside: --resume runs that shard again.
   if [[ -n $ginkgo_pid ]] && alive "$ginkgo_pid"; then
-    warn "interrupting ginkgo (pid $ginkgo_pid) and its e2e.test processes"
+    warn "interrupting ginkgo (pid $ginkgo_pid) and its test processes"
     local children
     children=$(pgrep -P "$ginkgo_pid" || true)
     # shellcheck disable=SC2086 # a list of pids
@@ -148,8 +242,8 @@ on_exit() {
     done
     # shellcheck disable=SC2086 # a list of pids
     kill -KILL "$ginkgo_pid" $children 2>/dev/null || true
-    if [[ -f $OUT/junit_01.xml && ! -f $OUT/summary.txt ]]; then
-      write_summary || warn "could not write summary.txt"
+    if [[ -n ${shard_dir:-} && -f $shard_dir/junit_01.xml ]]; then
+      mv "$shard_dir/junit_01.xml" "$shard_dir/junit_01.xml.interrupted" || true
     fi
   fi
   if $cluster_started; then
@@ -177,39 +271,22 @@ if [[ -d $LOCAL/kubelet/image_manager ]]; then
   rm -rf "$LOCAL/kubelet/image_manager"
 fi
 
+# Static pod manifests an interrupted node suite run left behind.
+rm -rf "${LOCAL:?}/kubelet/manifests"
+
 # The source local-up.sh builds rustlet from, named now (commits may land
 # while the tests run).
 rustlet_rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rustlet_rev+=" (modified)"
 
-t0=$(now_ms)
-log "bringing up the local cluster with $agent"
-# On failure local-up.sh stops what it started itself; only a cluster that
-# came up is taken down here.
-"$ROOT/hack/local-up.sh" --agent "$agent"
-cluster_started=true
-# Every image the tests need, or stop here (local-up.sh only warns).
-"$ROOT/hack/images.sh" --all
-t_up=$(since "$t0")
-
 kubectl_path=$(command -v kubectl)
-ginkgo_args=(
-  --procs="$procs"
-  --timeout="$timeout"
-  --focus="$effective_focus"
-  --no-color
-  --silence-skips
-)
-[[ -z $skip ]] || ginkgo_args+=(--skip="$skip")
 # Flags of e2e.test (test/e2e/framework/test_context.go) for a one-node,
 # provider-less cluster: no cloud, no SSH (skeleton), one node, the admin
-# kubeconfig, reports in $OUT.
+# kubeconfig.
 e2e_args=(
   --provider=skeleton
   --kubeconfig="$ADMIN_KUBECONFIG"
   --num-nodes=1
-  --report-dir="$OUT"
-  --e2e-output-dir="$OUT/e2e-output"
   --kubectl-path="$kubectl_path"
   --kubelet-root-dir="$LOCAL/$agent"
   --container-runtime-endpoint="unix://$CTRD_SOCK"
@@ -218,35 +295,138 @@ e2e_args=(
   --system-pods-startup-timeout=1m
   --node-schedulable-timeout=2m
 )
-mkdir -p "$OUT/e2e-output"
-log "running e2e.test: focus '$effective_focus', skip '${skip:-none}', $procs processes (log: ${OUT#"$ROOT"/}/e2e.log)"
-t1=$(now_ms)
+# Flags of e2e_node.test against the existing node (see the header); the
+# bearer token is added once the cluster is up.
+node_args=(
+  --start-services=false
+  --stop-services=false
+  --host=https://127.0.0.1:6443
+  --node-name="$NODE_NAME"
+  --prepull-images=false
+  --kubectl-path="$kubectl_path"
+  --kubelet-root-dir="$LOCAL/$agent"
+  --container-runtime-endpoint="unix://$CTRD_SOCK"
+  --image-service-endpoint="unix://$CTRD_SOCK"
+  --dns-domain=cluster.local
+)
+test_env=()
+if [[ $suite == node ]]; then
+  test_args=("${node_args[@]}")
+  # The suite stops and restarts the agent with `sudo systemctl`; there is
+  # no systemd (nor sudo) here: hack/node-e2e-shim/ stands in for both.
+  test_env=(PATH="$ROOT/hack/node-e2e-shim:$PATH" NODE_E2E_AGENT="$agent")
+else
+  test_args=("${e2e_args[@]}")
+fi
+
+# The shards: each one's --focus names its tests exactly.
+if ((shards > 1)) && [[ ! -f $OUT/shards/shard-1.focus ]]; then
+  mkdir -p "$OUT/shards"
+  dry_args=(--ginkgo.dry-run --ginkgo.no-color --ginkgo.focus="$effective_focus" --ginkgo.json-report="$OUT/shards/dry-run.json")
+  [[ -z $skip ]] || dry_args+=(--ginkgo.skip="$skip")
+  (cd "$OUT/shards" && "$BIN/$test_bin" "${dry_args[@]}" "${test_args[@]}") \
+    >"$OUT/shards/dry-run.log" 2>&1 || die "listing the selected tests failed (see ${OUT#"$ROOT"/}/shards/dry-run.log)"
+  n=$(python3 "$ROOT/hack/conformance-shards.py" "$OUT/shards/dry-run.json" "$shards" "$OUT/shards")
+  log "$n tests selected, in $shards shards"
+fi
+
+t0=$(now_ms)
+log "bringing up the local cluster with $agent"
+# On failure local-up.sh stops what it started itself; only a cluster that
+# came up is taken down here.
+local_up_args=(--agent "$agent")
+[[ $suite != node ]] || local_up_args+=(--node-e2e)
+"$ROOT/hack/local-up.sh" "${local_up_args[@]}"
+cluster_started=true
+# Every image the tests need, or stop here (local-up.sh only warns).
+"$ROOT/hack/images.sh" --all
+
+if [[ $suite == node ]]; then
+  # A cluster-admin ServiceAccount's token for e2e_node.test (it has no
+  # --kubeconfig).
+  kubectl_admin apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: e2e-node
+  namespace: kube-system
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: e2e-node
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: cluster-admin
+subjects:
+- kind: ServiceAccount
+  name: e2e-node
+  namespace: kube-system
+EOF
+  token=$(kubectl_admin create token e2e-node -n kube-system --duration=12h) || die "could not create a token for e2e_node.test"
+  test_args+=(--bearer-token="$token")
+fi
+t_up=$(since "$t0")
+
 run_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-set +e
-(cd "$OUT" && "$BIN/ginkgo" "${ginkgo_args[@]}" "$BIN/e2e.test" -- "${e2e_args[@]}") >"$OUT/e2e.log" 2>&1 &
-ginkgo_pid=$!
-# A progress line every minute: how many specs have reported so far.
-while alive "$ginkgo_pid"; do
-  for _ in $(seq 60); do
+t1=$(now_ms)
+failed_shards=()
+for k in $(seq "$shards"); do
+  shard_dir=$OUT/shard-$k
+  if [[ -f $shard_dir/junit_01.xml ]]; then
+    log "shard $k of $shards: done in an earlier run, kept"
+    continue
+  fi
+  rm -rf "$shard_dir"
+  mkdir -p "$shard_dir/e2e-output"
+  shard_focus=$effective_focus
+  [[ $shards == 1 ]] || shard_focus=$(<"$OUT/shards/shard-$k.focus")
+  ginkgo_args=(
+    --procs="$procs"
+    --timeout="$timeout"
+    --focus="$shard_focus"
+    --no-color
+    --silence-skips
+  )
+  [[ -z $skip ]] || ginkgo_args+=(--skip="$skip")
+  log "running $test_bin, shard $k of $shards: focus '$effective_focus', skip '${skip:-none}', $procs processes (log: ${shard_dir#"$ROOT"/}/e2e.log)"
+  t_shard=$(now_ms)
+  set +e
+  (cd "$shard_dir" && env "${test_env[@]}" "$BIN/ginkgo" "${ginkgo_args[@]}" "$BIN/$test_bin" -- \
+    "${test_args[@]}" --report-dir="$shard_dir" --e2e-output-dir="$shard_dir/e2e-output") >"$shard_dir/e2e.log" 2>&1 &
+  ginkgo_pid=$!
+  # A progress line every minute: how many specs have reported so far.
+  while alive "$ginkgo_pid"; do
+    for _ in $(seq 60); do
+      alive "$ginkgo_pid" || break
+      sleep 1
+    done
     alive "$ginkgo_pid" || break
-    sleep 1
+    # Ginkgo prints a "•" for every spec that ran (passed or failed).
+    done_specs=$(grep -o '•' "$shard_dir/e2e.log" 2>/dev/null | wc -l || true)
+    failed_specs=$(grep -c '\[FAILED\] \[' "$shard_dir/e2e.log" 2>/dev/null || true)
+    log "shard $k: running for $(since "$t_shard"): ${done_specs:-0} specs done, ${failed_specs:-0} failed"
   done
-  alive "$ginkgo_pid" || break
-  # Ginkgo prints a "•" for every spec that ran (passed or failed).
-  done_specs=$(grep -o '•' "$OUT/e2e.log" 2>/dev/null | wc -l || true)
-  failed_specs=$(grep -c '\[FAILED\] \[' "$OUT/e2e.log" 2>/dev/null || true)
-  log "running for $(since "$t1"): ${done_specs:-0} specs done, ${failed_specs:-0} failed"
+  wait "$ginkgo_pid"
+  ginkgo_rc=$?
+  ginkgo_pid=''
+  set -e
+  ((ginkgo_rc == 0)) || failed_shards+=("$k")
+  log "shard $k finished in $(since "$t_shard") (ginkgo exit code $ginkgo_rc)"
+  [[ -f $shard_dir/junit_01.xml ]] || {
+    tail -n 40 "$shard_dir/e2e.log" >&2
+    die "no JUnit report was written (see ${shard_dir#"$ROOT"/}/e2e.log)"
+  }
 done
-wait "$ginkgo_pid"
-ginkgo_rc=$?
-set -e
 t_run=$(since "$t1")
-log "e2e.test finished in $t_run (ginkgo exit code $ginkgo_rc)"
+log "$test_bin finished in $t_run"
 
-[[ -f $OUT/junit_01.xml ]] || { tail -n 40 "$OUT/e2e.log" >&2; die "no JUnit report was written (see ${OUT#"$ROOT"/}/e2e.log)"; }
-
-write_summary
-grep -E '^(FAILED|SUITE|NOT REACHED) ' "$OUT/summary.txt" | sed 's/^/    /' || true
-log "results in ${OUT#"$ROOT"/}/ (summary.txt, junit_01.xml, e2e.log)"
+write_summary || die "no JUnit report to summarize"
+grep -E '^(FAILED|SUITE|NOT REACHED|MISSING) ' "$OUT/summary.txt" | sed 's/^/    /' || true
+log "results in ${OUT#"$ROOT"/}/ (summary.txt, shard-*/junit_01.xml, shard-*/e2e.log)"
 echo "$line"
-[[ $line == *" passed, 0 failed"* ]] && ((ginkgo_rc == 0)) || exit 1
+# A shard whose ginkgo failed without a failed test (its BeforeSuite, say)
+# fails the run too.
+((${#failed_shards[@]} == 0)) || warn "ginkgo failed in shard(s) ${failed_shards[*]}"
+[[ $line == *" passed, 0 failed"* ]] && ((summary_rc == 0)) && ((${#failed_shards[@]} == 0)) || exit 1

@@ -214,6 +214,18 @@ need_cmd() { command -v "$1" >/dev/null 2>&1 || die "missing dependency: $1 ($2)
 ctr_k8s() { "$BIN/ctr" --address "$CTRD_SOCK" --namespace k8s.io "$@"; }
 
 # kubectl_admin ARGS...: kubectl as cluster admin.
+# build_if_missing TARGET BINARY...: runs `hack/build-cluster.sh TARGET` when
+# one of the BINARYs is missing from _output/bin.
+build_if_missing() {
+  local target=$1 b missing=()
+  shift
+  for b in "$@"; do [[ -x $BIN/$b ]] || missing+=("$b"); done
+  ((${#missing[@]})) || return 0
+  need_cmd go "needed to build ${missing[*]}"
+  log "building $target (missing: ${missing[*]})"
+  "$ROOT/hack/build-cluster.sh" "$target" || die "hack/build-cluster.sh $target failed"
+}
+
 kubectl_admin() { kubectl --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
 
 # unregister_metrics_server: deletes the metrics.k8s.io APIService that

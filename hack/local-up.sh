@@ -4,12 +4,17 @@
 # kube-scheduler, containerd (own socket, root and state) with bridge CNI,
 # the local images, and a node agent.
 #
-#   hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server]
+#   hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e]
 #
 # --agent picks the node agent (default rustlet). --metrics-server also runs
 # metrics-server (hack/build-cluster.sh metrics-server) on the host, registered
 # with the API server's aggregation layer as v1beta1.metrics.k8s.io, scraping
-# the agent's /metrics/resource: `kubectl top` works.
+# the agent's /metrics/resource: `kubectl top` works. --node-e2e configures
+# the agent as the upstream node suite's own harness does
+# (test/e2e_node/services/kubelet.go), for hack/conformance.sh --suite node:
+# the read-only port 10255 and a static pod directory,
+# _output/local/<agent>/manifests, read every 10 s. rustlet has neither yet:
+# for it the flag changes nothing.
 #
 # Idempotent: a component that is already running is left alone, so running
 # it twice is harmless. Stop everything with hack/local-down.sh.
@@ -32,13 +37,15 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; }
 
 agent=rustlet
 metrics_server=false
+node_e2e=false
 while (($#)); do
   case $1 in
     --metrics-server) metrics_server=true; shift ;;
+    --node-e2e) node_e2e=true; shift ;;
     --agent) agent=${2:-}; shift 2 || die "--agent needs a value" ;;
     --agent=*) agent=${1#*=}; shift ;;
     -h | --help) usage; exit 0 ;;
-    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server])" ;;
+    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e])" ;;
   esac
 done
 case $agent in
@@ -108,15 +115,6 @@ for other in kubelet rustlet; do
 done
 
 # ---------------------------------------------------------------- builds
-build_if_missing() {
-  local target=$1 b missing=()
-  shift
-  for b in "$@"; do [[ -x $BIN/$b ]] || missing+=("$b"); done
-  ((${#missing[@]})) || return 0
-  need_cmd go "needed to build ${missing[*]}"
-  log "building $target (missing: ${missing[*]})"
-  "$ROOT/hack/build-cluster.sh" "$target" || die "hack/build-cluster.sh $target failed"
-}
 build_if_missing k8s kube-apiserver kube-controller-manager kube-scheduler kubelet etcd
 build_if_missing containerd containerd containerd-shim-runc-v2 ctr
 build_if_missing agnhost agnhost
@@ -447,12 +445,20 @@ case $agent in
       log "kubelet already running (pid $pid)"
     else
       mkdir -p "$LOCAL/kubelet" "$LOCAL/pod-logs"
+      node_e2e_config='' read_only_port=0
+      if $node_e2e; then
+        mkdir -p "$LOCAL/kubelet/manifests"
+        read_only_port=10255
+        node_e2e_config="# --node-e2e: as the upstream node suite's harness runs the kubelet.
+staticPodPath: $LOCAL/kubelet/manifests
+fileCheckFrequency: 10s"
+      fi
       cat >"$LOCAL/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $NODE_IP
 port: 10250
-readOnlyPort: 0
+readOnlyPort: $read_only_port
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 containerRuntimeEndpoint: unix://$CTRD_SOCK
@@ -488,6 +494,7 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 rotateCertificates: false
 serverTLSBootstrap: false
+$node_e2e_config
 EOF
       # The kubelet sets vm.overcommit_memory, vm.panic_on_oom, kernel.panic,
       # kernel.panic_on_oops and kernel.keys.root_max*; local-down.sh puts
