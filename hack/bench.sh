@@ -27,14 +27,16 @@
 #   round 2: kubelet, rustlet, bare CRI
 #   round 3: rustlet, bare CRI, kubelet   (round 4 as round 1, and so on)
 #
-# Writes to _output/bench/ (emptied first, but for the plotting library's venv):
+# Writes to _output/bench/ (the last run's files removed first; the plotting
+# library's venv is kept):
 #   run.json                 measured commit (git rev-parse HEAD) and
 #                            uncommitted changes, start time (UTC), rounds,
 #                            parameters, host, kubelet and containerd versions
 #   round-<k>/round.json     the round's order, start, end, each subject's seconds
 #   round-<k>/<subject>-<workload>.json  the raw records (bare-single.json,
 #                            kubelet-idle.json, rustlet-steady.json, ...)
-#   round-<k>/<agent>-audit.log  the audit logs; local-up-<agent>.log
+#   round-<k>/<agent>-audit.log  the API server's audit logs
+#   round-<k>/local-up-<agent>.log  the clusters' start-up logs (agent none: bare CRI)
 # then hack/bench-report.py (see there how figures are summarised):
 #   results.json   every figure per round and its median, min and max over
 #                  the rounds, ratios, targets, API request counts, run.json
@@ -48,6 +50,7 @@
 # taken; nothing is overwritten), and rewrites the generated part of
 # docs/performance.md from it. Only a run whose rounds all completed is
 # published. Commit the new directory and docs/performance.md by hand.
+# --publish-only needs neither root nor a cluster.
 #
 # Needs root and no local cluster running; a round takes about 10 minutes.
 set -euo pipefail
