@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
 """Reads the JUnit reports of hack/conformance.sh.
 
-  hack/conformance-table.py summary [--focus RE] [--skip RE] JUNIT
-      Prints each failed test ("FAILED <name>: <cause>") and then one line
-      "N passed, M failed, K skipped" over the tests selected by --focus
-      (default: the [NodeConformance] tests); K counts the selected tests that
-      --skip or the test itself skipped.
+  hack/conformance-table.py summary [--focus RE] [--skip RE] [--expect FILE] JUNIT...
+      Merges the reports of one run's shards (a spec's result is the one
+      from the shard that ran it), prints each failed test ("FAILED <name>:
+      <cause>") and then one line "N passed, M failed, K skipped" over the
+      tests selected by --focus (default: the [NodeConformance] tests); K
+      counts the selected tests that --skip or the test itself skipped, or
+      that a cut-short run never reached.
+      --expect FILE: one regular expression per line ('#' comments and blank
+      lines ignored); each must match a selected test that ran (passed or
+      failed). Prints "MISSING <regex>" for each that matches none, before
+      the count line, and exits 1 if any is missing.
 
-  hack/conformance-table.py table [--out docs/conformance.md]
-      Builds docs/conformance.md from _output/conformance/kubelet/ and
-      _output/conformance/rustlet/ (junit_01.xml and summary.txt): totals,
-      the tests that fail with the upstream kubelet because of this machine
-      (with the reason, from MACHINE_REASONS below), rustlet's failures by
-      group and by cause, the images that cannot be built here, and one row
-      per test with both results and, for each rustlet failure, its cause.
+  hack/conformance-table.py table [--base DIR] [--out FILE]
+      Builds docs/conformance.md from the result sets under
+      _output/conformance/<set>/<agent>/ (summary.txt and
+      shard-<k>/junit_01.xml), <set> one of SETS below and <agent> kubelet or
+      rustlet; the e2e set of both agents is required, the others are shown
+      when present.
+
+  hack/conformance-table.py selftest
+      Runs the examples of this file (doctest).
 
 The document is generated: change this script or rerun the suites, never
 edit the output by hand.
@@ -21,22 +29,80 @@ edit the output by hand.
 
 import argparse
 import collections
-import datetime
+import dataclasses
+import doctest
+import glob
+import io  # the examples (doctest) read reports from strings
+import math
 import os
 import re
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NC = r"\[NodeConformance\]"
 FAILED_STATES = {"failed", "timedout", "interrupted", "aborted", "panicked"}
+AGENTS = ("kubelet", "rustlet")
 
-# Tests that fail with the upstream kubelet because of this machine, not
-# because of the kubelet: (regular expression on the test name, reason).
-# Each is excluded from rustlet's denominator with this reason written next
-# to it in the document. A kubelet failure that matches none is listed as
-# unexplained, with its failure message, and stays in the denominator.
+# The result sets hack/conformance.sh writes, in the document's order: (name,
+# title, what it is). Their focus and skip are read from each run's
+# summary.txt, never assumed.
+SETS = [
+    ("e2e", "e2e.test [NodeConformance] without [Slow]",
+     "`e2e.test`, the `[NodeConformance]` tests of the upstream e2e suite that are not `[Slow]`"),
+    ("e2e-slow", "e2e.test [NodeConformance] [Slow]",
+     "`e2e.test`, only the `[NodeConformance]` tests that are `[Slow]` (hours in all: back-off "
+     "tests of many minutes, pod-level in-place resize tables)"),
+    ("node", "e2e_node.test [NodeConformance]",
+     "`e2e_node.test`, the `[NodeConformance]` tests of test/e2e_node, the node's own suite (static "
+     "and mirror pods, the node API's endpoints, cgroups, garbage collection, device plugins, and the "
+     "common pod tests it shares with e2e.test)"),
+]
+# A derived line: the union of two sets of the same sitting whose tests do
+# not overlap (e2e skips [Slow], e2e-slow runs only [Slow]).
+UNION = ("e2e+slow", "e2e.test [NodeConformance] with [Slow]", ("e2e", "e2e-slow"))
+
+# The tags a --skip pattern usually names; other alternatives of the pattern
+# are counted under "other" and listed.
+SKIP_TAGS = ("[Slow]", "[Disruptive]", "[Flaky]")
+
+# What a failing test exercises, where its name makes it obvious: (regular
+# expression on the test name, capability). The first match wins, so put the
+# narrower patterns first; a test that matches none is "other". Add a line
+# here when a new group of failures shows up.
+CAPABILITIES = [
+    (r"StaticPod|MirrorPod", "static pods and mirror pods (issue: static pods)"),
+    (r"InPlace Resize|Resize", "in-place resize"),
+    (r"POD Resources API|PodResources", "PodResources API"),
+    (r"Summary API", "summary API"),
+    (r"GarbageCollect", "container and image GC"),
+    (r"Device Plugin", "device plugins"),
+    (r"Swap", "swap"),
+    (r"Cgroup Manager|QOS|Pod Overhead|PodOverhead", "pod cgroups"),
+    (r"CPU Manager", "CPU manager"),
+    (r"OOMKiller", "OOM kills"),
+    (r"Kubelet Endpoints|/configz", "node API: /configz"),
+    (r"KubletTLS|KubeletTLS|ReloadKubeletClientCAFile", "node API: certificate reload"),
+    (r"ContainerMetrics|/metrics", "node API: metrics"),
+    (r"Probing (container|restartable)", "probes"),
+    (r"Lifecycle Hook|Lifecycle [Ss]leep", "lifecycle hooks"),
+    (r"Ephemeral Containers", "ephemeral containers"),
+    (r"Containers Lifecycle|Restartable Init|InitContainer", "init and sidecar containers"),
+    (r"container restart policy|RestartAllContainers|ContainerRestartRules", "container restart rules"),
+    (r"Deleted pods|Terminate Pods|Pod SIGKILL|Pod conditions", "pod termination and conditions"),
+    (r"ContainerLogPath|logs", "container logs"),
+    (r"Hostname of Pod|Override hostname|EtcHosts|/etc/hosts", "hostname and /etc/hosts"),
+    (r"Mount recursive read-only", "recursive read-only mounts"),
+    (r"Security Context|PrivilegedPod|DefaultProcMount|AppArmor|Sysctls", "security context"),
+    (r"RuntimeClass", "runtime classes"),
+    (r"\[sig-storage\]", "volumes"),
+    (r"\[sig-network\]", "pod networking"),
+]
+
+# Tests that fail because of this machine, not because of the node agent:
+# (regular expression on the test name, reason). A failure that matches one,
+# with either agent, is listed with this reason as caused by the machine; it
+# still counts as run and failed. Any other failure is the agent's.
 MACHINE_REASONS = [
     (
         r"when running a container with a new image should be able to pull image \[",
@@ -55,17 +121,10 @@ MACHINE_REASONS = [
     ),
 ]
 
-# Kubelet failures that are not this machine's doing but are explained:
-# (regular expression on the test name, note). They stay in rustlet's
-# denominator.
-KUBELET_NOTES = [
-    (
-        r"should function for node-pod communication: udp",
-        "the kubelet run's agnhost image still had Debian's busybox sh as /bin/sh, which runs its own "
-        "`nc` applet (no `-u`) before PATH's OpenBSD nc; hack/images.sh has used dash since, and the "
-        "rustlet run had it",
-    ),
-]
+# Failures that are neither the machine's nor a gap of the agent but are
+# explained: (regular expression on the test name, note). Shown instead of
+# the cause of the kubelet's failure.
+KUBELET_NOTES = []
 
 # Images of test/utils/image/manifest.go that the [NodeConformance] tests
 # name but hack/images.sh cannot build here, and what that blocks. (The
@@ -95,8 +154,7 @@ IMAGE_NOTES = [
     "fake-registry-server; not upstream's iperf, dig and coredns. The copy differs from "
     "registry.k8s.io/pause:3.10.2 by one environment variable (upstream's is the same image): "
     "once a test pulled it with a secret, the kubelet would otherwise make every later pod that runs "
-    "pause as a container pull it again, from a registry this machine cannot reach. (The runs below "
-    "are from before that change; the private-registry tests ran last in them, so nothing came after.)",
+    "pause as a container pull it again, from a registry this machine cannot reach.",
     "httpd: not in manifest.go at v1.37.2 (the e2e tests use nginx and agnhost instead); not built.",
     "glibc-dns-testing:2.1.1 is built with dash, GNU hostname and busybox only: upstream's dnsutils "
     "(dig, nslookup) and coredns are missing, which only the DNS tests (not [NodeConformance], and "
@@ -235,8 +293,55 @@ def read_report(path):
     return specs, suite_failures
 
 
+def record_rank(record):
+    """How much a shard's record of a spec says: ran > skipped itself > not run there."""
+    state, skip_msg = record[0], record[1]
+    if state in FAILED_STATES:
+        return 3
+    if state == "passed":
+        return 2
+    if skip_msg.startswith("skipped - "):
+        return 1
+    return 0
+
+
+def read_reports(paths):
+    """The reports of one run's shards merged: every spec appears in each
+    shard's report, skipped in the shards that did not select it; its record
+    is the one from the shard that ran it (or where it skipped itself).
+
+    >>> shard = '<testsuite><testcase name="[It] a" status="{}"/><testcase name="[It] b" status="{}"/></testsuite>'
+    >>> specs, _ = read_reports([io.StringIO(shard.format("passed", "skipped")),
+    ...                          io.StringIO(shard.format("skipped", "failed"))])
+    >>> {name: record[0] for name, record in specs.items()}
+    {'a': 'passed', 'b': 'failed'}
+    """
+    specs, suite_failures = {}, []
+    for path in paths:
+        shard_specs, failures = read_report(path)
+        shard = os.path.basename(os.path.dirname(path)) if isinstance(path, str) and len(paths) > 1 else ""
+        suite_failures += [(f"{shard}: {raw}" if shard else raw, text) for raw, text in failures]
+        for name, record in shard_specs.items():
+            if name not in specs or record_rank(record) > record_rank(specs[name]):
+                specs[name] = record
+    return specs, suite_failures
+
+
 def classify(specs, focus, skip):
-    """Selected specs: {name: 'passed'|'failed'|'skipped'|'not run'}."""
+    """Selected specs: {name: 'passed'|'failed'|'skipped'|'not run'|'not reached'}.
+
+    >>> not_selected = ("skipped", "skipped", "", 0)
+    >>> specs = {"a [NodeConformance]": ("passed", "", "", 1), "b [NodeConformance] [Slow]": not_selected,
+    ...          "c [NodeConformance]": ("skipped", "skipped - no GPU", "", 0), "d": not_selected,
+    ...          "e [NodeConformance]": not_selected, "f [NodeConformance]": ("failed", "", "x", 2)}
+    >>> for name, result in classify(specs, NC, r"\\[Slow\\]").items():
+    ...     print(f"{name}: {result}")
+    a [NodeConformance]: passed
+    b [NodeConformance] [Slow]: not run
+    c [NodeConformance]: skipped
+    e [NodeConformance]: not reached
+    f [NodeConformance]: failed
+    """
     focus_re = re.compile(focus)
     skip_re = re.compile(skip) if skip else None
     out = {}
@@ -258,8 +363,35 @@ def classify(specs, focus, skip):
     return out
 
 
+def read_expect(path):
+    """The regular expressions of an --expect file."""
+    patterns = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            try:
+                re.compile(line)
+            except re.error as e:
+                sys.exit(f"conformance-table: {path}:{number}: not a regular expression ({e}): {line}")
+            patterns.append(line)
+    return patterns
+
+
+def missing_expected(patterns, results):
+    """The patterns that match no selected test that ran.
+
+    >>> missing_expected(["Pods should", "gone"], {"Pods should run": "passed", "gone away": "not run"})
+    ['gone']
+    """
+    ran = [name for name, result in results.items() if result in ("passed", "failed")]
+    return [p for p in patterns if not any(re.search(p, name) for name in ran)]
+
+
 def cmd_summary(args):
-    specs, suite_failures = read_report(args.junit)
+    expected = read_expect(args.expect) if args.expect else []
+    specs, suite_failures = read_reports(args.junit)
     results = classify(specs, args.focus, args.skip)
     counts = collections.Counter(results.values())
     for raw, text in suite_failures:
@@ -269,7 +401,12 @@ def cmd_summary(args):
     skipped = counts["skipped"] + counts["not run"] + counts["not reached"]
     if counts["not reached"]:
         print(f"NOT REACHED {counts['not reached']} selected tests: the run was cut short")
+    missing = missing_expected(expected, results)
+    for pattern in missing:
+        print(f"MISSING {pattern}")
     print(f"{counts['passed']} passed, {counts['failed']} failed, {skipped} skipped")
+    if missing:
+        sys.exit(1)
 
 
 def read_summary(path):
@@ -292,240 +429,544 @@ def machine_reason(name):
     return None
 
 
+def capability(name):
+    """What the test exercises, from CAPABILITIES, or "other".
+
+    >>> capability("[sig-node] MirrorPod when create a mirror pod should be updated when static pod updated")
+    'static pods and mirror pods (issue: static pods)'
+    >>> capability("[sig-node] Swap [LinuxOnly] [Feature:NodeSwap] with configuration QOS Burstable")
+    'swap'
+    >>> capability("[sig-node] Something new")
+    'other'
+    """
+    for pattern, what in CAPABILITIES:
+        if re.search(pattern, name):
+            return what
+    return "other"
+
+
+def kubelet_note(name):
+    return next((note for pattern, note in KUBELET_NOTES if re.search(pattern, name)), None)
+
+
+def alternatives(pattern):
+    r"""The top-level alternatives of a regular expression.
+
+    >>> alternatives(r"\[Slow\]|\[Disruptive\]|a(b|c)|[|]x")
+    ['\\[Slow\\]', '\\[Disruptive\\]', 'a(b|c)', '[|]x']
+    """
+    out, current, depth, in_class, i = [], "", 0, False, 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            current += pattern[i : i + 2]
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            out.append(current)
+            current = ""
+            i += 1
+            continue
+        current += ch
+        i += 1
+    out.append(current)
+    return [a for a in out if a]
+
+
+def skip_label(name, skip):
+    r"""What excluded a not-run test: the tag of the first alternative of the
+    skip pattern that matches it ("[Slow]"), or that alternative itself.
+
+    >>> skip_label("x [NodeConformance] [Slow] [Disruptive]", r"\[Slow\]|\[Disruptive\]")
+    '[Slow]'
+    >>> skip_label("should be able to pull image [NodeConformance]", r"\[Slow\]|pull image")
+    'pull image'
+    """
+    for alt in alternatives(skip):
+        if re.search(alt, name):
+            m = re.fullmatch(r"\\\[([\w:.-]+)\\\]", alt)
+            return f"[{m.group(1)}]" if m else alt
+    return skip
+
+
+@dataclasses.dataclass
+class Run:
+    """One agent's results of one result set."""
+
+    set: str
+    agent: str
+    info: dict
+    specs: dict
+    results: dict
+    suite_failures: list = dataclasses.field(default_factory=list)
+    reports: int = 0
+
+    def count(self, what):
+        return sum(1 for r in self.results.values() if r == what)
+
+    def ran(self):
+        return self.count("passed") + self.count("failed")
+
+    def failed(self):
+        return sorted(n for n, r in self.results.items() if r == "failed")
+
+    def machine_failures(self):
+        return [n for n in self.failed() if machine_reason(n)]
+
+
+RESULT_RANK = {"failed": 5, "passed": 4, "skipped": 3, "not reached": 2, "not run": 1}
+
+
+def union(name, a, b):
+    """The derived run of two disjoint sets: each test's result from the set
+    that ran it (failed first, should both have run it), else the set where it
+    skipped itself, else not reached, else not run.
+
+    >>> e2e = Run("e2e", "rustlet", {}, {}, {"a": "passed", "s": "not run", "x": "not run"})
+    >>> slow = Run("e2e-slow", "rustlet", {}, {}, {"s": "failed", "x": "not run"})
+    >>> union("e2e+slow", e2e, slow).results
+    {'a': 'passed', 's': 'failed', 'x': 'not run'}
+    """
+    results, specs = dict(a.results), dict(a.specs)
+    for test, result in b.results.items():
+        if test not in results or RESULT_RANK[result] > RESULT_RANK[results[test]]:
+            results[test] = result
+            specs[test] = b.specs.get(test)
+    return Run(name, a.agent, {}, specs, results)
+
+
+def shard_reports(directory):
+    """A run's JUnit reports: shard-<k>/junit_01.xml in shard order (or a
+    junit_01.xml of its own)."""
+    paths = glob.glob(os.path.join(directory, "shard-*", "junit_01.xml"))
+    paths.sort(key=lambda p: int(re.sub(r"\D", "", os.path.basename(os.path.dirname(p))) or 0))
+    return paths or glob.glob(os.path.join(directory, "junit_01.xml"))
+
+
+def load_run(base, set_name, agent):
+    directory = os.path.join(base, set_name, agent)
+    paths = shard_reports(directory)
+    if not paths:
+        return None
+    info = read_summary(os.path.join(directory, "summary.txt"))
+    specs, suite_failures = read_reports(paths)
+    results = classify(specs, info.get("focus") or NC, info.get("skip", ""))
+    return Run(set_name, agent, info, specs, results, suite_failures, len(paths))
+
+
 def cell(result):
     return {"passed": "pass", "failed": "**FAIL**", "skipped": "skip", "not run": "–", "not reached": "n/r",
             None: "·"}[result]
 
 
 def minutes(duration):
-    """'1532.3s' as '26 minutes'."""
-    m = re.fullmatch(r"([0-9.]+)s", duration)
-    return f"{float(m.group(1)) / 60:.0f} minutes" if m else duration
+    """'1532.3s' as '26 min'; anything else as it is.
+
+    >>> minutes("1532.3s"), minutes("12.0s (interrupted)"), minutes("?")
+    ('26 min', '0 min (interrupted)', '?')
+    """
+    m = re.match(r"([0-9.]+)s\b(.*)", duration)
+    return f"{float(m.group(1)) / 60:.0f} min{m.group(2)}" if m else duration
 
 
-def md_escape(s):
-    return s.replace("|", "\\|")
+def percent(part, whole):
+    """A share that shows 100% only when it is whole.
+
+    >>> percent(243, 245), percent(2449, 2450), percent(5, 5), percent(0, 0)
+    ('99.1%', '99.9%', '100%', 'n/a')
+    """
+    if not whole:
+        return "n/a"
+    if part == whole:
+        return "100%"
+    return f"{math.floor(1000 * part / whole) / 10:.1f}%"
+
+
+def md(s):
+    r"""Text for a Markdown table cell (a '|' already escaped stays as it is).
+
+    >>> md("a|b \\| <nil>")
+    'a\\|b \\| &lt;nil>'
+    """
+    return re.sub(r"(?<!\\)\|", r"\\|", s).replace("<", "&lt;")
+
+
+def code(s, in_table=False):
+    """A regular expression as inline code."""
+    if not s:
+        return "(none)"
+    return "`" + (s.replace("|", "\\|") if in_table else s) + "`"
+
+
+class Sitting:
+    """Every run found under the base directory, and the derived union."""
+
+    def __init__(self, base):
+        self.runs = {}
+        for set_name, _, _ in SETS:
+            for agent in AGENTS:
+                run = load_run(base, set_name, agent)
+                if run is not None:
+                    self.runs[set_name, agent] = run
+        for agent in AGENTS:
+            if ("e2e", agent) not in self.runs:
+                sys.exit(f"conformance-table: no JUnit report under {os.path.join(base, 'e2e', agent)} "
+                         f"(run hack/conformance.sh --suite e2e --agent {agent})")
+        self.union_name, self.union_title, (self.first, self.second) = UNION
+        for agent in AGENTS:
+            if (self.first, agent) in self.runs and (self.second, agent) in self.runs:
+                self.runs[self.union_name, agent] = union(
+                    self.union_name, self.runs[self.first, agent], self.runs[self.second, agent])
+        self.titles = {name: title for name, title, _ in SETS} | {self.union_name: self.union_title}
+        # The sets with results, in SETS order; the union right after its two parts.
+        self.sets = [name for name, _, _ in SETS if any((name, a) in self.runs for a in AGENTS)]
+        order = [name for name, _, _ in SETS]
+        order.insert(order.index(self.second) + 1, self.union_name)
+        self.order = order
+        self.measured = [(s, a) for s in order for a in AGENTS if (s, a) in self.runs]
+        self.real_runs = [self.runs[k] for k in self.measured if k[0] != self.union_name]
+
+    def get(self, set_name, agent):
+        return self.runs.get((set_name, agent))
+
+
+def headline(run):
+    """'passed / run (share)' and the number of those failures the machine causes."""
+    if run is None:
+        return "not run", ""
+    passed, ran = run.count("passed"), run.ran()
+    return f"{passed} / {ran} ({percent(passed, ran)})", str(len(run.machine_failures()))
+
+
+def section_header(s):
+    dates = sorted(r.info["date"] for r in s.real_runs if r.info.get("date"))
+    sitting = f"between {dates[0]} and {dates[-1]}" if dates else "at times not recorded"
+    versions = sorted({r.info.get("kubernetes", "?").split(" ")[0] for r in s.real_runs})
+    ginkgos = sorted({r.info.get("ginkgo", "?") for r in s.real_runs})
+    yield "# Node conformance: rustlet and the upstream kubelet"
+    yield ""
+    yield ("Generated by `hack/conformance-table.py table` from the runs of "
+           "`hack/conformance.sh --suite <set> --agent <agent>` (`<agent>` kubelet or rustlet), which write "
+           "`_output/conformance/<set>/<agent>/`. Do not edit by hand: rerun the suites and the script.")
+    yield ""
+    yield (f"One sitting: the runs started {sitting}. Kubernetes {', '.join(versions)} (the test binaries, "
+           f"the control plane and the kubelet), ginkgo {', '.join(ginkgos)}, on the local one-node cluster "
+           "(`hack/local-up.sh`): containerd 2 with runc and bridge CNI, images built locally "
+           "(`hack/images.sh`), no cluster DNS, no kube-proxy, no network beyond this machine.")
+    yield ""
+    yield "Result sets:"
+    yield ""
+    for name, _, what in SETS:
+        absent = "" if name in s.sets else " Not run in this sitting."
+        yield f"- `{name}`: {what}.{absent}"
+    yield (f"- `{s.first}` + `{s.second}`, \"{s.union_title}\": derived, the union of the two. Both are from "
+           f"this sitting and their tests do not overlap (`{s.first}` skips `[Slow]`, `{s.second}` runs only "
+           "`[Slow]`), so together they are every `[NodeConformance]` test of e2e.test that is run.")
+    yield ""
+
+
+def section_headline(s):
+    yield "## Headline"
+    yield ""
+    yield ("Passed of the tests that ran. Every failure stays in the denominator, including those this "
+           "machine causes: the \"machine\" columns count them (they are listed under "
+           "[Failures this machine causes](#failures-this-machine-causes)).")
+    yield ""
+    yield "| result set | kubelet: passed / run | machine | rustlet: passed / run | machine |"
+    yield "| --- | ---: | ---: | ---: | ---: |"
+    for set_name in s.order:
+        cells = [c for agent in AGENTS for c in headline(s.get(set_name, agent))]
+        which = f"`{s.first}` + `{s.second}`" if set_name == s.union_name else f"`{set_name}`"
+        yield f"| {md(s.titles[set_name])} ({which}) | " + " | ".join(cells) + " |"
+    yield ""
+
+
+def section_totals(s):
+    yield "## Totals"
+    yield ""
+    yield "Tests in the set = run + skipped by the test itself + not run + not reached; run = passed + failed."
+    yield ""
+    yield ("| set | agent | tests in the set | run | passed | failed | of which the machine's | "
+           "skipped by the test itself | not run (`--skip`) | not reached |")
+    yield "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for set_name, agent in s.measured:
+        run = s.get(set_name, agent)
+        yield (f"| `{set_name}` | {agent} | {len(run.results)} | {run.ran()} | {run.count('passed')} | "
+               f"{run.count('failed')} | {len(run.machine_failures())} | {run.count('skipped')} | "
+               f"{run.count('not run')} | {run.count('not reached')} |")
+    yield ""
+    yield ("Not reached: selected and not skipped, yet never run, because the run was cut short (its time "
+           "limit, an interrupt) before it.")
+    yield ""
+
+
+def section_runs(s):
+    yield "## The runs"
+    yield ""
+    yield "| set | agent | suite | started | tests ran for | cluster up in | procs | shards | commit |"
+    yield "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |"
+    for run in s.real_runs:
+        i = run.info
+        shards = i.get("shards", "?")
+        if shards.isdigit() and int(shards) != run.reports:
+            print(f"conformance-table: {run.set}/{run.agent}: {run.reports} shard reports of {shards}; the "
+                  "missing shards' tests count as not reached", file=sys.stderr)
+            shards = f"{run.reports} of {shards} reports"
+        yield (f"| `{run.set}` | {run.agent} | {i.get('suite', '?')} | {i.get('date', '?')} | "
+               f"{minutes(i.get('e2e run', '?'))} | {i.get('cluster up', '?')} | {i.get('procs', '?')} | "
+               f"{shards} | {md(i.get('rustlet', '–'))} |")
+    yield ""
+    yield ("Commit: the rustlet source the run built. Each run's focus and skip are under "
+           "[What is not run, and why](#what-is-not-run-and-why).")
+    yield ""
+    for run in s.real_runs:
+        if run.suite_failures:
+            yield (f"Suite-level failures of `{run.set}` with {run.agent}: "
+                   + "; ".join(f"`{raw}`: {shorten(text)}" for raw, text in run.suite_failures))
+            yield ""
+
+
+def section_not_run(s):
+    yield "## What is not run, and why"
+    yield ""
+    yield ("Each run selects the tests its focus matches and leaves out those its skip matches (\"not run\"). "
+           "`[Serial]` tests run, one at a time after the others. The count of not-run tests is by the first "
+           "part of the skip pattern that excludes each. The `[Slow]` tests that `e2e` leaves out are the "
+           "`e2e-slow` set.")
+    yield ""
+    yield "| set | agent | focus | skip | not run | " + " | ".join(SKIP_TAGS) + " | other |"
+    yield "| --- | --- | --- | --- | ---: | " + " | ".join("---:" for _ in SKIP_TAGS) + " | ---: |"
+    others = []
+    for run in s.real_runs:
+        skip = run.info.get("skip", "")
+        labels = collections.Counter(skip_label(n, skip) for n, r in run.results.items() if r == "not run")
+        other = {label: k for label, k in labels.items() if label not in SKIP_TAGS}
+        others += [(run, label, k) for label, k in sorted(other.items())]
+        focus = run.info.get("focus") or NC
+        if len(focus) > 100:
+            focus = focus[:99] + "…"
+        yield (f"| `{run.set}` | {run.agent} | {code(focus, True)} | {code(skip, True)} | "
+               f"{run.count('not run')} | " + " | ".join(str(labels[t]) for t in SKIP_TAGS)
+               + f" | {sum(other.values())} |")
+    yield ""
+    for run, label, k in others:
+        yield f"- `{run.set}`, {run.agent}: {k} not run for the skip pattern's {code(label)}."
+    if others:
+        yield ""
+    reasons = [(run, collections.Counter(shorten(run.specs[n][1].removeprefix("skipped - "), 120)
+                                         for n, r in run.results.items() if r == "skipped"))
+               for run in s.real_runs]
+    if any(counts for _, counts in reasons):
+        yield "Tests that skipped themselves (a requirement the node or the run lacks), by the reason they give:"
+        yield ""
+        yield "| set | agent | reason | tests |"
+        yield "| --- | --- | --- | ---: |"
+        for run, counts in reasons:
+            for reason, k in counts.most_common():
+                yield f"| `{run.set}` | {run.agent} | {md(reason)} | {k} |"
+        yield ""
+
+
+def section_machine(s):
+    yield "## Failures this machine causes"
+    yield ""
+    rows = []
+    for set_name in s.sets:
+        pair = [s.get(set_name, a) for a in AGENTS]
+        for n in sorted({n for run in pair if run for n in run.machine_failures()}):
+            cells = " | ".join(cell(run.results.get(n) if run else None) for run in pair)
+            rows.append(f"| {md(n)} | `{set_name}` | {machine_reason(n)} | {cells} |")
+    if not rows:
+        yield "None in this sitting."
+        yield ""
+        return
+    yield "Listed for whichever agent fails them; they count as run and failed."
+    yield ""
+    yield "| test | set | reason | kubelet | rustlet |"
+    yield "| --- | --- | --- | --- | --- |"
+    yield from rows
+    yield ""
+
+
+def failure_cause(name, kub, rus):
+    """The cause shown for a failed test: the machine's reason, else rustlet's failure, else the kubelet's."""
+    if machine_reason(name):
+        return "this machine (see above)"
+    if rus and rus.results.get(name) == "failed":
+        return md(cause_of(rus.specs[name][2]))
+    return "kubelet: " + md(kubelet_note(name) or cause_of(kub.specs[name][2]))
+
+
+def by_capability(names):
+    return sorted(names, key=lambda n: (capability(n), n))
+
+
+def section_compare(s, set_name):
+    kub, rus = s.get(set_name, "kubelet"), s.get(set_name, "rustlet")
+    pair = [run for run in (kub, rus) if run]
+    yield f"### `{set_name}`: {md(s.titles[set_name])}"
+    yield ""
+    gaps, reverse = [], []
+    if kub is None or rus is None:
+        yield f"No {'kubelet' if kub is None else 'rustlet'} run of this set in this sitting: nothing to compare."
+        yield ""
+    else:
+        gaps = [n for n in rus.failed() if kub.results.get(n) == "passed"]
+        reverse = [n for n in kub.failed() if rus.results.get(n) == "passed"]
+        yield f"**Fails with rustlet, passes with the kubelet: {len(gaps)}**"
+        yield ""
+        if gaps:
+            yield "| test | capability | rustlet's failure |"
+            yield "| --- | --- | --- |"
+            for n in by_capability(gaps):
+                doubt = " (listed as this machine's, yet the kubelet passes it)" if machine_reason(n) else ""
+                yield f"| {md(n)} | {capability(n)} | {md(cause_of(rus.specs[n][2]))}{doubt} |"
+            yield ""
+        yield f"**Fails with the kubelet, passes with rustlet: {len(reverse)}**"
+        yield ""
+        if reverse:
+            yield "| test | capability | the kubelet's failure |"
+            yield "| --- | --- | --- |"
+            for n in by_capability(reverse):
+                yield f"| {md(n)} | {capability(n)} | {md(kubelet_note(n) or cause_of(kub.specs[n][2]))} |"
+            yield ""
+    rest = {n for run in pair for n in run.failed()} - set(gaps) - set(reverse)
+    if rest:
+        yield f"Other failures: {len(rest)} (with both agents, or with one while the other did not run the test)"
+        yield ""
+        yield "| test | capability | kubelet | rustlet | cause |"
+        yield "| --- | --- | --- | --- | --- |"
+        for n in by_capability(rest):
+            cells = " | ".join(cell(run.results.get(n) if run else None) for run in (kub, rus))
+            yield f"| {md(n)} | {capability(n)} | {cells} | {failure_cause(n, kub, rus)} |"
+        yield ""
+
+    yield f"Failures of `{set_name}` by capability:"
+    yield ""
+    # {capability: {agent: [run, failed]}}
+    tally = collections.defaultdict(lambda: {a: [0, 0] for a in AGENTS})
+    for run in pair:
+        for n, r in run.results.items():
+            if r in ("passed", "failed"):
+                tally[capability(n)][run.agent][0] += 1
+                tally[capability(n)][run.agent][1] += r == "failed"
+    failing = {c: t for c, t in tally.items() if any(t[a][1] for a in AGENTS)}
+    if failing:
+        yield "| capability | kubelet: failed / run | rustlet: failed / run |"
+        yield "| --- | ---: | ---: |"
+        for c, t in sorted(failing.items(), key=lambda kv: (-kv[1]["rustlet"][1], -kv[1]["kubelet"][1], kv[0])):
+            cells = " | ".join(f"{t[a][1]} / {t[a][0]}" if s.get(set_name, a) else "–" for a in AGENTS)
+            yield f"| {c} | {cells} |"
+    else:
+        yield "None."
+    yield ""
+
+    yield (f"Failures of `{set_name}` by cause (where no known cause matches, the first lines of the failure "
+           "message, shortened):")
+    yield ""
+    causes = {a: collections.Counter() for a in AGENTS}
+    example = {}
+    for run in pair:
+        for n in run.failed():
+            c = cause_of(run.specs[n][2])
+            causes[run.agent][normalize(c)] += 1
+            example.setdefault(normalize(c), c)
+    if example:
+        yield "| cause | kubelet | rustlet |"
+        yield "| --- | ---: | ---: |"
+        for k in sorted(example, key=lambda k: (-causes["rustlet"][k], -causes["kubelet"][k], k)):
+            cells = " | ".join(str(causes[a][k]) if s.get(set_name, a) else "–" for a in AGENTS)
+            yield f"| {md(example[k])} | {cells} |"
+    else:
+        yield "None."
+    yield ""
+
+
+def section_images(_s):
+    yield "## Images"
+    yield ""
+    yield ("Built by `hack/images.sh` under the names of test/utils/image/manifest.go: pause, busybox, agnhost "
+           "(also as the previous agnhost), nonroot, nonewprivs, nginx, perl, glibc-dns-testing. Not built:")
+    yield ""
+    for image, why in UNBUILDABLE_IMAGES:
+        yield f"- {image}: {why}."
+    for note in IMAGE_NOTES:
+        yield f"- {note}"
+    yield ""
+
+
+def section_all_tests(s):
+    yield "## All tests"
+    yield ""
+    yield ("`pass`, **FAIL**, `skip` (the test skipped itself), `–` (not run: `--skip`), `n/r` (not reached: "
+           "the run was cut short before it), `·` (no run of this set with that agent). Cause: this machine "
+           "(see above), else rustlet's failure, else the kubelet's.")
+    yield ""
+    for set_name in s.sets:
+        kub, rus = s.get(set_name, "kubelet"), s.get(set_name, "rustlet")
+        names = sorted({n for run in (kub, rus) if run for n in run.results})
+        yield f"<details><summary><code>{set_name}</code>: {len(names)} tests</summary>"
+        yield ""
+        yield "| test | kubelet | rustlet | cause |"
+        yield "| --- | --- | --- | --- |"
+        for n in names:
+            k = kub.results.get(n) if kub else None
+            r = rus.results.get(n) if rus else None
+            why = failure_cause(n, kub, rus) if "failed" in (k, r) else ""
+            yield f"| {md(n)} | {cell(k)} | {cell(r)} | {why} |"
+        yield ""
+        yield "</details>"
+        yield ""
 
 
 def cmd_table(args):
-    base = args.base or os.path.join(ROOT, "_output", "conformance")
-    runs = {}
-    for agent in ("kubelet", "rustlet"):
-        junit = os.path.join(base, agent, "junit_01.xml")
-        if not os.path.exists(junit):
-            sys.exit(f"conformance-table: missing {junit} (run hack/conformance.sh --agent {agent})")
-        info = read_summary(os.path.join(base, agent, "summary.txt"))
-        specs, suite_failures = read_report(junit)
-        focus = info.get("focus") or NC
-        skip = info.get("skip", "")
-        runs[agent] = dict(info=info, specs=specs, suite=suite_failures,
-                           results=classify(specs, focus, skip))
-    kub, rus = runs["kubelet"], runs["rustlet"]
-
-    def count(run, what):
-        return sum(1 for r in run["results"].values() if r == what)
-
-    names = sorted(set(kub["results"]) | set(rus["results"]))
-
-    machine = {}
-    unexplained = {}
-    for n in names:
-        if kub["results"].get(n) == "failed":
-            reason = machine_reason(n)
-            if reason:
-                machine[n] = reason
-            else:
-                note = next((t for p, t in KUBELET_NOTES if re.search(p, n)), None)
-                unexplained[n] = note or cause_of(kub["specs"][n][2])
-    # Rustlet's denominator: tests that ran with rustlet, less those failing
-    # with the kubelet because of this machine.
-    ran = [n for n in names if rus["results"].get(n) in ("passed", "failed")]
-    denom = [n for n in ran if n not in machine]
-    rus_pass = [n for n in denom if rus["results"][n] == "passed"]
-    both_pass = [n for n in names if kub["results"].get(n) == "passed" and rus["results"].get(n) == "passed"]
-    kub_pass = [n for n in names if kub["results"].get(n) == "passed"]
-    rus_fail = [n for n in names if rus["results"].get(n) == "failed"]
-    rus_only = [n for n in names if rus["results"].get(n) == "passed" and kub["results"].get(n) != "passed"]
-
-    out = []
-    w = out.append
-    w("# Node conformance: rustlet and the upstream kubelet")
-    w("")
-    w("Generated by `hack/conformance-table.py table` from the JUnit reports that "
-      "`hack/conformance.sh --agent kubelet` and `hack/conformance.sh --agent rustlet` write to "
-      "`_output/conformance/<agent>/`. Do not edit by hand: rerun the suites and the script.")
-    w("")
-    w(f"Generated {datetime.date.today().isoformat()}. "
-      f"Tests: the `[NodeConformance]` tests of the upstream e2e suite "
-      f"(k8s.io/kubernetes {kub['info'].get('kubernetes', '?').split(' ')[0]} `e2e.test`), "
-      "on the local one-node cluster (`hack/local-up.sh`): containerd 2 with runc and bridge CNI, "
-      "images built locally (`hack/images.sh`), no cluster DNS, no kube-proxy, no network beyond this machine.")
-    w("")
-    for agent, run in runs.items():
-        i = run["info"]
-        extra = f", rustlet {i['rustlet']}" if agent == "rustlet" and "rustlet" in i else ""
-        unreached = count(run, "not reached")
-        cut = (f" The run was interrupted from outside before {unreached} of its tests (`n/r` below); "
-               "they count as not run." if unreached else "")
-        w(f"- {agent}: run {i.get('date', '?')}, {minutes(i.get('e2e run', '?'))} with {i.get('procs', '?')} "
-          f"parallel processes{extra}; focus `{i.get('focus', NC)}`, skip `{i.get('skip', '')}`.{cut}")
-    w("")
-    w("The default skip of `hack/conformance.sh` is `\\[Slow\\]|\\[Disruptive\\]|\\[Flaky\\]`, for time: the "
-      "`[Slow]` tests are 127 pod-level in-place resize cases and back-off tests of up to 27 minutes, hours "
-      "in all on 2 cores; no `[NodeConformance]` test is `[Disruptive]` or `[Flaky]`. `[Serial]` tests run "
-      "(after the others, one at a time).")
-    w("")
-    w("## Totals")
-    w("")
-    w("| | kubelet | rustlet |")
-    w("| --- | ---: | ---: |")
-    w(f"| `[NodeConformance]` tests | {len(kub['results'])} | {len(rus['results'])} |")
-    w(f"| run | {count(kub, 'passed') + count(kub, 'failed')} | {count(rus, 'passed') + count(rus, 'failed')} |")
-    w(f"| passed | {count(kub, 'passed')} | {count(rus, 'passed')} |")
-    w(f"| failed | {count(kub, 'failed')} | {count(rus, 'failed')} |")
-    w(f"| skipped by the test itself | {count(kub, 'skipped')} | {count(rus, 'skipped')} |")
-    w(f"| not run (`--skip`) | {count(kub, 'not run')} | {count(rus, 'not run')} |")
-    if count(kub, "not reached") or count(rus, "not reached"):
-        w(f"| not reached (the run was interrupted first) | {count(kub, 'not reached')} | "
-          f"{count(rus, 'not reached')} |")
-    w("")
-    pct = f"{100 * len(rus_pass) / len(denom):.0f}%" if denom else "n/a"
-    w(f"**rustlet passes {len(rus_pass)} of {len(denom)} tests ({pct})**: the {len(ran)} tests it ran, less "
-      f"the {len(ran) - len(denom)} of them that fail with the upstream kubelet because of this machine "
-      "(next section). "
-      f"The kubelet passes {len(kub_pass)}; both pass {len(both_pass)}"
-      + (f"; rustlet alone passes {len(rus_only)}." if rus_only else "."))
-    w("")
-    w("## Tests that fail with the upstream kubelet on this machine")
-    w("")
-    if machine:
-        w("Excluded from rustlet's denominator, each for the reason given.")
-        w("")
-        w("| test | reason | rustlet |")
-        w("| --- | --- | --- |")
-        for n in sorted(machine):
-            w(f"| {md_escape(n)} | {machine[n]} | {cell(rus['results'].get(n))} |")
-    else:
-        w("None.")
-    w("")
-    if unexplained:
-        w("### Other kubelet failures")
-        w("")
-        w("Not this machine's doing: these stay in rustlet's denominator.")
-        w("")
-        w("| test | kubelet's failure |")
-        w("| --- | --- |")
-        for n in sorted(unexplained):
-            w(f"| {md_escape(n)} | {unexplained[n]} |")
-        w("")
-    for agent, run in runs.items():
-        if run["suite"]:
-            w(f"Suite-level failures with {agent}: " + "; ".join(
-                f"`{md_escape(r)}`: {shorten(t)}" for r, t in run["suite"]))
-            w("")
-
-    w("## Rustlet failures by group")
-    w("")
-    w("Grouped by the test's source file under test/e2e (one feature each), with the words its tests "
-      "share.")
-    w("")
-    files = test_files()
-    groups = collections.defaultdict(lambda: [0, 0, []])
-    for n in ran:
-        g = groups[files.get(n, "(unknown file)")]
-        g[1] += 1
-        g[2].append(n)
-        if rus["results"][n] == "failed":
-            g[0] += 1
-    w("| file | tests | rustlet failed | of run |")
-    w("| --- | --- | ---: | ---: |")
-    for g, (f, t, members) in sorted(groups.items(), key=lambda kv: (-kv[1][0], kv[0])):
-        if f:
-            w(f"| {g} | {md_escape(common_prefix(members))} | {f} | {t} |")
-    w("")
-    w("## Rustlet failures by cause")
-    w("")
-    causes = collections.Counter()
-    example = {}
-    for n in rus_fail:
-        c = cause_of(rus["specs"][n][2])
-        key = normalize(c)
-        causes[key] += 1
-        example.setdefault(key, c)
-    w("| cause (first failure message, shortened) | tests |")
-    w("| --- | ---: |")
-    for key, k in causes.most_common():
-        w(f"| {example[key]} | {k} |")
-    w("")
-    w("## Images")
-    w("")
-    w("Built by `hack/images.sh` under the names of test/utils/image/manifest.go: pause, busybox, agnhost "
-      "(also as the previous agnhost), nonroot, nonewprivs, nginx, perl, glibc-dns-testing. Not built:")
-    w("")
-    for image, why in UNBUILDABLE_IMAGES:
-        w(f"- {image}: {why}.")
-    for note in IMAGE_NOTES:
-        w(f"- {note}")
-    w("")
-    w("## All tests")
-    w("")
-    w("`pass`, **FAIL**, `skip` (the test skipped itself), `–` (not run: `--skip`), `n/r` (not reached: "
-      "the run was interrupted before it).")
-    w("")
-    w("| test | kubelet | rustlet | rustlet failure cause |")
-    w("| --- | --- | --- | --- |")
-    for n in names:
-        k, r = kub["results"].get(n), rus["results"].get(n)
-        why = cause_of(rus["specs"][n][2]) if r == "failed" else ""
-        w(f"| {md_escape(n)} | {cell(k)} | {cell(r)} | {why} |")
-    w("")
-    text = "\n".join(out)
+    s = Sitting(args.base or os.path.join(ROOT, "_output", "conformance"))
+    lines = [*section_header(s), *section_headline(s), *section_totals(s), *section_runs(s),
+             *section_not_run(s), *section_machine(s)]
+    lines += ["## Rustlet and the kubelet compared", "",
+              "Per result set: the tests that fail with rustlet and pass with the kubelet (each a gap to close, "
+              "or to name), the reverse, and the other failures. Capability: what the test exercises, where its "
+              "name makes it obvious.", ""]
+    for set_name in s.sets:
+        lines += section_compare(s, set_name)
+    lines += [*section_images(s), *section_all_tests(s)]
     path = args.out or os.path.join(ROOT, "docs", "conformance.md")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(f"conformance-table: wrote {os.path.relpath(path, ROOT)}: {len(names)} tests; "
-          f"kubelet {len(kub_pass)} passed; rustlet {len(rus_pass)} of {len(denom)} passed")
+        f.write("\n".join(lines))
+    print(f"conformance-table: wrote {path}: " + "; ".join(
+        f"{set_name} {agent} {headline(s.get(set_name, agent))[0]}" for set_name, agent in s.measured))
 
 
-def test_files():
-    """{test name: source file under test/e2e}, from `e2e.test --list-tests`."""
-    e2e = os.path.join(ROOT, "_output", "bin", "e2e.test")
-    files = {}
-    try:
-        out = subprocess.run([e2e, "--list-tests"], capture_output=True, text=True, timeout=120).stdout
-    except (OSError, subprocess.SubprocessError):
-        return files
-    for line in out.splitlines():
-        m = re.match(r"\s*\S*?/test/e2e/(\S+?):\d+: (.*)$", line)
-        if m:
-            files[m.group(2).strip()] = m.group(1)
-    return files
-
-
-def common_prefix(names):
-    """The words every name starts with: the file's Describe, roughly."""
-    words = [n.split() for n in names]
-    prefix = []
-    for column in zip(*words):
-        if len(set(column)) != 1:
-            break
-        prefix.append(column[0])
-    return " ".join(prefix)
+def cmd_selftest(_args):
+    failures, tests = doctest.testmod(sys.modules[__name__])
+    print(f"conformance-table selftest: {tests - failures} of {tests} examples passed")
+    sys.exit(1 if failures else 0)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("summary", help="counts of one run")
+    s = sub.add_parser("summary", help="counts of one run (its shards' reports merged)")
     s.add_argument("--focus", default=NC)
     s.add_argument("--skip", default="")
-    s.add_argument("junit")
+    s.add_argument("--expect", metavar="FILE",
+                   help="regular expressions, one a line, each of which must match a test that ran")
+    s.add_argument("junit", nargs="+")
     t = sub.add_parser("table", help="write docs/conformance.md")
-    t.add_argument("--out")
-    t.add_argument("--base", help="directory holding kubelet/ and rustlet/ (default _output/conformance)")
+    t.add_argument("--out", help="the document (default docs/conformance.md)")
+    t.add_argument("--base", help="directory holding <set>/<agent>/ (default _output/conformance)")
+    sub.add_parser("selftest", help="run this file's examples")
     args = p.parse_args()
-    {"summary": cmd_summary, "table": cmd_table}[args.cmd](args)
+    {"summary": cmd_summary, "table": cmd_table, "selftest": cmd_selftest}[args.cmd](args)
 
 
 if __name__ == "__main__":
