@@ -21,13 +21,20 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-/// p50 and p99 (seconds) of latencies `v`, plus the raw values sorted.
+/// Samples needed before a 99th percentile means more than "the largest".
+pub const P99_MIN_SAMPLES: usize = 100;
+
+/// The median and, given enough samples, the 99th percentile (seconds) of
+/// latencies `v`, plus the raw values sorted.
 #[derive(Debug, Serialize)]
 pub struct Latency {
     /// Median, seconds.
     pub p50: f64,
-    /// 99th percentile, seconds.
-    pub p99: f64,
+    /// 99th percentile, seconds; only with at least [`P99_MIN_SAMPLES`]
+    /// samples: with fewer, the nearest-rank 99th percentile is just the
+    /// largest sample, which `max` already is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99: Option<f64>,
     /// Largest value, seconds.
     pub max: f64,
     /// Every sample, ascending, seconds.
@@ -40,7 +47,7 @@ impl Latency {
         v.sort_by(f64::total_cmp);
         Self {
             p50: percentile(&v, 0.5),
-            p99: percentile(&v, 0.99),
+            p99: (v.len() >= P99_MIN_SAMPLES).then(|| percentile(&v, 0.99)),
             max: v.last().copied().unwrap_or(0.0),
             samples: v,
         }

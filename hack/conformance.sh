@@ -69,8 +69,11 @@
 #              a bearer token (a cluster-admin ServiceAccount made here)
 #   --prepull-images=false
 #              prepulling would pull from registries; the images are local
-#   --kubelet-root-dir, --container-runtime-endpoint
-#              the agent's root directory and containerd's socket
+#   --container-runtime-endpoint, --image-service-endpoint
+#              containerd's socket
+# The suite has no flag for the agent's root directory: the few tests that
+# use one take /var/lib/kubelet (e.g. the PodResources socket), which the
+# local cluster does not use.
 # It reads the agent's KubeletConfiguration from
 # /api/v1/nodes/<node>/proxy/configz (rustlet serves its own) and validates
 # this machine's kernel and cgroups against the default system spec. Tests
@@ -304,7 +307,6 @@ node_args=(
   --node-name="$NODE_NAME"
   --prepull-images=false
   --kubectl-path="$kubectl_path"
-  --kubelet-root-dir="$LOCAL/$agent"
   --container-runtime-endpoint="unix://$CTRD_SOCK"
   --image-service-endpoint="unix://$CTRD_SOCK"
   --dns-domain=cluster.local
@@ -390,11 +392,13 @@ for k in $(seq "$shards"); do
     --silence-skips
   )
   [[ -z $skip ]] || ginkgo_args+=(--skip="$skip")
+  report_args=(--report-dir="$shard_dir")
+  [[ $suite == node ]] || report_args+=(--e2e-output-dir="$shard_dir/e2e-output")
   log "running $test_bin, shard $k of $shards: focus '$effective_focus', skip '${skip:-none}', $procs processes (log: ${shard_dir#"$ROOT"/}/e2e.log)"
   t_shard=$(now_ms)
   set +e
   (cd "$shard_dir" && env "${test_env[@]}" "$BIN/ginkgo" "${ginkgo_args[@]}" "$BIN/$test_bin" -- \
-    "${test_args[@]}" --report-dir="$shard_dir" --e2e-output-dir="$shard_dir/e2e-output") >"$shard_dir/e2e.log" 2>&1 &
+    "${test_args[@]}" "${report_args[@]}") >"$shard_dir/e2e.log" 2>&1 &
   ginkgo_pid=$!
   # A progress line every minute: how many specs have reported so far.
   while alive "$ginkgo_pid"; do
