@@ -29,7 +29,9 @@ pub mod phase {
 
 /// Pod condition types (`status.conditions[].type`, core/v1 `PodConditionType`).
 pub mod condition {
-    /// The scheduler placed the pod (set by the scheduler, kept by the node).
+    /// The pod is bound to a node: set by the scheduler, and by the node for
+    /// every pod it runs (the kubelet's `generateAPIPodStatus`), so pods bound
+    /// without the scheduler have it too.
     pub const POD_SCHEDULED: &str = "PodScheduled";
     /// The sandbox is up with networking (KEP-3085).
     pub const POD_READY_TO_START_CONTAINERS: &str = "PodReadyToStartContainers";

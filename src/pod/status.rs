@@ -499,9 +499,10 @@ struct Facts<'a> {
 }
 
 /// The conditions the node owns (`PodReadyToStartContainers`, `Initialized`,
-/// `ContainersReady`, `Ready`, with the kubelet's reasons and messages), then
-/// those others own (`PodScheduled`, readiness gates, `DisruptionTarget`, ...)
-/// as they are.
+/// `ContainersReady`, `Ready`, with the kubelet's reasons and messages, and
+/// `PodScheduled`, always true on the node: the kubelet's
+/// `generateAPIPodStatus` sets it for pods bound without the scheduler), then
+/// those others own (readiness gates, `DisruptionTarget`, ...) as they are.
 fn conditions(f: &Facts<'_>) -> Vec<PodCondition> {
     let (pod, now, terminal) = (f.pod, f.now, f.terminal);
     let old = pod.status.as_ref();
@@ -555,6 +556,7 @@ fn conditions(f: &Facts<'_>) -> Vec<PodCondition> {
         ),
         make(cond::CONTAINERS_READY, all_ready, Some(not_ready_reason)),
         make(cond::READY, pod_ready, Some(ready_reason)),
+        make(cond::POD_SCHEDULED, true, None),
     ];
     if !all_ready && !terminal {
         let msg = format!("containers with unready status: [{}]", not_ready.join(" "));
@@ -587,6 +589,7 @@ fn conditions(f: &Facts<'_>) -> Vec<PodCondition> {
         cond::INITIALIZED,
         cond::CONTAINERS_READY,
         cond::READY,
+        cond::POD_SCHEDULED,
     ];
     conditions.extend(
         old.and_then(|s| s.conditions.as_ref())
@@ -896,6 +899,23 @@ mod tests {
         p.status = Some(st.clone());
         let again = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(200));
         assert!(!differs(Some(&st), &again));
+    }
+
+    #[test]
+    fn a_pod_bound_without_the_scheduler_gets_pod_scheduled() {
+        // spec.nodeName set by its author: no scheduler wrote PodScheduled.
+        let p = pod("direct").container("a", "busybox").build();
+        let rt = runtime(vec![sandbox("s0", 0, true)], vec![]);
+        let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(100));
+        let scheduled: Vec<&PodCondition> = st
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| c.type_ == "PodScheduled")
+            .collect();
+        assert_eq!(scheduled.len(), 1, "{:?}", st.conditions);
+        assert_eq!(scheduled[0].status, "True");
+        assert_eq!(scheduled[0].last_transition_time, Some(api_time(t(100))));
     }
 
     #[test]
