@@ -121,6 +121,21 @@ MACHINE_REASONS = [
     ),
 ]
 
+# Failures this machine or the local cluster's layout causes, recognised by
+# their failure text: (regular expression on the failure message, reason).
+MACHINE_TEXT_REASONS = [
+    (
+        r"nmeter: command not found|parsing time \"\d{4}-\d\d-\d\dTZ",
+        "times its events with busybox's nmeter applet, which the local e2e busybox image (Debian's "
+        "busybox) does not have",
+    ),
+    (
+        r"/var/lib/kubelet/",
+        "the node suite looks for the agent's sockets under /var/lib/kubelet (it has no flag for the "
+        "root directory); the local cluster keeps each agent's under _output/local/<agent>",
+    ),
+]
+
 # Failures that are neither the machine's nor a gap of the agent but are
 # explained: (regular expression on the test name, note). Shown instead of
 # the cause of the kubelet's failure.
@@ -350,6 +365,9 @@ def classify(specs, focus, skip):
             continue
         if state == "passed":
             out[name] = "passed"
+        elif state == "interrupted":
+            # Running when the run was interrupted: it never finished.
+            out[name] = "not reached"
         elif state in FAILED_STATES:
             out[name] = "failed"
         elif state == "skipped" and skip_msg.startswith("skipped - "):
@@ -422,11 +440,27 @@ def read_summary(path):
     return info
 
 
-def machine_reason(name):
+def machine_reason(name, text=""):
+    """The reason this machine fails test `name`, from its name
+    (MACHINE_REASONS) or from its failure `text` (MACHINE_TEXT_REASONS); None
+    when the failure is the agent's."""
     for pattern, reason in MACHINE_REASONS:
         if re.search(pattern, name):
             return reason
+    for pattern, reason in MACHINE_TEXT_REASONS:
+        if text and re.search(pattern, text):
+            return reason
     return None
+
+
+def run_machine_reason(runs, name):
+    """machine_reason for a test that failed in one of `runs` (None entries allowed)."""
+    for run in runs:
+        if run and run.results.get(name) == "failed":
+            reason = machine_reason(name, run.specs[name][2])
+            if reason:
+                return reason
+    return machine_reason(name)
 
 
 def capability(name):
@@ -519,7 +553,7 @@ class Run:
         return sorted(n for n, r in self.results.items() if r == "failed")
 
     def machine_failures(self):
-        return [n for n in self.failed() if machine_reason(n)]
+        return [n for n in self.failed() if machine_reason(n, self.specs[n][2])]
 
 
 RESULT_RANK = {"failed": 5, "passed": 4, "skipped": 3, "not reached": 2, "not run": 1}
@@ -783,7 +817,7 @@ def section_machine(s):
         pair = [s.get(set_name, a) for a in AGENTS]
         for n in sorted({n for run in pair if run for n in run.machine_failures()}):
             cells = " | ".join(cell(run.results.get(n) if run else None) for run in pair)
-            rows.append(f"| {md(n)} | `{set_name}` | {machine_reason(n)} | {cells} |")
+            rows.append(f"| {md(n)} | `{set_name}` | {run_machine_reason(pair, n)} | {cells} |")
     if not rows:
         yield "None in this sitting."
         yield ""
@@ -798,7 +832,7 @@ def section_machine(s):
 
 def failure_cause(name, kub, rus):
     """The cause shown for a failed test: the machine's reason, else rustlet's failure, else the kubelet's."""
-    if machine_reason(name):
+    if run_machine_reason((kub, rus), name):
         return "this machine (see above)"
     if rus and rus.results.get(name) == "failed":
         return md(cause_of(rus.specs[name][2]))
@@ -827,7 +861,7 @@ def section_compare(s, set_name):
             yield "| test | capability | rustlet's failure |"
             yield "| --- | --- | --- |"
             for n in by_capability(gaps):
-                doubt = " (listed as this machine's, yet the kubelet passes it)" if machine_reason(n) else ""
+                doubt = " (listed as this machine's, yet the kubelet passes it)" if machine_reason(n, rus.specs[n][2]) else ""
                 yield f"| {md(n)} | {capability(n)} | {md(cause_of(rus.specs[n][2]))}{doubt} |"
             yield ""
         yield f"**Fails with the kubelet, passes with rustlet: {len(reverse)}**"
