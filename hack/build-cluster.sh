@@ -3,7 +3,15 @@
 # from their Go modules into _output/bin/. Go's module and build caches make a
 # warm rebuild take seconds.
 #
-#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|registry|e2e|e2e-node|ginkgo|metrics-server]
+#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server]
+#
+# `busybox` builds busybox $BUSYBOX_VERSION as upstream configures it by default
+# (defconfig, static) into _output/bin/busybox-$BUSYBOX_VERSION, for the e2e
+# busybox image (hack/images.sh): the upstream image's applets (nmeter, which
+# Debian's busybox leaves out and the node suite's lifecycle tests time
+# with) and its sh's behaviour. The source is Debian's source package, whose
+# original tarball is upstream's release; apt verifies it against Debian's
+# signed index, and its SHA-256 is checked against the one recorded here.
 #
 # `e2e` (not part of `all`) builds the upstream e2e test binary e2e.test and
 # the ginkgo CLI that runs it in parallel (hack/conformance.sh); `e2e-node`
@@ -29,6 +37,41 @@ build_k8s() {
     k8s.io/kubernetes/cmd/kube-scheduler \
     k8s.io/kubernetes/cmd/kubelet \
     ./cmd/etcd)
+}
+
+BUSYBOX_VERSION=1.37.0
+BUSYBOX_SHA256=3311dff32e746499f4df0d5df04d7eb396382d7e108bb9250e7b519b837043a4
+# The Debian release whose source package has that version.
+BUSYBOX_SUITE=trixie
+
+build_busybox() {
+  log "busybox $BUSYBOX_VERSION (defconfig, static; Debian $BUSYBOX_SUITE's source package)"
+  local src=$root/_output/src/busybox
+  local tarball=$src/busybox_$BUSYBOX_VERSION.orig.tar.bz2
+  mkdir -p "$src/lists/partial" "$src/cache/archives/partial"
+  if [[ ! -f $tarball ]] || ! echo "$BUSYBOX_SHA256  $tarball" | sha256sum -c --quiet - 2>/dev/null; then
+    # apt with a source list and package lists of its own: the host's apt
+    # configuration is left alone.
+    echo "deb-src http://deb.debian.org/debian $BUSYBOX_SUITE main" >"$src/sources.list"
+    local apt=(apt-get -q -o Dir::Etc::SourceList="$src/sources.list" -o Dir::Etc::SourceParts=/dev/null
+      -o Dir::State::Lists="$src/lists" -o Dir::Cache="$src/cache" -o Dir::State::Status=/dev/null
+      -o APT::Sandbox::User=root)
+    "${apt[@]}" update >"$src/apt.log" 2>&1 || { cat "$src/apt.log" >&2; log "apt-get update failed"; return 1; }
+    (cd "$src" && rm -f ./*.dsc ./*.debian.tar.* && "${apt[@]}" source --download-only "busybox/$BUSYBOX_SUITE") >>"$src/apt.log" 2>&1 ||
+      { cat "$src/apt.log" >&2; log "apt-get source busybox failed"; return 1; }
+    [[ -f $tarball ]] || { log "Debian $BUSYBOX_SUITE's busybox source is no longer $BUSYBOX_VERSION (see $src)"; return 1; }
+    echo "$BUSYBOX_SHA256  $tarball" | sha256sum -c --quiet - || { log "$tarball: unexpected SHA-256"; return 1; }
+  fi
+  rm -rf "$src/busybox-$BUSYBOX_VERSION"
+  tar -xjf "$tarball" -C "$src"
+  (
+    cd "$src/busybox-$BUSYBOX_VERSION"
+    make defconfig >/dev/null
+    sed -i 's/^# CONFIG_STATIC is not set$/CONFIG_STATIC=y/' .config
+    grep -qx 'CONFIG_STATIC=y' .config
+    make -j"$(nproc)" >"$src/build.log" 2>&1 || { tail -n 30 "$src/build.log" >&2; exit 1; }
+  )
+  install -m 755 "$src/busybox-$BUSYBOX_VERSION/busybox" "$bin/busybox-$BUSYBOX_VERSION"
 }
 
 build_agnhost() {
@@ -89,15 +132,16 @@ build_metrics_server() {
 }
 
 case "$what" in
-  all) build_k8s; build_containerd; build_agnhost; build_images; build_registry ;;
+  all) build_k8s; build_containerd; build_agnhost; build_images; build_busybox; build_registry ;;
   k8s) build_k8s ;;
   containerd) build_containerd ;;
   agnhost) build_agnhost ;;
   images) build_images ;;
+  busybox) build_busybox ;;
   registry) build_registry ;;
   e2e) build_e2e ;;
   e2e-node) build_e2e_node ;;
   ginkgo) build_ginkgo ;;
   metrics-server) build_metrics_server ;;
-  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|registry|e2e|e2e-node|ginkgo|metrics-server)" >&2; exit 2 ;;
+  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server)" >&2; exit 2 ;;
 esac

@@ -114,11 +114,6 @@ MACHINE_REASONS = [
         "runs `ip link add dummy1 type dummy` in a privileged container; this machine's kernel has no "
         "dummy network device (\"Operation not supported\" on the host too)",
     ),
-    (
-        r"read only busybox container should not write to root filesystem",
-        "expects busybox sh's exact error text (\"/bin/sh: can't create /file: Read-only file system\"); "
-        "the local e2e busybox image's /bin/sh is bash (see Images), which words it differently",
-    ),
 ]
 
 # Failures this machine or the local cluster's layout causes, recognised by
@@ -159,10 +154,10 @@ UNBUILDABLE_IMAGES = [
 # Images the issue names that test/utils/image/manifest.go at v1.37.2 no
 # longer has, and images built with less than upstream's content.
 IMAGE_NOTES = [
-    "busybox:1.37.0-2 (the e2e busybox) is Debian's busybox 1.35 with Debian's bash as /bin/sh: "
-    "busybox's sh drops environment variables whose names are not shell identifiers, so the "
-    "envFrom tests (`sh -c env` must show `data-1=value-1`) could not pass with it; bash keeps them. "
-    "The price is one test that expects busybox sh's own error text (see above).",
+    "busybox:1.37.0-2 and 1.36.1-1 (the e2e busybox) are busybox 1.37.0 built from its source with "
+    "upstream's default configuration (hack/build-cluster.sh busybox): Debian's busybox leaves out nmeter, "
+    "which the node suite's lifecycle tests time with, and its sh drops environment variables whose names "
+    "are not shell identifiers (the envFrom tests need `data-1=value-1`).",
     "agnhost has Debian's curl, OpenBSD nc, bash, socat and ip, dash as /bin/sh (Debian's busybox sh "
     "runs its own applets before PATH), upstream's /agnhost-2, /uploads, localhost.crt/.key, user and "
     "group, and /var/registry with a copy of the local pause image as pause:testing for "

@@ -10,8 +10,8 @@
 #   docker.io/library/busybox:latest                  every applet a symlink,
 #                                                     /etc/passwd and /etc/group
 #                                                     as in the upstream image
-#   registry.k8s.io/e2e-test-images/busybox:1.37.0-2  the same with Debian bash
-#   registry.k8s.io/e2e-test-images/busybox:1.36.1-1  as /bin/sh (see below)
+#   registry.k8s.io/e2e-test-images/busybox:1.37.0-2  busybox 1.37 as upstream
+#   registry.k8s.io/e2e-test-images/busybox:1.36.1-1  configures it (see below)
 #   registry.k8s.io/e2e-test-images/agnhost:2.66.1    agnhost + busybox applets
 #   registry.k8s.io/e2e-test-images/agnhost:2.55      (the same agnhost) and, if
 #                                                     their inputs are there,
@@ -62,11 +62,14 @@ NGINX_IMAGES=("$E2E/nginx:1.27.0-2" "$E2E/nginx:1.28.0-2")
 PERL_IMAGE=$E2E/perl:5.26
 GLIBC_DNS_IMAGE=$E2E/glibc-dns-testing:2.1.1
 BUSYBOX=${BUSYBOX:-/bin/busybox}
+E2E_BUSYBOX_VERSION=1.37.0
+E2E_BUSYBOX=$BIN/busybox-$E2E_BUSYBOX_VERSION
 
 for b in imagebuild pause agnhost ctr; do
   [[ -x $BIN/$b ]] || die "missing $BIN/$b (run hack/build-cluster.sh)"
 done
 [[ -x $BUSYBOX ]] || die "missing dependency: $BUSYBOX (Debian package busybox-static)"
+[[ -x $E2E_BUSYBOX ]] || die "missing $E2E_BUSYBOX (run hack/build-cluster.sh busybox)"
 [[ -S $CTRD_SOCK ]] || die "containerd is not running on $CTRD_SOCK (start it with hack/local-up.sh)"
 
 STAMPS=$LOCAL/images
@@ -74,30 +77,37 @@ mkdir -p "$STAMPS"
 work=$(mktemp -d "${TMPDIR:-/tmp}/rustlet-images.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# Busybox applets: at Debian's paths (/sbin/sysctl, /usr/bin/nc, ...) and,
-# as in the upstream busybox image, every one in /bin too (tests run
+# load_applets BINARY: busybox_bin and busybox_applets for the busybox
+# BINARY: its applets at their usual paths (/sbin/sysctl, /usr/bin/nc, ...)
+# and, as in the upstream busybox image, every one in /bin too (tests run
 # /bin/sysctl).
-busybox_applets=()
-declare -A seen_applet=()
-while IFS= read -r applet; do
-  [[ -n $applet && $applet != bin/busybox ]] || continue
-  for a in "/$applet" "/bin/${applet##*/}"; do
-    [[ -n ${seen_applet[$a]:-} ]] || busybox_applets+=("$a")
-    seen_applet[$a]=1
-  done
-done < <("$BUSYBOX" --list-full)
-[[ -n ${seen_applet[/bin/sh]:-} ]] || busybox_applets+=(/bin/sh)
+load_applets() {
+  local applet a
+  busybox_bin=$1
+  busybox_applets=()
+  local -A seen=()
+  while IFS= read -r applet; do
+    [[ -n $applet && $applet != bin/busybox ]] || continue
+    for a in "/$applet" "/bin/${applet##*/}"; do
+      [[ -n ${seen[$a]:-} ]] || busybox_applets+=("$a")
+      seen[$a]=1
+    done
+  done < <("$busybox_bin" --list-full)
+  [[ -n ${seen[/bin/sh]:-} ]] || busybox_applets+=(/bin/sh)
+}
 
 # busybox_links [NAME...]: sets links to imagebuild arguments that add the
-# busybox binary and a symlink to it for every applet, except the applets
-# with the given names (which other binaries provide).
+# busybox binary (of the last load_applets) and a symlink to it for every
+# applet, except the applets with the given names (which other binaries
+# provide).
 busybox_links() {
   local a skip=" $* "
-  links=(--add "$BUSYBOX=/bin/busybox")
+  links=(--add "$busybox_bin=/bin/busybox")
   for a in "${busybox_applets[@]}"; do
     [[ $skip == *" ${a##*/} "* ]] || links+=(--link "$a=/bin/busybox")
   done
 }
+load_applets "$BUSYBOX"
 
 # Files written for the images live in $STAMPS/files and are replaced only
 # when their content changes, so the inputs key below stays the same.
@@ -286,19 +296,16 @@ busybox_links
 tag_args "${BUSYBOX_IMAGES[@]}"
 image busybox busybox "${tags[@]}" "${links[@]}" "${etc_files[@]}" --cmd '["sh"]'
 
-# The e2e busybox image: upstream's is busybox 1.37, whose sh passes on
-# environment variables whose names are not shell identifiers (envFrom of
-# ConfigMap key "data-1"); Debian's busybox 1.35 sh drops them. So /bin/sh is
-# Debian's bash here (POSIX mode when run as sh), busybox the rest.
-BASH_BIN=/usr/bin/bash
+# The e2e busybox image: upstream's is busybox 1.37 as configured by default,
+# built here from its source (hack/build-cluster.sh busybox). Debian's busybox
+# would not do: it leaves out nmeter (the node suite's lifecycle tests take
+# millisecond timestamps with it), and its sh drops environment variables
+# whose names are not shell identifiers (envFrom of ConfigMap key "data-1").
 tag_args "${E2E_BUSYBOX_IMAGES[@]}"
-if ! missing "$BASH_BIN" && shared_libs "$BASH_BIN"; then
-  busybox_links sh bash
-  image e2e-busybox e2e-busybox "${tags[@]}" --add "$BASH_BIN=/bin/bash" --link /bin/sh=bash "${libs[@]}" \
-    "${links[@]}" "${etc_files[@]}" --cmd '["sh"]'
-else
-  image e2e-busybox e2e-busybox "${tags[@]}" "${links[@]}" "${etc_files[@]}" --cmd '["sh"]'
-fi
+load_applets "$E2E_BUSYBOX"
+busybox_links
+image e2e-busybox e2e-busybox "${tags[@]}" "${links[@]}" "${etc_files[@]}" --cmd '["sh"]'
+load_applets "$BUSYBOX"
 
 # agnhost: like upstream's (alpine) image: /agnhost and /agnhost-2 (a
 # symlink the entrypoint tests run), /uploads, porter's localhost.crt and
