@@ -116,18 +116,12 @@ MACHINE_REASONS = [
     ),
 ]
 
-# Failures this machine or the local cluster's layout causes, recognised by
-# their failure text: (regular expression on the failure message, reason).
+# Failures this machine causes, recognised by their failure text: (regular expression on the failure message, reason).
 MACHINE_TEXT_REASONS = [
     (
         r"nmeter: command not found|parsing time \"\d{4}-\d\d-\d\dTZ",
         "times its events with busybox's nmeter applet, which the local e2e busybox image (Debian's "
         "busybox) does not have",
-    ),
-    (
-        r"/var/lib/kubelet/",
-        "the node suite looks for the agent's sockets under /var/lib/kubelet (it has no flag for the "
-        "root directory); the local cluster keeps each agent's under _output/local/<agent>",
     ),
 ]
 
