@@ -39,7 +39,9 @@ build_k8s() {
     ./cmd/etcd)
 }
 
-BUSYBOX_VERSION=1.37.0
+# The version is E2E_BUSYBOX_VERSION of hack/lib.sh (hack/images.sh and
+# hack/local-up.sh use it too).
+BUSYBOX_VERSION=$(sed -n 's/^E2E_BUSYBOX_VERSION=//p' "$root/hack/lib.sh")
 BUSYBOX_SHA256=3311dff32e746499f4df0d5df04d7eb396382d7e108bb9250e7b519b837043a4
 # The Debian release whose source package has that version.
 BUSYBOX_SUITE=trixie

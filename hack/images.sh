@@ -62,7 +62,6 @@ NGINX_IMAGES=("$E2E/nginx:1.27.0-2" "$E2E/nginx:1.28.0-2")
 PERL_IMAGE=$E2E/perl:5.26
 GLIBC_DNS_IMAGE=$E2E/glibc-dns-testing:2.1.1
 BUSYBOX=${BUSYBOX:-/bin/busybox}
-E2E_BUSYBOX_VERSION=1.37.0
 E2E_BUSYBOX=$BIN/busybox-$E2E_BUSYBOX_VERSION
 
 for b in imagebuild pause agnhost ctr; do

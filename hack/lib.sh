@@ -37,6 +37,9 @@ CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/rustlet/target}
 # hack/install-deps.sh: _output/debs/<package>/.
 DEBS=$ROOT/_output/debs
 IMAGE_DEBS=(nginx nginx-common netcat-openbsd)
+# The busybox of the e2e busybox image, built from source by
+# `hack/build-cluster.sh busybox` into _output/bin/busybox-<version>.
+E2E_BUSYBOX_VERSION=1.37.0
 
 # hack/install-deps.sh builds kubectl into _output/bin when the host has none.
 if ! command -v kubectl >/dev/null 2>&1 && [[ -x $BIN/kubectl ]]; then

@@ -119,7 +119,7 @@ build_if_missing k8s kube-apiserver kube-controller-manager kube-scheduler kubel
 build_if_missing containerd containerd containerd-shim-runc-v2 ctr
 build_if_missing agnhost agnhost
 build_if_missing images imagebuild pause
-build_if_missing busybox busybox-1.37.0
+build_if_missing busybox "busybox-$E2E_BUSYBOX_VERSION"
 if $metrics_server; then build_if_missing metrics-server metrics-server; fi
 
 if [[ $agent == rustlet ]]; then
