@@ -9,7 +9,9 @@
 #
 # Kept for a fast next start: etcd data, PKI, containerd's images.
 # --clean also removes those: everything under _output/local (build outputs
-# in _output/bin stay).
+# in _output/bin stay), and the kubelet's device manager checkpoint, which it
+# keeps in /var/lib/kubelet/device-plugins whatever its root directory and
+# from which it would advertise a test's extended resources again.
 set -euo pipefail
 PROG=local-down
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -83,5 +85,6 @@ if $clean; then
   log "removing ${LOCAL#"$ROOT"/} (etcd data, PKI, images, logs)"
   unmount_under "$LOCAL"
   rm -rf "$LOCAL"
+  rm -f /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
 fi
 log "cluster down in $(since "$t0")"

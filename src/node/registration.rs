@@ -6,9 +6,12 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
@@ -85,8 +88,10 @@ pub async fn register(
 }
 
 /// Computes node status every `nodeStatusUpdateFrequency` and patches it when it
-/// changed or `nodeStatusReportFrequency` passed, as `syncNodeStatus`; the
-/// status it compares with is the one the last patch returned.
+/// changed or `nodeStatusReportFrequency` passed, as `syncNodeStatus`. The
+/// status it compares with comes from a watch of the Node, as the kubelet's
+/// node informer: what other writers add (an administrator's extended
+/// resources) is seen at the next update without polling the API server.
 pub async fn status_loop(
     client: Client,
     runtime: Runtime,
@@ -96,15 +101,30 @@ pub async fn status_loop(
     settings: Settings,
 ) {
     let api: Api<Node> = Api::all(client);
+    let (store, writer) = reflector::store();
+    tokio::spawn(
+        watcher(
+            api.clone(),
+            watcher::Config::default().fields(&format!("metadata.name={}", cfg.name)),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|ev| async move {
+            if let Err(e) = ev {
+                warn!(error = %e, "watch node");
+            }
+        }),
+    );
+    let key = ObjectRef::<Node>::new(&cfg.name);
     let mut last_report: Option<Instant> = None;
-    // The status as the API server last returned it; read again only after a
-    // failed patch, so an idle node costs the API server no reads.
-    let mut known: Option<NodeStatus> = None;
+    // The first patch zeroes extended resources left on an existing Node.
+    let mut starting = true;
     let mut tick = tokio::time::interval(settings.node_status_update_frequency);
     loop {
         tick.tick().await;
-        let old = match known.take() {
-            Some(s) => Some(s),
+        let old = match store.get(&key) {
+            Some(n) => n.status.clone(),
+            // Not listed yet: read it once.
             None => match api.get(&cfg.name).await {
                 Ok(n) => n.status,
                 Err(e) => {
@@ -114,20 +134,22 @@ pub async fn status_loop(
             },
         };
         let facts = runtime_facts(&runtime, &version).await;
-        let new = super::status::status(&cfg, &machine, &facts, old.as_ref(), Timestamp::now());
+        let mut new = super::status::status(&cfg, &machine, &facts, old.as_ref(), Timestamp::now());
+        if starting {
+            super::status::zero_extended_resources(&mut new);
+        }
         let due = last_report.is_none_or(|t| t.elapsed() >= settings.node_status_report_frequency);
         if !due && !super::status::changed(old.as_ref(), &new) {
-            known = old;
             continue;
         }
-        let patch = serde_json::json!({ "status": new });
+        let patch = super::status::status_patch(old.as_ref(), &new);
         match api
             .patch_status(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(node) => {
+            Ok(_) => {
+                starting = false;
                 last_report = Some(Instant::now());
-                known = node.status;
             }
             Err(e) => warn!(error = %e, "patch node status"),
         }

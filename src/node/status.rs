@@ -117,6 +117,93 @@ pub fn resources(
     (capacity, allocatable)
 }
 
+/// True for an extended resource name (`example.com/dongle`): one with a
+/// domain other than `kubernetes.io`, as the kubelet's
+/// `v1helper.IsExtendedResourceName` (the API server validates the syntax).
+#[must_use]
+pub fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
+}
+
+/// Adds to rustlet's own `capacity` and `allocatable` the resources other
+/// writers put on the Node (`old`): extended resources advertised by a cluster
+/// administrator or left by a device plugin stay, with allocatable equal to
+/// capacity, as the kubelet's `MachineInfo` setter, which edits the stored
+/// Node rather than replacing its maps. Huge page sizes the machine no longer
+/// has are dropped, as `reconcileHugePageResource`, and so are extended
+/// resources left in allocatable without a capacity.
+fn keep_others(
+    capacity: &mut BTreeMap<String, Quantity>,
+    allocatable: &mut BTreeMap<String, Quantity>,
+    old: Option<&NodeStatus>,
+) {
+    let Some(old) = old else { return };
+    let own: Vec<String> = capacity.keys().cloned().collect();
+    let foreign = |k: &String| !own.contains(k) && !k.starts_with("hugepages-");
+    for (k, v) in old.capacity.iter().flatten() {
+        if foreign(k) {
+            capacity.insert(k.clone(), v.clone());
+            allocatable.insert(k.clone(), v.clone());
+        }
+    }
+    for (k, v) in old.allocatable.iter().flatten() {
+        if foreign(k) && !capacity.contains_key(k) && !is_extended_resource(k) {
+            allocatable.insert(k.clone(), v.clone());
+        }
+    }
+}
+
+/// Sets every extended resource of `status` to zero in capacity and
+/// allocatable: at start on an existing Node, until a device plugin
+/// advertises it again, as the kubelet's `reconcileExtendedResource` when its
+/// device manager has no checkpoint (rustlet has no device manager).
+pub fn zero_extended_resources(status: &mut NodeStatus) {
+    for map in [status.capacity.as_mut(), status.allocatable.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        for (k, v) in map.iter_mut() {
+            if is_extended_resource(k) {
+                *v = Quantity("0".into());
+            }
+        }
+    }
+}
+
+/// The JSON merge patch that writes `new` over the stored `old`: `new`
+/// itself, with `null` for each capacity and allocatable entry of `old` that
+/// `new` drops (a merge patch keeps map entries it does not name), as the
+/// kubelet's two-way `PatchNodeStatus`.
+#[must_use]
+pub fn status_patch(old: Option<&NodeStatus>, new: &NodeStatus) -> serde_json::Value {
+    let mut status = serde_json::to_value(new).unwrap_or(serde_json::Value::Null);
+    if let (Some(old), Some(obj)) = (old, status.as_object_mut()) {
+        for (field, was, now) in [
+            ("capacity", &old.capacity, &new.capacity),
+            ("allocatable", &old.allocatable, &new.allocatable),
+        ] {
+            let gone: Vec<&String> = was
+                .iter()
+                .flatten()
+                .map(|(k, _)| k)
+                .filter(|k| !now.as_ref().is_some_and(|m| m.contains_key(*k)))
+                .collect();
+            if gone.is_empty() {
+                continue;
+            }
+            let map = obj
+                .entry(field)
+                .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+            if let Some(map) = map.as_object_mut() {
+                for k in gone {
+                    map.insert(k.clone(), serde_json::Value::Null);
+                }
+            }
+        }
+    }
+    serde_json::json!({ "status": status })
+}
+
 fn condition(
     type_: &str,
     ok: bool,
@@ -149,7 +236,8 @@ fn condition(
     }
 }
 
-/// The node's status at `now`, keeping the transition times of `old`'s conditions.
+/// The node's status at `now`, keeping the transition times of `old`'s
+/// conditions and the resources other writers added to its capacity.
 /// Conditions and reasons as the kubelet's `MemoryPressureCondition`,
 /// `DiskPressureCondition`, `PIDPressureCondition` and `ReadyCondition`.
 #[must_use]
@@ -160,7 +248,8 @@ pub fn status(
     old: Option<&NodeStatus>,
     now: Timestamp,
 ) -> NodeStatus {
-    let (capacity, allocatable) = resources(m, cfg.max_pods);
+    let (mut capacity, mut allocatable) = resources(m, cfg.max_pods);
+    keep_others(&mut capacity, &mut allocatable, old);
     let mut problems = Vec::new();
     if let Some(r) = &rt.runtime_not_ready {
         problems.push(format!(
@@ -360,6 +449,80 @@ mod tests {
             .insert("memory".into(), Quantity("2Gi".into()));
         assert!(changed(Some(&stored), &again), "a real capacity change");
         assert!(changed(None, &again));
+    }
+
+    #[test]
+    fn resources_of_other_writers_stay_and_vanished_huge_pages_go() {
+        let ok = RuntimeFacts::default();
+        let mut stored = status(&cfg(), &machine(), &ok, None, t(0));
+        for map in [
+            stored.capacity.as_mut().unwrap(),
+            stored.allocatable.as_mut().unwrap(),
+        ] {
+            map.insert("example.com/dongle".into(), Quantity("4".into()));
+        }
+        let again = status(&cfg(), &machine(), &ok, Some(&stored), t(10));
+        assert!(!changed(Some(&stored), &again), "{again:?}");
+        assert_eq!(
+            again.allocatable.as_ref().unwrap()["example.com/dongle"].0,
+            "4"
+        );
+        let patch = status_patch(Some(&stored), &again);
+        assert_eq!(patch["status"]["capacity"]["example.com/dongle"], "4");
+
+        // A huge page size the machine no longer has, and an extended
+        // resource left in allocatable alone, are removed by the patch.
+        stored
+            .capacity
+            .as_mut()
+            .unwrap()
+            .insert("hugepages-32Mi".into(), Quantity("0".into()));
+        stored
+            .allocatable
+            .as_mut()
+            .unwrap()
+            .insert("example.com/gone".into(), Quantity("1".into()));
+        let again = status(&cfg(), &machine(), &ok, Some(&stored), t(20));
+        assert!(changed(Some(&stored), &again));
+        let patch = status_patch(Some(&stored), &again);
+        assert!(patch["status"]["capacity"]["hugepages-32Mi"].is_null());
+        assert!(
+            patch["status"]["capacity"]
+                .as_object()
+                .unwrap()
+                .contains_key("hugepages-32Mi")
+        );
+        assert!(patch["status"]["allocatable"]["example.com/gone"].is_null());
+        assert_eq!(patch["status"]["capacity"]["cpu"], "2");
+        assert!(status_patch(None, &again)["status"]["capacity"]["hugepages-32Mi"].is_null());
+        assert!(
+            !status_patch(None, &again)["status"]["capacity"]
+                .as_object()
+                .unwrap()
+                .contains_key("hugepages-32Mi")
+        );
+    }
+
+    #[test]
+    fn extended_resources_are_zeroed_native_ones_kept() {
+        let mut s = status(&cfg(), &machine(), &RuntimeFacts::default(), None, t(0));
+        for map in [
+            s.capacity.as_mut().unwrap(),
+            s.allocatable.as_mut().unwrap(),
+        ] {
+            map.insert("test.device/gpu".into(), Quantity("2".into()));
+            map.insert("kubernetes.io/batch".into(), Quantity("3".into()));
+        }
+        zero_extended_resources(&mut s);
+        for map in [s.capacity.unwrap(), s.allocatable.unwrap()] {
+            assert_eq!(map["test.device/gpu"].0, "0");
+            assert_eq!(map["kubernetes.io/batch"].0, "3");
+            assert_eq!(map["cpu"].0, "2");
+        }
+        assert!(is_extended_resource("example.com/dongle"));
+        assert!(!is_extended_resource("cpu"));
+        assert!(!is_extended_resource("hugepages-2Mi"));
+        assert!(!is_extended_resource("requests.example.com/x"));
     }
 
     #[test]
