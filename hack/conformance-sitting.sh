@@ -7,11 +7,19 @@
 #
 # SUITE:AGENT pairs name the runs and their order (default: e2e:kubelet
 # e2e:rustlet node:kubelet node:rustlet e2e-slow:kubelet e2e-slow:rustlet);
-# each is `hack/conformance.sh --suite SUITE --agent AGENT --resume`. A run
-# that finished earlier (its summary.txt is there) is kept, so an interrupted
-# sitting goes on where it stopped, down to the shard; --fresh deletes all
-# results first. docs/conformance.md names each run's date: the sitting is
-# the span between the first and the last.
+# each is `hack/conformance.sh --suite SUITE --agent AGENT --resume`.
+#
+# --fresh begins a sitting: it deletes the results of the named runs, builds
+# every upstream part (hack/build-cluster.sh all, e2e, e2e-node) and a release
+# rustlet from the checked-out source, and pins them: the rustlet binary is
+# copied to _output/conformance/sitting/, and the digest of _output/bin
+# (binaries_id in hack/lib.sh) is recorded beside it. Without --fresh the
+# sitting goes on: a run that finished (its summary.txt is there) is kept, an
+# interrupted one resumes at its first unfinished shard, and every run uses
+# the pinned rustlet, so work on the source between runs changes nothing. If
+# _output/bin no longer has the recorded digest, the script stops: the runs
+# would not be comparable. docs/conformance.md names each run's date and its
+# binaries.
 #
 # Takes hours (about 30 minutes a run on 2 cores); needs what
 # hack/conformance.sh needs. Exits non-zero if a run did not complete; failed
@@ -40,9 +48,34 @@ for r in "${runs[@]}"; do
   case ${r#*:} in kubelet | rustlet) ;; *) die "unknown agent in '$r' (kubelet|rustlet)" ;; esac
 done
 
+SITTING=$ROOT/_output/conformance/sitting
 if $fresh; then
   for r in "${runs[@]}"; do rm -rf "${ROOT:?}/_output/conformance/${r%%:*}/${r#*:}"; done
+  rm -rf "$SITTING"
+  mkdir -p "$SITTING"
+  for target in all e2e e2e-node; do "$ROOT/hack/build-cluster.sh" "$target"; done
+  log "building the sitting's rustlet (cargo build --release --bin rustlet)"
+  (cd "$ROOT" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo build --release --bin rustlet) >"$SITTING/build.log" 2>&1 ||
+    die "cargo build --release --bin rustlet failed (log: ${SITTING#"$ROOT"/}/build.log)"
+  cp "$CARGO_TARGET_DIR/release/rustlet" "$SITTING/rustlet"
+  rev=$(git -C "$ROOT" rev-parse --short HEAD)
+  git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock || rev+=" (modified)"
+  {
+    echo "began: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "rustlet: $rev"
+    echo "binaries: $(binaries_id)"
+  } >"$SITTING/info"
 fi
+[[ -f $SITTING/info && -x $SITTING/rustlet ]] ||
+  die "no sitting has begun here: start one with --fresh"
+pinned=$(sed -n 's/^binaries: //p' "$SITTING/info")
+now_id=$(binaries_id)
+[[ $now_id == "$pinned" ]] ||
+  die "_output/bin changed since the sitting began (binaries $now_id, the sitting's $pinned): begin a new one with --fresh"
+export RUSTLET_BIN=$SITTING/rustlet
+RUSTLET_REV=$(sed -n 's/^rustlet: //p' "$SITTING/info")
+export RUSTLET_REV
+log "sitting of $(sed -n 's/^began: //p' "$SITTING/info"): rustlet $RUSTLET_REV, binaries $pinned"
 
 t0=$(now_ms)
 incomplete=()

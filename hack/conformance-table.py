@@ -685,6 +685,8 @@ def section_header(s):
            "(`hack/local-up.sh`): containerd 2 with runc and bridge CNI, images built locally "
            "(`hack/images.sh`), no cluster DNS, no kube-proxy, no network beyond this machine.")
     yield ""
+    yield from binaries_line(s.real_runs)
+    yield ""
     yield "Result sets:"
     yield ""
     for name, _, what in SETS:
@@ -694,6 +696,23 @@ def section_header(s):
            f"this sitting and their tests do not overlap (`{s.first}` skips `[Slow]`, `{s.second}` runs only "
            "`[Slow]`), so together they are every `[NodeConformance]` test of e2e.test that is run.")
     yield ""
+
+
+def binaries_line(runs):
+    """What the runs ran: one digest of the upstream binaries and one rustlet
+    binary for all of them, or a warning naming each run's."""
+    ids = sorted({r.info.get("binaries", "not recorded") for r in runs})
+    rustlets = sorted({r.info["rustlet"] for r in runs if r.info.get("rustlet")})
+    if len(ids) == 1 and len(rustlets) <= 1:
+        who = f" and the same rustlet binary, built from {rustlets[0]}" if rustlets else ""
+        yield (f"Every run used the same upstream binaries (digest `{ids[0]}` of `_output/bin`, "
+               f"`binaries_id` in `hack/lib.sh`){who}.")
+        return
+    yield "**Not one set of binaries**: the runs differ in what they ran."
+    yield ""
+    for r in runs:
+        yield (f"- `{r.set}` with {r.agent}: binaries `{r.info.get('binaries', 'not recorded')}`"
+               + (f", rustlet {r.info['rustlet']}" if r.info.get("rustlet") else ""))
 
 
 def section_headline(s):

@@ -209,8 +209,9 @@ write_summary() {
     echo "e2e run: ${t_run:-$(since "$t1") (interrupted)}"
     echo "kubernetes: $(grep -m1 'k8s.io/kubernetes v' "$ROOT/tests/cluster/go.mod" | awk '{print $NF}') ($test_bin, control plane, kubelet)"
     echo "ginkgo: $("$BIN/ginkgo" version 2>/dev/null | awk '{print $NF}' || true)"
+    echo "binaries: $bin_id"
     if [[ $agent == rustlet ]]; then
-      echo "rustlet: $rustlet_rev"
+      echo "rustlet: $rustlet_rev (sha256 $rustlet_sha)"
     fi
   } >"$OUT/summary.txt"
   local expect_args=()
@@ -279,8 +280,14 @@ rm -rf "${LOCAL:?}/kubelet/manifests"
 
 # The source local-up.sh builds rustlet from, named now (commits may land
 # while the tests run).
-rustlet_rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rustlet_rev+=" (modified)"
+# A pinned binary (RUSTLET_BIN, see hack/local-up.sh) names its own source
+# in RUSTLET_REV.
+if [[ -n ${RUSTLET_BIN:-} ]]; then
+  rustlet_rev=${RUSTLET_REV:-unknown}
+else
+  rustlet_rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rustlet_rev+=" (modified)"
+fi
 
 kubectl_path=$(command -v kubectl)
 # Flags of e2e.test (test/e2e/framework/test_context.go) for a one-node,
@@ -370,6 +377,12 @@ EOF
   test_args+=(--bearer-token="$token")
 fi
 t_up=$(since "$t0")
+# What ran: the upstream parts, and the rustlet binary local-up.sh started.
+bin_id=$(binaries_id)
+rustlet_sha=-
+if [[ $agent == rustlet ]]; then
+  rustlet_sha=$(sha256sum "${RUSTLET_BIN:-$CARGO_TARGET_DIR/${RUSTLET_PROFILE:-debug}/rustlet}" | cut -c1-12)
+fi
 
 run_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 t1=$(now_ms)

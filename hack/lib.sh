@@ -229,6 +229,14 @@ build_if_missing() {
   "$ROOT/hack/build-cluster.sh" "$target" || die "hack/build-cluster.sh $target failed"
 }
 
+# binaries_id: a short digest of every executable in _output/bin (the control
+# plane, the kubelet, containerd, the e2e binaries, and what the test images
+# are built from). Two runs with the same id ran the same upstream parts.
+binaries_id() {
+  (cd "$BIN" && find . -maxdepth 1 -type f -perm -u+x -printf '%f\n' | LC_ALL=C sort |
+    xargs -d '\n' sha256sum) | sha256sum | cut -c1-12
+}
+
 kubectl_admin() { kubectl --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
 
 # unregister_metrics_server: deletes the metrics.k8s.io APIService that

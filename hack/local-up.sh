@@ -23,7 +23,9 @@
 # pod bridge's address: the kubelet refuses a loopback node IP and the API
 # server will not proxy to one), CARGO_TARGET_DIR (default
 # ~/.cache/rustlet/target), RUSTLET_PROFILE (debug or release, default debug:
-# the cargo profile rustlet is built with), READY_TIMEOUT (seconds, default 120).
+# the cargo profile rustlet is built with), RUSTLET_BIN (a rustlet binary to
+# run instead of building one, e.g. the one a conformance sitting pinned),
+# READY_TIMEOUT (seconds, default 120).
 #
 # The API server writes an audit log of the node's own requests (users in the
 # group system:nodes, metadata only) to _output/local/logs/audit.log: it counts
@@ -64,7 +66,7 @@ case $RUSTLET_PROFILE in
   release) cargo_profile=(--release) ;;
   *) die "RUSTLET_PROFILE must be debug or release, not '$RUSTLET_PROFILE'" ;;
 esac
-RUSTLET=$CARGO_TARGET_DIR/$RUSTLET_PROFILE/rustlet
+RUSTLET=${RUSTLET_BIN:-$CARGO_TARGET_DIR/$RUSTLET_PROFILE/rustlet}
 
 t_start=$(now_ms)
 timings=()
@@ -122,7 +124,10 @@ build_if_missing images imagebuild pause
 build_if_missing busybox "busybox-$E2E_BUSYBOX_VERSION"
 if $metrics_server; then build_if_missing metrics-server metrics-server; fi
 
-if [[ $agent == rustlet ]]; then
+if [[ $agent == rustlet && -n ${RUSTLET_BIN:-} ]]; then
+  [[ -x $RUSTLET_BIN ]] || die "RUSTLET_BIN=$RUSTLET_BIN is not an executable file"
+  log "rustlet: $RUSTLET_BIN (not built)"
+elif [[ $agent == rustlet ]]; then
   need_cmd cargo "needed to build rustlet"
   log "building rustlet (cargo build ${cargo_profile[*]} --bin rustlet, target dir $CARGO_TARGET_DIR)"
   mkdir -p "$LOGS"
