@@ -47,6 +47,13 @@ BUSYBOX_SHA256=3311dff32e746499f4df0d5df04d7eb396382d7e108bb9250e7b519b837043a4
 BUSYBOX_SUITE=trixie
 
 build_busybox() {
+  # Its version names the binary, and its source and configuration are fixed:
+  # one that is there is kept (a rebuild would only stamp a new build time
+  # into it, and so change the image's digest).
+  if [[ -x $bin/busybox-$BUSYBOX_VERSION ]]; then
+    log "busybox $BUSYBOX_VERSION: up to date (_output/bin/busybox-$BUSYBOX_VERSION)"
+    return 0
+  fi
   log "busybox $BUSYBOX_VERSION (defconfig, static; Debian $BUSYBOX_SUITE's source package)"
   local src=$root/_output/src/busybox
   local tarball=$src/busybox_$BUSYBOX_VERSION.orig.tar.bz2

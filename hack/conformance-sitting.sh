@@ -10,16 +10,16 @@
 # each is `hack/conformance.sh --suite SUITE --agent AGENT --resume`.
 #
 # --fresh begins a sitting: it deletes the results of the named runs, builds
-# every upstream part (hack/build-cluster.sh all, e2e, e2e-node) and a release
-# rustlet from the checked-out source, and pins them: the rustlet binary is
-# copied to _output/conformance/sitting/, and the digest of _output/bin
-# (binaries_id in hack/lib.sh) is recorded beside it. Without --fresh the
-# sitting goes on: a run that finished (its summary.txt is there) is kept, an
-# interrupted one resumes at its first unfinished shard, and every run uses
-# the pinned rustlet, so work on the source between runs changes nothing. If
-# _output/bin no longer has the recorded digest, the script stops: the runs
-# would not be comparable. docs/conformance.md names each run's date and its
-# binaries.
+# every upstream part (hack/build-cluster.sh all, e2e, e2e-node) and records
+# the digest of _output/bin (binaries_id in hack/lib.sh) in
+# _output/conformance/sitting/info. The first rustlet run of the sitting
+# builds a release rustlet from the checked-out source and pins it there;
+# every later rustlet run uses that binary, so work on the source between
+# runs changes nothing. Without --fresh the sitting goes on: a run that
+# finished (its summary.txt is there) is kept, an interrupted one resumes at
+# its first unfinished shard. If _output/bin no longer has the recorded
+# digest, the script stops: the runs would not be comparable.
+# docs/conformance.md names each run's date and its binaries.
 #
 # Takes hours (about 30 minutes a run on 2 cores); needs what
 # hack/conformance.sh needs. Exits non-zero if a run did not complete; failed
@@ -54,28 +54,37 @@ if $fresh; then
   rm -rf "$SITTING"
   mkdir -p "$SITTING"
   for target in all e2e e2e-node; do "$ROOT/hack/build-cluster.sh" "$target"; done
-  log "building the sitting's rustlet (cargo build --release --bin rustlet)"
-  (cd "$ROOT" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo build --release --bin rustlet) >"$SITTING/build.log" 2>&1 ||
-    die "cargo build --release --bin rustlet failed (log: ${SITTING#"$ROOT"/}/build.log)"
-  cp "$CARGO_TARGET_DIR/release/rustlet" "$SITTING/rustlet"
-  rev=$(git -C "$ROOT" rev-parse --short HEAD)
-  git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock || rev+=" (modified)"
   {
     echo "began: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "rustlet: $rev"
     echo "binaries: $(binaries_id)"
   } >"$SITTING/info"
 fi
-[[ -f $SITTING/info && -x $SITTING/rustlet ]] ||
-  die "no sitting has begun here: start one with --fresh"
+[[ -f $SITTING/info ]] || die "no sitting has begun here: start one with --fresh"
 pinned=$(sed -n 's/^binaries: //p' "$SITTING/info")
 now_id=$(binaries_id)
 [[ $now_id == "$pinned" ]] ||
   die "_output/bin changed since the sitting began (binaries $now_id, the sitting's $pinned): begin a new one with --fresh"
-export RUSTLET_BIN=$SITTING/rustlet
-RUSTLET_REV=$(sed -n 's/^rustlet: //p' "$SITTING/info")
-export RUSTLET_REV
-log "sitting of $(sed -n 's/^began: //p' "$SITTING/info"): rustlet $RUSTLET_REV, binaries $pinned"
+log "sitting of $(sed -n 's/^began: //p' "$SITTING/info"): binaries $pinned"
+
+# pin_rustlet: the sitting's rustlet, built (release) from the checked-out
+# source when its first rustlet run starts, then used by every rustlet run.
+pin_rustlet() {
+  if [[ ! -x $SITTING/rustlet ]]; then
+    log "building the sitting's rustlet (cargo build --release --bin rustlet)"
+    (cd "$ROOT" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo build --release --bin rustlet) >"$SITTING/build.log" 2>&1 ||
+      die "cargo build --release --bin rustlet failed (log: ${SITTING#"$ROOT"/}/build.log)"
+    local rev
+    rev=$(git -C "$ROOT" rev-parse --short HEAD)
+    git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock || rev+=" (modified)"
+    cp "$CARGO_TARGET_DIR/release/rustlet" "$SITTING/rustlet.new"
+    mv "$SITTING/rustlet.new" "$SITTING/rustlet"
+    echo "rustlet: $rev" >>"$SITTING/info"
+  fi
+  export RUSTLET_BIN=$SITTING/rustlet
+  RUSTLET_REV=$(sed -n 's/^rustlet: //p' "$SITTING/info")
+  export RUSTLET_REV
+  log "rustlet of the sitting: $RUSTLET_REV"
+}
 
 t0=$(now_ms)
 incomplete=()
@@ -85,6 +94,7 @@ for r in "${runs[@]}"; do
     log "$suite with $agent: done earlier ($(grep -m1 '^date: ' "$ROOT/_output/conformance/$suite/$agent/summary.txt")), kept"
     continue
   fi
+  [[ $agent != rustlet ]] || pin_rustlet
   log "$suite with $agent"
   rc=0
   "$ROOT/hack/conformance.sh" --suite "$suite" --agent "$agent" --resume || rc=$?
