@@ -242,6 +242,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tokio::spawn(crate::log_manager::run(
         runtime.clone(),
         settings.pod_logs_dir.clone(),
+        crate::paths::CONTAINER_LOGS_DIR.into(),
         settings.container_logs,
     ));
     tokio::spawn(crate::node::lease::renew_loop(
@@ -334,6 +335,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 &settings.root_dir,
                 usize::try_from(settings.max_pods).unwrap_or(usize::MAX),
             ),
+            log_links_dir: crate::paths::CONTAINER_LOGS_DIR.into(),
         },
         status: StatusManager::new(client.clone()),
         status_context: StatusContext {

@@ -11,6 +11,7 @@ pub mod container;
 pub mod cri;
 pub mod events;
 pub mod expansion;
+pub mod log_links;
 pub mod log_manager;
 pub mod metrics;
 pub mod node;

@@ -71,14 +71,18 @@ pub fn rotated_name(log: &Path, now: Timestamp) -> PathBuf {
 }
 
 /// Checks the logs of every running container every `policy.interval`,
-/// forever. Errors are logged, never fatal.
-pub async fn run(runtime: Runtime, pod_logs_dir: PathBuf, policy: Policy) {
+/// forever, and sweeps the links in `links_dir` whose log is gone
+/// ([`crate::log_links::sweep`]). Errors are logged, never fatal.
+pub async fn run(runtime: Runtime, pod_logs_dir: PathBuf, links_dir: PathBuf, policy: Policy) {
     let mut tick = tokio::time::interval(policy.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         if let Err(e) = rotate_all(&runtime, &pod_logs_dir, policy).await {
             debug!(error = %e, "container log rotation");
+        }
+        if let Err(e) = crate::log_links::sweep(&links_dir, &pod_logs_dir) {
+            debug!(error = %e, "container log links");
         }
     }
 }

@@ -20,6 +20,10 @@ pub fn container_log_path(container: &str, attempt: u32) -> String {
     format!("{container}/{attempt}.log")
 }
 
+/// The directory of the container log links collectors read, fixed as the
+/// kubelet's `ContainerLogsDir`; the `log_links` module keeps them.
+pub const CONTAINER_LOGS_DIR: &str = "/var/log/containers";
+
 /// Directory of a pod's subPath bind mounts in its pod directory.
 pub const VOLUME_SUBPATHS_DIR: &str = "volume-subpaths";
 

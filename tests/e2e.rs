@@ -158,6 +158,10 @@ async fn pod_runs_logs_and_is_deleted_cleanly() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The link log collectors read, as the kubelet makes it.
+    let id = cs_id(&running);
+    let link = std::path::PathBuf::from(format!("/var/log/containers/sleeper_{ns}_c-{id}.log"));
+    assert_eq!(std::fs::read_link(&link).expect("log link"), log);
 
     let started = Instant::now();
     Api::<Pod>::namespaced(client.clone(), &ns)
@@ -177,7 +181,18 @@ async fn pod_runs_logs_and_is_deleted_cleanly() {
         rt.list_pod_sandboxes(by_uid).await.unwrap().is_empty(),
         "sandboxes left in containerd"
     );
+    assert!(
+        std::fs::symlink_metadata(&link).is_err(),
+        "log link {} left behind",
+        link.display()
+    );
     drop_namespace(&client, &ns).await;
+}
+
+/// The runtime's ID of the pod's first container (`containerd://<id>`).
+fn cs_id(pod: &Pod) -> String {
+    let id = container_status(pod).container_id.expect("containerID");
+    id.rsplit("://").next().unwrap_or_default().to_string()
 }
 
 #[tokio::test]

@@ -32,7 +32,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("runtime's view of a pod", &["container"]),
     (
         "node-side services below the pod worker",
-        &["events", "volume", "prober", "log_manager", "stats"],
+        &[
+            "events",
+            "volume",
+            "prober",
+            "log_links",
+            "log_manager",
+            "stats",
+        ],
     ),
     ("the pod worker and the node object", &["pod", "node"]),
     ("the node API", &["server"]),

@@ -48,6 +48,9 @@ pub struct RuntimeManager {
     pub client: kube::Client,
     /// The host ID ranges of pods with their own user namespace.
     pub userns: UsernsManager,
+    /// Where started containers get their log link (`/var/log/containers`,
+    /// [`crate::log_links`]).
+    pub log_links_dir: std::path::PathBuf,
 }
 
 /// What carrying out a plan left behind.
@@ -112,7 +115,12 @@ impl RuntimeManager {
                         .await?;
                 }
                 Step::StopSandbox { id } => self.runtime.stop_pod_sandbox(id).await?,
-                Step::RemoveContainer { id } => self.runtime.remove_container(id).await?,
+                Step::RemoveContainer { id } => {
+                    self.runtime.remove_container(id).await?;
+                    if let Err(e) = crate::log_links::remove(&self.log_links_dir, id) {
+                        debug!(container = id, error = %e, "remove container log link");
+                    }
+                }
                 Step::RemoveSandbox { id } => self.runtime.remove_pod_sandbox(id).await?,
                 Step::CreateSandbox { attempt, changed } => {
                     if *changed {
@@ -383,6 +391,7 @@ impl RuntimeManager {
             translate::target_pid_namespace(&mut config, target);
         }
         let target = format!("container {name} of pod {ns}/{pod_name}");
+        let log = std::path::Path::new(&at.config.log_directory).join(&config.log_path);
         let created = self
             .runtime
             .create_container(&at.sandbox_id, config, at.config.clone(), &target)
@@ -408,6 +417,13 @@ impl RuntimeManager {
         }
         let note = format!("Started container {name}");
         self.event(pod, Some(name), EventType::Normal, event::STARTED, note);
+        // The log link for collectors, as the kubelet's startContainer.
+        if let Some(link) =
+            crate::log_links::link_path(&self.log_links_dir, &pod_name, &ns, name, &id)
+            && let Err(e) = crate::log_links::create(&link, &log)
+        {
+            warn!(link = %link.display(), error = %e, "container log link");
+        }
         // Step 4: the postStart hook, before the container counts as started.
         let ip = pod_ips.first().and_then(|ip| ip.parse().ok());
         self.post_start(pod, c, &id, ip).await

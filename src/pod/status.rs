@@ -615,6 +615,72 @@ pub fn rejected(pod: &Pod, rejection: &super::admit::Rejection) -> PodStatus {
     }
 }
 
+/// The message of a container that had not terminated when its pod did (the
+/// kubelet's `TerminatePod`).
+pub const NOT_LOCATED_MESSAGE: &str =
+    "The container could not be located when the pod was terminated";
+
+/// The final status of a pod whose containers are gone, written before the
+/// node deletes it, as the kubelet's status manager `TerminatePod`: once the
+/// pod has initialized (no init containers, or a regular container left
+/// `waiting`), each container status not `terminated` becomes terminated with
+/// `ContainerStatusUnknown`, exit code 137; so do the init containers up to
+/// the last one that started; and a `Pending` or `Running` phase becomes
+/// `Failed` (a pod deleted while pending ends `Failed`).
+#[must_use]
+pub fn terminated_status(pod: &Pod, status: &PodStatus) -> PodStatus {
+    let mut out = status.clone();
+    let unknown = || ApiState {
+        terminated: Some(ContainerStateTerminated {
+            reason: Some(terminated::CONTAINER_STATUS_UNKNOWN.into()),
+            message: Some(NOT_LOCATED_MESSAGE.into()),
+            exit_code: 137,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let is_terminated =
+        |s: &ContainerStatus| s.state.as_ref().is_some_and(|st| st.terminated.is_some());
+    let started = |s: &ContainerStatus| {
+        s.last_state
+            .as_ref()
+            .is_some_and(|st| st.terminated.is_some())
+            || s.state.as_ref().is_none_or(|st| st.waiting.is_none())
+    };
+    let has_init = pod
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.init_containers.as_ref().is_some_and(|i| !i.is_empty()));
+    let initialized = !has_init
+        || status.container_statuses.iter().flatten().any(started)
+        || status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == cond::INITIALIZED && c.status == "True");
+    if initialized {
+        for s in out.container_statuses.iter_mut().flatten() {
+            if !is_terminated(s) {
+                s.state = Some(unknown());
+                s.ready = false;
+            }
+        }
+    }
+    if let Some(inits) = out.init_container_statuses.as_mut() {
+        let last_started = inits.iter().rposition(started);
+        for s in inits.iter_mut().take(last_started.map_or(0, |i| i + 1)) {
+            if !is_terminated(s) {
+                s.state = Some(unknown());
+                s.ready = false;
+            }
+        }
+    }
+    if !out.phase.as_deref().is_some_and(phase::is_terminal) {
+        out.phase = Some(phase::FAILED.into());
+    }
+    out
+}
+
 /// `t` as the API keeps it: `metav1.Time` has whole seconds, so a status
 /// built with finer times would never equal the one read back, and every sync
 /// would send a patch the API server drops as a no-op.
@@ -632,6 +698,78 @@ pub fn differs(old: Option<&PodStatus>, new: &PodStatus) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_pod_deleted_while_pending_ends_failed_with_unknown_containers() {
+        let waiting = |name: &str| ContainerStatus {
+            name: name.into(),
+            state: Some(ApiState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some("ErrImagePull".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut pod = Pod::default();
+        let last = PodStatus {
+            phase: Some("Pending".into()),
+            container_statuses: Some(vec![waiting("app")]),
+            ..Default::default()
+        };
+        let end = terminated_status(&pod, &last);
+        assert_eq!(end.phase.as_deref(), Some("Failed"));
+        let t = end.container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap();
+        assert_eq!(t.exit_code, 137);
+        assert_eq!(t.reason.as_deref(), Some("ContainerStatusUnknown"));
+        assert_eq!(t.message.as_deref(), Some(NOT_LOCATED_MESSAGE));
+
+        // Not initialized: the regular containers stay waiting, and init
+        // containers after the last one that started are left alone.
+        pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            init_containers: Some(vec![ApiContainer::default(), ApiContainer::default()]),
+            ..Default::default()
+        });
+        let running = ContainerStatus {
+            name: "init-1".into(),
+            state: Some(ApiState {
+                running: Some(ContainerStateRunning::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let last = PodStatus {
+            phase: Some("Pending".into()),
+            init_container_statuses: Some(vec![running, waiting("init-2")]),
+            container_statuses: Some(vec![waiting("app")]),
+            ..Default::default()
+        };
+        let end = terminated_status(&pod, &last);
+        let inits = end.init_container_statuses.unwrap();
+        assert!(inits[0].state.as_ref().unwrap().terminated.is_some());
+        assert!(inits[1].state.as_ref().unwrap().waiting.is_some());
+        assert!(
+            end.container_statuses.unwrap()[0]
+                .state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .is_some()
+        );
+
+        // A terminal pod keeps its phase and its containers' own ends.
+        let done = PodStatus {
+            phase: Some("Succeeded".into()),
+            ..Default::default()
+        };
+        assert_eq!(terminated_status(&pod, &done), done);
+    }
+
     use super::*;
     use crate::fixtures::{ctr, exited, pod, runtime, sandbox, t};
     use ContainerState::Running;

@@ -22,8 +22,9 @@ use crate::cri::{
 /// A pod spec that cannot be turned into a CRI config.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The spec asks for something invalid or unsupported; the message says what.
-    #[error("invalid pod spec: {0}")]
+    /// The spec asks for something invalid or unsupported; the message says
+    /// what, in the kubelet's words (events quote it as it is).
+    #[error("{0}")]
     InvalidSpec(String),
 }
 

@@ -371,13 +371,23 @@ async fn kill_reporting(pod: &Pod, rt: &PodRuntime, plan: &Plan, ctx: &Context) 
 }
 
 /// The end of a terminated pod whose containers and sandboxes are removed:
-/// its volumes and directory go, the status manager deletes the Pod object,
-/// and the managers forget it.
+/// its final status is written ([`status::terminated_status`]), its volumes
+/// and directory go, the status manager deletes the Pod object, and the
+/// managers forget it.
 ///
 /// # Errors
 /// The teardown or the delete failed.
 async fn delete(pod: &Pod, ctx: &Context) -> Result<()> {
     let (ns, name, uid) = pod_identity(pod);
+    // The final status first: a pod kept by a finalizer shows how it ended.
+    let last = pod.status.clone().unwrap_or_default();
+    ctx.status
+        .set_status(pod, status::terminated_status(pod, &last))
+        .await
+        .map_err(|source| Error::Api {
+            pod: format!("{ns}/{name}"),
+            source,
+        })?;
     ctx.volumes
         .teardown(&uid)
         .await

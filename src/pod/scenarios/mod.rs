@@ -122,6 +122,7 @@ impl Node {
                 pods: store,
                 client: client.clone(),
                 userns: crate::pod::userns::UsernsManager::new(&root, 110),
+                log_links_dir: root.join("containers"),
             },
             status: StatusManager::new(client.clone()),
             status_context: StatusContext {
@@ -347,6 +348,63 @@ async fn a_failed_pull_backs_off_without_pulling_again() {
     let wait = requeue(&action).expect("a requeue");
     assert!(wait <= Duration::from_secs(10), "{wait:?}");
     n.event("BackOff", "Back-off pulling image").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_while_pending_is_failed_before_it_is_deleted() {
+    let mut n = Node::start().await;
+    let image = "registry.example/missing:1";
+    n.cri.fail_pull(image, "pull access denied");
+    let web = n.bind(pod("web").container("c", image).build());
+    n.sync(&web).await;
+    assert_eq!(n.status("web").phase.as_deref(), Some("Pending"));
+    n.delete_gracefully("web", 30);
+    n.cri_calls();
+    n.api_calls();
+    // Nothing runs: the sandbox goes, the final status is written, then the
+    // pod is deleted (as the kubelet's TerminatePod, then deletePod).
+    for _ in 0..5 {
+        n.sync_watched("web").await;
+        if n.api.pod("web").is_none() {
+            break;
+        }
+    }
+    let requests = n.api.take_requests();
+    let lines: Vec<String> = requests.iter().map(api::Seen::line).collect();
+    let patch = lines
+        .iter()
+        .rposition(|l| l == WEB_STATUS)
+        .expect("a final status patch");
+    let delete = lines
+        .iter()
+        .position(|l| l == "DELETE /api/v1/namespaces/default/pods/web")
+        .expect("the delete");
+    assert!(patch < delete, "{lines:?}");
+    let status = &requests[patch].body["status"];
+    assert_eq!(status["phase"], "Failed", "{status}");
+    let terminated = &status["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(terminated["reason"], "ContainerStatusUnknown", "{status}");
+    assert_eq!(terminated["exitCode"], 137);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_too_long_fqdn_fails_the_sandbox_in_the_kubelet_words() {
+    let mut n = Node::start().await;
+    let mut p = pod("hostfqdnveryveryveryverylongforfqdntobemorethan64bytes")
+        .container("c", IMAGE)
+        .build();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.subdomain = Some("t".into());
+        spec.set_hostname_as_fqdn = Some(true);
+    }
+    let p = n.bind(p);
+    n.sync(&p).await;
+    assert_eq!(n.cri_calls(), Vec::<String>::new(), "no sandbox is created");
+    n.event(
+        "FailedCreatePodSandBox",
+        "Failed to create pod sandbox: failed to construct FQDN from pod hostname and cluster domain, FQDN ",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
