@@ -24,7 +24,7 @@
 #              no [NodeConformance] test of e2e.test is Disruptive or Flaky
 #              today). [Serial] tests run, after the others, one at a time.
 #   --shards N split the selected tests into N shards, run one after the
-#              other on the same cluster (default 1; e2e-slow: 4). Each
+#              other on the same cluster (default 1; e2e-slow 4, node 3). Each
 #              shard's report is kept as soon as it ends, so a run that is
 #              interrupted can be resumed.
 #   --resume   keep the shards that already have a report from an earlier run
@@ -137,7 +137,7 @@ SLOW='\[Slow\]'
 case $suite in
   e2e) test_bin=e2e.test; base_focus=$NC; default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]"; default_shards=1 ;;
   e2e-slow) test_bin=e2e.test; base_focus="$NC.*$SLOW|$SLOW.*$NC"; default_skip='\[Disruptive\]|\[Flaky\]'; default_shards=4 ;;
-  node) test_bin=e2e_node.test; base_focus=$NC; default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]"; default_shards=1 ;;
+  node) test_bin=e2e_node.test; base_focus=$NC; default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]"; default_shards=3 ;;
   *) die "unknown suite '$suite' (e2e|e2e-slow|node)" ;;
 esac
 $skip_given || skip=$default_skip
