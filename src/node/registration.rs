@@ -142,7 +142,13 @@ pub async fn status_loop(
         if !due && !super::status::changed(old.as_ref(), &new) {
             continue;
         }
-        let patch = super::status::status_patch(old.as_ref(), &new);
+        let patch = match super::status::status_patch(old.as_ref(), &new) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(error = %e, "node status patch");
+                continue;
+            }
+        };
         match api
             .patch_status(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await

@@ -174,9 +174,14 @@ pub fn zero_extended_resources(status: &mut NodeStatus) {
 /// itself, with `null` for each capacity and allocatable entry of `old` that
 /// `new` drops (a merge patch keeps map entries it does not name), as the
 /// kubelet's two-way `PatchNodeStatus`.
-#[must_use]
-pub fn status_patch(old: Option<&NodeStatus>, new: &NodeStatus) -> serde_json::Value {
-    let mut status = serde_json::to_value(new).unwrap_or(serde_json::Value::Null);
+///
+/// # Errors
+/// `new` does not serialize (never for a status built by [`status`]).
+pub fn status_patch(
+    old: Option<&NodeStatus>,
+    new: &NodeStatus,
+) -> Result<serde_json::Value, serde_json::Error> {
+    let mut status = serde_json::to_value(new)?;
     if let (Some(old), Some(obj)) = (old, status.as_object_mut()) {
         for (field, was, now) in [
             ("capacity", &old.capacity, &new.capacity),
@@ -201,7 +206,7 @@ pub fn status_patch(old: Option<&NodeStatus>, new: &NodeStatus) -> serde_json::V
             }
         }
     }
-    serde_json::json!({ "status": status })
+    Ok(serde_json::json!({ "status": status }))
 }
 
 fn condition(
@@ -467,7 +472,7 @@ mod tests {
             again.allocatable.as_ref().unwrap()["example.com/dongle"].0,
             "4"
         );
-        let patch = status_patch(Some(&stored), &again);
+        let patch = status_patch(Some(&stored), &again).unwrap();
         assert_eq!(patch["status"]["capacity"]["example.com/dongle"], "4");
 
         // A huge page size the machine no longer has, and an extended
@@ -484,7 +489,7 @@ mod tests {
             .insert("example.com/gone".into(), Quantity("1".into()));
         let again = status(&cfg(), &machine(), &ok, Some(&stored), t(20));
         assert!(changed(Some(&stored), &again));
-        let patch = status_patch(Some(&stored), &again);
+        let patch = status_patch(Some(&stored), &again).unwrap();
         assert!(patch["status"]["capacity"]["hugepages-32Mi"].is_null());
         assert!(
             patch["status"]["capacity"]
@@ -494,9 +499,11 @@ mod tests {
         );
         assert!(patch["status"]["allocatable"]["example.com/gone"].is_null());
         assert_eq!(patch["status"]["capacity"]["cpu"], "2");
-        assert!(status_patch(None, &again)["status"]["capacity"]["hugepages-32Mi"].is_null());
         assert!(
-            !status_patch(None, &again)["status"]["capacity"]
+            status_patch(None, &again).unwrap()["status"]["capacity"]["hugepages-32Mi"].is_null()
+        );
+        assert!(
+            !status_patch(None, &again).unwrap()["status"]["capacity"]
                 .as_object()
                 .unwrap()
                 .contains_key("hugepages-32Mi")
