@@ -219,10 +219,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_pods: settings.max_pods,
         port: settings.port,
         version: crate::node_version(),
+        reserved: settings.reservations.clone(),
     };
     let machine = MachineInfo::read(&settings.root_dir);
-    let (_, allocatable) = crate::node::status::resources(&machine, settings.max_pods);
-    let volumes = VolumeManager::new(client.clone(), &settings.root_dir, allocatable);
+    crate::node::status::check_reservations(&machine, settings.max_pods, &settings.reservations)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let (_, allocatable) =
+        crate::node::status::resources(&machine, settings.max_pods, &settings.reservations);
+    let volumes = VolumeManager::new(client.clone(), &settings.root_dir, allocatable.clone());
     let node_uid = crate::node::registration::register(
         &client,
         &runtime,
@@ -231,8 +235,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         &runtime_version,
     )
     .await;
+    let node_store = crate::node::registration::watch_node(client.clone(), &node_name);
     tokio::spawn(crate::node::registration::status_loop(
         client.clone(),
+        node_store.clone(),
         runtime.clone(),
         node_cfg.clone(),
         machine.clone(),
@@ -304,7 +310,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         host_dns,
         cluster_dns: settings.cluster_dns.clone(),
         cluster_domain: settings.cluster_domain.clone(),
-        allocatable: crate::node::status::resources(&machine, settings.max_pods).1,
+        allocatable: allocatable.clone(),
         memory_capacity_bytes: machine.memory_bytes,
         hosts_file: crate::pod::hosts::ETC_HOSTS_PATH.into(),
         allowed_unsafe_sysctls: settings.allowed_unsafe_sysctls.clone(),
@@ -345,6 +351,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         volumes: Arc::new(volumes),
         prober,
         pleg_connected,
+        node_store,
+        admission: crate::pod::admission_manager::AdmissionManager::new(),
     });
     let controller = Controller::for_stream(pod_events, store.clone())
         .reconcile_on(futures::stream::select(

@@ -1,6 +1,7 @@
 //! The agent's configuration: command-line flags over a KubeletConfiguration
 //! file (`kubelet.config.k8s.io/v1beta1`) over the kubelet's defaults.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -96,6 +97,79 @@ pub struct Settings {
     /// `failSwapOn` as set in the file: true makes the agent refuse to start
     /// on a node with swap enabled (unset: not checked).
     pub fail_swap_on: Option<bool>,
+    /// `kubeReserved`, `systemReserved` and `evictionHard`: what node
+    /// allocatable holds back from capacity.
+    pub reservations: Reservations,
+}
+
+/// The kubelet's default `evictionHard` on Linux (eviction/defaults_linux.go),
+/// used when the file sets none.
+pub const DEFAULT_EVICTION_HARD: &[(&str, &str)] = &[
+    ("memory.available", "100Mi"),
+    ("nodefs.available", "10%"),
+    ("nodefs.inodesFree", "5%"),
+    ("imagefs.available", "15%"),
+    ("imagefs.inodesFree", "5%"),
+];
+
+/// What node allocatable holds back from capacity, as the kubelet's
+/// `GetNodeAllocatableReservation`: `systemReserved` plus `kubeReserved`
+/// (resource name to quantity: `cpu: 500m`, `memory: 1Gi`) plus the hard
+/// eviction thresholds of `memory.available` and `nodefs.available`
+/// (signal to quantity or percentage of capacity: `100Mi`, `10%`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservations {
+    /// `kubeReserved`.
+    pub kube_reserved: BTreeMap<String, String>,
+    /// `systemReserved`.
+    pub system_reserved: BTreeMap<String, String>,
+    /// `evictionHard`; a file that sets it replaces the defaults
+    /// ([`DEFAULT_EVICTION_HARD`]) whole, as the kubelet's.
+    pub eviction_hard: BTreeMap<String, String>,
+}
+
+impl Default for Reservations {
+    fn default() -> Self {
+        Self {
+            kube_reserved: BTreeMap::new(),
+            system_reserved: BTreeMap::new(),
+            eviction_hard: DEFAULT_EVICTION_HARD
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect(),
+        }
+    }
+}
+
+/// A threshold of `evictionHard`: an amount, or a share of capacity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Threshold {
+    /// A quantity (`100Mi`).
+    Quantity(crate::resource::Quantity),
+    /// A percentage of capacity (`10%` is 10.0).
+    Percent(f64),
+}
+
+impl Threshold {
+    /// Parses `100Mi` or `10%` (0 to 100).
+    ///
+    /// # Errors
+    /// The text is neither a non-negative quantity nor a percentage.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if let Some(p) = text.strip_suffix('%') {
+            return p
+                .parse::<f64>()
+                .ok()
+                .filter(|p| (0.0..=100.0).contains(p))
+                .map(Self::Percent)
+                .ok_or_else(|| format!("invalid percentage {text:?}"));
+        }
+        crate::resource::Quantity::parse(text)
+            .ok()
+            .filter(|q| *q >= crate::resource::Quantity::default())
+            .map(Self::Quantity)
+            .ok_or_else(|| format!("invalid threshold {text:?}"))
+    }
 }
 
 impl Default for Settings {
@@ -124,6 +198,7 @@ impl Default for Settings {
             seccomp_default: false,
             user_namespaces_support: true,
             fail_swap_on: None,
+            reservations: Reservations::default(),
         }
     }
 }
@@ -197,6 +272,9 @@ impl Settings {
             "seccompDefault": self.seccomp_default,
             "featureGates": {"UserNamespacesSupport": self.user_namespaces_support},
             "failSwapOn": self.fail_swap_on,
+            "kubeReserved": self.reservations.kube_reserved,
+            "systemReserved": self.reservations.system_reserved,
+            "evictionHard": self.reservations.eviction_hard,
         })
     }
 }
@@ -240,6 +318,9 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "seccompDefault",
     "featureGates",
     "failSwapOn",
+    "kubeReserved",
+    "systemReserved",
+    "evictionHard",
 ];
 
 /// KubeletConfiguration fields that guard the node's security, with the
@@ -478,6 +559,27 @@ pub fn apply_file_text(
                     }
                 }
             }
+            "kubeReserved" | "systemReserved" => {
+                let map = string_map(key, v).map_err(|m| bad(key, &m))?;
+                for (name, q) in &map {
+                    crate::resource::Quantity::parse(q)
+                        .ok()
+                        .filter(|q| *q >= crate::resource::Quantity::default())
+                        .ok_or_else(|| bad(key, &format!("a quantity for {name}, not {q:?}")))?;
+                }
+                if key == "kubeReserved" {
+                    settings.reservations.kube_reserved = map;
+                } else {
+                    settings.reservations.system_reserved = map;
+                }
+            }
+            "evictionHard" => {
+                let map = string_map(key, v).map_err(|m| bad(key, &m))?;
+                for (signal, t) in &map {
+                    Threshold::parse(t).map_err(|e| bad(key, &format!("{signal}: {e}")))?;
+                }
+                settings.reservations.eviction_hard = map;
+            }
             "clusterDNS" => {
                 settings.cluster_dns = v
                     .as_array()
@@ -498,6 +600,19 @@ pub fn apply_file_text(
     }
     ignored.sort();
     Ok(ignored)
+}
+
+/// A mapping of strings (`kubeReserved`, `evictionHard`).
+fn string_map(key: &str, v: &Value) -> Result<BTreeMap<String, String>, String> {
+    v.as_object()
+        .ok_or_else(|| format!("{key} must be a mapping"))?
+        .iter()
+        .map(|(k, v)| {
+            v.as_str()
+                .map(|s| (k.clone(), s.to_string()))
+                .ok_or_else(|| format!("a string for {k}"))
+        })
+        .collect()
 }
 
 /// Reads the webhook cache TTLs of an `authentication` or `authorization`
@@ -654,6 +769,36 @@ mod tests {
             let err = apply_file_text(&mut s, Path::new("k.yaml"), bad).unwrap_err();
             assert!(err.to_string().contains("containerLogMax"), "{err}");
         }
+    }
+
+    #[test]
+    fn reservations_replace_the_eviction_defaults_and_bad_ones_are_named() {
+        let mut s = Settings::default();
+        assert_eq!(s.reservations.eviction_hard["nodefs.available"], "10%");
+        let text = "kubeReserved: {cpu: 500m, memory: 1Gi}\nsystemReserved: {cpu: 100m}\nevictionHard: {memory.available: 5%}\n";
+        let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(s.reservations.kube_reserved["memory"], "1Gi");
+        assert_eq!(s.reservations.system_reserved["cpu"], "100m");
+        // Set in the file, evictionHard replaces the defaults whole.
+        assert_eq!(s.reservations.eviction_hard.len(), 1);
+        assert_eq!(
+            s.kubelet_configuration()["evictionHard"]["memory.available"],
+            "5%"
+        );
+        for bad in [
+            "kubeReserved: {cpu: lots}",
+            "systemReserved: {memory: -1Gi}",
+            "evictionHard: {memory.available: 120%}",
+            "evictionHard: [1]",
+        ] {
+            let err = apply_file_text(&mut s, Path::new("k.yaml"), bad).unwrap_err();
+            assert!(
+                err.to_string().contains("Reserved") || err.to_string().contains("evictionHard"),
+                "{err}"
+            );
+        }
+        assert_eq!(Threshold::parse("7.5%"), Ok(Threshold::Percent(7.5)));
     }
 
     #[test]

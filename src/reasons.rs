@@ -190,4 +190,13 @@ pub mod admission {
     /// support it (`predicateAdmitHandler`'s `SupplementalGroupsPolicyNotSupported`).
     pub const SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED: &str =
         "SupplementalGroupsPolicyNotSupported";
+    /// `spec.nodeSelector` or the required node affinity does not match the
+    /// node (the `NodeAffinity` predicate; a selector mismatch too).
+    pub const NODE_AFFINITY: &str = "NodeAffinity";
+    /// A host port is taken by an admitted pod (the `NodePorts` predicate).
+    pub const NODE_PORTS: &str = "NodePorts";
+    /// A `NoExecute` taint the pod does not tolerate (the `TaintToleration`
+    /// predicate). Resource shortages are `OutOf<resource>`, built from the
+    /// resource's name.
+    pub const TAINT_TOLERATION: &str = "TaintToleration";
 }

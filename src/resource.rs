@@ -170,6 +170,18 @@ impl Quantity {
     pub fn is_zero(self) -> bool {
         self.0 == 0
     }
+
+    /// `self + other`, held at the largest quantity of its sign on overflow.
+    #[must_use]
+    pub fn saturating_add(self, other: Self) -> Self {
+        Self(self.0.saturating_add(other.0))
+    }
+
+    /// `self - other`, held at the largest quantity of its sign on overflow.
+    #[must_use]
+    pub fn saturating_sub(self, other: Self) -> Self {
+        Self(self.0.saturating_sub(other.0))
+    }
 }
 
 /// `ceil(a / b)`; 0 when `b` is 0 (a divisor that rounds to nothing).

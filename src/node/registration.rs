@@ -10,7 +10,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::{info, warn};
@@ -87,25 +87,15 @@ pub async fn register(
     }
 }
 
-/// Computes node status every `nodeStatusUpdateFrequency` and patches it when it
-/// changed or `nodeStatusReportFrequency` passed, as `syncNodeStatus`. The
-/// status it compares with comes from a watch of the Node, as the kubelet's
-/// node informer: what other writers add (an administrator's extended
-/// resources) is seen at the next update without polling the API server.
-pub async fn status_loop(
-    client: Client,
-    runtime: Runtime,
-    cfg: NodeConfig,
-    machine: MachineInfo,
-    version: String,
-    settings: Settings,
-) {
-    let api: Api<Node> = Api::all(client);
+/// A store of this node's Node object kept by a watch (the kubelet's node
+/// informer), for the status loop and admission.
+#[must_use]
+pub fn watch_node(client: Client, name: &str) -> Store<Node> {
     let (store, writer) = reflector::store();
     tokio::spawn(
         watcher(
-            api.clone(),
-            watcher::Config::default().fields(&format!("metadata.name={}", cfg.name)),
+            Api::<Node>::all(client),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
         )
         .default_backoff()
         .reflect(writer)
@@ -115,6 +105,24 @@ pub async fn status_loop(
             }
         }),
     );
+    store
+}
+
+/// Computes node status every `nodeStatusUpdateFrequency` and patches it when it
+/// changed or `nodeStatusReportFrequency` passed, as `syncNodeStatus`. The
+/// status it compares with comes from `store` ([`watch_node`]): what other
+/// writers add (an administrator's extended resources) is seen at the next
+/// update without polling the API server.
+pub async fn status_loop(
+    client: Client,
+    store: Store<Node>,
+    runtime: Runtime,
+    cfg: NodeConfig,
+    machine: MachineInfo,
+    version: String,
+    settings: Settings,
+) {
+    let api: Api<Node> = Api::all(client);
     let key = ObjectRef::<Node>::new(&cfg.name);
     let mut last_report: Option<Instant> = None;
     // The first patch zeroes extended resources left on an existing Node.

@@ -13,13 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use super::info::{MachineInfo, go_arch};
+use crate::config::{Reservations, Threshold};
 use crate::reasons::node::{DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE, READY, reason};
-
-/// Memory held back from allocatable: the default hard eviction threshold
-/// `memory.available<100Mi`, in bytes.
-pub const EVICTION_HARD_MEMORY_BYTES: u64 = 100 * 1024 * 1024;
-/// Share of ephemeral storage held back: `nodefs.available<10%`.
-pub const EVICTION_HARD_NODEFS_PERCENT: u64 = 10;
 
 /// What the runtime says about itself (CRI `Version` and `Status`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -47,6 +42,9 @@ pub struct NodeConfig {
     pub port: i32,
     /// The version reported as `kubeletVersion`.
     pub version: String,
+    /// What allocatable holds back (`kubeReserved`, `systemReserved`,
+    /// `evictionHard`).
+    pub reserved: Reservations,
 }
 
 /// The standard labels of the node (kubernetes.io/hostname, os, arch).
@@ -61,17 +59,20 @@ pub fn labels(cfg: &NodeConfig) -> BTreeMap<String, String> {
     ])
 }
 
-/// Capacity and allocatable: allocatable is capacity minus the default hard
-/// eviction thresholds (no kube/system reservations) and, for memory, the huge
-/// page pools, as `GetNodeAllocatable`; each pool is a `hugepages-<size>`
-/// resource in bytes, as the kubelet's cAdvisor-based capacity.
+/// Capacity and allocatable, as the kubelet's `MachineInfo` setter with
+/// `GetNodeAllocatable`: capacity is the machine's cpus, memory and
+/// ephemeral storage in KiB, each huge page pool as `hugepages-<size>` in
+/// bytes, and `maxPods`; allocatable is capacity less [`reservation`], less
+/// the huge page pools for memory, never below zero (cpu in millicores when
+/// not whole, memory in KiB, the rest in units).
 #[must_use]
 pub fn resources(
     m: &MachineInfo,
     max_pods: u32,
+    reserved: &Reservations,
 ) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
     let q = |s: String| Quantity(s);
-    let capacity = BTreeMap::from([
+    let mut capacity = BTreeMap::from([
         ("cpu".to_string(), q(m.cpus.to_string())),
         (
             "memory".to_string(),
@@ -88,33 +89,151 @@ pub fn resources(
         .iter()
         .map(|(kib, pages)| {
             (
-                format!("hugepages-{}", crate::config::binary_quantity(kib * 1024)),
-                kib * 1024 * pages,
+                format!(
+                    "hugepages-{}",
+                    crate::config::binary_quantity(kib.saturating_mul(1024))
+                ),
+                kib.saturating_mul(1024).saturating_mul(*pages),
             )
         })
         .collect();
-    let huge_bytes: u64 = huge.iter().map(|(_, b)| b).sum();
-    let mut capacity = capacity;
+    let huge_bytes = huge.iter().fold(0u64, |sum, (_, b)| sum.saturating_add(*b));
     for (name, bytes) in &huge {
         capacity.insert(name.clone(), q(bytes.to_string()));
     }
-    let mem = m
-        .memory_bytes
-        .saturating_sub(EVICTION_HARD_MEMORY_BYTES)
-        .saturating_sub(huge_bytes);
-    let storage =
-        m.ephemeral_storage_bytes - m.ephemeral_storage_bytes * EVICTION_HARD_NODEFS_PERCENT / 100;
-    let allocatable = BTreeMap::from([
-        ("cpu".to_string(), q(m.cpus.to_string())),
-        ("memory".to_string(), q(format!("{}Ki", mem / 1024))),
-        ("ephemeral-storage".to_string(), q(storage.to_string())),
-        ("pods".to_string(), q(max_pods.to_string())),
-    ]);
-    let mut allocatable = allocatable;
-    for (name, bytes) in huge {
-        allocatable.insert(name, q(bytes.to_string()));
+    let held = reservation(m, reserved);
+    let units = |v: u64| Exact::from_units(i64::try_from(v).unwrap_or(i64::MAX));
+    let mut allocatable = BTreeMap::new();
+    for (name, cap) in capacity_values(m, max_pods, &huge) {
+        let mut v = cap.saturating_sub(held.get(&name).copied().unwrap_or_default());
+        if name == "memory" {
+            v = v.saturating_sub(units(huge_bytes));
+        }
+        let v = v.max(Exact::default());
+        let text = match name.as_str() {
+            "cpu" => {
+                let milli = v.milli_value();
+                if milli % 1000 == 0 {
+                    (milli / 1000).to_string()
+                } else {
+                    format!("{milli}m")
+                }
+            }
+            "memory" if v.value() % 1024 == 0 => format!("{}Ki", v.value() / 1024),
+            _ => v.value().to_string(),
+        };
+        allocatable.insert(name, q(text));
     }
     (capacity, allocatable)
+}
+
+type Exact = crate::resource::Quantity;
+
+/// Capacity as exact quantities, by resource name.
+fn capacity_values(m: &MachineInfo, max_pods: u32, huge: &[(String, u64)]) -> Vec<(String, Exact)> {
+    let units = |v: u64| Exact::from_units(i64::try_from(v).unwrap_or(i64::MAX));
+    let mut out = vec![
+        ("cpu".to_string(), units(m.cpus)),
+        ("memory".to_string(), units(m.memory_bytes / 1024 * 1024)),
+        (
+            "ephemeral-storage".to_string(),
+            units(m.ephemeral_storage_bytes / 1024 * 1024),
+        ),
+        ("pods".to_string(), units(u64::from(max_pods))),
+    ];
+    out.extend(huge.iter().map(|(n, b)| (n.clone(), units(*b))));
+    out
+}
+
+/// What allocatable holds back of each resource, as the kubelet's
+/// `GetNodeAllocatableReservation`: `systemReserved` + `kubeReserved`, plus
+/// the hard eviction threshold of `memory.available` for memory and of
+/// `nodefs.available` for ephemeral storage (a percentage is of capacity).
+/// Quantities that do not parse count as none (the configuration was
+/// checked when read).
+#[must_use]
+pub fn reservation(m: &MachineInfo, reserved: &Reservations) -> BTreeMap<String, Exact> {
+    let mut held: BTreeMap<String, Exact> = BTreeMap::new();
+    for list in [&reserved.kube_reserved, &reserved.system_reserved] {
+        for (name, text) in list {
+            if let Ok(v) = Exact::parse(text) {
+                let sum = held
+                    .get(name)
+                    .copied()
+                    .unwrap_or_default()
+                    .saturating_add(v);
+                held.insert(name.clone(), sum);
+            }
+        }
+    }
+    let hard = [
+        ("memory.available", "memory", m.memory_bytes),
+        (
+            "nodefs.available",
+            "ephemeral-storage",
+            m.ephemeral_storage_bytes,
+        ),
+    ];
+    for (signal, resource, capacity) in hard {
+        let amount = match reserved
+            .eviction_hard
+            .get(signal)
+            .map(|t| Threshold::parse(t))
+        {
+            Some(Ok(Threshold::Quantity(v))) => v,
+            Some(Ok(Threshold::Percent(p))) => {
+                // As the kubelet: capacity × percentage, truncated.
+                #[allow(
+                    clippy::cast_precision_loss,
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss
+                )]
+                let bytes = (capacity as f64 * p / 100.0) as u64;
+                Exact::from_units(i64::try_from(bytes).unwrap_or(i64::MAX))
+            }
+            _ => continue,
+        };
+        let sum = held
+            .get(resource)
+            .copied()
+            .unwrap_or_default()
+            .saturating_add(amount);
+        held.insert(resource.to_string(), sum);
+    }
+    held
+}
+
+/// Checks that no resource reserves more than the machine has, as the
+/// kubelet's `validateNodeAllocatable`.
+///
+/// # Errors
+/// The kubelet's message: `invalid Node Allocatable configuration. Resource
+/// "<name>" has a reservation of <amount> but capacity of <amount>. Expected
+/// capacity >= reservation.`
+pub fn check_reservations(
+    m: &MachineInfo,
+    max_pods: u32,
+    reserved: &Reservations,
+) -> Result<(), String> {
+    let held = reservation(m, reserved);
+    for (name, cap) in capacity_values(m, max_pods, &[]) {
+        let Some(&r) = held.get(&name) else { continue };
+        if r > cap {
+            let show = |v: Exact| {
+                if name == "cpu" {
+                    format!("{}m", v.milli_value())
+                } else {
+                    v.value().to_string()
+                }
+            };
+            return Err(format!(
+                "invalid Node Allocatable configuration. Resource \"{name}\" has a reservation of {} but capacity of {}. Expected capacity >= reservation.",
+                show(r),
+                show(cap)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// True for an extended resource name (`example.com/dongle`): one with a
@@ -253,7 +372,7 @@ pub fn status(
     old: Option<&NodeStatus>,
     now: Timestamp,
 ) -> NodeStatus {
-    let (mut capacity, mut allocatable) = resources(m, cfg.max_pods);
+    let (mut capacity, mut allocatable) = resources(m, cfg.max_pods, &cfg.reserved);
     keep_others(&mut capacity, &mut allocatable, old);
     let mut problems = Vec::new();
     if let Some(r) = &rt.runtime_not_ready {
@@ -429,6 +548,7 @@ mod tests {
             max_pods: 110,
             port: 10250,
             version: "v1.37.0".into(),
+            ..Default::default()
         }
     }
 
@@ -538,7 +658,7 @@ mod tests {
             huge_pages: vec![(2048, 10), (1_048_576, 0)],
             ..machine()
         };
-        let (cap, alloc) = resources(&m, 110);
+        let (cap, alloc) = resources(&m, 110, &Reservations::default());
         assert_eq!(cap["hugepages-2Mi"].0, (20 * 1024 * 1024).to_string());
         assert_eq!(cap["hugepages-1Gi"].0, "0");
         assert_eq!(alloc["hugepages-2Mi"], cap["hugepages-2Mi"]);
@@ -549,8 +669,46 @@ mod tests {
     }
 
     #[test]
+    fn allocatable_holds_back_kube_and_system_reserved_and_hard_eviction() {
+        let reserved = Reservations {
+            kube_reserved: BTreeMap::from([
+                ("cpu".to_string(), "500m".to_string()),
+                ("memory".to_string(), "100Mi".to_string()),
+            ]),
+            system_reserved: BTreeMap::from([("cpu".to_string(), "250m".to_string())]),
+            eviction_hard: BTreeMap::from([
+                ("memory.available".to_string(), "10%".to_string()),
+                ("nodefs.available".to_string(), "1Ki".to_string()),
+            ]),
+        };
+        let (cap, alloc) = resources(&machine(), 110, &reserved);
+        assert_eq!(cap["cpu"].0, "2");
+        assert_eq!(alloc["cpu"].0, "1250m");
+        // 1Gi less 100Mi less 10% of 1Gi (107374182 bytes, truncated).
+        let mem = 1024 * 1024 * 1024 - 100 * 1024 * 1024 - 107_374_182;
+        assert_eq!(alloc["memory"].0, mem.to_string());
+        assert_eq!(
+            alloc["ephemeral-storage"].0,
+            (1000 * 1024 - 1024).to_string()
+        );
+        assert_eq!(alloc["pods"].0, "110");
+        assert!(check_reservations(&machine(), 110, &reserved).is_ok());
+        let greedy = Reservations {
+            kube_reserved: BTreeMap::from([("cpu".to_string(), "3".to_string())]),
+            ..Reservations::default()
+        };
+        assert_eq!(
+            check_reservations(&machine(), 110, &greedy).unwrap_err(),
+            "invalid Node Allocatable configuration. Resource \"cpu\" has a reservation of 3000m but capacity of 2000m. Expected capacity >= reservation."
+        );
+        // Never below zero.
+        let (_, alloc) = resources(&machine(), 110, &greedy);
+        assert_eq!(alloc["cpu"].0, "0");
+    }
+
+    #[test]
     fn allocatable_subtracts_hard_eviction() {
-        let (cap, alloc) = resources(&machine(), 110);
+        let (cap, alloc) = resources(&machine(), 110, &Reservations::default());
         assert_eq!(cap["memory"].0, "1048576Ki");
         assert_eq!(alloc["memory"].0, format!("{}Ki", 1024 * 1024 - 100 * 1024));
         assert_eq!(cap["ephemeral-storage"].0, "1000Ki");

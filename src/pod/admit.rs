@@ -46,8 +46,8 @@ pub const SAFE_SYSCTLS: &[&str] = &[
 /// prefixed with `Pod was rejected: ` in the status, as the kubelet's `rejectPod`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejection {
-    /// `PodOSNotSupported`, `SysctlForbidden`.
-    pub reason: &'static str,
+    /// `PodOSNotSupported`, `SysctlForbidden`, `OutOfcpu`, `NodeAffinity`.
+    pub reason: String,
     /// What was wrong.
     pub message: String,
 }
@@ -224,13 +224,13 @@ pub fn admit(pod: &Pod, node: &NodeAbilities<'_>) -> Result<(), Rejection> {
     };
     if spec.os.as_ref().is_some_and(|os| os.name != "linux") {
         return Err(Rejection {
-            reason: POD_OS_NOT_SUPPORTED,
+            reason: POD_OS_NOT_SUPPORTED.into(),
             message: "Failed to admit pod as the OS field doesn't match node OS".into(),
         });
     }
     if wants_strict_supplemental_groups(pod) && !node.supplemental_groups_policy {
         return Err(Rejection {
-            reason: SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED,
+            reason: SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED.into(),
             message: "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
         });
     }
@@ -249,13 +249,13 @@ pub fn admit(pod: &Pod, node: &NodeAbilities<'_>) -> Result<(), Rejection> {
             host_users,
         )
         .map_err(|e| Rejection {
-            reason: SYSCTL_FORBIDDEN,
+            reason: SYSCTL_FORBIDDEN.into(),
             message: format!("forbidden sysctl: {e}"),
         })?;
     }
     if !node.apparmor_enabled && apparmor_required(pod) {
         return Err(Rejection {
-            reason: APPARMOR,
+            reason: APPARMOR.into(),
             message: "Cannot enforce AppArmor: AppArmor is not enabled on the host".into(),
         });
     }
@@ -369,7 +369,8 @@ mod tests {
             };
             let got = admit(&p, &node).err().map(|r| r.reason);
             assert_eq!(
-                got, want,
+                got.as_deref(),
+                want,
                 "{os:?} {sysctls:?} host_net={host_net} {allowed:?}"
             );
         }
@@ -486,12 +487,12 @@ mod tests {
             };
             let got = admit(&p, &node).err();
             assert_eq!(
-                got.as_ref().map(|r| r.reason),
+                got.as_ref().map(|r| r.reason.as_str()),
                 want,
                 "{pod_aa:?} {c_aa:?} {annotation:?} strict={strict} apparmor={apparmor} sgp={sgp}"
             );
             if let Some(r) = got {
-                let message = match r.reason {
+                let message = match r.reason.as_str() {
                     APPARMOR => "Cannot enforce AppArmor: AppArmor is not enabled on the host",
                     _ => "SupplementalGroupsPolicy=Strict is not supported in this node",
                 };

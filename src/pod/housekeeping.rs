@@ -138,6 +138,7 @@ pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
         .collect();
     let keep = |uid: &str| known.contains(uid);
     ctx.status.retain(keep);
+    ctx.admission.retain(keep);
     ctx.runtime.images.retain(keep);
     for uid in ctx.prober.pods().into_iter().filter(|u| !keep(u)) {
         debug!(pod_uid = uid, "housekeeping: stop the probes of a pod gone");

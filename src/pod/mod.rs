@@ -23,10 +23,12 @@
 //! | [`pleg`] | runtime events as pod syncs | `pkg/kubelet/pleg` |
 //! | [`userns`] | the host ID range of each pod with its own user namespace | `pkg/kubelet/userns` |
 
+pub mod admission_manager;
 pub mod admit;
 pub mod credentials;
 pub mod env;
 pub mod env_sources;
+pub mod fit;
 pub mod hosts;
 pub mod housekeeping;
 pub mod image_manager;

@@ -1623,7 +1623,7 @@ fn check_sync(c: &Case) {
     let _ = status::rejected(
         pod,
         &admit::Rejection {
-            reason: "SysctlForbidden",
+            reason: "SysctlForbidden".into(),
             message: "x".into(),
         },
     );

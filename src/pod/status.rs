@@ -608,7 +608,7 @@ fn conditions(f: &Facts<'_>) -> Vec<PodCondition> {
 pub fn rejected(pod: &Pod, rejection: &super::admit::Rejection) -> PodStatus {
     PodStatus {
         phase: Some(phase::FAILED.into()),
-        reason: Some(rejection.reason.to_string()),
+        reason: Some(rejection.reason.clone()),
         message: Some(format!("Pod was rejected: {}", rejection.message)),
         qos_class: Some(qos_class(pod).into()),
         ..pod.status.clone().unwrap_or_default()

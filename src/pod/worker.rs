@@ -10,13 +10,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
 use tracing::{debug, error, info, warn};
 
+use super::admission_manager::AdmissionManager;
 use super::admit::{self, Rejection};
+use super::fit::NodeView;
 use super::plan::{self, Plan, VolumeNeed, Volumes, Waiting, plan};
 use super::runtime_manager::RuntimeManager;
 use super::status::{self, StatusContext};
@@ -85,6 +88,10 @@ pub struct Context {
     pub prober: crate::prober::manager::Manager,
     /// True while the PLEG's event stream is connected (then relists can be rare).
     pub pleg_connected: Arc<AtomicBool>,
+    /// This node's Node object (labels, taints, allocatable), for admission.
+    pub node_store: Store<Node>,
+    /// Admission verdicts, decided in creation order.
+    pub admission: AdmissionManager,
 }
 
 impl Context {
@@ -138,9 +145,16 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     if never_ran(&pod, &rt) {
         return Ok(Action::await_change());
     }
-    if let Some(rejection) = admission(&pod, &rt, &ctx).await.map_err(rt_err)? {
-        reject(&pod, &rejection, &ctx).await.map_err(api_err)?;
-        return Ok(Action::await_change());
+    match admission(&pod, &rt, &ctx).await.map_err(rt_err)? {
+        Verdict::Admit => {}
+        Verdict::Reject(rejection) => {
+            reject(&pod, &rejection, &ctx).await.map_err(api_err)?;
+            return Ok(Action::await_change());
+        }
+        Verdict::NodeNotSeen => {
+            debug!("the Node is not listed yet: admission waits");
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
     }
     // Step 3: volumes, before anything starts.
     let now = Timestamp::now();
@@ -207,26 +221,37 @@ fn sync_probes(pod: &Pod, rt: &PodRuntime, ctx: &Context) {
     }
 }
 
+/// What admission decided about a pod.
+enum Verdict {
+    /// It may start (or it already runs, or it ends).
+    Admit,
+    /// It is failed with this reason.
+    Reject(Rejection),
+    /// The Node is not in the watch's store yet: decide on a later sync.
+    NodeNotSeen,
+}
+
 /// The admission verdict on a pod this node has not started yet (no sandbox,
 /// not finished, not being deleted), as the kubelet's `canAdmitPod` on pod
-/// addition; `None` admits it. A pod that already runs is never rejected.
-/// The runtime's features (CRI `Status`) are asked for only when the pod
-/// sets `supplementalGroupsPolicy: Strict`.
+/// addition: the admit handlers ([`admit::admit`]) and the GeneralPredicates
+/// against the pods admitted before it ([`AdmissionManager::admit`]). A pod
+/// that already runs is never rejected. The runtime's features (CRI
+/// `Status`) are asked for only when the pod sets
+/// `supplementalGroupsPolicy: Strict`.
 ///
 /// # Errors
-/// The runtime's `Status` failed (the sync is retried; the pod is not
-/// rejected for a runtime that did not answer).
+/// The runtime's `Status` call failed.
 async fn admission(
     pod: &Pod,
     rt: &PodRuntime,
     ctx: &Context,
-) -> Result<Option<Rejection>, crate::cri::Error> {
+) -> Result<Verdict, crate::cri::Error> {
     if pod.metadata.deletion_timestamp.is_some()
         || super::spec::is_terminal(pod)
         || !rt.sandboxes.is_empty()
         || !rt.containers.is_empty()
     {
-        return Ok(None);
+        return Ok(Verdict::Admit);
     }
     let node = &ctx.runtime.node;
     let supplemental_groups_policy = if admit::wants_strict_supplemental_groups(pod) {
@@ -242,7 +267,32 @@ async fn admission(
         apparmor_enabled: node.apparmor_enabled,
         supplemental_groups_policy,
     };
-    Ok(admit::admit(pod, &abilities).err())
+    let Some(view) = node_view(&ctx.node_store, &node.node_name) else {
+        return Ok(Verdict::NodeNotSeen);
+    };
+    let bound = ctx.runtime.pods.state();
+    let bound: Vec<&Pod> = bound.iter().map(AsRef::as_ref).collect();
+    let verdict = ctx
+        .admission
+        .admit(pod, &bound, &view, |p| admit::admit(p, &abilities).err());
+    Ok(verdict.map_or(Verdict::Admit, Verdict::Reject))
+}
+
+/// What admission reads of the Node in `store`; None until it is listed
+/// with an allocatable.
+fn node_view(store: &Store<Node>, name: &str) -> Option<NodeView> {
+    let node = store.get(&ObjectRef::new(name))?;
+    let allocatable = node.status.as_ref()?.allocatable.clone()?;
+    Some(NodeView {
+        name: name.to_string(),
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        taints: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default(),
+        allocatable,
+    })
 }
 
 /// True for a pod in a terminal phase that never ran here: no container
@@ -267,12 +317,12 @@ fn never_ran(pod: &Pod, rt: &PodRuntime) -> bool {
 /// The status patch failed.
 async fn reject(pod: &Pod, rejection: &Rejection, ctx: &Context) -> Result<bool, kube::Error> {
     info!(
-        reason = rejection.reason,
+        reason = %rejection.reason,
         detail = rejection.message,
         "pod rejected"
     );
     let note = rejection.message.clone();
-    ctx.event(pod, None, EventType::Warning, rejection.reason, note);
+    ctx.event(pod, None, EventType::Warning, &rejection.reason, note);
     ctx.status
         .set_status(pod, status::rejected(pod, rejection))
         .await

@@ -108,6 +108,19 @@ impl Node {
             PullConcurrency::Serial,
         )
         .with_pull_records(&root);
+        // The Node as the watch lists it: 4 cpus, 8Gi, 110 pods.
+        let (node_store, mut node_writer) = reflector::store();
+        let mut api_node = k8s_openapi::api::core::v1::Node::default();
+        api_node.metadata.name = Some("node-1".into());
+        api_node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            allocatable: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity("4".into())),
+                ("memory".to_string(), Quantity("8Gi".into())),
+                ("pods".to_string(), Quantity("110".into())),
+            ])),
+            ..Default::default()
+        });
+        node_writer.apply_watcher_event(&watcher::Event::Apply(api_node));
         let ctx = Arc::new(Context {
             runtime: RuntimeManager {
                 runtime,
@@ -132,6 +145,8 @@ impl Node {
             volumes: Arc::new(VolumeManager::new(client, &root, BTreeMap::new())),
             prober,
             pleg_connected: Arc::new(AtomicBool::new(false)),
+            node_store,
+            admission: super::admission_manager::AdmissionManager::new(),
         });
         Self {
             api,
@@ -631,6 +646,46 @@ async fn a_pod_the_node_does_not_admit_is_failed_without_touching_the_runtime() 
     // It stays rejected: the next sync neither starts nor patches it.
     n.sync_watched("web").await;
     assert_eq!((n.cri_calls(), n.api_calls()), (vec![], vec![]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_does_not_fit_beside_the_admitted_ones_is_failed_out_of_cpu() {
+    let mut n = Node::start().await;
+    let cpu = |p: &mut Pod, amount: &str| {
+        edit_container(p, |c| {
+            c.resources = Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "cpu".to_string(),
+                    Quantity(amount.into()),
+                )])),
+                ..Default::default()
+            });
+        });
+    };
+    let mut big = pod("big").container("c", IMAGE).build();
+    cpu(&mut big, "3");
+    big.metadata.creation_timestamp = Some(Time(crate::fixtures::t(0)));
+    let mut more = pod("more").container("c", IMAGE).build();
+    cpu(&mut more, "1500m");
+    more.metadata.creation_timestamp = Some(Time(crate::fixtures::t(10)));
+    let big = n.bind(big);
+    let more = n.bind(more);
+    // The newer pod is synced first; the older one is admitted before it.
+    n.sync(&more).await;
+    assert_eq!(n.cri_calls(), Vec::<String>::new());
+    let st = n.status("more");
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("OutOfcpu"));
+    assert_eq!(
+        st.message.as_deref(),
+        Some(
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 1500, used: 3000, capacity: 4000"
+        )
+    );
+    n.event("OutOfcpu", "Node didn't have enough resource: cpu")
+        .await;
+    n.sync(&big).await;
+    assert_eq!(n.cri_calls()[0], "RunPodSandbox default/big");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
