@@ -10,6 +10,7 @@ pub mod config;
 pub mod container;
 pub mod cri;
 pub mod events;
+pub mod eviction;
 pub mod expansion;
 pub mod log_links;
 pub mod log_manager;

@@ -41,7 +41,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "stats",
         ],
     ),
-    ("the pod worker and the node object", &["pod", "node"]),
+    (
+        "the pod worker and the node object",
+        &["pod", "node", "eviction"],
+    ),
     ("the node API", &["server"]),
     ("wiring", &["agent", "cli", "main"]),
 ];

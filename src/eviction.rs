@@ -1,0 +1,751 @@
+//! The eviction manager's decisions, as the kubelet's (pkg/kubelet/eviction):
+//! the signals observed from the stats summary, the thresholds of
+//! `evictionHard` and `evictionSoft` they meet, the node pressure conditions
+//! that follow (held for `evictionPressureTransitionPeriod` after the last
+//! time a threshold was met), which pod goes first when the node must reclaim
+//! (`rankMemoryPressure`, `rankDiskPressureFunc`, `rankPIDPressure`) and the
+//! message it is evicted with. Pure: time, stats and pods in, decisions out.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::config::Threshold as Amount;
+use crate::pod::fit::pod_requests;
+use crate::stats::summary::{PodStats, Summary};
+
+/// An eviction signal (`memory.available`, …).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Signal {
+    /// `memory.available`: the node's memory less its working set.
+    MemoryAvailable,
+    /// `nodefs.available`: free bytes of the agent's root filesystem.
+    NodefsAvailable,
+    /// `nodefs.inodesFree`.
+    NodefsInodesFree,
+    /// `imagefs.available`: free bytes of the runtime's image filesystem.
+    ImagefsAvailable,
+    /// `imagefs.inodesFree`.
+    ImagefsInodesFree,
+    /// `pid.available`: process IDs left.
+    PidAvailable,
+}
+
+/// A node pressure condition type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pressure {
+    /// `MemoryPressure`.
+    Memory,
+    /// `DiskPressure`.
+    Disk,
+    /// `PIDPressure`.
+    Pid,
+}
+
+impl Signal {
+    /// Every signal, memory first (the kubelet's `byEvictionPriority`).
+    pub const ALL: [Self; 6] = [
+        Self::MemoryAvailable,
+        Self::NodefsAvailable,
+        Self::NodefsInodesFree,
+        Self::ImagefsAvailable,
+        Self::ImagefsInodesFree,
+        Self::PidAvailable,
+    ];
+
+    /// The signal's name in the configuration.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::MemoryAvailable => "memory.available",
+            Self::NodefsAvailable => "nodefs.available",
+            Self::NodefsInodesFree => "nodefs.inodesFree",
+            Self::ImagefsAvailable => "imagefs.available",
+            Self::ImagefsInodesFree => "imagefs.inodesFree",
+            Self::PidAvailable => "pid.available",
+        }
+    }
+
+    /// The signal of a configuration name.
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// The node condition the signal raises.
+    #[must_use]
+    pub fn pressure(self) -> Pressure {
+        match self {
+            Self::MemoryAvailable => Pressure::Memory,
+            Self::PidAvailable => Pressure::Pid,
+            _ => Pressure::Disk,
+        }
+    }
+
+    /// The starved resource the kubelet names (`memory`, `ephemeral-storage`,
+    /// `inodes`, `pids`).
+    #[must_use]
+    pub fn resource(self) -> &'static str {
+        match self {
+            Self::MemoryAvailable => "memory",
+            Self::NodefsAvailable | Self::ImagefsAvailable => "ephemeral-storage",
+            Self::NodefsInodesFree | Self::ImagefsInodesFree => "inodes",
+            Self::PidAvailable => "pids",
+        }
+    }
+
+    /// True when the signal counts bytes (quantities print in binary units).
+    fn bytes(self) -> bool {
+        matches!(
+            self,
+            Self::MemoryAvailable | Self::NodefsAvailable | Self::ImagefsAvailable
+        )
+    }
+}
+
+/// One threshold: the signal is met when what is available falls below
+/// `amount`. Hard when `grace` is zero.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Threshold {
+    /// The signal.
+    pub signal: Signal,
+    /// The amount, or the share of capacity.
+    pub amount: Amount,
+    /// `evictionSoftGracePeriod`: how long it must be met before a pod is
+    /// evicted (zero for `evictionHard`).
+    pub grace: Duration,
+    /// `evictionMinimumReclaim`: once met, it stays met until this much more
+    /// than `amount` is available.
+    pub min_reclaim: Option<Amount>,
+}
+
+impl Threshold {
+    /// The amount in units (bytes, inodes, pids) for a signal whose capacity
+    /// is `capacity`, as the kubelet's `GetThresholdQuantity`.
+    #[must_use]
+    pub fn quantity(&self, capacity: i128) -> i128 {
+        resolve(self.amount, capacity)
+    }
+
+    /// True for an `evictionHard` threshold.
+    #[must_use]
+    pub fn is_hard(&self) -> bool {
+        self.grace.is_zero()
+    }
+}
+
+fn resolve(amount: Amount, capacity: i128) -> i128 {
+    match amount {
+        Amount::Quantity(q) => q.value(),
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            reason = "as the kubelet: capacity × percentage, truncated"
+        )]
+        Amount::Percent(p) => (capacity as f64 * p / 100.0) as i128,
+    }
+}
+
+/// The thresholds of a configuration: `evictionHard`, then `evictionSoft`
+/// with `evictionSoftGracePeriod`, each with its `evictionMinimumReclaim`.
+/// A threshold of `0%`, `100%` or zero turns its signal off, as the kubelet's
+/// `parseThresholdStatement`.
+///
+/// # Errors
+/// An unknown signal (`unsupported eviction signal <name>`), an amount that
+/// does not parse, or a soft threshold without a grace period (`grace period
+/// must be specified for the soft eviction threshold <name>`).
+pub fn thresholds(
+    hard: &BTreeMap<String, String>,
+    soft: &BTreeMap<String, String>,
+    soft_grace: &BTreeMap<String, Duration>,
+    min_reclaim: &BTreeMap<String, String>,
+) -> Result<Vec<Threshold>, String> {
+    let signal = |name: &str| {
+        Signal::parse(name).ok_or_else(|| format!("unsupported eviction signal {name}"))
+    };
+    let reclaim = |name: &str| -> Result<Option<Amount>, String> {
+        min_reclaim.get(name).map(|t| Amount::parse(t)).transpose()
+    };
+    let mut out = Vec::new();
+    for (set, soft_set) in [(hard, false), (soft, true)] {
+        for (name, text) in set {
+            let s = signal(name)?;
+            let amount = Amount::parse(text)?;
+            if matches!(amount, Amount::Percent(p) if p == 0.0 || p == 100.0)
+                || matches!(amount, Amount::Quantity(q) if q.is_zero())
+            {
+                continue;
+            }
+            let grace = if soft_set {
+                *soft_grace.get(name).ok_or_else(|| {
+                    format!("grace period must be specified for the soft eviction threshold {name}")
+                })?
+            } else {
+                Duration::ZERO
+            };
+            out.push(Threshold {
+                signal: s,
+                amount,
+                grace,
+                min_reclaim: reclaim(name)?,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// What is available of a signal and out of how much, and when it was seen
+/// (stats time, seconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Observation {
+    /// Available units.
+    pub available: i128,
+    /// Capacity in units.
+    pub capacity: i128,
+    /// When the stats were taken (Unix nanoseconds).
+    pub time: i64,
+}
+
+/// The signals the summary shows, as the kubelet's `makeSignalObservations`:
+/// memory from the node's available bytes and working set (less the huge
+/// page pools, `hugepages_bytes`), the filesystems from their stats, pids
+/// from the rlimits. A signal without stats is left out.
+#[must_use]
+pub fn observe(summary: &Summary, hugepages_bytes: u64) -> BTreeMap<Signal, Observation> {
+    let mut out = BTreeMap::new();
+    let n = &summary.node;
+    if let Some(m) = n.memory.as_ref()
+        && let (Some(avail), Some(ws)) = (m.available_bytes, m.working_set_bytes)
+    {
+        let available = i128::from(avail)
+            .saturating_sub(i128::from(hugepages_bytes))
+            .max(0);
+        out.insert(
+            Signal::MemoryAvailable,
+            Observation {
+                available,
+                capacity: i128::from(avail).saturating_add(i128::from(ws)),
+                time: m.time.0,
+            },
+        );
+    }
+    let image_fs = n.runtime.as_ref().and_then(|r| r.image_fs.as_ref());
+    for (fs, bytes, inodes) in [
+        (
+            n.fs.as_ref(),
+            Signal::NodefsAvailable,
+            Signal::NodefsInodesFree,
+        ),
+        (
+            image_fs,
+            Signal::ImagefsAvailable,
+            Signal::ImagefsInodesFree,
+        ),
+    ] {
+        let Some(fs) = fs else { continue };
+        if let (Some(a), Some(c)) = (fs.available_bytes, fs.capacity_bytes) {
+            out.insert(
+                bytes,
+                Observation {
+                    available: a.into(),
+                    capacity: c.into(),
+                    time: fs.time.0,
+                },
+            );
+        }
+        if let (Some(a), Some(c)) = (fs.inodes_free, fs.inodes) {
+            out.insert(
+                inodes,
+                Observation {
+                    available: a.into(),
+                    capacity: c.into(),
+                    time: fs.time.0,
+                },
+            );
+        }
+    }
+    if let Some(r) = n.rlimit.as_ref()
+        && let (Some(max), Some(cur)) = (r.maxpid, r.curproc)
+    {
+        out.insert(
+            Signal::PidAvailable,
+            Observation {
+                available: i128::from(max).saturating_sub(i128::from(cur)),
+                capacity: max.into(),
+                time: r.time.0,
+            },
+        );
+    }
+    out
+}
+
+/// The thresholds `observations` meet (grace periods not considered), as
+/// `thresholdsMet`: available below the amount, or, for a threshold met
+/// before (`was_met`), below the amount plus its minimum reclaim.
+#[must_use]
+pub fn met(
+    thresholds: &[Threshold],
+    observations: &BTreeMap<Signal, Observation>,
+    was_met: &[Threshold],
+) -> Vec<Threshold> {
+    thresholds
+        .iter()
+        .filter(|t| {
+            let Some(o) = observations.get(&t.signal) else {
+                return false;
+            };
+            let mut want = t.quantity(o.capacity);
+            if was_met.contains(t)
+                && let Some(r) = t.min_reclaim
+            {
+                want = want.saturating_add(resolve(r, o.capacity));
+            }
+            o.available < want
+        })
+        .copied()
+        .collect()
+}
+
+/// The manager's memory between cycles: when each threshold was first met,
+/// when each pressure was last seen, and the thresholds met last time.
+#[derive(Clone, Debug, Default)]
+pub struct State {
+    /// Threshold (by index in the configuration) → when it was first met.
+    first_met: BTreeMap<usize, Duration>,
+    /// Pressure → the last time a threshold raising it was met.
+    last_pressure: BTreeMap<Pressure, Duration>,
+    /// The thresholds met in the last cycle.
+    was_met: Vec<Threshold>,
+    /// The stats time of each signal in the last cycle: a threshold drives
+    /// an eviction only on newer stats (`thresholdsUpdatedStats`).
+    last_seen: BTreeMap<Signal, i64>,
+}
+
+/// What one cycle decided.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Cycle {
+    /// The node conditions to report True.
+    pub pressures: Vec<Pressure>,
+    /// The threshold to reclaim for now (its grace period passed, its stats
+    /// are new), memory first; None: evict nothing.
+    pub reclaim: Option<Threshold>,
+}
+
+impl State {
+    /// One cycle of `synchronize` at `now` (time since the manager started):
+    /// the thresholds met now, the pressures held for `transition` after
+    /// they were last met, and the threshold a pod is to be evicted for.
+    pub fn cycle(
+        &mut self,
+        now: Duration,
+        thresholds: &[Threshold],
+        observations: &BTreeMap<Signal, Observation>,
+        transition: Duration,
+    ) -> Cycle {
+        let met_now = met(thresholds, observations, &self.was_met);
+        let index = |t: &Threshold| thresholds.iter().position(|x| x == t);
+        let met_idx: Vec<usize> = met_now.iter().filter_map(index).collect();
+        self.first_met.retain(|i, _| met_idx.contains(i));
+        for &i in &met_idx {
+            self.first_met.entry(i).or_insert(now);
+        }
+        for t in &met_now {
+            self.last_pressure.insert(t.signal.pressure(), now);
+        }
+        let pressures: Vec<Pressure> = self
+            .last_pressure
+            .iter()
+            .filter(|(p, seen)| {
+                now.saturating_sub(**seen) < transition
+                    || met_now.iter().any(|t| t.signal.pressure() == **p)
+            })
+            .map(|(p, _)| *p)
+            .collect();
+        self.last_pressure.retain(|p, _| pressures.contains(p));
+        let due: Vec<Threshold> = met_now
+            .iter()
+            .filter(|t| {
+                index(t)
+                    .and_then(|i| self.first_met.get(&i))
+                    .is_some_and(|first| now.saturating_sub(*first) >= t.grace)
+            })
+            .filter(|t| {
+                let time = observations.get(&t.signal).map(|o| o.time);
+                let last = self.last_seen.get(&t.signal).copied();
+                time.is_some_and(|now| last.is_none_or(|last| now > last))
+            })
+            .copied()
+            .collect();
+        self.was_met = met_now;
+        let reclaim = Signal::ALL
+            .iter()
+            .find_map(|s| due.iter().find(|t| t.signal == *s))
+            .copied();
+        for (signal, o) in observations {
+            self.last_seen.insert(*signal, o.time);
+        }
+        Cycle { pressures, reclaim }
+    }
+}
+
+/// The usage of `pod` that ranks it for `signal`, from its stats: the
+/// working set for memory, the processes for pids, and for the disk signals
+/// the writable layers, logs and local volumes (inodes for the inode
+/// signals), as `buildSignalToRankFunc` on one filesystem.
+fn usage(signal: Signal, stats: &PodStats) -> Option<i128> {
+    match signal {
+        Signal::MemoryAvailable => stats
+            .memory
+            .and_then(|m| m.working_set_bytes)
+            .map(i128::from),
+        Signal::PidAvailable => None,
+        Signal::NodefsAvailable | Signal::ImagefsAvailable => stats
+            .ephemeral_storage
+            .and_then(|e| e.used_bytes)
+            .map(i128::from),
+        Signal::NodefsInodesFree | Signal::ImagefsInodesFree => stats
+            .ephemeral_storage
+            .and_then(|e| e.inodes_used)
+            .map(i128::from),
+    }
+}
+
+/// The pod's request of the resource `signal` starves (memory or
+/// ephemeral-storage bytes; none for inodes and pids).
+fn request(signal: Signal, pod: &Pod) -> i128 {
+    let name = match signal {
+        Signal::MemoryAvailable => "memory",
+        Signal::NodefsAvailable | Signal::ImagefsAvailable => "ephemeral-storage",
+        _ => return 0,
+    };
+    pod_requests(pod).get(name).map_or(0, |q| q.value())
+}
+
+/// `pods` in the order the kubelet evicts them for `signal`: pods without
+/// stats first, then those using more than they requested, then lower
+/// priority, then the larger use above the request (`rankMemoryPressure`,
+/// `rankDiskPressureFunc`); for pids lower priority first (`rankPIDPressure`,
+/// without process counts here).
+#[must_use]
+pub fn rank<'a>(signal: Signal, pods: &[&'a Pod], summary: &Summary) -> Vec<&'a Pod> {
+    let stats_of = |p: &Pod| {
+        let uid = p.metadata.uid.as_deref().unwrap_or_default();
+        summary.pods.iter().find(|s| s.pod_ref.uid == uid)
+    };
+    let priority = |p: &Pod| p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+    let mut keyed: Vec<(bool, bool, i32, i128, &Pod)> = pods
+        .iter()
+        .map(|p| {
+            let used = stats_of(p).and_then(|s| usage(signal, s));
+            let req = request(signal, p);
+            let above = used.map_or(0, |u| u.saturating_sub(req));
+            (
+                used.is_some() || signal == Signal::PidAvailable,
+                used.is_none_or(|u| u <= req),
+                priority(p),
+                -above,
+                *p,
+            )
+        })
+        .collect();
+    keyed.sort_by_key(|k| (k.0, k.1, k.2, k.3));
+    keyed.into_iter().map(|k| k.4).collect()
+}
+
+/// `n` units of `signal` as the kubelet prints them: bytes in the largest
+/// binary unit that divides them (`100Mi`), counts as they are.
+fn show(signal: Signal, n: i128) -> String {
+    if signal.bytes() {
+        u64::try_from(n).map_or_else(|_| n.to_string(), crate::config::binary_quantity)
+    } else {
+        n.to_string()
+    }
+}
+
+/// The message a pod is evicted with, as the kubelet's `evictionMessage`:
+/// `The node was low on resource: <resource>. `, then `Threshold quantity:
+/// <q>, available: <a>. `, then for memory and ephemeral storage one
+/// `Container <name> was using <usage>, request is <request>, has larger
+/// consumption of <resource>. ` per container using more than it requested.
+/// Each piece ends with a space, as the kubelet's.
+#[must_use]
+pub fn message(
+    threshold: &Threshold,
+    observation: Option<&Observation>,
+    pod: &Pod,
+    summary: &Summary,
+) -> String {
+    let signal = threshold.signal;
+    let resource = signal.resource();
+    let mut out = format!("The node was low on resource: {resource}. ");
+    if let Some(o) = observation {
+        out.push_str(&format!(
+            "Threshold quantity: {}, available: {}. ",
+            show(signal, threshold.quantity(o.capacity)),
+            show(signal, o.available)
+        ));
+    }
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let Some(stats) = summary.pods.iter().find(|s| s.pod_ref.uid == uid) else {
+        return out;
+    };
+    let Some(spec) = pod.spec.as_ref() else {
+        return out;
+    };
+    let name = match signal {
+        Signal::MemoryAvailable => "memory",
+        Signal::NodefsAvailable | Signal::ImagefsAvailable => "ephemeral-storage",
+        _ => return out,
+    };
+    for c in &stats.containers {
+        let Some(container) = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .find(|x| x.name == c.name)
+        else {
+            continue;
+        };
+        let used = if name == "memory" {
+            c.memory.and_then(|m| m.working_set_bytes).map(i128::from)
+        } else {
+            match (
+                c.rootfs.and_then(|r| r.used_bytes),
+                c.logs.and_then(|l| l.used_bytes),
+            ) {
+                (Some(r), Some(l)) => Some(i128::from(r).saturating_add(i128::from(l))),
+                _ => None,
+            }
+        };
+        let req = container
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get(name))
+            .and_then(|q| crate::resource::Quantity::parse(&q.0).ok())
+            .map_or(0, |q| q.value());
+        if let Some(used) = used
+            && used > req
+        {
+            out.push_str(&format!(
+                "Container {} was using {}, request is {}, has larger consumption of {name}. ",
+                c.name,
+                show(Signal::MemoryAvailable, used),
+                show(Signal::MemoryAvailable, req)
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::pod;
+    use crate::stats::summary::{
+        ContainerStats, FsStats, MemoryStats, NodeStats, PodReference, RlimitStats, Time,
+    };
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect()
+    }
+
+    const MI: i128 = 1024 * 1024;
+
+    #[test]
+    fn thresholds_are_read_as_the_kubelet_reads_them() {
+        let hard = map(&[("memory.available", "100Mi"), ("nodefs.available", "0%")]);
+        let soft = map(&[("nodefs.available", "15%")]);
+        let grace = BTreeMap::from([("nodefs.available".to_string(), Duration::from_secs(60))]);
+        let reclaim = map(&[("memory.available", "50Mi")]);
+        let t = thresholds(&hard, &soft, &grace, &reclaim).unwrap();
+        assert_eq!(t.len(), 2, "0% turns a signal off: {t:?}");
+        assert!(t[0].is_hard() && t[0].signal == Signal::MemoryAvailable);
+        assert_eq!(t[0].quantity(0), 100 * MI);
+        assert_eq!(t[1].grace, Duration::from_secs(60));
+        assert_eq!(t[1].quantity(1000), 150);
+        let err = thresholds(
+            &map(&[("memory.free", "1Mi")]),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        );
+        assert_eq!(err.unwrap_err(), "unsupported eviction signal memory.free");
+        let err = thresholds(&BTreeMap::new(), &soft, &BTreeMap::new(), &BTreeMap::new());
+        assert_eq!(
+            err.unwrap_err(),
+            "grace period must be specified for the soft eviction threshold nodefs.available"
+        );
+    }
+
+    fn summary(mem_available: u64, time: i64) -> Summary {
+        Summary {
+            node: NodeStats {
+                memory: Some(MemoryStats {
+                    time: Time(time),
+                    available_bytes: Some(mem_available),
+                    working_set_bytes: Some(1 << 30),
+                    ..Default::default()
+                }),
+                fs: Some(FsStats {
+                    time: Time(time),
+                    available_bytes: Some(500),
+                    capacity_bytes: Some(1000),
+                    inodes_free: Some(90),
+                    inodes: Some(100),
+                    ..Default::default()
+                }),
+                rlimit: Some(RlimitStats {
+                    time: Time(time),
+                    maxpid: Some(4096),
+                    curproc: Some(96),
+                }),
+                ..Default::default()
+            },
+            pods: vec![],
+        }
+    }
+
+    #[test]
+    fn signals_come_from_the_summary() {
+        let o = observe(&summary(200 << 20, 7), 64 << 20);
+        let m = o[&Signal::MemoryAvailable];
+        assert_eq!(m.available, 136 * MI, "huge pages are not available");
+        assert_eq!(m.capacity, 200 * MI + 1024 * MI);
+        assert_eq!(o[&Signal::NodefsAvailable].available, 500);
+        assert_eq!(o[&Signal::NodefsInodesFree].capacity, 100);
+        assert_eq!(o[&Signal::PidAvailable].available, 4000);
+        assert!(!o.contains_key(&Signal::ImagefsAvailable));
+    }
+
+    #[test]
+    fn pressure_starts_at_once_evicts_after_grace_and_clears_after_the_transition() {
+        let soft = map(&[("memory.available", "300Mi")]);
+        let grace = BTreeMap::from([("memory.available".to_string(), Duration::from_secs(30))]);
+        let reclaim = map(&[("memory.available", "100Mi")]);
+        let t = thresholds(&BTreeMap::new(), &soft, &grace, &reclaim).unwrap();
+        let transition = Duration::from_secs(60);
+        let mut st = State::default();
+        let secs = Duration::from_secs;
+        let low = |time| observe(&summary(200 << 20, time), 0);
+        // Met: the condition is True at once, but no eviction before the grace period.
+        let c = st.cycle(secs(0), &t, &low(1), transition);
+        assert_eq!(
+            (c.pressures.clone(), c.reclaim),
+            (vec![Pressure::Memory], None)
+        );
+        let c = st.cycle(secs(30), &t, &low(2), transition);
+        assert_eq!(c.reclaim.map(|t| t.signal), Some(Signal::MemoryAvailable));
+        // The same stats again drive no second eviction.
+        assert_eq!(st.cycle(secs(40), &t, &low(2), transition).reclaim, None);
+        // 350Mi available: above the threshold but not above it plus the
+        // minimum reclaim, so still met.
+        let c = st.cycle(
+            secs(50),
+            &t,
+            &observe(&summary(350 << 20, 3), 0),
+            transition,
+        );
+        assert_eq!(c.pressures, vec![Pressure::Memory]);
+        // 500Mi: no longer met, but the condition holds for the transition period.
+        let high = |time| observe(&summary(500 << 20, time), 0);
+        let c = st.cycle(secs(60), &t, &high(4), transition);
+        assert_eq!(
+            (c.pressures.clone(), c.reclaim),
+            (vec![Pressure::Memory], None)
+        );
+        assert_eq!(
+            st.cycle(secs(109), &t, &high(5), transition).pressures,
+            vec![Pressure::Memory]
+        );
+        assert!(
+            st.cycle(secs(111), &t, &high(6), transition)
+                .pressures
+                .is_empty()
+        );
+    }
+
+    fn hog(name: &str, priority: i32, request_mi: i64, used_mi: u64) -> (Pod, PodStats) {
+        let mut p = pod(name).container("c", "busybox").build();
+        if let Some(spec) = p.spec.as_mut() {
+            spec.priority = Some(priority);
+            if request_mi > 0 {
+                spec.containers[0].resources = Some(ResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        "memory".to_string(),
+                        Quantity(format!("{request_mi}Mi")),
+                    )])),
+                    ..Default::default()
+                });
+            }
+        }
+        let mem = MemoryStats {
+            working_set_bytes: Some(used_mi << 20),
+            ..Default::default()
+        };
+        let stats = PodStats {
+            pod_ref: PodReference {
+                name: name.into(),
+                namespace: "default".into(),
+                uid: format!("uid-{name}"),
+            },
+            containers: vec![ContainerStats {
+                name: "c".into(),
+                memory: Some(mem),
+                ..Default::default()
+            }],
+            memory: Some(mem),
+            ..Default::default()
+        };
+        (p, stats)
+    }
+
+    #[test]
+    fn pods_over_their_request_and_of_lower_priority_go_first() {
+        let (guaranteed, g) = hog("guaranteed", 0, 300, 290);
+        let (low, l) = hog("low", 0, 0, 100);
+        let (high, h) = hog("high", 1000, 0, 500);
+        let (bigger, b) = hog("bigger", 0, 0, 200);
+        let s = Summary {
+            pods: vec![g, l, h, b],
+            ..Default::default()
+        };
+        let order: Vec<&str> = rank(
+            Signal::MemoryAvailable,
+            &[&guaranteed, &high, &low, &bigger],
+            &s,
+        )
+        .iter()
+        .map(|p| p.metadata.name.as_deref().unwrap_or_default())
+        .collect();
+        assert_eq!(order, ["bigger", "low", "high", "guaranteed"]);
+
+        let t = thresholds(
+            &map(&[("memory.available", "100Mi")]),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        let o = Observation {
+            available: 52_012 * 1024,
+            capacity: 0,
+            time: 0,
+        };
+        assert_eq!(
+            message(&t[0], Some(&o), &bigger, &s),
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 52012Ki. Container c was using 200Mi, request is 0, has larger consumption of memory. "
+        );
+        assert_eq!(
+            message(&t[0], Some(&o), &guaranteed, &s),
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 52012Ki. "
+        );
+    }
+}
