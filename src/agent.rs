@@ -224,6 +224,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let machine = MachineInfo::read(&settings.root_dir);
     crate::node::status::check_reservations(&machine, settings.max_pods, &settings.reservations)
         .map_err(|e| anyhow::anyhow!(e))?;
+    let thresholds = crate::eviction::thresholds(
+        &settings.reservations.eviction_hard,
+        &settings.eviction.soft,
+        &settings.eviction.soft_grace,
+        &settings.eviction.minimum_reclaim,
+    )
+    .map_err(|e| anyhow::anyhow!("invalid eviction configuration: {e}"))?;
+    let (pressures_tx, pressures) = tokio::sync::watch::channel(Vec::new());
     let (_, allocatable) =
         crate::node::status::resources(&machine, settings.max_pods, &settings.reservations);
     let volumes = VolumeManager::new(client.clone(), &settings.root_dir, allocatable.clone());
@@ -238,7 +246,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let node_store = crate::node::registration::watch_node(client.clone(), &node_name);
     tokio::spawn(crate::node::registration::status_loop(
         client.clone(),
-        node_store.clone(),
+        crate::node::registration::Observed {
+            store: node_store.clone(),
+            pressures: pressures.clone(),
+        },
         runtime.clone(),
         node_cfg.clone(),
         machine.clone(),
@@ -353,6 +364,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         pleg_connected,
         node_store,
         admission: crate::pod::admission_manager::AdmissionManager::new(),
+        pressures,
     });
     let controller = Controller::for_stream(pod_events, store.clone())
         .reconcile_on(futures::stream::select(
@@ -365,6 +377,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         runtime.clone(),
         settings.root_dir.clone(),
         settings.pod_logs_dir.clone(),
+    ));
+    tokio::spawn(crate::eviction::manager::run(
+        crate::eviction::manager::Config {
+            node_name: node_name.clone(),
+            thresholds,
+            transition: settings.eviction.pressure_transition_period,
+            hugepages_bytes: machine.huge_pages.iter().fold(0u64, |sum, (kib, pages)| {
+                sum.saturating_add(kib.saturating_mul(1024).saturating_mul(*pages))
+            }),
+        },
+        stats.clone(),
+        ctx.clone(),
+        pressures_tx,
     ));
     tokio::spawn({
         let stats = stats.clone();

@@ -100,6 +100,36 @@ pub struct Settings {
     /// `kubeReserved`, `systemReserved` and `evictionHard`: what node
     /// allocatable holds back from capacity.
     pub reservations: Reservations,
+    /// The eviction manager's other settings.
+    pub eviction: EvictionSettings,
+}
+
+/// The eviction manager's settings besides `evictionHard`
+/// ([`Reservations::eviction_hard`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvictionSettings {
+    /// `evictionSoft`: signal → threshold.
+    pub soft: BTreeMap<String, String>,
+    /// `evictionSoftGracePeriod`: signal → how long a soft threshold must
+    /// be met before a pod is evicted.
+    pub soft_grace: BTreeMap<String, Duration>,
+    /// `evictionMinimumReclaim`: signal → how much beyond the threshold must
+    /// be free before it stops being met.
+    pub minimum_reclaim: BTreeMap<String, String>,
+    /// `evictionPressureTransitionPeriod` (5 min): how long a pressure
+    /// condition stays after its threshold was last met.
+    pub pressure_transition_period: Duration,
+}
+
+impl Default for EvictionSettings {
+    fn default() -> Self {
+        Self {
+            soft: BTreeMap::new(),
+            soft_grace: BTreeMap::new(),
+            minimum_reclaim: BTreeMap::new(),
+            pressure_transition_period: Duration::from_secs(300),
+        }
+    }
 }
 
 /// The kubelet's default `evictionHard` on Linux (eviction/defaults_linux.go),
@@ -199,6 +229,7 @@ impl Default for Settings {
             user_namespaces_support: true,
             fail_swap_on: None,
             reservations: Reservations::default(),
+            eviction: EvictionSettings::default(),
         }
     }
 }
@@ -275,6 +306,15 @@ impl Settings {
             "kubeReserved": self.reservations.kube_reserved,
             "systemReserved": self.reservations.system_reserved,
             "evictionHard": self.reservations.eviction_hard,
+            "evictionSoft": self.eviction.soft,
+            "evictionSoftGracePeriod": self
+                .eviction
+                .soft_grace
+                .iter()
+                .map(|(k, d)| (k.clone(), go_duration(*d)))
+                .collect::<BTreeMap<_, _>>(),
+            "evictionMinimumReclaim": self.eviction.minimum_reclaim,
+            "evictionPressureTransitionPeriod": go_duration(self.eviction.pressure_transition_period),
         })
     }
 }
@@ -321,6 +361,10 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "kubeReserved",
     "systemReserved",
     "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionMinimumReclaim",
+    "evictionPressureTransitionPeriod",
 ];
 
 /// KubeletConfiguration fields that guard the node's security, with the
@@ -579,6 +623,27 @@ pub fn apply_file_text(
                     Threshold::parse(t).map_err(|e| bad(key, &format!("{signal}: {e}")))?;
                 }
                 settings.reservations.eviction_hard = map;
+            }
+            "evictionSoft" | "evictionMinimumReclaim" => {
+                let map = string_map(key, v).map_err(|m| bad(key, &m))?;
+                for (signal, t) in &map {
+                    Threshold::parse(t).map_err(|e| bad(key, &format!("{signal}: {e}")))?;
+                }
+                if key == "evictionSoft" {
+                    settings.eviction.soft = map;
+                } else {
+                    settings.eviction.minimum_reclaim = map;
+                }
+            }
+            "evictionSoftGracePeriod" => {
+                let map = v.as_object().ok_or_else(|| bad(key, "a mapping"))?;
+                settings.eviction.soft_grace = map
+                    .iter()
+                    .map(|(signal, d)| Ok((signal.clone(), duration(path, key, d)?)))
+                    .collect::<Result<_, Error>>()?;
+            }
+            "evictionPressureTransitionPeriod" => {
+                settings.eviction.pressure_transition_period = duration(path, key, v)?;
             }
             "clusterDNS" => {
                 settings.cluster_dns = v

@@ -89,6 +89,26 @@ pub fn publish(
     });
 }
 
+/// Publishes an event about the Node `node` without waiting, as the kubelet
+/// refers to its node (kind `Node`, name and UID the node's name; written in
+/// `default`).
+pub fn publish_node(recorder: &Recorder, node: &str, type_: EventType, reason: &str, note: String) {
+    recorder.record(Draft {
+        object: ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            uid: Some(node.to_string()),
+            ..Default::default()
+        },
+        type_: match type_ {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        },
+        reason: reason.to_string(),
+        message: note,
+    });
+}
+
 /// The kubelet's event recorder for one node: a cheap handle to a queue that
 /// one background task drains, correlating and writing each event in order.
 #[derive(Clone)]

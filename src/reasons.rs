@@ -59,6 +59,15 @@ pub mod condition {
 pub mod pod {
     /// The pod ran past `spec.activeDeadlineSeconds` (the kubelet's active_deadline.go).
     pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+    /// The eviction manager evicted the pod (eviction's `Reason`); also the
+    /// admission reason of a pod refused under node pressure.
+    pub const EVICTED: &str = "Evicted";
+    /// The condition type set on a pod the node is about to stop
+    /// (`DisruptionTarget`).
+    pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+    /// The `DisruptionTarget` reason of a pod the kubelet stops
+    /// (`TerminationByKubelet`).
+    pub const TERMINATION_BY_KUBELET: &str = "TerminationByKubelet";
 }
 
 /// Container `state.waiting.reason` values, as the kubelet reports them

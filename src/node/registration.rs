@@ -64,7 +64,7 @@ pub async fn register(
         let facts = runtime_facts(runtime, version).await;
         let node = super::status::initial_node(
             cfg,
-            super::status::status(cfg, m, &facts, None, Timestamp::now()),
+            super::status::status(cfg, m, &facts, None, Timestamp::now(), &[]),
         );
         let result = match api.create(&PostParams::default(), &node).await {
             Ok(n) => Ok(n),
@@ -108,20 +108,30 @@ pub fn watch_node(client: Client, name: &str) -> Store<Node> {
     store
 }
 
+/// What the status loop reads besides the machine and the runtime.
+#[derive(Clone)]
+pub struct Observed {
+    /// The Node as the watch has it ([`watch_node`]).
+    pub store: Store<Node>,
+    /// The eviction manager's pressure conditions.
+    pub pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
+}
+
 /// Computes node status every `nodeStatusUpdateFrequency` and patches it when it
 /// changed or `nodeStatusReportFrequency` passed, as `syncNodeStatus`. The
-/// status it compares with comes from `store` ([`watch_node`]): what other
+/// status it compares with comes from the watch ([`watch_node`]): what other
 /// writers add (an administrator's extended resources) is seen at the next
 /// update without polling the API server.
 pub async fn status_loop(
     client: Client,
-    store: Store<Node>,
+    seen: Observed,
     runtime: Runtime,
     cfg: NodeConfig,
     machine: MachineInfo,
     version: String,
     settings: Settings,
 ) {
+    let Observed { store, pressures } = seen;
     let api: Api<Node> = Api::all(client);
     let key = ObjectRef::<Node>::new(&cfg.name);
     let mut last_report: Option<Instant> = None;
@@ -142,7 +152,15 @@ pub async fn status_loop(
             },
         };
         let facts = runtime_facts(&runtime, &version).await;
-        let mut new = super::status::status(&cfg, &machine, &facts, old.as_ref(), Timestamp::now());
+        let current = pressures.borrow().clone();
+        let mut new = super::status::status(
+            &cfg,
+            &machine,
+            &facts,
+            old.as_ref(),
+            Timestamp::now(),
+            &current,
+        );
         if starting {
             super::status::zero_extended_resources(&mut new);
         }

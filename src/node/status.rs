@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::info::{MachineInfo, go_arch};
 use crate::config::{Reservations, Threshold};
+use crate::eviction::Pressure;
 use crate::reasons::node::{DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE, READY, reason};
 
 /// What the runtime says about itself (CRI `Version` and `Status`).
@@ -363,7 +364,8 @@ fn condition(
 /// The node's status at `now`, keeping the transition times of `old`'s
 /// conditions and the resources other writers added to its capacity.
 /// Conditions and reasons as the kubelet's `MemoryPressureCondition`,
-/// `DiskPressureCondition`, `PIDPressureCondition` and `ReadyCondition`.
+/// `DiskPressureCondition`, `PIDPressureCondition` and `ReadyCondition`;
+/// `pressures` are the eviction manager's.
 #[must_use]
 pub fn status(
     cfg: &NodeConfig,
@@ -371,6 +373,7 @@ pub fn status(
     rt: &RuntimeFacts,
     old: Option<&NodeStatus>,
     now: Timestamp,
+    pressures: &[Pressure],
 ) -> NodeStatus {
     let (mut capacity, mut allocatable) = resources(m, cfg.max_pods, &cfg.reserved);
     keep_others(&mut capacity, &mut allocatable, old);
@@ -403,34 +406,43 @@ pub fn status(
         conditions: Some(vec![
             condition(
                 MEMORY_PRESSURE,
-                true,
+                !pressures.contains(&Pressure::Memory),
                 (
                     reason::KUBELET_HAS_SUFFICIENT_MEMORY,
                     reason::KUBELET_HAS_INSUFFICIENT_MEMORY,
                 ),
-                ("kubelet has sufficient memory available", String::new()),
+                (
+                    "kubelet has sufficient memory available",
+                    "kubelet has insufficient memory available".into(),
+                ),
                 old,
                 now,
             ),
             condition(
                 DISK_PRESSURE,
-                true,
+                !pressures.contains(&Pressure::Disk),
                 (
                     reason::KUBELET_HAS_NO_DISK_PRESSURE,
                     reason::KUBELET_HAS_DISK_PRESSURE,
                 ),
-                ("kubelet has no disk pressure", String::new()),
+                (
+                    "kubelet has no disk pressure",
+                    "kubelet has disk pressure".into(),
+                ),
                 old,
                 now,
             ),
             condition(
                 PID_PRESSURE,
-                true,
+                !pressures.contains(&Pressure::Pid),
                 (
                     reason::KUBELET_HAS_SUFFICIENT_PID,
                     reason::KUBELET_HAS_INSUFFICIENT_PID,
                 ),
-                ("kubelet has sufficient PID available", String::new()),
+                (
+                    "kubelet has sufficient PID available",
+                    "kubelet has insufficient PID available".into(),
+                ),
                 old,
                 now,
             ),
@@ -559,13 +571,13 @@ mod tests {
     #[test]
     fn canonical_quantities_and_other_writers_fields_are_no_change() {
         let ok = RuntimeFacts::default();
-        let mine = status(&cfg(), &machine(), &ok, None, t(0));
+        let mine = status(&cfg(), &machine(), &ok, None, t(0), &[]);
         let mut stored = mine.clone();
         // As the API server returns it: quantities canonical, fields of others set.
         let cap = stored.capacity.as_mut().unwrap();
         cap.insert("memory".into(), Quantity("1Gi".into()));
         stored.volumes_in_use = Some(vec!["kubernetes.io/csi/x".into()]);
-        let again = status(&cfg(), &machine(), &ok, Some(&stored), t(10));
+        let again = status(&cfg(), &machine(), &ok, Some(&stored), t(10), &[]);
         assert!(!changed(Some(&stored), &again));
         stored
             .capacity
@@ -579,14 +591,14 @@ mod tests {
     #[test]
     fn resources_of_other_writers_stay_and_vanished_huge_pages_go() {
         let ok = RuntimeFacts::default();
-        let mut stored = status(&cfg(), &machine(), &ok, None, t(0));
+        let mut stored = status(&cfg(), &machine(), &ok, None, t(0), &[]);
         for map in [
             stored.capacity.as_mut().unwrap(),
             stored.allocatable.as_mut().unwrap(),
         ] {
             map.insert("example.com/dongle".into(), Quantity("4".into()));
         }
-        let again = status(&cfg(), &machine(), &ok, Some(&stored), t(10));
+        let again = status(&cfg(), &machine(), &ok, Some(&stored), t(10), &[]);
         assert!(!changed(Some(&stored), &again), "{again:?}");
         assert_eq!(
             again.allocatable.as_ref().unwrap()["example.com/dongle"].0,
@@ -607,7 +619,7 @@ mod tests {
             .as_mut()
             .unwrap()
             .insert("example.com/gone".into(), Quantity("1".into()));
-        let again = status(&cfg(), &machine(), &ok, Some(&stored), t(20));
+        let again = status(&cfg(), &machine(), &ok, Some(&stored), t(20), &[]);
         assert!(changed(Some(&stored), &again));
         let patch = status_patch(Some(&stored), &again).unwrap();
         assert!(patch["status"]["capacity"]["hugepages-32Mi"].is_null());
@@ -632,7 +644,14 @@ mod tests {
 
     #[test]
     fn extended_resources_are_zeroed_native_ones_kept() {
-        let mut s = status(&cfg(), &machine(), &RuntimeFacts::default(), None, t(0));
+        let mut s = status(
+            &cfg(),
+            &machine(),
+            &RuntimeFacts::default(),
+            None,
+            t(0),
+            &[],
+        );
         for map in [
             s.capacity.as_mut().unwrap(),
             s.allocatable.as_mut().unwrap(),
@@ -725,7 +744,7 @@ mod tests {
             version: "containerd://2.4.2".into(),
             ..Default::default()
         };
-        let s1 = status(&cfg(), &machine(), &ok, None, t(0));
+        let s1 = status(&cfg(), &machine(), &ok, None, t(0), &[]);
         let ready = |s: &NodeStatus| {
             s.conditions
                 .as_ref()
@@ -737,14 +756,14 @@ mod tests {
         };
         assert_eq!(ready(&s1).status, "True");
         assert_eq!(ready(&s1).reason.as_deref(), Some("KubeletReady"));
-        let s2 = status(&cfg(), &machine(), &ok, Some(&s1), t(10));
+        let s2 = status(&cfg(), &machine(), &ok, Some(&s1), t(10), &[]);
         assert!(!changed(Some(&s1), &s2), "only heartbeats moved");
         assert_eq!(ready(&s2).last_transition_time, Some(Time(t(0))));
         let bad = RuntimeFacts {
             network_not_ready: Some("NetworkReady=false reason:NetworkPluginNotReady".into()),
             ..ok
         };
-        let s3 = status(&cfg(), &machine(), &bad, Some(&s2), t(20));
+        let s3 = status(&cfg(), &machine(), &bad, Some(&s2), t(20), &[]);
         assert!(changed(Some(&s2), &s3));
         assert_eq!(ready(&s3).status, "False");
         assert_eq!(ready(&s3).reason.as_deref(), Some("KubeletNotReady"));

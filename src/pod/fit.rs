@@ -340,7 +340,8 @@ fn tolerates_no_execute(pod: &Pod, taints: &[Taint]) -> bool {
 /// `Toleration.ToleratesTaint`: the effect matches (or is empty), the key
 /// matches (or is empty with `Exists`), and the value is equal for `Equal`
 /// (the default operator).
-fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
+#[must_use]
+pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
     let effect_ok = tol
         .effect
         .as_deref()

@@ -9,8 +9,9 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::spec::{
-    container_should_restart, ephemeral_names, grace_period, init_container_should_restart,
-    init_containers, is_sidecar, is_terminal, main_containers, restart_policy, restarts_after_kill,
+    EVICTION_GRACE_SECONDS, container_should_restart, ephemeral_names, grace_period,
+    init_container_should_restart, init_containers, is_evicted, is_sidecar, is_terminal,
+    main_containers, restart_policy, restarts_after_kill,
 };
 use super::translate::container_hash;
 use crate::container::state::{Container as RuntimeContainer, ContainerState, PodRuntime};
@@ -441,6 +442,20 @@ fn plan_ready(
     plan.deadline_exceeded = deadline == Deadline::Exceeded;
     if let Deadline::In(d) = deadline {
         plan.requeue_after = Some(d);
+    }
+    if is_evicted(pod) {
+        // Evicted: every container stops at once, as the kubelet's evictPod.
+        kill_running(
+            pod,
+            rt,
+            EVICTION_GRACE_SECONDS,
+            "pod was evicted",
+            &mut plan,
+        );
+        for s in rt.sandboxes.iter().filter(|s| s.ready) {
+            plan.steps.push(Step::StopSandbox { id: s.id.clone() });
+        }
+        return plan;
     }
     if plan.deadline_exceeded || is_terminal(pod) || all_done(pod, rt) {
         // A finished pod keeps its exited containers (for status and logs) but not its

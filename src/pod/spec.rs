@@ -103,6 +103,23 @@ pub fn is_terminal(pod: &Pod) -> bool {
         .is_some_and(crate::reasons::phase::is_terminal)
 }
 
+/// True for a pod the eviction manager marked (status reason `Evicted`)
+/// that has not reached its terminal phase yet: its containers are stopped
+/// and it fails.
+#[must_use]
+pub fn is_evicted(pod: &Pod) -> bool {
+    !is_terminal(pod)
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.reason.as_deref())
+            .is_some_and(|r| r == crate::reasons::pod::EVICTED)
+}
+
+/// The grace period of an evicted pod's containers, in seconds: the
+/// kubelet's `immediateEvictionGracePeriodSeconds`.
+pub const EVICTION_GRACE_SECONDS: i64 = 1;
+
 /// True for a sidecar: an init container with `restartPolicy: Always`.
 #[must_use]
 pub fn is_sidecar(c: &Container) -> bool {

@@ -452,6 +452,10 @@ fn pod_phase(
             pod_phase = settled.to_string();
         }
     }
+    // Evicted: failed, with the eviction's reason and message kept.
+    if super::spec::is_evicted(pod) {
+        return (phase::FAILED.to_string(), None);
+    }
     if !old_phase.is_some_and(phase::is_terminal)
         && super::plan::active_deadline(pod, now) == super::plan::Deadline::Exceeded
     {
@@ -613,6 +617,35 @@ pub fn rejected(pod: &Pod, rejection: &super::admit::Rejection) -> PodStatus {
         qos_class: Some(qos_class(pod).into()),
         ..pod.status.clone().unwrap_or_default()
     }
+}
+
+/// The status that marks `pod` evicted, as the eviction manager's status
+/// function: reason `Evicted` and `message`, and the `DisruptionTarget`
+/// condition (reason `TerminationByKubelet`, the same message); the pod
+/// worker then stops its containers and fails it ([`super::spec::is_evicted`]).
+#[must_use]
+pub fn evicting(pod: &Pod, message: &str, now: Timestamp) -> PodStatus {
+    let mut st = pod.status.clone().unwrap_or_default();
+    st.reason = Some(crate::reasons::pod::EVICTED.into());
+    st.message = Some(message.to_string());
+    let mut conditions: Vec<PodCondition> = st
+        .conditions
+        .take()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != crate::reasons::pod::DISRUPTION_TARGET)
+        .collect();
+    conditions.push(PodCondition {
+        type_: crate::reasons::pod::DISRUPTION_TARGET.into(),
+        status: "True".into(),
+        reason: Some(crate::reasons::pod::TERMINATION_BY_KUBELET.into()),
+        message: Some(message.to_string()),
+        last_transition_time: Some(api_time(now)),
+        observed_generation: pod.metadata.generation,
+        ..Default::default()
+    });
+    st.conditions = Some(conditions);
+    st
 }
 
 /// The message of a container that had not terminated when its pod did (the

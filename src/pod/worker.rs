@@ -92,6 +92,8 @@ pub struct Context {
     pub node_store: Store<Node>,
     /// Admission verdicts, decided in creation order.
     pub admission: AdmissionManager,
+    /// The node's pressure conditions, from the eviction manager.
+    pub pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
 }
 
 impl Context {
@@ -252,6 +254,11 @@ async fn admission(
         || !rt.containers.is_empty()
     {
         return Ok(Verdict::Admit);
+    }
+    // The eviction manager's handler comes first, as in the kubelet.
+    let pressures = ctx.pressures.borrow().clone();
+    if let Some(r) = crate::eviction::admit(pod, &pressures) {
+        return Ok(Verdict::Reject(r));
     }
     let node = &ctx.runtime.node;
     let supplemental_groups_policy = if admit::wants_strict_supplemental_groups(pod) {

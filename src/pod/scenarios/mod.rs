@@ -147,6 +147,7 @@ impl Node {
             pleg_connected: Arc::new(AtomicBool::new(false)),
             node_store,
             admission: super::admission_manager::AdmissionManager::new(),
+            pressures: tokio::sync::watch::channel(Vec::new()).1,
         });
         Self {
             api,
@@ -686,6 +687,40 @@ async fn a_pod_that_does_not_fit_beside_the_admitted_ones_is_failed_out_of_cpu()
         .await;
     n.sync(&big).await;
     assert_eq!(n.cri_calls()[0], "RunPodSandbox default/big");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_pod_is_stopped_at_once_and_fails_with_the_eviction() {
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    n.sync(&web).await;
+    n.cri_calls();
+    let running = n.watched("web");
+    let message = "The node was low on resource: memory. ";
+    let status = super::status::evicting(&running, message, Timestamp::now());
+    n.ctx
+        .status
+        .set_status(&running, status)
+        .await
+        .expect("status");
+    n.sync_watched("web").await;
+    // Grace 1 s, raised to the kubelet's minimum of 2 s for a kill.
+    assert_eq!(n.cri_calls(), ["StopContainer c 2", "StopPodSandbox web"]);
+    let st = n.status("web");
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("Evicted"));
+    assert_eq!(st.message.as_deref(), Some(message));
+    let target = st
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("DisruptionTarget");
+    assert_eq!(
+        (target.status.as_str(), target.reason.as_deref()),
+        ("True", Some("TerminationByKubelet"))
+    );
+    assert!(state(&n.status("web"), "c").0.starts_with("terminated:"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

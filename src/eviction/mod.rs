@@ -15,6 +15,8 @@ use crate::config::Threshold as Amount;
 use crate::pod::fit::pod_requests;
 use crate::stats::summary::{PodStats, Summary};
 
+pub mod manager;
+
 /// An eviction signal (`memory.available`, …).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Signal {
@@ -41,6 +43,56 @@ pub enum Pressure {
     Disk,
     /// `PIDPressure`.
     Pid,
+}
+
+impl Pressure {
+    /// The node condition type.
+    #[must_use]
+    pub fn condition_type(self) -> &'static str {
+        match self {
+            Self::Memory => crate::reasons::node::MEMORY_PRESSURE,
+            Self::Disk => crate::reasons::node::DISK_PRESSURE,
+            Self::Pid => crate::reasons::node::PID_PRESSURE,
+        }
+    }
+}
+
+/// The eviction manager's admission of a new pod under `pressures`, as its
+/// `Admit`: everything passes without pressure, and critical pods always;
+/// under memory pressure alone, pods that are not BestEffort and BestEffort
+/// pods that tolerate the `node.kubernetes.io/memory-pressure` taint pass;
+/// otherwise reason `Evicted`, message `The node had condition: [<types>]. `.
+#[must_use]
+pub fn admit(pod: &Pod, pressures: &[Pressure]) -> Option<crate::pod::admit::Rejection> {
+    if pressures.is_empty() || manager::is_critical(pod) {
+        return None;
+    }
+    if pressures == [Pressure::Memory] {
+        if crate::pod::status::qos_class(pod) != "BestEffort" {
+            return None;
+        }
+        let taint = k8s_openapi::api::core::v1::Taint {
+            key: "node.kubernetes.io/memory-pressure".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let tolerations = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_deref())
+            .unwrap_or_default();
+        if tolerations
+            .iter()
+            .any(|t| crate::pod::fit::tolerates(t, &taint))
+        {
+            return None;
+        }
+    }
+    let types: Vec<&str> = pressures.iter().map(|p| p.condition_type()).collect();
+    Some(crate::pod::admit::Rejection {
+        reason: crate::reasons::pod::EVICTED.into(),
+        message: format!("The node had condition: [{}]. ", types.join(" ")),
+    })
 }
 
 impl Signal {
@@ -611,6 +663,34 @@ mod tests {
             },
             pods: vec![],
         }
+    }
+
+    #[test]
+    fn under_pressure_only_what_memory_pressure_allows_is_admitted() {
+        let best_effort = pod("be").container("c", "busybox").build();
+        let (burstable, _) = hog("burst", 0, 10, 0);
+        assert_eq!(admit(&best_effort, &[]), None);
+        let r = admit(&best_effort, &[Pressure::Memory]).expect("refused");
+        assert_eq!(r.reason, "Evicted");
+        assert_eq!(r.message, "The node had condition: [MemoryPressure]. ");
+        assert_eq!(admit(&burstable, &[Pressure::Memory]), None);
+        let r = admit(&burstable, &[Pressure::Memory, Pressure::Disk]).expect("refused");
+        assert_eq!(
+            r.message,
+            "The node had condition: [MemoryPressure DiskPressure]. "
+        );
+        let mut tolerant = best_effort.clone();
+        tolerant.spec.as_mut().unwrap().tolerations =
+            Some(vec![k8s_openapi::api::core::v1::Toleration {
+                key: Some("node.kubernetes.io/memory-pressure".into()),
+                operator: Some("Exists".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }]);
+        assert_eq!(admit(&tolerant, &[Pressure::Memory]), None);
+        let mut critical = best_effort.clone();
+        critical.spec.as_mut().unwrap().priority = Some(2_000_000_000);
+        assert_eq!(admit(&critical, &[Pressure::Pid]), None);
     }
 
     #[test]

@@ -1,0 +1,144 @@
+//! The eviction manager's loop, as the kubelet's `managerImpl.synchronize`
+//! every 10 s: it observes the signals from the stats summary, publishes the
+//! node's pressure conditions (for node status and admission), and when a
+//! threshold is due, reports `EvictionThresholdMet` on the Node and evicts
+//! the first pod of the ranking: the pod gets an `Evicted` event and the
+//! evicting status ([`crate::pod::status::evicting`]), and its pod worker
+//! stops it. At most one pod per cycle; critical pods (priority at least
+//! 2000000000) are never evicted.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::{Pressure, State, Threshold, message, observe, rank};
+use crate::events::{EventType, publish, publish_node};
+use crate::pod::spec::is_terminal;
+use crate::pod::worker::Context;
+use crate::stats::Provider;
+
+/// How often the manager looks (the kubelet's `evictionMonitoringPeriod`).
+pub const MONITORING_PERIOD: Duration = Duration::from_secs(10);
+
+/// The lowest priority of a critical pod (`SystemCriticalPriority`).
+pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// The manager's configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The node's name (for its events).
+    pub node_name: String,
+    /// The thresholds ([`super::thresholds`]).
+    pub thresholds: Vec<Threshold>,
+    /// `evictionPressureTransitionPeriod`.
+    pub transition: Duration,
+    /// The huge page pools' bytes, which memory cannot give back.
+    pub hugepages_bytes: u64,
+}
+
+/// True for a pod the manager never evicts and never refuses (priority at
+/// least [`SYSTEM_CRITICAL_PRIORITY`]).
+#[must_use]
+pub fn is_critical(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.priority)
+        .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
+}
+
+/// Runs the manager forever; `pressures` carries the conditions to report.
+pub async fn run(
+    cfg: Config,
+    stats: Arc<Provider>,
+    ctx: Arc<Context>,
+    pressures: watch::Sender<Vec<Pressure>>,
+) {
+    if cfg.thresholds.is_empty() {
+        return;
+    }
+    let started = Instant::now();
+    let mut state = State::default();
+    let mut tick = tokio::time::interval(MONITORING_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let summary = match stats.summary(false).await {
+            Ok(s) => s,
+            Err(e) => {
+                debug!(error = %e, "eviction manager: no stats");
+                continue;
+            }
+        };
+        let observations = observe(&summary, cfg.hugepages_bytes);
+        let cycle = state.cycle(
+            started.elapsed(),
+            &cfg.thresholds,
+            &observations,
+            cfg.transition,
+        );
+        pressures.send_if_modified(|p| {
+            let changed = *p != cycle.pressures;
+            if changed {
+                info!(pressures = ?cycle.pressures, "node pressure changed");
+                p.clone_from(&cycle.pressures);
+            }
+            changed
+        });
+        let Some(threshold) = cycle.reclaim else {
+            continue;
+        };
+        let resource = threshold.signal.resource();
+        publish_node(
+            &ctx.runtime.recorder,
+            &cfg.node_name,
+            EventType::Warning,
+            "EvictionThresholdMet",
+            format!("Attempting to reclaim {resource}"),
+        );
+        let bound = ctx.runtime.pods.state();
+        let active: Vec<&Pod> = bound
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|p| {
+                !is_terminal(p)
+                    && !is_critical(p)
+                    && p.metadata.deletion_timestamp.is_none()
+                    && !crate::pod::spec::is_evicted(p)
+            })
+            .collect();
+        let Some(victim) = rank(threshold.signal, &active, &summary).first().copied() else {
+            warn!(resource, "eviction manager: no pod to evict");
+            continue;
+        };
+        // The pod as last reported, so the eviction keeps its newest status.
+        let victim = ctx.status.with_sent_status(Arc::new(victim.clone()));
+        let victim = victim.as_ref();
+        let text = message(
+            &threshold,
+            observations.get(&threshold.signal),
+            victim,
+            &summary,
+        );
+        info!(
+            pod = %format!("{}/{}", victim.metadata.namespace.as_deref().unwrap_or_default(), victim.metadata.name.as_deref().unwrap_or_default()),
+            resource,
+            "evicting pod"
+        );
+        publish(
+            &ctx.runtime.recorder,
+            victim,
+            None,
+            EventType::Warning,
+            crate::reasons::pod::EVICTED,
+            text.clone(),
+        );
+        let status = crate::pod::status::evicting(victim, &text, Timestamp::now());
+        if let Err(e) = ctx.status.set_status(victim, status).await {
+            warn!(error = %e, "eviction manager: status of the evicted pod");
+        }
+    }
+}
