@@ -25,6 +25,7 @@
 # ~/.cache/rustlet/target), RUSTLET_PROFILE (debug or release, default debug:
 # the cargo profile rustlet is built with), RUSTLET_BIN (a rustlet binary to
 # run instead of building one, e.g. the one a conformance sitting pinned),
+# RUSTLET_CONFIG (a KubeletConfiguration file rustlet reads with --config),
 # READY_TIMEOUT (seconds, default 120).
 #
 # The API server writes an audit log of the node's own requests (users in the
@@ -527,7 +528,9 @@ EOF
       log "rustlet already running (pid $pid)"
     else
       mkdir -p "$LOCAL/rustlet" "$LOCAL/pod-logs"
-      start_daemon rustlet "RUST_LOG=${RUST_LOG:-info}" NO_COLOR=1 "$RUSTLET" run \
+      rustlet_config=()
+      [[ -z ${RUSTLET_CONFIG:-} ]] || rustlet_config=(--config "$RUSTLET_CONFIG")
+      start_daemon rustlet "RUST_LOG=${RUST_LOG:-info}" NO_COLOR=1 "$RUSTLET" run "${rustlet_config[@]}" \
         --kubeconfig "$NODE_KUBECONFIG" \
         --node-name "$NODE_NAME" \
         --node-ip "$NODE_IP" \
