@@ -411,6 +411,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     ));
     let housekeeping = tokio::spawn({
         let runtime = runtime.clone();
+        let pod_logs_dir = settings.pod_logs_dir.clone();
         let volumes = ctx.volumes.clone();
         let client = client.clone();
         let ctx = ctx.clone();
@@ -420,7 +421,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             loop {
                 tick.tick().await;
                 housekeeping::forget_gone(&ctx, &store);
-                let cleaned = housekeeping::cleanup_orphans(&runtime, &client, &store, &volumes);
+                let cleaned = housekeeping::cleanup_orphans(
+                    &runtime,
+                    &client,
+                    &store,
+                    &volumes,
+                    &pod_logs_dir,
+                );
                 if let Err(e) = cleaned.await {
                     warn!(error = %e, "housekeeping");
                 }

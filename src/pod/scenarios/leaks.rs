@@ -344,6 +344,7 @@ async fn pod_directories_whose_sandbox_vanished_are_torn_down_but_not_those_of_l
         &n.api.client(),
         &n.ctx.runtime.pods,
         &n.ctx.volumes,
+        &n.ctx.runtime.node.pod_logs_dir,
     )
     .await
     .expect("housekeeping");

@@ -554,7 +554,9 @@ async fn a_force_deleted_pod_is_cleaned_up_once_the_watch_has_dropped_it() {
     n.api_calls();
     let (rt, client) = (&n.ctx.runtime.runtime, n.api.client());
     let store = n.ctx.runtime.pods.clone();
-    let cleanup = || super::housekeeping::cleanup_orphans(rt, &client, &store, &n.ctx.volumes);
+    let logs = n.ctx.runtime.node.pod_logs_dir.clone();
+    let cleanup =
+        || super::housekeeping::cleanup_orphans(rt, &client, &store, &n.ctx.volumes, &logs);
     // The watch has not dropped it yet: housekeeping leaves it alone.
     assert_eq!(cleanup().await.expect("housekeeping"), 0);
     assert_eq!(n.cri_calls(), Vec::<String>::new());
@@ -596,6 +598,7 @@ async fn pods_deleted_while_the_agent_was_down_are_removed_but_not_those_the_api
         &client,
         &fresh.ctx.runtime.pods,
         &fresh.ctx.volumes,
+        &fresh.ctx.runtime.node.pod_logs_dir,
     )
     .await
     .expect("housekeeping");
