@@ -220,6 +220,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         port: settings.port,
         version: crate::node_version(),
         reserved: settings.reservations.clone(),
+        max_images: settings.node_status_max_images,
     };
     let machine = MachineInfo::read(&settings.root_dir);
     crate::node::status::check_reservations(&machine, settings.max_pods, &settings.reservations)

@@ -102,6 +102,8 @@ pub struct Settings {
     pub reservations: Reservations,
     /// The eviction manager's other settings.
     pub eviction: EvictionSettings,
+    /// `nodeStatusMaxImages` (50; -1: all): how many images the Node lists.
+    pub node_status_max_images: i32,
 }
 
 /// The eviction manager's settings besides `evictionHard`
@@ -230,6 +232,7 @@ impl Default for Settings {
             fail_swap_on: None,
             reservations: Reservations::default(),
             eviction: EvictionSettings::default(),
+            node_status_max_images: 50,
         }
     }
 }
@@ -315,6 +318,7 @@ impl Settings {
                 .collect::<BTreeMap<_, _>>(),
             "evictionMinimumReclaim": self.eviction.minimum_reclaim,
             "evictionPressureTransitionPeriod": go_duration(self.eviction.pressure_transition_period),
+            "nodeStatusMaxImages": self.node_status_max_images,
         })
     }
 }
@@ -365,6 +369,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "evictionSoftGracePeriod",
     "evictionMinimumReclaim",
     "evictionPressureTransitionPeriod",
+    "nodeStatusMaxImages",
 ];
 
 /// KubeletConfiguration fields that guard the node's security, with the
@@ -641,6 +646,13 @@ pub fn apply_file_text(
                     .iter()
                     .map(|(signal, d)| Ok((signal.clone(), duration(path, key, d)?)))
                     .collect::<Result<_, Error>>()?;
+            }
+            "nodeStatusMaxImages" => {
+                settings.node_status_max_images = v
+                    .as_i64()
+                    .and_then(|n| i32::try_from(n).ok())
+                    .filter(|n| *n >= -1)
+                    .ok_or_else(|| bad(key, "a number of images, or -1 for all"))?;
             }
             "evictionPressureTransitionPeriod" => {
                 settings.eviction.pressure_transition_period = duration(path, key, v)?;

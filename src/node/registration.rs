@@ -20,9 +20,10 @@ use super::status::{NodeConfig, RuntimeFacts};
 use crate::config::Settings;
 use crate::cri::Runtime;
 
-/// The runtime's version and readiness, as the node status reports them
-/// (CRI `Status`: the `RuntimeReady` and `NetworkReady` conditions).
-async fn runtime_facts(runtime: &Runtime, version: &str) -> RuntimeFacts {
+/// The runtime's version, readiness and images, as the node status reports
+/// them (CRI `Status`: the `RuntimeReady` and `NetworkReady` conditions; CRI
+/// `ListImages`, at most `max_images` of them).
+async fn runtime_facts(runtime: &Runtime, version: &str, max_images: i32) -> RuntimeFacts {
     let mut facts = RuntimeFacts {
         version: version.to_string(),
         ..Default::default()
@@ -46,6 +47,10 @@ async fn runtime_facts(runtime: &Runtime, version: &str) -> RuntimeFacts {
         }
         Err(e) => facts.runtime_not_ready = Some(e.to_string()),
     }
+    match runtime.list_images().await {
+        Ok(list) => facts.images = Some(super::status::node_images(&list, max_images)),
+        Err(e) => warn!(error = %e, "list images for node status"),
+    }
     facts
 }
 
@@ -61,7 +66,7 @@ pub async fn register(
     let api: Api<Node> = Api::all(client.clone());
     let mut delay = Duration::from_millis(100);
     loop {
-        let facts = runtime_facts(runtime, version).await;
+        let facts = runtime_facts(runtime, version, cfg.max_images).await;
         let node = super::status::initial_node(
             cfg,
             super::status::status(cfg, m, &facts, None, Timestamp::now(), &[]),
@@ -151,7 +156,7 @@ pub async fn status_loop(
                 }
             },
         };
-        let facts = runtime_facts(&runtime, &version).await;
+        let facts = runtime_facts(&runtime, &version, cfg.max_images).await;
         let current = pressures.borrow().clone();
         let mut new = super::status::status(
             &cfg,

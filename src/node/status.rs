@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
+    NodeSpec, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -18,7 +18,7 @@ use crate::eviction::Pressure;
 use crate::reasons::node::{DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE, READY, reason};
 
 /// What the runtime says about itself (CRI `Version` and `Status`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct RuntimeFacts {
     /// `containerd://2.4.2`.
     pub version: String,
@@ -26,6 +26,39 @@ pub struct RuntimeFacts {
     pub runtime_not_ready: Option<String>,
     /// NetworkReady condition: None when ready, else the reason and message.
     pub network_not_ready: Option<String>,
+    /// The node's images as `status.images` lists them ([`node_images`]);
+    /// None keeps the list the Node has.
+    pub images: Option<Vec<ContainerImage>>,
+}
+
+/// The most names an image has in `status.images`
+/// (`MaxNamesPerImageInNodeStatus`).
+pub const MAX_NAMES_PER_IMAGE: usize = 5;
+
+/// The images of `status.images`, as the kubelet's `Images` setter: largest
+/// first (ties by image ID, descending), at most `max` of them
+/// (`nodeStatusMaxImages`, 50; negative: all), each with its repo digests
+/// then its repo tags, at most five names, and its size in bytes.
+#[must_use]
+pub fn node_images(list: &[k8s_cri::v1::Image], max: i32) -> Vec<ContainerImage> {
+    let mut sorted: Vec<&k8s_cri::v1::Image> = list.iter().collect();
+    sorted.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| b.id.cmp(&a.id)));
+    let keep = usize::try_from(max).unwrap_or(usize::MAX);
+    sorted
+        .into_iter()
+        .take(keep)
+        .map(|i| ContainerImage {
+            names: Some(
+                i.repo_digests
+                    .iter()
+                    .chain(i.repo_tags.iter())
+                    .take(MAX_NAMES_PER_IMAGE)
+                    .cloned()
+                    .collect(),
+            ),
+            size_bytes: i64::try_from(i.size).ok(),
+        })
+        .collect()
 }
 
 /// The node's configuration that shapes its object.
@@ -46,6 +79,9 @@ pub struct NodeConfig {
     /// What allocatable holds back (`kubeReserved`, `systemReserved`,
     /// `evictionHard`).
     pub reserved: Reservations,
+    /// `nodeStatusMaxImages` (50; -1: all): how many images
+    /// `status.images` lists.
+    pub max_images: i32,
 }
 
 /// The standard labels of the node (kubernetes.io/hostname, os, arch).
@@ -472,7 +508,10 @@ pub fn status(
             swap: None,
             running_in_user_namespace: Some(m.in_user_namespace),
         }),
-        images: old.and_then(|o| o.images.clone()),
+        images: rt
+            .images
+            .clone()
+            .or_else(|| old.and_then(|o| o.images.clone())),
         ..Default::default()
     }
 }
@@ -516,6 +555,7 @@ pub fn changed(old: Option<&NodeStatus>, new: &NodeStatus) -> bool {
         || !same_quantities(old.allocatable.as_ref(), new.allocatable.as_ref())
         || old.addresses != new.addresses
         || old.daemon_endpoints != new.daemon_endpoints
+        || old.images != new.images
         || old.node_info.as_ref().map(|i| NodeSystemInfo {
             swap: None,
             ..i.clone()
@@ -723,6 +763,36 @@ mod tests {
         // Never below zero.
         let (_, alloc) = resources(&machine(), 110, &greedy);
         assert_eq!(alloc["cpu"].0, "0");
+    }
+
+    #[test]
+    fn images_are_listed_largest_first_digests_before_tags() {
+        let image = |id: &str, size: u64, tags: &[&str], digests: &[&str]| k8s_cri::v1::Image {
+            id: id.into(),
+            size,
+            repo_tags: tags.iter().map(|s| (*s).to_string()).collect(),
+            repo_digests: digests.iter().map(|s| (*s).to_string()).collect(),
+            ..Default::default()
+        };
+        let list = [
+            image("sha256:a", 10, &["a:1"], &["a@sha256:1"]),
+            image(
+                "sha256:b",
+                30,
+                &["b:1", "b:2", "b:3", "b:4", "b:5"],
+                &["b@sha256:2"],
+            ),
+            image("sha256:c", 10, &["c:1"], &[]),
+        ];
+        let got = node_images(&list, 50);
+        let names: Vec<Vec<String>> = got.iter().map(|i| i.names.clone().unwrap()).collect();
+        assert_eq!(names[0], ["b@sha256:2", "b:1", "b:2", "b:3", "b:4"]);
+        assert_eq!(names[1], ["c:1"], "ties by ID, descending");
+        assert_eq!(names[2], ["a@sha256:1", "a:1"]);
+        assert_eq!(got[0].size_bytes, Some(30));
+        assert_eq!(node_images(&list, 1).len(), 1);
+        assert_eq!(node_images(&list, -1).len(), 3);
+        assert!(node_images(&list, 0).is_empty());
     }
 
     #[test]
