@@ -379,6 +379,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         settings.root_dir.clone(),
         settings.pod_logs_dir.clone(),
     ));
+    tokio::spawn(crate::image_gc::run(
+        runtime.clone(),
+        stats.clone(),
+        crate::image_gc::Policy {
+            high_percent: settings.image_gc.0,
+            low_percent: settings.image_gc.1,
+            min_age: settings.image_gc.2,
+        },
+        ctx.runtime.recorder.clone(),
+        node_name.clone(),
+    ));
     tokio::spawn(crate::eviction::manager::run(
         crate::eviction::manager::Config {
             node_name: node_name.clone(),

@@ -104,6 +104,9 @@ pub struct Settings {
     pub eviction: EvictionSettings,
     /// `nodeStatusMaxImages` (50; -1: all): how many images the Node lists.
     pub node_status_max_images: i32,
+    /// `imageGCHighThresholdPercent` (85), `imageGCLowThresholdPercent` (80)
+    /// and `imageMinimumGCAge` (2 min), as (high, low, minimum age).
+    pub image_gc: (u8, u8, Duration),
 }
 
 /// The eviction manager's settings besides `evictionHard`
@@ -233,6 +236,7 @@ impl Default for Settings {
             reservations: Reservations::default(),
             eviction: EvictionSettings::default(),
             node_status_max_images: 50,
+            image_gc: (85, 80, Duration::from_secs(120)),
         }
     }
 }
@@ -319,6 +323,9 @@ impl Settings {
             "evictionMinimumReclaim": self.eviction.minimum_reclaim,
             "evictionPressureTransitionPeriod": go_duration(self.eviction.pressure_transition_period),
             "nodeStatusMaxImages": self.node_status_max_images,
+            "imageGCHighThresholdPercent": self.image_gc.0,
+            "imageGCLowThresholdPercent": self.image_gc.1,
+            "imageMinimumGCAge": go_duration(self.image_gc.2),
         })
     }
 }
@@ -370,6 +377,9 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "evictionMinimumReclaim",
     "evictionPressureTransitionPeriod",
     "nodeStatusMaxImages",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "imageMinimumGCAge",
 ];
 
 /// KubeletConfiguration fields that guard the node's security, with the
@@ -647,6 +657,19 @@ pub fn apply_file_text(
                     .map(|(signal, d)| Ok((signal.clone(), duration(path, key, d)?)))
                     .collect::<Result<_, Error>>()?;
             }
+            "imageGCHighThresholdPercent" | "imageGCLowThresholdPercent" => {
+                let pct = v
+                    .as_u64()
+                    .and_then(|n| u8::try_from(n).ok())
+                    .filter(|n| *n <= 100)
+                    .ok_or_else(|| bad(key, "a percentage from 0 to 100"))?;
+                if key == "imageGCHighThresholdPercent" {
+                    settings.image_gc.0 = pct;
+                } else {
+                    settings.image_gc.1 = pct;
+                }
+            }
+            "imageMinimumGCAge" => settings.image_gc.2 = duration(path, key, v)?,
             "nodeStatusMaxImages" => {
                 settings.node_status_max_images = v
                     .as_i64()
@@ -667,6 +690,13 @@ pub fn apply_file_text(
             }
             _ => ignored.push(key.clone()),
         }
+    }
+    // As the kubelet's validation: the low threshold below the high one.
+    if settings.image_gc.1 >= settings.image_gc.0 {
+        return Err(bad(
+            "imageGCLowThresholdPercent",
+            "less than imageGCHighThresholdPercent",
+        ));
     }
     // As the kubelet's validation: a limit above 1 needs parallel pulls.
     if settings.serialize_image_pulls && settings.max_parallel_image_pulls.is_some_and(|n| n > 1) {

@@ -12,6 +12,7 @@ pub mod cri;
 pub mod events;
 pub mod eviction;
 pub mod expansion;
+pub mod image_gc;
 pub mod log_links;
 pub mod log_manager;
 pub mod metrics;

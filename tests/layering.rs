@@ -39,6 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "log_links",
             "log_manager",
             "stats",
+            "image_gc",
         ],
     ),
     (

@@ -656,6 +656,22 @@ impl Runtime {
         .await
     }
 
+    /// CRI `RemoveImage` of the image `id`.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn remove_image(&self, id: &str) -> Result<()> {
+        let mut c = self.images.clone();
+        let req = cri::RemoveImageRequest {
+            image: Some(cri::ImageSpec {
+                image: id.into(),
+                ..Default::default()
+            }),
+        };
+        self.call("RemoveImage", id, c.remove_image(req)).await?;
+        Ok(())
+    }
+
     /// CRI `ListImages`: every image on the node.
     ///
     /// # Errors
