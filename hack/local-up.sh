@@ -25,7 +25,9 @@
 # ~/.cache/rustlet/target), RUSTLET_PROFILE (debug or release, default debug:
 # the cargo profile rustlet is built with), RUSTLET_BIN (a rustlet binary to
 # run instead of building one, e.g. the one a conformance sitting pinned),
-# RUSTLET_CONFIG (a KubeletConfiguration file rustlet reads with --config),
+# RUSTLET_CONFIG (a KubeletConfiguration file rustlet reads with --config
+# instead of _output/local/rustlet.yaml, which turns disk eviction and image
+# GC off as the kubelet's configuration here does),
 # READY_TIMEOUT (seconds, default 120).
 #
 # The API server writes an audit log of the node's own requests (users in the
@@ -528,9 +530,22 @@ EOF
       log "rustlet already running (pid $pid)"
     else
       mkdir -p "$LOCAL/rustlet" "$LOCAL/pod-logs"
-      rustlet_config=()
-      [[ -z ${RUSTLET_CONFIG:-} ]] || rustlet_config=(--config "$RUSTLET_CONFIG")
-      start_daemon rustlet "RUST_LOG=${RUST_LOG:-info}" NO_COLOR=1 "$RUSTLET" run "${rustlet_config[@]}" \
+      # As the kubelet's configuration above: no disk-pressure eviction and
+      # no image GC on a developer machine whose images cannot be pulled again.
+      cat >"$LOCAL/rustlet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+  imagefs.inodesFree: "0%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+EOF
+      start_daemon rustlet "RUST_LOG=${RUST_LOG:-info}" NO_COLOR=1 "$RUSTLET" run \
+        --config "${RUSTLET_CONFIG:-$LOCAL/rustlet.yaml}" \
         --kubeconfig "$NODE_KUBECONFIG" \
         --node-name "$NODE_NAME" \
         --node-ip "$NODE_IP" \

@@ -196,6 +196,10 @@ pub async fn run(
     recorder: Recorder,
     node: String,
 ) {
+    // As the kubelet: a high threshold of 100% turns periodic collection off.
+    if policy.high_percent >= 100 {
+        return;
+    }
     let mut records = Records::default();
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

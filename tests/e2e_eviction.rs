@@ -97,7 +97,9 @@ async fn a_best_effort_memory_hog_is_evicted_and_a_guaranteed_pod_stays() {
         &config,
         format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             evictionHard:\n  memory.available: \"{threshold}\"\n\
+             evictionHard:\n  memory.available: \"{threshold}\"\n  nodefs.available: \"0%\"\n  \
+             nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n  imagefs.inodesFree: \"0%\"\n\
+             imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
              evictionPressureTransitionPeriod: 10s\n"
         ),
     )
