@@ -34,8 +34,9 @@ pub struct NodeView {
 /// containers and sidecars (restartable init containers) add up; a plain init
 /// container needs its own request plus the sidecars started before it; the
 /// pod needs the larger of the two; pod-level `resources.requests` replace
-/// cpu and memory; `overhead` is added. A request that does not parse counts
-/// as none (the API server validated it).
+/// cpu and memory; `overhead` is added. Sums saturate; a request too large
+/// to hold counts as the largest quantity, one that does not parse as none
+/// (the API server validated it).
 #[must_use]
 pub fn pod_requests(pod: &Pod) -> BTreeMap<String, Quantity> {
     let Some(spec) = pod.spec.as_ref() else {
@@ -63,7 +64,10 @@ pub fn pod_requests(pod: &Pod) -> BTreeMap<String, Quantity> {
     max_all(&mut total, &init_peak);
     if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
         for name in ["cpu", "memory"] {
-            if let Some(q) = pod_level.get(name).and_then(|q| Quantity::parse(&q.0).ok()) {
+            if let Some(q) = pod_level
+                .get(name)
+                .and_then(|q| Quantity::parse_saturating(&q.0).ok())
+            {
                 total.insert(name.to_string(), q);
             }
         }
@@ -83,9 +87,16 @@ fn requests(c: &Container) -> BTreeMap<String, Quantity> {
         .unwrap_or_default()
 }
 
+/// The quantities of `list`; one too large to hold is the largest there is
+/// (a request beyond any node then never fits), one that does not parse is
+/// left out (the API server validated them).
 fn parsed(list: &BTreeMap<String, ApiQuantity>) -> BTreeMap<String, Quantity> {
     list.iter()
-        .filter_map(|(k, v)| Quantity::parse(&v.0).ok().map(|q| (k.clone(), q)))
+        .filter_map(|(k, v)| {
+            Quantity::parse_saturating(&v.0)
+                .ok()
+                .map(|q| (k.clone(), q))
+        })
         .collect()
 }
 
@@ -444,6 +455,9 @@ mod tests {
             "Node didn't have enough resource: cpu, requested: 500, used: 600, capacity: 1000"
         );
         assert!(fit(&pod_with(vec![ctr("b", "400m", "")]), &[&running], &n).is_none());
+        // Hostile sizes never overflow into a fit.
+        let huge = pod_with(vec![ctr("h", "1e40", ""), ctr("i", "1e40", "")]);
+        assert_eq!(fit(&huge, &[&huge], &n).unwrap().reason, "OutOfcpu");
         let r = fit(&pod_with(vec![ctr("b", "", "2Gi")]), &[], &n).unwrap();
         assert_eq!(r.reason, "OutOfmemory");
         assert!(
