@@ -437,14 +437,22 @@ async fn kill_reporting(pod: &Pod, rt: &PodRuntime, plan: &Plan, ctx: &Context) 
 async fn delete(pod: &Pod, ctx: &Context) -> Result<()> {
     let (ns, name, uid) = pod_identity(pod);
     // The final status first: a pod kept by a finalizer shows how it ended.
+    // A pod already gone (force-deleted meanwhile) needs none.
     let last = pod.status.clone().unwrap_or_default();
-    ctx.status
+    match ctx
+        .status
         .set_status(pod, status::terminated_status(pod, &last))
         .await
-        .map_err(|source| Error::Api {
-            pod: format!("{ns}/{name}"),
-            source,
-        })?;
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(source) => {
+            return Err(Error::Api {
+                pod: format!("{ns}/{name}"),
+                source,
+            });
+        }
+    }
     ctx.volumes
         .teardown(&uid)
         .await
