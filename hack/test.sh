@@ -61,6 +61,7 @@ step "cargo fmt --check" cargo fmt --check
 step "cargo clippy" cargo clippy --all-targets -- -D warnings
 step "unit tests" cargo test --lib --bins --test cli --test layering
 step "conformance-table.py self-test" python3 hack/conformance-table.py selftest
+step "conformance-shards.py self-test" python3 hack/conformance-shards.py selftest
 if ! $quick; then
   # Start from a clean node: no bridge, veths or mounts left by an earlier run.
   hack/local-down.sh >/dev/null 2>&1 || true
