@@ -70,6 +70,17 @@ case $RUSTLET_PROFILE in
   *) die "RUSTLET_PROFILE must be debug or release, not '$RUSTLET_PROFILE'" ;;
 esac
 RUSTLET=${RUSTLET_BIN:-$CARGO_TARGET_DIR/$RUSTLET_PROFILE/rustlet}
+# Both agents' node protection here: disk pressure never evicts on a
+# developer machine, and images are local and cannot be pulled again, so
+# image GC never runs.
+LOCAL_NODE_PROTECTION='evictionHard:
+  memory.available: 100Mi
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+  imagefs.inodesFree: "0%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99'
 
 t_start=$(now_ms)
 timings=()
@@ -490,16 +501,7 @@ failSwapOn: false
 clusterDomain: cluster.local
 clusterDNS: []
 resolvConf: /etc/resolv.conf
-# Disk pressure never evicts on a developer machine; images are local and
-# cannot be pulled again, so image GC never runs.
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: "0%"
-  nodefs.inodesFree: "0%"
-  imagefs.available: "0%"
-  imagefs.inodesFree: "0%"
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
+$LOCAL_NODE_PROTECTION
 serializeImagePulls: false
 rotateCertificates: false
 serverTLSBootstrap: false
@@ -530,19 +532,11 @@ EOF
       log "rustlet already running (pid $pid)"
     else
       mkdir -p "$LOCAL/rustlet" "$LOCAL/pod-logs"
-      # As the kubelet's configuration above: no disk-pressure eviction and
-      # no image GC on a developer machine whose images cannot be pulled again.
+      # The kubelet's settings of LOCAL_NODE_PROTECTION, for rustlet.
       cat >"$LOCAL/rustlet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: "0%"
-  nodefs.inodesFree: "0%"
-  imagefs.available: "0%"
-  imagefs.inodesFree: "0%"
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
+$LOCAL_NODE_PROTECTION
 EOF
       start_daemon rustlet "RUST_LOG=${RUST_LOG:-info}" NO_COLOR=1 "$RUSTLET" run \
         --config "${RUSTLET_CONFIG:-$LOCAL/rustlet.yaml}" \
