@@ -4,8 +4,9 @@
 //! threshold is due, reports `EvictionThresholdMet` on the Node and evicts
 //! the first pod of the ranking: the pod gets an `Evicted` event and the
 //! evicting status ([`crate::pod::status::evicting`]), and its pod worker
-//! stops it. At most one pod per cycle; critical pods (priority at least
-//! 2000000000) are never evicted.
+//! stops it. At most one pod per cycle for a threshold; before thresholds,
+//! every pod over a local storage limit goes ([`super::local_storage_violation`]).
+//! Critical pods (priority at least 2000000000) are never evicted.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,17 +89,6 @@ pub async fn run(
             }
             changed
         });
-        let Some(threshold) = cycle.reclaim else {
-            continue;
-        };
-        let resource = threshold.signal.resource();
-        publish_node(
-            &ctx.runtime.recorder,
-            &cfg.node_name,
-            EventType::Warning,
-            "EvictionThresholdMet",
-            format!("Attempting to reclaim {resource}"),
-        );
         let bound = ctx.runtime.pods.state();
         let active: Vec<&Pod> = bound
             .iter()
@@ -110,35 +100,68 @@ pub async fn run(
                     && !crate::pod::spec::is_evicted(p)
             })
             .collect();
+        // Local storage limits first (`localStorageEviction`): every pod over
+        // one goes, and then the cycle ends.
+        let mut over_limit = false;
+        for p in &active {
+            let uid = p.metadata.uid.as_deref().unwrap_or_default();
+            let Some(stats) = summary.pods.iter().find(|s| s.pod_ref.uid == uid) else {
+                continue;
+            };
+            if let Some(text) = super::local_storage_violation(p, stats) {
+                evict(&ctx, p, text, false).await;
+                over_limit = true;
+            }
+        }
+        if over_limit {
+            continue;
+        }
+        let Some(threshold) = cycle.reclaim else {
+            continue;
+        };
+        let resource = threshold.signal.resource();
+        publish_node(
+            &ctx.runtime.recorder,
+            &cfg.node_name,
+            EventType::Warning,
+            "EvictionThresholdMet",
+            format!("Attempting to reclaim {resource}"),
+        );
         let Some(victim) = rank(threshold.signal, &active, &summary).first().copied() else {
             warn!(resource, "eviction manager: no pod to evict");
             continue;
         };
-        // The pod as last reported, so the eviction keeps its newest status.
-        let victim = ctx.status.with_sent_status(Arc::new(victim.clone()));
-        let victim = victim.as_ref();
         let text = message(
             &threshold,
             observations.get(&threshold.signal),
             victim,
             &summary,
         );
-        info!(
-            pod = %format!("{}/{}", victim.metadata.namespace.as_deref().unwrap_or_default(), victim.metadata.name.as_deref().unwrap_or_default()),
-            resource,
-            "evicting pod"
-        );
-        publish(
-            &ctx.runtime.recorder,
-            victim,
-            None,
-            EventType::Warning,
-            crate::reasons::pod::EVICTED,
-            text.clone(),
-        );
-        let status = crate::pod::status::evicting(victim, &text, Timestamp::now());
-        if let Err(e) = ctx.status.set_status(victim, status).await {
-            warn!(error = %e, "eviction manager: status of the evicted pod");
-        }
+        evict(&ctx, victim, text, true).await;
+    }
+}
+
+/// Evicts `pod` with `text`: an `Evicted` event, and the evicting status
+/// (with the `DisruptionTarget` condition when `disruption`), written over
+/// the status last reported so it keeps the newest one.
+async fn evict(ctx: &Context, pod: &Pod, text: String, disruption: bool) {
+    let pod = ctx.status.with_sent_status(Arc::new(pod.clone()));
+    let pod = pod.as_ref();
+    info!(
+        pod = %format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or_default(), pod.metadata.name.as_deref().unwrap_or_default()),
+        message = text,
+        "evicting pod"
+    );
+    publish(
+        &ctx.runtime.recorder,
+        pod,
+        None,
+        EventType::Warning,
+        crate::reasons::pod::EVICTED,
+        text.clone(),
+    );
+    let status = crate::pod::status::evicting(pod, &text, disruption, Timestamp::now());
+    if let Err(e) = ctx.status.set_status(pod, status).await {
+        warn!(error = %e, "eviction manager: status of the evicted pod");
     }
 }

@@ -592,8 +592,190 @@ pub fn message(
     out
 }
 
+/// The first local storage limit `pod` exceeds, as the kubelet's
+/// `localStorageEviction` checks them, with the message it is evicted with:
+/// an emptyDir over its `sizeLimit` (memory-backed ones are left to the
+/// kernel), `Usage of EmptyDir volume "<name>" exceeds the limit "<limit>". `;
+/// the pod's use over its containers' summed ephemeral-storage limits,
+/// `Pod ephemeral local storage usage exceeds the total limit of containers
+/// <limit>. `; a container's logs and writable layer over its own limit,
+/// `Container <name> exceeded its local ephemeral storage limit "<limit>". `.
+#[must_use]
+pub fn local_storage_violation(pod: &Pod, stats: &PodStats) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let parse = |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+        crate::resource::Quantity::parse_saturating(&q.0)
+            .ok()
+            .map(|v| v.value())
+    };
+    for v in spec.volumes.iter().flatten() {
+        let Some(dir) = v.empty_dir.as_ref() else {
+            continue;
+        };
+        if dir.medium.as_deref() == Some("Memory") {
+            continue;
+        }
+        let Some(limit) = dir.size_limit.as_ref() else {
+            continue;
+        };
+        let Some(max) = parse(limit).filter(|m| *m > 0) else {
+            continue;
+        };
+        let used = stats
+            .volume
+            .iter()
+            .find(|s| s.name == v.name)
+            .and_then(|s| s.fs.used_bytes)
+            .map(i128::from);
+        if used.is_some_and(|u| u > max) {
+            return Some(format!(
+                "Usage of EmptyDir volume \"{}\" exceeds the limit \"{}\". ",
+                v.name, limit.0
+            ));
+        }
+    }
+    let limit_of = |c: &k8s_openapi::api::core::v1::Container| {
+        c.resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get("ephemeral-storage"))
+            .and_then(parse)
+    };
+    let limited: Vec<i128> = spec.containers.iter().filter_map(limit_of).collect();
+    if !limited.is_empty() {
+        let total = limited.iter().fold(0i128, |s, v| s.saturating_add(*v));
+        let used = stats
+            .ephemeral_storage
+            .and_then(|e| e.used_bytes)
+            .map(i128::from);
+        if used.is_some_and(|u| u > total) {
+            return Some(format!(
+                "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+                show(Signal::NodefsAvailable, total)
+            ));
+        }
+    }
+    let with_limits = spec.containers.iter().chain(
+        spec.init_containers
+            .iter()
+            .flatten()
+            .filter(|c| crate::pod::spec::is_sidecar(c)),
+    );
+    for c in with_limits {
+        let Some(max) = limit_of(c).filter(|m| *m > 0) else {
+            continue;
+        };
+        let Some(cs) = stats.containers.iter().find(|s| s.name == c.name) else {
+            continue;
+        };
+        let used = [cs.logs, cs.rootfs]
+            .iter()
+            .flatten()
+            .filter_map(|f| f.used_bytes)
+            .fold(0i128, |s, v| s.saturating_add(i128::from(v)));
+        if used > max {
+            let text = c
+                .resources
+                .as_ref()
+                .and_then(|r| r.limits.as_ref())
+                .and_then(|l| l.get("ephemeral-storage"))
+                .map(|q| q.0.clone())
+                .unwrap_or_default();
+            return Some(format!(
+                "Container {} exceeded its local ephemeral storage limit \"{text}\". ",
+                c.name
+            ));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn local_storage_limits_evict_in_the_kubelet_words() {
+        use crate::stats::summary::VolumeStats;
+        use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Volume};
+        let mut p = pod("writer").container("c", "busybox").build();
+        let spec = p.spec.as_mut().unwrap();
+        let dir = |medium: Option<&str>| EmptyDirVolumeSource {
+            medium: medium.map(str::to_string),
+            size_limit: Some(Quantity("100Mi".into())),
+            ..Default::default()
+        };
+        spec.volumes = Some(vec![
+            Volume {
+                name: "mem".into(),
+                empty_dir: Some(dir(Some("Memory"))),
+                ..Default::default()
+            },
+            Volume {
+                name: "scratch".into(),
+                empty_dir: Some(dir(None)),
+                ..Default::default()
+            },
+        ]);
+        let fs = |used: u64| FsStats {
+            used_bytes: Some(used),
+            ..Default::default()
+        };
+        let mut stats = PodStats {
+            volume: vec![
+                VolumeStats {
+                    fs: fs(200 << 20),
+                    name: "mem".into(),
+                },
+                VolumeStats {
+                    fs: fs(50 << 20),
+                    name: "scratch".into(),
+                },
+            ],
+            containers: vec![ContainerStats {
+                name: "c".into(),
+                rootfs: Some(fs(30 << 20)),
+                logs: Some(fs(30 << 20)),
+                ..Default::default()
+            }],
+            ephemeral_storage: Some(fs(110 << 20)),
+            ..Default::default()
+        };
+        assert_eq!(
+            local_storage_violation(&p, &stats),
+            None,
+            "memory-backed: the kernel's"
+        );
+        stats.volume[1].fs.used_bytes = Some(101 << 20);
+        assert_eq!(
+            local_storage_violation(&p, &stats).as_deref(),
+            Some("Usage of EmptyDir volume \"scratch\" exceeds the limit \"100Mi\". ")
+        );
+        stats.volume[1].fs.used_bytes = Some(1);
+        p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "ephemeral-storage".to_string(),
+                Quantity("100Mi".into()),
+            )])),
+            ..Default::default()
+        });
+        assert_eq!(
+            local_storage_violation(&p, &stats).as_deref(),
+            Some("Pod ephemeral local storage usage exceeds the total limit of containers 100Mi. ")
+        );
+        stats.ephemeral_storage = Some(fs(90 << 20));
+        p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "ephemeral-storage".to_string(),
+                Quantity("50Mi".into()),
+            )])),
+            ..Default::default()
+        });
+        stats.ephemeral_storage = Some(fs(40 << 20));
+        assert_eq!(
+            local_storage_violation(&p, &stats).as_deref(),
+            Some("Container c exceeded its local ephemeral storage limit \"50Mi\". ")
+        );
+    }
+
     use super::*;
     use crate::fixtures::pod;
     use crate::stats::summary::{

@@ -700,7 +700,7 @@ async fn an_evicted_pod_is_stopped_at_once_and_fails_with_the_eviction() {
     n.cri_calls();
     let running = n.watched("web");
     let message = "The node was low on resource: memory. ";
-    let status = super::status::evicting(&running, message, Timestamp::now());
+    let status = super::status::evicting(&running, message, true, Timestamp::now());
     n.ctx
         .status
         .set_status(&running, status)
