@@ -114,12 +114,6 @@ fn max_all(into: &mut BTreeMap<String, Quantity>, other: &BTreeMap<String, Quant
     }
 }
 
-/// True for an extended resource (a domain outside `kubernetes.io`), as
-/// `IsExtendedResourceName`.
-fn is_extended(name: &str) -> bool {
-    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
-}
-
 /// The first GeneralPredicates failure of `pod` on `node` beside `admitted`
 /// (the pods already admitted and still active); None when it fits.
 /// Reasons and messages as the kubelet's: `OutOf<resource>` with
@@ -198,7 +192,7 @@ fn resource_fit(pod: &Pod, admitted: &[&Pod], node: &NodeView) -> Option<Rejecti
         if request <= Quantity::default() || name == "pods" {
             continue;
         }
-        if is_extended(&name) && !allocatable.contains_key(&name) {
+        if crate::node::status::is_extended_resource(&name) && !allocatable.contains_key(&name) {
             continue;
         }
         let have = allocatable.get(&name).copied().unwrap_or_default();
