@@ -90,7 +90,10 @@ t0=$(now_ms)
 incomplete=()
 for r in "${runs[@]}"; do
   suite=${r%%:*} agent=${r#*:}
-  if [[ -f $ROOT/_output/conformance/$suite/$agent/summary.txt ]]; then
+  # Done means a summary without tests left unreached (an interrupted run
+  # writes one too, and resumes).
+  if [[ -f $ROOT/_output/conformance/$suite/$agent/summary.txt ]] &&
+    ! grep -q '^NOT REACHED ' "$ROOT/_output/conformance/$suite/$agent/summary.txt"; then
     log "$suite with $agent: done earlier ($(grep -m1 '^date: ' "$ROOT/_output/conformance/$suite/$agent/summary.txt")), kept"
     continue
   fi
