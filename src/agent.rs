@@ -379,17 +379,42 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         settings.root_dir.clone(),
         settings.pod_logs_dir.clone(),
     ));
-    tokio::spawn(crate::image_gc::run(
+    let image_gc = crate::image_gc::ImageGc::new(
         runtime.clone(),
         stats.clone(),
-        crate::image_gc::Policy {
-            high_percent: settings.image_gc.0,
-            low_percent: settings.image_gc.1,
-            min_age: settings.image_gc.2,
-        },
+        settings.image_gc,
         ctx.runtime.recorder.clone(),
         node_name.clone(),
-    ));
+    );
+    tokio::spawn(image_gc.clone().run());
+    let container_gc = crate::container_gc::Policy {
+        min_age: args.minimum_container_ttl_duration,
+        max_per_pod_container: args.maximum_dead_containers_per_container,
+        max_containers: args.maximum_dead_containers,
+    };
+    tokio::spawn({
+        let ctx = ctx.clone();
+        let mut listed = listed.clone();
+        async move {
+            // As the kubelet's container GC: every minute, once the pods
+            // bound to the node are known.
+            let _ = listed.wait_for(|listed| *listed).await;
+            let mut tick = tokio::time::interval(crate::container_gc::PERIOD);
+            loop {
+                tick.tick().await;
+                if let Err(e) = housekeeping::collect_containers(&ctx, container_gc, false).await {
+                    warn!(error = %e, "container GC");
+                    crate::events::publish_node(
+                        &ctx.runtime.recorder,
+                        &ctx.runtime.node.node_name,
+                        crate::events::EventType::Warning,
+                        crate::reasons::event::CONTAINER_GC_FAILED,
+                        e.to_string(),
+                    );
+                }
+            }
+        }
+    });
     tokio::spawn(crate::eviction::manager::run(
         crate::eviction::manager::Config {
             node_name: node_name.clone(),
@@ -398,9 +423,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             hugepages_bytes: machine.huge_pages.iter().fold(0u64, |sum, (kib, pages)| {
                 sum.saturating_add(kib.saturating_mul(1024).saturating_mul(*pages))
             }),
+            container_gc,
         },
         stats.clone(),
         ctx.clone(),
+        image_gc,
         pressures_tx,
     ));
     tokio::spawn({

@@ -86,6 +86,24 @@ pub struct RunArgs {
     /// without it only bearer tokens authenticate.
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
+    /// Container GC: a dead container younger than this (a Go duration,
+    /// such as `1m`) is kept, as the kubelet's flag of the same name.
+    #[arg(long, value_parser = go_duration, default_value = "0s")]
+    pub minimum_container_ttl_duration: std::time::Duration,
+    /// Container GC: dead instances kept per pod and container (negative: no limit).
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    pub maximum_dead_containers_per_container: i32,
+    /// Container GC: dead containers kept on the node (negative: no limit).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub maximum_dead_containers: i32,
+}
+
+/// Parses a Go duration (`90s`, `1m30s`); negative ones are refused.
+fn go_duration(s: &str) -> Result<std::time::Duration, String> {
+    let nanos = go_parse_duration::parse_duration(s).map_err(|e| format!("{e:?}"))?;
+    u64::try_from(nanos)
+        .map(std::time::Duration::from_nanos)
+        .map_err(|_| "a negative duration".to_string())
 }
 
 #[cfg(test)]
@@ -114,6 +132,49 @@ mod tests {
             Some("unix:///tmp/c.sock")
         );
         assert_eq!((args.port, args.healthz_port), (None, 10248));
+        // The kubelet's container GC defaults.
+        assert_eq!(
+            (
+                args.minimum_container_ttl_duration,
+                args.maximum_dead_containers_per_container,
+                args.maximum_dead_containers
+            ),
+            (std::time::Duration::ZERO, 1, -1)
+        );
+    }
+
+    #[test]
+    fn container_gc_flags_take_go_durations_and_negative_limits() {
+        let cli = Cli::try_parse_from([
+            "rustlet",
+            "run",
+            "--minimum-container-ttl-duration",
+            "1m30s",
+            "--maximum-dead-containers-per-container",
+            "-1",
+            "--maximum-dead-containers",
+            "100",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(
+            args.minimum_container_ttl_duration,
+            std::time::Duration::from_secs(90)
+        );
+        assert_eq!(
+            (
+                args.maximum_dead_containers_per_container,
+                args.maximum_dead_containers
+            ),
+            (-1, 100)
+        );
+        for bad in ["-1s", "soon"] {
+            let r =
+                Cli::try_parse_from(["rustlet", "run", "--minimum-container-ttl-duration", bad]);
+            assert!(r.is_err(), "{bad} was accepted");
+        }
     }
 
     #[test]

@@ -104,9 +104,37 @@ pub struct Settings {
     pub eviction: EvictionSettings,
     /// `nodeStatusMaxImages` (50; -1: all): how many images the Node lists.
     pub node_status_max_images: i32,
-    /// `imageGCHighThresholdPercent` (85), `imageGCLowThresholdPercent` (80)
-    /// and `imageMinimumGCAge` (2 min), as (high, low, minimum age).
-    pub image_gc: (u8, u8, Duration),
+    /// The image GC policy.
+    pub image_gc: ImageGcPolicy,
+}
+
+/// The image GC policy of the KubeletConfiguration, as the kubelet's
+/// `ImageGCPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageGcPolicy {
+    /// `imageGCHighThresholdPercent` (85): image filesystem usage, percent,
+    /// that starts a collection; 100 turns the periodic collection off
+    /// (unless `max_age` is set).
+    pub high_percent: u8,
+    /// `imageGCLowThresholdPercent` (80): usage, percent, a collection
+    /// brings the filesystem down to.
+    pub low_percent: u8,
+    /// `imageMinimumGCAge` (2 min): an image first seen more recently stays.
+    pub min_age: Duration,
+    /// `imageMaximumGCAge` (0: off): an image unused for longer goes,
+    /// whatever the usage, once the agent has run that long.
+    pub max_age: Duration,
+}
+
+impl Default for ImageGcPolicy {
+    fn default() -> Self {
+        Self {
+            high_percent: 85,
+            low_percent: 80,
+            min_age: Duration::from_secs(120),
+            max_age: Duration::ZERO,
+        }
+    }
 }
 
 /// The eviction manager's settings besides `evictionHard`
@@ -236,7 +264,7 @@ impl Default for Settings {
             reservations: Reservations::default(),
             eviction: EvictionSettings::default(),
             node_status_max_images: 50,
-            image_gc: (85, 80, Duration::from_secs(120)),
+            image_gc: ImageGcPolicy::default(),
         }
     }
 }
@@ -323,9 +351,10 @@ impl Settings {
             "evictionMinimumReclaim": self.eviction.minimum_reclaim,
             "evictionPressureTransitionPeriod": go_duration(self.eviction.pressure_transition_period),
             "nodeStatusMaxImages": self.node_status_max_images,
-            "imageGCHighThresholdPercent": self.image_gc.0,
-            "imageGCLowThresholdPercent": self.image_gc.1,
-            "imageMinimumGCAge": go_duration(self.image_gc.2),
+            "imageGCHighThresholdPercent": self.image_gc.high_percent,
+            "imageGCLowThresholdPercent": self.image_gc.low_percent,
+            "imageMinimumGCAge": go_duration(self.image_gc.min_age),
+            "imageMaximumGCAge": go_duration(self.image_gc.max_age),
         })
     }
 }
@@ -380,6 +409,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "imageGCHighThresholdPercent",
     "imageGCLowThresholdPercent",
     "imageMinimumGCAge",
+    "imageMaximumGCAge",
 ];
 
 /// KubeletConfiguration fields that guard the node's security, with the
@@ -664,12 +694,13 @@ pub fn apply_file_text(
                     .filter(|n| *n <= 100)
                     .ok_or_else(|| bad(key, "a percentage from 0 to 100"))?;
                 if key == "imageGCHighThresholdPercent" {
-                    settings.image_gc.0 = pct;
+                    settings.image_gc.high_percent = pct;
                 } else {
-                    settings.image_gc.1 = pct;
+                    settings.image_gc.low_percent = pct;
                 }
             }
-            "imageMinimumGCAge" => settings.image_gc.2 = duration(path, key, v)?,
+            "imageMinimumGCAge" => settings.image_gc.min_age = duration(path, key, v)?,
+            "imageMaximumGCAge" => settings.image_gc.max_age = duration(path, key, v)?,
             "nodeStatusMaxImages" => {
                 settings.node_status_max_images = v
                     .as_i64()
@@ -692,10 +723,17 @@ pub fn apply_file_text(
         }
     }
     // As the kubelet's validation: the low threshold below the high one.
-    if settings.image_gc.1 >= settings.image_gc.0 {
+    if settings.image_gc.low_percent >= settings.image_gc.high_percent {
         return Err(bad(
             "imageGCLowThresholdPercent",
             "less than imageGCHighThresholdPercent",
+        ));
+    }
+    let ages = settings.image_gc;
+    if !ages.max_age.is_zero() && ages.max_age <= ages.min_age {
+        return Err(bad(
+            "imageMaximumGCAge",
+            "more than imageMinimumGCAge, or 0",
         ));
     }
     // As the kubelet's validation: a limit above 1 needs parallel pulls.
@@ -848,6 +886,43 @@ mod tests {
             s.allowed_unsafe_sysctls,
             vec!["kernel.msg*", "net.core.somaxconn"]
         );
+    }
+
+    #[test]
+    fn image_gc_fields_are_read_and_validated_as_the_kubelet_does() {
+        let mut s = Settings::default();
+        assert_eq!(s.image_gc, ImageGcPolicy::default());
+        assert_eq!(s.kubelet_configuration()["imageMaximumGCAge"], "0s");
+        let text = "imageGCHighThresholdPercent: 90\nimageGCLowThresholdPercent: 70\n\
+                    imageMinimumGCAge: 1s\nimageMaximumGCAge: 1m\n";
+        assert!(
+            apply_file_text(&mut s, Path::new("k.yaml"), text)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            s.image_gc,
+            ImageGcPolicy {
+                high_percent: 90,
+                low_percent: 70,
+                min_age: Duration::from_secs(1),
+                max_age: Duration::from_secs(60),
+            }
+        );
+        assert_eq!(s.kubelet_configuration()["imageMaximumGCAge"], "1m0s");
+        for bad in [
+            "imageGCHighThresholdPercent: 101\n",
+            "imageGCLowThresholdPercent: 95\n",
+            "imageMaximumGCAge: 1s\n",
+            "imageMaximumGCAge: -1m\n",
+        ] {
+            let mut s = Settings::default();
+            let text = format!("imageMinimumGCAge: 2m\n{bad}");
+            assert!(
+                apply_file_text(&mut s, Path::new("k.yaml"), &text).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! Image garbage collection, as the kubelet's image GC manager
 //! (pkg/kubelet/images/image_gc_manager.go): the agent remembers when it
-//! first saw each image and when a container last used it; every 5 min, when
-//! the image filesystem is at least `imageGCHighThresholdPercent` full, the
-//! images no container uses (exited ones count as users) and the runtime has
-//! not pinned (the sandbox image) are removed least recently used first,
+//! first saw each image and when a container last used it; every 5 min it
+//! removes the images unused for longer than `imageMaximumGCAge` (when set),
+//! then, when the image filesystem is at least `imageGCHighThresholdPercent`
+//! full, the images no container uses (exited ones count as users) and the
+//! runtime has not pinned (the sandbox image), least recently used first,
 //! those younger than `imageMinimumGCAge` spared, until usage is down to
 //! `imageGCLowThresholdPercent`. A pass that cannot free enough reports
-//! `FreeDiskSpaceFailed` on the Node.
+//! `FreeDiskSpaceFailed` on the Node; a second failure in a row,
+//! `ImageGCFailed`. The eviction manager reclaims disk with
+//! [`ImageGc::delete_unused`], which frees every such image.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -23,25 +26,7 @@ use crate::stats::Provider;
 pub const PERIOD: Duration = Duration::from_secs(300);
 
 /// The image GC policy (KubeletConfiguration).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Policy {
-    /// `imageGCHighThresholdPercent` (85): usage that starts a collection.
-    pub high_percent: u8,
-    /// `imageGCLowThresholdPercent` (80): usage a collection brings it to.
-    pub low_percent: u8,
-    /// `imageMinimumGCAge` (2 min): images first seen more recently stay.
-    pub min_age: Duration,
-}
-
-impl Default for Policy {
-    fn default() -> Self {
-        Self {
-            high_percent: 85,
-            low_percent: 80,
-            min_age: Duration::from_secs(120),
-        }
-    }
-}
+pub use crate::config::ImageGcPolicy as Policy;
 
 /// What the manager knows of one image (times in Unix seconds).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -115,9 +100,8 @@ pub struct Pass {
 /// The collection due on a filesystem of `capacity` bytes with `available`
 /// free, as the kubelet's `GarbageCollect`: nothing below the high threshold
 /// (usage percent = 100 − available × 100 / capacity); else
-/// `capacity × (100 − low) / 100 − available` bytes, freed from the images
-/// not in use now and not pinned, least recently used first (ties: first
-/// detected first), skipping those first seen less than `min_age` ago.
+/// `capacity × (100 − low) / 100 − available` bytes, freed from the
+/// [`candidates`] in their order.
 #[must_use]
 pub fn pass(
     records: &Records,
@@ -135,26 +119,86 @@ pub fn pass(
         return Pass::default();
     }
     let target = capacity.saturating_mul(100 - u64::from(policy.low_percent.min(100))) / 100;
-    let needed = target.saturating_sub(available);
-    let min_age = i64::try_from(policy.min_age.as_secs()).unwrap_or(i64::MAX);
-    let mut candidates: Vec<(&String, &Record)> = records
-        .images
-        .iter()
-        .filter(|(id, r)| !r.pinned && !in_use_now.contains(*id) && r.last_used < now)
-        .filter(|(_, r)| now.saturating_sub(r.first_detected) >= min_age)
-        .collect();
-    candidates.sort_by_key(|(id, r)| (r.last_used, r.first_detected, (*id).clone()));
+    free(
+        records,
+        in_use_now,
+        policy.min_age,
+        target.saturating_sub(available),
+        now,
+    )
+}
+
+/// Frees `needed` bytes from the [`candidates`], in their order.
+fn free(
+    records: &Records,
+    in_use: &HashSet<String>,
+    min_age: Duration,
+    needed: u64,
+    now: i64,
+) -> Pass {
     let mut out = Pass {
         needed,
         ..Default::default()
     };
-    for (id, r) in candidates {
+    for (id, size) in candidates(records, in_use, min_age, now) {
         if out.freed >= needed {
             break;
         }
-        out.remove.push(id.clone());
-        out.freed = out.freed.saturating_add(r.size);
+        out.remove.push(id);
+        out.freed = out.freed.saturating_add(size);
     }
+    out
+}
+
+/// The images a collection may remove at `now`, with their sizes, least
+/// recently used first (ties: first detected first), as
+/// `imagesInEvictionOrder` and `freeSpace`: not pinned, not `in_use`, not
+/// used at `now`, and first seen at least `min_age` ago.
+#[must_use]
+pub fn candidates(
+    records: &Records,
+    in_use: &HashSet<String>,
+    min_age: Duration,
+    now: i64,
+) -> Vec<(String, u64)> {
+    let min_age = i64::try_from(min_age.as_secs()).unwrap_or(i64::MAX);
+    let mut out: Vec<(&String, &Record)> = records
+        .images
+        .iter()
+        .filter(|(id, r)| !r.pinned && !in_use.contains(*id) && r.last_used < now)
+        .filter(|(_, r)| now.saturating_sub(r.first_detected) >= min_age)
+        .collect();
+    out.sort_by_key(|(id, r)| (r.last_used, r.first_detected, (*id).clone()));
+    out.into_iter()
+        .map(|(id, r)| (id.clone(), r.size))
+        .collect()
+}
+
+/// The images unused for longer than `max_age` at `now` (an image never
+/// used since the agent started counts from time 0), not pinned and not
+/// `in_use`, as the first step of the kubelet's `GarbageCollect`; none when
+/// `max_age` is zero or the agent has run less than `max_age` (`started`,
+/// Unix seconds).
+#[must_use]
+pub fn expired(
+    records: &Records,
+    in_use: &HashSet<String>,
+    max_age: Duration,
+    started: i64,
+    now: i64,
+) -> Vec<String> {
+    let max_age = i64::try_from(max_age.as_secs()).unwrap_or(i64::MAX);
+    if max_age == 0 || now.saturating_sub(started) <= max_age {
+        return Vec::new();
+    }
+    let mut out: Vec<String> = records
+        .images
+        .iter()
+        .filter(|(id, r)| !r.pinned && !in_use.contains(*id))
+        .filter(|(_, r)| now.saturating_sub(r.last_used) > max_age)
+        .map(|(id, _)| id.clone())
+        .collect();
+    out.sort();
     out
 }
 
@@ -188,74 +232,170 @@ pub fn format_size(bytes: u64) -> String {
     }
 }
 
-/// Runs the manager forever: detects images and collects every [`PERIOD`].
-pub async fn run(
+/// The image GC manager: the records behind a lock, shared by its periodic
+/// collection and the eviction manager's reclaim.
+pub struct ImageGc {
     runtime: Runtime,
     stats: Arc<Provider>,
     policy: Policy,
     recorder: Recorder,
     node: String,
-) {
-    // As the kubelet: a high threshold of 100% turns periodic collection off.
-    if policy.high_percent >= 100 {
-        return;
+    started: i64,
+    records: tokio::sync::Mutex<Records>,
+}
+
+impl ImageGc {
+    /// A manager for `node`, started now.
+    #[must_use]
+    pub fn new(
+        runtime: Runtime,
+        stats: Arc<Provider>,
+        policy: Policy,
+        recorder: Recorder,
+        node: String,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            runtime,
+            stats,
+            policy,
+            recorder,
+            node,
+            started: now(),
+            records: tokio::sync::Mutex::new(Records::default()),
+        })
     }
-    let mut records = Records::default();
-    let mut tick = tokio::time::interval(PERIOD);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let now = k8s_openapi::jiff::Timestamp::now().as_second();
-        let (images, containers) = match (
-            runtime.list_images().await,
-            runtime.list_containers(HashMap::new()).await,
-        ) {
-            (Ok(i), Ok(c)) => (i, c),
-            (Err(e), _) | (_, Err(e)) => {
-                warn!(error = %e, "image GC: list images and containers");
-                continue;
+
+    /// Runs the periodic collection forever, every [`PERIOD`] from now; off
+    /// when the high threshold is 100% and no maximum age is set, as the
+    /// kubelet's.
+    pub async fn run(self: Arc<Self>) {
+        if self.policy.high_percent >= 100 && self.policy.max_age.is_zero() {
+            return;
+        }
+        let mut failed_before = false;
+        let mut tick = tokio::time::interval(PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match self.collect().await {
+                Ok(()) => failed_before = false,
+                Err(e) => {
+                    warn!(error = %e, "image GC");
+                    // As the kubelet: the first failure is only logged.
+                    if failed_before {
+                        self.node_event(crate::reasons::event::IMAGE_GC_FAILED, e.clone());
+                    }
+                    failed_before = true;
+                }
             }
-        };
+        }
+    }
+
+    /// Refreshes the records from the runtime; returns the images in use.
+    async fn detect(&self, records: &mut Records, now: i64) -> Result<HashSet<String>, String> {
+        let images = self
+            .runtime
+            .list_images()
+            .await
+            .map_err(|e| e.to_string())?;
+        let containers = self
+            .runtime
+            .list_containers(HashMap::new())
+            .await
+            .map_err(|e| e.to_string())?;
         let used = in_use(&containers);
         records.detect(&images, &used, now);
-        let fs = match stats.summary(false).await {
-            Ok(s) => s.node.runtime.and_then(|r| r.image_fs),
-            Err(e) => {
-                debug!(error = %e, "image GC: no image filesystem stats");
-                continue;
-            }
-        };
-        let Some((capacity, available)) =
-            fs.and_then(|f| Some((f.capacity_bytes?, f.available_bytes?)))
-        else {
-            continue;
-        };
-        let p = pass(&records, &used, policy, capacity, available, now);
+        Ok(used)
+    }
+
+    /// Removes `ids`; returns the bytes freed.
+    async fn remove(&self, records: &mut Records, ids: &[String]) -> u64 {
         let mut freed = 0u64;
-        for id in &p.remove {
-            match runtime.remove_image(id).await {
+        for id in ids {
+            match self.runtime.remove_image(id).await {
                 Ok(()) => {
                     info!(image = id, "image GC: removed an unused image");
-                    freed = freed.saturating_add(records.images.get(id).map_or(0, |r| r.size));
-                    records.images.remove(id);
+                    let size = records.images.remove(id).map_or(0, |r| r.size);
+                    freed = freed.saturating_add(size);
                 }
                 Err(e) => warn!(image = id, error = %e, "image GC: remove image"),
             }
         }
+        freed
+    }
+
+    /// One periodic collection, as the kubelet's `GarbageCollect`: images
+    /// past the maximum age, then the high-to-low threshold pass.
+    ///
+    /// # Errors
+    /// The runtime or the image filesystem's stats could not be read; the
+    /// text is the event's message.
+    pub async fn collect(&self) -> Result<(), String> {
+        let mut records = self.records.lock().await;
+        let now = now();
+        let used = self.detect(&mut records, now).await?;
+        let old = expired(&records, &used, self.policy.max_age, self.started, now);
+        self.remove(&mut records, &old).await;
+        if self.policy.high_percent >= 100 {
+            return Ok(());
+        }
+        let fs = self
+            .stats
+            .summary(false)
+            .await
+            .map_err(|e| format!("get image filesystem stats: {e}"))?
+            .node
+            .runtime
+            .and_then(|r| r.image_fs);
+        let (capacity, available) = fs
+            .and_then(|f| Some((f.capacity_bytes?, f.available_bytes?)))
+            .ok_or("the image filesystem has no capacity and availability stats")?;
+        if capacity == 0 {
+            let text = "invalid capacity 0 on image filesystem".to_string();
+            self.node_event(crate::reasons::event::INVALID_DISK_CAPACITY, text.clone());
+            return Err(text);
+        }
+        let p = pass(&records, &used, self.policy, capacity, available, now);
+        let freed = self.remove(&mut records, &p.remove).await;
         if freed < p.needed {
-            let usage = 100u64.saturating_sub(available.saturating_mul(100) / capacity.max(1));
-            publish_node(
-                &recorder,
-                &node,
-                EventType::Warning,
-                "FreeDiskSpaceFailed",
+            let usage = 100u64.saturating_sub(available.saturating_mul(100) / capacity);
+            self.node_event(
+                crate::reasons::event::FREE_DISK_SPACE_FAILED,
                 format!(
                     "Insufficient free disk space on the node's image filesystem ({usage}% of {} used). Failed to free sufficient space by deleting unused images (freed {freed} bytes). Investigate disk usage, as it could be used by active images, logs, volumes, or other data.",
                     format_size(capacity)
                 ),
             );
         }
+        Ok(())
     }
+
+    /// Removes every image a collection may ([`candidates`]), whatever the
+    /// usage, as the kubelet's `DeleteUnusedImages` for the eviction
+    /// manager; returns the bytes freed.
+    ///
+    /// # Errors
+    /// The runtime could not be read.
+    pub async fn delete_unused(&self) -> Result<u64, String> {
+        let mut records = self.records.lock().await;
+        let now = now();
+        let used = self.detect(&mut records, now).await?;
+        let ids: Vec<String> = candidates(&records, &used, self.policy.min_age, now)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        debug!(images = ids.len(), "image GC: deleting unused images");
+        Ok(self.remove(&mut records, &ids).await)
+    }
+
+    fn node_event(&self, reason: &str, text: String) {
+        publish_node(&self.recorder, &self.node, EventType::Warning, reason, text);
+    }
+}
+
+/// Now, Unix seconds.
+fn now() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
 }
 
 #[cfg(test)]
@@ -309,5 +449,33 @@ mod tests {
         assert_eq!(r.len(), 3);
         assert_eq!(format_size(100 * (1 << 30)), "100.0 GiB");
         assert_eq!(format_size(512), "512 B");
+    }
+
+    #[test]
+    fn images_unused_past_the_maximum_age_go_once_the_agent_has_run_that_long() {
+        let mut r = Records::default();
+        let images = [
+            image("stale", 10, false),
+            image("fresh", 10, false),
+            image("never", 10, false),
+            image("pause", 10, true),
+            image("busy", 10, false),
+        ];
+        r.detect(&images, &HashSet::from(["stale".to_string()]), 1000);
+        r.detect(&images, &HashSet::from(["fresh".to_string()]), 1050);
+        let busy = HashSet::from(["busy".to_string()]);
+        let hour = Duration::from_secs(60);
+        // Up for less than the maximum age: nothing.
+        assert!(expired(&r, &busy, hour, 1000, 1059).is_empty());
+        // Off at 0.
+        assert!(expired(&r, &busy, Duration::ZERO, 0, 5000).is_empty());
+        // At 1070: "stale" unused for 70 s, "never" never used; "fresh" for 20 s.
+        assert_eq!(expired(&r, &busy, hour, 1000, 1070), ["never", "stale"]);
+        // The eviction manager's candidates: every unused image past the
+        // minimum age, least recently used first.
+        let all = candidates(&r, &busy, Duration::ZERO, 1070);
+        let ids: Vec<&str> = all.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["never", "stale", "fresh"]);
+        assert!(candidates(&r, &busy, Duration::from_secs(120), 1070).is_empty());
     }
 }

@@ -8,6 +8,7 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod container;
+pub mod container_gc;
 pub mod cri;
 pub mod events;
 pub mod eviction;

@@ -150,6 +150,17 @@ pub mod event {
     pub const PROBE_WARNING: &str = "ProbeWarning";
     /// A pod sync failed (`FailedSync`).
     pub const FAILED_SYNC: &str = "FailedSync";
+    /// Node event: an eviction threshold is met, the node reclaims
+    /// (`EvictionThresholdMet`).
+    pub const EVICTION_THRESHOLD_MET: &str = "EvictionThresholdMet";
+    /// Node event: image GC could not free enough (`FreeDiskSpaceFailed`).
+    pub const FREE_DISK_SPACE_FAILED: &str = "FreeDiskSpaceFailed";
+    /// Node event: image GC failed twice in a row (`ImageGCFailed`).
+    pub const IMAGE_GC_FAILED: &str = "ImageGCFailed";
+    /// Node event: the image filesystem reports no capacity (`InvalidDiskCapacity`).
+    pub const INVALID_DISK_CAPACITY: &str = "InvalidDiskCapacity";
+    /// Node event: container GC failed (`ContainerGCFailed`).
+    pub const CONTAINER_GC_FAILED: &str = "ContainerGCFailed";
 }
 
 /// Node condition types (`status.conditions[].type` of a Node, core/v1

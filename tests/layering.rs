@@ -40,6 +40,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "log_manager",
             "stats",
             "image_gc",
+            "container_gc",
         ],
     ),
     (

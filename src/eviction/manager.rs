@@ -1,8 +1,11 @@
 //! The eviction manager's loop, as the kubelet's `managerImpl.synchronize`
 //! every 10 s: it observes the signals from the stats summary, publishes the
 //! node's pressure conditions (for node status and admission), and when a
-//! threshold is due, reports `EvictionThresholdMet` on the Node and evicts
-//! the first pod of the ranking: the pod gets an `Evicted` event and the
+//! threshold is due, reports `EvictionThresholdMet` on the Node, reclaims
+//! at node level first for a disk signal (dead containers, also those of
+//! finished pods, then every unused image, as `buildSignalToNodeReclaimFuncs`
+//! on one filesystem) and stops there when no threshold is met any more
+//! (minimum reclaim included), else evicts the first pod of the ranking: the pod gets an `Evicted` event and the
 //! evicting status ([`crate::pod::status::evicting`]), and its pod worker
 //! stops it. At most one pod per cycle for a threshold; before thresholds,
 //! every pod over a local storage limit goes ([`super::local_storage_violation`]).
@@ -16,7 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{Pressure, State, Threshold, message, observe, rank};
+use super::{Pressure, State, Threshold, message, met, observe, rank};
 use crate::events::{EventType, publish, publish_node};
 use crate::pod::spec::is_terminal;
 use crate::pod::worker::Context;
@@ -39,6 +42,8 @@ pub struct Config {
     pub transition: Duration,
     /// The huge page pools' bytes, which memory cannot give back.
     pub hugepages_bytes: u64,
+    /// The container GC policy node-level reclaim applies.
+    pub container_gc: crate::container_gc::Policy,
 }
 
 /// True for a pod the manager never evicts and never refuses (priority at
@@ -56,6 +61,7 @@ pub async fn run(
     cfg: Config,
     stats: Arc<Provider>,
     ctx: Arc<Context>,
+    image_gc: Arc<crate::image_gc::ImageGc>,
     pressures: watch::Sender<Vec<Pressure>>,
 ) {
     if cfg.thresholds.is_empty() {
@@ -124,9 +130,14 @@ pub async fn run(
             &ctx.runtime.recorder,
             &cfg.node_name,
             EventType::Warning,
-            "EvictionThresholdMet",
+            crate::reasons::event::EVICTION_THRESHOLD_MET,
             format!("Attempting to reclaim {resource}"),
         );
+        if threshold.signal.pressure() == Pressure::Disk
+            && reclaim_node_level(&cfg, &stats, &ctx, &image_gc).await
+        {
+            continue;
+        }
         let Some(victim) = rank(threshold.signal, &active, &summary).first().copied() else {
             warn!(resource, "eviction manager: no pod to evict");
             continue;
@@ -139,6 +150,31 @@ pub async fn run(
         );
         evict(&ctx, victim, text, true).await;
     }
+}
+
+/// Node-level reclaim for a disk signal, as `reclaimNodeLevelResources`:
+/// dead containers (those of finished pods too, as
+/// `DeleteAllUnusedContainers`), then every unused image; true when fresh
+/// stats then meet no threshold, minimum reclaim included, so no pod need go.
+async fn reclaim_node_level(
+    cfg: &Config,
+    stats: &crate::stats::Provider,
+    ctx: &Context,
+    image_gc: &crate::image_gc::ImageGc,
+) -> bool {
+    match crate::pod::housekeeping::collect_containers(ctx, cfg.container_gc, true).await {
+        Ok(done) => debug!(?done, "eviction manager: containers reclaimed"),
+        Err(e) => warn!(error = %e, "eviction manager: delete unused containers"),
+    }
+    match image_gc.delete_unused().await {
+        Ok(freed) => info!(bytes = freed, "eviction manager: unused images deleted"),
+        Err(e) => warn!(error = %e, "eviction manager: delete unused images"),
+    }
+    let Ok(summary) = stats.summary(false).await else {
+        return false;
+    };
+    let observations = observe(&summary, cfg.hugepages_bytes);
+    met(&cfg.thresholds, &observations, &cfg.thresholds).is_empty()
 }
 
 /// Evicts `pod` with `text`: an `Evicted` event, and the evicting status

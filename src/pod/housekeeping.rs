@@ -159,6 +159,47 @@ async fn cleanup_orphan(
     Ok(true)
 }
 
+/// One container garbage collection ([`crate::container_gc::collect`]) with
+/// the pods bound to this node: the content of an evicted pod that has
+/// failed goes whole, as the kubelet's `ShouldPodContentBeRemoved`; with
+/// `terminated_too` (the eviction manager reclaiming disk, as
+/// `DeleteAllUnusedContainers`) so does that of every pod that has
+/// finished. Pods the cache does not know are left to [`cleanup_orphans`],
+/// which asks the API server first.
+///
+/// # Errors
+/// The first CRI call that failed.
+pub async fn collect_containers(
+    ctx: &Context,
+    policy: crate::container_gc::Policy,
+    terminated_too: bool,
+) -> crate::cri::Result<crate::container_gc::Collected> {
+    let finished: HashSet<String> = ctx
+        .runtime
+        .pods
+        .state()
+        .iter()
+        .filter(|p| super::spec::is_terminal(p))
+        .filter(|p| terminated_too || has_evicted_reason(p))
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    let now = k8s_openapi::jiff::Timestamp::now().as_nanosecond();
+    let now = i64::try_from(now).unwrap_or(i64::MAX);
+    crate::container_gc::collect(
+        &ctx.runtime.runtime,
+        policy,
+        now,
+        |uid| finished.contains(uid),
+        &ctx.runtime.log_links_dir,
+    )
+    .await
+}
+
+/// True when the pod's status reason is `Evicted`.
+fn has_evicted_reason(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.reason.as_deref()) == Some(crate::reasons::pod::EVICTED)
+}
+
 /// Makes the pod workers' managers forget the pods that are no longer bound
 /// to this node (the reflector's `store`, once it has listed): their cached
 /// statuses, image pull back-offs, probe workers (which take their

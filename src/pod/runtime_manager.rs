@@ -116,10 +116,8 @@ impl RuntimeManager {
                 }
                 Step::StopSandbox { id } => self.runtime.stop_pod_sandbox(id).await?,
                 Step::RemoveContainer { id } => {
-                    self.runtime.remove_container(id).await?;
-                    if let Err(e) = crate::log_links::remove(&self.log_links_dir, id) {
-                        debug!(container = id, error = %e, "remove container log link");
-                    }
+                    crate::container_gc::remove_container(&self.runtime, id, &self.log_links_dir)
+                        .await?;
                 }
                 Step::RemoveSandbox { id } => self.runtime.remove_pod_sandbox(id).await?,
                 Step::CreateSandbox { attempt, changed } => {

@@ -727,6 +727,84 @@ async fn an_evicted_pod_is_stopped_at_once_and_fails_with_the_eviction() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_gc_removes_an_evicted_pods_content_and_its_status_stays_failed() {
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    let other = n.bind(pod("other").container("c", IMAGE).build());
+    n.sync(&web).await;
+    n.sync(&other).await;
+    let running = n.watched("web");
+    let message = "The node was low on resource: ephemeral-storage. ";
+    let status = super::status::evicting(&running, message, true, Timestamp::now());
+    n.ctx
+        .status
+        .set_status(&running, status)
+        .await
+        .expect("status");
+    n.sync_watched("web").await;
+    let failed = n.status("web");
+    assert_eq!(failed.phase.as_deref(), Some("Failed"));
+    n.watched("web");
+    n.cri_calls();
+    // Periodic collection: the failed evicted pod's content goes, the
+    // running pod's stays.
+    let policy = crate::container_gc::Policy::default();
+    let done = super::housekeeping::collect_containers(&n.ctx, policy, false)
+        .await
+        .expect("collect");
+    assert_eq!((done.containers, done.sandboxes), (1, 1));
+    let left: Vec<String> = n
+        .cri
+        .containers()
+        .iter()
+        .map(|c| c.pod_uid.clone())
+        .collect();
+    assert_eq!(left, [other.metadata.uid.clone().unwrap()]);
+    // The pod worker neither starts it again nor changes what it reported.
+    n.cri_calls();
+    n.sync_watched("web").await;
+    assert!(
+        n.cri_calls().iter().all(|c| c.starts_with("List")
+            || c.starts_with("ContainerStatus")
+            || c.starts_with("PodSandboxStatus")),
+        "the runtime was changed"
+    );
+    let after = n.status("web");
+    assert_eq!(after.phase.as_deref(), Some("Failed"));
+    assert_eq!(after.container_statuses, failed.container_statuses);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_succeeded_pods_containers_stay_until_the_eviction_manager_reclaims_disk() {
+    let mut n = Node::start().await;
+    let policy = crate::container_gc::Policy::default();
+    let job = n.bind(
+        pod("job")
+            .container("c", IMAGE)
+            .restart_policy("Never")
+            .build(),
+    );
+    n.sync(&job).await;
+    let uid = job.metadata.uid.clone().unwrap();
+    assert!(n.cri.exit_named(&uid, "c", 0));
+    n.sync_watched("job").await;
+    n.sync_watched("job").await;
+    assert_eq!(n.status("job").phase.as_deref(), Some("Succeeded"));
+    n.watched("job");
+    let done = super::housekeeping::collect_containers(&n.ctx, policy, false)
+        .await
+        .expect("collect");
+    assert_eq!(done.containers, 0);
+    let done = super::housekeeping::collect_containers(&n.ctx, policy, true)
+        .await
+        .expect("collect");
+    assert_eq!(done.containers, 1);
+    assert!(n.cri.containers().iter().all(|c| c.pod_uid != uid));
+    n.sync_watched("job").await;
+    assert_eq!(n.status("job").phase.as_deref(), Some("Succeeded"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_agent_restart_running_containers_are_adopted_not_restarted() {
     let mut n = Node::start().await;
     let web = n.bind(pod("web").sidecar("s", IMAGE).container("c", IMAGE).build());
