@@ -27,8 +27,8 @@
 # run instead of building one, e.g. the one a conformance sitting pinned),
 # RUSTLET_CONFIG (a KubeletConfiguration file rustlet reads with --config
 # instead of _output/local/rustlet.yaml, which turns disk eviction and image
-# GC off as the kubelet's configuration here does),
-# READY_TIMEOUT (seconds, default 120).
+# GC off as the kubelet's configuration here does), KUBELET_CONFIG (the same
+# for the kubelet, instead of _output/local/kubelet.yaml), READY_TIMEOUT (seconds, default 120).
 #
 # The API server writes an audit log of the node's own requests (users in the
 # group system:nodes, metadata only) to _output/local/logs/audit.log: it counts
@@ -519,7 +519,7 @@ EOF
         touch "$RUN/kubelet-iptables"
       fi
       start_daemon kubelet "$BIN/kubelet" \
-        --config="$LOCAL/kubelet.yaml" \
+        --config="${KUBELET_CONFIG:-$LOCAL/kubelet.yaml}" \
         --kubeconfig="$NODE_KUBECONFIG" \
         --root-dir="$LOCAL/kubelet" \
         --cert-dir="$LOCAL/kubelet/pki" \
