@@ -317,6 +317,9 @@ impl Settings {
             "kind": "KubeletConfiguration",
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "enableServer": true,
+            // Shown so that a configuration written back from this document
+            // (the node suite does) keeps the value this agent honours.
+            "enableDebuggingHandlers": true,
             "containerRuntimeEndpoint": self.container_runtime_endpoint,
             "podLogsDir": self.pod_logs_dir.display().to_string(),
             "runtimeRequestTimeout": go_duration(self.runtime_request_timeout),
@@ -889,6 +892,24 @@ mod tests {
     }
 
     #[test]
+    fn the_configuration_shown_holds_every_field_read_and_the_security_values() {
+        // The node suite reconfigures an agent by writing its /configz
+        // document back, changed, as the agent's configuration file: every
+        // field the agent reads must be there, and the security fields with
+        // the values the agent honours (else they come back as Go's zero
+        // values).
+        let shown = Settings::default().kubelet_configuration();
+        let doc = shown.as_object().unwrap();
+        // The server's own fields are added by /configz.
+        let served = ["port", "authentication", "authorization"];
+        for field in SUPPORTED_FIELDS.iter().filter(|f| !served.contains(f)) {
+            assert!(doc.contains_key(*field), "/configz does not show {field}");
+        }
+        assert_eq!(doc["enableDebuggingHandlers"], true);
+        check_security_fields(Path::new("k.json"), doc).unwrap();
+    }
+
+    #[test]
     fn image_gc_fields_are_read_and_validated_as_the_kubelet_does() {
         let mut s = Settings::default();
         assert_eq!(s.image_gc, ImageGcPolicy::default());
@@ -1044,7 +1065,7 @@ mod tests {
         let mut again = Settings::default();
         let ignored = apply_file_text(&mut again, Path::new("k.json"), &v.to_string()).unwrap();
         assert_eq!(again, s);
-        assert_eq!(ignored, vec!["enableServer"]);
+        assert_eq!(ignored, vec!["enableDebuggingHandlers", "enableServer"]);
     }
 
     #[test]
