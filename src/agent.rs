@@ -366,6 +366,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         node_store,
         admission: crate::pod::admission_manager::AdmissionManager::new(),
         pressures,
+        eviction_grace: std::sync::Mutex::default(),
     });
     let controller = Controller::for_stream(pod_events, store.clone())
         .reconcile_on(futures::stream::select(
@@ -424,6 +425,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 sum.saturating_add(kib.saturating_mul(1024).saturating_mul(*pages))
             }),
             container_gc,
+            max_pod_grace: settings.eviction.max_pod_grace_period,
         },
         stats.clone(),
         ctx.clone(),

@@ -152,6 +152,9 @@ pub struct EvictionSettings {
     /// `evictionPressureTransitionPeriod` (5 min): how long a pressure
     /// condition stays after its threshold was last met.
     pub pressure_transition_period: Duration,
+    /// `evictionMaxPodGracePeriod` (0), seconds: the longest grace period a
+    /// pod evicted for a soft threshold gets (its own is used when shorter).
+    pub max_pod_grace_period: i64,
 }
 
 impl Default for EvictionSettings {
@@ -161,6 +164,7 @@ impl Default for EvictionSettings {
             soft_grace: BTreeMap::new(),
             minimum_reclaim: BTreeMap::new(),
             pressure_transition_period: Duration::from_secs(300),
+            max_pod_grace_period: 0,
         }
     }
 }
@@ -353,6 +357,7 @@ impl Settings {
                 .collect::<BTreeMap<_, _>>(),
             "evictionMinimumReclaim": self.eviction.minimum_reclaim,
             "evictionPressureTransitionPeriod": go_duration(self.eviction.pressure_transition_period),
+            "evictionMaxPodGracePeriod": self.eviction.max_pod_grace_period,
             "nodeStatusMaxImages": self.node_status_max_images,
             "imageGCHighThresholdPercent": self.image_gc.high_percent,
             "imageGCLowThresholdPercent": self.image_gc.low_percent,
@@ -408,6 +413,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "evictionSoftGracePeriod",
     "evictionMinimumReclaim",
     "evictionPressureTransitionPeriod",
+    "evictionMaxPodGracePeriod",
     "nodeStatusMaxImages",
     "imageGCHighThresholdPercent",
     "imageGCLowThresholdPercent",
@@ -713,6 +719,13 @@ pub fn apply_file_text(
             }
             "evictionPressureTransitionPeriod" => {
                 settings.eviction.pressure_transition_period = duration(path, key, v)?;
+            }
+            "evictionMaxPodGracePeriod" => {
+                settings.eviction.max_pod_grace_period = v
+                    .as_i64()
+                    .and_then(|n| i32::try_from(n).ok())
+                    .map(i64::from)
+                    .ok_or_else(|| bad(key, "a number of seconds"))?;
             }
             "clusterDNS" => {
                 settings.cluster_dns = v

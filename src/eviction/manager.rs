@@ -44,6 +44,8 @@ pub struct Config {
     pub hugepages_bytes: u64,
     /// The container GC policy node-level reclaim applies.
     pub container_gc: crate::container_gc::Policy,
+    /// `evictionMaxPodGracePeriod`, seconds.
+    pub max_pod_grace: i64,
 }
 
 /// True for a pod the manager never evicts and never refuses (priority at
@@ -115,7 +117,14 @@ pub async fn run(
                 continue;
             };
             if let Some(text) = super::local_storage_violation(p, stats) {
-                evict(&ctx, p, text, false).await;
+                evict(
+                    &ctx,
+                    p,
+                    text,
+                    false,
+                    crate::pod::spec::EVICTION_GRACE_SECONDS,
+                )
+                .await;
                 over_limit = true;
             }
         }
@@ -148,7 +157,8 @@ pub async fn run(
             victim,
             &summary,
         );
-        evict(&ctx, victim, text, true).await;
+        let grace = super::grace_period(&threshold, cfg.max_pod_grace, victim);
+        evict(&ctx, victim, text, true, grace).await;
     }
 }
 
@@ -177,10 +187,11 @@ async fn reclaim_node_level(
     met(&cfg.thresholds, &observations, &cfg.thresholds).is_empty()
 }
 
-/// Evicts `pod` with `text`: an `Evicted` event, and the evicting status
+/// Evicts `pod` with `text`, its containers stopped with `grace` seconds:
+/// an `Evicted` event, and the evicting status
 /// (with the `DisruptionTarget` condition when `disruption`), written over
 /// the status last reported so it keeps the newest one.
-async fn evict(ctx: &Context, pod: &Pod, text: String, disruption: bool) {
+async fn evict(ctx: &Context, pod: &Pod, text: String, disruption: bool, grace: i64) {
     let pod = ctx.status.with_sent_status(Arc::new(pod.clone()));
     let pod = pod.as_ref();
     info!(
@@ -196,6 +207,9 @@ async fn evict(ctx: &Context, pod: &Pod, text: String, disruption: bool) {
         crate::reasons::pod::EVICTED,
         text.clone(),
     );
+    if let Some(uid) = pod.metadata.uid.as_deref() {
+        ctx.set_eviction_grace(uid, grace);
+    }
     let status = crate::pod::status::evicting(pod, &text, disruption, Timestamp::now());
     if let Err(e) = ctx.status.set_status(pod, status).await {
         warn!(error = %e, "eviction manager: status of the evicted pod");

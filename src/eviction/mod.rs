@@ -442,6 +442,23 @@ impl State {
     }
 }
 
+/// The grace period, seconds, of a pod evicted for `threshold`, as the
+/// eviction manager's `gracePeriodOverride`: 1 s for a hard threshold
+/// (`immediateEvictionGracePeriodSeconds`); for a soft one
+/// `evictionMaxPodGracePeriod` (`max_pod_grace`), or the pod's own
+/// `terminationGracePeriodSeconds` when that is shorter.
+#[must_use]
+pub fn grace_period(threshold: &Threshold, max_pod_grace: i64, pod: &Pod) -> i64 {
+    if threshold.is_hard() {
+        return crate::pod::spec::EVICTION_GRACE_SECONDS;
+    }
+    let own = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds);
+    own.map_or(max_pod_grace, |own| own.min(max_pod_grace))
+}
+
 /// The usage of `pod` that ranks it for `signal`, from its stats: the
 /// working set for memory, the processes for pids, and for the disk signals
 /// the writable layers, logs and local volumes (inodes for the inode
@@ -792,6 +809,24 @@ mod tests {
     }
 
     const MI: i128 = 1024 * 1024;
+
+    #[test]
+    fn hard_evictions_take_a_second_soft_ones_the_shorter_of_the_maximum_and_the_pods_own() {
+        let hard = map(&[("memory.available", "100Mi")]);
+        let soft = map(&[("nodefs.available", "15%")]);
+        let grace = BTreeMap::from([("nodefs.available".to_string(), Duration::from_secs(60))]);
+        let t = thresholds(&hard, &soft, &grace, &BTreeMap::new()).unwrap();
+        let mut p = pod("p").container("c", "img").build();
+        assert_eq!(grace_period(&t[0], 30, &p), 1);
+        assert_eq!(
+            grace_period(&t[1], 30, &p),
+            30,
+            "no grace period of its own"
+        );
+        p.spec.as_mut().unwrap().termination_grace_period_seconds = Some(10);
+        assert_eq!(grace_period(&t[1], 30, &p), 10);
+        assert_eq!(grace_period(&t[1], 0, &p), 0, "the default maximum, 0");
+    }
 
     #[test]
     fn thresholds_are_read_as_the_kubelet_reads_them() {

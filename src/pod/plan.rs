@@ -407,7 +407,31 @@ pub fn plan(
     volumes: Volumes,
     now: Timestamp,
 ) -> Plan {
-    let mut plan = plan_ready(pod, rt, pull_backoff, probes, now);
+    plan_evicted_with(
+        pod,
+        rt,
+        pull_backoff,
+        probes,
+        volumes,
+        now,
+        EVICTION_GRACE_SECONDS,
+    )
+}
+
+/// [`plan`], where an evicted pod's containers stop with `eviction_grace`
+/// seconds (the eviction manager's grace period override: 1 for a hard
+/// threshold, `evictionMaxPodGracePeriod` at most for a soft one).
+#[must_use]
+pub fn plan_evicted_with(
+    pod: &Pod,
+    rt: &PodRuntime,
+    pull_backoff: &BTreeMap<String, PullBackoff>,
+    probes: &BTreeMap<String, ContainerProbes>,
+    volumes: Volumes,
+    now: Timestamp,
+    eviction_grace: i64,
+) -> Plan {
+    let mut plan = plan_ready(pod, rt, pull_backoff, probes, now, eviction_grace);
     if volumes == Volumes::NotReady {
         // Nothing starts before the volumes it mounts exist.
         let starts =
@@ -428,6 +452,7 @@ fn plan_ready(
     pull_backoff: &BTreeMap<String, PullBackoff>,
     probes: &BTreeMap<String, ContainerProbes>,
     now: Timestamp,
+    eviction_grace: i64,
 ) -> Plan {
     let mut plan = Plan::default();
     if pod.metadata.deletion_timestamp.is_some() {
@@ -445,13 +470,7 @@ fn plan_ready(
     }
     if is_evicted(pod) {
         // Evicted: every container stops at once, as the kubelet's evictPod.
-        kill_running(
-            pod,
-            rt,
-            EVICTION_GRACE_SECONDS,
-            "pod was evicted",
-            &mut plan,
-        );
+        kill_running(pod, rt, eviction_grace, "pod was evicted", &mut plan);
         for s in rt.sandboxes.iter().filter(|s| s.ready) {
             plan.steps.push(Step::StopSandbox { id: s.id.clone() });
         }

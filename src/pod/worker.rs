@@ -20,7 +20,7 @@ use tracing::{debug, error, info, warn};
 use super::admission_manager::AdmissionManager;
 use super::admit::{self, Rejection};
 use super::fit::NodeView;
-use super::plan::{self, Plan, VolumeNeed, Volumes, Waiting, plan};
+use super::plan::{self, Plan, VolumeNeed, Volumes, Waiting, plan_evicted_with};
 use super::runtime_manager::RuntimeManager;
 use super::status::{self, StatusContext};
 use super::status_manager::StatusManager;
@@ -94,9 +94,31 @@ pub struct Context {
     pub admission: AdmissionManager,
     /// The node's pressure conditions, from the eviction manager.
     pub pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
+    /// Pod UID → the grace period, seconds, the eviction manager gave the
+    /// pod it evicted (the kubelet's `gracePeriodOverride`).
+    pub eviction_grace: std::sync::Mutex<std::collections::HashMap<String, i64>>,
 }
 
 impl Context {
+    /// Records the grace period, seconds, of the pod `uid` the eviction
+    /// manager evicts.
+    pub fn set_eviction_grace(&self, uid: &str, seconds: i64) {
+        if let Ok(mut m) = self.eviction_grace.lock() {
+            m.insert(uid.to_string(), seconds);
+        }
+    }
+
+    /// The grace period, seconds, of evicted pod `uid`: the one recorded,
+    /// else [`super::spec::EVICTION_GRACE_SECONDS`] (after an agent restart).
+    #[must_use]
+    pub fn eviction_grace(&self, uid: &str) -> i64 {
+        self.eviction_grace
+            .lock()
+            .ok()
+            .and_then(|m| m.get(uid).copied())
+            .unwrap_or(super::spec::EVICTION_GRACE_SECONDS)
+    }
+
     /// How long a pod with nothing pending waits for its next sync: the relist
     /// period, 2 s without runtime events (the generic PLEG relists every 1 s)
     /// and 30 s with them (a safety net only).
@@ -165,7 +187,8 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     sync_probes(&pod, &rt, &ctx);
     let probes = ctx.prober.results(&pod, &rt);
     let backoffs = ctx.runtime.images.backoffs(&uid);
-    let plan = plan(&pod, &rt, &backoffs, &probes, ready, now);
+    let grace = ctx.eviction_grace(&uid);
+    let plan = plan_evicted_with(&pod, &rt, &backoffs, &probes, ready, now, grace);
     if !plan.steps.is_empty() {
         debug!(steps = ?plan.steps, "plan");
     }

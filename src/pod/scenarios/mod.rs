@@ -148,6 +148,7 @@ impl Node {
             node_store,
             admission: super::admission_manager::AdmissionManager::new(),
             pressures: tokio::sync::watch::channel(Vec::new()).1,
+            eviction_grace: std::sync::Mutex::default(),
         });
         Self {
             api,
@@ -724,6 +725,25 @@ async fn an_evicted_pod_is_stopped_at_once_and_fails_with_the_eviction() {
         ("True", Some("TerminationByKubelet"))
     );
     assert!(state(&n.status("web"), "c").0.starts_with("terminated:"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_evicted_for_a_soft_threshold_stops_with_the_grace_period_it_was_given() {
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    n.sync(&web).await;
+    n.cri_calls();
+    let running = n.watched("web");
+    n.ctx
+        .set_eviction_grace(web.metadata.uid.as_deref().unwrap(), 7);
+    let status = super::status::evicting(&running, "low on disk", true, Timestamp::now());
+    n.ctx
+        .status
+        .set_status(&running, status)
+        .await
+        .expect("status");
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), ["StopContainer c 7", "StopPodSandbox web"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
