@@ -168,6 +168,24 @@ impl Node {
         pod
     }
 
+    /// Marks running pod `name` evicted with `message` (as the eviction
+    /// manager does, its grace period `grace` seconds when given), then
+    /// syncs it.
+    async fn evict(&mut self, name: &str, message: &str, grace: Option<i64>) {
+        let running = self.watched(name);
+        if let Some(grace) = grace {
+            let uid = running.metadata.uid.as_deref().expect("uid");
+            self.ctx.set_eviction_grace(uid, grace);
+        }
+        let status = super::status::evicting(&running, message, true, Timestamp::now());
+        self.ctx
+            .status
+            .set_status(&running, status)
+            .await
+            .expect("status");
+        self.sync_watched(name).await;
+    }
+
     /// Pod `name` as the watch delivers it now.
     fn watched(&mut self, name: &str) -> Pod {
         let pod = self.api.pod(name).expect("the pod in the API");
@@ -699,15 +717,8 @@ async fn an_evicted_pod_is_stopped_at_once_and_fails_with_the_eviction() {
     let web = n.bind(pod("web").container("c", IMAGE).build());
     n.sync(&web).await;
     n.cri_calls();
-    let running = n.watched("web");
     let message = "The node was low on resource: memory. ";
-    let status = super::status::evicting(&running, message, true, Timestamp::now());
-    n.ctx
-        .status
-        .set_status(&running, status)
-        .await
-        .expect("status");
-    n.sync_watched("web").await;
+    n.evict("web", message, None).await;
     // Grace 1 s, raised to the kubelet's minimum of 2 s for a kill.
     assert_eq!(n.cri_calls(), ["StopContainer c 2", "StopPodSandbox web"]);
     let st = n.status("web");
@@ -733,16 +744,7 @@ async fn a_pod_evicted_for_a_soft_threshold_stops_with_the_grace_period_it_was_g
     let web = n.bind(pod("web").container("c", IMAGE).build());
     n.sync(&web).await;
     n.cri_calls();
-    let running = n.watched("web");
-    n.ctx
-        .set_eviction_grace(web.metadata.uid.as_deref().unwrap(), 7);
-    let status = super::status::evicting(&running, "low on disk", true, Timestamp::now());
-    n.ctx
-        .status
-        .set_status(&running, status)
-        .await
-        .expect("status");
-    n.sync_watched("web").await;
+    n.evict("web", "low on disk", Some(7)).await;
     assert_eq!(n.cri_calls(), ["StopContainer c 7", "StopPodSandbox web"]);
 }
 
@@ -753,15 +755,12 @@ async fn container_gc_removes_an_evicted_pods_content_and_its_status_stays_faile
     let other = n.bind(pod("other").container("c", IMAGE).build());
     n.sync(&web).await;
     n.sync(&other).await;
-    let running = n.watched("web");
-    let message = "The node was low on resource: ephemeral-storage. ";
-    let status = super::status::evicting(&running, message, true, Timestamp::now());
-    n.ctx
-        .status
-        .set_status(&running, status)
-        .await
-        .expect("status");
-    n.sync_watched("web").await;
+    n.evict(
+        "web",
+        "The node was low on resource: ephemeral-storage. ",
+        None,
+    )
+    .await;
     let failed = n.status("web");
     assert_eq!(failed.phase.as_deref(), Some("Failed"));
     n.watched("web");
