@@ -57,6 +57,11 @@ SETS = [
      "`e2e_node.test`, the `[NodeConformance]` tests of test/e2e_node, the node's own suite (static "
      "and mirror pods, the node API's endpoints, cgroups, garbage collection, device plugins, and the "
      "common pod tests it shares with e2e.test)"),
+    ("node-protection", "e2e_node.test node protection",
+     "`e2e_node.test`'s tests of garbage collection, eviction and the summary API, most of them "
+     "`[Serial]`, `[Disruptive]` or `[Slow]` and outside `[NodeConformance]` "
+     "(`hack/conformance.sh --suite node --name node-protection --focus ...`; the focus and skip "
+     "are in the run's summary)"),
 ]
 # A derived line: the union of two sets of the same sitting whose tests do
 # not overlap (e2e skips [Slow], e2e-slow runs only [Slow]).
