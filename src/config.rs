@@ -218,6 +218,36 @@ pub enum Threshold {
 }
 
 impl Threshold {
+    /// `capacity` × the percentage `percent`, truncated, as the kubelet's
+    /// `GetThresholdQuantity`, which keeps the share as a float32 fraction
+    /// (10% of 1Gi is 107374184).
+    #[must_use]
+    pub fn share_of(capacity: i128, percent: f64) -> i128 {
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            reason = "as the kubelet: a float32 fraction, the product truncated"
+        )]
+        let fraction = f64::from(percent as f32 / 100.0);
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            reason = "as the kubelet: a float32 fraction, the product truncated"
+        )]
+        let out = (capacity as f64 * fraction) as i128;
+        out
+    }
+
+    /// True for `0%` and `100%`, which turn a signal off (the kubelet's
+    /// `parseThresholdStatement` drops them).
+    #[must_use]
+    pub fn is_off(&self) -> bool {
+        match self {
+            Self::Percent(p) => *p == 0.0 || *p == 100.0,
+            Self::Quantity(q) => q.is_zero(),
+        }
+    }
+
     /// Parses `100Mi` or `10%` (0 to 100).
     ///
     /// # Errors

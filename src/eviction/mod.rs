@@ -190,14 +190,19 @@ impl Threshold {
 fn resolve(amount: Amount, capacity: i128) -> i128 {
     match amount {
         Amount::Quantity(q) => q.value(),
-        #[allow(
-            clippy::cast_precision_loss,
-            clippy::cast_possible_truncation,
-            reason = "as the kubelet: capacity × percentage, truncated"
-        )]
-        Amount::Percent(p) => (capacity as f64 * p / 100.0) as i128,
+        Amount::Percent(p) => Amount::share_of(capacity, p),
     }
 }
+
+/// Signals the kubelet accepts that this agent reads but does not act on:
+/// `containerfs.*` (the kubelet replaces them with the nodefs thresholds on
+/// one filesystem) and `allocatableMemory.available` (the pods' cgroup,
+/// which this agent does not make).
+pub const IGNORED_SIGNALS: &[&str] = &[
+    "containerfs.available",
+    "containerfs.inodesFree",
+    "allocatableMemory.available",
+];
 
 /// The thresholds of a configuration: `evictionHard`, then `evictionSoft`
 /// with `evictionSoftGracePeriod`, each with its `evictionMinimumReclaim`.
@@ -223,11 +228,12 @@ pub fn thresholds(
     let mut out = Vec::new();
     for (set, soft_set) in [(hard, false), (soft, true)] {
         for (name, text) in set {
+            if IGNORED_SIGNALS.contains(&name.as_str()) {
+                continue;
+            }
             let s = signal(name)?;
             let amount = Amount::parse(text)?;
-            if matches!(amount, Amount::Percent(p) if p == 0.0 || p == 100.0)
-                || matches!(amount, Amount::Quantity(q) if q.is_zero())
-            {
+            if amount.is_off() {
                 continue;
             }
             let grace = if soft_set {
@@ -658,9 +664,12 @@ pub fn local_storage_violation(pod: &Pod, stats: &PodStats) -> Option<String> {
             .and_then(|l| l.get("ephemeral-storage"))
             .and_then(parse)
     };
-    let limited: Vec<i128> = spec.containers.iter().filter_map(limit_of).collect();
-    if !limited.is_empty() {
-        let total = limited.iter().fold(0i128, |s, v| s.saturating_add(*v));
+    // The pod's limit as `PodLimits`: sidecars, init containers and
+    // overhead included.
+    let pod_limit = crate::pod::fit::pod_limits(pod)
+        .get("ephemeral-storage")
+        .map(|q| q.value());
+    if let Some(total) = pod_limit {
         let used = stats
             .ephemeral_storage
             .and_then(|e| e.used_bytes)
@@ -790,6 +799,55 @@ mod tests {
         assert_eq!(
             local_storage_violation(&p, &stats).as_deref(),
             Some("Container c exceeded its local ephemeral storage limit \"50Mi\". ")
+        );
+    }
+
+    #[test]
+    fn a_pods_storage_limit_counts_its_sidecars_as_the_kubelets_pod_limits() {
+        let limit = |q: &str| ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "ephemeral-storage".to_string(),
+                Quantity(q.into()),
+            )])),
+            ..Default::default()
+        };
+        let mut p = pod("p")
+            .container("c", "busybox")
+            .sidecar("s", "busybox")
+            .build();
+        let spec = p.spec.as_mut().unwrap();
+        spec.containers[0].resources = Some(limit("100Mi"));
+        spec.init_containers.as_mut().unwrap()[0].resources = Some(limit("100Mi"));
+        let fs = |used: u64| FsStats {
+            used_bytes: Some(used),
+            ..Default::default()
+        };
+        let mut stats = PodStats {
+            ephemeral_storage: Some(fs(150 << 20)),
+            ..Default::default()
+        };
+        assert_eq!(local_storage_violation(&p, &stats), None, "200Mi in all");
+        stats.ephemeral_storage = Some(fs(201 << 20));
+        assert_eq!(
+            local_storage_violation(&p, &stats).as_deref(),
+            Some("Pod ephemeral local storage usage exceeds the total limit of containers 200Mi. ")
+        );
+    }
+
+    #[test]
+    fn percentages_resolve_as_the_kubelets_float32_fractions() {
+        assert_eq!(Amount::share_of(1 << 30, 10.0), 107_374_184);
+        assert_eq!(Amount::share_of(1000, 15.0), 150);
+        let hard = map(&[
+            ("memory.available", "100%"),
+            ("containerfs.available", "10%"),
+            ("allocatableMemory.available", "1Gi"),
+        ]);
+        let t = thresholds(&hard, &BTreeMap::new(), &BTreeMap::new(), &BTreeMap::new());
+        assert_eq!(
+            t,
+            Ok(vec![]),
+            "100% is off; the other signals are accepted and left alone"
         );
     }
 

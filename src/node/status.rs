@@ -218,14 +218,10 @@ pub fn reservation(m: &MachineInfo, reserved: &Reservations) -> BTreeMap<String,
             .map(|t| Threshold::parse(t))
         {
             Some(Ok(Threshold::Quantity(v))) => v,
+            Some(Ok(t)) if t.is_off() => continue,
             Some(Ok(Threshold::Percent(p))) => {
-                // As the kubelet: capacity × percentage, truncated.
-                #[allow(
-                    clippy::cast_precision_loss,
-                    clippy::cast_possible_truncation,
-                    clippy::cast_sign_loss
-                )]
-                let bytes = (capacity as f64 * p / 100.0) as u64;
+                let capacity = i128::from(capacity);
+                let bytes = Threshold::share_of(capacity, p).clamp(0, i128::from(i64::MAX));
                 Exact::from_units(i64::try_from(bytes).unwrap_or(i64::MAX))
             }
             _ => continue,
@@ -743,8 +739,9 @@ mod tests {
         let (cap, alloc) = resources(&machine(), 110, &reserved);
         assert_eq!(cap["cpu"].0, "2");
         assert_eq!(alloc["cpu"].0, "1250m");
-        // 1Gi less 100Mi less 10% of 1Gi (107374182 bytes, truncated).
-        let mem = 1024 * 1024 * 1024 - 100 * 1024 * 1024 - 107_374_182;
+        // 1Gi less 100Mi less 10% of 1Gi (107374184 bytes: the kubelet
+        // keeps 10% as a float32 fraction).
+        let mem = 1024 * 1024 * 1024 - 100 * 1024 * 1024 - 107_374_184;
         assert_eq!(alloc["memory"].0, mem.to_string());
         assert_eq!(
             alloc["ephemeral-storage"].0,

@@ -120,6 +120,17 @@ impl AdmissionManager {
         v
     }
 
+    /// The verdict already decided on the pod `uid`, if any (None inside:
+    /// admitted).
+    #[must_use]
+    pub fn decided(&self, uid: &str) -> Option<Option<Rejection>> {
+        self.verdicts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(uid)
+            .cloned()
+    }
+
     /// Forgets the verdicts of pods whose UID `keep` rejects (pods gone from
     /// the node).
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {

@@ -42,14 +42,55 @@ pub fn pod_requests(pod: &Pod) -> BTreeMap<String, Quantity> {
     let Some(spec) = pod.spec.as_ref() else {
         return BTreeMap::new();
     };
+    let mut total = aggregate(
+        spec,
+        requests,
+        spec.resources.as_ref().and_then(|r| r.requests.as_ref()),
+    );
+    if let Some(overhead) = spec.overhead.as_ref() {
+        add_all(&mut total, &parsed(overhead));
+    }
+    total
+}
+
+/// A pod's resource limits, as component-helpers' `PodLimits`: added up and
+/// peaked as [`pod_requests`] (only the containers that set a limit count),
+/// pod-level `resources.limits` replace cpu and memory, and `overhead` is
+/// added to the limits that are set.
+#[must_use]
+pub fn pod_limits(pod: &Pod) -> BTreeMap<String, Quantity> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return BTreeMap::new();
+    };
+    let mut total = aggregate(
+        spec,
+        limits,
+        spec.resources.as_ref().and_then(|r| r.limits.as_ref()),
+    );
+    for (name, q) in spec.overhead.iter().flat_map(parsed) {
+        if let Some(v) = total.get_mut(&name) {
+            *v = v.saturating_add(q);
+        }
+    }
+    total
+}
+
+/// The regular containers and sidecars added up, the larger of that and the
+/// peak of the init containers, then the pod-level cpu and memory of
+/// `pod_level`; `of` reads a container's requests or limits.
+fn aggregate(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    of: fn(&Container) -> BTreeMap<String, Quantity>,
+    pod_level: Option<&BTreeMap<String, ApiQuantity>>,
+) -> BTreeMap<String, Quantity> {
     let mut total: BTreeMap<String, Quantity> = BTreeMap::new();
     for c in &spec.containers {
-        add_all(&mut total, &requests(c));
+        add_all(&mut total, &of(c));
     }
     let mut sidecars: BTreeMap<String, Quantity> = BTreeMap::new();
     let mut init_peak: BTreeMap<String, Quantity> = BTreeMap::new();
     for c in spec.init_containers.iter().flatten() {
-        let own = requests(c);
+        let own = of(c);
         if is_sidecar(c) {
             add_all(&mut total, &own);
             add_all(&mut sidecars, &own);
@@ -62,7 +103,7 @@ pub fn pod_requests(pod: &Pod) -> BTreeMap<String, Quantity> {
         }
     }
     max_all(&mut total, &init_peak);
-    if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+    if let Some(pod_level) = pod_level {
         for name in ["cpu", "memory"] {
             if let Some(q) = pod_level
                 .get(name)
@@ -72,10 +113,16 @@ pub fn pod_requests(pod: &Pod) -> BTreeMap<String, Quantity> {
             }
         }
     }
-    if let Some(overhead) = spec.overhead.as_ref() {
-        add_all(&mut total, &parsed(overhead));
-    }
     total
+}
+
+/// The container's limits, parsed.
+fn limits(c: &Container) -> BTreeMap<String, Quantity> {
+    c.resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .map(parsed)
+        .unwrap_or_default()
 }
 
 /// The container's requests, parsed.

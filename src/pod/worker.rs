@@ -278,6 +278,14 @@ async fn admission(
     {
         return Ok(Verdict::Admit);
     }
+    // A pod is admitted once: pressure that comes later does not reject a
+    // pod admitted before (it may still wait for its volumes).
+    if let Some(v) = ctx
+        .admission
+        .decided(pod.metadata.uid.as_deref().unwrap_or_default())
+    {
+        return Ok(v.map_or(Verdict::Admit, Verdict::Reject));
+    }
     // The eviction manager's handler comes first, as in the kubelet.
     let pressures = ctx.pressures.borrow().clone();
     if let Some(r) = crate::eviction::admit(pod, &pressures) {
