@@ -366,7 +366,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         node_store,
         admission: crate::pod::admission_manager::AdmissionManager::new(),
         pressures,
-        eviction_grace: std::sync::Mutex::default(),
+        evictions: std::sync::Mutex::default(),
     });
     let controller = Controller::for_stream(pod_events, store.clone())
         .reconcile_on(futures::stream::select(

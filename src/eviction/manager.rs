@@ -5,10 +5,13 @@
 //! at node level first for a disk signal (dead containers, also those of
 //! finished pods, then every unused image, as `buildSignalToNodeReclaimFuncs`
 //! on one filesystem) and stops there when no threshold is met any more
-//! (minimum reclaim included), else evicts the first pod of the ranking: the pod gets an `Evicted` event and the
-//! evicting status ([`crate::pod::status::evicting`]), and its pod worker
-//! stops it. At most one pod per cycle for a threshold; before thresholds,
-//! every pod over a local storage limit goes ([`super::local_storage_violation`]).
+//! (minimum reclaim included), else evicts the first pod of the ranking.
+//! An evicted pod is recorded for its pod worker, which stops it, gets an
+//! `Evicted` event and the evicting status
+//! ([`crate::pod::status::evicting`]); the manager waits for its containers
+//! to stop before the next cycle. At most one pod per cycle for a
+//! threshold; before thresholds, every pod over a local storage limit goes
+//! ([`super::local_storage_violation`]), with or without thresholds.
 //! Critical pods (priority at least 2000000000) are never evicted.
 
 use std::sync::Arc;
@@ -24,6 +27,10 @@ use crate::events::{EventType, publish, publish_node};
 use crate::pod::spec::is_terminal;
 use crate::pod::worker::Context;
 use crate::stats::Provider;
+
+/// How long the manager waits for an evicted pod's containers to stop past
+/// its grace period (the kubelet's `podCleanupTimeout`).
+pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often the manager looks (the kubelet's `evictionMonitoringPeriod`).
 pub const MONITORING_PERIOD: Duration = Duration::from_secs(10);
@@ -66,9 +73,8 @@ pub async fn run(
     image_gc: Arc<crate::image_gc::ImageGc>,
     pressures: watch::Sender<Vec<Pressure>>,
 ) {
-    if cfg.thresholds.is_empty() {
-        return;
-    }
+    // With no thresholds the loop still enforces local storage limits
+    // (`localStorageCapacityIsolation`, on by default).
     let started = Instant::now();
     let mut state = State::default();
     let mut tick = tokio::time::interval(MONITORING_PERIOD);
@@ -106,29 +112,27 @@ pub async fn run(
                     && !is_critical(p)
                     && p.metadata.deletion_timestamp.is_none()
                     && !crate::pod::spec::is_evicted(p)
+                    && ctx
+                        .eviction(p.metadata.uid.as_deref().unwrap_or_default())
+                        .is_none()
             })
             .collect();
+        let mut evicted: Vec<(String, i64)> = Vec::new();
         // Local storage limits first (`localStorageEviction`): every pod over
         // one goes, and then the cycle ends.
-        let mut over_limit = false;
         for p in &active {
             let uid = p.metadata.uid.as_deref().unwrap_or_default();
             let Some(stats) = summary.pods.iter().find(|s| s.pod_ref.uid == uid) else {
                 continue;
             };
             if let Some(text) = super::local_storage_violation(p, stats) {
-                evict(
-                    &ctx,
-                    p,
-                    text,
-                    false,
-                    crate::pod::spec::EVICTION_GRACE_SECONDS,
-                )
-                .await;
-                over_limit = true;
+                let grace = crate::pod::spec::EVICTION_GRACE_SECONDS;
+                evict(&ctx, p, text, false, grace).await;
+                evicted.push((uid.to_string(), grace));
             }
         }
-        if over_limit {
+        if !evicted.is_empty() {
+            wait_for_cleanup(&ctx, &evicted).await;
             continue;
         }
         let Some(threshold) = cycle.reclaim else {
@@ -159,6 +163,8 @@ pub async fn run(
         );
         let grace = super::grace_period(&threshold, cfg.max_pod_grace, victim);
         evict(&ctx, victim, text, true, grace).await;
+        let uid = victim.metadata.uid.clone().unwrap_or_default();
+        wait_for_cleanup(&ctx, &[(uid, grace)]).await;
     }
 }
 
@@ -187,10 +193,45 @@ async fn reclaim_node_level(
     met(&cfg.thresholds, &observations, &cfg.thresholds).is_empty()
 }
 
+/// Waits until the containers of the `evicted` pods (UID, grace period in
+/// seconds) have stopped, polling every second for at most 30 s past the
+/// longest grace period, as the kubelet waits for the kill and then for
+/// `PodIsFinished` before its next cycle: the next decision sees what the
+/// eviction freed, and no second pod goes for what the first still holds.
+async fn wait_for_cleanup(ctx: &Context, evicted: &[(String, i64)]) {
+    let grace = evicted
+        .iter()
+        .map(|(_, g)| *g)
+        .max()
+        .unwrap_or(0)
+        .clamp(0, 3600);
+    let deadline = Instant::now() + CLEANUP_TIMEOUT + Duration::from_secs(grace.unsigned_abs());
+    for (uid, _) in evicted {
+        let by_uid =
+            std::collections::HashMap::from([(crate::cri::POD_UID_LABEL.to_string(), uid.clone())]);
+        loop {
+            let running = match ctx.runtime.runtime.list_containers(by_uid.clone()).await {
+                Ok(cs) => cs
+                    .iter()
+                    .any(|c| c.state == k8s_cri::v1::ContainerState::ContainerRunning as i32),
+                Err(e) => {
+                    debug!(error = %e, "eviction manager: containers of an evicted pod");
+                    true
+                }
+            };
+            if !running || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
 /// Evicts `pod` with `text`, its containers stopped with `grace` seconds:
-/// an `Evicted` event, and the evicting status
-/// (with the `DisruptionTarget` condition when `disruption`), written over
-/// the status last reported so it keeps the newest one.
+/// the eviction recorded for the pod worker ([`Context::record_eviction`]),
+/// an `Evicted` event, and the evicting status (with the `DisruptionTarget`
+/// condition when `disruption`), written over the status last reported so
+/// it keeps the newest one.
 async fn evict(ctx: &Context, pod: &Pod, text: String, disruption: bool, grace: i64) {
     let pod = ctx.status.with_sent_status(Arc::new(pod.clone()));
     let pod = pod.as_ref();
@@ -207,10 +248,17 @@ async fn evict(ctx: &Context, pod: &Pod, text: String, disruption: bool, grace: 
         crate::reasons::pod::EVICTED,
         text.clone(),
     );
+    let now = Timestamp::now();
     if let Some(uid) = pod.metadata.uid.as_deref() {
-        ctx.set_eviction_grace(uid, grace);
+        let eviction = crate::pod::worker::Eviction {
+            message: text.clone(),
+            disruption,
+            grace,
+            at: now,
+        };
+        ctx.record_eviction(uid, eviction);
     }
-    let status = crate::pod::status::evicting(pod, &text, disruption, Timestamp::now());
+    let status = crate::pod::status::evicting(pod, &text, disruption, now);
     if let Err(e) = ctx.status.set_status(pod, status).await {
         warn!(error = %e, "eviction manager: status of the evicted pod");
     }

@@ -231,9 +231,10 @@ pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
     let keep = |uid: &str| known.contains(uid);
     ctx.status.retain(keep);
     ctx.admission.retain(keep);
-    if let Ok(mut m) = ctx.eviction_grace.lock() {
-        m.retain(|uid, _| keep(uid));
-    }
+    ctx.evictions
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .retain(|uid, _| keep(uid));
     ctx.runtime.images.retain(keep);
     for uid in ctx.prober.pods().into_iter().filter(|u| !keep(u)) {
         debug!(pod_uid = uid, "housekeeping: stop the probes of a pod gone");

@@ -94,29 +94,43 @@ pub struct Context {
     pub admission: AdmissionManager,
     /// The node's pressure conditions, from the eviction manager.
     pub pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
-    /// Pod UID → the grace period, seconds, the eviction manager gave the
-    /// pod it evicted (the kubelet's `gracePeriodOverride`).
-    pub eviction_grace: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+    /// Pod UID → the eviction the eviction manager decided for it.
+    pub evictions: std::sync::Mutex<std::collections::HashMap<String, Eviction>>,
+}
+
+/// An eviction the eviction manager decided, kept by the agent so that the
+/// pod worker stops the pod whether or not the status write reached the API
+/// server, and a status the worker writes keeps it (the kubelet's
+/// `killPodNow` with its status function).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Eviction {
+    /// The status message (`The node was low on resource: ...`).
+    pub message: String,
+    /// True for a threshold eviction: the `DisruptionTarget` condition.
+    pub disruption: bool,
+    /// The containers' grace period, seconds (the kubelet's `gracePeriodOverride`).
+    pub grace: i64,
+    /// When it was decided.
+    pub at: Timestamp,
 }
 
 impl Context {
-    /// Records the grace period, seconds, of the pod `uid` the eviction
-    /// manager evicts.
-    pub fn set_eviction_grace(&self, uid: &str, seconds: i64) {
-        if let Ok(mut m) = self.eviction_grace.lock() {
-            m.insert(uid.to_string(), seconds);
-        }
+    /// Records the eviction of pod `uid`.
+    pub fn record_eviction(&self, uid: &str, eviction: Eviction) {
+        self.evictions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(uid.to_string(), eviction);
     }
 
-    /// The grace period, seconds, of evicted pod `uid`: the one recorded,
-    /// else [`super::spec::EVICTION_GRACE_SECONDS`] (after an agent restart).
+    /// The eviction recorded for pod `uid`, if any.
     #[must_use]
-    pub fn eviction_grace(&self, uid: &str) -> i64 {
-        self.eviction_grace
+    pub fn eviction(&self, uid: &str) -> Option<Eviction> {
+        self.evictions
             .lock()
-            .ok()
-            .and_then(|m| m.get(uid).copied())
-            .unwrap_or(super::spec::EVICTION_GRACE_SECONDS)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(uid)
+            .cloned()
     }
 
     /// How long a pod with nothing pending waits for its next sync: the relist
@@ -163,6 +177,17 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     }
     // Step 1: the pod as last reported, and what the runtime holds of it.
     let pod = ctx.status.with_sent_status(pod);
+    // An eviction the status does not show yet (its write failed, or a
+    // sync started before it overwrote it) is applied here.
+    let eviction = ctx.eviction(&uid);
+    let pod = match &eviction {
+        Some(e) if !super::spec::is_terminal(&pod) && !super::spec::is_evicted(&pod) => {
+            let mut evicted = (*pod).clone();
+            evicted.status = Some(status::evicting(&pod, &e.message, e.disruption, e.at));
+            Arc::new(evicted)
+        }
+        _ => pod,
+    };
     let rt = observe(&ctx.runtime.runtime, &uid).await.map_err(rt_err)?;
     // Step 2: admission of a pod not started yet; a pod that finished
     // without ever running (rejected) has nothing more to do.
@@ -187,7 +212,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     sync_probes(&pod, &rt, &ctx);
     let probes = ctx.prober.results(&pod, &rt);
     let backoffs = ctx.runtime.images.backoffs(&uid);
-    let grace = ctx.eviction_grace(&uid);
+    let grace = eviction.map_or(super::spec::EVICTION_GRACE_SECONDS, |e| e.grace);
     let plan = plan_evicted_with(&pod, &rt, &backoffs, &probes, ready, now, grace);
     if !plan.steps.is_empty() {
         debug!(steps = ?plan.steps, "plan");

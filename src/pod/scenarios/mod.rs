@@ -148,7 +148,7 @@ impl Node {
             node_store,
             admission: super::admission_manager::AdmissionManager::new(),
             pressures: tokio::sync::watch::channel(Vec::new()).1,
-            eviction_grace: std::sync::Mutex::default(),
+            evictions: std::sync::Mutex::default(),
         });
         Self {
             api,
@@ -168,15 +168,19 @@ impl Node {
         pod
     }
 
-    /// Marks running pod `name` evicted with `message` (as the eviction
-    /// manager does, its grace period `grace` seconds when given), then
-    /// syncs it.
+    /// Evicts running pod `name` with `message` as the eviction manager
+    /// does (recorded with its grace period `grace` seconds, 1 when not
+    /// given, then the status written), then syncs it.
     async fn evict(&mut self, name: &str, message: &str, grace: Option<i64>) {
         let running = self.watched(name);
-        if let Some(grace) = grace {
-            let uid = running.metadata.uid.as_deref().expect("uid");
-            self.ctx.set_eviction_grace(uid, grace);
-        }
+        let uid = running.metadata.uid.as_deref().expect("uid");
+        let eviction = super::worker::Eviction {
+            message: message.into(),
+            disruption: true,
+            grace: grace.unwrap_or(1),
+            at: Timestamp::now(),
+        };
+        self.ctx.record_eviction(uid, eviction);
         let status = super::status::evicting(&running, message, true, Timestamp::now());
         self.ctx
             .status
@@ -746,6 +750,36 @@ async fn a_pod_evicted_for_a_soft_threshold_stops_with_the_grace_period_it_was_g
     n.cri_calls();
     n.evict("web", "low on disk", Some(7)).await;
     assert_eq!(n.cri_calls(), ["StopContainer c 7", "StopPodSandbox web"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_whose_status_write_failed_still_stops_the_pod() {
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    n.sync(&web).await;
+    n.cri_calls();
+    // Recorded, but the status never reached the API server.
+    let eviction = super::worker::Eviction {
+        message: "The node was low on resource: memory. ".into(),
+        disruption: true,
+        grace: 1,
+        at: Timestamp::now(),
+    };
+    n.ctx
+        .record_eviction(web.metadata.uid.as_deref().unwrap(), eviction);
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), ["StopContainer c 2", "StopPodSandbox web"]);
+    let st = n.status("web");
+    assert_eq!(
+        (st.phase.as_deref(), st.reason.as_deref()),
+        (Some("Failed"), Some("Evicted"))
+    );
+    assert!(
+        st.conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
