@@ -193,11 +193,13 @@ async fn reclaim_node_level(
     met(&cfg.thresholds, &observations, &cfg.thresholds).is_empty()
 }
 
-/// Waits until the containers of the `evicted` pods (UID, grace period in
-/// seconds) have stopped, polling every second for at most 30 s past the
-/// longest grace period, as the kubelet waits for the kill and then for
-/// `PodIsFinished` before its next cycle: the next decision sees what the
-/// eviction freed, and no second pod goes for what the first still holds.
+/// Waits until the `evicted` pods (UID, grace period in seconds) have
+/// finished: no container running and their volumes torn down (the
+/// kubelet's `podResourcesAreReclaimed`), polling every second for at most
+/// 30 s past the longest grace period, as the kubelet waits for the kill and
+/// then for `PodIsFinished` before its next cycle: the next decision sees
+/// what the eviction freed, and no second pod goes for what the first still
+/// holds.
 async fn wait_for_cleanup(ctx: &Context, evicted: &[(String, i64)]) {
     let grace = evicted
         .iter()
@@ -219,7 +221,8 @@ async fn wait_for_cleanup(ctx: &Context, evicted: &[(String, i64)]) {
                     true
                 }
             };
-            if !running || Instant::now() >= deadline {
+            let finished = !running && !ctx.volumes.volumes_exist(uid);
+            if finished || Instant::now() >= deadline {
                 break;
             }
             tokio::time::sleep(Duration::from_secs(1)).await;

@@ -459,6 +459,13 @@ impl VolumeManager {
         }
     }
 
+    /// True while pod `uid` has a volumes directory (its volumes are set up,
+    /// or not torn down yet), as the kubelet's `podVolumesExist`.
+    #[must_use]
+    pub fn volumes_exist(&self, uid: &str) -> bool {
+        std::fs::symlink_metadata(pod_dir(&self.root_dir, uid).join(VOLUMES_DIR)).is_ok()
+    }
+
     /// Unmounts and removes the subPath bind mounts and the volumes of a pod
     /// that has finished (its `volume-subpaths` and `volumes` directories; the
     /// pod directory stays until the pod is gone), as the kubelet does for
