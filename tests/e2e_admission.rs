@@ -2,7 +2,8 @@
 //! and the node), as the kubelet's GeneralPredicates: a pod that asks for
 //! more cpu or memory than the node has left, misses a required node
 //! selector, or wants a host port another pod holds ends Failed with the
-//! kubelet's reason and an Event; pods that fit run.
+//! kubelet's reason and an Event; pods that fit run. It takes two thirds of
+//! the node's cpu, so it runs alone (hack/test.sh).
 
 mod common;
 
