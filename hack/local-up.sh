@@ -13,8 +13,8 @@
 # the agent as the upstream node suite's own harness does
 # (test/e2e_node/services/kubelet.go), for hack/conformance.sh --suite node:
 # the read-only port 10255 and a static pod directory,
-# _output/local/<agent>/manifests, read every 10 s. rustlet has neither yet:
-# for it the flag changes nothing.
+# _output/local/<agent>/manifests, read every 10 s (rustlet has neither
+# yet), and a 30 s evictionPressureTransitionPeriod (both agents).
 #
 # Idempotent: a component that is already running is left alone, so running
 # it twice is harmless. Stop everything with hack/local-down.sh.
@@ -471,7 +471,8 @@ case $agent in
         read_only_port=10255
         node_e2e_config="# --node-e2e: as the upstream node suite's harness runs the kubelet.
 staticPodPath: $LOCAL/kubelet/manifests
-fileCheckFrequency: 10s"
+fileCheckFrequency: 10s
+evictionPressureTransitionPeriod: 30s"
       fi
       cat >"$LOCAL/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -533,10 +534,16 @@ EOF
     else
       mkdir -p "$LOCAL/rustlet" "$LOCAL/pod-logs"
       # The kubelet's settings of LOCAL_NODE_PROTECTION, for rustlet.
+      rustlet_node_e2e=''
+      if $node_e2e; then
+        rustlet_node_e2e="# --node-e2e: as the upstream node suite's harness runs the kubelet.
+evictionPressureTransitionPeriod: 30s"
+      fi
       cat >"$LOCAL/rustlet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 $LOCAL_NODE_PROTECTION
+$rustlet_node_e2e
 EOF
       start_daemon rustlet "RUST_LOG=${RUST_LOG:-info}" NO_COLOR=1 "$RUSTLET" run \
         --config "${RUSTLET_CONFIG:-$LOCAL/rustlet.yaml}" \
