@@ -1,6 +1,6 @@
 //! The eviction manager under real memory pressure: the agent is restarted
 //! with `evictionHard: memory.available` a little below what the node has
-//! free and a 10 s `evictionPressureTransitionPeriod`; a BestEffort pod that
+//! free and a 30 s `evictionPressureTransitionPeriod`; a BestEffort pod that
 //! fills a memory-backed emptyDir is evicted (Failed, `Evicted`, the
 //! kubelet's message, `DisruptionTarget`) while a Guaranteed pod keeps
 //! running, the Node reports MemoryPressure, then no longer once the memory
@@ -90,7 +90,11 @@ fn pod_json(v: serde_json::Value) -> Pod {
 async fn a_best_effort_memory_hog_is_evicted_and_a_guaranteed_pod_stays() {
     let client = client().await;
     let ns = namespace(&client, "e2e-evict").await;
-    // A threshold 300 MiB below what is free: the hog's 600 MiB crosses it.
+    // The agent restarted once as it is, so that what a restart costs (a
+    // build, caches) is in the measure; then a threshold 300 MiB below what
+    // is free, which the hog's growing memory-backed volume crosses.
+    restart_agent(None);
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let threshold = memory_available().saturating_sub(300 << 20);
     let config = local().join("rustlet-eviction.yaml");
     std::fs::write(
@@ -100,11 +104,18 @@ async fn a_best_effort_memory_hog_is_evicted_and_a_guaranteed_pod_stays() {
              evictionHard:\n  memory.available: \"{threshold}\"\n  nodefs.available: \"0%\"\n  \
              nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n  imagefs.inodesFree: \"0%\"\n\
              imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
-             evictionPressureTransitionPeriod: 10s\n"
+             evictionPressureTransitionPeriod: 30s\n"
         ),
     )
     .expect("config");
     restart_agent(Some(&config));
+    // No pressure before the hog: two of the manager's 10 s cycles.
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    assert_eq!(
+        memory_pressure(&client).await.as_deref(),
+        Some("False"),
+        "MemoryPressure before the hog: the threshold ({threshold} bytes) is too close to what is free"
+    );
 
     let guaranteed = pod_json(serde_json::json!({
         "metadata": { "name": "guaranteed" },
@@ -130,7 +141,9 @@ async fn a_best_effort_memory_hog_is_evicted_and_a_guaranteed_pod_stays() {
             "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": "c", "image": BUSYBOX,
-                "command": ["sh", "-c", "dd if=/dev/zero of=/fill/zero bs=1M count=600; sleep 3600"],
+                // 100 MiB a second, up to 4 GiB: past the threshold even
+                // if the node frees memory meanwhile (a build's caches).
+                "command": ["sh", "-c", "i=0; while [ $i -lt 40 ]; do dd if=/dev/zero of=/fill/f$i bs=1M count=100; i=$((i+1)); sleep 1; done; sleep 3600"],
                 "volumeMounts": [{ "name": "fill", "mountPath": "/fill" }]
             }],
             "volumes": [{ "name": "fill", "emptyDir": { "medium": "Memory" } }]
@@ -154,6 +167,14 @@ async fn a_best_effort_memory_hog_is_evicted_and_a_guaranteed_pod_stays() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    // The condition stays for the 30 s transition period.
+    for _ in 0..20 {
+        if pressure_seen {
+            break;
+        }
+        pressure_seen |= memory_pressure(&client).await.as_deref() == Some("True");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let st = evicted.status.expect("status");
     assert_eq!(st.reason.as_deref(), Some("Evicted"));
     let message = st.message.unwrap_or_default();

@@ -122,7 +122,8 @@ pub struct Observed {
     pub pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
 }
 
-/// Computes node status every `nodeStatusUpdateFrequency` and patches it when it
+/// Computes node status every `nodeStatusUpdateFrequency`, and at once when
+/// the eviction manager's pressure conditions change, and patches it when it
 /// changed or `nodeStatusReportFrequency` passed, as `syncNodeStatus`. The
 /// status it compares with comes from the watch ([`watch_node`]): what other
 /// writers add (an administrator's extended resources) is seen at the next
@@ -136,15 +137,27 @@ pub async fn status_loop(
     version: String,
     settings: Settings,
 ) {
-    let Observed { store, pressures } = seen;
+    let Observed {
+        store,
+        mut pressures,
+    } = seen;
     let api: Api<Node> = Api::all(client);
     let key = ObjectRef::<Node>::new(&cfg.name);
     let mut last_report: Option<Instant> = None;
     // The first patch zeroes extended resources left on an existing Node.
     let mut starting = true;
     let mut tick = tokio::time::interval(settings.node_status_update_frequency);
+    let mut pressures_open = true;
     loop {
-        tick.tick().await;
+        // Every nodeStatusUpdateFrequency, and at once when the eviction
+        // manager's pressure conditions change (the control plane taints the
+        // node from them).
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = pressures.changed(), if pressures_open => {
+                pressures_open = changed.is_ok();
+            }
+        }
         let old = match store.get(&key) {
             Some(n) => n.status.clone(),
             // Not listed yet: read it once.
