@@ -41,6 +41,10 @@ const UNUSED: &[&str] = &[
     "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
 ];
 
+/// The eviction thresholds of the second agent: memory only.
+const NO_DISK_EVICTION: &str = "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: \"0%\"\n  \
+     nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n  imagefs.inodesFree: \"0%\"\n";
+
 /// The second node: its tmpfs, containerd and agent, undone on drop.
 struct Scratch {
     base: PathBuf,
@@ -304,8 +308,12 @@ async fn unused_images_and_dead_containers_are_collected_on_a_small_image_filesy
     node.import(&images);
     let runtime = node.runtime().await;
     assert_eq!(tags(&runtime).await.len(), images.len(), "imported images");
-    // Image GC off while the pods start.
-    node.start_agent("imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n");
+    // Image GC off while the pods start; no disk-pressure eviction (the
+    // small image filesystem is meant to be full, and so is this machine's
+    // disk).
+    node.start_agent(&format!(
+        "{NO_DISK_EVICTION}imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n"
+    ));
     let ns = namespace(&client, "image-gc").await;
     let nodes: Api<Node> = Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -331,9 +339,17 @@ async fn unused_images_and_dead_containers_are_collected_on_a_small_image_filesy
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let p = pods.get("crash").await.unwrap();
-        if container_status(&p).restart_count >= 3 {
+        let restarts = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first())
+            .map_or(0, |c| c.restart_count);
+        if restarts >= 3 {
             break;
         }
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        assert_ne!(phase, Some("Failed"), "crash failed: {:?}", p.status);
         assert!(
             Instant::now() < deadline,
             "crash did not restart 3 times: {:?}",
@@ -387,7 +403,7 @@ async fn unused_images_and_dead_containers_are_collected_on_a_small_image_filesy
     assert!(usage > 5, "the image filesystem is {usage}% used");
     let (high, low) = (usage - 1, usage - 3);
     node.start_agent(&format!(
-        "imageGCHighThresholdPercent: {high}\nimageGCLowThresholdPercent: {low}\nimageMinimumGCAge: 0s\n"
+        "{NO_DISK_EVICTION}imageGCHighThresholdPercent: {high}\nimageGCLowThresholdPercent: {low}\nimageMinimumGCAge: 0s\n"
     ));
     let deadline = Instant::now() + Duration::from_secs(60);
     let left = loop {
