@@ -421,9 +421,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             node_name: node_name.clone(),
             thresholds,
             transition: settings.eviction.pressure_transition_period,
-            hugepages_bytes: machine.huge_pages.iter().fold(0u64, |sum, (kib, pages)| {
-                sum.saturating_add(kib.saturating_mul(1024).saturating_mul(*pages))
-            }),
+            hugepages_bytes: if stats.node_memory_counts_hugepages() {
+                0
+            } else {
+                machine.huge_pages.iter().fold(0u64, |sum, (kib, pages)| {
+                    sum.saturating_add(kib.saturating_mul(1024).saturating_mul(*pages))
+                })
+            },
             container_gc,
             max_pod_grace: settings.eviction.max_pod_grace_period,
         },

@@ -47,7 +47,9 @@ pub struct Config {
     pub thresholds: Vec<Threshold>,
     /// `evictionPressureTransitionPeriod`.
     pub transition: Duration,
-    /// The huge page pools' bytes, which memory cannot give back.
+    /// The huge page pools' bytes, which memory cannot give back, when the
+    /// node's memory stats count them as available (0 when they do not:
+    /// [`crate::stats::Provider::node_memory_counts_hugepages`]).
     pub hugepages_bytes: u64,
     /// The container GC policy node-level reclaim applies.
     pub container_gc: crate::container_gc::Policy,

@@ -193,6 +193,15 @@ impl std::fmt::Debug for Provider {
 const NODE_KEY: &str = "/";
 
 impl Provider {
+    /// True when the node's memory working set already counts the huge
+    /// page pools as used: on cgroup v2 it is read from /proc/meminfo
+    /// (MemTotal − MemFree, and the pools are never free); the v1 root
+    /// cgroup leaves them out.
+    #[must_use]
+    pub fn node_memory_counts_hugepages(&self) -> bool {
+        self.cgroups.v2
+    }
+
     /// A provider for node `node_name` whose agent keeps pods under
     /// `root_dir` and logs under `pod_logs_dir`, reading cgroups under
     /// `/sys/fs/cgroup`.
