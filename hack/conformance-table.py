@@ -60,8 +60,8 @@ SETS = [
     ("node-protection", "e2e_node.test node protection",
      "`e2e_node.test`'s tests of garbage collection, eviction and the summary API, most of them "
      "`[Serial]`, `[Disruptive]` or `[Slow]` and outside `[NodeConformance]` "
-     "(`hack/conformance.sh --suite node --name node-protection --focus ...`; the focus and skip "
-     "are in the run's summary)"),
+     "(`hack/conformance.sh --suite node-protection`; the focus and skip are in the run's "
+     "summary)"),
 ]
 # A derived line: the union of two sets of the same sitting whose tests do
 # not overlap (e2e skips [Slow], e2e-slow runs only [Slow]).

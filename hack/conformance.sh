@@ -2,7 +2,8 @@
 # Runs upstream [NodeConformance] tests against a fresh local one-node cluster
 # (hack/local-up.sh), then takes the cluster down.
 #
-#   hack/conformance.sh [--suite e2e|e2e-slow|node] [--agent rustlet|kubelet]
+#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection]
+#                       [--agent rustlet|kubelet]
 #                       [--focus REGEX] [--skip REGEX] [--shards N] [--resume]
 #                       [--procs N] [--timeout DURATION] [--name NAME] [--keep-up]
 #
@@ -17,6 +18,12 @@
 #                          what the upstream node conformance image runs),
 #                          [NodeConformance] but not [Slow], run against the
 #                          existing node (see "The node suite" below)
+#                node-protection
+#                          e2e_node.test, its tests of garbage collection,
+#                          eviction and the summary API that fit a sitting
+#                          (most are [Serial] [Disruptive] [Slow] and not
+#                          [NodeConformance]; they reconfigure and restart
+#                          the agent), as the node suite runs
 #   --agent    the node agent (default rustlet)
 #   --focus    run only the suite's tests that also match REGEX
 #   --skip     skip the tests matching REGEX instead of the suite's default
@@ -138,8 +145,16 @@ case $suite in
   e2e) test_bin=e2e.test; base_focus=$NC; default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]"; default_shards=1 ;;
   e2e-slow) test_bin=e2e.test; base_focus="$NC.*$SLOW|$SLOW.*$NC"; default_skip='\[Disruptive\]|\[Flaky\]'; default_shards=4 ;;
   node) test_bin=e2e_node.test; base_focus=$NC; default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]"; default_shards=3 ;;
-  *) die "unknown suite '$suite' (e2e|e2e-slow|node)" ;;
+  node-protection)
+    test_bin=e2e_node.test; default_skip='\[Flaky\]'; default_shards=1
+    base_focus='\[sig-node\] (GarbageCollect Garbage|ImageGarbageCollect when|Summary API when querying /stats/summary should report|LocalStorageCapacityIsolationEviction |LocalStorageEviction |PriorityMemoryEvictionOrdering |PriorityPidEvictionOrdering .*baseline)'
+    ;;
+  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection)" ;;
 esac
+# The node suite's way of running (against the existing node, the agent
+# restarted through the systemctl stand-in).
+node_suite=false
+[[ $test_bin != e2e_node.test ]] || node_suite=true
 $skip_given || skip=$default_skip
 shards=${shards:-$default_shards}
 [[ $procs =~ ^[1-9][0-9]*$ ]] || die "--procs must be a positive number, not '$procs'"
@@ -151,7 +166,7 @@ shards=${shards:-$default_shards}
 need_cmd python3 "Debian package python3"
 need_cmd kubectl "a kubectl client (hack/install-deps.sh builds one)"
 build_if_missing e2e e2e.test ginkgo
-[[ $suite != node ]] || build_if_missing e2e-node e2e_node.test
+! $node_suite || build_if_missing e2e-node e2e_node.test
 
 # The run needs a cluster of its own: it starts one and takes it down. Any
 # other cluster on this machine (this one's or another checkout's) uses the
@@ -319,7 +334,7 @@ node_args=(
   --dns-domain=cluster.local
 )
 test_env=()
-if [[ $suite == node ]]; then
+if $node_suite; then
   test_args=("${node_args[@]}")
   # The suite stops and restarts the agent with `sudo systemctl`; there is
   # no systemd (nor sudo) here: hack/node-e2e-shim/ stands in for both.
@@ -344,13 +359,13 @@ log "bringing up the local cluster with $agent"
 # On failure local-up.sh stops what it started itself; only a cluster that
 # came up is taken down here.
 local_up_args=(--agent "$agent")
-[[ $suite != node ]] || local_up_args+=(--node-e2e)
+! $node_suite || local_up_args+=(--node-e2e)
 "$ROOT/hack/local-up.sh" "${local_up_args[@]}"
 cluster_started=true
 # Every image the tests need, or stop here (local-up.sh only warns).
 "$ROOT/hack/images.sh" --all
 
-if [[ $suite == node ]]; then
+if $node_suite; then
   # A cluster-admin ServiceAccount's token for e2e_node.test (it has no
   # --kubeconfig).
   kubectl_admin apply -f - >/dev/null <<EOF
@@ -406,7 +421,7 @@ for k in $(seq "$shards"); do
   )
   [[ -z $skip ]] || ginkgo_args+=(--skip="$skip")
   report_args=(--report-dir="$shard_dir")
-  [[ $suite == node ]] || report_args+=(--e2e-output-dir="$shard_dir/e2e-output")
+  $node_suite || report_args+=(--e2e-output-dir="$shard_dir/e2e-output")
   log "running $test_bin, shard $k of $shards: focus '$effective_focus', skip '${skip:-none}', $procs processes (log: ${shard_dir#"$ROOT"/}/e2e.log)"
   t_shard=$(now_ms)
   set +e
