@@ -409,6 +409,11 @@ pub fn binary_quantity(bytes: u64) -> String {
     bytes.to_string()
 }
 
+/// Feature gates that are GA and locked on in the kubelet and whose
+/// behaviour this agent has: accepted when set to true (the kubelet refuses
+/// them set to false).
+pub const LOCKED_ON_GATES: &[&str] = &["ImageMaximumGCAge"];
+
 /// KubeletConfiguration fields this agent reads; every other field is reported as ignored.
 pub const SUPPORTED_FIELDS: &[&str] = &[
     "apiVersion",
@@ -674,14 +679,17 @@ pub fn apply_file_text(
                         .ok_or_else(|| bad(&format!("featureGates.{gate}"), "true or false"))?;
                     match gate.as_str() {
                         "UserNamespacesSupport" => settings.user_namespaces_support = on,
+                        // GA and locked on in the kubelet; this agent has it.
+                        g if LOCKED_ON_GATES.contains(&g) && on => {}
                         // As the kubelet, which refuses a gate it does not know.
                         _ => {
                             return Err(Error::Unsupported {
                                 path: path.to_path_buf(),
                                 field: format!("featureGates.{gate}"),
-                                message:
-                                    "unrecognized feature gate (supported: UserNamespacesSupport)"
-                                        .into(),
+                                message: format!(
+                                    "unrecognized feature gate, or a locked one turned off (supported: UserNamespacesSupport, and {} locked on)",
+                                    LOCKED_ON_GATES.join(", ")
+                                ),
                             });
                         }
                     }
@@ -1150,6 +1158,11 @@ mod tests {
             ("featureGates: {UserNamespacesSupport: false}\n", None),
             ("tlsMinVersion: VersionTLS12\ntlsCipherSuites: []\n", None),
             ("userNamespaces: {idsPerPod: 65536}\n", None),
+            ("featureGates: {ImageMaximumGCAge: true}\n", None),
+            (
+                "featureGates: {ImageMaximumGCAge: false}\n",
+                Some("featureGates.ImageMaximumGCAge"),
+            ),
             (
                 "authentication: {anonymous: {enabled: true}}\n",
                 Some("authentication.anonymous.enabled"),
