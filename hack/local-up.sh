@@ -12,9 +12,9 @@
 # the agent's /metrics/resource: `kubectl top` works. --node-e2e configures
 # the agent as the upstream node suite's own harness does
 # (test/e2e_node/services/kubelet.go), for hack/conformance.sh --suite node:
-# the read-only port 10255 and a static pod directory,
-# _output/local/<agent>/manifests, read every 10 s (rustlet has neither
-# yet), and a 30 s evictionPressureTransitionPeriod (both agents).
+# the read-only port 10255, a static pod directory,
+# _output/local/<agent>/manifests, read every 10 s (rustlet has none yet),
+# and a 30 s evictionPressureTransitionPeriod.
 #
 # Idempotent: a component that is already running is left alone, so running
 # it twice is harmless. Stop everything with hack/local-down.sh.
@@ -537,6 +537,7 @@ EOF
       rustlet_node_e2e=''
       if $node_e2e; then
         rustlet_node_e2e="# --node-e2e: as the upstream node suite's harness runs the kubelet.
+readOnlyPort: 10255
 evictionPressureTransitionPeriod: 30s"
       fi
       cat >"$LOCAL/rustlet.yaml" <<EOF

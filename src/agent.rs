@@ -580,6 +580,7 @@ fn server_config(
     cfg.port = u16::try_from(settings.port)
         .with_context(|| format!("port {} is not a TCP port", settings.port))?;
     cfg.healthz_port = (args.healthz_port != 0).then_some(args.healthz_port);
+    cfg.read_only_port = (settings.read_only_port != 0).then_some(settings.read_only_port);
     if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) {
         cfg.serving_cert = crate::server::ServingCert::Files {
             cert: cert.clone(),

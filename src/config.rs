@@ -68,6 +68,9 @@ pub struct Settings {
     pub resolv_conf: PathBuf,
     /// Port of the node API (`port`, 10250), reported in daemonEndpoints.
     pub port: i32,
+    /// `readOnlyPort` (0: off, the kubelet's default): a plain, unauthenticated
+    /// read-only API (pods, stats, metrics) on the node API's address.
+    pub read_only_port: u16,
     /// `allowedUnsafeSysctls`: sysctls (or prefixes ending in `*`) allowed beyond the safe set.
     pub allowed_unsafe_sysctls: Vec<String>,
     /// Container log rotation (`containerLogMaxSize`, `containerLogMaxFiles`,
@@ -284,6 +287,7 @@ impl Default for Settings {
             cluster_domain: "cluster.local".into(),
             resolv_conf: "/etc/resolv.conf".into(),
             port: 10250,
+            read_only_port: 0,
             allowed_unsafe_sysctls: Vec::new(),
             container_logs: ContainerLogPolicy::default(),
             server_tls_bootstrap: false,
@@ -365,6 +369,7 @@ impl Settings {
             "clusterDomain": self.cluster_domain,
             "resolvConf": self.resolv_conf.display().to_string(),
             "port": self.port,
+            "readOnlyPort": self.read_only_port,
             "allowedUnsafeSysctls": self.allowed_unsafe_sysctls,
             "containerLogMaxSize": binary_quantity(self.container_logs.max_bytes),
             "containerLogMaxFiles": self.container_logs.max_files,
@@ -429,6 +434,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "clusterDomain",
     "resolvConf",
     "port",
+    "readOnlyPort",
     "allowedUnsafeSysctls",
     "containerLogMaxSize",
     "containerLogMaxFiles",
@@ -467,8 +473,6 @@ pub const SECURITY_FIELDS: &[(&str, &[&str])] = &[
     ("authentication.anonymous.enabled", &["false"]),
     ("authentication.webhook.enabled", &["true"]),
     ("authorization.mode", &["Webhook"]),
-    // No unauthenticated read-only port is served.
-    ("readOnlyPort", &["0"]),
     // Kernel tunables are not checked against the kubelet's expectations.
     ("protectKernelDefaults", &["false"]),
     // No per-pod process limit is set.
@@ -609,6 +613,12 @@ pub fn apply_file_text(
                     .as_i64()
                     .and_then(|n| i32::try_from(n).ok())
                     .ok_or_else(|| bad(key, "a port"))?
+            }
+            "readOnlyPort" => {
+                settings.read_only_port = v
+                    .as_i64()
+                    .and_then(|n| u16::try_from(n).ok())
+                    .ok_or_else(|| bad(key, "a port, or 0 for none"))?;
             }
             "allowedUnsafeSysctls" => {
                 settings.allowed_unsafe_sysctls = v
@@ -1179,7 +1189,6 @@ mod tests {
                 "authorization: {mode: AlwaysAllow}\n",
                 Some("authorization.mode"),
             ),
-            ("readOnlyPort: 10255\n", Some("readOnlyPort")),
             (
                 "protectKernelDefaults: true\n",
                 Some("protectKernelDefaults"),

@@ -107,6 +107,11 @@ pub struct ServerConfig {
     pub healthz_address: IpAddr,
     /// Port of the plain health endpoint (`healthzPort`, 10248); `None` disables it.
     pub healthz_port: Option<u16>,
+    /// Port of the read-only API on `address` (`readOnlyPort`; `None`, the
+    /// kubelet's 0, disables it): plain HTTP, unauthenticated, only
+    /// `/healthz`, `/pods`, `/stats/summary` and the metrics, as the
+    /// kubelet's read-only server (`InstallDefaultHandlers`).
+    pub read_only_port: Option<u16>,
     /// The serving certificate.
     pub serving_cert: ServingCert,
     /// PEM bundle of CAs that client certificates are verified against
@@ -180,6 +185,7 @@ impl ServerConfig {
             port: 10250,
             healthz_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
             healthz_port: Some(10248),
+            read_only_port: None,
             serving_cert: ServingCert::SelfSigned {
                 dir: cert_dir,
                 names: vec![node_name.to_string()],
@@ -277,6 +283,8 @@ pub struct Server {
     draining: tokio::sync::watch::Sender<bool>,
     listener: TcpListener,
     healthz: Option<TcpListener>,
+    /// The read-only API's socket and routes.
+    read_only: Option<(TcpListener, Router)>,
     acceptor: tokio_rustls::TlsAcceptor,
     router: Router,
     limits: Limits,
@@ -325,6 +333,23 @@ impl Server {
             runtime: deps.runtime,
             pod_logs_dir: cfg.pod_logs_dir,
         });
+        let read_only = match cfg.read_only_port {
+            Some(port) => {
+                let l = bind(SocketAddr::new(cfg.address, port)).await?;
+                let routes = Router::new()
+                    .merge(healthz_routes(draining_rx.clone()))
+                    .route("/pods", get(pods))
+                    .route("/pods/", get(pods))
+                    .route("/metrics", get(metrics))
+                    .route("/metrics/probes", get(probe_metrics))
+                    .route("/metrics/resource", get(resource_metrics))
+                    .route("/stats/summary", get(stats_summary))
+                    .fallback(not_found)
+                    .with_state(app.clone());
+                Some((l, routes))
+            }
+            None => None,
+        };
         let router = Router::new()
             .merge(healthz_routes(draining_rx))
             .route("/configz", get(configz_handler))
@@ -369,6 +394,7 @@ impl Server {
             draining,
             listener,
             healthz,
+            read_only,
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
             router,
             limits,
@@ -411,10 +437,17 @@ impl Server {
             draining,
             listener,
             healthz,
+            read_only,
             acceptor,
             router,
             limits,
         } = self;
+        let read_only = read_only.map(|(l, routes)| {
+            if let Ok(addr) = l.local_addr() {
+                info!(%addr, "serving the read-only API (plain HTTP, unauthenticated)");
+            }
+            tokio::spawn(serve_plain(l, routes, limits, draining.subscribe()))
+        });
         if let Ok(addr) = listener.local_addr() {
             info!(%addr, "serving the node API");
         }
@@ -496,7 +529,54 @@ impl Server {
             );
         }
         healthz.abort();
+        if let Some(t) = read_only {
+            t.abort();
+        }
         result
+    }
+
+    /// The address of the read-only API, if served.
+    #[must_use]
+    pub fn read_only_addr(&self) -> Option<SocketAddr> {
+        self.read_only
+            .as_ref()
+            .and_then(|(l, _)| l.local_addr().ok())
+    }
+}
+
+/// Serves `routes` in plain HTTP on `listener` under the node API's
+/// `limits` (connections, header and idle timeouts, concurrent streams)
+/// until the task is aborted; connections close as the server drains.
+async fn serve_plain(
+    listener: TcpListener,
+    routes: Router,
+    limits: Limits,
+    draining: tokio::sync::watch::Receiver<bool>,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    loop {
+        match listener.accept().await {
+            Ok((tcp, peer)) => {
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    drop(tcp);
+                    continue;
+                };
+                tokio::spawn(serve_connection(
+                    TokioIo::new(tcp),
+                    false,
+                    auth::PeerCert(None),
+                    routes.clone(),
+                    peer,
+                    limits,
+                    draining.clone(),
+                    slot,
+                ));
+            }
+            Err(e) => {
+                warn!(error = %e, "accept (read-only API)");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
     }
 }
 
@@ -603,6 +683,36 @@ async fn connection(
             .and_then(|c| c.first())
             .and_then(|c| auth::cert_user(c)),
     );
+    serve_connection(
+        TokioIo::new(tls),
+        h2,
+        cert,
+        router,
+        peer,
+        limits,
+        draining,
+        _slot,
+    )
+    .await;
+}
+
+/// Serves one connection `io` (HTTP/2 when `h2`, else HTTP/1.1 with
+/// upgrades) with `router`, its requests carrying the client certificate's
+/// user `cert`; closes it when idle for the limit or when the server
+/// drains. `_slot` is its place among the open connections.
+#[allow(clippy::too_many_arguments)] // one connection's parts
+async fn serve_connection<I>(
+    io: I,
+    h2: bool,
+    cert: auth::PeerCert,
+    router: Router,
+    peer: SocketAddr,
+    limits: Limits,
+    draining: tokio::sync::watch::Receiver<bool>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
     let in_flight = InFlight::new();
     let svc = hyper::service::service_fn({
         let in_flight = in_flight.clone();
@@ -623,7 +733,7 @@ async fn connection(
         }
     });
     let builder = conn_builder(&limits, h2);
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
+    let conn = builder.serve_connection_with_upgrades(io, svc);
     tokio::pin!(conn);
     let idle = in_flight.idle_for(limits.idle_timeout);
     tokio::pin!(idle);

@@ -106,6 +106,8 @@ fn pod() -> Pod {
 struct Fixture {
     addr: SocketAddr,
     healthz: SocketAddr,
+    /// The read-only API, when configured.
+    read_only: Option<SocketAddr>,
     roots: Arc<RootCertStore>,
     ca: Ca,
     seen: Arc<Mutex<Vec<Value>>>,
@@ -198,6 +200,7 @@ async fn start_until_with(
     .unwrap();
     let addr = server.local_addr().unwrap();
     let healthz = server.healthz_addr().unwrap();
+    let read_only = server.read_only_addr();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         // Keep the writer (and so the store's contents) alive with the server.
@@ -217,6 +220,7 @@ async fn start_until_with(
         Fixture {
             addr,
             healthz,
+            read_only,
             roots: Arc::new(roots),
             ca,
             seen,
@@ -500,6 +504,33 @@ async fn the_local_health_endpoint_is_plain_http() {
     let tcp = tokio::net::TcpStream::connect(f.healthz).await.unwrap();
     let got = request(TokioIo::new(tcp), "/healthz", None).await.unwrap();
     assert_eq!(got, (StatusCode::OK, "ok".to_string()));
+}
+
+#[tokio::test]
+async fn the_read_only_port_serves_pods_and_stats_without_credentials_and_nothing_else() {
+    // Off by default.
+    assert_eq!(start().await.read_only, None);
+    let f = start_with(|c| c.read_only_port = Some(0)).await;
+    let addr = f.read_only.expect("read-only API");
+    let get = |path: &'static str| async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        request(TokioIo::new(tcp), path, None).await.unwrap()
+    };
+    let (status, body) = get("/pods").await;
+    assert_eq!(status, StatusCode::OK);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["items"][0]["metadata"]["name"], "p");
+    assert_eq!(get("/healthz").await, (StatusCode::OK, "ok".to_string()));
+    for path in [
+        "/configz",
+        "/containerLogs/ns/p/c",
+        "/exec/ns/p/c?command=ls&output=1",
+        "/portForward/ns/p",
+    ] {
+        assert_eq!(get(path).await.0, StatusCode::NOT_FOUND, "{path}");
+    }
+    // No token or access review was asked for.
+    assert!(f.seen.lock().unwrap().is_empty());
 }
 
 #[tokio::test]
