@@ -124,6 +124,17 @@ MACHINE_REASONS = [
 # Failures this machine causes, recognised by their failure text: (regular expression on the failure message, reason).
 MACHINE_TEXT_REASONS = [
     (
+        r"failed to resolve image: .*no such host",
+        "pulls an image from its registry through CRI (PullImage, or the suite's pre-pull); this "
+        "machine reaches no container registry",
+    ),
+    (
+        r"test/e2e_node/util\.go:470",
+        "writes memory.force_empty of the pods' kubepods cgroup (reduceAllocatableMemoryUsageIfCgroupv1); "
+        "the local cluster runs both agents without pod cgroups (cgroupsPerQOS: false; rustlet makes "
+        "none yet), so there is no such cgroup",
+    ),
+    (
         r"nmeter: command not found|parsing time \"\d{4}-\d\d-\d\dTZ",
         "times its events with busybox's nmeter applet, which the local e2e busybox image (Debian's "
         "busybox) does not have",
