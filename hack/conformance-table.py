@@ -81,6 +81,7 @@ CAPABILITIES = [
     (r"POD Resources API|PodResources", "PodResources API"),
     (r"Summary API", "summary API"),
     (r"GarbageCollect", "container and image GC"),
+    (r"Eviction", "eviction"),
     (r"Device Plugin", "device plugins"),
     (r"Swap", "swap"),
     (r"Cgroup Manager|QOS|Pod Overhead|PodOverhead", "pod cgroups"),
