@@ -14,7 +14,8 @@
 # (test/e2e_node/services/kubelet.go), for hack/conformance.sh --suite node:
 # the read-only port 10255, a static pod directory,
 # _output/local/<agent>/manifests, read every 10 s (rustlet has none yet),
-# and a 30 s evictionPressureTransitionPeriod.
+# a 30 s evictionPressureTransitionPeriod, and for the kubelet the pods'
+# cgroups (cgroupsPerQOS; rustlet makes none yet).
 #
 # Idempotent: a component that is already running is left alone, so running
 # it twice is harmless. Stop everything with hack/local-down.sh.
@@ -465,10 +466,15 @@ case $agent in
       log "kubelet already running (pid $pid)"
     else
       mkdir -p "$LOCAL/kubelet" "$LOCAL/pod-logs"
-      node_e2e_config='' read_only_port=0
+      node_e2e_config='' read_only_port=0 qos_cgroups=false enforce_allocatable='[]'
       if $node_e2e; then
         mkdir -p "$LOCAL/kubelet/manifests"
         read_only_port=10255
+        # The pods' cgroups, as the suite's harness runs the kubelet: its
+        # eviction tests use the kubepods cgroup, and the configuration
+        # the suite writes back (updateKubeletConfig) loses an empty
+        # enforceNodeAllocatable, which then defaults to [pods].
+        qos_cgroups=true enforce_allocatable='[pods]'
         node_e2e_config="# --node-e2e: as the upstream node suite's harness runs the kubelet.
 staticPodPath: $LOCAL/kubelet/manifests
 fileCheckFrequency: 10s
@@ -496,8 +502,8 @@ authorization:
 # This host has cgroup v1 and no systemd.
 failCgroupV1: false
 cgroupDriver: cgroupfs
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
+cgroupsPerQOS: $qos_cgroups
+enforceNodeAllocatable: $enforce_allocatable
 failSwapOn: false
 clusterDomain: cluster.local
 clusterDNS: []
