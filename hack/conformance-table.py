@@ -130,12 +130,6 @@ MACHINE_TEXT_REASONS = [
         "machine reaches no container registry",
     ),
     (
-        r"test/e2e_node/util\.go:470",
-        "writes memory.force_empty of the pods' kubepods cgroup (reduceAllocatableMemoryUsageIfCgroupv1); "
-        "the local cluster runs both agents without pod cgroups (cgroupsPerQOS: false; rustlet makes "
-        "none yet), so there is no such cgroup",
-    ),
-    (
         r"nmeter: command not found|parsing time \"\d{4}-\d\d-\d\dTZ",
         "times its events with busybox's nmeter applet, which the local e2e busybox image (Debian's "
         "busybox) does not have",
