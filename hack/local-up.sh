@@ -14,8 +14,10 @@
 # (test/e2e_node/services/kubelet.go), for hack/conformance.sh --suite node:
 # the read-only port 10255, a static pod directory,
 # _output/local/<agent>/manifests, read every 10 s (rustlet has none yet),
-# a 30 s evictionPressureTransitionPeriod, and for the kubelet the pods'
-# cgroups (cgroupsPerQOS; rustlet makes none yet).
+# a 30 s evictionPressureTransitionPeriod, for the kubelet the pods'
+# cgroups (cgroupsPerQOS; rustlet makes none yet), and no node lifecycle
+# controller (nothing taints the node under pressure, as in the suite's own
+# harness, which runs no controller-manager).
 #
 # Idempotent: a component that is already running is left alone, so running
 # it twice is harmless. Stop everything with hack/local-down.sh.
@@ -418,11 +420,16 @@ if pid=$(running_pid kube-controller-manager); then
   log "kube-controller-manager already running (pid $pid)"
 else
   kc=$LOCAL/kube-controller-manager.kubeconfig
+  # --node-e2e: the node suite's own harness runs no controller-manager, so
+  # nothing taints the node under pressure (its eviction tests then find no
+  # schedulable node); the node lifecycle controller stays off.
+  controllers='*'
+  ! $node_e2e || controllers='*,-node-lifecycle-controller'
   start_daemon kube-controller-manager "$BIN/kube-controller-manager" \
     --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
     --bind-address=127.0.0.1 --secure-port=10257 \
     --leader-elect=false \
-    --controllers='*' \
+    --controllers="$controllers" \
     --use-service-account-credentials=true \
     --service-account-private-key-file="$PKI/sa.key" \
     --root-ca-file="$PKI/ca.crt" \
