@@ -817,6 +817,36 @@ async fn connections_beyond_the_cap_are_closed() {
 }
 
 #[tokio::test]
+async fn the_read_only_port_keeps_the_connection_cap_and_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let f = start_with(|cfg| {
+        cfg.read_only_port = Some(0);
+        cfg.limits.max_connections = 2;
+        cfg.limits.header_read_timeout = Duration::from_secs(2);
+    })
+    .await;
+    let addr = f.read_only.expect("read-only API");
+    // A client that sends half a request line and nothing more is dropped.
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /pods HT").await.unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), slow.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the slow client was not dropped");
+    // Two open connections fill the cap: a third is closed unanswered.
+    let _a = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _b = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = c.write_all(b"GET /pods HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    let mut out = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut out))
+        .await
+        .expect("closed in time")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "a connection beyond the cap was answered");
+}
+
+#[tokio::test]
 async fn token_reviews_are_cached_and_shared() {
     let f = start().await;
     // Twenty requests at once with one token: one review.
