@@ -6,7 +6,8 @@
 #   hack/conformance-sitting.sh [--fresh] [SUITE:AGENT...]
 #
 # SUITE:AGENT pairs name the runs and their order (default: e2e:kubelet
-# e2e:rustlet node:kubelet node:rustlet e2e-slow:kubelet e2e-slow:rustlet);
+# e2e:rustlet node:kubelet node:rustlet node-protection:kubelet
+# node-protection:rustlet e2e-slow:kubelet e2e-slow:rustlet);
 # each is `hack/conformance.sh --suite SUITE --agent AGENT --resume`.
 #
 # --fresh begins a sitting: it deletes the results of the named runs, builds
@@ -42,9 +43,13 @@ while (($#)); do
     *) die "expected SUITE:AGENT, not '$1'" ;;
   esac
 done
-((${#runs[@]})) || runs=(e2e:kubelet e2e:rustlet node:kubelet node:rustlet e2e-slow:kubelet e2e-slow:rustlet)
+((${#runs[@]})) || runs=(e2e:kubelet e2e:rustlet node:kubelet node:rustlet node-protection:kubelet
+  node-protection:rustlet e2e-slow:kubelet e2e-slow:rustlet)
 for r in "${runs[@]}"; do
-  case ${r%%:*} in e2e | e2e-slow | node) ;; *) die "unknown suite in '$r' (e2e|e2e-slow|node)" ;; esac
+  case ${r%%:*} in
+    e2e | e2e-slow | node | node-protection) ;;
+    *) die "unknown suite in '$r' (e2e|e2e-slow|node|node-protection)" ;;
+  esac
   case ${r#*:} in kubelet | rustlet) ;; *) die "unknown agent in '$r' (kubelet|rustlet)" ;; esac
 done
 
