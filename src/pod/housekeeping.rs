@@ -80,21 +80,17 @@ pub async fn cleanup_orphans(
     let dirs = volumes
         .cleanup_orphans(store, |uid| in_runtime.contains(&uid.to_string()))
         .await;
-    // Read both again: a pod bound and started while orphans were being
-    // cleaned up is in neither snapshot above, and its logs must stay.
+    // The cache read again: a pod bound while orphans were being cleaned up
+    // is not in the snapshot above, and its logs must stay. Its sandbox
+    // only ever starts from the cache, so the runtime need not be asked
+    // twice.
     let known: HashSet<String> = store
         .state()
         .iter()
         .filter_map(|p| p.metadata.uid.clone())
         .collect();
-    let in_runtime: HashSet<String> = runtime
-        .list_pod_sandboxes(HashMap::new())
-        .await?
-        .into_iter()
-        .filter_map(|mut s| s.labels.remove(POD_UID_LABEL))
-        .collect();
     remove_orphaned_log_dirs(pod_logs_dir, |uid| {
-        known.contains(uid) || in_runtime.contains(uid)
+        known.contains(uid) || in_runtime.contains(&uid.to_string())
     });
     Ok(removed + dirs)
 }
