@@ -971,6 +971,30 @@ mod tests {
     }
 
     #[test]
+    fn out_of_range_ports_and_grace_periods_are_refused() {
+        let mut s = Settings::default();
+        let ok = "readOnlyPort: 10255\nevictionMaxPodGracePeriod: 30\n";
+        apply_file_text(&mut s, Path::new("k.yaml"), ok).unwrap();
+        assert_eq!(
+            (s.read_only_port, s.eviction.max_pod_grace_period),
+            (10255, 30)
+        );
+        for bad in [
+            "readOnlyPort: 70000\n",
+            "readOnlyPort: -1\n",
+            "readOnlyPort: \"10255\"\n",
+            "evictionMaxPodGracePeriod: 99999999999\n",
+            "evictionMaxPodGracePeriod: 1.5\n",
+        ] {
+            let mut s = Settings::default();
+            assert!(
+                apply_file_text(&mut s, Path::new("k.yaml"), bad).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn image_gc_fields_are_read_and_validated_as_the_kubelet_does() {
         let mut s = Settings::default();
         assert_eq!(s.image_gc, ImageGcPolicy::default());
