@@ -483,18 +483,9 @@ impl Server {
                 },
                 accepted = listener.accept() => match accepted {
                     Ok((tcp, peer)) => {
-                        let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        let Some(slot) = take_slot(&slots, &mut refused, peer, limits.max_connections) else {
                             // Full: close it now rather than let it wait.
                             drop(tcp);
-                            refused = refused.saturating_add(1);
-                            if refused.is_power_of_two() {
-                                warn!(
-                                    %peer,
-                                    max = limits.max_connections,
-                                    refused,
-                                    "node API connection limit reached; closing new connections"
-                                );
-                            }
                             continue;
                         };
                         tokio::spawn(connection(
@@ -544,6 +535,30 @@ impl Server {
     }
 }
 
+/// A place among the `max` open connections for one from `peer`, or None
+/// when all are taken: the connection is to be closed at once; `refused`
+/// counts those, and every power of two of them is logged.
+fn take_slot(
+    slots: &Arc<tokio::sync::Semaphore>,
+    refused: &mut u64,
+    peer: SocketAddr,
+    max: usize,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let slot = slots.clone().try_acquire_owned().ok();
+    if slot.is_none() {
+        *refused = refused.saturating_add(1);
+        if refused.is_power_of_two() {
+            warn!(
+                %peer,
+                max,
+                refused = *refused,
+                "node API connection limit reached; closing new connections"
+            );
+        }
+    }
+    slot
+}
+
 /// Serves `routes` in plain HTTP on `listener` under the node API's
 /// `limits` (connections, header and idle timeouts, concurrent streams)
 /// until the task is aborted; connections close as the server drains.
@@ -554,10 +569,12 @@ async fn serve_plain(
     draining: tokio::sync::watch::Receiver<bool>,
 ) {
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let mut refused: u64 = 0;
     loop {
         match listener.accept().await {
             Ok((tcp, peer)) => {
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                let Some(slot) = take_slot(&slots, &mut refused, peer, limits.max_connections)
+                else {
                     drop(tcp);
                     continue;
                 };
