@@ -393,29 +393,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_per_pod_container: args.maximum_dead_containers_per_container,
         max_containers: args.maximum_dead_containers,
     };
-    tokio::spawn({
-        let ctx = ctx.clone();
-        let mut listed = listed.clone();
-        async move {
-            // As the kubelet's container GC: every minute, once the pods
-            // bound to the node are known.
-            let _ = listed.wait_for(|listed| *listed).await;
-            let mut tick = tokio::time::interval(crate::container_gc::PERIOD);
-            loop {
-                tick.tick().await;
-                if let Err(e) = housekeeping::collect_containers(&ctx, container_gc, false).await {
-                    warn!(error = %e, "container GC");
-                    crate::events::publish_node(
-                        &ctx.runtime.recorder,
-                        &ctx.runtime.node.node_name,
-                        crate::events::EventType::Warning,
-                        crate::reasons::event::CONTAINER_GC_FAILED,
-                        e.to_string(),
-                    );
-                }
-            }
-        }
-    });
+    tokio::spawn(housekeeping::run_container_gc(
+        ctx.clone(),
+        container_gc,
+        listed.clone(),
+    ));
     tokio::spawn(crate::eviction::manager::run(
         crate::eviction::manager::Config {
             node_name: node_name.clone(),

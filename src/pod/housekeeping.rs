@@ -204,6 +204,32 @@ pub async fn collect_containers(
     .await
 }
 
+/// Runs container GC ([`collect_containers`]) every
+/// [`crate::container_gc::PERIOD`] once the pods bound to the node were
+/// listed (`listed`), as the kubelet's `StartGarbageCollection`; a failed
+/// collection is a `ContainerGCFailed` node event.
+pub async fn run_container_gc(
+    ctx: std::sync::Arc<Context>,
+    policy: crate::container_gc::Policy,
+    mut listed: tokio::sync::watch::Receiver<bool>,
+) {
+    let _ = listed.wait_for(|listed| *listed).await;
+    let mut tick = tokio::time::interval(crate::container_gc::PERIOD);
+    loop {
+        tick.tick().await;
+        if let Err(e) = collect_containers(&ctx, policy, false).await {
+            warn!(error = %e, "container GC");
+            crate::events::publish_node(
+                &ctx.runtime.recorder,
+                &ctx.runtime.node.node_name,
+                crate::events::EventType::Warning,
+                crate::reasons::event::CONTAINER_GC_FAILED,
+                e.to_string(),
+            );
+        }
+    }
+}
+
 /// True when the pod's status reason is `Evicted`.
 fn has_evicted_reason(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.reason.as_deref()) == Some(crate::reasons::pod::EVICTED)
