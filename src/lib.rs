@@ -25,6 +25,7 @@ pub mod reasons;
 pub mod redact;
 pub mod resource;
 pub mod server;
+pub mod static_pod;
 pub mod stats;
 pub mod volume;
 

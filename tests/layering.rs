@@ -41,6 +41,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "stats",
             "image_gc",
             "container_gc",
+            "static_pod",
         ],
     ),
     (

@@ -1,0 +1,388 @@
+//! The static pod file source, as the kubelet's `config` package reads
+//! `staticPodPath` (pkg/kubelet/config/file.go, common.go): a manifest file,
+//! or a directory of them (not recursive; names starting with `.` and
+//! anything but regular files, or links to them, skipped; the rest read in
+//! name order, whatever their extension), each
+//! one Pod in YAML or JSON of at most 10 MiB. A manifest becomes a static
+//! pod with the kubelet's defaults (`applyDefaults`): a UID derived from the
+//! manifest and where it came from (unless it sets one), the node name
+//! appended to the pod's name, namespace `default`, `spec.nodeName`, the
+//! `kubernetes.io/config.hash` and `kubernetes.io/config.source`
+//! annotations, a toleration of every `NoExecute` taint, phase `Pending`.
+//! Pods that reference API objects (service accounts, secrets, config maps,
+//! resource claims, persistent volume claims) are refused, as
+//! `HasAPIObjectReference`. Two manifests of the same pod: the later one in
+//! name order wins.
+//!
+//! [`decode`] turns one manifest into a static pod; [`list`] reads a path.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Pod, Toleration};
+use sha2::{Digest, Sha256};
+
+/// The largest manifest read, bytes (the kubelet's `maxConfigLength`).
+pub const MAX_MANIFEST_BYTES: u64 = 10 << 20;
+
+/// `kubernetes.io/config.hash`: the static pod's UID.
+pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+/// `kubernetes.io/config.source`: where the pod came from (`file`).
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+/// `kubernetes.io/config.mirror`: on a mirror pod, the static pod's hash.
+pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// The source name of manifest files.
+pub const FILE_SOURCE: &str = "file";
+
+/// Decodes the manifest `text` read from `path` into the static pod it
+/// defines on node `node`, with the kubelet's defaults (see the module).
+///
+/// # Errors
+/// The text is not one Pod (`<path>: couldn't parse as pod(<why>), please
+/// check config file`, as the kubelet words it), the pod has no name, or it
+/// references an API object (`static pods may not reference <what>`).
+pub fn decode(text: &[u8], path: &Path, node: &str) -> Result<Pod, String> {
+    let shown = path.display();
+    let parse_error =
+        |why: String| format!("{shown}: couldn't parse as pod({why}), please check config file");
+    let value: serde_json::Value =
+        serde_yaml::from_slice(text).map_err(|e| parse_error(e.to_string()))?;
+    let kind = value
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default();
+    let version = value
+        .get("apiVersion")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default();
+    if kind != "Pod" || version != "v1" {
+        return Err(parse_error(format!(
+            "expected apiVersion v1 and kind Pod, got {version:?} {kind:?}"
+        )));
+    }
+    let mut pod: Pod = serde_json::from_value(value).map_err(|e| parse_error(e.to_string()))?;
+    let name = pod.metadata.name.clone().filter(|n| !n.is_empty());
+    let Some(name) = name else {
+        return Err(format!("{shown}: invalid pod: name is needed for the pod"));
+    };
+    if let Some(what) = api_object_reference(&pod) {
+        return Err(format!("{shown}: static pods may not reference {what}"));
+    }
+    let uid = match pod.metadata.uid.clone().filter(|u| !u.is_empty()) {
+        Some(uid) => uid,
+        None => derived_uid(text, node, path),
+    };
+    pod.metadata.uid = Some(uid.clone());
+    pod.metadata.name = Some(format!("{name}-{}", node.to_lowercase()));
+    if pod.metadata.namespace.as_deref().is_none_or(str::is_empty) {
+        pod.metadata.namespace = Some("default".into());
+    }
+    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(CONFIG_HASH_ANNOTATION.into(), uid);
+    annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), FILE_SOURCE.into());
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.node_name = Some(node.to_string());
+    spec.tolerations
+        .get_or_insert_with(Vec::new)
+        .push(Toleration {
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            ..Default::default()
+        });
+    pod.status.get_or_insert_with(Default::default).phase = Some("Pending".into());
+    Ok(pod)
+}
+
+/// The UID of a manifest that sets none: 32 hex digits of a digest of its
+/// text and of where it came from (`host:<node>file:<path>`), so the same
+/// file at the same path keeps its UID and a changed or moved one gets a
+/// new one (the kubelet hashes the decoded pod the same way).
+fn derived_uid(text: &[u8], node: &str, path: &Path) -> String {
+    let mut h = Sha256::new();
+    h.update(text);
+    h.update(format!("host:{node}file:{}", path.display()).as_bytes());
+    let digest = h.finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The first API object `pod` references, as `HasAPIObjectReference`
+/// words it (`serviceaccounts`, `secrets (imagePullSecrets)`, …); None when
+/// it references none.
+fn api_object_reference(pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let sa = spec
+        .service_account_name
+        .as_deref()
+        .or(spec.service_account.as_deref());
+    if sa.is_some_and(|s| !s.is_empty()) {
+        return Some("serviceaccounts".into());
+    }
+    if spec
+        .image_pull_secrets
+        .as_ref()
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Some("secrets (imagePullSecrets)".into());
+    }
+    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
+        return Some("resourceclaims".into());
+    }
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    for c in containers {
+        for e in c.env.iter().flatten() {
+            let from = e.value_from.as_ref();
+            if from.is_some_and(|f| f.secret_key_ref.is_some()) {
+                return Some("secrets (env)".into());
+            }
+            if from.is_some_and(|f| f.config_map_key_ref.is_some()) {
+                return Some("configmaps (env)".into());
+            }
+        }
+        for e in c.env_from.iter().flatten() {
+            if e.secret_ref.is_some() {
+                return Some("secrets (envFrom)".into());
+            }
+            if e.config_map_ref.is_some() {
+                return Some("configmaps (envFrom)".into());
+            }
+        }
+    }
+    for v in spec.volumes.iter().flatten() {
+        let kind = if v.secret.is_some() {
+            "secrets"
+        } else if v.config_map.is_some() {
+            "configmaps"
+        } else if v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
+            "persistentvolumeclaims"
+        } else if v.csi.is_some() {
+            "csidrivers"
+        } else if v.projected.as_ref().is_some_and(|p| {
+            p.sources.iter().flatten().any(|s| {
+                s.secret.is_some()
+                    || s.config_map.is_some()
+                    || s.service_account_token.is_some()
+                    || s.cluster_trust_bundle.is_some()
+            })
+        }) {
+            "API objects (projected)"
+        } else {
+            continue;
+        };
+        return Some(format!("{kind} (volume {})", v.name));
+    }
+    None
+}
+
+/// What [`list`] read: the static pods, and one message per manifest it
+/// could not use.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The pods, by `namespace/name` (a later manifest in name order
+    /// replaces an earlier one of the same pod).
+    pub pods: BTreeMap<String, Pod>,
+    /// Why manifests were left out.
+    pub errors: Vec<String>,
+}
+
+/// Reads the static pods at `path` (a manifest or a directory of them) for
+/// node `node`. A path that does not exist holds no pods (the kubelet logs
+/// it and goes on).
+#[must_use]
+pub fn list(path: &Path, node: &str) -> Listing {
+    let mut out = Listing::default();
+    let Ok(meta) = std::fs::metadata(path) else {
+        return out;
+    };
+    let files: Vec<PathBuf> = if meta.is_dir() {
+        let Ok(entries) = std::fs::read_dir(path) else {
+            out.errors
+                .push(format!("{}: cannot read the directory", path.display()));
+            return out;
+        };
+        let mut files: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            // Regular files, links to them followed (as the kubelet's
+            // `os.Stat`); directories are not entered.
+            .map(|e| e.path())
+            .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file()))
+            .collect();
+        files.sort();
+        files
+    } else if meta.is_file() {
+        vec![path.to_path_buf()]
+    } else {
+        out.errors.push(format!(
+            "{}: path is not a directory or file",
+            path.display()
+        ));
+        return out;
+    };
+    for file in files {
+        match read(&file).and_then(|text| decode(&text, &file, node)) {
+            Ok(pod) => {
+                let key = format!(
+                    "{}/{}",
+                    pod.metadata.namespace.as_deref().unwrap_or_default(),
+                    pod.metadata.name.as_deref().unwrap_or_default()
+                );
+                out.pods.insert(key, pod);
+            }
+            Err(e) => out.errors.push(e),
+        }
+    }
+    out
+}
+
+/// Reads at most [`MAX_MANIFEST_BYTES`] of `file`; a longer one is refused.
+fn read(file: &Path) -> Result<Vec<u8>, String> {
+    let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut text = Vec::new();
+    f.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    if text.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(format!(
+            "{}: the manifest is larger than {MAX_MANIFEST_BYTES} bytes",
+            file.display()
+        ));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WEB: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox\n";
+
+    #[test]
+    fn a_manifest_becomes_a_static_pod_with_the_kubelets_defaults() {
+        let pod = decode(WEB.as_bytes(), Path::new("/m/web.yaml"), "Node-1").unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-node-1"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("default"));
+        let uid = pod.metadata.uid.clone().unwrap();
+        assert_eq!(uid.len(), 32);
+        let a = pod.metadata.annotations.clone().unwrap();
+        assert_eq!(a[CONFIG_HASH_ANNOTATION], uid);
+        assert_eq!(a[CONFIG_SOURCE_ANNOTATION], "file");
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("Node-1"));
+        let t = &spec.tolerations.unwrap()[0];
+        assert_eq!(
+            (t.operator.as_deref(), t.effect.as_deref(), t.key.as_deref()),
+            (Some("Exists"), Some("NoExecute"), None)
+        );
+        assert_eq!(pod.status.unwrap().phase.as_deref(), Some("Pending"));
+        // Same text, same path: same UID; moved or changed: another.
+        let again = decode(WEB.as_bytes(), Path::new("/m/web.yaml"), "Node-1").unwrap();
+        assert_eq!(again.metadata.uid.as_deref(), Some(uid.as_str()));
+        let moved = decode(WEB.as_bytes(), Path::new("/m/web2.yaml"), "Node-1").unwrap();
+        assert_ne!(moved.metadata.uid.as_deref(), Some(uid.as_str()));
+        let changed = format!("{WEB}  restartPolicy: Never\n");
+        let changed = decode(changed.as_bytes(), Path::new("/m/web.yaml"), "Node-1").unwrap();
+        assert_ne!(changed.metadata.uid.as_deref(), Some(uid.as_str()));
+        // JSON too, and a UID of its own is kept.
+        let json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j","namespace":"kube-system","uid":"fixed"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}"#;
+        let pod = decode(json.as_bytes(), Path::new("/m/j.json"), "n").unwrap();
+        assert_eq!(
+            (
+                pod.metadata.uid.as_deref(),
+                pod.metadata.namespace.as_deref()
+            ),
+            (Some("fixed"), Some("kube-system"))
+        );
+    }
+
+    #[test]
+    fn bad_manifests_are_refused_with_the_kubelets_words() {
+        let path = Path::new("/m/bad.yaml");
+        let cases = [
+            ("not: [yaml", "couldn't parse as pod("),
+            (
+                "apiVersion: v1\nkind: PodList\nitems: []\n",
+                "couldn't parse as pod(",
+            ),
+            (
+                "apiVersion: v1\nkind: Pod\nmetadata: {}\nspec: {containers: []}\n",
+                "name is needed for the pod",
+            ),
+            (
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  serviceAccountName: sa\n  containers: []\n",
+                "static pods may not reference serviceaccounts",
+            ),
+            (
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: []\n  volumes:\n  - name: s\n    secret: {secretName: x}\n",
+                "static pods may not reference secrets (volume s)",
+            ),
+            (
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    image: i\n    envFrom: [{configMapRef: {name: x}}]\n",
+                "static pods may not reference configmaps (envFrom)",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = decode(text.as_bytes(), path, "n").unwrap_err();
+            assert!(err.starts_with("/m/bad.yaml: "), "{err}");
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_directory_is_read_in_name_order_without_hidden_files_or_subdirectories() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("a.yaml"), WEB).unwrap();
+        std::fs::write(d.join(".hidden.yaml"), WEB.replace("web", "hidden")).unwrap();
+        std::fs::write(d.join("b.bak"), WEB.replace("web", "other")).unwrap();
+        std::fs::write(d.join("c.yaml"), "broken: [").unwrap();
+        // A later file of the same pod wins.
+        std::fs::write(d.join("z.yaml"), format!("{WEB}  restartPolicy: Never\n")).unwrap();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        std::fs::write(d.join("sub/x.yaml"), WEB.replace("web", "nested")).unwrap();
+        // A link to a manifest is read, as the kubelet reads it.
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(
+            elsewhere.path().join("l.yaml"),
+            WEB.replace("web", "linked"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join("l.yaml"), d.join("link.yaml")).unwrap();
+        std::os::unix::fs::symlink(d.join("sub"), d.join("dirlink")).unwrap();
+        let got = list(d, "n");
+        let names: Vec<&str> = got.pods.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            ["default/linked-n", "default/other-n", "default/web-n"]
+        );
+        let web = &got.pods["default/web-n"];
+        assert_eq!(
+            web.spec.as_ref().unwrap().restart_policy.as_deref(),
+            Some("Never")
+        );
+        assert_eq!(got.errors.len(), 1, "{:?}", got.errors);
+        assert!(got.errors[0].contains("c.yaml"));
+        // One file; a path that is not there holds nothing.
+        assert_eq!(list(&d.join("a.yaml"), "n").pods.len(), 1);
+        assert!(list(&d.join("nothing"), "n").pods.is_empty());
+    }
+
+    #[test]
+    fn a_manifest_over_ten_mebibytes_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.yaml");
+        let mut text = WEB.to_string();
+        text.push_str(&format!(
+            "# {}\n",
+            "x".repeat((MAX_MANIFEST_BYTES as usize) + 1)
+        ));
+        std::fs::write(&big, text).unwrap();
+        let got = list(&big, "n");
+        assert!(got.pods.is_empty());
+        assert!(got.errors[0].contains("larger than"), "{:?}", got.errors);
+    }
+}
