@@ -14,7 +14,9 @@
 //! `HasAPIObjectReference`. Two manifests of the same pod: the later one in
 //! name order wins.
 //!
-//! [`decode`] turns one manifest into a static pod; [`list`] reads a path.
+//! [`decode`] turns one manifest into a static pod; [`list`] reads a path;
+//! [`mirror_pod`] makes the API server's copy of a static pod and
+//! [`is_mirror_of`] checks one.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -178,6 +180,72 @@ fn api_object_reference(pod: &Pod) -> Option<String> {
     None
 }
 
+/// The mirror pod of `static_pod` on the node named `node` with UID
+/// `node_uid`, as the kubelet's `CreateMirrorPod`: a copy keeping every
+/// annotation, with `kubernetes.io/config.mirror` set to the static pod's
+/// hash, one owner reference to the Node (controller, no
+/// `blockOwnerDeletion`), and no UID, status or resource version of its own
+/// (the API server gives them).
+///
+/// # Errors
+/// The static pod has no `kubernetes.io/config.hash`, or `node_uid` is
+/// empty (the kubelet's "failed to get node UID").
+pub fn mirror_pod(static_pod: &Pod, node: &str, node_uid: &str) -> Result<Pod, String> {
+    if node_uid.is_empty() {
+        return Err("failed to get node UID".into());
+    }
+    let hash = config_hash(static_pod).ok_or("the static pod has no kubernetes.io/config.hash")?;
+    let mut mirror = static_pod.clone();
+    mirror.metadata.uid = None;
+    mirror.metadata.resource_version = None;
+    mirror.status = None;
+    mirror
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(CONFIG_MIRROR_ANNOTATION.into(), hash.to_string());
+    mirror.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: node.to_string(),
+            uid: node_uid.to_string(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        },
+    ]);
+    Ok(mirror)
+}
+
+/// The static pod's `kubernetes.io/config.hash`.
+#[must_use]
+pub fn config_hash(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(CONFIG_HASH_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// True when `mirror` is the current mirror pod of `static_pod`, as the
+/// kubelet's `IsMirrorPodOf`: same name and namespace, its
+/// `kubernetes.io/config.mirror` equal to the static pod's hash, and not
+/// being deleted (else the kubelet deletes it and creates it again).
+#[must_use]
+pub fn is_mirror_of(mirror: &Pod, static_pod: &Pod) -> bool {
+    let mirrored = mirror
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_MIRROR_ANNOTATION))
+        .map(String::as_str);
+    mirror.metadata.deletion_timestamp.is_none()
+        && mirror.metadata.name == static_pod.metadata.name
+        && mirror.metadata.namespace == static_pod.metadata.namespace
+        && mirrored.is_some()
+        && mirrored == config_hash(static_pod)
+}
+
 /// What [`list`] read: the static pods, and one message per manifest it
 /// could not use.
 #[derive(Debug, Default)]
@@ -297,6 +365,43 @@ mod tests {
             ),
             (Some("fixed"), Some("kube-system"))
         );
+    }
+
+    #[test]
+    fn a_mirror_pod_copies_the_static_pod_and_is_owned_by_the_node() {
+        let st = decode(WEB.as_bytes(), Path::new("/m/web.yaml"), "n1").unwrap();
+        assert_eq!(
+            mirror_pod(&st, "n1", "").unwrap_err(),
+            "failed to get node UID"
+        );
+        let m = mirror_pod(&st, "n1", "node-uid").unwrap();
+        assert_eq!(m.metadata.uid, None);
+        assert_eq!(m.status, None);
+        let a = m.metadata.annotations.clone().unwrap();
+        assert_eq!(a[CONFIG_MIRROR_ANNOTATION], a[CONFIG_HASH_ANNOTATION]);
+        assert_eq!(a[CONFIG_SOURCE_ANNOTATION], "file");
+        let owner = &m.metadata.owner_references.clone().unwrap()[0];
+        assert_eq!(
+            (
+                owner.kind.as_str(),
+                owner.name.as_str(),
+                owner.uid.as_str(),
+                owner.controller
+            ),
+            ("Node", "n1", "node-uid", Some(true))
+        );
+        assert_eq!(owner.block_owner_deletion, None);
+        assert!(is_mirror_of(&m, &st));
+        // Another manifest version (another hash), or a mirror being deleted: not it.
+        let changed = format!("{WEB}  restartPolicy: Never\n");
+        let st2 = decode(changed.as_bytes(), Path::new("/m/web.yaml"), "n1").unwrap();
+        assert!(!is_mirror_of(&m, &st2));
+        let mut deleting = m.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert!(!is_mirror_of(&deleting, &st));
     }
 
     #[test]
