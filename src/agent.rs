@@ -23,6 +23,7 @@ use crate::node::status::NodeConfig;
 use crate::pod::env_sources::SourceReader;
 use crate::pod::image_manager::{ImageManager, PullConcurrency};
 use crate::pod::runtime_manager::RuntimeManager;
+use crate::pod::sources::PodSources;
 use crate::pod::status::StatusContext;
 use crate::pod::status_manager::StatusManager;
 use crate::pod::translate::{HostDns, NodeContext};
@@ -297,23 +298,39 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }),
     );
-    let (store, pods_writer) = reflector::store();
-    // True once the pods bound to the node were listed. Housekeeping waits for
-    // it rather than for the store's readiness, which wakes only one waiter
-    // (the controller's).
-    let (listed_tx, mut listed) = tokio::sync::watch::channel(false);
-    let pod_events = watcher(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
-    )
-    .default_backoff()
-    .inspect_ok(move |ev| {
-        if matches!(ev, watcher::Event::InitDone) {
-            listed_tx.send_replace(true);
-        }
-    })
-    .reflect(pods_writer)
-    .applied_objects();
+    // The pods to run: those bound to the node in the API server, merged
+    // with the static pods of the manifests.
+    let static_path = settings.static_pod_path.clone();
+    let (sources, outputs) = PodSources::new(static_path.is_some());
+    let store = sources.store();
+    // True once every source listed. Housekeeping waits for it rather than
+    // for the store's readiness, which wakes only one waiter (the controller's).
+    let mut listed = outputs.ready;
+    tokio::spawn({
+        let sources = sources.clone();
+        watcher(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().fields(&format!("spec.nodeName={node_name}")),
+        )
+        .default_backoff()
+        .for_each(move |ev| {
+            match ev {
+                Ok(ev) => sources.api_event(ev),
+                Err(e) => warn!(error = %e, "watch pods"),
+            }
+            async {}
+        })
+    });
+    if let Some(path) = static_path {
+        tokio::spawn(crate::pod::sources::run_file_source(
+            path,
+            node_name.clone(),
+            settings.file_check_frequency,
+            sources.clone(),
+        ));
+    }
+    let pod_events = tokio_stream::wrappers::UnboundedReceiverStream::new(outputs.triggers)
+        .map(Ok::<Pod, watcher::Error>);
     let node = NodeContext {
         node_name: node_name.clone(),
         node_ips: vec![node_ip.clone()],
@@ -355,7 +372,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             ),
             log_links_dir: crate::paths::CONTAINER_LOGS_DIR.into(),
         },
-        status: StatusManager::new(client.clone()),
+        status: StatusManager::new(client.clone(), sources.clone()),
         status_context: StatusContext {
             host_ips: vec![node_ip.clone()],
             runtime_name: version.runtime_name.clone(),
@@ -367,6 +384,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         admission: crate::pod::admission_manager::AdmissionManager::new(),
         pressures,
         evictions: std::sync::Mutex::default(),
+        sources: sources.clone(),
     });
     let controller = Controller::for_stream(pod_events, store.clone())
         .reconcile_on(futures::stream::select(
@@ -448,6 +466,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             loop {
                 tick.tick().await;
                 housekeeping::forget_gone(&ctx, &store);
+                housekeeping::delete_orphan_mirrors(&client, &ctx.sources).await;
                 let cleaned = housekeeping::cleanup_orphans(
                     &runtime,
                     &client,

@@ -71,6 +71,12 @@ pub struct Settings {
     /// `readOnlyPort` (0: off, the kubelet's default): a plain, unauthenticated
     /// read-only API (pods, stats, metrics) on the node API's address.
     pub read_only_port: u16,
+    /// `staticPodPath`: a manifest, or a directory of them, whose pods run
+    /// as static pods (none when unset).
+    pub static_pod_path: Option<PathBuf>,
+    /// `fileCheckFrequency`: how often `staticPodPath` is read again besides
+    /// its change notifications (20 s).
+    pub file_check_frequency: Duration,
     /// `allowedUnsafeSysctls`: sysctls (or prefixes ending in `*`) allowed beyond the safe set.
     pub allowed_unsafe_sysctls: Vec<String>,
     /// Container log rotation (`containerLogMaxSize`, `containerLogMaxFiles`,
@@ -288,6 +294,8 @@ impl Default for Settings {
             resolv_conf: "/etc/resolv.conf".into(),
             port: 10250,
             read_only_port: 0,
+            static_pod_path: None,
+            file_check_frequency: Duration::from_secs(20),
             allowed_unsafe_sysctls: Vec::new(),
             container_logs: ContainerLogPolicy::default(),
             server_tls_bootstrap: false,
@@ -370,6 +378,8 @@ impl Settings {
             "resolvConf": self.resolv_conf.display().to_string(),
             "port": self.port,
             "readOnlyPort": self.read_only_port,
+            "staticPodPath": self.static_pod_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            "fileCheckFrequency": go_duration(self.file_check_frequency),
             "allowedUnsafeSysctls": self.allowed_unsafe_sysctls,
             "containerLogMaxSize": binary_quantity(self.container_logs.max_bytes),
             "containerLogMaxFiles": self.container_logs.max_files,
@@ -435,6 +445,8 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "resolvConf",
     "port",
     "readOnlyPort",
+    "staticPodPath",
+    "fileCheckFrequency",
     "allowedUnsafeSysctls",
     "containerLogMaxSize",
     "containerLogMaxFiles",
@@ -619,6 +631,23 @@ pub fn apply_file_text(
                     .as_i64()
                     .and_then(|n| u16::try_from(n).ok())
                     .ok_or_else(|| bad(key, "a port, or 0 for none"))?;
+            }
+            "staticPodPath" => {
+                let path = string(key, v)?;
+                // As the kubelet: an empty path is no static pods; a trailing
+                // slash is dropped.
+                let trimmed = path.trim_end_matches('/');
+                settings.static_pod_path = match (path.is_empty(), trimmed.is_empty()) {
+                    (true, _) => None,
+                    (false, true) => Some("/".into()),
+                    (false, false) => Some(trimmed.into()),
+                };
+            }
+            "fileCheckFrequency" => {
+                settings.file_check_frequency = duration(path, key, v)?;
+                if settings.file_check_frequency.is_zero() {
+                    return Err(bad(key, "a duration above 0"));
+                }
             }
             "allowedUnsafeSysctls" => {
                 settings.allowed_unsafe_sysctls = v

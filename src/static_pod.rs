@@ -217,6 +217,29 @@ pub fn mirror_pod(static_pod: &Pod, node: &str, node_uid: &str) -> Result<Pod, S
     Ok(mirror)
 }
 
+/// True for a pod from a source other than the API server (a manifest),
+/// as the kubelet's `IsStaticPod`: `kubernetes.io/config.source` set and
+/// not `api`.
+#[must_use]
+pub fn is_static(pod: &Pod) -> bool {
+    annotation(pod, CONFIG_SOURCE_ANNOTATION).is_some_and(|s| s != "api")
+}
+
+/// True for a mirror pod (`kubernetes.io/config.mirror` set), as the
+/// kubelet's `IsMirrorPod`.
+#[must_use]
+pub fn is_mirror(pod: &Pod) -> bool {
+    annotation(pod, CONFIG_MIRROR_ANNOTATION).is_some()
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
 /// The static pod's `kubernetes.io/config.hash`.
 #[must_use]
 pub fn config_hash(pod: &Pod) -> Option<&str> {

@@ -12,7 +12,7 @@
 //! to stop before the next cycle. At most one pod per cycle for a
 //! threshold; before thresholds, every pod over a local storage limit goes
 //! ([`super::local_storage_violation`]), with or without thresholds.
-//! Critical pods (priority at least 2000000000) are never evicted.
+//! Critical pods (static pods, and priority at least 2000000000) are never evicted.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,14 +57,18 @@ pub struct Config {
     pub max_pod_grace: i64,
 }
 
-/// True for a pod the manager never evicts and never refuses (priority at
-/// least [`SYSTEM_CRITICAL_PRIORITY`]).
+/// True for a pod the manager never evicts and never refuses, as the
+/// kubelet's `IsCriticalPod`: a static pod, a mirror pod, or one of
+/// priority at least [`SYSTEM_CRITICAL_PRIORITY`].
 #[must_use]
 pub fn is_critical(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.priority)
-        .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
+    crate::static_pod::is_static(pod)
+        || crate::static_pod::is_mirror(pod)
+        || pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority)
+            .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
 }
 
 /// Runs the manager forever; `pressures` carries the conditions to report.

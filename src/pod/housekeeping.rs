@@ -1,7 +1,8 @@
 //! Pod housekeeping, as the kubelet's `HandlePodCleanups`: the sandboxes,
 //! containers and volumes of pods no longer bound to this node (deleted while
 //! the agent was down, or force-deleted) are stopped and removed, and the pod
-//! workers' managers forget pods that are gone.
+//! workers' managers forget pods that are gone, and mirror pods whose static
+//! pod is gone are deleted.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -15,6 +16,28 @@ use tracing::{debug, info, warn};
 use super::worker::Context;
 use crate::cri::{POD_UID_LABEL, Runtime};
 use crate::volume::VolumeManager;
+
+/// Deletes the mirror pods whose static pod is gone
+/// ([`super::sources::PodSources::orphan_mirrors`]), as the kubelet's
+/// `HandlePodCleanups`; returns how many it deleted. A failed delete is
+/// logged and tried again on the next pass.
+pub async fn delete_orphan_mirrors(client: &Client, sources: &super::sources::PodSources) -> usize {
+    let mut deleted = 0;
+    for mirror in sources.orphan_mirrors() {
+        let name = mirror.metadata.name.clone().unwrap_or_default();
+        match super::mirror_client::delete(client, &mirror).await {
+            Ok(()) => {
+                info!(
+                    mirror = name,
+                    "deleted the mirror pod of a static pod that is gone"
+                );
+                deleted += 1;
+            }
+            Err(e) => warn!(mirror = name, error = %e, "delete an orphaned mirror pod"),
+        }
+    }
+    deleted
+}
 
 /// Housekeeping (the kubelet's `HandlePodCleanups`): stops and removes the
 /// sandboxes and containers of pods that are no longer bound to this node, such

@@ -21,6 +21,8 @@
 //! | [`credentials`] | `imagePullSecrets` as a keyring | `credentialprovider` |
 //! | [`lifecycle`] | postStart and preStop hooks | `pkg/kubelet/lifecycle` |
 //! | [`pleg`] | runtime events as pod syncs | `pkg/kubelet/pleg` |
+//! | [`sources`] | the API server's pods and the static pods merged into one set | `pkg/kubelet/config` |
+//! | [`mirror_client`] | the mirror pods of static pods in the API | `pkg/kubelet/pod/mirror_client.go`, `tryReconcileMirrorPods` |
 //! | [`userns`] | the host ID range of each pod with its own user namespace | `pkg/kubelet/userns` |
 
 pub mod admission_manager;
@@ -33,9 +35,11 @@ pub mod hosts;
 pub mod housekeeping;
 pub mod image_manager;
 pub mod lifecycle;
+pub mod mirror_client;
 pub mod plan;
 pub mod pleg;
 pub mod runtime_manager;
+pub mod sources;
 pub mod spec;
 pub mod status;
 pub mod status_manager;

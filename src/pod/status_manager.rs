@@ -5,6 +5,10 @@
 //! was computed from, so a sync that starts from an object the watch has not
 //! refreshed yet builds on what was sent (the kubelet's status cache), and a
 //! status equal to the one the API has costs no request.
+//!
+//! A static pod's status goes to its mirror pod (the kubelet's
+//! `GetUIDTranslations`): none is written while it has none, and a mirror
+//! pod made anew gets the status again.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,8 +17,10 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
 
+use super::sources::PodSources;
 use super::status::differs;
 use super::translate::pod_identity;
+use crate::static_pod;
 
 /// How many deleted pods' UIDs the status manager remembers.
 const DELETED_KEPT: usize = 1024;
@@ -26,6 +32,8 @@ type Sent = (String, PodStatus);
 /// The status manager; one per agent, shared by every pod worker.
 pub struct StatusManager {
     client: Client,
+    /// Where the mirror pods of static pods are known.
+    sources: PodSources,
     /// The last status sent, by pod UID.
     sent: Mutex<HashMap<String, Sent>>,
     /// The UIDs of the last [`DELETED_KEPT`] pods this agent deleted: the API
@@ -35,11 +43,13 @@ pub struct StatusManager {
 }
 
 impl StatusManager {
-    /// A status manager writing with `client` (the node's credentials).
+    /// A status manager writing with `client` (the node's credentials),
+    /// finding mirror pods in `sources`.
     #[must_use]
-    pub fn new(client: Client) -> Self {
+    pub fn new(client: Client, sources: PodSources) -> Self {
         Self {
             client,
+            sources,
             sent: Mutex::new(HashMap::new()),
             deleted: Mutex::new(VecDeque::new()),
         }
@@ -76,6 +86,9 @@ impl StatusManager {
     /// # Errors
     /// The patch failed otherwise.
     pub async fn set_status(&self, pod: &Pod, status: PodStatus) -> Result<bool, kube::Error> {
+        if static_pod::is_static(pod) {
+            return self.set_static_status(pod, status).await;
+        }
         let current = self.sent_for(pod).or_else(|| pod.status.clone());
         if !differs(current.as_ref(), &status) {
             return Ok(false);
@@ -97,6 +110,62 @@ impl StatusManager {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(uid, (at, status));
         Ok(true)
+    }
+
+    /// [`StatusManager::set_status`] of a static pod: written to its mirror
+    /// pod (UID precondition) when it differs from the status last sent to
+    /// that mirror pod; kept as sent either way, as the static pod's own
+    /// object never changes.
+    async fn set_static_status(&self, pod: &Pod, status: PodStatus) -> Result<bool, kube::Error> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mirror = self
+            .sources
+            .mirror_of(pod)
+            .filter(|m| static_pod::is_mirror_of(m, pod))
+            .and_then(|m| m.metadata.uid.clone());
+        let last = self
+            .sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&uid)
+            .cloned();
+        let unchanged = last
+            .as_ref()
+            .is_some_and(|(at, s)| !differs(Some(s), &status) && Some(at) == mirror.as_ref());
+        if unchanged {
+            return Ok(false);
+        }
+        let mut written_to = String::new();
+        if let Some(mirror_uid) = mirror {
+            let (ns, name, _) = pod_identity(pod);
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+            let patch = serde_json::json!({ "metadata": { "uid": mirror_uid }, "status": status });
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => written_to = mirror_uid,
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let patched = !written_to.is_empty();
+        self.sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uid, (written_to, status));
+        Ok(patched)
+    }
+
+    /// Forgets static pod `pod` once it stopped: its UID may run again (the
+    /// same manifest put back), from a fresh status.
+    pub fn forget(&self, pod: &Pod) {
+        if let Some(uid) = pod.metadata.uid.as_deref() {
+            self.sent
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(uid);
+        }
     }
 
     /// Deletes a pod whose containers and sandboxes are all gone (grace period
@@ -162,8 +231,13 @@ impl StatusManager {
 
 /// The status to see `pod` with, given the last status sent and the
 /// resourceVersion it was computed from: that status when `pod` is still that
-/// version, else none (the API's object is newer and has the last word).
+/// version, else none (the API's object is newer and has the last word). A
+/// static pod is seen with the last status sent.
 fn sent_status_of(pod: &Pod, sent: Option<&Sent>) -> Option<PodStatus> {
+    if static_pod::is_static(pod) {
+        // The static pod's object is the agent's own: the last status sent is its status.
+        return sent.map(|(_, status)| status.clone());
+    }
     let rv = pod.metadata.resource_version.as_deref()?;
     sent.filter(|(at, _)| at == rv)
         .map(|(_, status)| status.clone())

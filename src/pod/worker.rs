@@ -96,6 +96,8 @@ pub struct Context {
     pub pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
     /// Pod UID → the eviction the eviction manager decided for it.
     pub evictions: std::sync::Mutex<std::collections::HashMap<String, Eviction>>,
+    /// The pod sources: where static pods end and mirror pods are known.
+    pub sources: super::sources::PodSources,
 }
 
 /// An eviction the eviction manager decided, kept by the agent so that the
@@ -195,7 +197,11 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         return Ok(Action::await_change());
     }
     match admission(&pod, &rt, &ctx).await.map_err(rt_err)? {
-        Verdict::Admit => {}
+        Verdict::Admit => {
+            if crate::static_pod::is_static(&pod) {
+                sync_mirror_pod(&pod, &ctx).await;
+            }
+        }
         Verdict::Reject(rejection) => {
             reject(&pod, &rejection, &ctx).await.map_err(api_err)?;
             return Ok(Action::await_change());
@@ -268,6 +274,19 @@ fn sync_probes(pod: &Pod, rt: &PodRuntime, ctx: &Context) {
         ctx.prober.sync(pod, rt);
     } else {
         debug!("pod no longer bound here: no probe workers started");
+    }
+}
+
+/// Keeps the mirror pod of static pod `pod` current
+/// ([`super::mirror_client::reconcile`]); a failure is logged and tried
+/// again on the next sync, as the pod runs whether or not the API server
+/// has its mirror.
+async fn sync_mirror_pod(pod: &Pod, ctx: &Context) {
+    let node = &ctx.runtime.node.node_name;
+    let client = &ctx.runtime.client;
+    let done = super::mirror_client::reconcile(client, &ctx.sources, &ctx.node_store, node, pod);
+    if let Err(e) = done.await {
+        warn!(error = %e, "mirror pod");
     }
 }
 
@@ -492,6 +511,9 @@ async fn kill_reporting(pod: &Pod, rt: &PodRuntime, plan: &Plan, ctx: &Context) 
 /// The teardown or the delete failed.
 async fn delete(pod: &Pod, ctx: &Context) -> Result<()> {
     let (ns, name, uid) = pod_identity(pod);
+    if crate::static_pod::is_static(pod) {
+        return finish_static(pod, ctx).await;
+    }
     // The final status first: a pod kept by a finalizer shows how it ended.
     // A pod already gone (force-deleted meanwhile) needs none.
     let last = pod.status.clone().unwrap_or_default();
@@ -521,6 +543,33 @@ async fn delete(pod: &Pod, ctx: &Context) -> Result<()> {
         source,
     })?;
     info!("pod terminated and deleted");
+    ctx.runtime.images.forget(&uid);
+    ctx.runtime.userns.release(&uid);
+    ctx.prober.forget(&uid);
+    Ok(())
+}
+
+/// The end of a stopped static pod (its manifest went or changed): its
+/// volumes and directory go, it leaves the pod sources (the manifest's new
+/// version, if any, starts in its place; housekeeping deletes a mirror pod
+/// left without a static pod), and the managers forget it, so that the same
+/// manifest put back runs it anew.
+///
+/// # Errors
+/// The teardown failed.
+async fn finish_static(pod: &Pod, ctx: &Context) -> Result<()> {
+    let (ns, name, uid) = pod_identity(pod);
+    ctx.volumes
+        .teardown(&uid)
+        .await
+        .map_err(|source| Error::Volume {
+            pod: format!("{ns}/{name}"),
+            source,
+        })?;
+    ctx.sources.finished(pod);
+    info!("static pod stopped");
+    ctx.status.forget(pod);
+    ctx.admission.retain(|u| u != uid);
     ctx.runtime.images.forget(&uid);
     ctx.runtime.userns.release(&uid);
     ctx.prober.forget(&uid);

@@ -208,6 +208,22 @@ impl FakeApi {
                 stored["metadata"]["resourceVersion"] = json!(revision);
                 (StatusCode::OK, stored.clone())
             }
+            ("POST", "pods", "") => {
+                let name = body["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let key = ("pods".to_string(), ns.to_string(), name);
+                if st.objects.contains_key(&key) {
+                    return status(StatusCode::CONFLICT, "AlreadyExists", "pod already exists");
+                }
+                st.revision += 1;
+                let mut created = body.clone();
+                created["metadata"]["uid"] = json!(format!("api-uid-{}", st.revision));
+                created["metadata"]["resourceVersion"] = json!(st.revision.to_string());
+                st.objects.insert(key, created.clone());
+                (StatusCode::CREATED, created)
+            }
             ("DELETE", "pods", "") => {
                 let Some(stored) = st.objects.get(&key) else {
                     return status(StatusCode::NOT_FOUND, "NotFound", "pod not found");

@@ -63,8 +63,7 @@ async fn a_force_deleted_pod_stops_its_probes_and_every_manager_forgets_it() {
     assert_eq!(n.ctx.status.cached(), 1);
     // Force-deleted: gone from the API and the watch at once; no sync sees it.
     n.api.remove_pod("forced");
-    n.pods
-        .apply_watcher_event(&watcher::Event::Delete(forced.clone()));
+    n.pods.api_event(watcher::Event::Delete(forced.clone()));
     super::super::housekeeping::forget_gone(&n.ctx, &n.ctx.runtime.pods);
     assert_eq!(n.ctx.prober.pods(), Vec::<String>::new());
     assert_eq!(probe_series(uid), Vec::<String>::new());
@@ -338,7 +337,7 @@ async fn pod_directories_whose_sandbox_vanished_are_torn_down_but_not_those_of_l
         rt.remove_pod_sandbox(&s.id).await.expect("remove sandbox");
     }
     n.api.remove_pod("gone");
-    n.pods.apply_watcher_event(&watcher::Event::Delete(gone));
+    n.pods.api_event(watcher::Event::Delete(gone));
     let removed = super::super::housekeeping::cleanup_orphans(
         &n.ctx.runtime.runtime,
         &n.api.client(),

@@ -8,6 +8,7 @@
 
 mod api;
 mod leaks;
+mod static_pods;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::reflector;
 use kube::runtime::watcher;
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -51,7 +52,7 @@ struct Node {
     api: FakeApi,
     cri: FakeRuntime,
     ctx: Arc<Context>,
-    pods: Writer<Pod>,
+    pods: super::sources::PodSources,
     _probes: UnboundedReceiver<kube::runtime::reflector::ObjectRef<Pod>>,
     dir: Arc<tempfile::TempDir>,
 }
@@ -78,7 +79,8 @@ impl Node {
         let (probe_tx, probes) = tokio::sync::mpsc::unbounded_channel();
         let prober =
             crate::prober::manager::Manager::new(runtime.clone(), recorder.clone(), probe_tx);
-        let (store, pods) = reflector::store();
+        let (pods, _outputs) = super::sources::PodSources::new(false);
+        let store = pods.store();
         let (services, mut services_writer) = reflector::store();
         services_writer.apply_watcher_event(&watcher::Event::InitDone);
         let (_, services_listed) = tokio::sync::watch::channel(true);
@@ -112,6 +114,7 @@ impl Node {
         let (node_store, mut node_writer) = reflector::store();
         let mut api_node = k8s_openapi::api::core::v1::Node::default();
         api_node.metadata.name = Some("node-1".into());
+        api_node.metadata.uid = Some("node-uid-1".into());
         api_node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
             allocatable: Some(BTreeMap::from([
                 ("cpu".to_string(), Quantity("4".into())),
@@ -137,7 +140,7 @@ impl Node {
                 userns: crate::pod::userns::UsernsManager::new(&root, 110),
                 log_links_dir: root.join("containers"),
             },
-            status: StatusManager::new(client.clone()),
+            status: StatusManager::new(client.clone(), pods.clone()),
             status_context: StatusContext {
                 host_ips: vec!["10.0.0.1".into()],
                 runtime_name: "fake".into(),
@@ -149,6 +152,7 @@ impl Node {
             admission: super::admission_manager::AdmissionManager::new(),
             pressures: tokio::sync::watch::channel(Vec::new()).1,
             evictions: std::sync::Mutex::default(),
+            sources: pods.clone(),
         });
         Self {
             api,
@@ -163,8 +167,7 @@ impl Node {
     /// Binds `pod` to the node: stored in the API and seen by the watch.
     fn bind(&mut self, pod: Pod) -> Pod {
         let pod = self.api.put_pod(pod);
-        self.pods
-            .apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+        self.pods.api_event(watcher::Event::Apply(pod.clone()));
         pod
     }
 
@@ -193,8 +196,7 @@ impl Node {
     /// Pod `name` as the watch delivers it now.
     fn watched(&mut self, name: &str) -> Pod {
         let pod = self.api.pod(name).expect("the pod in the API");
-        self.pods
-            .apply_watcher_event(&watcher::Event::Apply(pod.clone()));
+        self.pods.api_event(watcher::Event::Apply(pod.clone()));
         pod
     }
 
@@ -583,7 +585,7 @@ async fn a_force_deleted_pod_is_cleaned_up_once_the_watch_has_dropped_it() {
     // The watch has not dropped it yet: housekeeping leaves it alone.
     assert_eq!(cleanup().await.expect("housekeeping"), 0);
     assert_eq!(n.cri_calls(), Vec::<String>::new());
-    n.pods.apply_watcher_event(&watcher::Event::Delete(web));
+    n.pods.api_event(watcher::Event::Delete(web));
     assert_eq!(cleanup().await.expect("housekeeping"), 1);
     assert_eq!(
         n.cri_calls(),

@@ -1,0 +1,737 @@
+//! Pod sources, as the kubelet's `config` package (`PodConfig`,
+//! `podStorage.Merge`): the pods the API server binds to this node and the
+//! static pods of the manifests, merged into the one set the pod workers
+//! sync, a reflector store keyed `namespace/name`.
+//!
+//! - A mirror pod (the API server's copy of a static pod) is not a pod to
+//!   run: it is kept aside ([`PodConfig::mirror`]) and a change to it wakes
+//!   the worker of its static pod, which keeps it current.
+//! - An API pod with the name of a static pod is hidden behind it (the
+//!   kubelet's duplicate-name filter keeps the first source).
+//! - A static pod whose manifest goes, or changes (a new UID), is not
+//!   dropped: it stays in the set, being deleted (`deletionTimestamp` now,
+//!   its `terminationGracePeriodSeconds`, at least 1 s), until its worker has
+//!   stopped it ([`PodSources::finished`]). Only then does the new version of
+//!   the same pod start, as the kubelet lets one static pod of a full name
+//!   run at a time (`allowStaticPodStart`).
+//! - The sources are ready ([`PodConfig::ready`]) once each has listed
+//!   once (the kubelet's `SeenAllSources`); until then nothing of the
+//!   runtime is cleaned up, as a pod not listed yet may be one of them.
+//!
+//! [`PodConfig`] is the pure merge; [`PodSources`] holds it with the store
+//! it writes and the stream of pods to sync.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use kube::runtime::watcher;
+use tracing::{info, warn};
+
+use crate::static_pod;
+
+/// `kubernetes.io/config.seen`: when the agent first saw a static pod.
+pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+
+/// The grace period of a static pod that sets none, seconds (the API
+/// server's default, which a manifest does not get).
+const DEFAULT_GRACE_SECONDS: i64 = 30;
+
+/// The key of `pod` in every map here: `namespace/name`.
+#[must_use]
+pub fn key_of(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The merged pod sources; pure: every change returns the keys whose pod
+/// (in [`PodConfig::pod`]) or mirror pod may have changed.
+#[derive(Debug, Default)]
+pub struct PodConfig {
+    /// The API server's pods bound here, mirror pods left out.
+    api: BTreeMap<String, Arc<Pod>>,
+    /// The mirror pods bound here.
+    mirrors: BTreeMap<String, Arc<Pod>>,
+    /// The static pods the manifests define now.
+    desired: BTreeMap<String, Pod>,
+    /// The static pods in the set, some perhaps being stopped.
+    active: BTreeMap<String, Arc<Pod>>,
+    api_listed: bool,
+    static_listed: bool,
+}
+
+impl PodConfig {
+    /// The pod the workers sync under `key`: the static pod, else the API's.
+    #[must_use]
+    pub fn pod(&self, key: &str) -> Option<Arc<Pod>> {
+        self.active.get(key).or_else(|| self.api.get(key)).cloned()
+    }
+
+    /// Every pod the workers sync.
+    #[must_use]
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        let hidden = |k: &String| self.active.contains_key(k);
+        self.active
+            .values()
+            .cloned()
+            .chain(
+                self.api
+                    .iter()
+                    .filter(|(k, _)| !hidden(k))
+                    .map(|(_, p)| p.clone()),
+            )
+            .collect()
+    }
+
+    /// The mirror pod under `key`, if the API server has one.
+    #[must_use]
+    pub fn mirror(&self, key: &str) -> Option<Arc<Pod>> {
+        self.mirrors.get(key).cloned()
+    }
+
+    /// True when an API pod (not a mirror pod) under `key` is hidden by a
+    /// static pod of the same name.
+    #[must_use]
+    pub fn shadowed(&self, key: &str) -> bool {
+        self.api.contains_key(key)
+            && (self.active.contains_key(key) || self.desired.contains_key(key))
+    }
+
+    /// True once the API server's pods and the manifests were each listed.
+    #[must_use]
+    pub fn ready(&self) -> bool {
+        self.api_listed && self.static_listed
+    }
+
+    /// Mirror pods whose static pod is gone (neither defined nor still
+    /// stopping), to delete, as the kubelet's `HandlePodCleanups`; none
+    /// before the sources are ready.
+    #[must_use]
+    pub fn orphan_mirrors(&self) -> Vec<Arc<Pod>> {
+        if !self.ready() {
+            return Vec::new();
+        }
+        self.mirrors
+            .iter()
+            .filter(|(k, _)| !self.active.contains_key(*k) && !self.desired.contains_key(*k))
+            .map(|(_, p)| p.clone())
+            .collect()
+    }
+
+    /// The API server added or changed `pod`.
+    pub fn api_apply(&mut self, pod: Pod) -> String {
+        let key = key_of(&pod);
+        if static_pod::is_mirror(&pod) {
+            self.api.remove(&key);
+            self.mirrors.insert(key.clone(), Arc::new(pod));
+        } else {
+            self.mirrors.remove(&key);
+            self.api.insert(key.clone(), Arc::new(pod));
+        }
+        key
+    }
+
+    /// The API server deleted `pod`.
+    pub fn api_delete(&mut self, pod: &Pod) -> String {
+        let key = key_of(pod);
+        let same = |p: &Arc<Pod>| p.metadata.uid == pod.metadata.uid;
+        if self.api.get(&key).is_some_and(same) {
+            self.api.remove(&key);
+        }
+        if self.mirrors.get(&key).is_some_and(same) {
+            self.mirrors.remove(&key);
+        }
+        key
+    }
+
+    /// The API server's pods, listed anew: every key before or after.
+    pub fn api_replace(&mut self, pods: Vec<Pod>) -> BTreeSet<String> {
+        let mut keys: BTreeSet<String> = self
+            .api
+            .keys()
+            .chain(self.mirrors.keys())
+            .cloned()
+            .collect();
+        self.api.clear();
+        self.mirrors.clear();
+        for pod in pods {
+            keys.insert(self.api_apply(pod));
+        }
+        self.api_listed = true;
+        keys
+    }
+
+    /// The manifests now define `desired` (by key), read at `now`: new
+    /// static pods join the set; one whose manifest went or changed is
+    /// stopped first, its successor waiting until [`PodConfig::finished`].
+    pub fn set_static(
+        &mut self,
+        desired: BTreeMap<String, Pod>,
+        now: Timestamp,
+    ) -> BTreeSet<String> {
+        let mut keys = BTreeSet::new();
+        for (key, running) in &mut self.active {
+            let kept = desired
+                .get(key)
+                .is_some_and(|d| d.metadata.uid == running.metadata.uid);
+            if !kept && running.metadata.deletion_timestamp.is_none() {
+                *running = Arc::new(stopping(running, now));
+                keys.insert(key.clone());
+            }
+        }
+        for (key, pod) in &desired {
+            if !self.active.contains_key(key) {
+                self.active
+                    .insert(key.clone(), Arc::new(seen(pod.clone(), now)));
+                keys.insert(key.clone());
+            }
+        }
+        self.desired = desired;
+        self.static_listed = true;
+        keys
+    }
+
+    /// The worker stopped static pod `uid` under `key` and removed what it
+    /// ran: it leaves the set, and the manifest's current version (if any)
+    /// takes its place. Returns false when that pod is not the one in the
+    /// set (nothing changes).
+    pub fn finished(&mut self, key: &str, uid: &str, now: Timestamp) -> bool {
+        if self
+            .active
+            .get(key)
+            .is_none_or(|p| p.metadata.uid.as_deref() != Some(uid))
+        {
+            return false;
+        }
+        self.active.remove(key);
+        if let Some(next) = self.desired.get(key) {
+            self.active
+                .insert(key.to_string(), Arc::new(seen(next.clone(), now)));
+        }
+        true
+    }
+
+    /// True when `key` names a static pod being stopped whose manifest is
+    /// gone for good (no successor).
+    #[must_use]
+    pub fn static_gone(&self, key: &str) -> bool {
+        !self.desired.contains_key(key)
+    }
+}
+
+/// `pod` as first seen at `now` (`kubernetes.io/config.seen`, as the
+/// kubelet's merge stamps it, in its format with nanoseconds).
+fn seen(mut pod: Pod, now: Timestamp) -> Pod {
+    let stamp = format!(
+        "{}.{:09}Z",
+        now.strftime("%Y-%m-%dT%H:%M:%S"),
+        now.subsec_nanosecond()
+    );
+    pod.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(CONFIG_SEEN_ANNOTATION.into(), stamp);
+    pod
+}
+
+/// `pod` being deleted from `now`, with its own grace period (at least 1 s,
+/// as the kubelet's pod workers kill a removed static pod).
+fn stopping(pod: &Pod, now: Timestamp) -> Pod {
+    let mut pod = pod.clone();
+    let grace = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(DEFAULT_GRACE_SECONDS)
+        .max(1);
+    pod.metadata.deletion_timestamp = Some(Time(now));
+    pod.metadata.deletion_grace_period_seconds = Some(grace);
+    pod
+}
+
+/// The pod sources of one agent: the merge, the reflector store the pod
+/// workers, the node API and housekeeping read (every pod to sync, static
+/// ones included), and the stream of pods to sync, which the controller
+/// runs on. Clones share all of it.
+#[derive(Clone)]
+pub struct PodSources {
+    inner: Arc<Mutex<Inner>>,
+    store: Store<Pod>,
+}
+
+struct Inner {
+    config: PodConfig,
+    writer: Writer<Pod>,
+    /// The API server's pods of a listing under way.
+    listing: Option<Vec<Pod>>,
+    /// True once the store was filled (the first listing of any source).
+    filled: bool,
+    triggers: tokio::sync::mpsc::UnboundedSender<Pod>,
+    ready: tokio::sync::watch::Sender<bool>,
+}
+
+/// The receiving ends of [`PodSources::new`].
+pub struct Outputs {
+    /// Every pod to sync, each time it (or its mirror pod) changes.
+    pub triggers: tokio::sync::mpsc::UnboundedReceiver<Pod>,
+    /// True once every source has listed ([`PodConfig::ready`]).
+    pub ready: tokio::sync::watch::Receiver<bool>,
+}
+
+impl PodSources {
+    /// Empty sources; `with_static` false when no manifest source is
+    /// configured (then the API server's listing alone makes them ready).
+    #[must_use]
+    pub fn new(with_static: bool) -> (Self, Outputs) {
+        let (store, writer) = reflector::store();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+        let config = PodConfig {
+            static_listed: !with_static,
+            ..PodConfig::default()
+        };
+        let inner = Inner {
+            config,
+            writer,
+            listing: None,
+            filled: false,
+            triggers: tx,
+            ready: ready_tx,
+        };
+        let sources = Self {
+            inner: Arc::new(Mutex::new(inner)),
+            store,
+        };
+        let outputs = Outputs {
+            triggers: rx,
+            ready: ready_rx,
+        };
+        (sources, outputs)
+    }
+
+    /// The store of every pod to sync.
+    #[must_use]
+    pub fn store(&self) -> Store<Pod> {
+        self.store.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes one event of the API server's watch of the pods bound here.
+    pub fn api_event(&self, event: watcher::Event<Pod>) {
+        let mut inner = self.lock();
+        match event {
+            watcher::Event::Init => inner.listing = Some(Vec::new()),
+            watcher::Event::InitApply(pod) => inner.listing.get_or_insert_with(Vec::new).push(pod),
+            watcher::Event::InitDone => {
+                let pods = inner.listing.take().unwrap_or_default();
+                let keys = inner.config.api_replace(pods);
+                inner.refill();
+                inner.trigger(&keys);
+            }
+            watcher::Event::Apply(pod) => {
+                let key = inner.config.api_apply(pod);
+                inner.changed(&BTreeSet::from([key]));
+            }
+            watcher::Event::Delete(pod) => {
+                let key = inner.config.api_delete(&pod);
+                inner.changed(&BTreeSet::from([key]));
+            }
+        }
+    }
+
+    /// The manifests now define `desired` (a [`static_pod::Listing`]'s pods).
+    pub fn set_static(&self, desired: BTreeMap<String, Pod>) {
+        let mut inner = self.lock();
+        let keys = inner.config.set_static(desired, Timestamp::now());
+        if inner.filled {
+            inner.changed(&keys);
+        } else {
+            inner.refill();
+            inner.trigger(&keys);
+        }
+    }
+
+    /// The worker has stopped static pod `pod` and removed what it ran
+    /// ([`PodConfig::finished`]); returns true when its manifest is gone for
+    /// good (its mirror pod is to go too).
+    pub fn finished(&self, pod: &Pod) -> bool {
+        let mut inner = self.lock();
+        let key = key_of(pod);
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if inner.config.finished(&key, uid, Timestamp::now()) {
+            inner.changed(&BTreeSet::from([key.clone()]));
+        }
+        inner.config.static_gone(&key)
+    }
+
+    /// The mirror pod of static pod `pod`, if the API server has one.
+    #[must_use]
+    pub fn mirror_of(&self, pod: &Pod) -> Option<Arc<Pod>> {
+        self.lock().config.mirror(&key_of(pod))
+    }
+
+    /// Mirror pods whose static pod is gone ([`PodConfig::orphan_mirrors`]).
+    #[must_use]
+    pub fn orphan_mirrors(&self) -> Vec<Arc<Pod>> {
+        self.lock().config.orphan_mirrors()
+    }
+
+    /// True when the API pod under `pod`'s key is hidden by a static pod.
+    #[must_use]
+    pub fn shadowed(&self, pod: &Pod) -> bool {
+        self.lock().config.shadowed(&key_of(pod))
+    }
+}
+
+impl Inner {
+    /// Writes the whole merged set into the store (a relist of it).
+    fn refill(&mut self) {
+        let pods = self.config.pods();
+        self.writer.apply_watcher_event(&watcher::Event::Init);
+        for pod in pods {
+            self.writer
+                .apply_watcher_event(&watcher::Event::InitApply((*pod).clone()));
+        }
+        self.writer.apply_watcher_event(&watcher::Event::InitDone);
+        self.filled = true;
+        self.ready.send_replace(self.config.ready());
+    }
+
+    /// Writes the pods under `keys` into the store, then wakes their workers.
+    fn changed(&mut self, keys: &BTreeSet<String>) {
+        for key in keys {
+            let event = match self.config.pod(key) {
+                Some(pod) => watcher::Event::Apply((*pod).clone()),
+                None => {
+                    let Some((ns, name)) = key.split_once('/') else {
+                        continue;
+                    };
+                    let Some(old) = self
+                        .writer
+                        .as_reader()
+                        .get(&ObjectRef::new(name).within(ns))
+                    else {
+                        continue;
+                    };
+                    watcher::Event::Delete((*old).clone())
+                }
+            };
+            self.writer.apply_watcher_event(&event);
+        }
+        self.ready.send_replace(self.config.ready());
+        self.trigger(keys);
+    }
+
+    /// Wakes the workers of the pods under `keys`.
+    fn trigger(&self, keys: &BTreeSet<String>) {
+        for key in keys {
+            if let Some(pod) = self.config.pod(key) {
+                let _ = self.triggers.send((*pod).clone());
+            }
+        }
+    }
+}
+
+/// How long the file source waits after a change notification before it
+/// reads the manifests, so that one edit (often several notifications) is
+/// one reading.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// The file source, as the kubelet's (`pkg/kubelet/config/file.go`): reads
+/// the static pods at `path` for node `node` ([`static_pod::list`]) into
+/// `sources` at start, on each change notification (inotify) and every
+/// `period`. A manifest that cannot be used is logged once, with why, for as
+/// long as it stays so; it is left out, as the kubelet's directory listing
+/// leaves it out. Runs until aborted.
+pub async fn run_file_source(path: PathBuf, node: String, period: Duration, sources: PodSources) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reported = BTreeSet::<String>::new();
+    let mut watch_failed = false;
+    info!(path = %path.display(), "static pods from manifests");
+    loop {
+        // Watched anew before each reading (a manifest replaced by a rename
+        // is a new file): a change after this is either read now or notified.
+        let _watcher = match watch(&path, tx.clone()) {
+            Ok(w) => {
+                watch_failed = false;
+                Some(w)
+            }
+            Err(e) => {
+                if !watch_failed {
+                    info!(path = %path.display(), error = %e, "static pod path not watched; read every period");
+                }
+                watch_failed = true;
+                None
+            }
+        };
+        let listing = tokio::task::spawn_blocking({
+            let (path, node) = (path.clone(), node.clone());
+            move || static_pod::list(&path, &node)
+        })
+        .await;
+        match listing {
+            Ok(listing) => {
+                let now: BTreeSet<String> = listing.errors.into_iter().collect();
+                for error in now.difference(&reported) {
+                    warn!(%error, "static pod manifest not used");
+                }
+                reported = now;
+                sources.set_static(listing.pods);
+            }
+            Err(e) => warn!(error = %e, "reading the static pod manifests"),
+        }
+        tokio::select! {
+            _ = tick.tick() => {}
+            Some(()) = rx.recv() => {
+                tokio::time::sleep(SETTLE).await;
+                while rx.try_recv().is_ok() {}
+            }
+        }
+    }
+}
+
+/// A watch of `path` (not recursive) that sends `()` on `tx` on every
+/// change (reads left out: reading the manifests must not wake the reader).
+fn watch(
+    path: &Path,
+    tx: tokio::sync::mpsc::UnboundedSender<()>,
+) -> notify::Result<notify::RecommendedWatcher> {
+    use notify::Watcher as _;
+    let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+        if ev.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
+            let _ = tx.send(());
+        }
+    })?;
+    w.watch(path, notify::RecursiveMode::NonRecursive)?;
+    Ok(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::pod;
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + s).expect("time")
+    }
+
+    /// A static pod `name` with UID `uid`, as the file source makes it.
+    fn static_pod(name: &str, uid: &str) -> Pod {
+        let mut p = pod(name).container("c", "busybox").build();
+        p.metadata.uid = Some(uid.into());
+        p.metadata.annotations = Some(BTreeMap::from([
+            (static_pod::CONFIG_SOURCE_ANNOTATION.into(), "file".into()),
+            (static_pod::CONFIG_HASH_ANNOTATION.into(), uid.into()),
+        ]));
+        p
+    }
+
+    fn desired(pods: &[Pod]) -> BTreeMap<String, Pod> {
+        pods.iter().map(|p| (key_of(p), p.clone())).collect()
+    }
+
+    fn uid(p: Option<Arc<Pod>>) -> Option<String> {
+        p.and_then(|p| p.metadata.uid.clone())
+    }
+
+    #[test]
+    fn a_changed_manifest_stops_the_old_pod_before_the_new_one_starts() {
+        let mut c = PodConfig::default();
+        let v1 = static_pod("web", "u1");
+        let keys = c.set_static(desired(&[v1]), at(0));
+        assert_eq!(keys, BTreeSet::from(["default/web".to_string()]));
+        let running = c.pod("default/web").expect("web");
+        assert!(running.metadata.deletion_timestamp.is_none());
+        assert!(
+            running
+                .metadata
+                .annotations
+                .as_ref()
+                .expect("annotations")
+                .contains_key(CONFIG_SEEN_ANNOTATION)
+        );
+
+        // The manifest changes: the old pod is stopped, with its grace period.
+        let mut v2 = static_pod("web", "u2");
+        v2.spec
+            .as_mut()
+            .expect("spec")
+            .termination_grace_period_seconds = Some(0);
+        c.set_static(desired(&[v2]), at(5));
+        let stopping = c.pod("default/web").expect("web");
+        assert_eq!(stopping.metadata.uid.as_deref(), Some("u1"));
+        assert_eq!(stopping.metadata.deletion_timestamp, Some(Time(at(5))));
+        assert_eq!(stopping.metadata.deletion_grace_period_seconds, Some(30));
+        // A second listing while it stops changes nothing.
+        assert!(c.set_static(c.desired.clone(), at(6)).is_empty());
+        assert!(!c.finished("default/web", "u9", at(7)), "another pod's end");
+        assert!(c.finished("default/web", "u1", at(8)));
+        assert_eq!(uid(c.pod("default/web")), Some("u2".into()));
+        assert!(!c.static_gone("default/web"));
+    }
+
+    #[test]
+    fn a_removed_manifest_stops_the_pod_and_then_it_leaves() {
+        let mut c = PodConfig::default();
+        let mut p = static_pod("web", "u1");
+        p.spec
+            .as_mut()
+            .expect("spec")
+            .termination_grace_period_seconds = Some(0);
+        c.set_static(desired(&[p]), at(0));
+        c.set_static(BTreeMap::new(), at(1));
+        // At least 1 s of grace, as the kubelet kills a removed static pod.
+        assert_eq!(
+            c.pod("default/web")
+                .expect("web")
+                .metadata
+                .deletion_grace_period_seconds,
+            Some(1)
+        );
+        assert!(c.static_gone("default/web"));
+        assert!(c.finished("default/web", "u1", at(2)));
+        assert!(c.pod("default/web").is_none());
+        // The same manifest again: the same UID runs anew.
+        c.set_static(desired(&[static_pod("web", "u1")]), at(3));
+        assert_eq!(uid(c.pod("default/web")), Some("u1".into()));
+    }
+
+    #[test]
+    fn mirror_pods_are_kept_aside_and_api_pods_of_a_static_name_are_hidden() {
+        let mut c = PodConfig::default();
+        c.set_static(desired(&[static_pod("web", "u1")]), at(0));
+        let mut mirror = static_pod("web", "m1");
+        mirror
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(static_pod::CONFIG_MIRROR_ANNOTATION.into(), "u1".into());
+        let mut other = pod("db").container("c", "busybox").build();
+        other.metadata.uid = Some("a1".into());
+        let keys = c.api_replace(vec![mirror.clone(), other.clone()]);
+        assert_eq!(keys.len(), 2);
+        assert!(c.ready());
+        // The static pod runs under its name; the mirror is not a pod to run.
+        assert_eq!(uid(c.pod("default/web")), Some("u1".into()));
+        assert_eq!(uid(c.mirror("default/web")), Some("m1".into()));
+        let mut all: Vec<String> = c
+            .pods()
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        all.sort();
+        assert_eq!(all, ["a1", "u1"]);
+        assert!(c.orphan_mirrors().is_empty());
+
+        // An API pod named like the static pod stays hidden behind it.
+        let mut impostor = pod("web").container("c", "busybox").build();
+        impostor.metadata.uid = Some("x1".into());
+        c.api_apply(impostor);
+        assert!(c.shadowed("default/web"));
+        assert_eq!(uid(c.pod("default/web")), Some("u1".into()));
+
+        // The manifest goes: once the pod stopped, its mirror is an orphan.
+        c.set_static(BTreeMap::new(), at(1));
+        assert!(c.orphan_mirrors().is_empty(), "kept while the pod stops");
+        c.finished("default/web", "u1", at(2));
+        assert_eq!(
+            uid(c.orphan_mirrors().into_iter().next()),
+            None,
+            "mirror replaced by the API pod"
+        );
+        // The hidden API pod shows through once the static pod left.
+        assert_eq!(uid(c.pod("default/web")), Some("x1".into()));
+    }
+
+    #[test]
+    fn orphan_mirrors_wait_for_every_source() {
+        let mut c = PodConfig::default();
+        let mut mirror = static_pod("web", "m1");
+        mirror
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(static_pod::CONFIG_MIRROR_ANNOTATION.into(), "u1".into());
+        c.api_replace(vec![mirror.clone()]);
+        assert!(
+            c.orphan_mirrors().is_empty(),
+            "the manifests are not read yet"
+        );
+        c.set_static(BTreeMap::new(), at(0));
+        assert_eq!(
+            uid(c.orphan_mirrors().into_iter().next()),
+            Some("m1".into())
+        );
+        // Deleted by the API server: forgotten, by UID.
+        let mut stale = mirror.clone();
+        stale.metadata.uid = Some("m0".into());
+        c.api_delete(&stale);
+        assert!(c.mirror("default/web").is_some());
+        c.api_delete(&mirror);
+        assert!(c.mirror("default/web").is_none());
+    }
+
+    #[tokio::test]
+    async fn the_store_holds_the_merged_set_and_changes_wake_their_pods() {
+        let (sources, mut out) = PodSources::new(true);
+        let store = sources.store();
+        sources.set_static(desired(&[static_pod("web", "u1")]));
+        // Filled by the manifests alone: the workers can start.
+        assert_eq!(store.state().len(), 1);
+        assert!(!*out.ready.borrow(), "the API server has not listed yet");
+        assert_eq!(
+            out.triggers.recv().await.and_then(|p| p.metadata.uid),
+            Some("u1".into())
+        );
+
+        let mut other = pod("db").container("c", "busybox").build();
+        other.metadata.uid = Some("a1".into());
+        sources.api_event(watcher::Event::Init);
+        sources.api_event(watcher::Event::InitApply(other.clone()));
+        sources.api_event(watcher::Event::InitDone);
+        assert_eq!(store.state().len(), 2);
+        assert!(*out.ready.borrow());
+        assert_eq!(
+            out.triggers.recv().await.and_then(|p| p.metadata.uid),
+            Some("a1".into())
+        );
+
+        // A mirror pod's change wakes its static pod.
+        let mut mirror = static_pod("web", "m1");
+        mirror
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(static_pod::CONFIG_MIRROR_ANNOTATION.into(), "u1".into());
+        sources.api_event(watcher::Event::Apply(mirror));
+        assert_eq!(
+            out.triggers.recv().await.and_then(|p| p.metadata.uid),
+            Some("u1".into())
+        );
+        assert_eq!(store.state().len(), 2, "a mirror pod is not a pod to run");
+
+        // Removed, stopped, finished: it leaves the store, and its mirror is to go.
+        sources.set_static(BTreeMap::new());
+        let stopping = out.triggers.recv().await.expect("stopping");
+        assert!(stopping.metadata.deletion_timestamp.is_some());
+        assert!(sources.finished(&stopping));
+        assert_eq!(store.state().len(), 1);
+        assert_eq!(sources.orphan_mirrors().len(), 1);
+
+        sources.api_event(watcher::Event::Delete(other));
+        assert!(store.state().is_empty());
+    }
+}
