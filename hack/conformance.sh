@@ -291,7 +291,7 @@ if [[ -d $LOCAL/kubelet/image_manager ]]; then
 fi
 
 # Static pod manifests an interrupted node suite run left behind.
-rm -rf "${LOCAL:?}/kubelet/manifests"
+rm -rf "${LOCAL:?}/kubelet/manifests" "${LOCAL:?}/rustlet/manifests"
 
 # The source local-up.sh builds rustlet from, named now (commits may land
 # while the tests run).

@@ -545,17 +545,20 @@ EOF
     if pid=$(running_pid rustlet); then
       log "rustlet already running (pid $pid)"
     else
-      mkdir -p "$LOCAL/rustlet" "$LOCAL/pod-logs"
+      mkdir -p "$LOCAL/rustlet/manifests" "$LOCAL/pod-logs"
       # The kubelet's settings of LOCAL_NODE_PROTECTION, for rustlet.
       rustlet_node_e2e=''
       if $node_e2e; then
         rustlet_node_e2e="# --node-e2e: as the upstream node suite's harness runs the kubelet.
 readOnlyPort: 10255
+fileCheckFrequency: 10s
 evictionPressureTransitionPeriod: 30s"
       fi
       cat >"$LOCAL/rustlet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
+# Static pods: the manifests of this directory (tests/e2e_static_pods.rs).
+staticPodPath: $LOCAL/rustlet/manifests
 $LOCAL_NODE_PROTECTION
 $rustlet_node_e2e
 EOF
