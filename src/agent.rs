@@ -301,7 +301,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The pods to run: those bound to the node in the API server, merged
     // with the static pods of the manifests.
     let static_path = settings.static_pod_path.clone();
-    let (sources, outputs) = PodSources::new(static_path.is_some());
+    let static_url = settings.static_pod_url.clone();
+    let mut static_sources = Vec::new();
+    if static_path.is_some() {
+        static_sources.push(crate::static_pod::FILE_SOURCE);
+    }
+    if static_url.is_some() {
+        static_sources.push(crate::static_pod::HTTP_SOURCE);
+    }
+    let (sources, outputs) = PodSources::new(&static_sources);
     let store = sources.store();
     // True once every source listed. Housekeeping waits for it rather than
     // for the store's readiness, which wakes only one waiter (the controller's).
@@ -326,6 +334,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             path,
             node_name.clone(),
             settings.file_check_frequency,
+            sources.clone(),
+        ));
+    }
+    if let Some(url) = static_url {
+        tokio::spawn(crate::pod::sources::run_url_source(
+            url,
+            settings.static_pod_url_header.clone(),
+            node_name.clone(),
+            settings.http_check_frequency,
             sources.clone(),
         ));
     }

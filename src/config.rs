@@ -77,6 +77,14 @@ pub struct Settings {
     /// `fileCheckFrequency`: how often `staticPodPath` is read again besides
     /// its change notifications (20 s).
     pub file_check_frequency: Duration,
+    /// `staticPodURL`: a URL whose body (a Pod or a PodList) defines static
+    /// pods (none when unset).
+    pub static_pod_url: Option<String>,
+    /// `staticPodURLHeader`: the headers of each `staticPodURL` request,
+    /// each name with its values in order.
+    pub static_pod_url_header: BTreeMap<String, Vec<String>>,
+    /// `httpCheckFrequency`: how often `staticPodURL` is read (20 s).
+    pub http_check_frequency: Duration,
     /// `allowedUnsafeSysctls`: sysctls (or prefixes ending in `*`) allowed beyond the safe set.
     pub allowed_unsafe_sysctls: Vec<String>,
     /// Container log rotation (`containerLogMaxSize`, `containerLogMaxFiles`,
@@ -296,6 +304,9 @@ impl Default for Settings {
             read_only_port: 0,
             static_pod_path: None,
             file_check_frequency: Duration::from_secs(20),
+            static_pod_url: None,
+            static_pod_url_header: BTreeMap::new(),
+            http_check_frequency: Duration::from_secs(20),
             allowed_unsafe_sysctls: Vec::new(),
             container_logs: ContainerLogPolicy::default(),
             server_tls_bootstrap: false,
@@ -359,6 +370,23 @@ impl Settings {
     /// fields, for `/configz`: durations in Go's form, paths as strings.
     #[must_use]
     pub fn kubelet_configuration(&self) -> Value {
+        let mut doc = self.configuration_core();
+        let static_pods = serde_json::json!({
+            "staticPodPath": self.static_pod_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            "fileCheckFrequency": go_duration(self.file_check_frequency),
+            "staticPodURL": self.static_pod_url.clone().unwrap_or_default(),
+            "staticPodURLHeader": self.static_pod_url_header,
+            "httpCheckFrequency": go_duration(self.http_check_frequency),
+        });
+        if let (Some(doc), Value::Object(more)) = (doc.as_object_mut(), static_pods) {
+            doc.extend(more);
+        }
+        doc
+    }
+
+    /// [`Settings::kubelet_configuration`] but the static pod sources (one
+    /// `json!` holds only so many fields).
+    fn configuration_core(&self) -> Value {
         serde_json::json!({
             "kind": "KubeletConfiguration",
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -378,8 +406,6 @@ impl Settings {
             "resolvConf": self.resolv_conf.display().to_string(),
             "port": self.port,
             "readOnlyPort": self.read_only_port,
-            "staticPodPath": self.static_pod_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-            "fileCheckFrequency": go_duration(self.file_check_frequency),
             "allowedUnsafeSysctls": self.allowed_unsafe_sysctls,
             "containerLogMaxSize": binary_quantity(self.container_logs.max_bytes),
             "containerLogMaxFiles": self.container_logs.max_files,
@@ -447,6 +473,9 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "readOnlyPort",
     "staticPodPath",
     "fileCheckFrequency",
+    "staticPodURL",
+    "staticPodURLHeader",
+    "httpCheckFrequency",
     "allowedUnsafeSysctls",
     "containerLogMaxSize",
     "containerLogMaxFiles",
@@ -642,6 +671,42 @@ pub fn apply_file_text(
                     (false, true) => Some("/".into()),
                     (false, false) => Some(trimmed.into()),
                 };
+            }
+            "staticPodURL" => {
+                let url = string(key, v)?;
+                if !url.is_empty() && reqwest::Url::parse(&url).is_err() {
+                    return Err(bad(key, "a URL"));
+                }
+                settings.static_pod_url = (!url.is_empty()).then_some(url);
+            }
+            "staticPodURLHeader" => {
+                let headers = v
+                    .as_object()
+                    .ok_or_else(|| bad(key, "a mapping of header names to lists of values"))?;
+                let mut out = BTreeMap::new();
+                for (name, values) in headers {
+                    let values: Vec<String> = values
+                        .as_array()
+                        .ok_or_else(|| bad(key, "a list of values for each header"))?
+                        .iter()
+                        .map(|x| string(key, x))
+                        .collect::<Result<_, _>>()?;
+                    let valid = reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_ok()
+                        && values
+                            .iter()
+                            .all(|x| reqwest::header::HeaderValue::from_str(x).is_ok());
+                    if !valid {
+                        return Err(bad(key, "valid HTTP header names and values"));
+                    }
+                    out.insert(name.clone(), values);
+                }
+                settings.static_pod_url_header = out;
+            }
+            "httpCheckFrequency" => {
+                settings.http_check_frequency = duration(path, key, v)?;
+                if settings.http_check_frequency.is_zero() {
+                    return Err(bad(key, "a duration above 0"));
+                }
             }
             "fileCheckFrequency" => {
                 settings.file_check_frequency = duration(path, key, v)?;

@@ -38,6 +38,36 @@ pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// The source name of manifest files.
 pub const FILE_SOURCE: &str = "file";
 
+/// Where a manifest came from.
+#[derive(Clone, Copy, Debug)]
+pub enum Origin<'a> {
+    /// A file of `staticPodPath`.
+    File(&'a Path),
+    /// The body of `staticPodURL`.
+    Url(&'a str),
+}
+
+impl Origin<'_> {
+    /// The source name (`kubernetes.io/config.source`): `file` or `http`.
+    #[must_use]
+    pub fn source(&self) -> &'static str {
+        match self {
+            Origin::File(_) => FILE_SOURCE,
+            Origin::Url(_) => HTTP_SOURCE,
+        }
+    }
+
+    fn shown(&self) -> String {
+        match self {
+            Origin::File(path) => path.display().to_string(),
+            Origin::Url(url) => (*url).to_string(),
+        }
+    }
+}
+
+/// The source name of `staticPodURL`.
+pub const HTTP_SOURCE: &str = "http";
+
 /// Decodes the manifest `text` read from `path` into the static pod it
 /// defines on node `node`, with the kubelet's defaults (see the module).
 ///
@@ -46,7 +76,17 @@ pub const FILE_SOURCE: &str = "file";
 /// check config file`, as the kubelet words it), the pod has no name, or it
 /// references an API object (`static pods may not reference <what>`).
 pub fn decode(text: &[u8], path: &Path, node: &str) -> Result<Pod, String> {
-    let shown = path.display();
+    decode_from(text, Origin::File(path), node)
+}
+
+/// [`decode`] of a manifest from `origin`: one from a URL has its UID
+/// derived from the URL (`url:<url>`) and no toleration added, as the
+/// kubelet's http source.
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_from(text: &[u8], origin: Origin<'_>, node: &str) -> Result<Pod, String> {
+    let shown = origin.shown();
     let parse_error =
         |why: String| format!("{shown}: couldn't parse as pod({why}), please check config file");
     let value: serde_json::Value =
@@ -74,7 +114,7 @@ pub fn decode(text: &[u8], path: &Path, node: &str) -> Result<Pod, String> {
     }
     let uid = match pod.metadata.uid.clone().filter(|u| !u.is_empty()) {
         Some(uid) => uid,
-        None => derived_uid(text, node, path),
+        None => derived_uid(text, node, origin),
     };
     pod.metadata.uid = Some(uid.clone());
     pod.metadata.name = Some(format!("{name}-{}", node.to_lowercase()));
@@ -83,30 +123,88 @@ pub fn decode(text: &[u8], path: &Path, node: &str) -> Result<Pod, String> {
     }
     let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), uid);
-    annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), FILE_SOURCE.into());
+    annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), origin.source().into());
     let spec = pod.spec.get_or_insert_with(Default::default);
     spec.node_name = Some(node.to_string());
-    spec.tolerations
-        .get_or_insert_with(Vec::new)
-        .push(Toleration {
-            operator: Some("Exists".into()),
-            effect: Some("NoExecute".into()),
-            ..Default::default()
-        });
+    if let Origin::File(_) = origin {
+        spec.tolerations
+            .get_or_insert_with(Vec::new)
+            .push(Toleration {
+                operator: Some("Exists".into()),
+                effect: Some("NoExecute".into()),
+                ..Default::default()
+            });
+    }
     pod.status.get_or_insert_with(Default::default).phase = Some("Pending".into());
     Ok(pod)
 }
 
 /// The UID of a manifest that sets none: 32 hex digits of a digest of its
-/// text and of where it came from (`host:<node>file:<path>`), so the same
-/// file at the same path keeps its UID and a changed or moved one gets a
-/// new one (the kubelet hashes the decoded pod the same way).
-fn derived_uid(text: &[u8], node: &str, path: &Path) -> String {
+/// text and of where it came from (`host:<node>file:<path>`, or
+/// `url:<url>`), so the same file at the same path keeps its UID and a
+/// changed or moved one gets a new one (the kubelet hashes the decoded pod
+/// the same way).
+fn derived_uid(text: &[u8], node: &str, origin: Origin<'_>) -> String {
     let mut h = Sha256::new();
     h.update(text);
-    h.update(format!("host:{node}file:{}", path.display()).as_bytes());
+    match origin {
+        Origin::File(path) => h.update(format!("host:{node}file:{}", path.display()).as_bytes()),
+        Origin::Url(url) => h.update(format!("url:{url}").as_bytes()),
+    }
     let digest = h.finalize();
     digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The static pods of a `staticPodURL` response `body` for node `node`, as
+/// the kubelet's http source: one Pod, or else a `v1` `PodList` whose every
+/// item must be a good pod (one bad item drops the whole answer); by
+/// `namespace/name`, the first of a duplicate name kept.
+///
+/// # Errors
+/// The body is neither, or an item is refused (as [`decode`] words it).
+pub fn decode_url_body(
+    body: &[u8],
+    url: &str,
+    node: &str,
+) -> Result<BTreeMap<String, Pod>, String> {
+    let origin = Origin::Url(url);
+    let single = decode_from(body, origin, node);
+    let as_list = |single_error: String| -> Result<BTreeMap<String, Pod>, String> {
+        let value: serde_json::Value =
+            serde_yaml::from_slice(body).map_err(|_| single_error.clone())?;
+        if value.get("kind").and_then(|k| k.as_str()) != Some("PodList") {
+            return Err(single_error);
+        }
+        let items = value
+            .get("items")
+            .and_then(|i| i.as_array())
+            .cloned()
+            .unwrap_or_default();
+        let mut pods = BTreeMap::new();
+        for mut item in items {
+            // Items of a list carry no kind of their own.
+            if let Some(o) = item.as_object_mut() {
+                o.entry("apiVersion").or_insert_with(|| "v1".into());
+                o.entry("kind").or_insert_with(|| "Pod".into());
+            }
+            let text = serde_json::to_vec(&item).map_err(|e| format!("{url}: {e}"))?;
+            let pod = decode_from(&text, origin, node)?;
+            pods.entry(key(&pod)).or_insert(pod);
+        }
+        Ok(pods)
+    };
+    match single {
+        Ok(pod) => Ok(BTreeMap::from([(key(&pod), pod)])),
+        Err(e) => as_list(e),
+    }
+}
+
+fn key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// The first API object `pod` references, as `HasAPIObjectReference`
@@ -317,12 +415,7 @@ pub fn list(path: &Path, node: &str) -> Listing {
     for file in files {
         match read(&file).and_then(|text| decode(&text, &file, node)) {
             Ok(pod) => {
-                let key = format!(
-                    "{}/{}",
-                    pod.metadata.namespace.as_deref().unwrap_or_default(),
-                    pod.metadata.name.as_deref().unwrap_or_default()
-                );
-                out.pods.insert(key, pod);
+                out.pods.insert(key(&pod), pod);
             }
             Err(e) => out.errors.push(e),
         }
@@ -512,5 +605,45 @@ mod tests {
         let got = list(&big, "n");
         assert!(got.pods.is_empty());
         assert!(got.errors[0].contains("larger than"), "{:?}", got.errors);
+    }
+
+    #[test]
+    fn a_url_serves_a_pod_or_a_list_and_one_bad_item_drops_the_list() {
+        let url = "http://example.test/pods";
+        let one = decode_url_body(WEB.as_bytes(), url, "n").unwrap();
+        let web = &one["default/web-n"];
+        assert_eq!(
+            web.metadata.annotations.as_ref().unwrap()[CONFIG_SOURCE_ANNOTATION],
+            "http"
+        );
+        assert!(
+            web.spec.as_ref().unwrap().tolerations.is_none(),
+            "no toleration from a URL"
+        );
+        // The UID depends on the URL, not a path.
+        let elsewhere = decode_url_body(WEB.as_bytes(), "http://other.test/pods", "n").unwrap();
+        assert_ne!(web.metadata.uid, elsewhere["default/web-n"].metadata.uid);
+        let list = r#"{"apiVersion":"v1","kind":"PodList","items":[
+            {"metadata":{"name":"a"},"spec":{"containers":[{"name":"c","image":"busybox"}]}},
+            {"metadata":{"name":"b","namespace":"x"},"spec":{"containers":[{"name":"c","image":"busybox"}]}},
+            {"metadata":{"name":"a"},"spec":{"containers":[{"name":"d","image":"busybox"}]}}]}"#;
+        let pods = decode_url_body(list.as_bytes(), url, "n").unwrap();
+        let keys: Vec<&str> = pods.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["default/a-n", "x/b-n"]);
+        // The first of a duplicate name is kept.
+        assert_eq!(
+            pods["default/a-n"].spec.as_ref().unwrap().containers[0].name,
+            "c"
+        );
+        let bad = r#"{"apiVersion":"v1","kind":"PodList","items":[
+            {"metadata":{"name":"a"},"spec":{"containers":[{"name":"c","image":"busybox"}]}},
+            {"metadata":{},"spec":{"containers":[]}}]}"#;
+        let err = decode_url_body(bad.as_bytes(), url, "n").unwrap_err();
+        assert!(err.contains("name is needed"), "{err}");
+        let err = decode_url_body(b"kind: Service\napiVersion: v1\n", url, "n").unwrap_err();
+        assert!(
+            err.starts_with("http://example.test/pods: couldn't parse as pod("),
+            "{err}"
+        );
     }
 }

@@ -60,12 +60,15 @@ pub struct PodConfig {
     api: BTreeMap<String, Arc<Pod>>,
     /// The mirror pods bound here.
     mirrors: BTreeMap<String, Arc<Pod>>,
-    /// The static pods the manifests define now.
+    /// The static pods the manifests define now, every source together.
     desired: BTreeMap<String, Pod>,
+    /// Each static source's pods (`file`, `http`), once it listed.
+    by_source: BTreeMap<String, BTreeMap<String, Pod>>,
+    /// The static sources configured that have not listed yet.
+    unlisted: BTreeSet<String>,
     /// The static pods in the set, some perhaps being stopped.
     active: BTreeMap<String, Arc<Pod>>,
     api_listed: bool,
-    static_listed: bool,
 }
 
 impl PodConfig {
@@ -108,7 +111,7 @@ impl PodConfig {
     /// True once the API server's pods and the manifests were each listed.
     #[must_use]
     pub fn ready(&self) -> bool {
-        self.api_listed && self.static_listed
+        self.api_listed && self.unlisted.is_empty()
     }
 
     /// Mirror pods whose static pod is gone (neither defined nor still
@@ -169,14 +172,31 @@ impl PodConfig {
         keys
     }
 
+    /// Static source `source` (`file`, `http`) now defines `pods` (by key),
+    /// read at `now`: see [`PodConfig::set_static`]. The sources are merged
+    /// in name order; a pod two of them define is the first one's (the
+    /// kubelet's merge keeps the first of a duplicate name).
+    pub fn set_source(
+        &mut self,
+        source: &str,
+        pods: BTreeMap<String, Pod>,
+        now: Timestamp,
+    ) -> BTreeSet<String> {
+        self.unlisted.remove(source);
+        self.by_source.insert(source.to_string(), pods);
+        let mut desired = BTreeMap::new();
+        for pods in self.by_source.values() {
+            for (key, pod) in pods {
+                desired.entry(key.clone()).or_insert_with(|| pod.clone());
+            }
+        }
+        self.set_static(desired, now)
+    }
+
     /// The manifests now define `desired` (by key), read at `now`: new
     /// static pods join the set; one whose manifest went or changed is
     /// stopped first, its successor waiting until [`PodConfig::finished`].
-    pub fn set_static(
-        &mut self,
-        desired: BTreeMap<String, Pod>,
-        now: Timestamp,
-    ) -> BTreeSet<String> {
+    fn set_static(&mut self, desired: BTreeMap<String, Pod>, now: Timestamp) -> BTreeSet<String> {
         let mut keys = BTreeSet::new();
         for (key, running) in &mut self.active {
             let kept = desired
@@ -195,7 +215,6 @@ impl PodConfig {
             }
         }
         self.desired = desired;
-        self.static_listed = true;
         keys
     }
 
@@ -287,15 +306,16 @@ pub struct Outputs {
 }
 
 impl PodSources {
-    /// Empty sources; `with_static` false when no manifest source is
-    /// configured (then the API server's listing alone makes them ready).
+    /// Empty sources, with the static sources named in `static_sources`
+    /// (`file`, `http`): they are ready once the API server and each of
+    /// those listed.
     #[must_use]
-    pub fn new(with_static: bool) -> (Self, Outputs) {
+    pub fn new(static_sources: &[&str]) -> (Self, Outputs) {
         let (store, writer) = reflector::store();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
         let config = PodConfig {
-            static_listed: !with_static,
+            unlisted: static_sources.iter().map(|s| (*s).to_string()).collect(),
             ..PodConfig::default()
         };
         let inner = Inner {
@@ -350,10 +370,11 @@ impl PodSources {
         }
     }
 
-    /// The manifests now define `desired` (a [`static_pod::Listing`]'s pods).
-    pub fn set_static(&self, desired: BTreeMap<String, Pod>) {
+    /// Static source `source` (`file`, `http`) now defines `pods` (a
+    /// [`static_pod::Listing`]'s pods).
+    pub fn set_static(&self, source: &str, pods: BTreeMap<String, Pod>) {
         let mut inner = self.lock();
-        let keys = inner.config.set_static(desired, Timestamp::now());
+        let keys = inner.config.set_source(source, pods, Timestamp::now());
         if inner.filled {
             inner.changed(&keys);
         } else {
@@ -489,7 +510,7 @@ pub async fn run_file_source(path: PathBuf, node: String, period: Duration, sour
                     warn!(%error, "static pod manifest not used");
                 }
                 reported = now;
-                sources.set_static(listing.pods);
+                sources.set_static(static_pod::FILE_SOURCE, listing.pods);
             }
             Err(e) => warn!(error = %e, "reading the static pod manifests"),
         }
@@ -501,6 +522,103 @@ pub async fn run_file_source(path: PathBuf, node: String, period: Duration, sour
             }
         }
     }
+}
+
+/// The deadline of one `staticPodURL` request (the kubelet's).
+const URL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The http source, as the kubelet's (`pkg/kubelet/config/http.go`): reads
+/// `url` with `headers` at start and every `period`, and gives `sources` the
+/// static pods of its body ([`static_pod::decode_url_body`]). An answer
+/// other than 200 changes nothing; an empty body is no pods; a body equal to
+/// the last one is not decoded again; a body that is not good pods changes
+/// nothing. Failures are logged at the first three in a row, then once
+/// more to say they go on, and a success after them once. Runs until aborted.
+pub async fn run_url_source(
+    url: String,
+    headers: BTreeMap<String, Vec<String>>,
+    node: String,
+    period: Duration,
+    sources: PodSources,
+) {
+    let client = match reqwest::Client::builder().timeout(URL_TIMEOUT).build() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %e, "static pod URL: no HTTP client");
+            return;
+        }
+    };
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<Vec<u8>> = None;
+    let mut failures: u32 = 0;
+    info!(%url, "static pods from a URL");
+    loop {
+        tick.tick().await;
+        let result = fetch(&client, &url, &headers).await.and_then(|body| {
+            if last.as_deref() == Some(body.as_slice()) {
+                return Ok(None);
+            }
+            let pods = if body.is_empty() {
+                BTreeMap::new()
+            } else {
+                static_pod::decode_url_body(&body, &url, &node)?
+            };
+            last = Some(body);
+            Ok(Some(pods))
+        });
+        match result {
+            Ok(pods) => {
+                if failures > 0 {
+                    info!(%url, "read static pods from the URL again");
+                }
+                failures = 0;
+                if let Some(pods) = pods {
+                    sources.set_static(static_pod::HTTP_SOURCE, pods);
+                }
+            }
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                match failures {
+                    1..=3 => warn!(%error, "static pod URL not used"),
+                    4 => {
+                        warn!(%error, "static pod URL still failing; not logged again until it works")
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// One GET of `url` with `headers`: its body (at most
+/// [`static_pod::MAX_MANIFEST_BYTES`]) when the answer is 200.
+async fn fetch(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &BTreeMap<String, Vec<String>>,
+) -> Result<Vec<u8>, String> {
+    let mut request = client.get(url);
+    for (name, values) in headers {
+        for value in values {
+            request = request.header(name.as_str(), value.as_str());
+        }
+    }
+    let mut response = request.send().await.map_err(|e| format!("{url}: {e}"))?;
+    if response.status() != reqwest::StatusCode::OK {
+        return Err(format!("{url}: {}", response.status()));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| format!("{url}: {e}"))? {
+        body.extend_from_slice(&chunk);
+        if body.len() as u64 > static_pod::MAX_MANIFEST_BYTES {
+            return Err(format!(
+                "{url}: the answer is larger than {} bytes",
+                static_pod::MAX_MANIFEST_BYTES
+            ));
+        }
+    }
+    Ok(body)
 }
 
 /// A watch of `path` (not recursive) that sends `()` on `tx` on every
@@ -551,7 +669,7 @@ mod tests {
     fn a_changed_manifest_stops_the_old_pod_before_the_new_one_starts() {
         let mut c = PodConfig::default();
         let v1 = static_pod("web", "u1");
-        let keys = c.set_static(desired(&[v1]), at(0));
+        let keys = c.set_source("file", desired(&[v1]), at(0));
         assert_eq!(keys, BTreeSet::from(["default/web".to_string()]));
         let running = c.pod("default/web").expect("web");
         assert!(running.metadata.deletion_timestamp.is_none());
@@ -570,13 +688,13 @@ mod tests {
             .as_mut()
             .expect("spec")
             .termination_grace_period_seconds = Some(0);
-        c.set_static(desired(&[v2]), at(5));
+        c.set_source("file", desired(&[v2]), at(5));
         let stopping = c.pod("default/web").expect("web");
         assert_eq!(stopping.metadata.uid.as_deref(), Some("u1"));
         assert_eq!(stopping.metadata.deletion_timestamp, Some(Time(at(5))));
         assert_eq!(stopping.metadata.deletion_grace_period_seconds, Some(30));
         // A second listing while it stops changes nothing.
-        assert!(c.set_static(c.desired.clone(), at(6)).is_empty());
+        assert!(c.set_source("file", c.desired.clone(), at(6)).is_empty());
         assert!(!c.finished("default/web", "u9", at(7)), "another pod's end");
         assert!(c.finished("default/web", "u1", at(8)));
         assert_eq!(uid(c.pod("default/web")), Some("u2".into()));
@@ -591,8 +709,8 @@ mod tests {
             .as_mut()
             .expect("spec")
             .termination_grace_period_seconds = Some(0);
-        c.set_static(desired(&[p]), at(0));
-        c.set_static(BTreeMap::new(), at(1));
+        c.set_source("file", desired(&[p]), at(0));
+        c.set_source("file", BTreeMap::new(), at(1));
         // At least 1 s of grace, as the kubelet kills a removed static pod.
         assert_eq!(
             c.pod("default/web")
@@ -605,14 +723,14 @@ mod tests {
         assert!(c.finished("default/web", "u1", at(2)));
         assert!(c.pod("default/web").is_none());
         // The same manifest again: the same UID runs anew.
-        c.set_static(desired(&[static_pod("web", "u1")]), at(3));
+        c.set_source("file", desired(&[static_pod("web", "u1")]), at(3));
         assert_eq!(uid(c.pod("default/web")), Some("u1".into()));
     }
 
     #[test]
     fn mirror_pods_are_kept_aside_and_api_pods_of_a_static_name_are_hidden() {
         let mut c = PodConfig::default();
-        c.set_static(desired(&[static_pod("web", "u1")]), at(0));
+        c.set_source("file", desired(&[static_pod("web", "u1")]), at(0));
         let mut mirror = static_pod("web", "m1");
         mirror
             .metadata
@@ -644,7 +762,7 @@ mod tests {
         assert_eq!(uid(c.pod("default/web")), Some("u1".into()));
 
         // The manifest goes: once the pod stopped, its mirror is an orphan.
-        c.set_static(BTreeMap::new(), at(1));
+        c.set_source("file", BTreeMap::new(), at(1));
         assert!(c.orphan_mirrors().is_empty(), "kept while the pod stops");
         c.finished("default/web", "u1", at(2));
         assert_eq!(
@@ -658,7 +776,10 @@ mod tests {
 
     #[test]
     fn orphan_mirrors_wait_for_every_source() {
-        let mut c = PodConfig::default();
+        let mut c = PodConfig {
+            unlisted: BTreeSet::from(["file".to_string()]),
+            ..PodConfig::default()
+        };
         let mut mirror = static_pod("web", "m1");
         mirror
             .metadata
@@ -670,7 +791,7 @@ mod tests {
             c.orphan_mirrors().is_empty(),
             "the manifests are not read yet"
         );
-        c.set_static(BTreeMap::new(), at(0));
+        c.set_source("file", BTreeMap::new(), at(0));
         assert_eq!(
             uid(c.orphan_mirrors().into_iter().next()),
             Some("m1".into())
@@ -686,9 +807,9 @@ mod tests {
 
     #[tokio::test]
     async fn the_store_holds_the_merged_set_and_changes_wake_their_pods() {
-        let (sources, mut out) = PodSources::new(true);
+        let (sources, mut out) = PodSources::new(&["file"]);
         let store = sources.store();
-        sources.set_static(desired(&[static_pod("web", "u1")]));
+        sources.set_static("file", desired(&[static_pod("web", "u1")]));
         // Filled by the manifests alone: the workers can start.
         assert_eq!(store.state().len(), 1);
         assert!(!*out.ready.borrow(), "the API server has not listed yet");
@@ -724,7 +845,7 @@ mod tests {
         assert_eq!(store.state().len(), 2, "a mirror pod is not a pod to run");
 
         // Removed, stopped, finished: it leaves the store, and its mirror is to go.
-        sources.set_static(BTreeMap::new());
+        sources.set_static("file", BTreeMap::new());
         let stopping = out.triggers.recv().await.expect("stopping");
         assert!(stopping.metadata.deletion_timestamp.is_some());
         assert!(sources.finished(&stopping));
@@ -733,5 +854,154 @@ mod tests {
 
         sources.api_event(watcher::Event::Delete(other));
         assert!(store.state().is_empty());
+    }
+
+    /// A pod list as a `staticPodURL` serves it, of pods `names`.
+    fn pod_list(names: &[&str]) -> String {
+        let items: Vec<serde_json::Value> = names
+            .iter()
+            .map(|n| serde_json::json!({"metadata": {"name": n}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+            .collect();
+        serde_json::json!({"apiVersion": "v1", "kind": "PodList", "items": items}).to_string()
+    }
+
+    /// Waits up to 5 s for `check` on the store's pods.
+    async fn eventually(store: &Store<Pod>, what: &str, check: impl Fn(&[Arc<Pod>]) -> bool) {
+        for _ in 0..100 {
+            if check(&store.state()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{what}: store now {:?}",
+            store.state().iter().map(|p| key_of(p)).collect::<Vec<_>>()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_url_source_reads_pods_with_its_headers_and_an_error_changes_nothing() {
+        use http_body_util::Full;
+        use hyper::body::Bytes;
+        type Answer = Arc<Mutex<(u16, String)>>;
+        let answer: Answer = Arc::new(Mutex::new((200, pod_list(&["web", "db"]))));
+        let seen = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/pods", listener.local_addr().expect("addr"));
+        let server = tokio::spawn({
+            let (answer, seen) = (answer.clone(), seen.clone());
+            async move {
+                loop {
+                    let Ok((tcp, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let (answer, seen) = (answer.clone(), seen.clone());
+                    let service = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            let tokens = req
+                                .headers()
+                                .get_all("x-token")
+                                .iter()
+                                .map(|v| v.to_str().unwrap_or_default().to_string())
+                                .collect();
+                            seen.lock().expect("seen").push(tokens);
+                            let (code, body) = answer.lock().expect("answer").clone();
+                            let resp = hyper::Response::builder()
+                                .status(code)
+                                .body(Full::new(Bytes::from(body)))
+                                .expect("response");
+                            async move { Ok::<_, std::convert::Infallible>(resp) }
+                        },
+                    );
+                    tokio::spawn(
+                        hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(tcp), service),
+                    );
+                }
+            }
+        });
+        let (sources, out) = PodSources::new(&["http"]);
+        let store = sources.store();
+        let headers = BTreeMap::from([(
+            "X-Token".to_string(),
+            vec!["a".to_string(), "b".to_string()],
+        )]);
+        let task = tokio::spawn(run_url_source(
+            url.clone(),
+            headers,
+            "node-1".into(),
+            Duration::from_millis(100),
+            sources.clone(),
+        ));
+        eventually(&store, "both pods of the list", |pods| pods.len() == 2).await;
+        let web = store
+            .get(&ObjectRef::new("web-node-1").within("default"))
+            .expect("web");
+        assert!(static_pod::is_static(&web));
+        assert_eq!(
+            web.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(static_pod::CONFIG_SOURCE_ANNOTATION))
+                .map(String::as_str),
+            Some("http")
+        );
+        // No toleration added to a pod from a URL.
+        assert!(
+            web.spec
+                .as_ref()
+                .and_then(|s| s.tolerations.as_ref())
+                .is_none()
+        );
+        assert!(!*out.ready.borrow(), "the API server has not listed");
+        assert_eq!(
+            seen.lock().expect("seen")[0],
+            ["a", "b"],
+            "each header value, in order"
+        );
+
+        // A failing answer changes nothing.
+        *answer.lock().expect("answer") = (500, String::new());
+        let asked = seen.lock().expect("seen").len();
+        eventually(&store, "asked again", |_| {
+            seen.lock().expect("seen").len() > asked + 2
+        })
+        .await;
+        assert!(
+            store
+                .state()
+                .iter()
+                .all(|p| p.metadata.deletion_timestamp.is_none())
+        );
+        // One pod only now: the other stops.
+        *answer.lock().expect("answer") = (200, pod_list(&["web"]));
+        eventually(&store, "db stopping", |pods| {
+            pods.iter().any(|p| {
+                p.metadata.name.as_deref() == Some("db-node-1")
+                    && p.metadata.deletion_timestamp.is_some()
+            })
+        })
+        .await;
+        // A body with one bad pod is dropped whole.
+        *answer.lock().expect("answer") = (200, pod_list(&["web", ""]));
+        let asked = seen.lock().expect("seen").len();
+        eventually(&store, "asked again", |_| {
+            seen.lock().expect("seen").len() > asked + 2
+        })
+        .await;
+        let web_now = store
+            .get(&ObjectRef::new("web-node-1").within("default"))
+            .expect("web");
+        assert!(web_now.metadata.deletion_timestamp.is_none());
+        // An empty body: no pods.
+        *answer.lock().expect("answer") = (200, String::new());
+        eventually(&store, "web stopping", |pods| {
+            pods.iter().all(|p| p.metadata.deletion_timestamp.is_some())
+        })
+        .await;
+        task.abort();
+        server.abort();
     }
 }

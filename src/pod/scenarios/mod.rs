@@ -79,7 +79,7 @@ impl Node {
         let (probe_tx, probes) = tokio::sync::mpsc::unbounded_channel();
         let prober =
             crate::prober::manager::Manager::new(runtime.clone(), recorder.clone(), probe_tx);
-        let (pods, _outputs) = super::sources::PodSources::new(false);
+        let (pods, _outputs) = super::sources::PodSources::new(&[]);
         let store = pods.store();
         let (services, mut services_writer) = reflector::store();
         services_writer.apply_watcher_event(&watcher::Event::InitDone);

@@ -37,7 +37,7 @@ fn stored(n: &Node) -> Option<Arc<Pod>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_static_pod_runs_reports_on_its_mirror_pod_and_both_go_with_the_manifest() {
     let n = Node::start().await;
-    n.pods.set_static(manifest_pods(&n, 1));
+    n.pods.set_static("file", manifest_pods(&n, 1));
     let web = stored(&n).expect("the static pod is a pod to run");
     let uid = web.metadata.uid.clone().expect("uid");
     assert_eq!(static_pod::config_hash(&web), Some(uid.as_str()));
@@ -100,7 +100,7 @@ async fn a_static_pod_runs_reports_on_its_mirror_pod_and_both_go_with_the_manife
 
     // The manifest goes: the pod stops with its grace period and leaves;
     // the mirror pod stays until then, and is deleted after.
-    n.pods.set_static(BTreeMap::new());
+    n.pods.set_static("file", BTreeMap::new());
     let stopping = stored(&n).expect("still there while it stops");
     assert_eq!(stopping.metadata.deletion_grace_period_seconds, Some(1));
     assert!(n.pods.orphan_mirrors().is_empty());
