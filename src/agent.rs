@@ -222,6 +222,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         version: crate::node_version(),
         reserved: settings.reservations.clone(),
         max_images: settings.node_status_max_images,
+        extra_labels: args.node_labels.clone(),
+        taints: settings.register_with_taints.clone(),
     };
     let machine = MachineInfo::read(&settings.root_dir);
     crate::node::status::check_reservations(&machine, settings.max_pods, &settings.reservations)
@@ -599,7 +601,14 @@ fn server_config(
         .with_context(|| format!("port {} is not a TCP port", settings.port))?;
     cfg.healthz_port = (args.healthz_port != 0).then_some(args.healthz_port);
     cfg.read_only_port = (settings.read_only_port != 0).then_some(settings.read_only_port);
-    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) {
+    let files = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        _ => settings
+            .tls_cert_file
+            .as_ref()
+            .zip(settings.tls_private_key_file.as_ref()),
+    };
+    if let Some((cert, key)) = files {
         cfg.serving_cert = crate::server::ServingCert::Files {
             cert: cert.clone(),
             key: key.clone(),
@@ -620,7 +629,10 @@ fn server_config(
         );
         cfg.serving_cert = crate::server::ServingCert::Bootstrap(slot);
     }
-    cfg.client_ca_file.clone_from(&args.client_ca_file);
+    cfg.client_ca_file = args
+        .client_ca_file
+        .clone()
+        .or_else(|| settings.client_ca_file.clone());
     cfg.kubelet_config = settings.kubelet_configuration();
     cfg.auth_ttls = crate::server::auth::CacheTtls {
         token: settings.authentication_cache_ttl,

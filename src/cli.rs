@@ -86,6 +86,12 @@ pub struct RunArgs {
     /// without it only bearer tokens authenticate.
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
+    /// Labels added to the Node when it registers and each start after
+    /// (`key=value,key=value`), as the kubelet's `--node-labels`: labels in
+    /// the `kubernetes.io` and `k8s.io` namespaces only from the kubelet's
+    /// allowed set.
+    #[arg(long, value_parser = node_labels, default_value = "")]
+    pub node_labels: NodeLabels,
     /// Container GC: a dead container younger than this (a Go duration,
     /// such as `1m`) is kept, as the kubelet's flag of the same name.
     #[arg(long, value_parser = go_duration, default_value = "0s")]
@@ -96,6 +102,97 @@ pub struct RunArgs {
     /// Container GC: dead containers kept on the node (negative: no limit).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     pub maximum_dead_containers: i32,
+}
+
+/// The labels of `--node-labels`, by key.
+pub type NodeLabels = std::collections::BTreeMap<String, String>;
+
+/// Label prefixes (of the `kubernetes.io` and `k8s.io` namespaces) a node
+/// may set on itself, as the kubelet's `kubeletapis.KubeletLabelNamespaces`.
+const NODE_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
+
+/// Labels of those namespaces a node may set on itself, as the kubelet's
+/// `kubeletapis.KubeletLabels`.
+const NODE_LABELS: &[&str] = &[
+    "kubernetes.io/hostname",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+];
+
+/// Parses `--node-labels` (`k=v,k=v`); keys and values must be valid label
+/// keys and values, and a key in the `kubernetes.io` or `k8s.io` namespace
+/// must be one a node may set ([`NODE_LABELS`], [`NODE_LABEL_NAMESPACES`]),
+/// as the kubelet refuses the rest.
+fn node_labels(s: &str) -> Result<NodeLabels, String> {
+    let mut out = NodeLabels::new();
+    for pair in s.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("{pair:?} is not key=value"))?;
+        if !valid_label_key(k) || !valid_label_value(v) {
+            return Err(format!("{pair:?} is not a valid label"));
+        }
+        let (prefix, _) = k.rsplit_once('/').unwrap_or(("", k));
+        let restricted = ["kubernetes.io", "k8s.io"]
+            .iter()
+            .any(|ns| prefix == *ns || prefix.ends_with(&format!(".{ns}")));
+        let allowed = NODE_LABELS.contains(&k)
+            || NODE_LABEL_NAMESPACES
+                .iter()
+                .any(|ns| prefix == *ns || prefix.ends_with(&format!(".{ns}")));
+        if restricted && !allowed {
+            return Err(format!(
+                "unknown 'kubernetes.io' or 'k8s.io' label {k:?}: a node may only set {} or labels under {}",
+                NODE_LABELS.join(", "),
+                NODE_LABEL_NAMESPACES.join(", ")
+            ));
+        }
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+/// A label name: at most 63 of `[A-Za-z0-9._-]`, alphanumeric at both ends.
+fn valid_label_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 63
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        && n.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && n.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// A label key: an optional DNS subdomain prefix (at most 253) and `/`, then a name.
+fn valid_label_key(k: &str) -> bool {
+    match k.split_once('/') {
+        Some((prefix, name)) => {
+            !prefix.is_empty()
+                && prefix.len() <= 253
+                && prefix.split('.').all(|l| {
+                    !l.is_empty()
+                        && l.len() <= 63
+                        && l.chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                        && !l.starts_with('-')
+                        && !l.ends_with('-')
+                })
+                && valid_label_name(name)
+        }
+        None => valid_label_name(k),
+    }
+}
+
+/// A label value: empty, or a label name.
+fn valid_label_value(v: &str) -> bool {
+    v.is_empty() || valid_label_name(v)
 }
 
 /// Parses a Go duration (`90s`, `1m30s`); negative ones are refused.
@@ -109,6 +206,26 @@ fn go_duration(s: &str) -> Result<std::time::Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_labels_are_checked_as_the_kubelet_checks_them() {
+        let ok = node_labels(
+            "team=a,node.kubernetes.io/pool=blue,kubernetes.io/hostname=h,x.example.com/y=",
+        )
+        .unwrap();
+        assert_eq!(ok.len(), 4);
+        assert_eq!(ok["node.kubernetes.io/pool"], "blue");
+        assert!(node_labels("").unwrap().is_empty());
+        for bad in [
+            "node-role.kubernetes.io/control-plane=",
+            "foo.k8s.io/x=1",
+            "novalue",
+            "bad key=1",
+            "k=-bad-",
+        ] {
+            assert!(node_labels(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn parses_run_flags() {

@@ -85,6 +85,19 @@ pub struct Settings {
     pub static_pod_url_header: BTreeMap<String, Vec<String>>,
     /// `httpCheckFrequency`: how often `staticPodURL` is read (20 s).
     pub http_check_frequency: Duration,
+    /// `authentication.x509.clientCAFile`: the CA bundle node API client
+    /// certificates are verified against (`--client-ca-file` wins).
+    pub client_ca_file: Option<PathBuf>,
+    /// `tlsCertFile` and `tlsPrivateKeyFile`: the node API's serving
+    /// certificate and key (`--tls-cert-file` and `--tls-private-key-file` win).
+    pub tls_cert_file: Option<PathBuf>,
+    /// See [`Settings::tls_cert_file`].
+    pub tls_private_key_file: Option<PathBuf>,
+    /// `registerWithTaints`: the taints the Node is created with.
+    pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// `cgroupDriver` (`cgroupfs` or `systemd`), reported; pods' cgroups
+    /// are the runtime's own.
+    pub cgroup_driver: String,
     /// `allowedUnsafeSysctls`: sysctls (or prefixes ending in `*`) allowed beyond the safe set.
     pub allowed_unsafe_sysctls: Vec<String>,
     /// Container log rotation (`containerLogMaxSize`, `containerLogMaxFiles`,
@@ -304,6 +317,11 @@ impl Default for Settings {
             read_only_port: 0,
             static_pod_path: None,
             file_check_frequency: Duration::from_secs(20),
+            client_ca_file: None,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            register_with_taints: Vec::new(),
+            cgroup_driver: "cgroupfs".into(),
             static_pod_url: None,
             static_pod_url_header: BTreeMap::new(),
             http_check_frequency: Duration::from_secs(20),
@@ -377,6 +395,23 @@ impl Settings {
             "staticPodURL": self.static_pod_url.clone().unwrap_or_default(),
             "staticPodURLHeader": self.static_pod_url_header,
             "httpCheckFrequency": go_duration(self.http_check_frequency),
+            "tlsCertFile": self.tls_cert_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            "tlsPrivateKeyFile": self.tls_private_key_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            "registerNode": true,
+            "registerWithTaints": self.register_with_taints,
+            "cgroupDriver": self.cgroup_driver,
+            "authentication": {
+                "anonymous": {"enabled": false},
+                "webhook": {"enabled": true, "cacheTTL": go_duration(self.authentication_cache_ttl)},
+                "x509": {"clientCAFile": self.client_ca_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default()},
+            },
+            "authorization": {
+                "mode": "Webhook",
+                "webhook": {
+                    "cacheAuthorizedTTL": go_duration(self.authorization_cache_authorized_ttl),
+                    "cacheUnauthorizedTTL": go_duration(self.authorization_cache_unauthorized_ttl),
+                },
+            },
         });
         if let (Some(doc), Value::Object(more)) = (doc.as_object_mut(), static_pods) {
             doc.extend(more);
@@ -474,6 +509,11 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "staticPodPath",
     "fileCheckFrequency",
     "staticPodURL",
+    "tlsCertFile",
+    "tlsPrivateKeyFile",
+    "cgroupDriver",
+    "registerNode",
+    "registerWithTaints",
     "staticPodURLHeader",
     "httpCheckFrequency",
     "allowedUnsafeSysctls",
@@ -580,6 +620,15 @@ fn check_security_fields(path: &Path, map: &serde_json::Map<String, Value>) -> R
     Ok(())
 }
 
+/// Sets `target` to `d` unless `d` is zero: as the kubelet's defaulting of
+/// `kubelet.config.k8s.io/v1beta1`, a zero duration (kubeadm writes `0s`)
+/// means the default.
+fn nonzero(target: &mut Duration, d: Duration) {
+    if !d.is_zero() {
+        *target = d;
+    }
+}
+
 fn duration(path: &Path, key: &str, v: &Value) -> Result<Duration, Error> {
     let bad = |m: String| Error::Parse {
         path: path.to_path_buf(),
@@ -626,16 +675,77 @@ pub fn apply_file_text(
     for (key, v) in map {
         match key.as_str() {
             "apiVersion" | "kind" => {}
-            "containerRuntimeEndpoint" => settings.container_runtime_endpoint = string(key, v)?,
+            "containerRuntimeEndpoint" => {
+                // Empty is the default, as kubeadm writes it.
+                let endpoint = string(key, v)?;
+                if !endpoint.is_empty() {
+                    settings.container_runtime_endpoint = endpoint;
+                }
+            }
+            "tlsCertFile" | "tlsPrivateKeyFile" => {
+                let file = string(key, v)?;
+                let file = (!file.is_empty()).then(|| PathBuf::from(file));
+                if key == "tlsCertFile" {
+                    settings.tls_cert_file = file;
+                } else {
+                    settings.tls_private_key_file = file;
+                }
+            }
+            "cgroupDriver" => {
+                let driver = string(key, v)?;
+                if driver != "cgroupfs" && driver != "systemd" {
+                    return Err(bad(key, "cgroupfs or systemd"));
+                }
+                settings.cgroup_driver = driver;
+            }
+            "registerNode" => {
+                if v.as_bool() != Some(true) {
+                    return Err(Error::Unsupported {
+                        path: path.to_path_buf(),
+                        field: key.clone(),
+                        message: format!(
+                            "{v} is not supported by this agent (supported: true): it always registers its Node"
+                        ),
+                    });
+                }
+            }
+            "registerWithTaints" => {
+                let taints: Vec<k8s_openapi::api::core::v1::Taint> =
+                    serde_json::from_value(v.clone())
+                        .map_err(|e| bad(key, &format!("a list of taints ({e})")))?;
+                for t in &taints {
+                    if t.key.is_empty()
+                        || !["NoSchedule", "PreferNoSchedule", "NoExecute"]
+                            .contains(&t.effect.as_str())
+                    {
+                        return Err(bad(
+                            key,
+                            "taints with a key and an effect of NoSchedule, PreferNoSchedule or NoExecute",
+                        ));
+                    }
+                }
+                settings.register_with_taints = taints;
+            }
             "podLogsDir" => settings.pod_logs_dir = string(key, v)?.into(),
             "resolvConf" => settings.resolv_conf = string(key, v)?.into(),
             "clusterDomain" => settings.cluster_domain = string(key, v)?,
-            "runtimeRequestTimeout" => settings.runtime_request_timeout = duration(path, key, v)?,
+            "runtimeRequestTimeout" => {
+                nonzero(
+                    &mut settings.runtime_request_timeout,
+                    duration(path, key, v)?,
+                );
+            }
             "nodeStatusUpdateFrequency" => {
-                settings.node_status_update_frequency = duration(path, key, v)?
+                nonzero(
+                    &mut settings.node_status_update_frequency,
+                    duration(path, key, v)?,
+                );
             }
             "nodeStatusReportFrequency" => {
-                settings.node_status_report_frequency = duration(path, key, v)?
+                nonzero(
+                    &mut settings.node_status_report_frequency,
+                    duration(path, key, v)?,
+                );
             }
             "maxPods" => {
                 settings.max_pods = v
@@ -703,16 +813,10 @@ pub fn apply_file_text(
                 settings.static_pod_url_header = out;
             }
             "httpCheckFrequency" => {
-                settings.http_check_frequency = duration(path, key, v)?;
-                if settings.http_check_frequency.is_zero() {
-                    return Err(bad(key, "a duration above 0"));
-                }
+                nonzero(&mut settings.http_check_frequency, duration(path, key, v)?);
             }
             "fileCheckFrequency" => {
-                settings.file_check_frequency = duration(path, key, v)?;
-                if settings.file_check_frequency.is_zero() {
-                    return Err(bad(key, "a duration above 0"));
-                }
+                nonzero(&mut settings.file_check_frequency, duration(path, key, v)?);
             }
             "allowedUnsafeSysctls" => {
                 settings.allowed_unsafe_sysctls = v
@@ -739,8 +843,10 @@ pub fn apply_file_text(
                     .ok_or_else(|| bad(key, "a count of at least 2"))?;
             }
             "containerLogMonitorInterval" => {
-                settings.container_logs.interval =
-                    duration(path, key, v)?.max(std::time::Duration::from_secs(3));
+                let d = duration(path, key, v)?;
+                if !d.is_zero() {
+                    settings.container_logs.interval = d.max(std::time::Duration::from_secs(3));
+                }
             }
             "serverTLSBootstrap" => {
                 settings.server_tls_bootstrap =
@@ -850,7 +956,7 @@ pub fn apply_file_text(
                     settings.image_gc.low_percent = pct;
                 }
             }
-            "imageMinimumGCAge" => settings.image_gc.min_age = duration(path, key, v)?,
+            "imageMinimumGCAge" => nonzero(&mut settings.image_gc.min_age, duration(path, key, v)?),
             "imageMaximumGCAge" => settings.image_gc.max_age = duration(path, key, v)?,
             "nodeStatusMaxImages" => {
                 settings.node_status_max_images = v
@@ -860,7 +966,10 @@ pub fn apply_file_text(
                     .ok_or_else(|| bad(key, "a number of images, or -1 for all"))?;
             }
             "evictionPressureTransitionPeriod" => {
-                settings.eviction.pressure_transition_period = duration(path, key, v)?;
+                nonzero(
+                    &mut settings.eviction.pressure_transition_period,
+                    duration(path, key, v)?,
+                );
             }
             "evictionMaxPodGracePeriod" => {
                 settings.eviction.max_pod_grace_period = v
@@ -934,22 +1043,51 @@ fn webhook_cache_ttls(
     };
     let block = v.as_object().ok_or_else(|| bad("a mapping"))?;
     for (field, inner) in block {
-        if field != "webhook" {
-            ignored.push(format!("{key}.{field}"));
-            continue;
+        match (key, field.as_str()) {
+            ("authentication", "x509") => {
+                let file = inner
+                    .get("clientCAFile")
+                    .and_then(Value::as_str)
+                    .filter(|f| !f.is_empty());
+                settings.client_ca_file = file.map(PathBuf::from);
+                if let Some(other) = inner
+                    .as_object()
+                    .and_then(|o| o.keys().find(|k| *k != "clientCAFile"))
+                {
+                    ignored.push(format!("{key}.x509.{other}"));
+                }
+                continue;
+            }
+            // Checked with the security fields: only the values honoured pass.
+            ("authentication", "anonymous") | ("authorization", "mode") => continue,
+            (_, "webhook") => {}
+            _ => {
+                ignored.push(format!("{key}.{field}"));
+                continue;
+            }
         }
         let webhook = inner.as_object().ok_or_else(|| bad("webhook: a mapping"))?;
         for (name, value) in webhook {
             let dotted = format!("{key}.webhook.{name}");
             match (key, name.as_str()) {
                 ("authentication", "cacheTTL") => {
-                    settings.authentication_cache_ttl = duration(path, &dotted, value)?;
+                    nonzero(
+                        &mut settings.authentication_cache_ttl,
+                        duration(path, &dotted, value)?,
+                    );
                 }
                 ("authorization", "cacheAuthorizedTTL") => {
-                    settings.authorization_cache_authorized_ttl = duration(path, &dotted, value)?;
+                    nonzero(
+                        &mut settings.authorization_cache_authorized_ttl,
+                        duration(path, &dotted, value)?,
+                    );
                 }
+                ("authentication", "enabled") => {}
                 ("authorization", "cacheUnauthorizedTTL") => {
-                    settings.authorization_cache_unauthorized_ttl = duration(path, &dotted, value)?;
+                    nonzero(
+                        &mut settings.authorization_cache_unauthorized_ttl,
+                        duration(path, &dotted, value)?,
+                    );
                 }
                 _ => ignored.push(dotted),
             }
@@ -997,7 +1135,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn webhook_cache_ttls_are_read_and_other_auth_fields_reported() {
+    fn auth_blocks_are_read_and_unknown_auth_fields_reported() {
         let mut s = Settings::default();
         assert_eq!(s.authentication_cache_ttl, Duration::from_secs(120));
         assert_eq!(
@@ -1008,24 +1146,180 @@ mod tests {
             s.authorization_cache_unauthorized_ttl,
             Duration::from_secs(30)
         );
-        let text = "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: true\n    cacheTTL: 10s\nauthorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 0s\n";
+        let text = "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: true\n    cacheTTL: 10s\n  x509:\n    clientCAFile: /pki/ca.crt\n    other: 1\nauthorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 0s\n  extra: 1\n";
         let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        // The values checked with the security fields are honoured, not ignored.
         assert_eq!(
             ignored,
-            vec![
-                "authentication.anonymous",
-                "authentication.webhook.enabled",
-                "authorization.mode"
-            ]
+            vec!["authentication.x509.other", "authorization.extra"]
         );
+        assert_eq!(s.client_ca_file, Some(PathBuf::from("/pki/ca.crt")));
         assert_eq!(s.authentication_cache_ttl, Duration::from_secs(10));
         assert_eq!(
             s.authorization_cache_authorized_ttl,
             Duration::from_secs(60)
         );
-        assert_eq!(s.authorization_cache_unauthorized_ttl, Duration::ZERO);
+        // 0s is the default, as the kubelet defaults a zero duration.
+        assert_eq!(
+            s.authorization_cache_unauthorized_ttl,
+            Duration::from_secs(30)
+        );
         let bad = "authorization:\n  webhook:\n    cacheAuthorizedTTL: -1s\n";
         assert!(apply_file_text(&mut s, Path::new("k.yaml"), bad).is_err());
+    }
+
+    /// The KubeletConfiguration `kubeadm init` and `kubeadm join` write
+    /// (`/var/lib/kubelet/config.yaml`), zero durations and all.
+    const KUBEADM_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: \"\"
+cpuManagerReconcilePeriod: 0s
+crashLoopBackOff: {}
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMaximumGCAge: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: \"0\"
+    text:
+      infoBufferSize: \"0\"
+  verbosity: 0
+memorySwap: {}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+staticPodPath: /etc/kubernetes/manifests
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+";
+
+    #[test]
+    fn a_kubeadm_nodes_configuration_is_honoured_with_zero_durations_as_defaults() {
+        let mut s = Settings::default();
+        let ignored = apply_file_text(&mut s, Path::new("config.yaml"), KUBEADM_CONFIG).unwrap();
+        let d = Settings::default();
+        // Every `0s` is the default, as the kubelet's defaulting makes it.
+        assert_eq!(s.runtime_request_timeout, d.runtime_request_timeout);
+        assert_eq!(
+            s.node_status_update_frequency,
+            d.node_status_update_frequency
+        );
+        assert_eq!(
+            s.node_status_report_frequency,
+            d.node_status_report_frequency
+        );
+        assert_eq!(s.file_check_frequency, Duration::from_secs(20));
+        assert_eq!(s.http_check_frequency, Duration::from_secs(20));
+        assert_eq!(s.image_gc, d.image_gc);
+        assert_eq!(
+            s.eviction.pressure_transition_period,
+            d.eviction.pressure_transition_period
+        );
+        assert_eq!(s.authentication_cache_ttl, Duration::from_secs(120));
+        assert_eq!(
+            s.authorization_cache_authorized_ttl,
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            s.container_runtime_endpoint, d.container_runtime_endpoint,
+            "empty is the default"
+        );
+        assert_eq!(
+            s.static_pod_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(
+            s.client_ca_file,
+            Some(PathBuf::from("/etc/kubernetes/pki/ca.crt"))
+        );
+        assert_eq!(s.cgroup_driver, "systemd");
+        assert_eq!(s.cluster_dns, ["10.96.0.10"]);
+        // What is left is named, each in docs/configuration.md.
+        assert_eq!(
+            ignored,
+            [
+                "cpuManagerReconcilePeriod",
+                "crashLoopBackOff",
+                "healthzBindAddress",
+                "healthzPort",
+                "logging",
+                "memorySwap",
+                "rotateCertificates",
+                "shutdownGracePeriod",
+                "shutdownGracePeriodCriticalPods",
+                "streamingConnectionIdleTimeout",
+                "syncFrequency",
+                "volumeStatsAggPeriod",
+            ]
+        );
+    }
+
+    #[test]
+    fn register_with_taints_and_static_pod_sources_are_read_and_checked() {
+        let mut s = Settings::default();
+        let text = "registerWithTaints:\n- key: node-role.kubernetes.io/control-plane\n  effect: NoSchedule\n\
+                    staticPodPath: /m/\nstaticPodURL: http://127.0.0.1:8080/pods\n\
+                    staticPodURLHeader:\n  X-Token: [a, b]\nhttpCheckFrequency: 5s\nregisterNode: true\n";
+        assert!(
+            apply_file_text(&mut s, Path::new("k.yaml"), text)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            s.register_with_taints[0].key,
+            "node-role.kubernetes.io/control-plane"
+        );
+        assert_eq!(s.static_pod_path, Some(PathBuf::from("/m")));
+        assert_eq!(
+            s.static_pod_url.as_deref(),
+            Some("http://127.0.0.1:8080/pods")
+        );
+        assert_eq!(s.static_pod_url_header["X-Token"], ["a", "b"]);
+        assert_eq!(s.http_check_frequency, Duration::from_secs(5));
+        let v = s.kubelet_configuration();
+        assert_eq!(v["staticPodPath"], "/m");
+        assert_eq!(v["registerWithTaints"][0]["effect"], "NoSchedule");
+        for bad in [
+            "registerWithTaints:\n- key: k\n  effect: Sometimes\n",
+            "registerWithTaints: 3\n",
+            "registerNode: false\n",
+            "staticPodURL: \"not a url\"\n",
+            "staticPodURLHeader:\n  \"bad header\": [x]\n",
+            "cgroupDriver: other\n",
+        ] {
+            let mut s = Settings::default();
+            assert!(
+                apply_file_text(&mut s, Path::new("k.yaml"), bad).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
@@ -1035,7 +1329,8 @@ mod tests {
                     runtimeRequestTimeout: 1m30s\nclusterDNS: [10.0.0.10]\ncgroupDriver: cgroupfs\nfailSwapOn: false\n\
                     allowedUnsafeSysctls: [kernel.msg*, net.core.somaxconn]\n";
         let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
-        assert_eq!(ignored, vec!["cgroupDriver"]);
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(s.cgroup_driver, "cgroupfs");
         assert_eq!(s.fail_swap_on, Some(false));
         assert_eq!(s.max_pods, 50);
         assert_eq!(s.runtime_request_timeout, Duration::from_secs(90));

@@ -82,18 +82,27 @@ pub struct NodeConfig {
     /// `nodeStatusMaxImages` (50; -1: all): how many images
     /// `status.images` lists.
     pub max_images: i32,
+    /// `--node-labels`: labels beside the standard ones.
+    pub extra_labels: BTreeMap<String, String>,
+    /// `registerWithTaints`: the taints the Node is created with (an
+    /// existing Node keeps its own, as the kubelet only sets them at
+    /// registration).
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
 }
 
-/// The standard labels of the node (kubernetes.io/hostname, os, arch).
+/// The labels of the node: those of `--node-labels`, then the standard ones
+/// (kubernetes.io/hostname, os, arch), which win.
 #[must_use]
 pub fn labels(cfg: &NodeConfig) -> BTreeMap<String, String> {
-    BTreeMap::from([
+    let mut labels = cfg.extra_labels.clone();
+    labels.extend([
         ("kubernetes.io/hostname".to_string(), cfg.hostname.clone()),
         ("kubernetes.io/os".to_string(), "linux".to_string()),
         ("kubernetes.io/arch".to_string(), go_arch().to_string()),
         ("beta.kubernetes.io/os".to_string(), "linux".to_string()),
         ("beta.kubernetes.io/arch".to_string(), go_arch().to_string()),
-    ])
+    ]);
+    labels
 }
 
 /// Capacity and allocatable, as the kubelet's `MachineInfo` setter with
@@ -525,7 +534,10 @@ pub fn initial_node(cfg: &NodeConfig, status: NodeStatus) -> Node {
             )])),
             ..Default::default()
         },
-        spec: Some(NodeSpec::default()),
+        spec: Some(NodeSpec {
+            taints: (!cfg.taints.is_empty()).then(|| cfg.taints.clone()),
+            ..NodeSpec::default()
+        }),
         status: Some(status),
     }
 }
