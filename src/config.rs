@@ -564,6 +564,18 @@ pub const SECURITY_FIELDS: &[(&str, &[&str])] = &[
     ("tlsMinVersion", &["VersionTLS12", ""]),
     // User namespaces get the kubelet's default 65536 IDs per pod.
     ("userNamespaces.idsPerPod", &["65536"]),
+    // The node API is always served.
+    ("enableServer", &["true"]),
+    // The agent runs as a node agent, not once over a set of pods.
+    ("runOnce", &["false"]),
+    // maxPods alone caps the pods; no cap by cores.
+    ("podsPerCore", &["0"]),
+    // CPU limits are enforced with CFS quota.
+    ("cpuCFSQuota", &["true"]),
+    // Ephemeral storage limits are enforced (the eviction manager).
+    ("localStorageCapacityIsolation", &["true"]),
+    // The Node says volumes are attached by the controller.
+    ("enableControllerAttachDetach", &["true"]),
 ];
 
 /// Checks the security fields of a KubeletConfiguration document
@@ -607,6 +619,15 @@ fn check_security_fields(path: &Path, map: &serde_json::Map<String, Value>) -> R
                 ),
             ));
         }
+    }
+    if map
+        .get("defaultPodSysctls")
+        .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
+    {
+        return Err(unsupported(
+            "defaultPodSysctls",
+            "default pod sysctls are not supported by this agent (pods get only the sysctls they ask for)".into(),
+        ));
     }
     if map
         .get("tlsCipherSuites")
@@ -1318,6 +1339,69 @@ volumeStatsAggPeriod: 0s
             assert!(
                 apply_file_text(&mut s, Path::new("k.yaml"), bad).is_err(),
                 "{bad}"
+            );
+        }
+    }
+
+    /// Every field of `KubeletConfiguration` (k8s.io/kubelet v0.37).
+    const KUBELET_CONFIGURATION_FIELDS: &str = "enableServer staticPodPath podLogsDir syncFrequency \
+        fileCheckFrequency httpCheckFrequency staticPodURL staticPodURLHeader address port readOnlyPort \
+        tlsCertFile tlsPrivateKeyFile tlsCipherSuites tlsCurvePreferences tlsMinVersion rotateCertificates \
+        serverTLSBootstrap authentication authorization registryPullQPS registryBurst \
+        imagePullCredentialsVerificationPolicy preloadedImagesVerificationAllowlist eventRecordQPS eventBurst \
+        enableDebuggingHandlers enableContentionProfiling healthzPort healthzBindAddress oomScoreAdj \
+        clusterDomain clusterDNS streamingConnectionIdleTimeout nodeStatusUpdateFrequency \
+        nodeStatusReportFrequency nodeLeaseDurationSeconds imageMinimumGCAge imageMaximumGCAge \
+        imageGCHighThresholdPercent imageGCLowThresholdPercent volumeStatsAggPeriod kubeletCgroups \
+        systemCgroups cgroupRoot cgroupsPerQOS cgroupDriver cpuManagerPolicy singleProcessOOMKill \
+        cpuManagerPolicyOptions cpuManagerReconcilePeriod memoryManagerPolicy topologyManagerPolicy \
+        topologyManagerScope topologyManagerPolicyOptions qosReserved runtimeRequestTimeout hairpinMode \
+        maxPods podCIDR podPidsLimit resolvConf runOnce cpuCFSQuota cpuCFSQuotaPeriod nodeStatusMaxImages \
+        maxOpenFiles contentType kubeAPIQPS kubeAPIBurst serializeImagePulls maxParallelImagePulls \
+        evictionHard evictionSoft evictionSoftGracePeriod evictionPressureTransitionPeriod \
+        evictionMaxPodGracePeriod evictionMinimumReclaim mergeDefaultEvictionSettings podsPerCore \
+        enableControllerAttachDetach protectKernelDefaults makeIPTablesUtilChains iptablesMasqueradeBit \
+        iptablesDropBit featureGates failSwapOn memorySwap containerLogMaxSize containerLogMaxFiles \
+        containerLogMaxWorkers containerLogMonitorInterval configMapAndSecretChangeDetectionStrategy \
+        systemReserved kubeReserved reservedSystemCPUs showHiddenMetricsForVersion systemReservedCgroup \
+        kubeReservedCgroup enforceNodeAllocatable allowedUnsafeSysctls defaultPodSysctls volumePluginDir \
+        providerID kernelMemcgNotification logging enableSystemLogHandler enableSystemLogQuery \
+        shutdownGracePeriod shutdownGracePeriodCriticalPods shutdownGracePeriodByPodPriority \
+        crashLoopBackOff reservedMemory enableProfilingHandler enableDebugFlagsHandler seccompDefault \
+        memoryThrottlingFactor memoryReservationPolicy registerWithTaints registerNode tracing \
+        localStorageCapacityIsolation containerRuntimeEndpoint imageServiceEndpoint failCgroupV1 \
+        userNamespaces";
+
+    #[test]
+    fn docs_configuration_places_every_field() {
+        let doc = include_str!("../docs/configuration.md");
+        let fields: Vec<&str> = KUBELET_CONFIGURATION_FIELDS.split_whitespace().collect();
+        assert_eq!(fields.len(), 126);
+        let named = |f: &str| doc.contains(&format!("`{f}`"));
+        let missing: Vec<&str> = fields
+            .iter()
+            .copied()
+            .chain(
+                SUPPORTED_FIELDS
+                    .iter()
+                    .copied()
+                    .filter(|f| *f != "apiVersion" && *f != "kind"),
+            )
+            .chain(SECURITY_FIELDS.iter().map(|(f, _)| *f))
+            .filter(|f| !named(f))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not in docs/configuration.md: {missing:?}"
+        );
+        // Each field read is one the type has.
+        for f in SUPPORTED_FIELDS
+            .iter()
+            .filter(|f| **f != "apiVersion" && **f != "kind")
+        {
+            assert!(
+                fields.contains(f),
+                "{f} is not a KubeletConfiguration field"
             );
         }
     }
