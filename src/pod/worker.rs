@@ -191,6 +191,16 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         _ => pod,
     };
     let rt = observe(&ctx.runtime.runtime, &uid).await.map_err(rt_err)?;
+    // A static pod being stopped ends once nothing of it runs: what it ran
+    // stays for housekeeping and container GC, so the same manifest put
+    // back goes on from it (its restart count), as in the kubelet.
+    if crate::static_pod::is_static(&pod)
+        && pod.metadata.deletion_timestamp.is_some()
+        && rt.all_stopped()
+    {
+        finish_static(&pod, &ctx).await?;
+        return Ok(Action::await_change());
+    }
     // Step 2: admission of a pod not started yet; a pod that finished
     // without ever running (rejected) has nothing more to do.
     if never_ran(&pod, &rt) {
@@ -550,7 +560,7 @@ async fn delete(pod: &Pod, ctx: &Context) -> Result<()> {
 }
 
 /// The end of a stopped static pod (its manifest went or changed): its
-/// volumes and directory go, it leaves the pod sources (the manifest's new
+/// volumes go, it leaves the pod sources (the manifest's new
 /// version, if any, starts in its place; housekeeping deletes a mirror pod
 /// left without a static pod), and the managers forget it, so that the same
 /// manifest put back runs it anew.

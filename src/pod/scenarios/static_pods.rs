@@ -109,7 +109,14 @@ async fn a_static_pod_runs_reports_on_its_mirror_pod_and_both_go_with_the_manife
         n.sync(&pod).await;
     }
     assert!(stored(&n).is_none(), "the stopped static pod left");
-    assert!(n.cri.sandboxes().is_empty());
+    // Stopped, not removed: the same manifest put back goes on from it.
+    assert!(
+        n.cri
+            .sandboxes()
+            .iter()
+            .all(|s| s.state == k8s_cri::v1::PodSandboxState::SandboxNotready),
+        "the sandbox is stopped"
+    );
     // 1 s of grace, raised to the kubelet's 2 s floor when a container stops.
     let calls = n.cri_calls();
     assert!(
