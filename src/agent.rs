@@ -239,14 +239,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (_, allocatable) =
         crate::node::status::resources(&machine, settings.max_pods, &settings.reservations);
     let volumes = VolumeManager::new(client.clone(), &settings.root_dir, allocatable.clone());
-    let node_uid = crate::node::registration::register(
-        &client,
-        &runtime,
-        &node_cfg,
-        &machine,
-        &runtime_version,
-    )
-    .await;
+    // Registration retries until the API server answers, in the background:
+    // static pods start meanwhile, as the kubelet runs them without it.
+    let registered = tokio::spawn({
+        let (client, runtime, node_cfg, machine, version) = (
+            client.clone(),
+            runtime.clone(),
+            node_cfg.clone(),
+            machine.clone(),
+            runtime_version.clone(),
+        );
+        async move {
+            crate::node::registration::register(&client, &runtime, &node_cfg, &machine, &version)
+                .await
+        }
+    });
     let node_store = crate::node::registration::watch_node(client.clone(), &node_name);
     tokio::spawn(crate::node::registration::status_loop(
         client.clone(),
@@ -266,12 +273,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         crate::paths::CONTAINER_LOGS_DIR.into(),
         settings.container_logs,
     ));
-    tokio::spawn(crate::node::lease::renew_loop(
-        client.clone(),
-        node_name.clone(),
-        node_uid,
-        settings.node_lease_duration_seconds,
-    ));
+    tokio::spawn({
+        let (client, node_name) = (client.clone(), node_name.clone());
+        let duration = settings.node_lease_duration_seconds;
+        async move {
+            match registered.await {
+                Ok(node_uid) => {
+                    crate::node::lease::renew_loop(client, node_name, node_uid, duration).await;
+                }
+                Err(e) => warn!(error = %e, "node registration task"),
+            }
+        }
+    });
 
     let host_dns =
         HostDns::parse(&std::fs::read_to_string(&settings.resolv_conf).unwrap_or_default());

@@ -224,3 +224,102 @@ async fn a_static_pod_lives_and_ends_with_its_manifest() {
     );
     drop_namespace(&client, &ns).await;
 }
+
+/// A second agent on the cluster's containerd whose API server never
+/// answers: its static pod runs all the same, as the kubelet runs static
+/// pods before (and without) the API server, and nothing else of the
+/// runtime is touched (its sources are never ready).
+#[tokio::test]
+async fn a_static_pod_runs_while_the_api_server_is_unreachable() {
+    let base = tempfile::tempdir().expect("temp dir");
+    let node = "static-offline";
+    let manifests = base.path().join("manifests");
+    std::fs::create_dir_all(&manifests).expect("manifest dir");
+    std::fs::write(manifests.join("web.yaml"), manifest("default", "offline")).expect("manifest");
+    // Loopback port 1: nothing listens, every request is refused.
+    let kubeconfig = base.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n    \
+         insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: unused\ncontexts:\n- name: x\n  \
+         context:\n    cluster: c\n    user: u\ncurrent-context: x\n",
+    )
+    .expect("kubeconfig");
+    let config = base.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "kind: KubeletConfiguration\nstaticPodPath: {}\n",
+            manifests.display()
+        ),
+    )
+    .expect("config");
+    let log = std::fs::File::create(base.path().join("rustlet.log")).expect("log");
+    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_rustlet"))
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--node-name", node, "--node-ip", "127.0.0.1"])
+        .arg("--container-runtime-endpoint")
+        .arg(format!(
+            "unix://{}",
+            local().join("containerd/containerd.sock").display()
+        ))
+        .arg("--root-dir")
+        .arg(base.path().join("root"))
+        .arg("--pod-logs-dir")
+        .arg(base.path().join("logs"))
+        .arg("--config")
+        .arg(&config)
+        .args(["--port", "11351", "--healthz-port", "0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start the agent");
+    let rt = runtime().await;
+    let by_name = HashMap::from([("io.kubernetes.pod.name".to_string(), format!("web-{node}"))]);
+    let mut running = Vec::new();
+    for _ in 0..60 {
+        running = rt
+            .list_containers(by_name.clone())
+            .await
+            .expect("list containers")
+            .into_iter()
+            .filter(|c| c.state == RUNNING)
+            .collect();
+        if !running.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let _ = std::process::Command::new("kill")
+        .arg(agent.id().to_string())
+        .status();
+    let _ = agent.wait();
+    // Whatever it ran goes, whether or not the test passed.
+    for s in rt
+        .list_pod_sandboxes(by_name.clone())
+        .await
+        .expect("list sandboxes")
+    {
+        for c in rt
+            .list_containers(HashMap::from([(
+                POD_UID_LABEL.to_string(),
+                s.labels.get(POD_UID_LABEL).cloned().unwrap_or_default(),
+            )]))
+            .await
+            .expect("list containers")
+        {
+            let _ = rt.stop_container(&c.id, 0).await;
+            let _ = rt.remove_container(&c.id).await;
+        }
+        let _ = rt.stop_pod_sandbox(&s.id).await;
+        let _ = rt.remove_pod_sandbox(&s.id).await;
+    }
+    let log = std::fs::read_to_string(base.path().join("rustlet.log")).unwrap_or_default();
+    assert_eq!(
+        running.len(),
+        1,
+        "the static pod's container never ran; the agent's log:\n{log}"
+    );
+}

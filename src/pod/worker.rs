@@ -359,8 +359,21 @@ async fn admission(
         apparmor_enabled: node.apparmor_enabled,
         supplemental_groups_policy,
     };
-    let Some(view) = node_view(&ctx.node_store, &node.node_name) else {
-        return Ok(Verdict::NodeNotSeen);
+    let view = match node_view(&ctx.node_store, &node.node_name) {
+        Some(view) => view,
+        // A static pod does not wait for the API server: it is admitted
+        // against the node as the agent knows it (the kubelet's
+        // `getNodeAnyWay`), with its hostname and OS labels and no taints.
+        None if crate::static_pod::is_static(pod) => NodeView {
+            name: node.node_name.clone(),
+            labels: BTreeMap::from([
+                ("kubernetes.io/hostname".to_string(), node.node_name.clone()),
+                ("kubernetes.io/os".to_string(), "linux".to_string()),
+            ]),
+            taints: Vec::new(),
+            allocatable: node.allocatable.clone(),
+        },
+        None => return Ok(Verdict::NodeNotSeen),
     };
     let bound = ctx.runtime.pods.state();
     let bound: Vec<&Pod> = bound.iter().map(AsRef::as_ref).collect();
