@@ -73,6 +73,24 @@ impl Node {
     }
 
     async fn with(api: FakeApi, cri: FakeRuntime, dir: Arc<tempfile::TempDir>) -> Self {
+        Self::with_node(api, cri, dir, true).await
+    }
+
+    /// A node whose Node object is not listed yet (the API server has not
+    /// answered).
+    async fn start_unregistered() -> Self {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let (cri, _) = FakeRuntime::serve(dir.path()).expect("serve the fake runtime");
+        cri.add_image(IMAGE);
+        Self::with_node(FakeApi::default(), cri, dir, false).await
+    }
+
+    async fn with_node(
+        api: FakeApi,
+        cri: FakeRuntime,
+        dir: Arc<tempfile::TempDir>,
+        node_listed: bool,
+    ) -> Self {
         let runtime = cri.client(Duration::from_secs(10)).await.expect("client");
         let client = api.client();
         let recorder = Recorder::new(client.clone(), "node-1".into());
@@ -95,7 +113,12 @@ impl Node {
             host_dns: HostDns::default(),
             cluster_dns: vec![],
             cluster_domain: "cluster.local".into(),
-            allocatable: BTreeMap::new(),
+            // As the agent computes it; the same as the Node below.
+            allocatable: BTreeMap::from([
+                ("cpu".to_string(), Quantity("4".into())),
+                ("memory".to_string(), Quantity("8Gi".into())),
+                ("pods".to_string(), Quantity("110".into())),
+            ]),
             memory_capacity_bytes: 1 << 30,
             hosts_file: hosts,
             allowed_unsafe_sysctls: vec![],
@@ -123,7 +146,9 @@ impl Node {
             ])),
             ..Default::default()
         });
-        node_writer.apply_watcher_event(&watcher::Event::Apply(api_node));
+        if node_listed {
+            node_writer.apply_watcher_event(&watcher::Event::Apply(api_node));
+        }
         let ctx = Arc::new(Context {
             runtime: RuntimeManager {
                 runtime,

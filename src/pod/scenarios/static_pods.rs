@@ -138,3 +138,26 @@ async fn a_static_pod_runs_reports_on_its_mirror_pod_and_both_go_with_the_manife
     assert_eq!(deleted, 1);
     assert!(n.api.pod("web-node-1").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_pod_starts_before_the_node_is_registered_and_its_mirror_pod_waits() {
+    let n = Node::start_unregistered().await;
+    n.pods.set_static("file", manifest_pods(&n, 1));
+    let web = stored(&n).expect("web");
+    n.sync(&web).await;
+    // Admitted against the node as the agent knows it, and running.
+    assert_eq!(n.cri.sandboxes().len(), 1, "the static pod runs: {:?}", n.api.events());
+    // No Node, so no mirror pod and nowhere to write a status: no request.
+    assert_eq!(n.api_calls(), Vec::<String>::new());
+    // An API pod waits for the Node instead.
+    let mut api_pod = n
+        .api
+        .put_pod(crate::fixtures::pod("db").container("c", IMAGE).build());
+    api_pod.metadata.uid = Some("db-uid".into());
+    n.sync(&api_pod).await;
+    assert_eq!(
+        n.cri.sandboxes().len(),
+        1,
+        "an API pod is not admitted without the Node"
+    );
+}
