@@ -657,6 +657,14 @@ mod tests {
         p
     }
 
+    fn with_grace(mut p: Pod, seconds: i64) -> Pod {
+        p.spec
+            .as_mut()
+            .expect("spec")
+            .termination_grace_period_seconds = Some(seconds);
+        p
+    }
+
     fn desired(pods: &[Pod]) -> BTreeMap<String, Pod> {
         pods.iter().map(|p| (key_of(p), p.clone())).collect()
     }
@@ -683,11 +691,7 @@ mod tests {
         );
 
         // The manifest changes: the old pod is stopped, with its grace period.
-        let mut v2 = static_pod("web", "u2");
-        v2.spec
-            .as_mut()
-            .expect("spec")
-            .termination_grace_period_seconds = Some(0);
+        let v2 = with_grace(static_pod("web", "u2"), 0);
         c.set_source("file", desired(&[v2]), at(5));
         let stopping = c.pod("default/web").expect("web");
         assert_eq!(stopping.metadata.uid.as_deref(), Some("u1"));
@@ -704,11 +708,7 @@ mod tests {
     #[test]
     fn a_removed_manifest_stops_the_pod_and_then_it_leaves() {
         let mut c = PodConfig::default();
-        let mut p = static_pod("web", "u1");
-        p.spec
-            .as_mut()
-            .expect("spec")
-            .termination_grace_period_seconds = Some(0);
+        let p = with_grace(static_pod("web", "u1"), 0);
         c.set_source("file", desired(&[p]), at(0));
         c.set_source("file", BTreeMap::new(), at(1));
         // At least 1 s of grace, as the kubelet kills a removed static pod.

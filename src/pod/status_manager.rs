@@ -94,15 +94,8 @@ impl StatusManager {
             return Ok(false);
         }
         let (ns, name, uid) = pod_identity(pod);
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        let patch = serde_json::json!({ "metadata": { "uid": uid }, "status": status });
-        match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return Ok(false),
-            Err(e) => return Err(e),
+        if !self.patch(&ns, &name, &uid, &status).await? {
+            return Ok(false);
         }
         let at = pod.metadata.resource_version.clone().unwrap_or_default();
         self.sent
@@ -138,15 +131,8 @@ impl StatusManager {
         let mut written_to = String::new();
         if let Some(mirror_uid) = mirror {
             let (ns, name, _) = pod_identity(pod);
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-            let patch = serde_json::json!({ "metadata": { "uid": mirror_uid }, "status": status });
-            match api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => written_to = mirror_uid,
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => return Err(e),
+            if self.patch(&ns, &name, &mirror_uid, &status).await? {
+                written_to = mirror_uid;
             }
         }
         let patched = !written_to.is_empty();
@@ -155,6 +141,31 @@ impl StatusManager {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(uid, (written_to, status));
         Ok(patched)
+    }
+
+    /// Patches `pods/status` of pod `ns/name` to `status`, with `uid` as
+    /// precondition; false when the pod is gone (404) or another of the
+    /// same name (409): there is nothing to report on.
+    ///
+    /// # Errors
+    /// The patch failed otherwise.
+    async fn patch(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        status: &PodStatus,
+    ) -> Result<bool, kube::Error> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let patch = serde_json::json!({ "metadata": { "uid": uid }, "status": status });
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Forgets static pod `pod` once it stopped: its UID may run again (the

@@ -554,22 +554,36 @@ async fn delete(pod: &Pod, ctx: &Context) -> Result<()> {
             });
         }
     }
+    teardown(pod, ctx).await?;
+    ctx.status.delete(pod).await.map_err(|source| Error::Api {
+        pod: format!("{ns}/{name}"),
+        source,
+    })?;
+    info!("pod terminated and deleted");
+    forget(&uid, ctx);
+    Ok(())
+}
+
+/// Tears down the volumes and directory of pod `pod`.
+///
+/// # Errors
+/// The teardown failed.
+async fn teardown(pod: &Pod, ctx: &Context) -> Result<()> {
+    let (ns, name, uid) = pod_identity(pod);
     ctx.volumes
         .teardown(&uid)
         .await
         .map_err(|source| Error::Volume {
             pod: format!("{ns}/{name}"),
             source,
-        })?;
-    ctx.status.delete(pod).await.map_err(|source| Error::Api {
-        pod: format!("{ns}/{name}"),
-        source,
-    })?;
-    info!("pod terminated and deleted");
-    ctx.runtime.images.forget(&uid);
-    ctx.runtime.userns.release(&uid);
-    ctx.prober.forget(&uid);
-    Ok(())
+        })
+}
+
+/// The managers forget pod `uid`, which has ended here.
+fn forget(uid: &str, ctx: &Context) {
+    ctx.runtime.images.forget(uid);
+    ctx.runtime.userns.release(uid);
+    ctx.prober.forget(uid);
 }
 
 /// The end of a stopped static pod (its manifest went or changed): its
@@ -581,21 +595,13 @@ async fn delete(pod: &Pod, ctx: &Context) -> Result<()> {
 /// # Errors
 /// The teardown failed.
 async fn finish_static(pod: &Pod, ctx: &Context) -> Result<()> {
-    let (ns, name, uid) = pod_identity(pod);
-    ctx.volumes
-        .teardown(&uid)
-        .await
-        .map_err(|source| Error::Volume {
-            pod: format!("{ns}/{name}"),
-            source,
-        })?;
+    teardown(pod, ctx).await?;
     ctx.sources.finished(pod);
     info!("static pod stopped");
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     ctx.status.forget(pod);
     ctx.admission.retain(|u| u != uid);
-    ctx.runtime.images.forget(&uid);
-    ctx.runtime.userns.release(&uid);
-    ctx.prober.forget(&uid);
+    forget(uid, ctx);
     Ok(())
 }
 

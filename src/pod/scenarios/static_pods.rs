@@ -146,7 +146,12 @@ async fn a_static_pod_starts_before_the_node_is_registered_and_its_mirror_pod_wa
     let web = stored(&n).expect("web");
     n.sync(&web).await;
     // Admitted against the node as the agent knows it, and running.
-    assert_eq!(n.cri.sandboxes().len(), 1, "the static pod runs: {:?}", n.api.events());
+    assert_eq!(
+        n.cri.sandboxes().len(),
+        1,
+        "the static pod runs: {:?}",
+        n.api.events()
+    );
     // No Node, so no mirror pod and nowhere to write a status: no request.
     assert_eq!(n.api_calls(), Vec::<String>::new());
     // An API pod waits for the Node instead.
