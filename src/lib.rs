@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod certificate;
 pub mod cli;
 pub mod config;
 pub mod container;

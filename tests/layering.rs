@@ -42,6 +42,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "image_gc",
             "container_gc",
             "static_pod",
+            "certificate",
         ],
     ),
     (

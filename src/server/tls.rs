@@ -12,6 +12,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::certificate::write_private;
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -129,26 +130,6 @@ pub fn self_signed(names: &[String], ips: &[IpAddr]) -> Result<(String, String),
     let key = rcgen::KeyPair::generate()?;
     let cert = params.self_signed(&key)?;
     Ok((cert.pem(), key.serialize_pem()))
-}
-
-/// Writes `text` to `path` with permissions `mode` through a temporary file
-/// renamed into place, so a reader never sees half a key.
-///
-/// # Errors
-/// The I/O error of creating, writing, syncing or renaming the file.
-pub(super) fn write_private(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 impl ServingCert {
