@@ -180,6 +180,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if settings.fail_swap_on == Some(true) {
         check_no_swap(Path::new("/proc/swaps"))?;
     }
+    if let (Some(bootstrap), Some(kubeconfig)) = (&args.bootstrap_kubeconfig, &args.kubeconfig) {
+        let node = args.node_name.clone().unwrap_or_else(hostname);
+        let cert_dir = args
+            .cert_dir
+            .clone()
+            .unwrap_or_else(|| settings.root_dir.join("pki"));
+        crate::node::bootstrap::ensure(kubeconfig, bootstrap, &cert_dir, &node)
+            .await
+            .context("TLS bootstrap")?;
+    }
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let runtime = Runtime::connect(
         &settings.container_runtime_endpoint,

@@ -43,6 +43,16 @@ pub struct RunArgs {
     /// Kubeconfig to reach the API server (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// A kubeconfig with bootstrap credentials (a bootstrap token): when
+    /// --kubeconfig is missing or its client certificate has expired, a
+    /// client certificate is requested with it and --kubeconfig written, as
+    /// the kubelet's TLS bootstrap.
+    #[arg(long, requires = "kubeconfig")]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// Where the client certificate of the TLS bootstrap is kept
+    /// [default: <root-dir>/pki].
+    #[arg(long)]
+    pub cert_dir: Option<PathBuf>,
     /// Name of this node (default: the hostname).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,

@@ -3,6 +3,7 @@
 //! allocatable, addresses, nodeInfo, conditions), and the node Lease in
 //! `kube-node-lease` (the kubelet's node lease controller).
 
+pub mod bootstrap;
 pub mod info;
 pub mod lease;
 pub mod registration;
