@@ -383,6 +383,7 @@ POLICY
     --secure-port=6443 --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
     --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
     --client-ca-file="$PKI/ca.crt" \
+    --enable-bootstrap-token-auth \
     --authorization-mode=Node,RBAC \
     --enable-admission-plugins=NodeRestriction \
     --allow-privileged=true \
