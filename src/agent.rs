@@ -142,6 +142,9 @@ pub fn settings(args: &RunArgs) -> anyhow::Result<Settings> {
     if let Some(v) = args.port {
         s.port = i32::from(v);
     }
+    if let Some(v) = args.minimum_image_ttl_duration {
+        s.image_gc.min_age = v;
+    }
     Ok(s)
 }
 

@@ -102,6 +102,12 @@ pub struct RunArgs {
     /// allowed set.
     #[arg(long, value_parser = node_labels, default_value = "")]
     pub node_labels: NodeLabels,
+    /// Image GC: an unused image first seen less than this ago is kept (a
+    /// Go duration; `0s` keeps none), as the kubelet's deprecated flag of the
+    /// same name; it wins over `imageMinimumGCAge`, where `0s` means the
+    /// default.
+    #[arg(long, value_parser = go_duration)]
+    pub minimum_image_ttl_duration: Option<std::time::Duration>,
     /// Container GC: a dead container younger than this (a Go duration,
     /// such as `1m`) is kept, as the kubelet's flag of the same name.
     #[arg(long, value_parser = go_duration, default_value = "0s")]
