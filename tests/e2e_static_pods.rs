@@ -137,6 +137,19 @@ async fn a_static_pod_lives_and_ends_with_its_manifest() {
         running[0].id
     );
 
+    // Its logs, through the API server, as `kubectl logs` reads them.
+    let logs = api
+        .logs(
+            &mirror_name,
+            &kube::api::LogParams {
+                container: Some("c".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("the static pod's logs through its mirror pod");
+    assert!(logs.contains("v1"), "{logs:?}");
+
     // The mirror pod deleted (gracefully, as kubectl does): made again, and
     // the pod itself goes on.
     let mirror_uid = mirror.metadata.uid.clone().expect("uid");

@@ -396,6 +396,27 @@ impl PodSources {
         inner.config.static_gone(&key)
     }
 
+    /// Static pod `pod` now has status `status` (the status manager's):
+    /// the store shows it, as the kubelet shows a static pod with its
+    /// status manager's status, for the node API (`/pods`, logs). Its
+    /// worker is not woken: the status is its own doing.
+    pub fn set_static_status(&self, pod: &Pod, status: &k8s_openapi::api::core::v1::PodStatus) {
+        let mut inner = self.lock();
+        let key = key_of(pod);
+        let Some(current) = inner.config.active.get_mut(&key) else {
+            return;
+        };
+        if current.metadata.uid != pod.metadata.uid {
+            return;
+        }
+        let mut updated = (**current).clone();
+        updated.status = Some(status.clone());
+        *current = Arc::new(updated.clone());
+        inner
+            .writer
+            .apply_watcher_event(&watcher::Event::Apply(updated));
+    }
+
     /// The mirror pod of static pod `pod`, if the API server has one.
     #[must_use]
     pub fn mirror_of(&self, pod: &Pod) -> Option<Arc<Pod>> {

@@ -136,6 +136,7 @@ impl StatusManager {
             }
         }
         let patched = !written_to.is_empty();
+        self.sources.set_static_status(pod, &status);
         self.sent
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -81,6 +81,12 @@ async fn a_static_pod_runs_reports_on_its_mirror_pod_and_both_go_with_the_manife
     );
     let phase = n.status("web-node-1").phase;
     assert_eq!(phase.as_deref(), Some("Running"));
+    // The store shows the static pod with that status (for the node API).
+    let shown = stored(&n)
+        .and_then(|p| p.status.clone())
+        .unwrap_or_default();
+    assert_eq!(shown.phase.as_deref(), Some("Running"));
+    assert!(shown.container_statuses.is_some_and(|c| c.len() == 1));
     // The same status again costs nothing.
     n.sync(&web).await;
     assert_eq!(n.api_calls(), Vec::<String>::new());
