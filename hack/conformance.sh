@@ -290,8 +290,11 @@ if [[ -d $LOCAL/kubelet/image_manager ]]; then
   rm -rf "$LOCAL/kubelet/image_manager"
 fi
 
-# Static pod manifests an interrupted node suite run left behind.
+# Static pod manifests an interrupted node suite run left behind, and the
+# configuration an earlier node suite run wrote for restarts (the shim
+# restarts the agent with it when it is there: it must be this run's).
 rm -rf "${LOCAL:?}/kubelet/manifests" "${LOCAL:?}/rustlet/manifests"
+rm -f "${BIN:?}/kubelet-config"
 
 # The source local-up.sh builds rustlet from, named now (commits may land
 # while the tests run).
