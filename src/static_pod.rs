@@ -330,7 +330,9 @@ pub fn is_mirror(pod: &Pod) -> bool {
     annotation(pod, CONFIG_MIRROR_ANNOTATION).is_some()
 }
 
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+/// The value of annotation `key` of `pod`, if set.
+#[must_use]
+pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata
         .annotations
         .as_ref()?

@@ -17,7 +17,7 @@ use kube::Api;
 use kube::api::DeleteParams;
 use rustlet::cri::POD_UID_LABEL;
 use rustlet::static_pod::{
-    CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
+    CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION, annotation,
 };
 
 /// CRI `CONTAINER_RUNNING`.
@@ -35,14 +35,6 @@ fn manifest(ns: &str, message: &str) -> String {
          spec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: {BUSYBOX}\n\
          \x20   command: [\"sh\", \"-c\", \"echo {message}; exec sleep 3600\"]\n"
     )
-}
-
-fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
-    p.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
 }
 
 /// The mirror pod, once it exists with a UID other than `not`, Running.

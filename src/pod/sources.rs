@@ -678,6 +678,17 @@ mod tests {
         p
     }
 
+    /// The mirror pod (UID `uid`) of the static pod `name` with hash `hash`.
+    fn mirror_pod(name: &str, uid: &str, hash: &str) -> Pod {
+        let mut mirror = static_pod(name, uid);
+        mirror
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(static_pod::CONFIG_MIRROR_ANNOTATION.into(), hash.into());
+        mirror
+    }
+
     fn with_grace(mut p: Pod, seconds: i64) -> Pod {
         p.spec
             .as_mut()
@@ -752,12 +763,7 @@ mod tests {
     fn mirror_pods_are_kept_aside_and_api_pods_of_a_static_name_are_hidden() {
         let mut c = PodConfig::default();
         c.set_source("file", desired(&[static_pod("web", "u1")]), at(0));
-        let mut mirror = static_pod("web", "m1");
-        mirror
-            .metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(static_pod::CONFIG_MIRROR_ANNOTATION.into(), "u1".into());
+        let mirror = mirror_pod("web", "m1", "u1");
         let mut other = pod("db").container("c", "busybox").build();
         other.metadata.uid = Some("a1".into());
         let keys = c.api_replace(vec![mirror.clone(), other.clone()]);
@@ -801,12 +807,7 @@ mod tests {
             unlisted: BTreeSet::from(["file".to_string()]),
             ..PodConfig::default()
         };
-        let mut mirror = static_pod("web", "m1");
-        mirror
-            .metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(static_pod::CONFIG_MIRROR_ANNOTATION.into(), "u1".into());
+        let mirror = mirror_pod("web", "m1", "u1");
         c.api_replace(vec![mirror.clone()]);
         assert!(
             c.orphan_mirrors().is_empty(),
@@ -852,12 +853,7 @@ mod tests {
         );
 
         // A mirror pod's change wakes its static pod.
-        let mut mirror = static_pod("web", "m1");
-        mirror
-            .metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(static_pod::CONFIG_MIRROR_ANNOTATION.into(), "u1".into());
+        let mirror = mirror_pod("web", "m1", "u1");
         sources.api_event(watcher::Event::Apply(mirror));
         assert_eq!(
             out.triggers.recv().await.and_then(|p| p.metadata.uid),
