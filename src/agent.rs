@@ -148,8 +148,10 @@ pub fn settings(args: &RunArgs) -> anyhow::Result<Settings> {
     Ok(s)
 }
 
-async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
-    let config = match kubeconfig {
+/// The API client configuration: `--kubeconfig`, else the in-cluster one,
+/// else `$KUBECONFIG` or `~/.kube/config`.
+async fn kube_config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
+    Ok(match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
                 .with_context(|| format!("read kubeconfig {}", path.display()))?;
@@ -165,8 +167,7 @@ async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
                     "no in-cluster config and no usable kubeconfig ($KUBECONFIG or ~/.kube/config)",
                 )?,
         },
-    };
-    Client::try_from(config).context("build API client")
+    })
 }
 
 fn hostname() -> String {
@@ -183,17 +184,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if settings.fail_swap_on == Some(true) {
         check_no_swap(Path::new("/proc/swaps"))?;
     }
+    let cert_dir = args
+        .cert_dir
+        .clone()
+        .unwrap_or_else(|| settings.root_dir.join("pki"));
     if let (Some(bootstrap), Some(kubeconfig)) = (&args.bootstrap_kubeconfig, &args.kubeconfig) {
         let node = args.node_name.clone().unwrap_or_else(hostname);
-        let cert_dir = args
-            .cert_dir
-            .clone()
-            .unwrap_or_else(|| settings.root_dir.join("pki"));
         crate::node::bootstrap::ensure(kubeconfig, bootstrap, &cert_dir, &node)
             .await
             .context("TLS bootstrap")?;
     }
-    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let config = kube_config(args.kubeconfig.as_deref()).await?;
+    let (client, rotation) = if settings.rotate_certificates {
+        let node = args.node_name.clone().unwrap_or_else(hostname);
+        let (client, rotation) =
+            crate::node::client_cert::Rotation::start(&config, &cert_dir, &node)
+                .context("rotateCertificates")?;
+        let rotation = rotation.run(client.clone());
+        (client, futures::future::Either::Left(rotation))
+    } else {
+        let client = Client::try_from(config).context("build API client")?;
+        (
+            client,
+            futures::future::Either::Right(std::future::pending()),
+        )
+    };
     let runtime = Runtime::connect(
         &settings.container_runtime_endpoint,
         settings.runtime_request_timeout,
@@ -555,6 +570,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
         r = &mut server => Err(server_failed(r)),
+        e = rotation => Err(e.context("client certificate rotation")),
     };
     housekeeping.abort();
     info!("stopped");

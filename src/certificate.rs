@@ -5,11 +5,11 @@
 //! issued, and the certificate and key stored together in one PEM file
 //! (mode 0600, renamed into place). Used for the node API's serving
 //! certificate (`serverTLSBootstrap`) and the agent's own client
-//! certificate (`--bootstrap-kubeconfig`).
+//! certificate (`--bootstrap-kubeconfig`, `rotateCertificates`).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -165,6 +165,68 @@ pub fn certified(
     let certified = CertifiedKey::new(chain, signer);
     certified.keys_match().map_err(|e| bad(&e))?;
     Ok((Arc::new(certified), from, until))
+}
+
+/// A certificate and its key, swapped in place when renewed: rustls' server
+/// certificate resolver for the node API, its client certificate resolver
+/// for the agent's API connections; empty until the first is issued.
+#[derive(Clone, Debug, Default)]
+pub struct CertSlot(Arc<RwLock<Option<Arc<CertifiedKey>>>>);
+
+impl PartialEq for CertSlot {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for CertSlot {}
+
+impl CertSlot {
+    /// Puts `key` in place for the handshakes that follow.
+    pub fn set(&self, key: Arc<CertifiedKey>) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(key);
+    }
+
+    /// True once a certificate is in place.
+    #[must_use]
+    pub fn is_set(&self) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// The certificate in place, if any.
+    #[must_use]
+    pub fn get(&self) -> Option<Arc<CertifiedKey>> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl rustls::server::ResolvesServerCert for CertSlot {
+    fn resolve(&self, _hello: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.get()
+    }
+}
+
+impl rustls::client::ResolvesClientCert for CertSlot {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        self.get()
+    }
+
+    fn has_certs(&self) -> bool {
+        self.is_set()
+    }
 }
 
 /// One certificate for `template`, as the kubelet's certificate manager

@@ -106,6 +106,10 @@ pub struct Settings {
     /// `serverTLSBootstrap`: the node API's certificate comes from the
     /// certificates API (signer `kubernetes.io/kubelet-serving`).
     pub server_tls_bootstrap: bool,
+    /// `rotateCertificates`: the client certificate the agent reaches the API
+    /// server with is renewed from the certificates API before it expires
+    /// (signer `kubernetes.io/kube-apiserver-client-kubelet`).
+    pub rotate_certificates: bool,
     /// `serializeImagePulls` (true): one image pull at a time.
     pub serialize_image_pulls: bool,
     /// `maxParallelImagePulls`: the most pulls at once when
@@ -328,6 +332,7 @@ impl Default for Settings {
             allowed_unsafe_sysctls: Vec::new(),
             container_logs: ContainerLogPolicy::default(),
             server_tls_bootstrap: false,
+            rotate_certificates: false,
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
             authentication_cache_ttl: Duration::from_secs(120),
@@ -458,6 +463,7 @@ impl Settings {
             "containerLogMaxFiles": self.container_logs.max_files,
             "containerLogMonitorInterval": go_duration(self.container_logs.interval),
             "serverTLSBootstrap": self.server_tls_bootstrap,
+            "rotateCertificates": self.rotate_certificates,
             "serializeImagePulls": self.serialize_image_pulls,
             "maxParallelImagePulls": self.max_parallel_image_pulls,
             "seccompDefault": self.seccomp_default,
@@ -533,6 +539,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "containerLogMaxFiles",
     "containerLogMonitorInterval",
     "serverTLSBootstrap",
+    "rotateCertificates",
     "serializeImagePulls",
     "maxParallelImagePulls",
     "authentication",
@@ -892,6 +899,10 @@ pub fn apply_file_text(
             }
             "serverTLSBootstrap" => {
                 settings.server_tls_bootstrap =
+                    v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
+            }
+            "rotateCertificates" => {
+                settings.rotate_certificates =
                     v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
             }
             "serializeImagePulls" => {
@@ -1304,6 +1315,7 @@ volumeStatsAggPeriod: 0s
             Some(PathBuf::from("/etc/kubernetes/pki/ca.crt"))
         );
         assert_eq!(s.cgroup_driver, "systemd");
+        assert!(s.rotate_certificates);
         assert_eq!(s.cluster_dns, ["10.96.0.10"]);
         // What is left is named, each in docs/configuration.md.
         assert_eq!(
@@ -1315,7 +1327,6 @@ volumeStatsAggPeriod: 0s
                 "healthzPort",
                 "logging",
                 "memorySwap",
-                "rotateCertificates",
                 "shutdownGracePeriod",
                 "shutdownGracePeriodCriticalPods",
                 "streamingConnectionIdleTimeout",

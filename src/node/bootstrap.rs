@@ -227,7 +227,7 @@ pub async fn ensure(
 /// Points the link `current` at `target` (absolute), replacing it in one
 /// rename, as the kubelet's certificate store does through
 /// `kubelet-client-updated.pem`.
-fn link(target: &Path, current: &Path) -> std::io::Result<()> {
+pub(super) fn link(target: &Path, current: &Path) -> std::io::Result<()> {
     let target = std::path::absolute(target)?;
     let updated = current.with_file_name("kubelet-client-updated.pem");
     let _ = std::fs::remove_file(&updated);

@@ -4,6 +4,7 @@
 //! `kube-node-lease` (the kubelet's node lease controller).
 
 pub mod bootstrap;
+pub mod client_cert;
 pub mod info;
 pub mod lease;
 pub mod registration;

@@ -12,60 +12,19 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use rustls::sign::CertifiedKey;
 use tracing::{info, warn};
 
+pub use crate::certificate::CertSlot;
 use crate::certificate::{Template, certified, renew_at};
 
 /// The file holding the current certificate and its key.
 pub const CURRENT: &str = "kubelet-server-current.pem";
 /// How long to wait before a new request after a denied or failed one.
 const RETRY: Duration = Duration::from_secs(30);
-
-/// The certificate the node API presents, swapped in place when renewed
-/// (rustls' certificate resolver); empty until the first is issued.
-#[derive(Clone, Debug, Default)]
-pub struct CertSlot(Arc<RwLock<Option<Arc<CertifiedKey>>>>);
-
-impl PartialEq for CertSlot {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for CertSlot {}
-
-impl CertSlot {
-    fn set(&self, key: Arc<CertifiedKey>) {
-        *self
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(key);
-    }
-
-    /// True once a certificate is in place.
-    #[must_use]
-    pub fn is_set(&self) -> bool {
-        self.0
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_some()
-    }
-}
-
-impl rustls::server::ResolvesServerCert for CertSlot {
-    fn resolve(&self, _hello: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.0
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-}
 
 /// The server certificate manager of one node.
 #[derive(Clone)]
