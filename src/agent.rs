@@ -73,12 +73,22 @@ pub fn main() -> ExitCode {
             match rt.block_on(run(args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("rustlet: error: {e:#}");
+                    eprintln!("rustlet: error: {}", one_line(&format!("{e:#}")));
                     ExitCode::FAILURE
                 }
             }
         }
     }
+}
+
+/// `text` on one line: its lines trimmed and joined with ` | ` (a YAML
+/// parser's error, for one, points at the input over several lines).
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 fn init_logging(format: LogFormat) {
@@ -406,6 +416,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         seccomp_default: settings.seccomp_default,
         apparmor_enabled: apparmor_enabled(),
         user_namespaces_support: settings.user_namespaces_support,
+        initial_labels: crate::node::status::labels(&node_cfg),
+        initial_taints: node_cfg.taints.clone(),
     };
     let ctx = Arc::new(worker::Context {
         runtime: RuntimeManager {

@@ -530,7 +530,6 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "tlsCertFile",
     "tlsPrivateKeyFile",
     "cgroupDriver",
-    "registerNode",
     "registerWithTaints",
     "staticPodURLHeader",
     "httpCheckFrequency",
@@ -566,39 +565,90 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
 /// values this agent honours (it does the same whether or not they are set):
 /// any other value, or any other shape, stops the agent at start
 /// ([`Error::Unsupported`]) rather than running less protected than
-/// configured. Each is the dotted path of the field and the values accepted.
-pub const SECURITY_FIELDS: &[(&str, &[&str])] = &[
-    // The node API refuses anonymous requests and authorizes every request
-    // with a SubjectAccessReview (server::auth).
-    ("authentication.anonymous.enabled", &["false"]),
-    ("authentication.webhook.enabled", &["true"]),
-    ("authorization.mode", &["Webhook"]),
-    // Kernel tunables are not checked against the kubelet's expectations.
-    ("protectKernelDefaults", &["false"]),
-    // No per-pod process limit is set.
-    ("podPidsLimit", &["-1", "0"]),
-    // exec, attach, port-forward and logs are always served.
-    ("enableDebuggingHandlers", &["true"]),
-    // The node API speaks TLS 1.2 and 1.3 with rustls' cipher suites.
-    ("tlsMinVersion", &["VersionTLS12", ""]),
-    // User namespaces get the kubelet's default 65536 IDs per pod.
-    ("userNamespaces.idsPerPod", &["65536"]),
-    // The node API is always served.
-    ("enableServer", &["true"]),
-    // The agent runs as a node agent, not once over a set of pods.
-    ("runOnce", &["false"]),
-    // maxPods alone caps the pods; no cap by cores.
-    ("podsPerCore", &["0"]),
-    // CPU limits are enforced with CFS quota.
-    ("cpuCFSQuota", &["true"]),
-    // Ephemeral storage limits are enforced (the eviction manager).
-    ("localStorageCapacityIsolation", &["true"]),
-    // The Node says volumes are attached by the controller.
-    ("enableControllerAttachDetach", &["true"]),
+/// configured. Each is the dotted path of the field, the values accepted
+/// (`[]`: an empty list) and what the agent does instead, for the error.
+pub const SECURITY_FIELDS: &[(&str, &[&str], &str)] = &[
+    (
+        "authentication.anonymous.enabled",
+        &["false"],
+        "the node API refuses anonymous requests",
+    ),
+    (
+        "authentication.webhook.enabled",
+        &["true"],
+        "the node API authenticates bearer tokens with TokenReviews",
+    ),
+    (
+        "authorization.mode",
+        &["Webhook"],
+        "the node API authorizes every request with a SubjectAccessReview",
+    ),
+    (
+        "protectKernelDefaults",
+        &["false"],
+        "kernel tunables are not checked",
+    ),
+    (
+        "podPidsLimit",
+        &["-1", "0"],
+        "no per-pod process limit is set",
+    ),
+    (
+        "enableDebuggingHandlers",
+        &["true"],
+        "exec, attach, port-forward and logs are always served",
+    ),
+    (
+        "tlsMinVersion",
+        &["VersionTLS12", ""],
+        "the node API speaks TLS 1.2 and 1.3",
+    ),
+    (
+        "tlsCipherSuites",
+        &["[]"],
+        "the node API uses rustls' cipher suites",
+    ),
+    (
+        "userNamespaces.idsPerPod",
+        &["65536"],
+        "user namespaces get the kubelet's default 65536 IDs per pod",
+    ),
+    ("enableServer", &["true"], "the node API is always served"),
+    (
+        "runOnce",
+        &["false"],
+        "the agent runs as a node agent, not once over a set of pods",
+    ),
+    ("podsPerCore", &["0"], "maxPods alone caps the pods"),
+    (
+        "cpuCFSQuota",
+        &["true"],
+        "CPU limits are enforced with CFS quota",
+    ),
+    (
+        "localStorageCapacityIsolation",
+        &["true"],
+        "ephemeral storage limits are enforced",
+    ),
+    (
+        "enableControllerAttachDetach",
+        &["true"],
+        "the Node says volumes are attached by the controller",
+    ),
+    (
+        "registerNode",
+        &["true"],
+        "the agent always registers its Node",
+    ),
+    (
+        "defaultPodSysctls",
+        &["[]"],
+        "pods get only the sysctls they ask for",
+    ),
 ];
 
 /// Checks the security fields of a KubeletConfiguration document
-/// ([`SECURITY_FIELDS`], plus `tlsCipherSuites` and unknown feature gates).
+/// ([`SECURITY_FIELDS`]; unknown feature gates are checked apart).
 ///
 /// # Errors
 /// [`Error::Unsupported`] for the first field set to a value this agent does not honour.
@@ -608,7 +658,7 @@ fn check_security_fields(path: &Path, map: &serde_json::Map<String, Value>) -> R
         field: field.to_string(),
         message,
     };
-    for (field, accepted) in SECURITY_FIELDS {
+    for (field, accepted, instead) in SECURITY_FIELDS {
         let mut parts = field.split('.');
         let first = parts.next().unwrap_or_default();
         let mut v = map.get(first);
@@ -624,49 +674,36 @@ fn check_security_fields(path: &Path, map: &serde_json::Map<String, Value>) -> R
         let Some(v) = v.filter(|v| !v.is_null()) else {
             continue;
         };
-        let text = match v {
-            Value::String(s) => s.clone(),
-            Value::Bool(_) | Value::Number(_) => v.to_string(),
-            _ => String::new(),
-        };
-        if !accepted.contains(&text.as_str()) || matches!(v, Value::Array(_) | Value::Object(_)) {
+        if !accepted.contains(&security_text(v).as_str()) {
             return Err(unsupported(
                 field,
                 format!(
-                    "{v} is not supported by this agent (supported: {})",
+                    "{v} is not supported by this agent (supported: {}): {instead}",
                     accepted.join(", ")
                 ),
             ));
         }
     }
-    if map
-        .get("defaultPodSysctls")
-        .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
-    {
-        return Err(unsupported(
-            "defaultPodSysctls",
-            "default pod sysctls are not supported by this agent (pods get only the sysctls they ask for)".into(),
-        ));
-    }
-    if map
-        .get("tlsCipherSuites")
-        .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
-    {
-        return Err(unsupported(
-            "tlsCipherSuites",
-            "a cipher suite list is not supported by this agent (it uses rustls' suites)".into(),
-        ));
-    }
     Ok(())
+}
+
+/// A security field's value as [`SECURITY_FIELDS`] lists it: a string as
+/// itself, a boolean or number as JSON, an empty list as `[]`, anything else
+/// as nothing any entry accepts.
+fn security_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Bool(_) | Value::Number(_) => v.to_string(),
+        Value::Array(a) if a.is_empty() => "[]".into(),
+        _ => "\u{0}".into(),
+    }
 }
 
 /// True for a top-level field [`check_security_fields`] checks.
 fn is_checked_field(key: &str) -> bool {
-    key == "tlsCipherSuites"
-        || key == "defaultPodSysctls"
-        || SECURITY_FIELDS
-            .iter()
-            .any(|(f, _)| f.split('.').next() == Some(key))
+    SECURITY_FIELDS
+        .iter()
+        .any(|(f, _, _)| f.split('.').next() == Some(key))
 }
 
 /// Sets `target` to `d` unless `d` is zero: as the kubelet's defaulting of
@@ -746,17 +783,6 @@ pub fn apply_file_text(
                     return Err(bad(key, "cgroupfs or systemd"));
                 }
                 settings.cgroup_driver = driver;
-            }
-            "registerNode" => {
-                if v.as_bool() != Some(true) {
-                    return Err(Error::Unsupported {
-                        path: path.to_path_buf(),
-                        field: key.clone(),
-                        message: format!(
-                            "{v} is not supported by this agent (supported: true): it always registers its Node"
-                        ),
-                    });
-                }
             }
             "registerWithTaints" => {
                 let taints: Vec<k8s_openapi::api::core::v1::Taint> =
@@ -1421,15 +1447,12 @@ volumeStatsAggPeriod: 0s
         }
         let text = serde_json::to_string(&doc).unwrap();
         apply_file_text(&mut s, Path::new("kubelet-config"), &text).unwrap();
-        for (field, accepted) in SECURITY_FIELDS {
+        for (field, accepted, _) in SECURITY_FIELDS {
             let mut v = &doc;
             for part in field.split('.') {
                 v = &v[part];
             }
-            let shown = match v {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
+            let shown = security_text(v);
             assert!(
                 accepted.contains(&shown.as_str()),
                 "/configz shows {field} as {shown}"
@@ -1452,7 +1475,7 @@ volumeStatsAggPeriod: 0s
                     .copied()
                     .filter(|f| *f != "apiVersion" && *f != "kind"),
             )
-            .chain(SECURITY_FIELDS.iter().map(|(f, _)| *f))
+            .chain(SECURITY_FIELDS.iter().map(|(f, _, _)| *f))
             .filter(|f| !named(f))
             .collect();
         assert!(
@@ -1765,6 +1788,13 @@ volumeStatsAggPeriod: 0s
                 "tlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n",
                 Some("tlsCipherSuites"),
             ),
+            ("tlsCipherSuites: {}\n", Some("tlsCipherSuites")),
+            (
+                "defaultPodSysctls: [{name: net.ipv4.ip_forward, value: \"1\"}]\n",
+                Some("defaultPodSysctls"),
+            ),
+            ("defaultPodSysctls: []\n", None),
+            ("registerNode: false\n", Some("registerNode")),
             (
                 "userNamespaces: {idsPerPod: 1024}\n",
                 Some("userNamespaces.idsPerPod"),

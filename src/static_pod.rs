@@ -199,7 +199,9 @@ pub fn decode_url_body(
     }
 }
 
-fn key(pod: &Pod) -> String {
+/// The key of `pod` in the pod sources' maps: `namespace/name`.
+#[must_use]
+pub fn key(pod: &Pod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),

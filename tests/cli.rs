@@ -80,3 +80,70 @@ fn bad_config_file_is_one_line_and_exit_1() {
         )
     );
 }
+
+#[test]
+fn bad_bootstrap_kubeconfig_is_one_line_and_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubelet.conf");
+    let bootstrap = dir.path().join("bootstrap.conf");
+    let root = dir.path().join("root");
+    let cases: [(&str, &str); 3] = [
+        ("users: [not, a, mapping", "bootstrap.conf"),
+        ("apiVersion: v1\nkind: Config\n", "bootstrap.conf"),
+        (
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\n\
+             users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\n\
+             current-context: nowhere\n",
+            "bootstrap.conf",
+        ),
+    ];
+    for (text, named) in cases {
+        std::fs::write(&bootstrap, text).unwrap();
+        let (code, err) = rustlet(&[
+            "run",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--bootstrap-kubeconfig",
+            bootstrap.to_str().unwrap(),
+            "--root-dir",
+            root.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 1, "{text}: {err}");
+        assert_eq!(err.lines().count(), 1, "{text}: {err}");
+        assert!(err.contains(named), "{text}: {err}");
+        assert!(!kubeconfig.exists(), "{text}: nothing written");
+    }
+}
+
+#[test]
+fn rotation_without_a_client_certificate_is_one_line_and_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\n\
+         users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nrotateCertificates: true\n",
+    )
+    .unwrap();
+    let (code, err) = rustlet(&[
+        "run",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--root-dir",
+        dir.path().join("root").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("rotateCertificates") && err.contains("no client-certificate"),
+        "{err}"
+    );
+}

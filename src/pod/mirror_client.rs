@@ -54,7 +54,7 @@ pub async fn reconcile(
     if pod.metadata.deletion_timestamp.is_some() {
         return Ok(());
     }
-    let key = super::sources::key_of(pod);
+    let key = crate::static_pod::key(pod);
     let api_err = |source| Error::Api {
         pod: key.clone(),
         source,
@@ -97,19 +97,20 @@ pub async fn reconcile(
     }
 }
 
-/// Deletes `mirror` (grace period 0, its UID as precondition), as the
-/// kubelet's `DeleteMirrorPod`; one already gone or replaced is fine.
+/// Deletes `pod` now (grace period 0, its UID as precondition), as the
+/// kubelet's `DeleteMirrorPod` and the status manager's final delete; one
+/// already gone or replaced is fine.
 ///
 /// # Errors
 /// The delete failed otherwise.
-pub async fn delete(client: &Client, mirror: &Pod) -> Result<(), kube::Error> {
-    let ns = mirror.metadata.namespace.as_deref().unwrap_or("default");
-    let name = mirror.metadata.name.as_deref().unwrap_or_default();
+pub async fn delete(client: &Client, pod: &Pod) -> Result<(), kube::Error> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let dp = DeleteParams {
         grace_period_seconds: Some(0),
         preconditions: Some(Preconditions {
-            uid: mirror.metadata.uid.clone(),
+            uid: pod.metadata.uid.clone(),
             resource_version: None,
         }),
         ..DeleteParams::default()

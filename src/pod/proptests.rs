@@ -1265,6 +1265,8 @@ fn node(c: &Case) -> NodeContext {
         seccomp_default: c.node_flags[0],
         apparmor_enabled: c.node_flags[1],
         user_namespaces_support: c.node_flags[2],
+        initial_labels: BTreeMap::new(),
+        initial_taints: vec![],
     }
 }
 

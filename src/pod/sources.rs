@@ -42,16 +42,6 @@ pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
 /// server's default, which a manifest does not get).
 const DEFAULT_GRACE_SECONDS: i64 = 30;
 
-/// The key of `pod` in every map here: `namespace/name`.
-#[must_use]
-pub fn key_of(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
 /// The merged pod sources; pure: every change returns the keys whose pod
 /// (in [`PodConfig::pod`]) or mirror pod may have changed.
 #[derive(Debug, Default)]
@@ -131,7 +121,7 @@ impl PodConfig {
 
     /// The API server added or changed `pod`.
     pub fn api_apply(&mut self, pod: Pod) -> String {
-        let key = key_of(&pod);
+        let key = static_pod::key(&pod);
         if static_pod::is_mirror(&pod) {
             self.api.remove(&key);
             self.mirrors.insert(key.clone(), Arc::new(pod));
@@ -144,7 +134,7 @@ impl PodConfig {
 
     /// The API server deleted `pod`.
     pub fn api_delete(&mut self, pod: &Pod) -> String {
-        let key = key_of(pod);
+        let key = static_pod::key(pod);
         let same = |p: &Arc<Pod>| p.metadata.uid == pod.metadata.uid;
         if self.api.get(&key).is_some_and(same) {
             self.api.remove(&key);
@@ -236,13 +226,6 @@ impl PodConfig {
                 .insert(key.to_string(), Arc::new(seen(next.clone(), now)));
         }
         true
-    }
-
-    /// True when `key` names a static pod being stopped whose manifest is
-    /// gone for good (no successor).
-    #[must_use]
-    pub fn static_gone(&self, key: &str) -> bool {
-        !self.desired.contains_key(key)
     }
 }
 
@@ -384,16 +367,15 @@ impl PodSources {
     }
 
     /// The worker has stopped static pod `pod` and removed what it ran
-    /// ([`PodConfig::finished`]); returns true when its manifest is gone for
-    /// good (its mirror pod is to go too).
-    pub fn finished(&self, pod: &Pod) -> bool {
+    /// ([`PodConfig::finished`]): the manifest's current version, if any,
+    /// takes its place; without one, its mirror pod becomes an orphan.
+    pub fn finished(&self, pod: &Pod) {
         let mut inner = self.lock();
-        let key = key_of(pod);
+        let key = static_pod::key(pod);
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         if inner.config.finished(&key, uid, Timestamp::now()) {
-            inner.changed(&BTreeSet::from([key.clone()]));
+            inner.changed(&BTreeSet::from([key]));
         }
-        inner.config.static_gone(&key)
     }
 
     /// Static pod `pod` now has status `status` (the status manager's):
@@ -402,7 +384,7 @@ impl PodSources {
     /// worker is not woken: the status is its own doing.
     pub fn set_static_status(&self, pod: &Pod, status: &k8s_openapi::api::core::v1::PodStatus) {
         let mut inner = self.lock();
-        let key = key_of(pod);
+        let key = static_pod::key(pod);
         let Some(current) = inner.config.active.get_mut(&key) else {
             return;
         };
@@ -420,7 +402,7 @@ impl PodSources {
     /// The mirror pod of static pod `pod`, if the API server has one.
     #[must_use]
     pub fn mirror_of(&self, pod: &Pod) -> Option<Arc<Pod>> {
-        self.lock().config.mirror(&key_of(pod))
+        self.lock().config.mirror(&static_pod::key(pod))
     }
 
     /// Mirror pods whose static pod is gone ([`PodConfig::orphan_mirrors`]).
@@ -432,7 +414,7 @@ impl PodSources {
     /// True when the API pod under `pod`'s key is hidden by a static pod.
     #[must_use]
     pub fn shadowed(&self, pod: &Pod) -> bool {
-        self.lock().config.shadowed(&key_of(pod))
+        self.lock().config.shadowed(&static_pod::key(pod))
     }
 }
 
@@ -698,7 +680,9 @@ mod tests {
     }
 
     fn desired(pods: &[Pod]) -> BTreeMap<String, Pod> {
-        pods.iter().map(|p| (key_of(p), p.clone())).collect()
+        pods.iter()
+            .map(|p| (static_pod::key(p), p.clone()))
+            .collect()
     }
 
     fn uid(p: Option<Arc<Pod>>) -> Option<String> {
@@ -734,7 +718,6 @@ mod tests {
         assert!(!c.finished("default/web", "u9", at(7)), "another pod's end");
         assert!(c.finished("default/web", "u1", at(8)));
         assert_eq!(uid(c.pod("default/web")), Some("u2".into()));
-        assert!(!c.static_gone("default/web"));
     }
 
     #[test]
@@ -751,7 +734,6 @@ mod tests {
                 .deletion_grace_period_seconds,
             Some(1)
         );
-        assert!(c.static_gone("default/web"));
         assert!(c.finished("default/web", "u1", at(2)));
         assert!(c.pod("default/web").is_none());
         // The same manifest again: the same UID runs anew.
@@ -865,7 +847,7 @@ mod tests {
         sources.set_static("file", BTreeMap::new());
         let stopping = out.triggers.recv().await.expect("stopping");
         assert!(stopping.metadata.deletion_timestamp.is_some());
-        assert!(sources.finished(&stopping));
+        sources.finished(&stopping);
         assert_eq!(store.state().len(), 1);
         assert_eq!(sources.orphan_mirrors().len(), 1);
 
@@ -892,7 +874,11 @@ mod tests {
         }
         panic!(
             "{what}: store now {:?}",
-            store.state().iter().map(|p| key_of(p)).collect::<Vec<_>>()
+            store
+                .state()
+                .iter()
+                .map(|p| static_pod::key(p))
+                .collect::<Vec<_>>()
         );
     }
 
@@ -1012,6 +998,21 @@ mod tests {
             .get(&ObjectRef::new("web-node-1").within("default"))
             .expect("web");
         assert!(web_now.metadata.deletion_timestamp.is_none());
+        // An answer over 10 MiB is not read to its end, nor used: the pod
+        // it adds never comes.
+        let mut huge = pod_list(&["web", "extra"]);
+        huge.push_str(&" ".repeat(11 << 20));
+        *answer.lock().expect("answer") = (200, huge);
+        let asked = seen.lock().expect("seen").len();
+        eventually(&store, "asked again", |_| {
+            seen.lock().expect("seen").len() > asked + 2
+        })
+        .await;
+        assert!(
+            store
+                .get(&ObjectRef::new("extra-node-1").within("default"))
+                .is_none()
+        );
         // An empty body: no pods.
         *answer.lock().expect("answer") = (200, String::new());
         eventually(&store, "web stopping", |pods| {

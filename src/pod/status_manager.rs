@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 
 use super::sources::PodSources;
@@ -187,21 +187,8 @@ impl StatusManager {
     /// # Errors
     /// The delete failed otherwise.
     pub async fn delete(&self, pod: &Pod) -> Result<(), kube::Error> {
-        let (ns, name, uid) = pod_identity(pod);
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        let dp = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: Some(uid.clone()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&name, &dp).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => return Err(e),
-        }
+        super::mirror_client::delete(&self.client, pod).await?;
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.sent
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -62,6 +62,13 @@ pub struct NodeContext {
     /// The `UserNamespacesSupport` feature gate (on by default, as in the
     /// kubelet since 1.33); off, a pod that sets `hostUsers` fails.
     pub user_namespaces_support: bool,
+    /// The labels the Node is registered with (`node::status::labels`):
+    /// admission reads them for a static pod before the Node is listed, as
+    /// the kubelet's `initialNode`.
+    pub initial_labels: BTreeMap<String, String>,
+    /// `registerWithTaints`, the taints the Node is registered with, read
+    /// alike.
+    pub initial_taints: Vec<k8s_openapi::api::core::v1::Taint>,
 }
 
 impl NodeContext {

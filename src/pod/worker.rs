@@ -362,15 +362,12 @@ async fn admission(
     let view = match node_view(&ctx.node_store, &node.node_name) {
         Some(view) => view,
         // A static pod does not wait for the API server: it is admitted
-        // against the node as the agent knows it (the kubelet's
-        // `getNodeAnyWay`), with its hostname and OS labels and no taints.
+        // against the node as the agent registers it (the kubelet's
+        // `getNodeAnyWay` and `initialNode`).
         None if crate::static_pod::is_static(pod) => NodeView {
             name: node.node_name.clone(),
-            labels: BTreeMap::from([
-                ("kubernetes.io/hostname".to_string(), node.node_name.clone()),
-                ("kubernetes.io/os".to_string(), "linux".to_string()),
-            ]),
-            taints: Vec::new(),
+            labels: node.initial_labels.clone(),
+            taints: node.initial_taints.clone(),
             allocatable: node.allocatable.clone(),
         },
         None => return Ok(Verdict::NodeNotSeen),

@@ -125,6 +125,11 @@ impl Node {
             seccomp_default: false,
             apparmor_enabled: false,
             user_namespaces_support: true,
+            initial_labels: BTreeMap::from([
+                ("kubernetes.io/hostname".to_string(), "node-1".to_string()),
+                ("node.kubernetes.io/pool".to_string(), "blue".to_string()),
+            ]),
+            initial_taints: vec![],
         };
         let images = ImageManager::new(
             runtime.clone(),

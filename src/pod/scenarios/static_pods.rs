@@ -171,4 +171,61 @@ async fn a_static_pod_starts_before_the_node_is_registered_and_its_mirror_pod_wa
         1,
         "an API pod is not admitted without the Node"
     );
+    // The node as it is registered has its labels (`--node-labels` among
+    // them): a static pod that selects them runs, one that selects another
+    // node does not.
+    for (name, selector) in [
+        ("pinned", "node.kubernetes.io/pool: blue"),
+        ("elsewhere", "kubernetes.io/hostname: node-2"),
+    ] {
+        let path = n.dir.path().join(format!("{name}.yaml"));
+        let text = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeSelector:\n    \
+             {selector}\n  containers:\n  - name: c\n    image: {IMAGE}\n"
+        );
+        std::fs::write(&path, text).expect("manifest");
+        let listing = static_pod::list(&path, "node-1");
+        assert!(listing.errors.is_empty(), "{:?}", listing.errors);
+        n.pods.set_static(name, listing.pods);
+        let pod = n
+            .ctx
+            .runtime
+            .pods
+            .get(&ObjectRef::new(&format!("{name}-node-1")).within("default"))
+            .expect("stored");
+        n.sync(&pod).await;
+    }
+    assert_eq!(
+        n.cri.sandboxes().len(),
+        2,
+        "the pod selecting node-1 runs, the other not"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_pod_with_an_extreme_grace_period_runs_and_stops_without_harm() {
+    // The runtime gets the grace period as is (the kubelet's 2 s floor
+    // aside), as the kubelet passes it.
+    for (grace, stop) in [
+        (-5, "StopContainer c 2".to_string()),
+        (i64::MAX, format!("StopContainer c {}", i64::MAX)),
+    ] {
+        let n = Node::start().await;
+        n.pods.set_static("file", manifest_pods(&n, grace));
+        let web = stored(&n).expect("web");
+        n.sync(&web).await;
+        assert_eq!(n.cri.sandboxes().len(), 1, "grace {grace}: it runs");
+        n.pods.set_static("file", BTreeMap::new());
+        let stopping = stored(&n).expect("stopping");
+        // A negative grace period is at least 1 s, as the kubelet stops a
+        // removed static pod; a huge one is kept.
+        assert_eq!(
+            stopping.metadata.deletion_grace_period_seconds,
+            Some(grace.max(1))
+        );
+        n.cri_calls();
+        n.sync(&stopping).await;
+        let calls = n.cri_calls();
+        assert!(calls.contains(&stop), "grace {grace}: {calls:?}");
+    }
 }
