@@ -13,7 +13,7 @@ use super::spec::{
     init_container_should_restart, init_containers, is_evicted, is_sidecar, is_terminal,
     main_containers, restart_policy, restarts_after_kill,
 };
-use super::translate::container_hash;
+use super::translate::hash_matches;
 use crate::container::state::{Container as RuntimeContainer, ContainerState, PodRuntime};
 use crate::prober::{ContainerProbes, ProbeKind};
 use crate::reasons::waiting;
@@ -670,7 +670,7 @@ impl Planner<'_> {
         let start = match latest {
             None => true,
             Some(x) if x.state == ContainerState::Running => {
-                let changed = !x.hash.is_empty() && x.hash != container_hash(c);
+                let changed = !x.hash.is_empty() && !hash_matches(&x.hash, c);
                 let unhealthy = self.probes.get(&c.name).and_then(|p| p.failed);
                 if let Some(kind) = unhealthy {
                     self.plan.steps.push(Step::KillContainer {
@@ -1048,6 +1048,68 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn only_a_new_image_replaces_a_running_container_and_older_hashes_are_adopted() {
+        use crate::pod::translate::container_hash;
+        let none = BTreeMap::new();
+        let p = pod("web").container("a", "busybox:1").build();
+        let spec = p.spec.as_ref().unwrap().containers[0].clone();
+        let with_hash = |hash: String| {
+            let mut c = ctr("a1", "a", 0, "s0", Running);
+            c.hash = hash;
+            runtime(vec![sandbox("s0", 0, true)], vec![c])
+        };
+        let steps = |hash: String| {
+            plan(
+                &p,
+                &with_hash(hash),
+                &none,
+                &BTreeMap::new(),
+                Volumes::Ready,
+                t(100),
+            )
+            .steps
+        };
+        assert_eq!(
+            steps(container_hash(&spec)),
+            vec![],
+            "the same spec runs on"
+        );
+        // Other resources: the same hash (they are resized in place).
+        let mut resized = spec.clone();
+        resized.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "cpu".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("2".into()),
+            )])),
+            ..Default::default()
+        });
+        assert_eq!(container_hash(&resized), container_hash(&spec));
+        // An earlier version's hash of this very spec: adopted.
+        let legacy = {
+            use sha2::Digest as _;
+            let d = sha2::Sha256::digest(serde_json::to_vec(&spec).unwrap());
+            d.iter()
+                .take(8)
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        };
+        assert_eq!(steps(legacy), vec![], "adopted after an upgrade");
+        // A new image: replaced.
+        let mut newer = spec.clone();
+        newer.image = Some("busybox:2".into());
+        let replaced = steps(container_hash(&newer));
+        assert!(
+            matches!(&replaced[..], [Step::KillContainer { reason, .. }, ..] if reason.contains("definition changed")),
+            "{replaced:?}"
+        );
+        // An earlier version's hash of another spec: replaced too.
+        assert!(matches!(
+            &steps("0123456789abcdef".into())[..],
+            [Step::KillContainer { .. }, ..]
+        ));
     }
 
     #[test]

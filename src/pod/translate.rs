@@ -112,14 +112,59 @@ impl HostDns {
     }
 }
 
-/// A stable hash of the container spec (hex, 16 digits), kept in the container's
-/// annotations; a change means the spec changed and the container is replaced,
-/// as the kubelet's `HashContainer`.
+/// The container's hash as the kubelet's `HashContainer` (since 1.31), kept
+/// in the `io.kubernetes.container.hash` annotation: FNV-1a (32 bits) of the
+/// `%#v` dump of the JSON of `{"image", "name"}` (Go's `json.Marshal` of a
+/// map: sorted keys, `<`, `>` and `&` escaped), as lowercase hex without
+/// padding. Only a new image changes it: resources are resized in place,
+/// and the rest of a container's spec cannot change.
 #[must_use]
 pub fn container_hash(c: &Container) -> String {
+    let go_string = |s: &str| {
+        serde_json::to_string(s)
+            .unwrap_or_default()
+            .replace('<', "\\u003c")
+            .replace('>', "\\u003e")
+            .replace('&', "\\u0026")
+            .replace('\u{2028}', "\\u2028")
+            .replace('\u{2029}', "\\u2029")
+    };
+    let json = format!(
+        "{{\"image\":{},\"name\":{}}}",
+        go_string(c.image.as_deref().unwrap_or_default()),
+        go_string(&c.name)
+    );
+    // The dump of a byte slice: `([]uint8)[123 34 ...]`.
+    let mut dump = String::with_capacity(json.len() * 4 + 12);
+    dump.push_str("([]uint8)[");
+    for (i, b) in json.bytes().enumerate() {
+        if i > 0 {
+            dump.push(' ');
+        }
+        dump.push_str(&b.to_string());
+    }
+    dump.push(']');
+    let hash = dump.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("{hash:x}")
+}
+
+/// The hash earlier rustlet versions kept: the first 8 bytes of the SHA-256
+/// of the whole container spec's JSON, as 16 hex digits.
+fn legacy_container_hash(c: &Container) -> String {
     let json = serde_json::to_vec(c).unwrap_or_default();
     let digest = Sha256::digest(&json);
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// True when a container created with `hash` still runs spec `c`: its
+/// [`container_hash`], or, for a container an earlier rustlet version
+/// created (16 hex digits), the hash that version kept of the same spec, so
+/// an upgrade adopts its containers instead of restarting them.
+#[must_use]
+pub fn hash_matches(hash: &str, c: &Container) -> bool {
+    hash == container_hash(c) || (hash.len() == 16 && hash == legacy_container_hash(c))
 }
 
 /// Pod identity: (namespace, name, uid).
@@ -1172,7 +1217,25 @@ mod tests {
             .map(|kv| (kv.key.as_str(), kv.value.as_str()))
             .collect();
         assert_eq!(env, vec![("A", "1"), ("IP", "10.88.0.5")]);
-        assert_ne!(container_hash(c), container_hash(&c2));
+        // Only the image counts, as in the kubelet.
+        assert_eq!(container_hash(c), container_hash(&c2));
+    }
+
+    #[test]
+    fn the_container_hash_is_the_kubelets() {
+        // The value of the kubelet's own consistency test (v1.31 and on),
+        // whatever the rest of the spec.
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "test_container",
+            "image": "foo/image:v1",
+            "command": ["/bin/testcmd"],
+            "resources": {"limits": {"foo": "1G"}, "requests": {"foo": "500M"}},
+        }))
+        .unwrap();
+        assert_eq!(container_hash(&c), "8e45cbd0");
+        let mut odd = c.clone();
+        odd.image = Some("a<b>&c".into());
+        assert_ne!(container_hash(&odd), container_hash(&c));
     }
 
     #[test]
