@@ -378,6 +378,8 @@ pub struct Listing {
     /// The pods, by `namespace/name` (a later manifest in name order
     /// replaces an earlier one of the same pod).
     pub pods: BTreeMap<String, Pod>,
+    /// The manifest each pod came from, by the same key.
+    pub files: BTreeMap<String, PathBuf>,
     /// Why manifests were left out.
     pub errors: Vec<String>,
 }
@@ -419,6 +421,7 @@ pub fn list(path: &Path, node: &str) -> Listing {
     for file in files {
         match read(&file).and_then(|text| decode(&text, &file, node)) {
             Ok(pod) => {
+                out.files.insert(key(&pod), file.clone());
                 out.pods.insert(key(&pod), pod);
             }
             Err(e) => out.errors.push(e),

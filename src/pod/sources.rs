@@ -479,11 +479,12 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// long as it stays so; it is left out, as the kubelet's directory listing
 /// leaves it out. Runs until aborted.
 pub async fn run_file_source(path: PathBuf, node: String, period: Duration, sources: PodSources) {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<PathBuf>>();
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reported = BTreeSet::<String>::new();
     let mut watch_failed = false;
+    let mut last = static_pod::Listing::default();
     info!(path = %path.display(), "static pods from manifests");
     loop {
         // Watched anew before each reading (a manifest replaced by a rename
@@ -507,21 +508,37 @@ pub async fn run_file_source(path: PathBuf, node: String, period: Duration, sour
         })
         .await;
         match listing {
-            Ok(listing) => {
-                let now: BTreeSet<String> = listing.errors.into_iter().collect();
+            Ok(mut listing) => {
+                let now: BTreeSet<String> =
+                    std::mem::take(&mut listing.errors).into_iter().collect();
                 for error in now.difference(&reported) {
                     warn!(%error, "static pod manifest not used");
                 }
                 reported = now;
-                sources.set_static(static_pod::FILE_SOURCE, listing.pods);
+                sources.set_static(static_pod::FILE_SOURCE, listing.pods.clone());
+                last = listing;
             }
             Err(e) => warn!(error = %e, "reading the static pod manifests"),
         }
         tokio::select! {
             _ = tick.tick() => {}
-            Some(()) = rx.recv() => {
+            Some(mut removed) = rx.recv() => {
                 tokio::time::sleep(SETTLE).await;
-                while rx.try_recv().is_ok() {}
+                while let Ok(more) = rx.try_recv() {
+                    removed.extend(more);
+                }
+                // A manifest removed is a removal even when it is back by
+                // now, as the kubelet's inotify source sees it: its pod
+                // stops, and the one read next starts anew.
+                let kept: BTreeMap<String, Pod> = last
+                    .pods
+                    .iter()
+                    .filter(|(k, _)| last.files.get(*k).is_none_or(|f| !removed.contains(f)))
+                    .map(|(k, p)| (k.clone(), p.clone()))
+                    .collect();
+                if kept.len() < last.pods.len() {
+                    sources.set_static(static_pod::FILE_SOURCE, kept);
+                }
             }
         }
     }
@@ -624,17 +641,25 @@ async fn fetch(
     Ok(body)
 }
 
-/// A watch of `path` (not recursive) that sends `()` on `tx` on every
-/// change (reads left out: reading the manifests must not wake the reader).
+/// A watch of `path` (not recursive) that sends on `tx` at every change the
+/// paths removed by it (none for other changes; reads are left out: reading
+/// the manifests must not wake the reader).
 fn watch(
     path: &Path,
-    tx: tokio::sync::mpsc::UnboundedSender<()>,
+    tx: tokio::sync::mpsc::UnboundedSender<Vec<PathBuf>>,
 ) -> notify::Result<notify::RecommendedWatcher> {
     use notify::Watcher as _;
+    use notify::event::{EventKind, ModifyKind, RenameMode};
     let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        if ev.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
-            let _ = tx.send(());
-        }
+        let Ok(ev) = ev else { return };
+        let removed = match ev.kind {
+            EventKind::Access(_) => return,
+            EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(RenameMode::From)) => {
+                ev.paths
+            }
+            _ => Vec::new(),
+        };
+        let _ = tx.send(removed);
     })?;
     w.watch(path, notify::RecursiveMode::NonRecursive)?;
     Ok(w)
@@ -1021,5 +1046,48 @@ mod tests {
         .await;
         task.abort();
         server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_manifest_removed_and_written_back_at_once_stops_its_pod_and_starts_it_anew() {
+        let dir = tempfile::tempdir().expect("dir");
+        let manifest = dir.path().join("web.yaml");
+        let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox\n";
+        std::fs::write(&manifest, text).expect("manifest");
+        let (sources, _out) = PodSources::new(&["file"]);
+        let store = sources.store();
+        let task = tokio::spawn(run_file_source(
+            dir.path().to_path_buf(),
+            "node-1".into(),
+            Duration::from_secs(3600),
+            sources.clone(),
+        ));
+        eventually(&store, "web runs", |pods| pods.len() == 1).await;
+        let first = store.state()[0].clone();
+        // Removed and written back before any reading could see it gone.
+        std::fs::remove_file(&manifest).expect("remove");
+        std::fs::write(&manifest, text).expect("write back");
+        eventually(&store, "web stopping", |pods| {
+            pods.first()
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+        })
+        .await;
+        // Once stopped, the manifest read back runs anew, under the same UID.
+        let stopping = store.state()[0].clone();
+        sources.finished(&stopping);
+        eventually(&store, "web runs again", |pods| {
+            pods.first().is_some_and(|p| {
+                p.metadata.deletion_timestamp.is_none() && p.metadata.uid == first.metadata.uid
+            })
+        })
+        .await;
+        // A change that removes nothing is read as before.
+        std::fs::write(&manifest, text.replace("busybox", "busybox:2")).expect("edit");
+        eventually(&store, "the old version stopping", |pods| {
+            pods.first()
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+        })
+        .await;
+        task.abort();
     }
 }

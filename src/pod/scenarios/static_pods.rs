@@ -229,3 +229,35 @@ async fn a_static_pod_with_an_extreme_grace_period_runs_and_stops_without_harm()
         assert!(calls.contains(&stop), "grace {grace}: {calls:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_pod_removed_and_put_back_restarts_its_container_once() {
+    let n = Node::start().await;
+    let pods = manifest_pods(&n, 1);
+    n.pods.set_static("file", pods.clone());
+    let web = stored(&n).expect("web");
+    n.sync(&web).await;
+    n.pods.set_static("file", BTreeMap::new());
+    // Put back while the first still stops: it starts once that one is done.
+    n.pods.set_static("file", pods);
+    for _ in 0..20 {
+        let Some(pod) = stored(&n) else { break };
+        if pod.metadata.deletion_timestamp.is_none() {
+            break;
+        }
+        n.sync(&pod).await;
+    }
+    let again = stored(&n).expect("back");
+    assert!(again.metadata.deletion_timestamp.is_none());
+    assert_eq!(
+        again.metadata.uid, web.metadata.uid,
+        "the same manifest, the same UID"
+    );
+    n.sync(&again).await;
+    // As the kubelet's: the stopped container is still there, so the new
+    // one is its restart (attempt 1, the restart count the status shows).
+    let attempts: Vec<u32> = n.cri.containers().iter().map(|c| c.attempt).collect();
+    let mut sorted = attempts.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, [0, 1], "{:?}", n.cri_calls());
+}
