@@ -467,6 +467,25 @@ subjects:
   name: kube-apiserver-kubelet-client
 EOF
 
+# Nodes renew their own client certificates (rotateCertificates): the
+# controller-manager approves a node's request for itself when the node may
+# create certificatesigningrequests/selfnodeclient, as kubeadm binds it.
+log "rbac: binding selfnodeclient to system:nodes"
+kubectl_admin apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: node-autoapprove-certificate-rotation
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:certificates.k8s.io:certificatesigningrequests:selfnodeclient
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: system:nodes
+EOF
+
 # ---------------------------------------------------------------- agent
 case $agent in
   kubelet)
@@ -560,6 +579,9 @@ apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # Static pods: the manifests of this directory (tests/e2e_static_pods.rs).
 staticPodPath: $LOCAL/rustlet/manifests
+# The client certificate is renewed from the certificates API, kept in
+# $LOCAL/rustlet/pki (tests/e2e_client_cert.rs).
+rotateCertificates: true
 $LOCAL_NODE_PROTECTION
 $rustlet_node_e2e
 EOF

@@ -210,7 +210,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let (client, rotation) =
             crate::node::client_cert::Rotation::start(&config, &cert_dir, &node)
                 .context("rotateCertificates")?;
-        let rotation = rotation.run(client.clone());
+        // From the start: every request after the certificate's renewal
+        // time depends on it.
+        let rotation = tokio::spawn(rotation.run(client.clone()));
         (client, futures::future::Either::Left(rotation))
     } else {
         let client = Client::try_from(config).context("build API client")?;
@@ -582,7 +584,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
         r = &mut server => Err(server_failed(r)),
-        e = rotation => Err(e.context("client certificate rotation")),
+        r = rotation => Err(match r {
+            Ok(e) => e.context("client certificate rotation"),
+            Err(e) => anyhow!("client certificate rotation task: {e}"),
+        }),
     };
     housekeeping.abort();
     info!("stopped");
