@@ -459,6 +459,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         pressures,
         evictions: std::sync::Mutex::default(),
         sources: sources.clone(),
+        allocations: crate::pod::allocation::Allocations::load(&settings.root_dir),
     });
     let controller = Controller::for_stream(pod_events, store.clone())
         .reconcile_on(futures::stream::select(

@@ -41,6 +41,12 @@ pub mod condition {
     pub const CONTAINERS_READY: &str = "ContainersReady";
     /// The pod can serve: containers ready and readiness gates true.
     pub const READY: &str = "Ready";
+    /// A resize the node has not allocated yet (reasons `Infeasible`,
+    /// `Deferred`).
+    pub const POD_RESIZE_PENDING: &str = "PodResizePending";
+    /// An allocated resize the runtime has not applied yet (reason `Error`
+    /// when applying it failed).
+    pub const POD_RESIZE_IN_PROGRESS: &str = "PodResizeInProgress";
     /// Reasons of the conditions above when false, as the kubelet's status manager.
     pub mod reason {
         /// `Initialized` false: init containers have not all completed.
@@ -52,6 +58,8 @@ pub mod condition {
         /// `Ready` false: containers ready, some readiness gate is not
         /// (the status manager's `ReadinessGatesNotReady`).
         pub const READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
+        /// `PodResizeInProgress`: applying the resize failed.
+        pub const ERROR: &str = "Error";
     }
 }
 

@@ -232,6 +232,16 @@ pub fn container_from(s: &cri::ContainerStatus, sandbox_id: &str, written: &str)
             .get(CONTAINER_HASH_ANNOTATION)
             .cloned()
             .unwrap_or_default(),
+        resources: s
+            .resources
+            .as_ref()
+            .and_then(|r| r.linux.as_ref())
+            .map(|l| super::state::CgroupLimits {
+                cpu_shares: l.cpu_shares,
+                cpu_quota: l.cpu_quota,
+                cpu_period: l.cpu_period,
+                memory_limit_in_bytes: l.memory_limit_in_bytes,
+            }),
     }
 }
 

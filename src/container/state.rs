@@ -64,6 +64,38 @@ pub struct Container {
     pub image_ref: String,
     /// Hash of the container spec it was created from.
     pub hash: String,
+    /// The cgroup limits the runtime reports it runs with (CRI
+    /// `ContainerStatus.resources.linux`); None when it reports none.
+    pub resources: Option<CgroupLimits>,
+}
+
+/// The cgroup limits of a container that resize changes, as CRI's
+/// `LinuxContainerResources` holds them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupLimits {
+    /// `cpu.shares`.
+    pub cpu_shares: i64,
+    /// CFS quota, microseconds per period (0 or less: none).
+    pub cpu_quota: i64,
+    /// CFS period, microseconds.
+    pub cpu_period: i64,
+    /// Memory limit, bytes (0 or less: none).
+    pub memory_limit_in_bytes: i64,
+}
+
+impl CgroupLimits {
+    /// True when `actual` (as a runtime reports it) enforces these limits:
+    /// an unset quota or memory limit matches any unset one (0, -1), and the
+    /// period counts only with a quota.
+    #[must_use]
+    pub fn enforced_by(&self, actual: &Self) -> bool {
+        let quota = |q: i64| (q > 0).then_some(q);
+        let memory = |m: i64| (m > 0 && m < i64::MAX / 2).then_some(m);
+        self.cpu_shares == actual.cpu_shares
+            && quota(self.cpu_quota) == quota(actual.cpu_quota)
+            && (quota(self.cpu_quota).is_none() || self.cpu_period == actual.cpu_period)
+            && memory(self.memory_limit_in_bytes) == memory(actual.memory_limit_in_bytes)
+    }
 }
 
 /// Everything the runtime holds for one pod.

@@ -312,6 +312,17 @@ impl ContainerRecord {
             mounts: self.config.mounts.clone(),
             log_path: self.log_path.clone(),
             image_id: self.image_id.clone(),
+            // As containerd: the resources of its spec, the created ones
+            // updated by UpdateContainerResources.
+            resources: self
+                .config
+                .linux
+                .as_ref()
+                .and_then(|l| l.resources.clone())
+                .map(|linux| cri::ContainerResources {
+                    linux: Some(linux),
+                    ..Default::default()
+                }),
             ..Default::default()
         }
     }
@@ -748,6 +759,33 @@ impl State {
         // Stopping a container that is not running is a no-op, as containerd.
         container.exit(exit_code);
         Ok(cri::StopContainerResponse {})
+    }
+
+    fn update_container_resources(
+        &mut self,
+        req: cri::UpdateContainerResourcesRequest,
+    ) -> Result<cri::UpdateContainerResourcesResponse, Status> {
+        let id = req.container_id;
+        let linux = req.linux.unwrap_or_default();
+        let call = format!(
+            "UpdateContainerResources {} shares={} quota={} memory={}",
+            self.container_name(&id),
+            linux.cpu_shares,
+            linux.cpu_quota,
+            linux.memory_limit_in_bytes
+        );
+        self.begin("UpdateContainerResources", Some(call))?;
+        let container = self.containers.get_mut(&id).ok_or_else(|| {
+            Status::not_found(format!(
+                "an error occurred when try to find container {id:?}: not found"
+            ))
+        })?;
+        container
+            .config
+            .linux
+            .get_or_insert_with(Default::default)
+            .resources = Some(linux);
+        Ok(cri::UpdateContainerResourcesResponse {})
     }
 
     fn remove_container(
@@ -1375,9 +1413,9 @@ impl RuntimeService for FakeRuntime {
 
     async fn update_container_resources(
         &self,
-        _request: Request<cri::UpdateContainerResourcesRequest>,
+        request: Request<cri::UpdateContainerResourcesRequest>,
     ) -> Result<Response<cri::UpdateContainerResourcesResponse>, Status> {
-        unimplemented("UpdateContainerResources")
+        self.with(|st| st.update_container_resources(request.into_inner()))
     }
 
     async fn reopen_container_log(

@@ -454,6 +454,31 @@ impl Runtime {
         Ok(self.container_status_response(id, false).await?.status)
     }
 
+    /// CRI `UpdateContainerResources`: the container's cgroup limits become
+    /// `linux` (in-place resize).
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn update_container_resources(
+        &self,
+        id: &str,
+        linux: cri::LinuxContainerResources,
+    ) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = cri::UpdateContainerResourcesRequest {
+            container_id: id.into(),
+            linux: Some(linux),
+            ..Default::default()
+        };
+        self.call(
+            "UpdateContainerResources",
+            id,
+            c.update_container_resources(req),
+        )
+        .await
+        .map(drop)
+    }
+
     /// CRI `CreateContainer` in a sandbox; returns the container's ID.
     ///
     /// # Errors

@@ -134,6 +134,13 @@ fn requests(c: &Container) -> BTreeMap<String, Quantity> {
         .unwrap_or_default()
 }
 
+/// The node's allocatable resources, parsed as [`pod_requests`] parses
+/// quantities.
+#[must_use]
+pub fn parsed_allocatable(node: &NodeView) -> BTreeMap<String, Quantity> {
+    parsed(&node.allocatable)
+}
+
 /// The quantities of `list`; one too large to hold is the largest there is
 /// (a request beyond any node then never fits), one that does not parse is
 /// left out (the API server validated them).

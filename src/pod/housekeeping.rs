@@ -281,6 +281,7 @@ pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .retain(|uid, _| keep(uid));
     ctx.runtime.images.retain(keep);
+    ctx.allocations.retain(keep);
     for uid in ctx.prober.pods().into_iter().filter(|u| !keep(u)) {
         debug!(pod_uid = uid, "housekeeping: stop the probes of a pod gone");
         ctx.prober.forget(&uid);

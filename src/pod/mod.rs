@@ -27,6 +27,7 @@
 
 pub mod admission_manager;
 pub mod admit;
+pub mod allocation;
 pub mod credentials;
 pub mod env;
 pub mod env_sources;

@@ -14,7 +14,9 @@ use super::spec::{
     main_containers, restart_policy, restarts_after_kill,
 };
 use super::translate::hash_matches;
-use crate::container::state::{Container as RuntimeContainer, ContainerState, PodRuntime};
+use crate::container::state::{
+    CgroupLimits, Container as RuntimeContainer, ContainerState, PodRuntime,
+};
 use crate::prober::{ContainerProbes, ProbeKind};
 use crate::reasons::waiting;
 
@@ -75,6 +77,15 @@ pub enum Step {
         /// whose process namespace it joins; `None` when it names none or the
         /// runtime has no such container.
         target_id: Option<String>,
+    },
+    /// Change a running container's cgroup limits to those of its
+    /// (allocated) resources, in place (in-place resize, CRI
+    /// `UpdateContainerResources`).
+    ResizeContainer {
+        /// CRI container ID.
+        id: String,
+        /// Container name in the spec.
+        name: String,
     },
     /// Everything is stopped and removed: delete the Pod object (grace 0, UID precondition).
     DeletePod,
@@ -695,6 +706,21 @@ impl Planner<'_> {
                         ),
                     });
                     true
+                } else if let Some(restart) = resize(c, x) {
+                    if restart {
+                        self.plan.steps.push(Step::KillContainer {
+                            id: x.id.clone(),
+                            name: c.name.clone(),
+                            grace_seconds: grace_period(pod),
+                            reason: format!("Container {} resize requires restart", c.name),
+                        });
+                    } else {
+                        self.plan.steps.push(Step::ResizeContainer {
+                            id: x.id.clone(),
+                            name: c.name.clone(),
+                        });
+                    }
+                    restart
                 } else {
                     false
                 }
@@ -786,6 +812,34 @@ fn garbage<'a>(
             plan.steps.push(Step::RemoveSandbox { id: s.id.clone() });
         }
     }
+}
+
+/// Whether running container `x` must be resized to spec `c`'s (allocated)
+/// resources, as the kubelet's `computePodResizeAction`: None when the
+/// runtime enforces them already (or reports nothing to compare); else true
+/// when a changed cpu or memory limit (or cpu request) has `resizePolicy`
+/// `RestartContainer`, so the container restarts with them, false when it
+/// is updated in place.
+fn resize(c: &Container, x: &RuntimeContainer) -> Option<bool> {
+    let actual = x.resources?;
+    let desired = super::translate::cgroup_limits(c);
+    if desired.enforced_by(&actual) {
+        return None;
+    }
+    let cpu_changed = desired.cpu_shares != actual.cpu_shares
+        || desired.cpu_quota.max(0) != actual.cpu_quota.max(0);
+    let memory_changed = !CgroupLimits {
+        memory_limit_in_bytes: desired.memory_limit_in_bytes,
+        ..actual
+    }
+    .enforced_by(&actual);
+    let restarts = |resource: &str| {
+        c.resize_policy
+            .iter()
+            .flatten()
+            .any(|p| p.resource_name == resource && p.restart_policy == "RestartContainer")
+    };
+    Some((cpu_changed && restarts("cpu")) || (memory_changed && restarts("memory")))
 }
 
 /// The terminating path: kill what runs (grace period), stop sandboxes, remove

@@ -61,6 +61,9 @@ pub struct Outcome {
     /// The plan reached [`Step::DeletePod`]: the pod's runtime objects are
     /// gone and the Pod object is to be deleted.
     pub delete_pod: bool,
+    /// Why an in-place resize failed (the runtime's error), for the
+    /// `PodResizeInProgress` condition's `Error` reason.
+    pub resize_error: Option<String>,
 }
 
 /// Where a container is started: the pod's current sandbox, its config and IPs.
@@ -111,7 +114,7 @@ impl RuntimeManager {
                     reason,
                 } => {
                     debug!(container = name, reason, "kill container");
-                    self.kill_container(pod, name, id, *grace_seconds, pod_ip(rt))
+                    self.kill_container(pod, name, id, *grace_seconds, pod_ip(rt), reason)
                         .await?;
                 }
                 Step::StopSandbox { id } => self.runtime.stop_pod_sandbox(id).await?,
@@ -162,6 +165,19 @@ impl RuntimeManager {
                         self.start_ephemeral(pod, name, target_id.as_deref(), at, volumes);
                     if let Some(result) = started.await {
                         self.record_start(pod, name, result, &mut outcome);
+                    }
+                }
+                Step::ResizeContainer { id, name } => {
+                    let Some(c) = spec::find_container(pod, name) else {
+                        continue;
+                    };
+                    let linux = translate::linux_resources(pod, c, &self.node);
+                    debug!(container = name, ?linux, "resize container");
+                    if let Err(e) = self.runtime.update_container_resources(id, linux).await {
+                        // The first failure ends the resize; the next sync
+                        // tries again, as the kubelet's `doPodResizeAction`.
+                        outcome.resize_error = Some(e.to_string());
+                        break;
                     }
                 }
                 Step::DeletePod => {
@@ -582,7 +598,7 @@ impl RuntimeManager {
             });
         }
         let grace = spec::grace_period(pod);
-        if let Err(e) = self.kill_container(pod, name, id, grace, ip).await {
+        if let Err(e) = self.kill_container(pod, name, id, grace, ip, "").await {
             warn!(error = %e, container = name, "kill container after its postStart hook failed");
         }
         Err(Waiting {
@@ -620,10 +636,10 @@ impl RuntimeManager {
         let ip = pod_ip(rt);
         let all_mains = mains
             .iter()
-            .map(|(c, id, grace)| self.kill_container(pod, c, id, *grace, ip));
+            .map(|(c, id, grace)| self.kill_container(pod, c, id, *grace, ip, ""));
         futures::future::try_join_all(all_mains).await?;
         for (c, id, grace) in &sidecars {
-            self.kill_container(pod, c, id, *grace, ip).await?;
+            self.kill_container(pod, c, id, *grace, ip, "").await?;
         }
         Ok(())
     }
@@ -656,7 +672,8 @@ impl RuntimeManager {
     }
 
     /// Stops container `name` (CRI ID `id`) of `pod` as the kubelet's
-    /// `killContainer`: the `Killing` event, the container's preStop hook (if
+    /// `killContainer`: the `Killing` event (`message`, or `Stopping
+    /// container <name>` when it is empty), the container's preStop hook (if
     /// any and the grace period is not 0) within `grace_seconds`, then
     /// `StopContainer` with what is left of the grace period, at least 2 s.
     /// While the hook runs, a shorter grace period set by a new deletion of
@@ -672,8 +689,13 @@ impl RuntimeManager {
         id: &str,
         grace_seconds: i64,
         pod_ip: Option<IpAddr>,
+        message: &str,
     ) -> Result<()> {
-        let note = format!("Stopping container {name}");
+        let note = if message.is_empty() {
+            format!("Stopping container {name}")
+        } else {
+            message.to_string()
+        };
         self.event(pod, Some(name), EventType::Normal, event::KILLING, note);
         let spec = spec::find_container(pod, name);
         let hook = spec.and_then(|c| Some((c, c.lifecycle.as_ref()?.pre_stop.as_ref()?)));

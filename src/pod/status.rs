@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Container as ApiContainer, ContainerState as ApiState, ContainerStateRunning,
     ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition,
-    PodIP, PodStatus,
+    PodIP, PodStatus, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -88,6 +88,15 @@ fn container_status(
         Some(c) => {
             st.container_id = Some(format!("{runtime}://{}", c.id));
             st.image_id = c.image_ref.clone();
+            // As allocated (`spec` is the allocated pod's): what the node
+            // gave it, and what it runs with. The API server accepts a
+            // resize only from a node that reports `resources`.
+            let resources = spec.resources.clone().unwrap_or_default();
+            st.allocated_resources = resources.requests.clone().filter(|r| !r.is_empty());
+            st.resources = Some(ResourceRequirements {
+                claims: None,
+                ..resources
+            });
             st.restart_count = i32::try_from(c.attempt).unwrap_or(i32::MAX);
             st.last_state = previous
                 .filter(|p| p.state == ContainerState::Exited)
@@ -269,6 +278,60 @@ pub fn qos_class(pod: &Pod) -> &'static str {
         (false, _) => "BestEffort",
         (true, true) => "Guaranteed",
         _ => "Burstable",
+    }
+}
+
+/// The resize conditions of `status` for `pod`, as the kubelet's status
+/// manager keeps them: `PodResizePending` (True) with `pending`'s reason and
+/// message while a resize waits for the node; `PodResizeInProgress` (True,
+/// reason `Error`, the runtime's message) when applying one failed (`error`);
+/// each removed otherwise, and both from a terminal status. A condition
+/// that stays keeps its first transition time; each carries the pod's
+/// generation.
+pub fn resize_conditions(
+    status: &mut PodStatus,
+    pod: &Pod,
+    pending: Option<&super::admit::Rejection>,
+    error: Option<&str>,
+    now: Timestamp,
+) {
+    let terminal = status.phase.as_deref().is_some_and(phase::is_terminal);
+    let previous = |type_: &str| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
+            .cloned()
+    };
+    let wanted = [
+        (
+            cond::POD_RESIZE_PENDING,
+            pending.map(|p| (p.reason.clone(), p.message.clone())),
+        ),
+        (
+            cond::POD_RESIZE_IN_PROGRESS,
+            error.map(|e| (cond_reason::ERROR.to_string(), e.to_string())),
+        ),
+    ];
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    for (type_, value) in wanted {
+        conditions.retain(|c| c.type_ != type_);
+        let Some((reason, message)) = value.filter(|_| !terminal) else {
+            continue;
+        };
+        let last_transition_time = match previous(type_) {
+            Some(p) if p.reason.as_deref() == Some(reason.as_str()) => p.last_transition_time,
+            _ => Some(api_time(now)),
+        };
+        conditions.push(PodCondition {
+            type_: type_.into(),
+            status: "True".into(),
+            reason: Some(reason),
+            message: Some(message),
+            last_transition_time,
+            observed_generation: pod.metadata.generation,
+            ..Default::default()
+        });
     }
 }
 

@@ -13,6 +13,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use sha2::{Digest, Sha256};
 
+use crate::container::state::CgroupLimits;
+
 use crate::cri::{
     CONTAINER_HASH_ANNOTATION, CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL,
     POD_UID_LABEL, RESTART_COUNT_ANNOTATION, TERMINATION_GRACE_PERIOD_ANNOTATION,
@@ -613,6 +615,39 @@ pub fn linux_resources(
     c: &Container,
     node: &NodeContext,
 ) -> cri::LinuxContainerResources {
+    let limits = cgroup_limits(c);
+    let memory_request = {
+        let res = c.resources.as_ref();
+        let request = res
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|m| m.get("memory"))
+            .or_else(|| {
+                res.and_then(|r| r.limits.as_ref())
+                    .and_then(|m| m.get("memory"))
+            });
+        amount(request, false).unwrap_or(0)
+    };
+    let oom_score_adj = match super::status::qos_class(pod) {
+        "Guaranteed" => -997,
+        "BestEffort" => 1000,
+        _ => burstable_oom_score_adj(memory_request, node.memory_capacity_bytes),
+    };
+    cri::LinuxContainerResources {
+        cpu_period: limits.cpu_period,
+        cpu_quota: limits.cpu_quota,
+        cpu_shares: limits.cpu_shares,
+        memory_limit_in_bytes: limits.memory_limit_in_bytes,
+        oom_score_adj,
+        ..Default::default()
+    }
+}
+
+/// The cgroup limits of container `c`'s resources, as the kubelet's
+/// `calculateLinuxResources`: cpu shares from the cpu request (the limit when
+/// no request, at least 2), CFS quota and period from the cpu limit, and the
+/// memory limit in bytes (0: none).
+#[must_use]
+pub fn cgroup_limits(c: &Container) -> CgroupLimits {
     let res = c.resources.as_ref();
     let limit = |name: &str| {
         res.and_then(|r| r.limits.as_ref())
@@ -625,23 +660,15 @@ pub fn linux_resources(
     };
     let cpu_request = amount(request("cpu"), true);
     let cpu_limit = amount(limit("cpu"), true);
-    let memory_request = amount(request("memory"), false).unwrap_or(0);
     let (cpu_quota, cpu_period) = match cpu_limit {
         Some(m) => (cpu_quota(m), CPU_PERIOD_US),
         None => (0, 0),
     };
-    let oom_score_adj = match super::status::qos_class(pod) {
-        "Guaranteed" => -997,
-        "BestEffort" => 1000,
-        _ => burstable_oom_score_adj(memory_request, node.memory_capacity_bytes),
-    };
-    cri::LinuxContainerResources {
-        cpu_period,
-        cpu_quota,
+    CgroupLimits {
         cpu_shares: cpu_shares(cpu_request.unwrap_or(0)),
+        cpu_quota,
+        cpu_period,
         memory_limit_in_bytes: memory_limit_bytes(amount(limit("memory"), false)),
-        oom_score_adj,
-        ..Default::default()
     }
 }
 

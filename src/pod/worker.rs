@@ -98,6 +98,8 @@ pub struct Context {
     pub evictions: std::sync::Mutex<std::collections::HashMap<String, Eviction>>,
     /// The pod sources: where static pods end and mirror pods are known.
     pub sources: super::sources::PodSources,
+    /// The resources each admitted pod was given (in-place resize).
+    pub allocations: super::allocation::Allocations,
 }
 
 /// An eviction the eviction manager decided, kept by the agent so that the
@@ -221,6 +223,9 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
     }
+    // The pod as allocated: a resize its spec asks for is admitted now or
+    // stays pending.
+    let (pod, resize_pending) = allocate(pod, &ctx);
     // Step 3: volumes, before anything starts.
     let now = Timestamp::now();
     let (volumes, ready) = prepare_volumes(&pod, &rt, now, &ctx).await;
@@ -258,7 +263,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         let probes = ctx.prober.results(&pod, &rt);
         (rt, probes)
     };
-    let new = status::status(
+    let mut new = status::status(
         &pod,
         &rt,
         &waiting,
@@ -266,11 +271,69 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         &ctx.status_context,
         Timestamp::now(),
     );
+    status::resize_conditions(
+        &mut new,
+        &pod,
+        resize_pending.as_ref(),
+        outcome.resize_error.as_deref(),
+        Timestamp::now(),
+    );
     ctx.status.set_status(&pod, new).await.map_err(api_err)?;
     let requeue = plan
         .requeue_after
         .map_or(ctx.resync(), |r| r.min(ctx.resync()));
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// `pod` as allocated (the kubelet's `handlePodResourcesResize`): a pod
+/// seen for the first time gets its spec's resources; a spec that asks for
+/// others is a resize, allocated when the node holds it beside the other
+/// active pods (as allocated), else left pending, and then the pod goes on
+/// with its allocation, with the pending reason returned. A pod that stops
+/// keeps its allocation.
+fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
+    use super::allocation;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let Some(current) = ctx.allocations.get(&uid) else {
+        ctx.allocations.allocate(&pod);
+        return (pod, None);
+    };
+    if !allocation::resize_requested(&pod, &current) {
+        return (pod, None);
+    }
+    if pod.metadata.deletion_timestamp.is_some() || super::spec::is_terminal(&pod) {
+        return (Arc::new(allocation::apply(&pod, &current)), None);
+    }
+    let node = &ctx.runtime.node;
+    let Some(view) = node_view(&ctx.node_store, &node.node_name) else {
+        return (Arc::new(allocation::apply(&pod, &current)), None);
+    };
+    let bound = ctx.runtime.pods.state();
+    let others: Vec<Pod> = bound
+        .iter()
+        .filter(|p| p.metadata.uid.as_deref() != Some(uid.as_str()))
+        .filter(|p| !super::spec::is_terminal(p))
+        .map(|p| {
+            match p
+                .metadata
+                .uid
+                .as_deref()
+                .and_then(|u| ctx.allocations.get(u))
+            {
+                Some(a) => allocation::apply(p, &a),
+                None => (**p).clone(),
+            }
+        })
+        .collect();
+    let others: Vec<&Pod> = others.iter().collect();
+    match allocation::admit_resize(&pod, &others, &view) {
+        Ok(()) => {
+            info!(pod = %pod_identity(&pod).1, "resize allocated");
+            ctx.allocations.allocate(&pod);
+            (pod, None)
+        }
+        Err(pending) => (Arc::new(allocation::apply(&pod, &current)), Some(pending)),
+    }
 }
 
 /// Starts and stops the pod's probe workers ([`crate::prober::manager::Manager::sync`]),

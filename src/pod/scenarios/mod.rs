@@ -8,6 +8,7 @@
 
 mod api;
 mod leaks;
+mod resize;
 mod static_pods;
 
 use std::collections::BTreeMap;
@@ -183,6 +184,7 @@ impl Node {
             pressures: tokio::sync::watch::channel(Vec::new()).1,
             evictions: std::sync::Mutex::default(),
             sources: pods.clone(),
+            allocations: crate::pod::allocation::Allocations::in_memory(),
         });
         Self {
             api,
@@ -937,7 +939,12 @@ async fn a_failed_liveness_probe_kills_and_restarts_the_container() {
         ]
     );
     n.event("Unhealthy", "Liveness probe failed").await;
-    n.event("Killing", "Stopping container c").await;
+    // As the kubelet's `killContainer`: the event says why.
+    n.event(
+        "Killing",
+        "Container c failed liveness probe, will be restarted",
+    )
+    .await;
     assert_eq!(state(&n.status("web"), "c"), ("running".into(), 1));
 }
 

@@ -1,0 +1,216 @@
+//! Allocated resources, as the kubelet's allocation manager
+//! (pkg/kubelet/allocation): the resources each admitted pod's containers
+//! were given, which is what runs, what the status reports and what other
+//! pods are admitted against. A pod's spec resources that differ from its
+//! allocation are a resize request (`kubectl patch --subresource resize`):
+//! it is admitted against the node or left pending (`PodResizePending`,
+//! `Infeasible` or `Deferred`, tried again at each sync), and once admitted
+//! becomes the allocation. Allocations are kept in
+//! `<root-dir>/allocated_pods_state` (JSON, written through a temporary
+//! file), so a restarted agent goes on from them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use super::admit::Rejection;
+use super::fit::{NodeView, pod_requests};
+use super::spec;
+
+/// The file allocations are kept in, under the root directory (the
+/// kubelet's name).
+pub const STATE_FILE: &str = "allocated_pods_state";
+
+/// `PodResizePending` reason: the node can never hold the new resources.
+pub const INFEASIBLE: &str = "Infeasible";
+/// `PodResizePending` reason: the node cannot hold them now.
+pub const DEFERRED: &str = "Deferred";
+
+/// One pod's allocation: the resources of its containers (regular ones and
+/// sidecars, the resizable ones), by name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// Resources by container name.
+    pub containers: BTreeMap<String, ResourceRequirements>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct State {
+    version: u32,
+    pods: BTreeMap<String, Allocation>,
+}
+
+/// The allocations of the node's pods, by UID; cheap to share behind an
+/// `Arc`.
+#[derive(Debug)]
+pub struct Allocations {
+    path: Option<PathBuf>,
+    pods: Mutex<BTreeMap<String, Allocation>>,
+}
+
+impl Allocations {
+    /// The allocations kept under `root_dir`; none when the file is missing
+    /// or unreadable (logged), as after a first start.
+    #[must_use]
+    pub fn load(root_dir: &Path) -> Self {
+        let path = root_dir.join(STATE_FILE);
+        let pods = match std::fs::read(&path) {
+            Ok(bytes) => match serde_json::from_slice::<State>(&bytes) {
+                Ok(state) => state.pods,
+                Err(e) => {
+                    warn!(path = %path.display(), error = %e, "allocated resources unreadable; starting from the pods' specs");
+                    BTreeMap::new()
+                }
+            },
+            Err(_) => BTreeMap::new(),
+        };
+        Self {
+            path: Some(path),
+            pods: Mutex::new(pods),
+        }
+    }
+
+    /// Allocations kept in memory only (tests).
+    #[must_use]
+    pub fn in_memory() -> Self {
+        Self {
+            path: None,
+            pods: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The allocation of pod `uid`, if one was made.
+    #[must_use]
+    pub fn get(&self, uid: &str) -> Option<Allocation> {
+        self.lock().get(uid).cloned()
+    }
+
+    /// Makes `pod`'s spec resources its allocation, and keeps it on disk.
+    pub fn allocate(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut pods = self.lock();
+        let new = of(pod);
+        if pods.get(&uid) != Some(&new) {
+            pods.insert(uid, new);
+            self.save(&pods);
+        }
+    }
+
+    /// Forgets every pod whose UID `keep` refuses.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut pods = self.lock();
+        let before = pods.len();
+        pods.retain(|uid, _| keep(uid));
+        if pods.len() != before {
+            self.save(&pods);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Allocation>> {
+        self.pods.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn save(&self, pods: &BTreeMap<String, Allocation>) {
+        let Some(path) = &self.path else { return };
+        let state = State {
+            version: 1,
+            pods: pods.clone(),
+        };
+        let written = serde_json::to_string(&state)
+            .map_err(std::io::Error::other)
+            .and_then(|text| crate::certificate::write_private(path, &text, 0o600));
+        if let Err(e) = written {
+            warn!(path = %path.display(), error = %e, "allocated resources not kept");
+        }
+    }
+}
+
+/// `pod`'s spec resources as an allocation.
+#[must_use]
+pub fn of(pod: &Pod) -> Allocation {
+    let containers = spec::main_containers(pod)
+        .iter()
+        .chain(
+            spec::init_containers(pod)
+                .iter()
+                .filter(|c| spec::is_sidecar(c)),
+        )
+        .map(|c| (c.name.clone(), c.resources.clone().unwrap_or_default()))
+        .collect();
+    Allocation { containers }
+}
+
+/// `pod` with the resources of `allocation` in place of its spec's, as the
+/// kubelet's `UpdatePodFromAllocation`; containers the allocation does not
+/// name keep theirs.
+#[must_use]
+pub fn apply(pod: &Pod, allocation: &Allocation) -> Pod {
+    let mut pod = pod.clone();
+    if let Some(spec) = pod.spec.as_mut() {
+        let containers = spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten());
+        for c in containers {
+            if let Some(r) = allocation.containers.get(&c.name) {
+                c.resources = (r != &ResourceRequirements::default()).then(|| r.clone());
+            }
+        }
+    }
+    pod
+}
+
+/// True when `pod`'s spec asks for other resources than `allocation`.
+#[must_use]
+pub fn resize_requested(pod: &Pod, allocation: &Allocation) -> bool {
+    &of(pod) != allocation
+}
+
+/// Whether the resize `pod`'s spec asks for can be admitted now, as the
+/// kubelet's `canResizePod`: a static pod's is `Infeasible`; requests
+/// beyond the node's allocatable cpu or memory are `Infeasible` ("Node
+/// didn't have enough capacity: <resource>, requested: <n>, capacity: <n>",
+/// memory first, cpu in millicores); requests that do not fit beside
+/// `others` (the other active pods, as allocated) are `Deferred`, with the
+/// admission message.
+///
+/// # Errors
+/// The `PodResizePending` reason and message.
+pub fn admit_resize(pod: &Pod, others: &[&Pod], node: &NodeView) -> Result<(), Rejection> {
+    if crate::static_pod::is_static(pod) {
+        return Err(Rejection {
+            reason: INFEASIBLE.into(),
+            message: "In-place resize of static-pods is not supported".into(),
+        });
+    }
+    let wanted = pod_requests(pod);
+    let allocatable = super::fit::parsed_allocatable(node);
+    for (resource, milli) in [("memory", false), ("cpu", true)] {
+        let value = |q: Option<&crate::resource::Quantity>| {
+            q.map_or(0, |q| if milli { q.milli_value() } else { q.value() })
+        };
+        let (requested, capacity) = (
+            value(wanted.get(resource)),
+            value(allocatable.get(resource)),
+        );
+        if requested > capacity {
+            return Err(Rejection {
+                reason: INFEASIBLE.into(),
+                message: format!(
+                    "Node didn't have enough capacity: {resource}, requested: {requested}, capacity: {capacity}"
+                ),
+            });
+        }
+    }
+    match super::fit::fit(pod, others, node) {
+        Some(r) => Err(Rejection {
+            reason: DEFERRED.into(),
+            message: r.message,
+        }),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,203 @@
+//! Scenarios of in-place resize (`kubectl patch --subresource resize`):
+//! the node allocates what fits and updates the running container's cgroup
+//! limits in place, reports the allocation in the status, leaves what does
+//! not fit pending (`Infeasible`, `Deferred`), and restarts a container whose
+//! `resizePolicy` asks for it.
+
+use k8s_openapi::api::core::v1::{ContainerResizePolicy, Pod, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::{IMAGE, Node};
+use crate::fixtures::pod;
+
+/// Requests and limits of cpu and memory.
+fn resources(cpu: (&str, &str), memory: (&str, &str)) -> ResourceRequirements {
+    let map = |c: &str, m: &str| {
+        Some(
+            [("cpu", c), ("memory", m)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.into())))
+                .collect(),
+        )
+    };
+    ResourceRequirements {
+        requests: map(cpu.0, memory.0),
+        limits: map(cpu.1, memory.1),
+        ..Default::default()
+    }
+}
+
+/// Pod `name` with one container `c` of `r`.
+fn sized(name: &str, r: ResourceRequirements) -> Pod {
+    let mut p = pod(name).container("c", IMAGE).build();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.containers[0].resources = Some(r);
+    }
+    p
+}
+
+/// `pod` as the API server stores a resize of its container to `r`
+/// (generation bumped).
+fn resized(mut pod: Pod, r: ResourceRequirements) -> Pod {
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.containers[0].resources = Some(r);
+    }
+    pod.metadata.generation = Some(pod.metadata.generation.unwrap_or(1) + 1);
+    pod
+}
+
+/// Resizes pod `name`'s container to `r` in the API and the watch; the pod
+/// as stored.
+fn resize(n: &mut Node, name: &str, r: ResourceRequirements) -> Pod {
+    let now = n.watched(name);
+    n.bind(resized(now, r))
+}
+
+fn condition(n: &Node, name: &str, type_: &str) -> Option<(String, String)> {
+    n.status(name)
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.reason.unwrap_or_default(), c.message.unwrap_or_default()))
+}
+
+fn reported(n: &Node, name: &str) -> (Option<ResourceRequirements>, String) {
+    let cs = n.status(name).container_statuses.unwrap_or_default();
+    let c = cs.first().cloned().unwrap_or_default();
+    (c.resources, c.container_id.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resize_that_fits_is_applied_in_place_and_one_that_does_not_waits() {
+    let mut n = Node::start().await;
+    let small = resources(("100m", "200m"), ("64Mi", "128Mi"));
+    let web = n.bind(sized("web", small.clone()));
+    n.sync(&web).await;
+    let (shown, id) = reported(&n, "web");
+    assert_eq!(shown.as_ref(), Some(&small), "resources as allocated");
+    n.cri_calls();
+
+    // Up: updated in place, the same container, the status follows.
+    let big = resources(("500m", "1"), ("128Mi", "256Mi"));
+    let web = resize(&mut n, "web", big.clone());
+    n.sync(&web).await;
+    assert_eq!(
+        n.cri_calls(),
+        ["UpdateContainerResources c shares=512 quota=100000 memory=268435456"]
+    );
+    let (shown, same) = reported(&n, "web");
+    assert_eq!(same, id, "not restarted");
+    assert_eq!(shown.as_ref(), Some(&big));
+    let allocated = n.status("web").container_statuses.unwrap_or_default()[0]
+        .allocated_resources
+        .clone();
+    assert_eq!(allocated, big.requests);
+    assert_eq!(condition(&n, "web", "PodResizePending"), None);
+    // Once applied, nothing more to do.
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), Vec::<String>::new());
+
+    // Beyond the node (4 cpus): infeasible, nothing changes.
+    let huge = resources(("8", "8"), ("128Mi", "256Mi"));
+    let web = resize(&mut n, "web", huge);
+    n.sync(&web).await;
+    assert_eq!(n.cri_calls(), Vec::<String>::new());
+    let (reason, message) = condition(&n, "web", "PodResizePending").expect("pending");
+    assert_eq!(reason, "Infeasible");
+    assert_eq!(
+        message,
+        "Node didn't have enough capacity: cpu, requested: 8000, capacity: 4000"
+    );
+    assert_eq!(
+        reported(&n, "web").0.as_ref(),
+        Some(&big),
+        "still as allocated"
+    );
+
+    // Within the node but not beside another pod: deferred, then allocated
+    // once that pod is gone.
+    let other = n.bind(sized("other", resources(("3", "3"), ("64Mi", "64Mi"))));
+    n.sync(&other).await;
+    n.cri_calls();
+    let wanted = resources(("1500m", "2"), ("128Mi", "256Mi"));
+    let web = resize(&mut n, "web", wanted.clone());
+    n.sync(&web).await;
+    let (reason, message) = condition(&n, "web", "PodResizePending").expect("pending");
+    assert_eq!(reason, "Deferred");
+    assert!(
+        message.starts_with("Node didn't have enough resource: cpu"),
+        "{message}"
+    );
+    assert_eq!(n.cri_calls(), Vec::<String>::new());
+    n.pods
+        .api_event(kube::runtime::watcher::Event::Delete(other));
+    n.sync_watched("web").await;
+    assert_eq!(condition(&n, "web", "PodResizePending"), None);
+    assert_eq!(
+        n.cri_calls(),
+        ["UpdateContainerResources c shares=1536 quota=200000 memory=268435456"]
+    );
+    assert_eq!(reported(&n, "web").0.as_ref(), Some(&wanted));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_resize_with_restart_container_restarts_that_container() {
+    let mut n = Node::start().await;
+    let mut p = sized("db", resources(("100m", "100m"), ("64Mi", "64Mi")));
+    if let Some(spec) = p.spec.as_mut() {
+        spec.containers[0].resize_policy = Some(vec![ContainerResizePolicy {
+            resource_name: "memory".into(),
+            restart_policy: "RestartContainer".into(),
+        }]);
+    }
+    let db = n.bind(p);
+    n.sync(&db).await;
+    n.cri_calls();
+    // cpu alone: in place.
+    let db = resize(&mut n, "db", resources(("200m", "200m"), ("64Mi", "64Mi")));
+    n.sync(&db).await;
+    let calls = n.cri_calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(
+        calls[0].starts_with("UpdateContainerResources c "),
+        "{calls:?}"
+    );
+    // memory: the container restarts with it.
+    let db = resize(
+        &mut n,
+        "db",
+        resources(("200m", "200m"), ("128Mi", "128Mi")),
+    );
+    n.sync(&db).await;
+    let calls = n.cri_calls();
+    assert!(
+        calls.iter().any(|c| c.starts_with("StopContainer c")),
+        "{calls:?}"
+    );
+    assert!(
+        calls.contains(&"CreateContainer c".to_string()),
+        "{calls:?}"
+    );
+    n.event("Killing", "Container c resize requires restart")
+        .await;
+    let restarted = n.status("db").container_statuses.unwrap_or_default()[0].restart_count;
+    assert_eq!(restarted, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocations_outlive_a_restart_of_the_agent() {
+    let mut n = Node::start().await;
+    let small = resources(("100m", "100m"), ("64Mi", "64Mi"));
+    let web = n.bind(sized("web", small));
+    n.sync(&web).await;
+    let big = resources(("200m", "200m"), ("64Mi", "64Mi"));
+    let web = resize(&mut n, "web", big.clone());
+    n.sync(&web).await;
+    let allocations = &n.ctx.allocations;
+    let uid = web.metadata.uid.clone().unwrap_or_default();
+    assert_eq!(
+        allocations.get(&uid).map(|a| a.containers["c"].clone()),
+        Some(big)
+    );
+}
