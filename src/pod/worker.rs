@@ -308,24 +308,12 @@ fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
     let Some(view) = node_view(&ctx.node_store, &node.node_name) else {
         return (Arc::new(allocation::apply(&pod, &current)), None);
     };
-    let bound = ctx.runtime.pods.state();
-    let others: Vec<Pod> = bound
+    let others = allocated_pods(ctx);
+    let others: Vec<&Pod> = others
         .iter()
         .filter(|p| p.metadata.uid.as_deref() != Some(uid.as_str()))
         .filter(|p| !super::spec::is_terminal(p))
-        .map(|p| {
-            match p
-                .metadata
-                .uid
-                .as_deref()
-                .and_then(|u| ctx.allocations.get(u))
-            {
-                Some(a) => allocation::apply(p, &a),
-                None => (**p).clone(),
-            }
-        })
         .collect();
-    let others: Vec<&Pod> = others.iter().collect();
     match allocation::admit_resize(&pod, &others, &view) {
         Ok(()) => {
             info!(pod = %pod_identity(&pod).1, "resize allocated");
@@ -334,6 +322,27 @@ fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
         }
         Err(pending) => (Arc::new(allocation::apply(&pod, &current)), Some(pending)),
     }
+}
+
+/// The pods bound to the node, each with the resources it was allocated
+/// (its spec's when it has no allocation yet).
+fn allocated_pods(ctx: &Context) -> Vec<Pod> {
+    ctx.runtime
+        .pods
+        .state()
+        .iter()
+        .map(|p| {
+            match p
+                .metadata
+                .uid
+                .as_deref()
+                .and_then(|u| ctx.allocations.get(u))
+            {
+                Some(a) => super::allocation::apply(p, &a),
+                None => (**p).clone(),
+            }
+        })
+        .collect()
 }
 
 /// Starts and stops the pod's probe workers ([`crate::prober::manager::Manager::sync`]),
@@ -435,8 +444,10 @@ async fn admission(
         },
         None => return Ok(Verdict::NodeNotSeen),
     };
-    let bound = ctx.runtime.pods.state();
-    let bound: Vec<&Pod> = bound.iter().map(AsRef::as_ref).collect();
+    // The other pods count with what they were allocated, not with a
+    // resize still pending.
+    let bound = allocated_pods(ctx);
+    let bound: Vec<&Pod> = bound.iter().collect();
     let verdict = ctx
         .admission
         .admit(pod, &bound, &view, |p| admit::admit(p, &abilities).err());

@@ -1,0 +1,232 @@
+//! In-place resize on the local cluster (`hack/local-up.sh --agent rustlet`),
+//! as a user does it: `kubectl patch pod --subresource resize`. A running
+//! pod's cpu and memory go up and down with the same container (ID and
+//! restart count unchanged), its cgroup files show the new limits and its
+//! status the new resources; a resize beyond the node is `PodResizePending`
+//! / `Infeasible`; a memory resize under `resizePolicy: RestartContainer`
+//! restarts exactly that container.
+
+mod common;
+
+use common::*;
+
+/// A pod of one busybox container `c` that sleeps, with cpu and memory
+/// requests and limits, and `policy` as the memory resize policy.
+fn sized(
+    name: &str,
+    cpu: (&str, &str),
+    memory: (&str, &str),
+    policy: &str,
+) -> k8s_openapi::api::core::v1::Pod {
+    from_json(serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"],
+                "resources": {
+                    "requests": { "cpu": cpu.0, "memory": memory.0 },
+                    "limits": { "cpu": cpu.1, "memory": memory.1 },
+                },
+                "resizePolicy": [
+                    { "resourceName": "cpu", "restartPolicy": "NotRequired" },
+                    { "resourceName": "memory", "restartPolicy": policy },
+                ],
+            }]
+        }
+    }))
+}
+
+/// `kubectl patch pod <name> --subresource resize` to those resources.
+fn resize(ns: &str, name: &str, cpu: (&str, &str), memory: (&str, &str)) -> (i32, String) {
+    let patch = serde_json::json!({"spec": {"containers": [{"name": "c", "resources": {
+        "requests": { "cpu": cpu.0, "memory": memory.0 },
+        "limits": { "cpu": cpu.1, "memory": memory.1 },
+    }}]}});
+    let (code, out, err) = kubectl(
+        &[
+            "patch",
+            "pod",
+            name,
+            "-n",
+            ns,
+            "--subresource",
+            "resize",
+            "--type",
+            "strategic",
+            "-p",
+            &patch.to_string(),
+        ],
+        "",
+    );
+    (code, format!("{out}{err}"))
+}
+
+/// A file of the container's own cgroup, read inside it.
+fn cgroup_file(ns: &str, name: &str, path: &str) -> String {
+    let (code, out, err) = kubectl(&["exec", "-n", ns, name, "-c", "c", "--", "cat", path], "");
+    assert_eq!(code, 0, "cat {path}: {err}");
+    out.trim().to_string()
+}
+
+/// The first container's reported limit of `resource`.
+fn limit(p: &k8s_openapi::api::core::v1::Pod, resource: &str) -> Option<String> {
+    container_status(p)
+        .resources
+        .and_then(|r| r.limits)
+        .and_then(|l| l.get(resource).map(|q| q.0.clone()))
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn cpu_and_memory_are_resized_in_place_and_an_infeasible_resize_waits() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-resize").await;
+    create(
+        &client,
+        &ns,
+        &sized("web", ("100m", "200m"), ("64Mi", "128Mi"), "NotRequired"),
+    )
+    .await;
+    let running = wait_for(&client, &ns, "web", 90, "Running", phase("Running")).await;
+    let before = container_status(&running);
+    assert_eq!(
+        limit(&running, "cpu").as_deref(),
+        Some("200m"),
+        "resources reported"
+    );
+    assert_eq!(
+        cgroup_file(&ns, "web", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+        "20000"
+    );
+
+    // Up.
+    let (code, out) = resize(&ns, "web", ("200m", "400m"), ("64Mi", "192Mi"));
+    assert_eq!(code, 0, "{out}");
+    let up = wait_for(
+        &client,
+        &ns,
+        "web",
+        60,
+        "resized up",
+        |p: Option<&k8s_openapi::api::core::v1::Pod>| {
+            p.is_some_and(|p| limit(p, "cpu").as_deref() == Some("400m"))
+        },
+    )
+    .await;
+    let after = container_status(&up);
+    assert_eq!(
+        after.container_id, before.container_id,
+        "the same container"
+    );
+    assert_eq!(after.restart_count, before.restart_count);
+    assert_eq!(limit(&up, "memory").as_deref(), Some("192Mi"));
+    assert_eq!(
+        cgroup_file(&ns, "web", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+        "40000"
+    );
+    assert_eq!(
+        cgroup_file(&ns, "web", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        (192u64 << 20).to_string()
+    );
+
+    // Down.
+    let (code, out) = resize(&ns, "web", ("100m", "150m"), ("64Mi", "160Mi"));
+    assert_eq!(code, 0, "{out}");
+    let down = wait_for(
+        &client,
+        &ns,
+        "web",
+        60,
+        "resized down",
+        |p: Option<&k8s_openapi::api::core::v1::Pod>| {
+            p.is_some_and(|p| limit(p, "cpu").as_deref() == Some("150m"))
+        },
+    )
+    .await;
+    assert_eq!(container_status(&down).container_id, before.container_id);
+    assert_eq!(
+        cgroup_file(&ns, "web", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+        "15000"
+    );
+    assert_eq!(
+        cgroup_file(&ns, "web", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        (160u64 << 20).to_string()
+    );
+
+    // Beyond any node: pending, infeasible, nothing changes.
+    let (code, out) = resize(&ns, "web", ("1000", "1000"), ("64Mi", "160Mi"));
+    assert_eq!(code, 0, "{out}");
+    let pending = wait_for(
+        &client,
+        &ns,
+        "web",
+        60,
+        "PodResizePending",
+        condition_is("PodResizePending", "True"),
+    )
+    .await;
+    let c = pod_condition(&pending, "PodResizePending").expect("condition");
+    assert_eq!(c.reason.as_deref(), Some("Infeasible"));
+    assert!(
+        c.message
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("Node didn't have enough capacity: cpu"),
+        "{c:?}"
+    );
+    assert_eq!(
+        limit(&pending, "cpu").as_deref(),
+        Some("150m"),
+        "as allocated"
+    );
+    assert_eq!(
+        cgroup_file(&ns, "web", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+        "15000"
+    );
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_memory_resize_under_restart_container_restarts_the_container() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-resize-restart").await;
+    create(
+        &client,
+        &ns,
+        &sized("db", ("100m", "100m"), ("64Mi", "64Mi"), "RestartContainer"),
+    )
+    .await;
+    let running = wait_for(&client, &ns, "db", 90, "Running", phase("Running")).await;
+    let before = container_status(&running);
+    let (code, out) = resize(&ns, "db", ("100m", "100m"), ("96Mi", "96Mi"));
+    assert_eq!(code, 0, "{out}");
+    let restarted = wait_for(
+        &client,
+        &ns,
+        "db",
+        60,
+        "restarted",
+        |p: Option<&k8s_openapi::api::core::v1::Pod>| {
+            p.is_some_and(|p| {
+                let c = container_status(p);
+                c.restart_count == 1 && c.state.is_some_and(|s| s.running.is_some())
+            })
+        },
+    )
+    .await;
+    assert_ne!(
+        container_status(&restarted).container_id,
+        before.container_id
+    );
+    assert_eq!(limit(&restarted, "memory").as_deref(), Some("96Mi"));
+    assert_eq!(
+        cgroup_file(&ns, "db", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        (96u64 << 20).to_string()
+    );
+    drop_namespace(&client, &ns).await;
+}
