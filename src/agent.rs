@@ -279,6 +279,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (_, allocatable) =
         crate::node::status::resources(&machine, settings.max_pods, &settings.reservations);
     let volumes = VolumeManager::new(client.clone(), &settings.root_dir, allocatable.clone());
+    let cgroups = pod_cgroups(&settings, &machine)?;
     // Registration retries until the API server answers, in the background:
     // static pods start meanwhile, as the kubelet runs them without it.
     let registered = tokio::spawn({
@@ -445,6 +446,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 usize::try_from(settings.max_pods).unwrap_or(usize::MAX),
             ),
             log_links_dir: crate::paths::CONTAINER_LOGS_DIR.into(),
+            cgroups: cgroups.clone(),
         },
         status: StatusManager::new(client.clone(), sources.clone()),
         status_context: StatusContext {
@@ -541,6 +543,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             loop {
                 tick.tick().await;
                 housekeeping::forget_gone(&ctx, &store);
+                housekeeping::sync_pod_cgroups(&ctx, &store);
                 housekeeping::delete_orphan_mirrors(&client, &ctx.sources).await;
                 let cleaned = housekeeping::cleanup_orphans(
                     &runtime,
@@ -593,6 +596,82 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     housekeeping.abort();
     info!("stopped");
     result
+}
+
+/// The pod and QoS cgroups of `cgroupsPerQOS` (none when it is off), with
+/// the QoS hierarchy made and, with `enforceNodeAllocatable: [pods]`,
+/// `kubepods` limited to the machine's capacity less `kubeReserved` and
+/// `systemReserved`, as the kubelet's node allocatable enforcement. Only the
+/// `cgroupfs` driver on cgroup v1 is built; elsewhere pods keep the
+/// runtime's cgroups, said once.
+///
+/// # Errors
+/// The hierarchy could not be made (the agent would run pods with less
+/// isolation than configured).
+fn pod_cgroups(
+    settings: &Settings,
+    machine: &MachineInfo,
+) -> anyhow::Result<Option<crate::cgroups::CgroupManager>> {
+    if !settings.cgroups_per_qos {
+        return Ok(None);
+    }
+    if settings.cgroup_driver != "cgroupfs" {
+        warn!(
+            driver = settings.cgroup_driver,
+            "pod cgroups are built for the cgroupfs driver only; pods run in the runtime's cgroups"
+        );
+        return Ok(None);
+    }
+    let Some(manager) = crate::cgroups::CgroupManager::v1(
+        Path::new("/sys/fs/cgroup"),
+        &settings.cgroup_root,
+        "kubepods",
+    ) else {
+        warn!("pod cgroups are built for cgroup v1 only; pods run in the runtime's cgroups");
+        return Ok(None);
+    };
+    let reserved = |name: &str| -> i128 {
+        [
+            &settings.reservations.kube_reserved,
+            &settings.reservations.system_reserved,
+        ]
+        .iter()
+        .filter_map(|m| m.get(name))
+        .filter_map(|q| crate::resource::Quantity::parse_saturating(q).ok())
+        .map(|q| {
+            if name == "cpu" {
+                q.milli_value()
+            } else {
+                q.value()
+            }
+        })
+        .fold(0, i128::saturating_add)
+    };
+    let node = settings
+        .enforce_node_allocatable
+        .iter()
+        .any(|e| e == "pods")
+        .then(|| {
+            let cpu = i128::from(machine.cpus)
+                .saturating_mul(1000)
+                .saturating_sub(reserved("cpu"))
+                .max(0);
+            let memory = i128::from(machine.memory_bytes)
+                .saturating_sub(reserved("memory"))
+                .max(0);
+            crate::cgroups::Limits {
+                cpu_shares: u64::try_from(crate::pod::translate::cpu_shares(
+                    i64::try_from(cpu).unwrap_or(i64::MAX),
+                ))
+                .unwrap_or(2),
+                cpu_quota: None,
+                memory: Some(i64::try_from(memory).unwrap_or(i64::MAX)),
+            }
+        });
+    manager
+        .ensure_qos(node)
+        .context("make the QoS cgroups (cgroupsPerQOS)")?;
+    Ok(Some(manager))
 }
 
 /// The image pull concurrency of the settings' `serializeImagePulls` and

@@ -106,6 +106,14 @@ pub struct Settings {
     /// `serverTLSBootstrap`: the node API's certificate comes from the
     /// certificates API (signer `kubernetes.io/kubelet-serving`).
     pub server_tls_bootstrap: bool,
+    /// `cgroupsPerQOS` (true): pods run in cgroups of their own below the
+    /// QoS hierarchy (`kubepods`, [`crate::cgroups`]).
+    pub cgroups_per_qos: bool,
+    /// `cgroupRoot` (`/`): where the QoS hierarchy is made.
+    pub cgroup_root: String,
+    /// `enforceNodeAllocatable` (`[pods]`): with `pods`, the `kubepods`
+    /// cgroup is limited to the node's capacity less what is reserved.
+    pub enforce_node_allocatable: Vec<String>,
     /// `rotateCertificates`: the client certificate the agent reaches the API
     /// server with is renewed from the certificates API before it expires
     /// (signer `kubernetes.io/kube-apiserver-client-kubelet`).
@@ -333,6 +341,9 @@ impl Default for Settings {
             container_logs: ContainerLogPolicy::default(),
             server_tls_bootstrap: false,
             rotate_certificates: false,
+            cgroups_per_qos: true,
+            cgroup_root: "/".into(),
+            enforce_node_allocatable: vec!["pods".into()],
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
             authentication_cache_ttl: Duration::from_secs(120),
@@ -400,6 +411,10 @@ impl Settings {
             "staticPodURL": self.static_pod_url.clone().unwrap_or_default(),
             "staticPodURLHeader": self.static_pod_url_header,
             "httpCheckFrequency": go_duration(self.http_check_frequency),
+            "rotateCertificates": self.rotate_certificates,
+            "cgroupsPerQOS": self.cgroups_per_qos,
+            "cgroupRoot": self.cgroup_root,
+            "enforceNodeAllocatable": self.enforce_node_allocatable,
             "tlsCertFile": self.tls_cert_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             "tlsPrivateKeyFile": self.tls_private_key_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             "registerNode": true,
@@ -436,8 +451,9 @@ impl Settings {
         doc
     }
 
-    /// [`Settings::kubelet_configuration`] but the static pod sources (one
-    /// `json!` holds only so many fields).
+    /// [`Settings::kubelet_configuration`] but the static pod sources,
+    /// certificate rotation and cgroups (one `json!` holds only so many
+    /// fields).
     fn configuration_core(&self) -> Value {
         serde_json::json!({
             "kind": "KubeletConfiguration",
@@ -463,7 +479,6 @@ impl Settings {
             "containerLogMaxFiles": self.container_logs.max_files,
             "containerLogMonitorInterval": go_duration(self.container_logs.interval),
             "serverTLSBootstrap": self.server_tls_bootstrap,
-            "rotateCertificates": self.rotate_certificates,
             "serializeImagePulls": self.serialize_image_pulls,
             "maxParallelImagePulls": self.max_parallel_image_pulls,
             "seccompDefault": self.seccomp_default,
@@ -539,6 +554,9 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "containerLogMonitorInterval",
     "serverTLSBootstrap",
     "rotateCertificates",
+    "cgroupsPerQOS",
+    "cgroupRoot",
+    "enforceNodeAllocatable",
     "serializeImagePulls",
     "maxParallelImagePulls",
     "authentication",
@@ -930,6 +948,40 @@ pub fn apply_file_text(
             "rotateCertificates" => {
                 settings.rotate_certificates =
                     v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
+            }
+            "cgroupsPerQOS" => {
+                settings.cgroups_per_qos = v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
+            }
+            "cgroupRoot" => {
+                let root = v
+                    .as_str()
+                    .ok_or_else(|| bad(key, "an absolute cgroup path"))?;
+                let safe = root.starts_with('/') && !root.split('/').any(|p| p == ".." || p == ".");
+                if !safe {
+                    return Err(bad(key, "an absolute cgroup path"));
+                }
+                settings.cgroup_root = if root.is_empty() {
+                    "/".into()
+                } else {
+                    root.into()
+                };
+            }
+            "enforceNodeAllocatable" => {
+                let list: Vec<String> = serde_json::from_value(v.clone()).map_err(|_| {
+                    bad(key, "a list of pods, system-reserved, kube-reserved, none")
+                })?;
+                if list.iter().any(|e| {
+                    !matches!(
+                        e.as_str(),
+                        "pods" | "system-reserved" | "kube-reserved" | "none"
+                    )
+                }) {
+                    return Err(bad(
+                        key,
+                        "a list of pods, system-reserved, kube-reserved, none",
+                    ));
+                }
+                settings.enforce_node_allocatable = list;
             }
             "serializeImagePulls" => {
                 settings.serialize_image_pulls =

@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod certificate;
+pub mod cgroups;
 pub mod cli;
 pub mod config;
 pub mod container;

@@ -43,6 +43,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "container_gc",
             "static_pod",
             "certificate",
+            "cgroups",
         ],
     ),
     (

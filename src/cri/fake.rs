@@ -122,6 +122,8 @@ pub struct SandboxSnapshot {
     pub state: cri::PodSandboxState,
     /// The pod IP; empty on the host network and once stopped.
     pub ip: String,
+    /// The sandbox config's `linux.cgroup_parent` (empty: none).
+    pub cgroup_parent: String,
 }
 
 /// A container as [`FakeRuntime::containers`] shows it.
@@ -227,6 +229,12 @@ impl SandboxRecord {
             attempt: md.attempt,
             state: self.state,
             ip: self.ip.clone(),
+            cgroup_parent: self
+                .config
+                .linux
+                .as_ref()
+                .map(|l| l.cgroup_parent.clone())
+                .unwrap_or_default(),
         }
     }
 }

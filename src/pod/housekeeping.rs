@@ -289,6 +289,56 @@ pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
     crate::metrics::metrics().retain_pods(keep);
 }
 
+/// The pod cgroups of housekeeping, as the kubelet's `cleanupOrphanedPodCgroups`
+/// and QoS container manager: the cgroup of a pod no longer in `store` is
+/// removed (one that still holds tasks is tried again next time), and the
+/// `burstable` cgroup's shares follow its pods' cpu requests (as allocated).
+pub fn sync_pod_cgroups(ctx: &Context, store: &Store<Pod>) {
+    let Some(cgroups) = &ctx.runtime.cgroups else {
+        return;
+    };
+    let pods = store.state();
+    let live: HashSet<&str> = pods
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    for (qos, uid) in cgroups.pods() {
+        if !live.contains(uid.as_str()) {
+            match cgroups.remove_pod(qos, &uid) {
+                Ok(()) => debug!(pod_uid = uid, "housekeeping: pod cgroup removed"),
+                Err(e) => {
+                    debug!(pod_uid = uid, error = %e, "housekeeping: pod cgroup not removed yet")
+                }
+            }
+        }
+    }
+    let milli = pods
+        .iter()
+        .filter(|p| !super::spec::is_terminal(p))
+        .map(|p| {
+            match p
+                .metadata
+                .uid
+                .as_deref()
+                .and_then(|u| ctx.allocations.get(u))
+            {
+                Some(a) => super::allocation::apply(p, &a),
+                None => (**p).clone(),
+            }
+        })
+        .filter(|p| super::status::qos_class(p) == "Burstable")
+        .filter_map(|p| {
+            super::fit::pod_requests(&p)
+                .get("cpu")
+                .map(|q| q.milli_value())
+        })
+        .fold(0_i128, i128::saturating_add);
+    let shares = super::translate::cpu_shares(i64::try_from(milli).unwrap_or(i64::MAX));
+    if let Err(e) = cgroups.set_burstable_shares(u64::try_from(shares).unwrap_or(2)) {
+        warn!(error = %e, "burstable cgroup shares");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,9 @@ pub struct RuntimeManager {
     /// Where started containers get their log link (`/var/log/containers`,
     /// [`crate::log_links`]).
     pub log_links_dir: std::path::PathBuf,
+    /// The pod and QoS cgroups (`cgroupsPerQOS`); None: pods run in the
+    /// runtime's own cgroups.
+    pub cgroups: Option<crate::cgroups::CgroupManager>,
 }
 
 /// What carrying out a plan left behind.
@@ -105,6 +108,7 @@ impl RuntimeManager {
     ) -> Result<Outcome> {
         let mut outcome = Outcome::default();
         let mut placement: Option<Placement> = None;
+        let mut pod_cgroup_grown = false;
         for step in steps {
             match step {
                 Step::KillContainer {
@@ -171,6 +175,15 @@ impl RuntimeManager {
                     let Some(c) = spec::find_container(pod, name) else {
                         continue;
                     };
+                    // The pod's cgroup grows before its containers, and
+                    // shrinks after them (below), as `doPodResizeAction`.
+                    if !pod_cgroup_grown {
+                        pod_cgroup_grown = true;
+                        if let Err(e) = self.resize_pod_cgroup(pod, true) {
+                            outcome.resize_error = Some(e.to_string());
+                            break;
+                        }
+                    }
                     let linux = translate::linux_resources(pod, c, &self.node);
                     debug!(container = name, ?linux, "resize container");
                     if let Err(e) = self.runtime.update_container_resources(id, linux).await {
@@ -185,6 +198,12 @@ impl RuntimeManager {
                     break;
                 }
             }
+        }
+        if pod_cgroup_grown
+            && outcome.resize_error.is_none()
+            && let Err(e) = self.resize_pod_cgroup(pod, false)
+        {
+            outcome.resize_error = Some(e.to_string());
         }
         Ok(outcome)
     }
@@ -244,6 +263,73 @@ impl RuntimeManager {
         )
     }
 
+    /// Sets `pod`'s cgroup (if it has one) to the limits of its resources:
+    /// with `grow`, only what grows (each limit the larger of now and then),
+    /// so its containers' new limits fit in it; else exactly.
+    ///
+    /// # Errors
+    /// The cgroup filesystem refused a limit.
+    fn resize_pod_cgroup(
+        &self,
+        pod: &Pod,
+        grow: bool,
+    ) -> std::result::Result<(), crate::cgroups::Error> {
+        let Some(cgroups) = &self.cgroups else {
+            return Ok(());
+        };
+        let qos = crate::cgroups::Qos::from_class(super::status::qos_class(pod));
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if !cgroups.has_pod(qos, uid) {
+            return Ok(());
+        }
+        let new = translate::pod_cgroup_limits(pod);
+        let limits = if grow {
+            let now = cgroups.limits(&cgroups.pod_dir(qos, uid)?)?;
+            // None is no limit, the largest of all.
+            let larger = |a: Option<i64>, b: Option<i64>| a.zip(b).map(|(a, b)| a.max(b));
+            crate::cgroups::Limits {
+                cpu_shares: now.cpu_shares.max(new.cpu_shares),
+                cpu_quota: larger(now.cpu_quota, new.cpu_quota),
+                memory: larger(now.memory, new.memory),
+            }
+        } else {
+            new
+        };
+        cgroups.update_pod(qos, uid, limits)
+    }
+
+    /// Puts the sandbox of `config` in `pod`'s cgroup (CRI `cgroup_parent`)
+    /// when pod cgroups are on: made with the pod's limits when `make`, else
+    /// only when it exists (a sandbox made without one keeps its
+    /// containers where they are).
+    ///
+    /// # Errors
+    /// The cgroup could not be made.
+    fn place_in_pod_cgroup(
+        &self,
+        pod: &Pod,
+        config: &mut k8s_cri::v1::PodSandboxConfig,
+        make: bool,
+    ) -> std::result::Result<(), crate::cgroups::Error> {
+        let Some(cgroups) = &self.cgroups else {
+            return Ok(());
+        };
+        let qos = crate::cgroups::Qos::from_class(super::status::qos_class(pod));
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let parent = if make {
+            cgroups.ensure_pod(qos, uid, translate::pod_cgroup_limits(pod))?
+        } else if cgroups.has_pod(qos, uid) {
+            cgroups.cgroup_parent(qos, uid)?
+        } else {
+            return Ok(());
+        };
+        config
+            .linux
+            .get_or_insert_with(Default::default)
+            .cgroup_parent = parent;
+        Ok(())
+    }
+
     /// The ready sandbox of the pod with its config and IPs, for starting
     /// containers in it; none without one.
     async fn current_sandbox(&self, pod: &Pod, rt: &PodRuntime) -> Option<Placement> {
@@ -255,7 +341,13 @@ impl RuntimeManager {
                 return None;
             }
         };
-        match translate::sandbox_config(pod, s.attempt, &self.node, &isolation) {
+        match translate::sandbox_config(pod, s.attempt, &self.node, &isolation).map(|mut c| {
+            // The cgroup its sandbox was made in, if it was.
+            if let Err(e) = self.place_in_pod_cgroup(pod, &mut c, false) {
+                warn!(error = %e, "pod cgroup");
+            }
+            c
+        }) {
             Ok(config) => Some(Placement {
                 sandbox_id: s.id.clone(),
                 config,
@@ -336,7 +428,9 @@ impl RuntimeManager {
         let (ns, name, _) = pod_identity(pod);
         let failed = |e: String| format!("Failed to create pod sandbox: {e}");
         let isolation = self.isolation(pod).await.map_err(failed)?;
-        let config = translate::sandbox_config(pod, attempt, &self.node, &isolation)
+        let mut config = translate::sandbox_config(pod, attempt, &self.node, &isolation)
+            .map_err(|e| failed(e.to_string()))?;
+        self.place_in_pod_cgroup(pod, &mut config, true)
             .map_err(|e| failed(e.to_string()))?;
         tokio::fs::create_dir_all(&config.log_directory)
             .await

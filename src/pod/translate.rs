@@ -642,6 +642,55 @@ pub fn linux_resources(
     }
 }
 
+/// The limits of `pod`'s cgroup, as the kubelet's `ResourceConfigForPod`:
+/// shares from the pod's cpu requests ([`super::fit::pod_requests`]: containers,
+/// init containers, overhead, pod-level resources), a CFS quota from its cpu
+/// limits when every container declares one (or the pod does), a memory
+/// limit alike; a BestEffort pod gets the smallest share and no limits.
+#[must_use]
+pub fn pod_cgroup_limits(pod: &Pod) -> crate::cgroups::Limits {
+    use super::fit::{pod_limits, pod_requests};
+    if super::status::qos_class(pod) == "BestEffort" {
+        return crate::cgroups::Limits {
+            cpu_shares: crate::cgroups::MIN_SHARES,
+            ..Default::default()
+        };
+    }
+    let pod_level = pod.spec.as_ref().and_then(|s| s.resources.as_ref());
+    let declared = |resource: &str| {
+        pod_level
+            .and_then(|r| r.limits.as_ref())
+            .is_some_and(|l| l.contains_key(resource))
+            || super::spec::main_containers(pod)
+                .iter()
+                .chain(super::spec::init_containers(pod))
+                .all(|c| {
+                    c.resources
+                        .as_ref()
+                        .and_then(|r| r.limits.as_ref())
+                        .is_some_and(|l| l.contains_key(resource))
+                })
+    };
+    let requests = pod_requests(pod);
+    let limits = pod_limits(pod);
+    let milli = |q: Option<&crate::resource::Quantity>| {
+        q.map_or(0, |q| i64::try_from(q.milli_value()).unwrap_or(i64::MAX))
+    };
+    let bytes = |q: Option<&crate::resource::Quantity>| {
+        q.map(|q| i64::try_from(q.value()).unwrap_or(i64::MAX))
+    };
+    crate::cgroups::Limits {
+        cpu_shares: u64::try_from(cpu_shares(milli(requests.get("cpu")))).unwrap_or(2),
+        cpu_quota: declared("cpu")
+            .then(|| cpu_quota(milli(limits.get("cpu"))))
+            .filter(|q| *q > 0),
+        memory: declared("memory")
+            .then(|| bytes(limits.get("memory")))
+            .flatten()
+            .filter(|m| *m > 0),
+    }
+}
+
 /// The cgroup limits of container `c`'s resources, as the kubelet's
 /// `calculateLinuxResources`: cpu shares from the cpu request (the limit when
 /// no request, at least 2), CFS quota and period from the cpu limit, and the

@@ -74,7 +74,15 @@ impl Node {
     }
 
     async fn with(api: FakeApi, cri: FakeRuntime, dir: Arc<tempfile::TempDir>) -> Self {
-        Self::with_node(api, cri, dir, true).await
+        Self::with_node(api, cri, dir, true, None).await
+    }
+
+    /// A node whose pods get cgroups of their own in `cgroups`.
+    async fn start_with_cgroups(cgroups: crate::cgroups::CgroupManager) -> Self {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let (cri, _) = FakeRuntime::serve(dir.path()).expect("serve the fake runtime");
+        cri.add_image(IMAGE);
+        Self::with_node(FakeApi::default(), cri, dir, true, Some(cgroups)).await
     }
 
     /// A node whose Node object is not listed yet (the API server has not
@@ -83,7 +91,7 @@ impl Node {
         let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
         let (cri, _) = FakeRuntime::serve(dir.path()).expect("serve the fake runtime");
         cri.add_image(IMAGE);
-        Self::with_node(FakeApi::default(), cri, dir, false).await
+        Self::with_node(FakeApi::default(), cri, dir, false, None).await
     }
 
     async fn with_node(
@@ -91,6 +99,7 @@ impl Node {
         cri: FakeRuntime,
         dir: Arc<tempfile::TempDir>,
         node_listed: bool,
+        cgroups: Option<crate::cgroups::CgroupManager>,
     ) -> Self {
         let runtime = cri.client(Duration::from_secs(10)).await.expect("client");
         let client = api.client();
@@ -170,6 +179,7 @@ impl Node {
                 client: client.clone(),
                 userns: crate::pod::userns::UsernsManager::new(&root, 110),
                 log_links_dir: root.join("containers"),
+                cgroups,
             },
             status: StatusManager::new(client.clone(), pods.clone()),
             status_context: StatusContext {

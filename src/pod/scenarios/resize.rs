@@ -201,3 +201,71 @@ async fn allocations_outlive_a_restart_of_the_agent() {
         Some(big)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_runs_in_a_cgroup_of_its_own_with_its_limits_through_a_resize_until_it_goes() {
+    use crate::cgroups::{CgroupManager, Limits, Qos};
+    use futures::FutureExt as _;
+    let name = format!("rustlet-scenario-{}", std::process::id());
+    // The real cgroup v1 hierarchies, under a root of this test's own.
+    let Some(cgroups) = CgroupManager::v1(std::path::Path::new("/sys/fs/cgroup"), "/", &name)
+    else {
+        eprintln!("no cgroup v1 hierarchy here: skipped");
+        return;
+    };
+    if cgroups.ensure_qos(None).is_err() {
+        eprintln!("cgroups not writable here: skipped");
+        cgroups.remove_qos();
+        return;
+    }
+    let run = {
+        let cgroups = cgroups.clone();
+        let name = name.clone();
+        async move {
+            let mut n = Node::start_with_cgroups(cgroups.clone()).await;
+            let web = n.bind(sized("web", resources(("250m", "500m"), ("64Mi", "128Mi"))));
+            n.sync(&web).await;
+            let uid = web.metadata.uid.clone().unwrap_or_default();
+            let sandbox = n.cri.sandboxes().pop().expect("sandbox");
+            assert_eq!(sandbox.cgroup_parent, format!("/{name}/burstable/pod{uid}"));
+            let dir = cgroups.pod_dir(Qos::Burstable, &uid).expect("dir");
+            assert_eq!(
+                cgroups.limits(&dir).expect("limits"),
+                Limits {
+                    cpu_shares: 256,
+                    cpu_quota: Some(50_000),
+                    memory: Some(128 << 20)
+                }
+            );
+            // The burstable cgroup's shares follow its pods.
+            let store = n.pods.store();
+            super::super::housekeeping::sync_pod_cgroups(&n.ctx, &store);
+            let burstable = std::path::Path::new(&name).join("burstable");
+            assert_eq!(cgroups.limits(&burstable).expect("limits").cpu_shares, 256);
+
+            // Resized: the pod's cgroup follows.
+            let web = resize(&mut n, "web", resources(("500m", "1"), ("64Mi", "256Mi")));
+            n.sync(&web).await;
+            assert_eq!(
+                cgroups.limits(&dir).expect("limits"),
+                Limits {
+                    cpu_shares: 512,
+                    cpu_quota: Some(100_000),
+                    memory: Some(256 << 20)
+                }
+            );
+            // Gone from the node: its cgroup goes.
+            n.pods.api_event(kube::runtime::watcher::Event::Delete(web));
+            super::super::housekeeping::sync_pod_cgroups(&n.ctx, &store);
+            assert!(!cgroups.has_pod(Qos::Burstable, &uid));
+        }
+    };
+    let result = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+    for (qos, uid) in cgroups.pods() {
+        let _ = cgroups.remove_pod(qos, &uid);
+    }
+    cgroups.remove_qos();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}

@@ -1,0 +1,453 @@
+//! Pod and QoS cgroups, as the kubelet's container manager with
+//! `cgroupsPerQOS` and the `cgroupfs` driver on cgroup v1 (pkg/kubelet/cm:
+//! `qos_container_manager_linux.go`, `pod_container_manager_linux.go`,
+//! `helpers_linux.go`'s `ResourceConfigForPod`).
+//!
+//! The hierarchy is `<cgroupRoot>/kubepods` with `burstable` and
+//! `besteffort` below it, made in every cgroup v1 hierarchy of the mount.
+//! Each pod gets `pod<uid>`: under `kubepods` when Guaranteed, else under its
+//! QoS class's cgroup. Its path is the CRI `cgroup_parent` of the pod's
+//! sandbox, so the runtime puts the sandbox and every container below it.
+//! The pod's cgroup holds the pod's limits: `cpu.shares` from the sum of its
+//! cpu requests, a CFS quota when every container has a cpu limit, and a
+//! memory limit when every container has a memory limit. `besteffort` has
+//! the smallest share (2), `burstable` the shares of its pods' requests, and
+//! `kubepods` the node's allocatable cpu and memory when
+//! `enforceNodeAllocatable` has `pods`. A pod's cgroup is removed once
+//! nothing of it runs.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use tracing::debug;
+
+/// The CFS period of pod cgroups, microseconds (the kubelet's 100 ms).
+pub const CPU_PERIOD_US: i64 = 100_000;
+
+/// The QoS class of a pod, for its cgroup's place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Qos {
+    /// Every container's cpu and memory limits equal its requests.
+    Guaranteed,
+    /// Some request or limit.
+    Burstable,
+    /// No requests, no limits.
+    BestEffort,
+}
+
+impl Qos {
+    /// The class of `qos_class` (`Guaranteed`, `Burstable`, `BestEffort`;
+    /// anything else is Burstable).
+    #[must_use]
+    pub fn from_class(qos_class: &str) -> Self {
+        match qos_class {
+            "Guaranteed" => Self::Guaranteed,
+            "BestEffort" => Self::BestEffort,
+            _ => Self::Burstable,
+        }
+    }
+}
+
+/// A cgroup's cpu and memory limits, as the kubelet's `ResourceConfig`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// `cpu.shares`.
+    pub cpu_shares: u64,
+    /// `cpu.cfs_quota_us` (None: no quota, `-1`).
+    pub cpu_quota: Option<i64>,
+    /// `memory.limit_in_bytes` (None: no limit, `-1`).
+    pub memory: Option<i64>,
+}
+
+/// Errors of the cgroup manager.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A pod UID that is not made of letters, digits and dashes: it would
+    /// not be a single directory name.
+    #[error("pod UID {0:?} cannot name a cgroup")]
+    BadUid(String),
+    /// The cgroup filesystem refused a change.
+    #[error("cgroup {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The pod and QoS cgroups of one node.
+#[derive(Clone, Debug)]
+pub struct CgroupManager {
+    /// The hierarchies' directories (one per cgroup v1 hierarchy mounted
+    /// under the mount point, `cpu,cpuacct` once).
+    hierarchies: Vec<PathBuf>,
+    /// The directory of `cpu` (where shares and quotas are written).
+    cpu: Option<PathBuf>,
+    /// The directory of `memory`.
+    memory: Option<PathBuf>,
+    /// The directory of `cpuset` (whose new cgroups need cpus and mems).
+    cpuset: Option<PathBuf>,
+    /// `<cgroupRoot>/kubepods` as a relative path (`kubepods`).
+    root: PathBuf,
+}
+
+impl CgroupManager {
+    /// The manager of the cgroup v1 hierarchies mounted under `mount`
+    /// (`/sys/fs/cgroup`), with the pods' cgroups under `<cgroup_root>/<name>`
+    /// (`/` and `kubepods` as the kubelet's). None when `mount` has no cgroup
+    /// v1 `cpu` and `memory` hierarchies (cgroup v2 is not built here).
+    #[must_use]
+    pub fn v1(mount: &Path, cgroup_root: &str, name: &str) -> Option<Self> {
+        let mut seen = BTreeSet::new();
+        let mut hierarchies = Vec::new();
+        let entries = std::fs::read_dir(mount).ok()?;
+        let mut names: Vec<String> = entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "unified")
+            .collect();
+        names.sort();
+        for n in names {
+            let dir = mount.join(&n);
+            // A hierarchy has tasks; `cpu` and `cpuacct` often link to one.
+            if !dir.join("cgroup.procs").is_file() {
+                continue;
+            }
+            let Ok(real) = std::fs::canonicalize(&dir) else {
+                continue;
+            };
+            if seen.insert(real) {
+                hierarchies.push(dir);
+            }
+        }
+        let find = |file: &str| hierarchies.iter().find(|h| h.join(file).is_file()).cloned();
+        let (cpu, memory) = (find("cpu.shares"), find("memory.limit_in_bytes"));
+        if cpu.is_none() || memory.is_none() {
+            return None;
+        }
+        let cpuset = find("cpuset.cpus");
+        let root = Path::new(cgroup_root.trim_start_matches('/')).join(name);
+        Some(Self {
+            hierarchies,
+            cpu,
+            memory,
+            cpuset,
+            root,
+        })
+    }
+
+    /// The cgroup of QoS class `qos` relative to the hierarchies' roots.
+    fn qos_dir(&self, qos: Qos) -> PathBuf {
+        match qos {
+            Qos::Guaranteed => self.root.clone(),
+            Qos::Burstable => self.root.join("burstable"),
+            Qos::BestEffort => self.root.join("besteffort"),
+        }
+    }
+
+    /// The cgroup of pod `uid` of class `qos`, relative to the hierarchies'
+    /// roots (`kubepods/burstable/pod<uid>`).
+    ///
+    /// # Errors
+    /// [`Error::BadUid`] for a UID that is not one directory name.
+    pub fn pod_dir(&self, qos: Qos, uid: &str) -> Result<PathBuf, Error> {
+        if uid.is_empty() || !uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return Err(Error::BadUid(uid.to_string()));
+        }
+        Ok(self.qos_dir(qos).join(format!("pod{uid}")))
+    }
+
+    /// The CRI `cgroup_parent` of pod `uid` (`/kubepods/burstable/pod<uid>`).
+    ///
+    /// # Errors
+    /// As [`CgroupManager::pod_dir`].
+    pub fn cgroup_parent(&self, qos: Qos, uid: &str) -> Result<String, Error> {
+        Ok(format!("/{}", self.pod_dir(qos, uid)?.display()))
+    }
+
+    /// Makes `dir` in every hierarchy (a new cpuset cgroup gets its parent's
+    /// cpus and memory nodes, as the kernel leaves them empty).
+    fn make(&self, dir: &Path) -> Result<(), Error> {
+        for h in &self.hierarchies {
+            let path = h.join(dir);
+            if path.is_dir() {
+                continue;
+            }
+            std::fs::create_dir_all(&path).map_err(io_err(&path))?;
+        }
+        if let Some(cpuset) = &self.cpuset {
+            let mut at = cpuset.clone();
+            for part in dir.components() {
+                let parent = at.clone();
+                at.push(part);
+                for file in ["cpuset.cpus", "cpuset.mems"] {
+                    let mine = at.join(file);
+                    let empty = std::fs::read_to_string(&mine)
+                        .map(|s| s.trim().is_empty())
+                        .unwrap_or(false);
+                    if empty {
+                        let from = std::fs::read_to_string(parent.join(file))
+                            .map_err(io_err(&parent.join(file)))?;
+                        std::fs::write(&mine, from.trim()).map_err(io_err(&mine))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `limits` to `dir`'s cgroup (the period with a quota).
+    fn set(&self, dir: &Path, limits: Limits) -> Result<(), Error> {
+        if let Some(cpu) = &self.cpu {
+            let at = cpu.join(dir);
+            write(&at.join("cpu.shares"), &limits.cpu_shares.to_string())?;
+            if limits.cpu_quota.is_some() {
+                write(&at.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+            }
+            write(
+                &at.join("cpu.cfs_quota_us"),
+                &limits.cpu_quota.unwrap_or(-1).to_string(),
+            )?;
+        }
+        if let Some(memory) = &self.memory {
+            let file = memory.join(dir).join("memory.limit_in_bytes");
+            write(&file, &limits.memory.unwrap_or(-1).to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The limits written in `dir`'s cgroup now.
+    ///
+    /// # Errors
+    /// A file that cannot be read or parsed.
+    pub fn limits(&self, dir: &Path) -> Result<Limits, Error> {
+        let read = |file: PathBuf| -> Result<i64, Error> {
+            let text = std::fs::read_to_string(&file).map_err(io_err(&file))?;
+            text.trim()
+                .parse::<i64>()
+                .map_err(|e| io_err(&file)(io::Error::new(io::ErrorKind::InvalidData, e)))
+        };
+        let mut out = Limits::default();
+        if let Some(cpu) = &self.cpu {
+            out.cpu_shares = u64::try_from(read(cpu.join(dir).join("cpu.shares"))?).unwrap_or(0);
+            out.cpu_quota = Some(read(cpu.join(dir).join("cpu.cfs_quota_us"))?).filter(|q| *q > 0);
+        }
+        if let Some(memory) = &self.memory {
+            // Unlimited reads as a page-rounded i64::MAX.
+            out.memory = Some(read(memory.join(dir).join("memory.limit_in_bytes"))?)
+                .filter(|m| *m > 0 && *m < i64::MAX / 2);
+        }
+        Ok(out)
+    }
+
+    /// Makes the QoS hierarchy: `kubepods` with `node` as its limits (the
+    /// allocatable resources when enforced; None leaves it unlimited),
+    /// `burstable` and `besteffort` (2 shares).
+    ///
+    /// # Errors
+    /// The cgroup filesystem refused a directory or a limit.
+    pub fn ensure_qos(&self, node: Option<Limits>) -> Result<(), Error> {
+        for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
+            self.make(&self.qos_dir(qos))?;
+        }
+        if let Some(limits) = node {
+            self.set(&self.root, limits)?;
+        }
+        self.set(
+            &self.qos_dir(Qos::BestEffort),
+            Limits {
+                cpu_shares: MIN_SHARES,
+                ..Limits::default()
+            },
+        )
+    }
+
+    /// Sets the `burstable` cgroup's shares to `shares` (those of its pods'
+    /// cpu requests), as the kubelet's QoS container manager updates them.
+    ///
+    /// # Errors
+    /// The cgroup filesystem refused it.
+    pub fn set_burstable_shares(&self, shares: u64) -> Result<(), Error> {
+        if let Some(cpu) = &self.cpu {
+            let file = cpu.join(self.qos_dir(Qos::Burstable)).join("cpu.shares");
+            write(&file, &shares.max(MIN_SHARES).to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Makes pod `uid`'s cgroup with `limits`; returns its CRI
+    /// `cgroup_parent`.
+    ///
+    /// # Errors
+    /// A bad UID, or the cgroup filesystem refused a directory or a limit.
+    pub fn ensure_pod(&self, qos: Qos, uid: &str, limits: Limits) -> Result<String, Error> {
+        let dir = self.pod_dir(qos, uid)?;
+        self.make(&dir)?;
+        self.set(&dir, limits)?;
+        debug!(cgroup = %dir.display(), ?limits, "pod cgroup");
+        self.cgroup_parent(qos, uid)
+    }
+
+    /// Sets pod `uid`'s cgroup limits to `limits` (a resize).
+    ///
+    /// # Errors
+    /// A bad UID, or the cgroup filesystem refused a limit (a memory limit
+    /// below what the pod uses, for one).
+    pub fn update_pod(&self, qos: Qos, uid: &str, limits: Limits) -> Result<(), Error> {
+        self.set(&self.pod_dir(qos, uid)?, limits)
+    }
+
+    /// True when pod `uid` of class `qos` has a cgroup.
+    #[must_use]
+    pub fn has_pod(&self, qos: Qos, uid: &str) -> bool {
+        match (&self.memory, self.pod_dir(qos, uid)) {
+            (Some(memory), Ok(dir)) => memory.join(dir).is_dir(),
+            _ => false,
+        }
+    }
+
+    /// The UIDs of the pods that have a cgroup.
+    #[must_use]
+    pub fn pods(&self) -> Vec<(Qos, String)> {
+        let Some(memory) = &self.memory else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
+            let Ok(entries) = std::fs::read_dir(memory.join(self.qos_dir(qos))) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if let Some(uid) = name.strip_prefix("pod")
+                    && e.path().is_dir()
+                {
+                    out.push((qos, uid.to_string()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Removes pod `uid`'s cgroup from every hierarchy (the runtime has
+    /// removed its containers' own cgroups by then); one already gone is
+    /// fine.
+    ///
+    /// # Errors
+    /// A bad UID, or a cgroup that still has tasks (tried again later).
+    pub fn remove_pod(&self, qos: Qos, uid: &str) -> Result<(), Error> {
+        let dir = self.pod_dir(qos, uid)?;
+        for h in &self.hierarchies {
+            let path = h.join(&dir);
+            match std::fs::remove_dir(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err(&path)(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CgroupManager {
+    /// Removes the (empty) QoS hierarchy from every hierarchy: the end of a
+    /// test that made one of its own.
+    #[cfg(test)]
+    pub(crate) fn remove_qos(&self) {
+        for h in &self.hierarchies {
+            for qos in [Qos::Burstable, Qos::BestEffort, Qos::Guaranteed] {
+                let _ = std::fs::remove_dir(h.join(self.qos_dir(qos)));
+            }
+        }
+    }
+}
+
+fn write(file: &Path, value: &str) -> Result<(), Error> {
+    std::fs::write(file, value).map_err(io_err(file))
+}
+
+/// The smallest `cpu.shares` (the kernel's and the kubelet's `MinShares`).
+pub const MIN_SHARES: u64 = 2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The real cgroup v1 hierarchies of this machine, under a root of this
+    /// test's own (removed at the end), when the test runs as root on
+    /// cgroup v1; None elsewhere.
+    fn real(name: &str) -> Option<CgroupManager> {
+        let m = CgroupManager::v1(Path::new("/sys/fs/cgroup"), "/", name)?;
+        std::fs::create_dir_all(m.memory.as_ref()?.join(&m.root)).ok()?;
+        Some(m)
+    }
+
+    fn cleanup(m: &CgroupManager) {
+        m.remove_qos();
+    }
+
+    #[test]
+    fn pod_cgroups_are_made_limited_resized_and_removed_on_the_real_hierarchy() {
+        let name = format!("rustlet-test-{}", std::process::id());
+        let Some(m) = real(&name) else {
+            eprintln!("no writable cgroup v1 hierarchy here: skipped");
+            return;
+        };
+        let result = std::panic::catch_unwind(|| {
+            m.ensure_qos(Some(Limits {
+                cpu_shares: 2048,
+                cpu_quota: None,
+                memory: Some(1 << 30),
+            }))
+            .unwrap();
+            assert_eq!(m.limits(&m.root).unwrap().memory, Some(1 << 30));
+            assert_eq!(m.limits(&m.qos_dir(Qos::BestEffort)).unwrap().cpu_shares, 2);
+            let limits = Limits {
+                cpu_shares: 256,
+                cpu_quota: Some(50_000),
+                memory: Some(256 << 20),
+            };
+            let parent = m.ensure_pod(Qos::Burstable, "0a1b-2c", limits).unwrap();
+            assert_eq!(parent, format!("/{name}/burstable/pod0a1b-2c"));
+            let dir = m.pod_dir(Qos::Burstable, "0a1b-2c").unwrap();
+            assert_eq!(m.limits(&dir).unwrap(), limits);
+            for h in &m.hierarchies {
+                assert!(h.join(&dir).is_dir(), "{}", h.display());
+            }
+            if let Some(cpuset) = &m.cpuset {
+                let cpus = std::fs::read_to_string(cpuset.join(&dir).join("cpuset.cpus")).unwrap();
+                assert!(!cpus.trim().is_empty(), "cpus copied from the parent");
+            }
+            let bigger = Limits {
+                memory: Some(512 << 20),
+                cpu_quota: None,
+                ..limits
+            };
+            m.update_pod(Qos::Burstable, "0a1b-2c", bigger).unwrap();
+            assert_eq!(m.limits(&dir).unwrap(), bigger);
+            assert_eq!(m.pods(), [(Qos::Burstable, "0a1b-2c".to_string())]);
+            m.remove_pod(Qos::Burstable, "0a1b-2c").unwrap();
+            m.remove_pod(Qos::Burstable, "0a1b-2c").unwrap();
+            assert!(m.pods().is_empty());
+            // A UID that would climb out is refused.
+            assert!(matches!(
+                m.ensure_pod(Qos::BestEffort, "../../etc", limits),
+                Err(Error::BadUid(_))
+            ));
+        });
+        cleanup(&m);
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
+        }
+    }
+}
