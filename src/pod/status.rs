@@ -253,9 +253,26 @@ pub fn phase(
 }
 
 /// The pod's QoS class, as `GetPodQOS`: Guaranteed when every container's cpu
-/// and memory limits equal its requests, BestEffort when none are set, else Burstable.
+/// and memory limits equal its requests, BestEffort when none are set, else
+/// Burstable. Pod-level `spec.resources` that set cpu or memory decide alone
+/// (`ComputePodQOS` with pod-level resources).
 #[must_use]
 pub fn qos_class(pod: &Pod) -> &'static str {
+    let pod_level = pod.spec.as_ref().and_then(|s| s.resources.as_ref());
+    let names = ["cpu", "memory"];
+    let sets = |m: Option<&BTreeMap<String, Quantity>>| {
+        m.is_some_and(|m| names.iter().any(|n| m.contains_key(*n)))
+    };
+    if let Some(r) = pod_level.filter(|r| sets(r.requests.as_ref()) || sets(r.limits.as_ref())) {
+        let empty = BTreeMap::<String, Quantity>::new();
+        let limits = r.limits.as_ref().unwrap_or(&empty);
+        let requests = r.requests.as_ref().unwrap_or(&empty);
+        let guaranteed = names.iter().all(|n| {
+            let l = limits.get(*n);
+            l.is_some() && requests.get(*n).or(l) == l
+        });
+        return if guaranteed { "Guaranteed" } else { "Burstable" };
+    }
     let containers = pod
         .spec
         .as_ref()
@@ -1499,6 +1516,18 @@ mod tests {
         assert_eq!(qos_class(&p), "Guaranteed");
         p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
             requests: Some(BTreeMap::from([("cpu".to_string(), q("50m"))])),
+            ..Default::default()
+        });
+        assert_eq!(qos_class(&p), "Burstable");
+        // Pod-level resources decide alone: limits alone are Guaranteed,
+        // whatever the containers ask.
+        p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
+            limits: Some(both.clone()),
+            ..Default::default()
+        });
+        assert_eq!(qos_class(&p), "Guaranteed");
+        p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
+            requests: Some(both),
             ..Default::default()
         });
         assert_eq!(qos_class(&p), "Burstable");
