@@ -40,8 +40,8 @@ async fn a_due_client_certificate_is_renewed_and_the_agent_goes_on_after_it_expi
     let node = node_name();
     let pki = local().join("pki");
     let store = local().join("rustlet/pki");
-    // A node certificate of the cluster CA, valid from 4 minutes ago for 5:
-    // past 80 % of its life, so due now, and expired in a minute.
+    // A node certificate of the cluster CA, valid from 6 minutes ago for 7.5:
+    // past 80 % of its life, so due now, and expired in 90 s.
     let ca_pem = std::fs::read_to_string(pki.join("ca.crt")).expect("cluster CA");
     let ca_key =
         rcgen::KeyPair::from_pem(&std::fs::read_to_string(pki.join("ca.key")).expect("CA key"))
@@ -57,8 +57,8 @@ async fn a_due_client_certificate_is_renewed_and_the_agent_goes_on_after_it_expi
         .push(rcgen::DnType::OrganizationName, "system:nodes");
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let now = time::OffsetDateTime::now_utc();
-    params.not_before = now - time::Duration::minutes(4);
-    params.not_after = now + time::Duration::minutes(1);
+    params.not_before = now - time::Duration::minutes(6);
+    params.not_after = now + time::Duration::seconds(90);
     let short = params.signed_by(&key, &issuer).expect("sign");
     let short_pem = format!("{}{}", short.pem(), key.serialize_pem());
     std::fs::create_dir_all(&store).expect("cert dir");
@@ -71,12 +71,14 @@ async fn a_due_client_certificate_is_renewed_and_the_agent_goes_on_after_it_expi
 
     // Restarted, the agent starts with it.
     let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
-    let before: usize = csrs
+    let before: Vec<String> = csrs
         .list(&ListParams::default())
         .await
         .expect("csrs")
         .items
-        .len();
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
     let pid = agent_pid();
     let killed = std::process::Command::new("kill")
         .args(["-9", &pid.to_string()])
@@ -108,18 +110,23 @@ async fn a_due_client_certificate_is_renewed_and_the_agent_goes_on_after_it_expi
         .expect("csrs")
         .items
         .into_iter()
+        .filter(|c| !before.contains(c.metadata.name.as_ref().unwrap_or(&String::new())))
         .filter(|c| c.spec.username.as_deref() == Some(&format!("system:node:{node}")))
         .filter(|c| c.spec.signer_name == "kubernetes.io/kube-apiserver-client-kubelet")
         .collect();
+    assert_eq!(
+        mine.len(),
+        1,
+        "one new request of the node for its client certificate"
+    );
+    let approved = mine[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Approved"));
     assert!(
-        csrs.list(&ListParams::default())
-            .await
-            .expect("csrs")
-            .items
-            .len()
-            > before
-            && !mine.is_empty(),
-        "the node asked the certificates API"
+        approved,
+        "approved by the controller-manager (selfnodeclient)"
     );
 
     // After the first certificate expired, the agent still renews its Lease:

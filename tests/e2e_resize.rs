@@ -72,6 +72,16 @@ fn cgroup_file(ns: &str, name: &str, path: &str) -> String {
     out.trim().to_string()
 }
 
+/// How many times the agent's log says it resized a container of pod `name`
+/// in place (its log is JSON or text; the pod name is on the line).
+fn resizes_logged(name: &str) -> usize {
+    std::fs::read_to_string(local().join("logs/rustlet.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("container resized in place") && l.contains(name))
+        .count()
+}
+
 /// The first container's reported limit of `resource`.
 fn limit(p: &k8s_openapi::api::core::v1::Pod, resource: &str) -> Option<String> {
     container_status(p)
@@ -124,6 +134,15 @@ async fn cpu_and_memory_are_resized_in_place_and_an_infeasible_resize_waits() {
     );
     assert_eq!(after.restart_count, before.restart_count);
     assert_eq!(limit(&up, "memory").as_deref(), Some("192Mi"));
+    // Applied once: later syncs find the runtime enforcing it.
+    let resized = resizes_logged("web");
+    assert!(resized >= 1, "the agent logs the resize");
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(
+        resizes_logged("web"),
+        resized,
+        "no resize after it was applied"
+    );
     assert_eq!(
         cgroup_file(&ns, "web", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
         "40000"

@@ -14,8 +14,9 @@
 //! it when the node may create `certificatesigningrequests/selfnodeclient`),
 //! stored as `kubelet-client-<time>.pem` with `kubelet-client-current.pem`
 //! linked to it, put in the slot, and every connection made with the old
-//! one is closed, so that requests and watches go on with the new one. A
-//! failed request is retried every 30 s. When the certificate has expired
+//! one is closed, so that requests and watches go on with the new one.
+//! Requests are at least 30 s apart, a failed one tried again after that;
+//! the clock is read every 10 s at most. When the certificate has expired
 //! and the API server answers (it refuses the expired certificate), the
 //! agent exits so that its supervisor restarts it into the TLS bootstrap, as
 //! the kubelet does.
@@ -42,8 +43,10 @@ use tracing::{info, warn};
 use super::bootstrap::{CURRENT, link};
 use crate::certificate::{CertSlot, Template, certified, obtain, renew_at};
 
-/// How long to wait before a new request after a failed one.
-const RETRY: Duration = Duration::from_secs(30);
+/// The least time between two requests for a certificate.
+pub const RETRY: Duration = Duration::from_secs(30);
+/// The longest sleep between two readings of the wall clock.
+pub const CHECK: Duration = Duration::from_secs(10);
 
 /// Errors setting up rotation.
 #[derive(Debug, thiserror::Error)]
@@ -328,15 +331,28 @@ impl Rotation {
     }
 
     /// Renews the certificate whenever it is due, forever, with `client`
-    /// (the one [`Rotation::start`] returned). Returns only when the
-    /// certificate has expired and the API server answers: the agent must
-    /// then exit and bootstrap again.
+    /// (the one [`Rotation::start`] returned), at least [`RETRY`] apart.
+    /// The wall clock is read again at least every [`CHECK`] (it may jump:
+    /// NTP, a resumed machine). Returns only when the certificate has
+    /// expired and the API server answers: the agent must then exit and
+    /// bootstrap again.
     pub async fn run(mut self, client: Client) -> anyhow::Error {
+        let mut not_before = Timestamp::now();
+        let mut warned = false;
         loop {
-            let wait = Timestamp::now().duration_until(renew_at(self.from, self.until));
-            if let Ok(wait) = Duration::try_from(wait) {
-                tokio::time::sleep(wait).await;
+            let now = Timestamp::now();
+            if now >= self.until
+                && let Some(e) = self.expired(&client, &mut warned).await
+            {
+                return e;
             }
+            let due = renew_at(self.from, self.until).max(not_before);
+            if now < due {
+                let wait = Duration::try_from(now.duration_until(due)).unwrap_or(CHECK);
+                tokio::time::sleep(wait.min(CHECK)).await;
+                continue;
+            }
+            not_before = Timestamp::now().checked_add(RETRY).unwrap_or(now);
             let stamp = Timestamp::now().strftime("%Y-%m-%d-%H-%M-%S").to_string();
             let issued = self.store.join(format!("kubelet-client-{stamp}.pem"));
             let renewed = obtain(&client, &Template::client(&self.node), &issued).await;
@@ -353,28 +369,30 @@ impl Rotation {
                     self.slot.set(key);
                     self.connections.close_all();
                     (self.from, self.until) = (from, until);
+                    warned = false;
                     info!(certificate = %issued.display(), %until, "client certificate rotated");
                 }
-                Err(e) => {
-                    warn!(error = %e, "client certificate renewal");
-                    if Timestamp::now() >= self.until {
-                        // Any answer, a refusal included, means the server is
-                        // up and the certificate is what keeps us out.
-                        let answered = match client.apiserver_version().await {
-                            Ok(_) | Err(kube::Error::Api(_)) => true,
-                            Err(_) => false,
-                        };
-                        if answered {
-                            return anyhow::anyhow!(
-                                "the client certificate expired at {} and the API server is \
-                                 responsive: exiting so that the TLS bootstrap runs again",
-                                self.until
-                            );
-                        }
-                        warn!(expired = %self.until, "the client certificate expired, but the API server is not responsive; a restart may be necessary to retrieve new initial credentials");
-                    }
-                    tokio::time::sleep(RETRY).await;
+                Err(e) => warn!(error = %e, "client certificate renewal"),
+            }
+        }
+    }
+
+    /// The certificate has expired: an error to exit with when the API
+    /// server answers (a refusal included: it is up, and the certificate is
+    /// what keeps the agent out), else None, said once.
+    async fn expired(&self, client: &Client, warned: &mut bool) -> Option<anyhow::Error> {
+        match client.apiserver_version().await {
+            Ok(_) | Err(kube::Error::Api(_)) => Some(anyhow::anyhow!(
+                "the client certificate expired at {} and the API server is responsive: \
+                 exiting so that the TLS bootstrap runs again",
+                self.until
+            )),
+            Err(_) => {
+                if !*warned {
+                    warn!(expired = %self.until, "the client certificate expired, but the API server is not responsive; a restart may be necessary to retrieve new initial credentials");
+                    *warned = true;
                 }
+                None
             }
         }
     }
@@ -415,10 +433,15 @@ mod tests {
     /// A certificate of `ca` for `cn` (a client one) or for 127.0.0.1 (a
     /// server one), valid until January 1st of `year`, as one PEM with its key.
     fn issue(ca: &Ca, cn: Option<&str>, year: i32) -> String {
+        issue_until(ca, cn, rcgen::date_time_ymd(year, 1, 1))
+    }
+
+    /// As [`issue`], valid until `until`.
+    fn issue_until(ca: &Ca, cn: Option<&str>, until: time::OffsetDateTime) -> String {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-        params.not_after = rcgen::date_time_ymd(year, 1, 1);
+        params.not_after = until;
         match cn {
             Some(cn) => {
                 params
@@ -719,7 +742,12 @@ mod tests {
     #[tokio::test]
     async fn a_due_certificate_is_renewed_stored_linked_and_swapped_and_the_connections_closed() {
         let ca = ca();
-        let old = issue(&ca, Some("system:node:n1"), 2021);
+        // Due (past 80 % of its life), not expired.
+        let old = issue_until(
+            &ca,
+            Some("system:node:n1"),
+            time::OffsetDateTime::now_utc() + time::Duration::hours(1),
+        );
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("pki");
         let r = rotation(&store, &old);

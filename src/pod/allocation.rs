@@ -50,6 +50,9 @@ struct State {
 pub struct Allocations {
     path: Option<PathBuf>,
     pods: Mutex<BTreeMap<String, Allocation>>,
+    /// Held from a resize's admission to its allocation, so that two pods
+    /// resized at once are not both admitted against the same room.
+    admitting: Mutex<()>,
 }
 
 impl Allocations {
@@ -71,6 +74,7 @@ impl Allocations {
         Self {
             path: Some(path),
             pods: Mutex::new(pods),
+            admitting: Mutex::new(()),
         }
     }
 
@@ -80,6 +84,7 @@ impl Allocations {
         Self {
             path: None,
             pods: Mutex::new(BTreeMap::new()),
+            admitting: Mutex::new(()),
         }
     }
 
@@ -98,6 +103,13 @@ impl Allocations {
             pods.insert(uid, new);
             self.save(&pods);
         }
+    }
+
+    /// The lock a resize holds from its admission to its allocation.
+    pub fn admitting(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.admitting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Forgets every pod whose UID `keep` refuses.
@@ -212,5 +224,36 @@ pub fn admit_resize(pod: &Pod, others: &[&Pod], node: &NodeView) -> Result<(), R
             message: r.message,
         }),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::pod;
+
+    #[test]
+    fn allocations_are_kept_on_disk_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = pod("web").container("c", "busybox").build();
+        p.metadata.uid = Some("u1".into());
+        let r = ResourceRequirements {
+            requests: Some(BTreeMap::from([(
+                "cpu".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("250m".into()),
+            )])),
+            ..Default::default()
+        };
+        p.spec.as_mut().unwrap().containers[0].resources = Some(r.clone());
+        let a = Allocations::load(dir.path());
+        assert!(a.get("u1").is_none());
+        a.allocate(&p);
+        let again = Allocations::load(dir.path());
+        assert_eq!(again.get("u1").unwrap().containers["c"], r);
+        again.retain(|_| false);
+        assert!(Allocations::load(dir.path()).get("u1").is_none());
+        // A file that is not ours is set aside: nothing allocated.
+        std::fs::write(dir.path().join(STATE_FILE), "{not json").unwrap();
+        assert!(Allocations::load(dir.path()).get("u1").is_none());
     }
 }

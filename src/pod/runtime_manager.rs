@@ -13,7 +13,7 @@ use std::time::Duration;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::runtime::reflector::{ObjectRef, Store};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::env;
 use super::env_sources::SourceReader;
@@ -171,6 +171,11 @@ impl RuntimeManager {
                         self.record_start(pod, name, result, &mut outcome);
                     }
                 }
+                Step::ResizeContainer { .. } if outcome.resize_error.is_some() => {
+                    // The first failure ends the resize (the next sync tries
+                    // again, as the kubelet's `doPodResizeAction`); the rest
+                    // of the plan goes on.
+                }
                 Step::ResizeContainer { id, name } => {
                     let Some(c) = spec::find_container(pod, name) else {
                         continue;
@@ -181,16 +186,17 @@ impl RuntimeManager {
                         pod_cgroup_grown = true;
                         if let Err(e) = self.resize_pod_cgroup(pod, true) {
                             outcome.resize_error = Some(e.to_string());
-                            break;
+                            continue;
                         }
                     }
                     let linux = translate::linux_resources(pod, c, &self.node);
-                    debug!(container = name, ?linux, "resize container");
-                    if let Err(e) = self.runtime.update_container_resources(id, linux).await {
-                        // The first failure ends the resize; the next sync
-                        // tries again, as the kubelet's `doPodResizeAction`.
-                        outcome.resize_error = Some(e.to_string());
-                        break;
+                    match self.runtime.update_container_resources(id, linux).await {
+                        Ok(()) => info!(
+                            pod = %pod_identity(pod).1,
+                            container = name,
+                            "container resized in place"
+                        ),
+                        Err(e) => outcome.resize_error = Some(e.to_string()),
                     }
                 }
                 Step::DeletePod => {

@@ -18,7 +18,7 @@ use super::spec::{
     container_should_restart, ephemeral_containers, init_container_should_restart, init_containers,
     is_sidecar, main_containers, restart_policy,
 };
-use crate::container::state::{Container, ContainerState, PodRuntime};
+use crate::container::state::{CgroupLimits, Container, ContainerState, PodRuntime};
 use crate::prober::ContainerProbes;
 use crate::reasons::condition::{self as cond, reason as cond_reason};
 use crate::reasons::{phase, terminated, waiting};
@@ -88,15 +88,13 @@ fn container_status(
         Some(c) => {
             st.container_id = Some(format!("{runtime}://{}", c.id));
             st.image_id = c.image_ref.clone();
-            // As allocated (`spec` is the allocated pod's): what the node
-            // gave it, and what it runs with. The API server accepts a
-            // resize only from a node that reports `resources`.
-            let resources = spec.resources.clone().unwrap_or_default();
-            st.allocated_resources = resources.requests.clone().filter(|r| !r.is_empty());
-            st.resources = Some(ResourceRequirements {
-                claims: None,
-                ..resources
-            });
+            // What the node gave it (`spec` is the allocated pod's), and what
+            // it runs with. The API server accepts a resize only from a node
+            // that reports `resources`.
+            let allocated = spec.resources.clone().unwrap_or_default();
+            st.allocated_resources = allocated.requests.clone().filter(|r| !r.is_empty());
+            let actual = c.resources.filter(|_| c.state == ContainerState::Running);
+            st.resources = Some(running_resources(spec, actual.as_ref()));
             st.restart_count = i32::try_from(c.attempt).unwrap_or(i32::MAX);
             st.last_state = previous
                 .filter(|p| p.state == ContainerState::Exited)
@@ -271,7 +269,11 @@ pub fn qos_class(pod: &Pod) -> &'static str {
             let l = limits.get(*n);
             l.is_some() && requests.get(*n).or(l) == l
         });
-        return if guaranteed { "Guaranteed" } else { "Burstable" };
+        return if guaranteed {
+            "Guaranteed"
+        } else {
+            "Burstable"
+        };
     }
     let containers = pod
         .spec
@@ -298,20 +300,83 @@ pub fn qos_class(pod: &Pod) -> &'static str {
     }
 }
 
+/// The resources container `spec` (as allocated) runs with, as the
+/// kubelet's `convertToAPIContainerStatuses`: its requests and limits, but
+/// the cpu request, cpu limit and memory limit the runtime reports (`actual`,
+/// for a running container) where they are not what the allocation asks
+/// for, converted back (millicores from shares and quota, bytes).
+fn running_resources(spec: &ApiContainer, actual: Option<&CgroupLimits>) -> ResourceRequirements {
+    let mut out = spec.resources.clone().unwrap_or_default();
+    out.claims = None;
+    let Some(actual) = actual else {
+        return out;
+    };
+    let desired = super::translate::cgroup_limits(spec);
+    let set = |map: &mut Option<BTreeMap<String, Quantity>>, name: &str, value: Option<String>| {
+        match value {
+            Some(v) => {
+                map.get_or_insert_with(BTreeMap::new)
+                    .insert(name.to_string(), Quantity(v));
+            }
+            None => {
+                if let Some(m) = map.as_mut() {
+                    m.remove(name);
+                }
+            }
+        }
+    };
+    if desired.cpu_shares != actual.cpu_shares {
+        let milli = i128::from(actual.cpu_shares) * 1000 / 1024;
+        set(&mut out.requests, "cpu", Some(format!("{milli}m")));
+    }
+    let quota = |q: i64| (q > 0).then_some(q);
+    if quota(desired.cpu_quota) != quota(actual.cpu_quota) {
+        let milli = quota(actual.cpu_quota)
+            .filter(|_| actual.cpu_period > 0)
+            .map(|q| format!("{}m", i128::from(q) * 1000 / i128::from(actual.cpu_period)));
+        set(&mut out.limits, "cpu", milli);
+    }
+    let memory = |m: i64| (m > 0 && m < i64::MAX / 2).then_some(m);
+    if memory(desired.memory_limit_in_bytes) != memory(actual.memory_limit_in_bytes) {
+        let bytes = memory(actual.memory_limit_in_bytes).map(|b| b.to_string());
+        set(&mut out.limits, "memory", bytes);
+    }
+    out
+}
+
 /// The resize conditions of `status` for `pod`, as the kubelet's status
 /// manager keeps them: `PodResizePending` (True) with `pending`'s reason and
 /// message while a resize waits for the node; `PodResizeInProgress` (True,
-/// reason `Error`, the runtime's message) when applying one failed (`error`);
-/// each removed otherwise, and both from a terminal status. A condition
+/// reason `Error`, the runtime's message) when applying one failed (`error`),
+/// or (True, no reason) while a running container's limits are not yet its
+/// allocation's (`rt`); each removed otherwise, and both from a terminal status. A condition
 /// that stays keeps its first transition time; each carries the pod's
 /// generation.
 pub fn resize_conditions(
     status: &mut PodStatus,
     pod: &Pod,
+    rt: &PodRuntime,
     pending: Option<&super::admit::Rejection>,
     error: Option<&str>,
     now: Timestamp,
 ) {
+    // Allocated but not yet what runs: a running container whose limits the
+    // runtime does not report as its allocation's.
+    let in_progress = super::spec::main_containers(pod)
+        .iter()
+        .chain(
+            super::spec::init_containers(pod)
+                .iter()
+                .filter(|c| super::spec::is_sidecar(c)),
+        )
+        .any(|c| {
+            rt.latest_two(&c.name).0.is_some_and(|x| {
+                x.state == ContainerState::Running
+                    && x.resources.is_some_and(|actual| {
+                        !super::translate::cgroup_limits(c).enforced_by(&actual)
+                    })
+            })
+        });
     let terminal = status.phase.as_deref().is_some_and(phase::is_terminal);
     let previous = |type_: &str| {
         pod.status
@@ -327,7 +392,10 @@ pub fn resize_conditions(
         ),
         (
             cond::POD_RESIZE_IN_PROGRESS,
-            error.map(|e| (cond_reason::ERROR.to_string(), e.to_string())),
+            match error {
+                Some(e) => Some((cond_reason::ERROR.to_string(), e.to_string())),
+                None => in_progress.then(|| (String::new(), String::new())),
+            },
         ),
     ];
     let conditions = status.conditions.get_or_insert_with(Vec::new);
@@ -343,8 +411,8 @@ pub fn resize_conditions(
         conditions.push(PodCondition {
             type_: type_.into(),
             status: "True".into(),
-            reason: Some(reason),
-            message: Some(message),
+            reason: Some(reason).filter(|r| !r.is_empty()),
+            message: Some(message).filter(|m| !m.is_empty()),
             last_transition_time,
             observed_generation: pod.metadata.generation,
             ..Default::default()

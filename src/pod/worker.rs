@@ -274,6 +274,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     status::resize_conditions(
         &mut new,
         &pod,
+        &rt,
         resize_pending.as_ref(),
         outcome.resize_error.as_deref(),
         Timestamp::now(),
@@ -308,6 +309,7 @@ fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
     let Some(view) = node_view(&ctx.node_store, &node.node_name) else {
         return (Arc::new(allocation::apply(&pod, &current)), None);
     };
+    let _admitting = ctx.allocations.admitting();
     let others = allocated_pods(ctx);
     let others: Vec<&Pod> = others
         .iter()

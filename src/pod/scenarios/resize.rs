@@ -97,6 +97,7 @@ async fn a_resize_that_fits_is_applied_in_place_and_one_that_does_not_waits() {
     // Once applied, nothing more to do.
     n.sync_watched("web").await;
     assert_eq!(n.cri_calls(), Vec::<String>::new());
+    assert_eq!(condition(&n, "web", "PodResizeInProgress"), None);
 
     // Beyond the node (4 cpus): infeasible, nothing changes.
     let huge = resources(("8", "8"), ("128Mi", "256Mi"));
@@ -139,6 +140,44 @@ async fn a_resize_that_fits_is_applied_in_place_and_one_that_does_not_waits() {
         ["UpdateContainerResources c shares=1536 quota=200000 memory=268435456"]
     );
     assert_eq!(reported(&n, "web").0.as_ref(), Some(&wanted));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resize_the_runtime_refuses_is_in_progress_with_its_error_and_tried_again() {
+    let mut n = Node::start().await;
+    let web = n.bind(sized("web", resources(("500m", "1"), ("128Mi", "256Mi"))));
+    n.sync(&web).await;
+    n.cri_calls();
+    // A runtime that refuses: in progress with its error, the limits it
+    // runs with reported, and tried again at the next sync.
+    n.cri.fail_next(
+        "UpdateContainerResources",
+        tonic::Code::Unknown,
+        "device or resource busy",
+    );
+    let mid = resources(("500m", "1"), ("128Mi", "200Mi"));
+    let web = resize(&mut n, "web", mid.clone());
+    n.sync(&web).await;
+    let (reason, message) = condition(&n, "web", "PodResizeInProgress").expect("in progress");
+    assert_eq!(reason, "Error");
+    assert!(message.contains("device or resource busy"), "{message}");
+    let (shown, _) = reported(&n, "web");
+    let shown_memory = shown
+        .and_then(|r| r.limits)
+        .and_then(|l| l.get("memory").cloned());
+    assert_eq!(
+        shown_memory,
+        Some(Quantity((256_u64 << 20).to_string())),
+        "what runs"
+    );
+    n.cri_calls();
+    n.sync_watched("web").await;
+    assert_eq!(
+        n.cri_calls(),
+        ["UpdateContainerResources c shares=512 quota=100000 memory=209715200"]
+    );
+    assert_eq!(condition(&n, "web", "PodResizeInProgress"), None);
+    assert_eq!(reported(&n, "web").0.as_ref(), Some(&mid));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
