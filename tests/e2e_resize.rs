@@ -249,3 +249,63 @@ async fn a_memory_resize_under_restart_container_restarts_the_container() {
     );
     drop_namespace(&client, &ns).await;
 }
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_pod_with_pod_level_resources_gets_a_cgroup_of_its_own_with_them() {
+    use kube::ResourceExt as _;
+    let client = client().await;
+    let ns = namespace(&client, "e2e-pod-cgroup").await;
+    let p: k8s_openapi::api::core::v1::Pod = from_json(serde_json::json!({
+        "metadata": { "name": "whole" },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "resources": { "limits": { "cpu": "500m", "memory": "128Mi" } },
+            "containers": [{
+                "name": "c",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"],
+            }]
+        }
+    }));
+    create(&client, &ns, &p).await;
+    let running = wait_for(&client, &ns, "whole", 90, "Running", phase("Running")).await;
+    let st = running.status.clone().unwrap_or_default();
+    assert_eq!(
+        st.qos_class.as_deref(),
+        Some("Guaranteed"),
+        "from the pod's own limits"
+    );
+    // Guaranteed: right below kubepods.
+    let pod_cgroup = |subsystem: &str, file: &str| {
+        let path = format!(
+            "/sys/fs/cgroup/{subsystem}/kubepods/pod{}/{file}",
+            running.uid().unwrap_or_default()
+        );
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(pod_cgroup("cpu", "cpu.cfs_quota_us"), "50000");
+    assert_eq!(pod_cgroup("cpu", "cpu.shares"), "512");
+    assert_eq!(
+        pod_cgroup("memory", "memory.limit_in_bytes"),
+        (128u64 << 20).to_string()
+    );
+    // The container runs inside it.
+    let (code, out, err) = kubectl(
+        &["exec", "-n", &ns, "whole", "--", "cat", "/proc/1/cgroup"],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "kubepods/pod{}",
+            running.uid().unwrap_or_default()
+        )),
+        "{out}"
+    );
+    drop_namespace(&client, &ns).await;
+}
