@@ -15,6 +15,16 @@ fn rustlet(args: &[&str]) -> (i32, String) {
     )
 }
 
+/// Writes a kubeconfig with a token user for a server nothing listens on.
+fn write_token_kubeconfig(path: &std::path::Path) {
+    std::fs::write(
+        path,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\n\
+         users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+    )
+    .unwrap();
+}
+
 #[test]
 fn version_prints_and_succeeds() {
     let out = Command::new(env!("CARGO_BIN_EXE_rustlet"))
@@ -45,12 +55,7 @@ fn unreadable_kubeconfig_is_one_line_and_exit_1() {
 fn dead_runtime_socket_is_one_line_and_exit_1() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\n\
-         users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
-    )
-    .unwrap();
+    write_token_kubeconfig(&kubeconfig);
     let sock = dir.path().join("nothing.sock");
     let endpoint = format!("unix://{}", sock.display());
     let (code, err) = rustlet(&[
@@ -119,12 +124,7 @@ fn bad_bootstrap_kubeconfig_is_one_line_and_exit_1() {
 fn rotation_without_a_client_certificate_is_one_line_and_exit_1() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\n\
-         users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
-    )
-    .unwrap();
+    write_token_kubeconfig(&kubeconfig);
     let config = dir.path().join("config.yaml");
     std::fs::write(
         &config,

@@ -79,17 +79,7 @@ async fn a_due_client_certificate_is_renewed_and_the_agent_goes_on_after_it_expi
         .into_iter()
         .filter_map(|c| c.metadata.name)
         .collect();
-    let pid = agent_pid();
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success(), "kill -9 {pid}");
-    let up = std::process::Command::new(root().join("hack/local-up.sh"))
-        .args(["--agent", "rustlet"])
-        .status()
-        .expect("hack/local-up.sh");
-    assert!(up.success(), "restart the agent with hack/local-up.sh");
+    kill_and_restart_agent();
 
     // It renews at once: a new file, linked, of a new certificate for the node.
     let deadline = Instant::now() + Duration::from_secs(60);

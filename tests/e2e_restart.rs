@@ -63,18 +63,7 @@ async fn kill_and_restart_adopts_running_pods() {
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let before = snapshot(&api.list(&ListParams::default()).await.unwrap().items);
 
-    let pid = agent_pid();
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success(), "kill -9 {pid}");
-    let up = std::process::Command::new(root().join("hack/local-up.sh"))
-        .args(["--agent", "rustlet"])
-        .status()
-        .expect("hack/local-up.sh");
-    assert!(up.success(), "restart the agent with hack/local-up.sh");
-    assert_ne!(agent_pid(), pid, "a new agent process runs");
+    kill_and_restart_agent();
     // Give the new agent several sync periods to (wrongly) restart anything.
     tokio::time::sleep(Duration::from_secs(12)).await;
     let after_pods = api.list(&ListParams::default()).await.unwrap().items;

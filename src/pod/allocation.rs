@@ -141,6 +141,20 @@ impl Allocations {
     }
 }
 
+/// `pods`, each with the resources `allocations` holds for it (its spec's
+/// when it has none yet).
+#[must_use]
+pub fn allocated(pods: &[std::sync::Arc<Pod>], allocations: &Allocations) -> Vec<Pod> {
+    pods.iter()
+        .map(
+            |p| match p.metadata.uid.as_deref().and_then(|u| allocations.get(u)) {
+                Some(a) => apply(p, &a),
+                None => (**p).clone(),
+            },
+        )
+        .collect()
+}
+
 /// `pod`'s spec resources as an allocation.
 #[must_use]
 pub fn of(pod: &Pod) -> Allocation {

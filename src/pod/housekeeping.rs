@@ -312,20 +312,9 @@ pub fn sync_pod_cgroups(ctx: &Context, store: &Store<Pod>) {
             }
         }
     }
-    let milli = pods
-        .iter()
+    let milli = super::allocation::allocated(&pods, &ctx.allocations)
+        .into_iter()
         .filter(|p| !super::spec::is_terminal(p))
-        .map(|p| {
-            match p
-                .metadata
-                .uid
-                .as_deref()
-                .and_then(|u| ctx.allocations.get(u))
-            {
-                Some(a) => super::allocation::apply(p, &a),
-                None => (**p).clone(),
-            }
-        })
         .filter(|p| super::status::qos_class(p) == "Burstable")
         .filter_map(|p| {
             super::fit::pod_requests(&p)

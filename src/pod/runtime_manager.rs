@@ -269,6 +269,25 @@ impl RuntimeManager {
         )
     }
 
+    /// The cgroup manager with `pod`'s QoS class and UID, when pod cgroups
+    /// are on.
+    fn pod_cgroup<'a>(
+        &'a self,
+        pod: &'a Pod,
+    ) -> Option<(
+        &'a crate::cgroups::CgroupManager,
+        crate::cgroups::Qos,
+        &'a str,
+    )> {
+        let cgroups = self.cgroups.as_ref()?;
+        let qos = crate::cgroups::Qos::from_class(super::status::qos_class(pod));
+        Some((
+            cgroups,
+            qos,
+            pod.metadata.uid.as_deref().unwrap_or_default(),
+        ))
+    }
+
     /// Sets `pod`'s cgroup (if it has one) to the limits of its resources:
     /// with `grow`, only what grows (each limit the larger of now and then),
     /// so its containers' new limits fit in it; else exactly.
@@ -280,11 +299,9 @@ impl RuntimeManager {
         pod: &Pod,
         grow: bool,
     ) -> std::result::Result<(), crate::cgroups::Error> {
-        let Some(cgroups) = &self.cgroups else {
+        let Some((cgroups, qos, uid)) = self.pod_cgroup(pod) else {
             return Ok(());
         };
-        let qos = crate::cgroups::Qos::from_class(super::status::qos_class(pod));
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         if !cgroups.has_pod(qos, uid) {
             return Ok(());
         }
@@ -317,11 +334,9 @@ impl RuntimeManager {
         config: &mut k8s_cri::v1::PodSandboxConfig,
         make: bool,
     ) -> std::result::Result<(), crate::cgroups::Error> {
-        let Some(cgroups) = &self.cgroups else {
+        let Some((cgroups, qos, uid)) = self.pod_cgroup(pod) else {
             return Ok(());
         };
-        let qos = crate::cgroups::Qos::from_class(super::status::qos_class(pod));
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let parent = if make {
             cgroups.ensure_pod(qos, uid, translate::pod_cgroup_limits(pod))?
         } else if cgroups.has_pod(qos, uid) {

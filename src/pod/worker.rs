@@ -326,25 +326,9 @@ fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
     }
 }
 
-/// The pods bound to the node, each with the resources it was allocated
-/// (its spec's when it has no allocation yet).
+/// The pods bound to the node, each with the resources it was allocated.
 fn allocated_pods(ctx: &Context) -> Vec<Pod> {
-    ctx.runtime
-        .pods
-        .state()
-        .iter()
-        .map(|p| {
-            match p
-                .metadata
-                .uid
-                .as_deref()
-                .and_then(|u| ctx.allocations.get(u))
-            {
-                Some(a) => super::allocation::apply(p, &a),
-                None => (**p).clone(),
-            }
-        })
-        .collect()
+    super::allocation::allocated(&ctx.runtime.pods.state(), &ctx.allocations)
 }
 
 /// Starts and stops the pod's probe workers ([`crate::prober::manager::Manager::sync`]),

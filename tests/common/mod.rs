@@ -38,6 +38,25 @@ pub fn agent_pid() -> u32 {
         .expect("a pid on the first line of the pid file")
 }
 
+/// Kills the agent with `kill -9` and starts it again with
+/// `hack/local-up.sh --agent rustlet`; returns the new agent's pid.
+pub fn kill_and_restart_agent() -> u32 {
+    let pid = agent_pid();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "kill -9 {pid}");
+    let up = std::process::Command::new(root().join("hack/local-up.sh"))
+        .args(["--agent", "rustlet"])
+        .status()
+        .expect("hack/local-up.sh");
+    assert!(up.success(), "restart the agent with hack/local-up.sh");
+    let new = agent_pid();
+    assert_ne!(new, pid, "a new agent process runs");
+    new
+}
+
 /// The node under test.
 pub fn node_name() -> String {
     std::env::var("NODE_NAME").unwrap_or_else(|_| "local-node".into())
