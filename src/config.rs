@@ -107,7 +107,7 @@ pub struct Settings {
     /// certificates API (signer `kubernetes.io/kubelet-serving`).
     pub server_tls_bootstrap: bool,
     /// `cgroupsPerQOS` (true): pods run in cgroups of their own below the
-    /// QoS hierarchy (`kubepods`, [`crate::cgroups`]).
+    /// QoS hierarchy (`kubepods`, the `cgroups` module).
     pub cgroups_per_qos: bool,
     /// `cgroupRoot` (`/`): where the QoS hierarchy is made.
     pub cgroup_root: String,
