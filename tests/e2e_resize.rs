@@ -2,8 +2,9 @@
 //! as a user does it: `kubectl patch pod --subresource resize`. A running
 //! pod's cpu and memory go up and down with the same container (ID and
 //! restart count unchanged), its cgroup files show the new limits and its
-//! status the new resources; a resize beyond the node is `PodResizePending`
-//! / `Infeasible`; a memory resize under `resizePolicy: RestartContainer`
+//! status the new resources; one beyond the node the API server refuses, one
+//! beyond what is free beside another pod is `PodResizePending` /
+//! `Deferred`; a memory resize under `resizePolicy: RestartContainer`
 //! restarts exactly that container.
 
 mod common;
@@ -176,8 +177,28 @@ async fn cpu_and_memory_are_resized_in_place_and_an_infeasible_resize_waits() {
         (160u64 << 20).to_string()
     );
 
-    // Beyond any node: pending, infeasible, nothing changes.
+    // Beyond any node the API server refuses it itself.
     let (code, out) = resize(&ns, "web", ("1000", "1000"), ("64Mi", "160Mi"));
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("node didn't have enough allocatable resources"),
+        "{out}"
+    );
+    // Beyond what is free beside another pod: deferred, nothing changes.
+    let hog: k8s_openapi::api::core::v1::Pod = from_json(serde_json::json!({
+        "metadata": { "name": "hog" },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"],
+                "resources": { "requests": { "cpu": "1200m" } },
+            }]
+        }
+    }));
+    create(&client, &ns, &hog).await;
+    wait_for(&client, &ns, "hog", 90, "Running", phase("Running")).await;
+    let (code, out) = resize(&ns, "web", ("1900m", "1900m"), ("64Mi", "160Mi"));
     assert_eq!(code, 0, "{out}");
     let pending = wait_for(
         &client,
@@ -189,12 +210,12 @@ async fn cpu_and_memory_are_resized_in_place_and_an_infeasible_resize_waits() {
     )
     .await;
     let c = pod_condition(&pending, "PodResizePending").expect("condition");
-    assert_eq!(c.reason.as_deref(), Some("Infeasible"));
+    assert_eq!(c.reason.as_deref(), Some("Deferred"), "{c:?}");
     assert!(
         c.message
             .as_deref()
             .unwrap_or_default()
-            .starts_with("Node didn't have enough capacity: cpu"),
+            .starts_with("Node didn't have enough resource: cpu"),
         "{c:?}"
     );
     assert_eq!(
@@ -206,6 +227,20 @@ async fn cpu_and_memory_are_resized_in_place_and_an_infeasible_resize_waits() {
         cgroup_file(&ns, "web", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
         "15000"
     );
+    // Asked back to what it has: nothing pending any more.
+    let (code, out) = resize(&ns, "web", ("100m", "150m"), ("64Mi", "160Mi"));
+    assert_eq!(code, 0, "{out}");
+    wait_for(
+        &client,
+        &ns,
+        "web",
+        60,
+        "no resize pending",
+        |p: Option<&k8s_openapi::api::core::v1::Pod>| {
+            p.is_some_and(|p| pod_condition(p, "PodResizePending").is_none())
+        },
+    )
+    .await;
     drop_namespace(&client, &ns).await;
 }
 
