@@ -6,7 +6,8 @@
 //! one Pod in YAML or JSON of at most 10 MiB. A manifest becomes a static
 //! pod with the kubelet's defaults (`applyDefaults`): a UID derived from the
 //! manifest and where it came from (unless it sets one), the node name
-//! appended to the pod's name, namespace `default`, `spec.nodeName`, the
+//! appended to the pod's name, namespace `default`, `spec.nodeName`,
+//! requests defaulted from limits, the
 //! `kubernetes.io/config.hash` and `kubernetes.io/config.source`
 //! annotations, a toleration of every `NoExecute` taint, phase `Pending`.
 //! Pods that reference API objects (service accounts, secrets, config maps,
@@ -126,6 +127,22 @@ pub fn decode_from(text: &[u8], origin: Origin<'_>, node: &str) -> Result<Pod, S
     annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), origin.source().into());
     let spec = pod.spec.get_or_insert_with(Default::default);
     spec.node_name = Some(node.to_string());
+    // As the API's defaulting (`SetDefaults_Pod`): a limit without a
+    // request is also the request.
+    let containers = spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten());
+    for c in containers {
+        if let Some(r) = c.resources.as_mut()
+            && let Some(limits) = r.limits.clone()
+        {
+            let requests = r.requests.get_or_insert_with(BTreeMap::new);
+            for (name, q) in limits {
+                requests.entry(name).or_insert(q);
+            }
+        }
+    }
     if let Origin::File(_) = origin {
         spec.tolerations
             .get_or_insert_with(Vec::new)
@@ -488,6 +505,13 @@ mod tests {
             ),
             (Some("fixed"), Some("kube-system"))
         );
+        // Limits without requests are the requests too (Guaranteed).
+        let limited = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"l"},"spec":{"containers":[{"name":"c","image":"busybox","resources":{"limits":{"cpu":"1","memory":"1Gi"},"requests":{"cpu":"500m"}}}]}}"#;
+        let pod = decode(limited.as_bytes(), Path::new("/m/l.json"), "n").unwrap();
+        let r = pod.spec.unwrap().containers[0].resources.clone().unwrap();
+        let requests = r.requests.unwrap();
+        assert_eq!(requests["cpu"].0, "500m", "a request set is kept");
+        assert_eq!(requests["memory"].0, "1Gi");
     }
 
     #[test]

@@ -1298,6 +1298,34 @@ mod tests {
     }
 
     #[test]
+    fn pod_cgroup_limits_of_extreme_quantities_saturate() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        let mut p = pod("big")
+            .container("a", "busybox")
+            .container("b", "busybox")
+            .build();
+        let huge = BTreeMap::from([
+            ("cpu".to_string(), Quantity("9e18".into())),
+            ("memory".to_string(), Quantity("9Ei".into())),
+        ]);
+        for c in &mut p.spec.as_mut().unwrap().containers {
+            c.resources = Some(ResourceRequirements {
+                limits: Some(huge.clone()),
+                requests: Some(huge.clone()),
+                ..Default::default()
+            });
+        }
+        let l = pod_cgroup_limits(&p);
+        assert_eq!(l.cpu_shares, 262_144, "the kernel's most");
+        assert_eq!(l.cpu_quota, Some(i64::MAX));
+        assert_eq!(l.memory, Some(i64::MAX));
+        // One container without a memory limit: no pod memory limit.
+        p.spec.as_mut().unwrap().containers[1].resources = None;
+        let l = pod_cgroup_limits(&p);
+        assert_eq!((l.cpu_quota, l.memory), (None, None));
+    }
+
+    #[test]
     fn the_container_hash_is_the_kubelets() {
         // The value of the kubelet's own consistency test (v1.31 and on),
         // whatever the rest of the spec.
