@@ -547,12 +547,13 @@ fn amount(q: Option<&Quantity>, milli: bool) -> Option<i64> {
     Some(i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX }))
 }
 
-/// Minimum CPU shares (the kubelet's `MinShares`).
-pub const MIN_SHARES: i64 = 2;
+/// Minimum CPU shares (the kubelet's `MinShares`), as the cgroup manager
+/// writes it.
+pub const MIN_SHARES: i64 = crate::cgroups::MIN_SHARES as i64;
 /// Maximum CPU shares (the kubelet's `MaxShares`, the kernel's limit).
 pub const MAX_SHARES: i64 = 262_144;
-/// CFS period in microseconds (100 ms, `QuotaPeriod`).
-pub const CPU_PERIOD_US: i64 = 100_000;
+/// CFS period in microseconds (100 ms, `QuotaPeriod`), the cgroup manager's.
+pub const CPU_PERIOD_US: i64 = crate::cgroups::CPU_PERIOD_US;
 /// Minimum CFS quota in microseconds (`MinQuotaPeriod`, 1 ms).
 pub const MIN_QUOTA_US: i64 = 1_000;
 
