@@ -198,15 +198,35 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .cert_dir
         .clone()
         .unwrap_or_else(|| settings.root_dir.join("pki"));
-    if let (Some(bootstrap), Some(kubeconfig)) = (&args.bootstrap_kubeconfig, &args.kubeconfig) {
-        let node = args.node_name.clone().unwrap_or_else(hostname);
-        crate::node::bootstrap::ensure(kubeconfig, bootstrap, &cert_dir, &node)
-            .await
-            .context("TLS bootstrap")?;
+    let node = args.node_name.clone().unwrap_or_else(hostname);
+    // As the kubelet: with rotateCertificates the TLS bootstrap runs in the
+    // background (static pods, the API server's own included, run
+    // meanwhile); without it, the agent waits for its certificate.
+    let mut pending = None;
+    if let (Some(bootstrap), Some(kubeconfig)) = (&args.bootstrap_kubeconfig, &args.kubeconfig)
+        && !crate::node::bootstrap::kubeconfig_usable(kubeconfig)
+    {
+        if settings.rotate_certificates {
+            pending = Some(
+                crate::node::bootstrap::Pending::new(bootstrap, kubeconfig, &cert_dir, &node)
+                    .await
+                    .context("TLS bootstrap")?,
+            );
+        } else {
+            crate::node::bootstrap::ensure(kubeconfig, bootstrap, &cert_dir, &node)
+                .await
+                .context("TLS bootstrap")?;
+        }
     }
-    let config = kube_config(args.kubeconfig.as_deref()).await?;
-    let (client, rotation) = if settings.rotate_certificates {
-        let node = args.node_name.clone().unwrap_or_else(hostname);
+    let (client, rotation) = if let Some(pending) = pending {
+        let config = pending.anonymous_config().await.context("TLS bootstrap")?;
+        let (client, rotation) =
+            crate::node::client_cert::Rotation::bootstrapping(&config, &cert_dir, &node, pending)
+                .context("rotateCertificates")?;
+        let rotation = tokio::spawn(rotation.run(client.clone()));
+        (client, futures::future::Either::Left(rotation))
+    } else if settings.rotate_certificates {
+        let config = kube_config(args.kubeconfig.as_deref()).await?;
         let (client, rotation) =
             crate::node::client_cert::Rotation::start(&config, &cert_dir, &node)
                 .context("rotateCertificates")?;
@@ -215,6 +235,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let rotation = tokio::spawn(rotation.run(client.clone()));
         (client, futures::future::Either::Left(rotation))
     } else {
+        let config = kube_config(args.kubeconfig.as_deref()).await?;
         let client = Client::try_from(config).context("build API client")?;
         (
             client,
@@ -237,7 +258,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         version.runtime_name,
         version.runtime_version.trim_start_matches('v')
     );
-    let node_name = args.node_name.clone().unwrap_or_else(hostname);
+    let node_name = node.clone();
     let node_ip = args
         .node_ip
         .map_or_else(|| "127.0.0.1".to_string(), |ip| ip.to_string());
@@ -342,12 +363,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             watcher::Config::default(),
         )
         .default_backoff()
+        // After the store took the first list in, so that a woken container
+        // start reads it.
+        .reflect(services_writer)
         .inspect_ok(move |ev| {
             if matches!(ev, watcher::Event::InitDone) {
                 services_listed_tx.send_replace(true);
             }
         })
-        .reflect(services_writer)
         .for_each(|ev| async move {
             if let Err(e) = ev {
                 warn!(error = %e, "watch services");
@@ -448,7 +471,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             log_links_dir: crate::paths::CONTAINER_LOGS_DIR.into(),
             cgroups: cgroups.clone(),
         },
-        status: StatusManager::new(client.clone(), sources.clone()),
+        status: Arc::new(StatusManager::new(client.clone(), sources.clone())),
         status_context: StatusContext {
             host_ips: vec![node_ip.clone()],
             runtime_name: version.runtime_name.clone(),
@@ -524,6 +547,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         crate::server::Deps {
             client: client.clone(),
             pods: store.clone(),
+            statuses: ctx.status.clone(),
             runtime: runtime.clone(),
             stats: stats.clone(),
         },

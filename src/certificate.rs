@@ -98,6 +98,10 @@ pub enum Error {
     /// The issued certificate or the stored pair is unusable.
     #[error("certificate: {0}")]
     Certificate(String),
+    /// No certificate was issued in that time (the request is left to the
+    /// API server's garbage collection; a new one is made).
+    #[error("no certificate issued within {0:?}")]
+    Timeout(std::time::Duration),
     /// The pair could not be stored.
     #[error("store {path}: {source}")]
     Write {

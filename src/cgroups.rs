@@ -250,6 +250,25 @@ impl CgroupManager {
         Ok(out)
     }
 
+    /// The memory pod `uid`'s cgroup uses now, in bytes (`memory.usage_in_bytes`,
+    /// page cache included, as cAdvisor's usage the kubelet compares a
+    /// lowered limit with); None without a memory hierarchy.
+    ///
+    /// # Errors
+    /// A bad UID, or a file that cannot be read or parsed.
+    pub fn pod_memory_usage(&self, qos: Qos, uid: &str) -> Result<Option<u64>, Error> {
+        let dir = self.pod_dir(qos, uid)?;
+        let Some(memory) = &self.memory else {
+            return Ok(None);
+        };
+        let file = memory.join(dir).join("memory.usage_in_bytes");
+        let text = std::fs::read_to_string(&file).map_err(io_err(&file))?;
+        text.trim()
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|e| io_err(&file)(io::Error::new(io::ErrorKind::InvalidData, e)))
+    }
+
     /// Makes the QoS hierarchy: `kubepods` with `node` as its limits (the
     /// allocatable resources when enforced; None leaves it unlimited),
     /// `burstable` and `besteffort` (2 shares).
@@ -273,14 +292,20 @@ impl CgroupManager {
     }
 
     /// Sets the `burstable` cgroup's shares to `shares` (those of its pods'
-    /// cpu requests), as the kubelet's QoS container manager updates them.
+    /// cpu requests), as the kubelet's QoS container manager keeps them: a
+    /// file that already holds the value is not written again, one changed
+    /// behind the agent's back is put right.
     ///
     /// # Errors
-    /// The cgroup filesystem refused it.
+    /// The cgroup filesystem refused it (tried again at the next call).
     pub fn set_burstable_shares(&self, shares: u64) -> Result<(), Error> {
+        let shares = shares.max(MIN_SHARES);
         if let Some(cpu) = &self.cpu {
             let file = cpu.join(self.qos_dir(Qos::Burstable)).join("cpu.shares");
-            write(&file, &shares.max(MIN_SHARES).to_string())?;
+            let now = std::fs::read_to_string(&file).ok();
+            if now.as_deref().map(str::trim) != Some(shares.to_string().as_str()) {
+                write(&file, &shares.to_string())?;
+            }
         }
         Ok(())
     }
@@ -412,6 +437,16 @@ mod tests {
             .unwrap();
             assert_eq!(m.limits(&m.root).unwrap().memory, Some(1 << 30));
             assert_eq!(m.limits(&m.qos_dir(Qos::BestEffort)).unwrap().cpu_shares, 2);
+            let burstable = m.qos_dir(Qos::Burstable);
+            m.set_burstable_shares(300).unwrap();
+            assert_eq!(m.limits(&burstable).unwrap().cpu_shares, 300);
+            // A change made behind the manager's back is put right.
+            let file = m.cpu.as_ref().unwrap().join(&burstable).join("cpu.shares");
+            std::fs::write(&file, "1024").unwrap();
+            m.set_burstable_shares(300).unwrap();
+            assert_eq!(m.limits(&burstable).unwrap().cpu_shares, 300);
+            m.set_burstable_shares(0).unwrap();
+            assert_eq!(m.limits(&burstable).unwrap().cpu_shares, MIN_SHARES);
             let limits = Limits {
                 cpu_shares: 256,
                 cpu_quota: Some(50_000),
@@ -428,6 +463,8 @@ mod tests {
                 let cpus = std::fs::read_to_string(cpuset.join(&dir).join("cpuset.cpus")).unwrap();
                 assert!(!cpus.trim().is_empty(), "cpus copied from the parent");
             }
+            let usage = m.pod_memory_usage(Qos::Burstable, "0a1b-2c").unwrap();
+            assert!(usage.is_some(), "an empty cgroup's usage reads (0 or more)");
             let bigger = Limits {
                 memory: Some(512 << 20),
                 cpu_quota: None,

@@ -169,6 +169,16 @@ pub mod event {
     pub const INVALID_DISK_CAPACITY: &str = "InvalidDiskCapacity";
     /// Node event: container GC failed (`ContainerGCFailed`).
     pub const CONTAINER_GC_FAILED: &str = "ContainerGCFailed";
+    /// A resize was allocated (`ResizeStarted`).
+    pub const RESIZE_STARTED: &str = "ResizeStarted";
+    /// An allocated resize is what runs now (`ResizeCompleted`).
+    pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
+    /// An allocated resize could not be applied (`ResizeError`).
+    pub const RESIZE_ERROR: &str = "ResizeError";
+    /// A resize waits for room on the node (`ResizeDeferred`).
+    pub const RESIZE_DEFERRED: &str = "ResizeDeferred";
+    /// A resize can never fit the node (`ResizeInfeasible`).
+    pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
 }
 
 /// Node condition types (`status.conditions[].type` of a Node, core/v1

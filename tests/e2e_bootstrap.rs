@@ -47,6 +47,7 @@ fn binding(name: &str, role: &str) -> ClusterRoleBinding {
 }
 
 #[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_node_joins_with_a_bootstrap_token() {
     let client = client().await;
     let n = std::time::SystemTime::now()

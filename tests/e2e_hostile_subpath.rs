@@ -6,7 +6,9 @@
 //! nothing is created on the host, and the subPaths that stay in the volume
 //! (a directory, a file, missing directories, read-only) are bind-mounted
 //! under `<root-dir>/pods/<uid>/volume-subpaths/` and unmounted when the pod
-//! goes.
+//! goes. The env files of `fileKeyRef` are read the same way: a symlink out
+//! of the volume, a FIFO or an oversized file fails its container, never the
+//! node.
 
 mod common;
 
@@ -63,7 +65,81 @@ fn settled(bad: &'static [&'static str]) -> impl Condition<Pod> {
     }
 }
 
+/// Waits up to 30 s for the container log at `log` to hold every one of `wanted`.
+async fn wait_for_log(log: &Path, wanted: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if wanted.iter().all(|w| text.contains(w)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} lacks {wanted:?}:\n{text}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Creates `pod` in `ns` and waits up to 90 s until it is [`settled`]:
+/// returns its UID and the pod as it then is.
+async fn create_and_settle(
+    client: &kube::Client,
+    ns: &str,
+    pod: &Pod,
+    bad: &'static [&'static str],
+) -> (String, Pod) {
+    let p = create(client, ns, pod).await;
+    let uid = p.uid().unwrap();
+    let name = p.name_any();
+    let now = wait_for(
+        client,
+        ns,
+        &name,
+        90,
+        "good running and the others in CreateContainerConfigError",
+        settled(bad),
+    )
+    .await;
+    (uid, now)
+}
+
 /// A name no other run uses.
+/// Waits up to 30 s until every container in `names` has a `Failed` event
+/// whose message is about its subPath, as the kubelet's `Error: ...` events.
+async fn failed_events_for(client: &kube::Client, ns: &str, names: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events: Vec<String> = Api::<Event>::namespaced(client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("Failed"))
+            .filter_map(|e| Some(format!("{}: {}", e.involved_object.field_path?, e.message?)))
+            .collect();
+        let missing: Vec<&&str> = names
+            .iter()
+            .filter(|c| {
+                !events.iter().any(|e| {
+                    e.starts_with(&format!("spec.containers{{{c}}}: Error: "))
+                        && e.contains("subPath")
+                })
+            })
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Failed event for {missing:?} within 30s: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -128,18 +204,8 @@ async fn symlinks_planted_in_a_volume_never_reach_the_host() {
             "volumes": [{ "name": "vol", "emptyDir": {} }]
         }
     }));
-    let p = create(&client, &ns, &pod).await;
-    let uid = p.uid().unwrap();
     let bad_names: &'static [&'static str] = &["escape", "etc", "up", "hostname"];
-    let now = wait_for(
-        &client,
-        &ns,
-        "hostile",
-        90,
-        "good running and the others in CreateContainerConfigError",
-        settled(bad_names),
-    )
-    .await;
+    let (uid, now) = create_and_settle(&client, &ns, &pod, bad_names).await;
 
     // Nothing was made on the host through the planted symlinks.
     assert!(
@@ -167,47 +233,22 @@ async fn symlinks_planted_in_a_volume_never_reach_the_host() {
             "{c} ran"
         );
     }
-    let events: Vec<String> = Api::<Event>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("Failed"))
-        .filter_map(|e| Some(format!("{}: {}", e.involved_object.field_path?, e.message?)))
-        .collect();
-    for c in bad_names {
-        assert!(
-            events.iter().any(
-                |e| e.starts_with(&format!("spec.containers{{{c}}}: Error: "))
-                    && e.contains("subPath")
-            ),
-            "no Failed event for {c}: {events:?}"
-        );
-    }
+    // Events are posted apart from the status, so they may trail it.
+    failed_events_for(&client, &ns, bad_names).await;
 
     // The subPaths inside the volume work: a directory, a file, a symlink
     // inside the volume, missing directories made beneath it, read-only.
-    let log = log_path(&ns, "hostile", &uid, "good");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let wanted = [
-        "file=from-the-volume",
-        "dir-listed",
-        "link=from-the-volume",
-        "made-written",
-        "ro-refused",
-    ];
-    loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if wanted.iter().all(|w| text.contains(w)) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "good container's log lacks {wanted:?}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_for_log(
+        &log_path(&ns, "hostile", &uid, "good"),
+        &[
+            "file=from-the-volume",
+            "dir-listed",
+            "link=from-the-volume",
+            "made-written",
+            "ro-refused",
+        ],
+    )
+    .await;
     let pod_dir = rustlet_root().join("pods").join(&uid);
     let vol = pod_dir.join("volumes/kubernetes.io~empty-dir/vol");
     assert_eq!(
@@ -240,5 +281,85 @@ async fn symlinks_planted_in_a_volume_never_reach_the_host() {
     }
     assert_eq!(mounted_under(&pod_dir), Vec::<String>::new());
     assert!(!host_canary.exists() && !host_canary_up.exists());
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn env_files_are_read_from_the_volume_and_nowhere_else() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-envfile").await;
+    // The init container writes an env file, and plants a symlink to a host
+    // file, a FIFO (a reader that opened it would hang) and a file over the cap.
+    let plant = "printf \"CONFIG_1='value1'\\nMULTI='a\\nb'\\n\" > /vol/config.env && \
+                 ln -s /etc/hostname /vol/host.env && mkfifo /vol/fifo.env && \
+                 head -c 1048577 /dev/zero | tr '\\0' x > /vol/big.env";
+    let file_env = |name: &str, path: &str, key: &str| {
+        serde_json::json!({
+            "name": name,
+            "valueFrom": { "fileKeyRef": { "volumeName": "vol", "path": path, "key": key } }
+        })
+    };
+    let waiter = |name: &str, path: &str| {
+        serde_json::json!({
+            "name": name, "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", "echo should-not-run; sleep 3600"],
+            "env": [file_env("X", path, "CONFIG_1")]
+        })
+    };
+    let pod: Pod = from_json(serde_json::json!({
+        "metadata": { "name": "envfile" },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "initContainers": [{
+                "name": "plant", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", plant],
+                "volumeMounts": [{ "name": "vol", "mountPath": "/vol" }]
+            }],
+            "containers": [
+                {
+                    "name": "good", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", "echo \"one=$CONFIG_1 multi=$(echo $MULTI)\"; sleep 3600"],
+                    "env": [
+                        file_env("CONFIG_1", "config.env", "CONFIG_1"),
+                        file_env("MULTI", "config.env", "MULTI")
+                    ]
+                },
+                waiter("escape", "host.env"),
+                waiter("fifo", "fifo.env"),
+                waiter("big", "big.env"),
+                waiter("missing", "missing.env")
+            ],
+            "volumes": [{ "name": "vol", "emptyDir": {} }]
+        }
+    }));
+    let bad: &'static [&'static str] = &["escape", "fifo", "big", "missing"];
+    let (uid, now) = create_and_settle(&client, &ns, &pod, bad).await;
+    let expected = [
+        ("escape", "leaves volume"),
+        ("fifo", "is not a regular file"),
+        ("big", "is larger than 1048576 bytes"),
+        ("missing", "No such file"),
+    ];
+    for (c, why) in expected {
+        let message = status_of(&now, c)
+            .and_then(|s| s.state?.waiting?.message)
+            .unwrap_or_default();
+        assert!(
+            message.starts_with("couldn't parse env file: ") && message.contains(why),
+            "{c}: {message}"
+        );
+        assert!(!message.contains(&std::fs::read_to_string("/etc/hostname").unwrap()));
+    }
+    wait_for_log(
+        &log_path(&ns, "envfile", &uid, "good"),
+        &["one=value1 multi=a b"],
+    )
+    .await;
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete("envfile", &DeleteParams::default())
+        .await
+        .expect("delete pod");
+    wait_deleted(&client, &ns, "envfile", &uid, 60).await;
     drop_namespace(&client, &ns).await;
 }

@@ -41,6 +41,17 @@ fn sized(
     }))
 }
 
+/// Creates `pod` in `ns` and waits (90 s) until it runs; the pod as running.
+async fn run(
+    client: &kube::Client,
+    ns: &str,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> k8s_openapi::api::core::v1::Pod {
+    create(client, ns, pod).await;
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    wait_for(client, ns, &name, 90, "Running", phase("Running")).await
+}
+
 /// `kubectl patch pod <name> --subresource resize` to those resources.
 fn resize(ns: &str, name: &str, cpu: (&str, &str), memory: (&str, &str)) -> (i32, String) {
     let patch = serde_json::json!({"spec": {"containers": [{"name": "c", "resources": {
@@ -96,13 +107,12 @@ fn limit(p: &k8s_openapi::api::core::v1::Pod, resource: &str) -> Option<String> 
 async fn cpu_and_memory_are_resized_in_place_and_an_infeasible_resize_waits() {
     let client = client().await;
     let ns = namespace(&client, "e2e-resize").await;
-    create(
+    let running = run(
         &client,
         &ns,
         &sized("web", ("100m", "200m"), ("64Mi", "128Mi"), "NotRequired"),
     )
     .await;
-    let running = wait_for(&client, &ns, "web", 90, "Running", phase("Running")).await;
     let before = container_status(&running);
     assert_eq!(
         limit(&running, "cpu").as_deref(),
@@ -196,8 +206,7 @@ async fn cpu_and_memory_are_resized_in_place_and_an_infeasible_resize_waits() {
             }]
         }
     }));
-    create(&client, &ns, &hog).await;
-    wait_for(&client, &ns, "hog", 90, "Running", phase("Running")).await;
+    run(&client, &ns, &hog).await;
     let (code, out) = resize(&ns, "web", ("1900m", "1900m"), ("64Mi", "160Mi"));
     assert_eq!(code, 0, "{out}");
     let pending = wait_for(
@@ -249,13 +258,12 @@ async fn cpu_and_memory_are_resized_in_place_and_an_infeasible_resize_waits() {
 async fn a_memory_resize_under_restart_container_restarts_the_container() {
     let client = client().await;
     let ns = namespace(&client, "e2e-resize-restart").await;
-    create(
+    let running = run(
         &client,
         &ns,
         &sized("db", ("100m", "100m"), ("64Mi", "64Mi"), "RestartContainer"),
     )
     .await;
-    let running = wait_for(&client, &ns, "db", 90, "Running", phase("Running")).await;
     let before = container_status(&running);
     let (code, out) = resize(&ns, "db", ("100m", "100m"), ("96Mi", "96Mi"));
     assert_eq!(code, 0, "{out}");
@@ -304,8 +312,7 @@ async fn a_pod_with_pod_level_resources_gets_a_cgroup_of_its_own_with_them() {
             }]
         }
     }));
-    create(&client, &ns, &p).await;
-    let running = wait_for(&client, &ns, "whole", 90, "Running", phase("Running")).await;
+    let running = run(&client, &ns, &p).await;
     let st = running.status.clone().unwrap_or_default();
     assert_eq!(
         st.qos_class.as_deref(),
@@ -343,4 +350,149 @@ async fn a_pod_with_pod_level_resources_gets_a_cgroup_of_its_own_with_them() {
         "{out}"
     );
     drop_namespace(&client, &ns).await;
+}
+
+/// The pod's events with `reason`, their messages, each as many times as
+/// it occurred (an Event's `count`).
+async fn events(client: &kube::Client, ns: &str, pod: &str, reason: &str) -> Vec<String> {
+    use kube::api::ListParams;
+    let api: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(client.clone(), ns);
+    let list = api
+        .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
+        .await
+        .expect("list events");
+    list.items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .flat_map(|e| {
+            let times = usize::try_from(e.count.unwrap_or(1).max(1)).unwrap_or(1);
+            std::iter::repeat_n(e.message.unwrap_or_default(), times)
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_memory_limit_below_what_is_in_use_is_not_applied_until_it_fits() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-resize-memory").await;
+    let running = run(
+        &client,
+        &ns,
+        &sized("mem", ("100m", "100m"), ("32Mi", "128Mi"), "NotRequired"),
+    )
+    .await;
+    let before = container_status(&running);
+    // 56 MiB in the sandbox's tmpfs /dev/shm: memory the container's cgroup
+    // is charged for and cannot reclaim.
+    let (code, _, err) = kubectl(
+        &[
+            "exec",
+            "-n",
+            &ns,
+            "mem",
+            "-c",
+            "c",
+            "--",
+            "sh",
+            "-c",
+            "head -c 58720256 /dev/zero > /dev/shm/fill",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out) = resize(&ns, "mem", ("100m", "100m"), ("32Mi", "48Mi"));
+    assert_eq!(code, 0, "{out}");
+    let refused = wait_for(
+        &client,
+        &ns,
+        "mem",
+        60,
+        "PodResizeInProgress Error",
+        |p: Option<&k8s_openapi::api::core::v1::Pod>| {
+            p.and_then(|p| pod_condition(p, "PodResizeInProgress"))
+                .is_some_and(|c| c.reason.as_deref() == Some("Error"))
+        },
+    )
+    .await;
+    let c = pod_condition(&refused, "PodResizeInProgress").expect("condition");
+    let message = c.message.unwrap_or_default();
+    let limit_48 = 48u64 << 20;
+    assert!(
+        message.starts_with("cannot decrease memory limits: [attempting to set pod memory limit (")
+            && message.contains(&format!(
+                "attempting to set container \"c\" memory limit ({limit_48}) below current usage ("
+            )),
+        "{message}"
+    );
+    assert_eq!(
+        cgroup_file(&ns, "mem", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        (128u64 << 20).to_string(),
+        "nothing lowered"
+    );
+    assert_eq!(container_status(&refused).container_id, before.container_id);
+    let errors = wait_for_events(&client, &ns, "mem", "ResizeError").await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with("Pod resize error: {\"containers\":[{\"name\":\"c\",")
+            && errors[0].contains("\"error\":\"cannot decrease memory limits: "),
+        "{errors:?}"
+    );
+    let started = wait_for_events(&client, &ns, "mem", "ResizeStarted").await;
+    assert_eq!(started.len(), 1, "{started:?}");
+
+    // Memory freed: the next sync applies it.
+    let (code, _, err) = kubectl(
+        &[
+            "exec",
+            "-n",
+            &ns,
+            "mem",
+            "-c",
+            "c",
+            "--",
+            "rm",
+            "/dev/shm/fill",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let done = wait_for(
+        &client,
+        &ns,
+        "mem",
+        90,
+        "resized down",
+        |p: Option<&k8s_openapi::api::core::v1::Pod>| {
+            p.is_some_and(|p| {
+                limit(p, "memory").as_deref() == Some("48Mi")
+                    && pod_condition(p, "PodResizeInProgress").is_none()
+            })
+        },
+    )
+    .await;
+    assert_eq!(container_status(&done).container_id, before.container_id);
+    assert_eq!(
+        cgroup_file(&ns, "mem", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        limit_48.to_string()
+    );
+    let completed = wait_for_events(&client, &ns, "mem", "ResizeCompleted").await;
+    assert!(
+        completed[0].starts_with("Pod resize completed: {\"containers\":"),
+        "{completed:?}"
+    );
+    drop_namespace(&client, &ns).await;
+}
+
+/// The pod's events with `reason` once there is one (30 s at most).
+async fn wait_for_events(client: &kube::Client, ns: &str, pod: &str, reason: &str) -> Vec<String> {
+    for _ in 0..60 {
+        let found = events(client, ns, pod, reason).await;
+        if !found.is_empty() {
+            return found;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    panic!("no {reason} event for {ns}/{pod}");
 }

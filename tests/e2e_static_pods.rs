@@ -65,6 +65,7 @@ fn agent_log() -> String {
 }
 
 #[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_static_pod_lives_and_ends_with_its_manifest() {
     let client = client().await;
     let ns = namespace(&client, "static").await;

@@ -30,8 +30,10 @@
 //!   no registry normalization.
 //! - `ExecSync` answers exit code 0 and no output unless scripted.
 //! - `GetContainerEvents` answers `Unimplemented`, so the agent relists; the
-//!   stats lists are empty; streaming, resource updates, log reopening,
-//!   checkpoints and metrics are `Unimplemented`.
+//!   stats lists are empty; `ContainerStats` reports a container's memory
+//!   usage ([`DEFAULT_MEMORY_USAGE`] unless set); `UpdateContainerResources`
+//!   records the new resources; streaming, log reopening, checkpoints and
+//!   metrics are `Unimplemented`.
 //!
 //! Timestamps are wall-clock nanoseconds since the Unix epoch, as containerd's.
 //!
@@ -402,7 +404,14 @@ struct State {
     runtime_ready: bool,
     network_ready: bool,
     socket: Option<PathBuf>,
+    /// Container name → the memory `ContainerStats` reports it uses, bytes
+    /// (others: [`DEFAULT_MEMORY_USAGE`]).
+    memory_usage: HashMap<String, u64>,
 }
+
+/// The memory a container uses unless [`FakeRuntime::set_memory_usage`]
+/// says otherwise: 4 MiB.
+pub const DEFAULT_MEMORY_USAGE: u64 = 4 << 20;
 
 impl State {
     fn new() -> Self {
@@ -423,6 +432,7 @@ impl State {
             runtime_ready: true,
             network_ready: true,
             socket: None,
+            memory_usage: HashMap::new(),
         }
     }
 
@@ -1217,6 +1227,12 @@ impl FakeRuntime {
             .push_back((code, message.to_string()));
     }
 
+    /// Makes `ContainerStats` report that containers named `name` use
+    /// `bytes` of memory.
+    pub fn set_memory_usage(&self, name: &str, bytes: u64) {
+        self.lock().memory_usage.insert(name.to_string(), bytes);
+    }
+
     /// The mutating CRI calls received, in order (reads are not recorded):
     /// `RunPodSandbox <namespace>/<pod name>`, `StopPodSandbox <pod name>`,
     /// `RemovePodSandbox <pod name>`, `CreateContainer <container name>`,
@@ -1300,6 +1316,22 @@ impl FakeRuntime {
             }
         }
         Some(id)
+    }
+
+    /// Sets when the running containers named `name` started, in
+    /// nanoseconds since the Unix epoch (to backdate a start, e.g. to before
+    /// an agent restart). Returns how many were changed.
+    pub fn set_started_at(&self, name: &str, nanos: i64) -> usize {
+        let mut st = self.lock();
+        let mut changed = 0;
+        for c in st.containers.values_mut() {
+            let named = c.config.metadata.as_ref().is_some_and(|m| m.name == name);
+            if named && c.state == cri::ContainerState::ContainerRunning {
+                c.started_at = nanos;
+                changed += 1;
+            }
+        }
+        changed
     }
 
     /// Sets when the exited container `container_id` finished, in nanoseconds
@@ -1463,9 +1495,42 @@ impl RuntimeService for FakeRuntime {
 
     async fn container_stats(
         &self,
-        _request: Request<cri::ContainerStatsRequest>,
+        request: Request<cri::ContainerStatsRequest>,
     ) -> Result<Response<cri::ContainerStatsResponse>, Status> {
-        unimplemented("ContainerStats")
+        let id = request.into_inner().container_id;
+        self.with(|st| {
+            st.begin("ContainerStats", None)?;
+            let container = st
+                .containers
+                .get(&id)
+                .ok_or_else(|| Status::not_found(format!("container {id:?} not found")))?;
+            let name = container
+                .config
+                .metadata
+                .as_ref()
+                .map(|m| m.name.clone())
+                .unwrap_or_default();
+            let usage = st
+                .memory_usage
+                .get(&name)
+                .copied()
+                .unwrap_or(DEFAULT_MEMORY_USAGE);
+            Ok(cri::ContainerStatsResponse {
+                stats: Some(cri::ContainerStats {
+                    attributes: Some(cri::ContainerAttributes {
+                        id: id.clone(),
+                        metadata: container.config.metadata.clone(),
+                        ..Default::default()
+                    }),
+                    memory: Some(cri::MemoryUsage {
+                        usage_bytes: Some(cri::UInt64Value { value: usage }),
+                        working_set_bytes: Some(cri::UInt64Value { value: usage }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+            })
+        })
     }
 
     async fn list_container_stats(

@@ -241,6 +241,30 @@ impl Runtime {
         .await
     }
 
+    /// CRI `UpdateRuntimeConfig` with the node's pod CIDRs (`cidr`, comma
+    /// separated), as the kubelet's `UpdatePodCIDR`: a runtime whose CNI
+    /// config is a template (containerd's `conf_template`) writes it then.
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn update_pod_cidr(&self, cidr: &str) -> Result<()> {
+        let mut c = self.runtime.clone();
+        let req = cri::UpdateRuntimeConfigRequest {
+            runtime_config: Some(cri::RuntimeConfig {
+                network_config: Some(cri::NetworkConfig {
+                    pod_cidr: cidr.to_string(),
+                }),
+            }),
+        };
+        self.call(
+            "UpdateRuntimeConfig",
+            "runtime",
+            c.update_runtime_config(req),
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// CRI `RunPodSandbox` with runtime handler `runtime_handler` (a
     /// RuntimeClass's `handler`; empty: the runtime's default); returns the
     /// new sandbox's ID.
@@ -403,6 +427,22 @@ impl Runtime {
         };
         Ok(self
             .call("ListContainerStats", "node", c.list_container_stats(req))
+            .await?
+            .stats)
+    }
+
+    /// CRI `ContainerStats` of container `id`: its cpu, memory and
+    /// writable-layer usage (None when the runtime has none).
+    ///
+    /// # Errors
+    /// As every call.
+    pub async fn container_stats(&self, id: &str) -> Result<Option<cri::ContainerStats>> {
+        let mut c = self.runtime.clone();
+        let req = cri::ContainerStatsRequest {
+            container_id: id.into(),
+        };
+        Ok(self
+            .call("ContainerStats", id, c.container_stats(req))
             .await?
             .stats)
     }

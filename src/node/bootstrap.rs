@@ -11,8 +11,16 @@
 //! `kubelet-client-<time>.pem` with `kubelet-client-current.pem` linked to
 //! it. Then it writes the kubeconfig: the bootstrap kubeconfig's cluster,
 //! and that certificate as the user.
+//!
+//! Without `rotateCertificates` the agent waits for this before it starts
+//! ([`ensure`]). With it, as the kubelet ("client rotation is on, will
+//! bootstrap in background"), the agent starts at once with no client
+//! certificate and the bootstrap runs in the client certificate manager
+//! ([`Pending`], `client_cert`): static pods run meanwhile, which is how a
+//! node whose API server is one of its own static pods comes up.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::config::{
@@ -21,6 +29,7 @@ use kube::config::{
 };
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
+use rustls::sign::CertifiedKey;
 use tracing::info;
 
 use crate::certificate::{Template, obtain};
@@ -172,11 +181,181 @@ pub fn node_kubeconfig(bootstrap: &Kubeconfig, pem: &Path) -> Result<Kubeconfig,
     })
 }
 
+/// A TLS bootstrap still to do: the bootstrap kubeconfig, a client with its
+/// credentials, and where the issued certificate and the node's kubeconfig
+/// go.
+#[derive(Clone)]
+pub struct Pending {
+    /// The bootstrap kubeconfig's path, for errors.
+    path: PathBuf,
+    source: Kubeconfig,
+    client: kube::Client,
+    kubeconfig: PathBuf,
+    cert_dir: PathBuf,
+    node: String,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("kubeconfig", &self.kubeconfig)
+            .field("cert_dir", &self.cert_dir)
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pending {
+    /// The bootstrap of node `node` with the kubeconfig at `bootstrap`,
+    /// writing `kubeconfig` and storing certificates in `cert_dir`.
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] when the bootstrap kubeconfig cannot be read or
+    /// gives no client.
+    pub async fn new(
+        bootstrap: &Path,
+        kubeconfig: &Path,
+        cert_dir: &Path,
+        node: &str,
+    ) -> Result<Self, Error> {
+        let bad = |message: String| Error::Bootstrap {
+            path: bootstrap.to_path_buf(),
+            message,
+        };
+        let source = Kubeconfig::read_from(bootstrap).map_err(|e| bad(e.to_string()))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(source.clone(), &KubeConfigOptions::default())
+                .await
+                .map_err(|e| bad(e.to_string()))?;
+        let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
+        Ok(Self {
+            path: bootstrap.to_path_buf(),
+            source,
+            client,
+            kubeconfig: kubeconfig.to_path_buf(),
+            cert_dir: cert_dir.to_path_buf(),
+            node: node.to_string(),
+        })
+    }
+
+    /// A bootstrap that asks with `client` (tests: a fake certificates API).
+    #[cfg(test)]
+    pub(crate) fn with_client(
+        source: Kubeconfig,
+        client: kube::Client,
+        kubeconfig: &Path,
+        cert_dir: &Path,
+        node: &str,
+    ) -> Self {
+        Self {
+            path: PathBuf::from("bootstrap.conf"),
+            source,
+            client,
+            kubeconfig: kubeconfig.to_path_buf(),
+            cert_dir: cert_dir.to_path_buf(),
+            node: node.to_string(),
+        }
+    }
+
+    /// The configuration of the bootstrap kubeconfig's cluster with no
+    /// credentials (client-go's `AnonymousClientConfig`): the agent's own
+    /// client until its certificate is issued, so that the bootstrap token
+    /// serves nothing but the certificate request.
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] when the cluster's CA or server cannot be used.
+    pub async fn anonymous_config(&self) -> Result<kube::Config, Error> {
+        let mut source = self.source.clone();
+        for user in &mut source.auth_infos {
+            user.auth_info = Some(AuthInfo::default());
+        }
+        let mut config =
+            kube::Config::from_custom_kubeconfig(source, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| Error::Bootstrap {
+                    path: self.path.clone(),
+                    message: e.to_string(),
+                })?;
+        config.auth_info = AuthInfo::default();
+        Ok(config)
+    }
+
+    /// A valid certificate already in the store (`kubelet-client-current.pem`),
+    /// after which the node's kubeconfig is (re)written to use it: the
+    /// kubelet's case of an invalid kubeconfig with a valid certificate.
+    ///
+    /// # Errors
+    /// The kubeconfig could not be written.
+    pub fn stored(&self) -> Result<Option<Issued>, Error> {
+        let current = self.cert_dir.join(CURRENT);
+        let Ok(text) = std::fs::read_to_string(&current) else {
+            return Ok(None);
+        };
+        match crate::certificate::certified(&text, &text) {
+            Ok(pair) if pair.2 > Timestamp::now() => {
+                self.write_kubeconfig()?;
+                Ok(Some(pair))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Requests the node's client certificate with the bootstrap
+    /// credentials and waits until it is issued (as long as the request is
+    /// pending), stores it as `kubelet-client-<time>.pem` with
+    /// `kubelet-client-current.pem` linked to it, and writes the node's
+    /// kubeconfig ([`node_kubeconfig`]). Returns the certificate and its
+    /// validity.
+    ///
+    /// # Errors
+    /// The request failed or was denied, or a file could not be written.
+    pub async fn issue(&self) -> Result<Issued, Error> {
+        info!(kubeconfig = %self.kubeconfig.display(), "requesting a client certificate with the bootstrap credentials");
+        let stamp = Timestamp::now().strftime("%Y-%m-%d-%H-%M-%S").to_string();
+        let issued = self.cert_dir.join(format!("kubelet-client-{stamp}.pem"));
+        let pair = obtain(&self.client, &Template::client(&self.node), &issued).await?;
+        let current = self.cert_dir.join(CURRENT);
+        link(&issued, &current).map_err(|source| Error::Write {
+            path: current.clone(),
+            source,
+        })?;
+        self.write_kubeconfig()?;
+        info!(kubeconfig = %self.kubeconfig.display(), certificate = %issued.display(), "client certificate issued; kubeconfig written");
+        Ok(pair)
+    }
+
+    fn write_kubeconfig(&self) -> Result<(), Error> {
+        let bad = |message: String| Error::Bootstrap {
+            path: self.path.clone(),
+            message,
+        };
+        let node_kc = node_kubeconfig(&self.source, &self.cert_dir.join(CURRENT)).map_err(bad)?;
+        let text = serde_yaml::to_string(&node_kc).map_err(|e| bad(e.to_string()))?;
+        if let Some(dir) = self.kubeconfig.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Write {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        crate::certificate::write_private(&self.kubeconfig, &text, 0o600).map_err(|source| {
+            Error::Write {
+                path: self.kubeconfig.clone(),
+                source,
+            }
+        })
+    }
+}
+
+/// An issued client certificate with its key, and its validity (not
+/// before, not after).
+pub type Issued = (Arc<CertifiedKey>, Timestamp, Timestamp);
+
 /// Makes `kubeconfig` usable for node `node`: when it is not
 /// ([`kubeconfig_usable`]), a client certificate is requested with the
 /// credentials of `bootstrap` and stored in `cert_dir`, and the kubeconfig
 /// is written ([`node_kubeconfig`]). Waits as long as the request is
-/// pending.
+/// pending: the kubelet's blocking bootstrap without `rotateCertificates`
+/// (`bootstrap.LoadClientCert`).
 ///
 /// # Errors
 /// The bootstrap kubeconfig cannot be used, the request was denied or
@@ -190,38 +369,12 @@ pub async fn ensure(
     if kubeconfig_usable(kubeconfig) {
         return Ok(());
     }
-    let bad = |message: String| Error::Bootstrap {
-        path: bootstrap.to_path_buf(),
-        message,
-    };
-    let kc = Kubeconfig::read_from(bootstrap).map_err(|e| bad(e.to_string()))?;
-    let config = kube::Config::from_custom_kubeconfig(kc.clone(), &KubeConfigOptions::default())
+    info!(kubeconfig = %kubeconfig.display(), "no usable kubeconfig: bootstrapping");
+    Pending::new(bootstrap, kubeconfig, cert_dir, node)
+        .await?
+        .issue()
         .await
-        .map_err(|e| bad(e.to_string()))?;
-    let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
-    info!(kubeconfig = %kubeconfig.display(), "no usable kubeconfig: requesting a client certificate with the bootstrap credentials");
-    let stamp = Timestamp::now().strftime("%Y-%m-%d-%H-%M-%S").to_string();
-    let issued = cert_dir.join(format!("kubelet-client-{stamp}.pem"));
-    obtain(&client, &Template::client(node), &issued).await?;
-    let current = cert_dir.join(CURRENT);
-    link(&issued, &current).map_err(|source| Error::Write {
-        path: current.clone(),
-        source,
-    })?;
-    let node_kc = node_kubeconfig(&kc, &current).map_err(bad)?;
-    let text = serde_yaml::to_string(&node_kc).map_err(|e| bad(e.to_string()))?;
-    if let Some(dir) = kubeconfig.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Write {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    }
-    crate::certificate::write_private(kubeconfig, &text, 0o600).map_err(|source| Error::Write {
-        path: kubeconfig.to_path_buf(),
-        source,
-    })?;
-    info!(kubeconfig = %kubeconfig.display(), certificate = %issued.display(), "client certificate issued; kubeconfig written");
-    Ok(())
+        .map(drop)
 }
 
 /// Points the link `current` at `target` (absolute), replacing it in one
@@ -236,7 +389,7 @@ pub(super) fn link(target: &Path, current: &Path) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A self-signed certificate and key valid until January 1st of `year`,
@@ -250,7 +403,7 @@ mod tests {
         format!("{}{}", cert.pem(), key.serialize_pem())
     }
 
-    const BOOTSTRAP: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    \
+    pub(crate) const BOOTSTRAP: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    \
         server: https://10.0.0.1:6443\n    certificate-authority: /pki/ca.crt\nusers:\n- name: b\n  user:\n    \
         token: abcdef.0123456789abcdef\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: b\n\
         current-context: x\n";
@@ -307,5 +460,42 @@ mod tests {
         assert!(!kubeconfig_usable(&dir.path().join("missing")));
         let no_context = Kubeconfig::default();
         assert!(node_kubeconfig(&no_context, &path).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_agent_client_of_a_pending_bootstrap_has_the_cluster_and_no_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = rcgen::CertificateParams::new(vec![])
+            .unwrap()
+            .self_signed(&rcgen::KeyPair::generate().unwrap())
+            .unwrap()
+            .pem();
+        let ca_path = dir.path().join("ca.crt");
+        std::fs::write(&ca_path, ca).unwrap();
+        let path = dir.path().join("bootstrap.conf");
+        std::fs::write(
+            &path,
+            BOOTSTRAP.replace("/pki/ca.crt", ca_path.to_str().unwrap()),
+        )
+        .unwrap();
+        let kubeconfig = dir.path().join("kubelet.conf");
+        let pending = Pending::new(&path, &kubeconfig, &dir.path().join("pki"), "n1")
+            .await
+            .unwrap();
+        let config = pending.anonymous_config().await.unwrap();
+        assert_eq!(config.cluster_url.to_string(), "https://10.0.0.1:6443/");
+        assert!(config.root_cert.is_some(), "the cluster's CA is kept");
+        assert!(config.auth_info.token.is_none(), "no bootstrap token");
+        assert!(config.auth_info.client_certificate_data.is_none());
+        // Nothing stored yet: the bootstrap is to run.
+        assert!(pending.stored().unwrap().is_none());
+        assert!(!kubeconfig.exists());
+
+        // A bootstrap kubeconfig without its cluster fails at start.
+        std::fs::write(&path, BOOTSTRAP.replace("cluster: c\n", "cluster: other\n")).unwrap();
+        let e = Pending::new(&path, &kubeconfig, dir.path(), "n1")
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("bootstrap kubeconfig"), "{e}");
     }
 }

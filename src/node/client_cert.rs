@@ -6,7 +6,11 @@
 //! The agent's API client presents whatever certificate a [`CertSlot`]
 //! holds at each TLS handshake. The first is the certificate store's
 //! `<cert-dir>/kubelet-client-current.pem` while it is valid, else the
-//! kubeconfig's client certificate. Once 80 % of its lifetime has passed
+//! kubeconfig's client certificate; with neither and a bootstrap kubeconfig
+//! ([`Rotation::bootstrapping`]), the slot starts empty (the client is
+//! anonymous) and the TLS bootstrap runs first, retried from
+//! [`BOOTSTRAP_BACKOFF`] doubling up to [`RETRY`]. A request not answered
+//! within [`CSR_WAIT`] is given up for a new one. Once 80 % of its lifetime has passed
 //! (the kubelet picks 70–90 % at random), a new one is requested from the
 //! certificates API with the current one (signer
 //! `kubernetes.io/kube-apiserver-client-kubelet`, subject
@@ -40,13 +44,18 @@ use rustls::sign::CertifiedKey;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::{info, warn};
 
-use super::bootstrap::{CURRENT, link};
+use super::bootstrap::{CURRENT, Pending, link};
 use crate::certificate::{CertSlot, Template, certified, obtain, renew_at};
 
 /// The least time between two requests for a certificate.
 pub const RETRY: Duration = Duration::from_secs(30);
 /// The longest sleep between two readings of the wall clock.
 pub const CHECK: Duration = Duration::from_secs(10);
+/// The first wait after a failed TLS bootstrap; it doubles up to [`RETRY`].
+pub const BOOTSTRAP_BACKOFF: Duration = Duration::from_secs(2);
+/// How long one request may wait for its certificate before a new one is
+/// made (client-go's certificate manager's `certificateWaitTimeout`).
+pub const CSR_WAIT: Duration = Duration::from_secs(15 * 60);
 
 /// Errors setting up rotation.
 #[derive(Debug, thiserror::Error)]
@@ -253,6 +262,8 @@ pub struct Rotation {
     node: String,
     from: Timestamp,
     until: Timestamp,
+    /// The TLS bootstrap still to do: no certificate yet.
+    bootstrap: Option<Pending>,
 }
 
 /// The certificate the agent starts with: the store's current one while it
@@ -326,17 +337,99 @@ impl Rotation {
                 node: node.to_string(),
                 from,
                 until,
+                bootstrap: None,
             },
         ))
     }
 
-    /// Renews the certificate whenever it is due, forever, with `client`
-    /// (the one [`Rotation::start`] returned), at least [`RETRY`] apart.
+    /// The client of `config` (the bootstrap kubeconfig's cluster, no
+    /// credentials: [`Pending::anonymous_config`]) for node `node`, whose
+    /// first certificate comes from the TLS bootstrap `pending`, in the
+    /// background ([`Rotation::run`]): until then its requests are
+    /// anonymous. A valid certificate already in the store is used at once.
+    ///
+    /// # Errors
+    /// [`Error::Client`] when the client cannot be built;
+    /// [`Error::NoCertificate`] when the kubeconfig for a stored certificate
+    /// cannot be written.
+    pub fn bootstrapping(
+        config: &kube::Config,
+        store: &Path,
+        node: &str,
+        pending: Pending,
+    ) -> Result<(Client, Self), Error> {
+        let slot = CertSlot::default();
+        let connections = Connections::default();
+        let client = client(config, slot.clone(), connections.clone())?;
+        let mut rotation = Self {
+            slot,
+            connections,
+            store: store.to_path_buf(),
+            node: node.to_string(),
+            from: Timestamp::UNIX_EPOCH,
+            until: Timestamp::UNIX_EPOCH,
+            bootstrap: None,
+        };
+        match pending
+            .stored()
+            .map_err(|e| Error::NoCertificate(e.to_string()))?
+        {
+            Some((key, from, until)) => {
+                rotation.slot.set(key);
+                (rotation.from, rotation.until) = (from, until);
+                info!(%until, renew_at = %renew_at(from, until), "client certificate rotation on (stored certificate)");
+            }
+            None => {
+                info!("client rotation is on, will bootstrap in background");
+                rotation.bootstrap = Some(pending);
+            }
+        }
+        Ok((client, rotation))
+    }
+
+    /// Runs the TLS bootstrap until a certificate is issued, backing off
+    /// from [`BOOTSTRAP_BACKOFF`] to [`RETRY`] between failed attempts
+    /// (the API server may be a static pod not yet up), then puts it in
+    /// place and closes the anonymous connections.
+    async fn bootstrap(&mut self, pending: &Pending) {
+        let mut backoff = BOOTSTRAP_BACKOFF;
+        loop {
+            let issued = tokio::time::timeout(CSR_WAIT, pending.issue())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(super::bootstrap::Error::Certificate(
+                        crate::certificate::Error::Timeout(CSR_WAIT),
+                    ))
+                });
+            match issued {
+                Ok((key, from, until)) => {
+                    self.slot.set(key);
+                    self.connections.close_all();
+                    (self.from, self.until) = (from, until);
+                    info!(%until, renew_at = %renew_at(from, until), "client certificate bootstrapped; rotation on");
+                    return;
+                }
+                Err(e) => {
+                    warn!(error = %e, retry_in = ?backoff, "TLS bootstrap");
+                    tokio::time::sleep(backoff).await;
+                    backoff = backoff.saturating_mul(2).min(RETRY);
+                }
+            }
+        }
+    }
+
+    /// Bootstraps the first certificate when there is none
+    /// ([`Rotation::bootstrapping`]), then renews it whenever it is due,
+    /// forever, with `client` (the one [`Rotation::start`] or
+    /// [`Rotation::bootstrapping`] returned), at least [`RETRY`] apart.
     /// The wall clock is read again at least every [`CHECK`] (it may jump:
     /// NTP, a resumed machine). Returns only when the certificate has
     /// expired and the API server answers: the agent must then exit and
     /// bootstrap again.
     pub async fn run(mut self, client: Client) -> anyhow::Error {
+        if let Some(pending) = self.bootstrap.take() {
+            self.bootstrap(&pending).await;
+        }
         let mut not_before = Timestamp::now();
         let mut warned = false;
         loop {
@@ -355,7 +448,12 @@ impl Rotation {
             not_before = Timestamp::now().checked_add(RETRY).unwrap_or(now);
             let stamp = Timestamp::now().strftime("%Y-%m-%d-%H-%M-%S").to_string();
             let issued = self.store.join(format!("kubelet-client-{stamp}.pem"));
-            let renewed = obtain(&client, &Template::client(&self.node), &issued).await;
+            let renewed = tokio::time::timeout(
+                CSR_WAIT,
+                obtain(&client, &Template::client(&self.node), &issued),
+            )
+            .await
+            .unwrap_or_else(|_| Err(crate::certificate::Error::Timeout(CSR_WAIT)));
             let linked = renewed.and_then(|pair| {
                 link(&issued, &self.store.join(CURRENT))
                     .map(|()| pair)
@@ -736,6 +834,7 @@ mod tests {
             node: "n1".into(),
             from,
             until,
+            bootstrap: None,
         }
     }
 
@@ -802,5 +901,73 @@ mod tests {
         );
         assert_eq!(paths.lock().unwrap().last().unwrap(), "GET /version");
         assert!(!dir.path().join(CURRENT).exists(), "nothing linked");
+    }
+
+    #[tokio::test]
+    async fn the_bootstrap_runs_in_the_background_then_the_certificate_is_presented() {
+        let ca = ca();
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("pki");
+        let kubeconfig = dir.path().join("kubelet.conf");
+        let paths = Arc::new(Mutex::new(Vec::new()));
+        let source =
+            kube::config::Kubeconfig::from_yaml(crate::node::bootstrap::tests::BOOTSTRAP).unwrap();
+        let pending = Pending::with_client(
+            source,
+            csr_api(ca, false, paths.clone()),
+            &kubeconfig,
+            &store,
+            "n1",
+        );
+        let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        let (_client, r) = Rotation::bootstrapping(&config, &store, "n1", pending.clone()).unwrap();
+        let (slot, closed) = (r.slot.clone(), r.connections.token());
+        assert!(!slot.is_set(), "anonymous until the certificate is issued");
+        assert!(!kubeconfig.exists());
+        // The agent's own client: the bootstrap must not use it.
+        let agent_client = Client::new(
+            tower::service_fn({
+                let paths = paths.clone();
+                move |req: hyper::Request<kube::client::Body>| {
+                    paths.lock().unwrap().push(format!(
+                        "agent client: {} {}",
+                        req.method(),
+                        req.uri()
+                    ));
+                    async { Err::<hyper::Response<Full<Bytes>>, _>(std::io::Error::other("no")) }
+                }
+            }),
+            "default",
+        );
+        let running = tokio::spawn(r.run(agent_client));
+        eventually("the issued certificate is in the slot", || {
+            slot.is_set() && closed.is_cancelled()
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!running.is_finished(), "then it waits to renew");
+        running.abort();
+        assert!(
+            crate::node::bootstrap::kubeconfig_usable(&kubeconfig),
+            "the node's kubeconfig is written"
+        );
+        let current = std::fs::read_to_string(store.join(CURRENT)).unwrap();
+        assert_eq!(key_of(&current).cert, slot.get().unwrap().cert);
+        assert_eq!(
+            *paths.lock().unwrap(),
+            [
+                "POST /apis/certificates.k8s.io/v1/certificatesigningrequests",
+                "GET /apis/certificates.k8s.io/v1/certificatesigningrequests/csr-1",
+            ]
+        );
+
+        // Started again with the certificate stored and the kubeconfig gone:
+        // no request, the stored certificate at once, the kubeconfig written.
+        std::fs::remove_file(&kubeconfig).unwrap();
+        let (_client, r) = Rotation::bootstrapping(&config, &store, "n1", pending).unwrap();
+        assert!(r.bootstrap.is_none());
+        assert_eq!(key_of(&current).cert, r.slot.get().unwrap().cert);
+        assert!(crate::node::bootstrap::kubeconfig_usable(&kubeconfig));
+        assert_eq!(paths.lock().unwrap().len(), 2);
     }
 }

@@ -113,6 +113,25 @@ pub fn watch_node(client: Client, name: &str) -> Store<Node> {
     store
 }
 
+/// Gives the runtime `node`'s pod CIDRs when they differ from `last`, the
+/// ones it was last given (kept on success), as the kubelet's
+/// `updatePodCIDR`; a failure is logged and tried again on the next call.
+async fn sync_pod_cidr(runtime: &Runtime, node: Option<&Node>, last: &mut Option<String>) {
+    let Some(cidr) = node.and_then(super::status::pod_cidr) else {
+        return;
+    };
+    if last.as_deref() == Some(cidr.as_str()) {
+        return;
+    }
+    match runtime.update_pod_cidr(&cidr).await {
+        Ok(()) => {
+            info!(cidr, "the runtime has the node's pod CIDR");
+            *last = Some(cidr);
+        }
+        Err(e) => warn!(error = %e, cidr, "update the runtime's pod CIDR"),
+    }
+}
+
 /// What the status loop reads besides the machine and the runtime.
 #[derive(Clone)]
 pub struct Observed {
@@ -148,6 +167,8 @@ pub async fn status_loop(
     let mut starting = true;
     let mut tick = tokio::time::interval(settings.node_status_update_frequency);
     let mut pressures_open = true;
+    // The pod CIDR the runtime was last given.
+    let mut runtime_cidr: Option<String> = None;
     loop {
         // Every nodeStatusUpdateFrequency, and at once when the eviction
         // manager's pressure conditions change (the control plane taints the
@@ -158,6 +179,7 @@ pub async fn status_loop(
                 pressures_open = changed.is_ok();
             }
         }
+        sync_pod_cidr(&runtime, store.get(&key).as_deref(), &mut runtime_cidr).await;
         let old = match store.get(&key) {
             Some(n) => n.status.clone(),
             // Not listed yet: read it once.
@@ -203,5 +225,54 @@ pub async fn status_loop(
             }
             Err(e) => warn!(error = %e, "patch node status"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::fake::FakeRuntime;
+    use k8s_openapi::api::core::v1::NodeSpec;
+
+    fn node(pod_cidr: Option<&str>, pod_cidrs: &[&str]) -> Node {
+        Node {
+            spec: Some(NodeSpec {
+                pod_cidr: pod_cidr.map(str::to_string),
+                pod_cidrs: Some(pod_cidrs.iter().map(|c| (*c).to_string()).collect()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_runtime_gets_the_pod_cidr_once_and_again_when_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fake, _) = FakeRuntime::serve(dir.path()).unwrap();
+        let runtime = fake
+            .client(std::time::Duration::from_secs(10))
+            .await
+            .unwrap();
+        let mut last = None;
+        for n in [None, Some(node(None, &[]))] {
+            sync_pod_cidr(&runtime, n.as_ref(), &mut last).await;
+        }
+        assert!(fake.take_calls().is_empty(), "no CIDR yet: nothing sent");
+        let one = node(Some("10.89.1.0/24"), &["10.89.1.0/24"]);
+        for _ in 0..3 {
+            sync_pod_cidr(&runtime, Some(&one), &mut last).await;
+        }
+        assert_eq!(fake.take_calls(), ["UpdateRuntimeConfig 10.89.1.0/24"]);
+        let dual = node(Some("10.89.1.0/24"), &["10.89.1.0/24", "fd00:1::/64"]);
+        sync_pod_cidr(&runtime, Some(&dual), &mut last).await;
+        let old_field_only = node(Some("10.89.2.0/24"), &[]);
+        sync_pod_cidr(&runtime, Some(&old_field_only), &mut last).await;
+        assert_eq!(
+            fake.take_calls(),
+            [
+                "UpdateRuntimeConfig 10.89.1.0/24,fd00:1::/64",
+                "UpdateRuntimeConfig 10.89.2.0/24"
+            ]
+        );
     }
 }

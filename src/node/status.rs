@@ -542,6 +542,19 @@ pub fn initial_node(cfg: &NodeConfig, status: NodeStatus) -> Node {
     }
 }
 
+/// The pod CIDRs the control plane gave `node` (`spec.podCIDRs`, else
+/// `spec.podCIDR`), comma separated, as the kubelet joins them for the
+/// runtime (`tryUpdateNodeStatus`); `None` while it has none.
+#[must_use]
+pub fn pod_cidr(node: &Node) -> Option<String> {
+    let spec = node.spec.as_ref()?;
+    let cidrs = match spec.pod_cidrs.as_deref() {
+        Some(list) if !list.is_empty() => list.join(","),
+        _ => spec.pod_cidr.clone().unwrap_or_default(),
+    };
+    (!cidrs.is_empty()).then_some(cidrs)
+}
+
 /// True when `new` differs from `old` in anything rustlet reports other than
 /// heartbeat times: the node status must be patched now rather than at the
 /// next report period (`nodeStatusReportFrequency`). Only the fields `status`

@@ -111,6 +111,101 @@ pub struct EnvSources {
     pub secrets: BTreeMap<String, Redacted<BTreeMap<String, String>>>,
     /// The service environment variables the pod sees (from [`service_env`]).
     pub services: BTreeMap<String, String>,
+    /// The env files `fileKeyRef`s name, by (volume name, path in the
+    /// volume): the file's text, or why it could not be read. A volume that
+    /// is not one of the pod's emptyDirs has no entry.
+    pub files: BTreeMap<(String, String), Result<Redacted<String>, String>>,
+}
+
+/// The (volume name, path) of every `fileKeyRef` in `c`'s `env`, once each.
+#[must_use]
+pub fn file_key_refs(c: &Container) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = c
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| e.value_from.as_ref()?.file_key_ref.as_ref())
+        .map(|f| (f.volume_name.clone(), f.path.clone()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The value of `key` in env file `text`, as the kubelet's `ParseEnv`
+/// (`pkg/kubelet/util/env`): lines `NAME='value'`, the value single-quoted
+/// and taken literally (it may span lines), a `#` comment after it allowed;
+/// blank lines and lines starting with `#` skipped; leading blanks of a line
+/// ignored; a blank between `=` and the value makes the value empty, as in
+/// a shell. The first definition of `key` wins; lines after it are not read.
+/// `None` when `key` is not defined.
+///
+/// # Errors
+/// The kubelet's messages, with the line number: `missing '='`, `empty
+/// variable name`, `whitespace before '=' is not allowed`, `value must be
+/// enclosed in single quotes`, `unexpected content after closing quote`,
+/// `unclosed single quote`.
+pub fn parse_env_file(text: &str, key: &str) -> Result<Option<String>, String> {
+    let invalid = |line: usize, why: &str| {
+        format!("invalid environment variable format at line {line}: {why}")
+    };
+    // Lines as Go's bufio.ScanLines gives them: split at '\n', a trailing '\r' dropped.
+    let mut lines = text
+        .split_inclusive('\n')
+        .map(|l| l.strip_suffix('\n').unwrap_or(l))
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .enumerate()
+        .map(|(i, l)| (i.saturating_add(1), l));
+    while let Some((n, line)) = lines.next() {
+        let line = line.trim_start_matches([' ', '\t']);
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((name_part, value_part)) = line.split_once('=') else {
+            return Err(invalid(n, "missing '='"));
+        };
+        let name = name_part.trim_end_matches([' ', '\t']);
+        if name.is_empty() {
+            return Err(invalid(n, "empty variable name"));
+        }
+        if name != name_part {
+            return Err(invalid(n, "whitespace before '=' is not allowed"));
+        }
+        let value = value_part.trim_start_matches([' ', '\t']);
+        if value != value_part {
+            if name == key {
+                return Ok(Some(String::new()));
+            }
+            continue;
+        }
+        let Some(mut rest) = value.strip_prefix('\'') else {
+            return Err(invalid(n, "value must be enclosed in single quotes"));
+        };
+        let (start, mut at) = (n, n);
+        let mut found = String::new();
+        loop {
+            if let Some((inside, after)) = rest.split_once('\'') {
+                found.push_str(inside);
+                let after = after.trim_start_matches([' ', '\t']);
+                if !after.is_empty() && !after.starts_with('#') {
+                    return Err(invalid(at, "unexpected content after closing quote"));
+                }
+                if name == key {
+                    return Ok(Some(found));
+                }
+                break;
+            }
+            found.push_str(rest);
+            found.push('\n');
+            let Some((n, next)) = lines.next() else {
+                return Err(format!(
+                    "invalid environment variable format starting at line {start}: unclosed single quote"
+                ));
+            };
+            (at, rest) = (n, next);
+        }
+    }
+    Ok(None)
 }
 
 /// The services whose variables a pod of namespace `ns` sees, as the kubelet's
@@ -365,6 +460,33 @@ pub fn environment(
                     }
                     None => return Err(EnvError(format!("configmap \"{}\" not found", r.name))),
                 }
+            } else if let Some(r) = &from.file_key_ref {
+                let at = (r.volume_name.clone(), r.path.clone());
+                let text = match sources.files.get(&at) {
+                    Some(Ok(text)) => text,
+                    Some(Err(e)) => {
+                        return Err(EnvError(format!("couldn't parse env file: {e}")));
+                    }
+                    None => {
+                        return Err(EnvError(format!(
+                            "cannot find the volume {:?} referenced by FileKeyRef",
+                            r.volume_name
+                        )));
+                    }
+                };
+                let value = parse_env_file(text.expose(), &r.key)
+                    .map_err(|e| EnvError(format!("couldn't parse env file {:?}: {e}", r.path)))?;
+                // As the kubelet: an empty value counts as a missing key.
+                match value.filter(|v| !v.is_empty()) {
+                    Some(v) => v,
+                    None if r.optional.unwrap_or(false) => continue,
+                    None => {
+                        return Err(EnvError(format!(
+                            "environment variable key {:?} not found in file {:?}",
+                            r.key, r.path
+                        )));
+                    }
+                }
             } else if let Some(r) = &from.secret_key_ref {
                 match sources.secrets.get(&r.name).map(|d| d.get(&r.key)) {
                     Some(Some(v)) => v.clone(),
@@ -540,6 +662,132 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(build(&c, &sources).unwrap().len(), 200_000);
         assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    }
+
+    #[test]
+    fn env_files_parse_as_the_kubelets_parse_env() {
+        let text = "# comment\n\n  A='one'\nB='two' # trailing\nM='line1\nline2'\nE= 'ignored'\nQ=''\nR='x\r\ny'\r\n";
+        let get = |k: &str| parse_env_file(text, k);
+        assert_eq!(get("A"), Ok(Some("one".into())), "leading blanks skipped");
+        assert_eq!(get("B"), Ok(Some("two".into())), "comment after the quote");
+        assert_eq!(get("M"), Ok(Some("line1\nline2".into())), "spans lines");
+        assert_eq!(get("E"), Ok(Some(String::new())), "blank after '='");
+        assert_eq!(get("Q"), Ok(Some(String::new())));
+        assert_eq!(get("R"), Ok(Some("x\ny".into())), "CRLF as LF");
+        assert_eq!(get("NONE"), Ok(None));
+        assert_eq!(
+            parse_env_file("A='1'\nA='2'\n", "A"),
+            Ok(Some("1".into())),
+            "the first wins"
+        );
+        assert_eq!(
+            parse_env_file("A='1'\nnot a line\n", "A"),
+            Ok(Some("1".into())),
+            "lines after the key are not read"
+        );
+        let err = |text: &str| parse_env_file(text, "Z").unwrap_err();
+        assert_eq!(
+            err("A='1'\nnonsense\n"),
+            "invalid environment variable format at line 2: missing '='"
+        );
+        assert!(err("='x'").ends_with("line 1: empty variable name"));
+        assert!(err("A ='x'").ends_with("line 1: whitespace before '=' is not allowed"));
+        assert!(err("A=x").ends_with("line 1: value must be enclosed in single quotes"));
+        assert!(err("A=\"x\"").ends_with("value must be enclosed in single quotes"));
+        assert!(err("A='x'y").ends_with("line 1: unexpected content after closing quote"));
+        assert!(err("\nA='a\nb'c").ends_with("line 3: unexpected content after closing quote"));
+        assert_eq!(
+            err("\nA='never closed\nB=x"),
+            "invalid environment variable format starting at line 2: unclosed single quote"
+        );
+        assert_eq!(parse_env_file("", "A"), Ok(None));
+    }
+
+    #[test]
+    fn file_key_refs_read_the_files_given_with_the_kubelets_errors() {
+        use k8s_openapi::api::core::v1::FileKeySelector;
+        let file = |name: &str, key: &str, volume: &str, optional: Option<bool>| EnvVar {
+            name: name.into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                file_key_ref: Some(FileKeySelector {
+                    volume_name: volume.into(),
+                    path: "config.env".into(),
+                    key: key.into(),
+                    optional,
+                }),
+                ..Default::default()
+            }),
+        };
+        let at = |volume: &str| (volume.to_string(), "config.env".to_string());
+        let sources = EnvSources {
+            files: BTreeMap::from([
+                (
+                    at("data"),
+                    Ok(Redacted::new("CONFIG_1='value1'\nEMPTY=''\n".to_string())),
+                ),
+                (
+                    at("broken"),
+                    Ok(Redacted::new("CONFIG_1=value1\n".to_string())),
+                ),
+                (
+                    at("gone"),
+                    Err("open \"config.env\": No such file".to_string()),
+                ),
+            ]),
+            ..Default::default()
+        };
+        let c = container(
+            vec![
+                file("ONE", "CONFIG_1", "data", None),
+                file("MISSING", "CONFIG_2", "data", Some(true)),
+                var("DERIVED", "$(ONE)!"),
+            ],
+            vec![],
+        );
+        assert_eq!(
+            file_key_refs(&c),
+            vec![at("data")],
+            "each file once, for reading"
+        );
+        let env = build(&c, &sources).unwrap();
+        assert_eq!(
+            env,
+            vec![
+                ("ONE".to_string(), "value1".to_string()),
+                ("DERIVED".to_string(), "value1!".to_string())
+            ],
+            "an optional key that is missing is left out"
+        );
+        let fails = |var: EnvVar| {
+            build(&container(vec![var], vec![]), &sources)
+                .unwrap_err()
+                .0
+        };
+        assert_eq!(
+            fails(file("X", "CONFIG_2", "data", None)),
+            "environment variable key \"CONFIG_2\" not found in file \"config.env\""
+        );
+        assert_eq!(
+            fails(file("X", "EMPTY", "data", Some(false))),
+            "environment variable key \"EMPTY\" not found in file \"config.env\"",
+            "as the kubelet, an empty value is a missing key"
+        );
+        assert_eq!(
+            fails(file("X", "CONFIG_1", "nope", Some(true))),
+            "cannot find the volume \"nope\" referenced by FileKeyRef",
+            "optional covers the key, not the volume"
+        );
+        assert!(
+            fails(file("X", "CONFIG_1", "broken", Some(true)))
+                .starts_with("couldn't parse env file \"config.env\": invalid environment variable format at line 1")
+        );
+        assert_eq!(
+            fails(file("X", "CONFIG_1", "gone", Some(true))),
+            "couldn't parse env file: open \"config.env\": No such file"
+        );
+        let printed = format!("{sources:?}");
+        assert!(!printed.contains("value1"), "{printed}");
     }
 
     #[test]

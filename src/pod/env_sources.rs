@@ -14,9 +14,15 @@ use tracing::warn;
 
 use super::env::{self, EnvSources};
 use super::translate::pod_identity;
+use crate::redact::Redacted;
 
 /// How long a container start waits for the first list of Services.
 const SERVICES_SYNC_WAIT: Duration = Duration::from_secs(5);
+
+/// Most bytes of an env file a `fileKeyRef` names: 1 MiB. The kubelet reads
+/// any size (its line reader fails a line past 64 KiB); the container's
+/// writable emptyDir is the pod's, so the node bounds what it loads.
+pub const MAX_ENV_FILE_BYTES: u64 = 1 << 20;
 
 /// Reads the objects containers' environments come from.
 #[derive(Clone)]
@@ -42,6 +48,47 @@ impl SourceReader {
         let mut sources = self.objects(pod, c).await;
         sources.services = self.service_env(pod).await?;
         Ok(sources)
+    }
+
+    /// The env files container `c`'s `fileKeyRef`s name, read beneath
+    /// their emptyDir volumes in `volumes` ([`crate::volume::subpath::read_beneath`],
+    /// at most [`MAX_ENV_FILE_BYTES`]), as the kubelet's
+    /// `makeEnvironmentVariables` reads them at each container start. A
+    /// volume that is not one of the pod's emptyDirs is left out: the
+    /// kubelet reads only emptyDirs (the API server refuses other kinds).
+    pub async fn read_files(
+        pod: &Pod,
+        c: &Container,
+        volumes: &crate::volume::mounts::PodVolumes,
+    ) -> BTreeMap<(String, String), Result<Redacted<String>, String>> {
+        let empty_dirs: Vec<&str> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter(|v| v.empty_dir.is_some())
+            .map(|v| v.name.as_str())
+            .collect();
+        let mut files = BTreeMap::new();
+        for (volume, path) in env::file_key_refs(c) {
+            let Some(mounted) = volumes
+                .get(&volume)
+                .filter(|_| empty_dirs.contains(&volume.as_str()))
+            else {
+                continue;
+            };
+            let (root, rel) = (mounted.host_path.clone(), path.clone());
+            let read = tokio::task::spawn_blocking(move || {
+                crate::volume::subpath::read_beneath(&root, "path", &rel, MAX_ENV_FILE_BYTES)
+            })
+            .await;
+            let text = match read {
+                Ok(Ok(bytes)) => Ok(Redacted::new(String::from_utf8_lossy(&bytes).into_owned())),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(format!("read {path:?}: {e}")),
+            };
+            files.insert((volume, path), text);
+        }
+        files
     }
 
     /// The ConfigMaps and Secrets container `c`'s environment names.
@@ -85,12 +132,17 @@ impl SourceReader {
 
     /// The service environment variables of `pod` (none when the pod opted
     /// out with `enableServiceLinks: false`, except the `kubernetes`
-    /// service's), as the kubelet's `getServiceEnvVarMap`.
+    /// service's), as the kubelet's `getServiceEnvVarMap`. A static pod
+    /// does not wait for the services to be read (it may be the API server
+    /// itself): it gets those known so far, as the kubelet's
+    /// `makeEnvironmentVariables`.
     async fn service_env(&self, pod: &Pod) -> Result<BTreeMap<String, String>, String> {
-        let ready = self.services.wait_until_ready();
-        if tokio::time::timeout(SERVICES_SYNC_WAIT, ready)
-            .await
-            .is_err()
+        let mut listed = self.services_listed.clone();
+        if !crate::static_pod::is_static(pod)
+            && !matches!(
+                tokio::time::timeout(SERVICES_SYNC_WAIT, listed.wait_for(|l| *l)).await,
+                Ok(Ok(_))
+            )
         {
             return Err(
                 "services have not yet been read at least once, cannot construct envvars".into(),
@@ -108,5 +160,69 @@ impl SourceReader {
             &ns,
             links,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader whose Services were listed or not, and the sender of that
+    /// signal (kept: a closed channel would end the wait at once).
+    fn reader(listed: bool) -> (SourceReader, tokio::sync::watch::Sender<bool>) {
+        let (_, writer) = kube::runtime::reflector::store::<Service>();
+        let (tx, services_listed) = tokio::sync::watch::channel(listed);
+        let reader = SourceReader {
+            client: Client::new(
+                tower::service_fn(|_req: hyper::Request<kube::client::Body>| async {
+                    Err::<hyper::Response<kube::client::Body>, _>(std::io::Error::other("no API"))
+                }),
+                "default",
+            ),
+            services: writer.as_reader(),
+            services_listed,
+        };
+        (reader, tx)
+    }
+
+    fn pod(annotations: &[(&str, &str)]) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.namespace = Some("ns".into());
+        pod.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect(),
+        );
+        pod
+    }
+
+    #[tokio::test]
+    async fn a_static_pod_does_not_wait_for_the_services_and_an_api_pod_does() {
+        let (r, _listed) = reader(false);
+        let api_pod = pod(&[]);
+        let waiting = tokio::spawn({
+            let (r, api_pod) = (r.clone(), api_pod.clone());
+            async move { r.service_env(&api_pod).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "a pod from the API waits");
+        waiting.abort();
+        let static_pod = pod(&[("kubernetes.io/config.source", "file")]);
+        assert!(
+            crate::static_pod::is_static(&static_pod),
+            "the annotation makes a static pod"
+        );
+        let env = tokio::time::timeout(Duration::from_millis(1), r.service_env(&static_pod))
+            .await
+            .expect("at once")
+            .unwrap();
+        assert!(env.is_empty(), "no services known yet");
+        // Once listed, pods from the API go on (many at a time).
+        let (r, _listed) = reader(true);
+        let waits = (0..8).map(|_| r.service_env(&api_pod));
+        for got in futures::future::join_all(waits).await {
+            assert!(got.unwrap().is_empty());
+        }
     }
 }

@@ -312,14 +312,19 @@ pub fn sync_pod_cgroups(ctx: &Context, store: &Store<Pod>) {
             }
         }
     }
-    let milli = super::allocation::allocated(&pods, &ctx.allocations)
-        .into_iter()
+    // QoS is fixed at creation (a resize keeps it): only the burstable pods
+    // are looked at, each with its allocated resources.
+    let milli = pods
+        .iter()
         .filter(|p| !super::spec::is_terminal(p))
         .filter(|p| super::status::qos_class(p) == "Burstable")
         .filter_map(|p| {
-            super::fit::pod_requests(&p)
-                .get("cpu")
-                .map(|q| q.milli_value())
+            let allocated = super::allocation::allocated(std::slice::from_ref(p), &ctx.allocations);
+            allocated.first().and_then(|p| {
+                super::fit::pod_requests(p)
+                    .get("cpu")
+                    .map(|q| q.milli_value())
+            })
         })
         .fold(0_i128, i128::saturating_add);
     let shares = super::translate::cpu_shares(i64::try_from(milli).unwrap_or(i64::MAX));

@@ -279,7 +279,11 @@ pub fn init_progress(pod: &Pod, rt: &PodRuntime) -> InitProgress {
             None => InitProgress::Done,
         };
     };
+    let initialized = initialized_in(pod, rt, &sandbox.id);
     for c in init_containers(pod) {
+        if initialized && !is_sidecar(c) {
+            continue;
+        }
         let latest = rt
             .containers
             .iter()
@@ -298,6 +302,19 @@ pub fn init_progress(pod: &Pod, rt: &PodRuntime) -> InitProgress {
         }
     }
     InitProgress::Done
+}
+
+/// True once a main container of the pod exists in sandbox `sandbox_id`:
+/// the pod was initialized, and its regular init containers are done even
+/// when the runtime no longer has them (the kubelet's
+/// `HasAnyActiveRegularContainerStarted` in `computeInitContainerActions`).
+#[must_use]
+pub fn initialized_in(pod: &Pod, rt: &PodRuntime, sandbox_id: &str) -> bool {
+    main_containers(pod).iter().any(|c| {
+        rt.containers
+            .iter()
+            .any(|x| x.name == c.name && x.sandbox_id == sandbox_id)
+    })
 }
 
 /// The API status of ephemeral container `name` shows it terminated.
@@ -613,7 +630,13 @@ impl Planner<'_> {
         for (name, target_id) in ephemeral_to_start(pod, rt) {
             self.ephemeral(name, target_id);
         }
+        let initialized = initialized_in(pod, rt, sandbox_id);
         for c in init_containers(pod) {
+            if initialized && !is_sidecar(c) {
+                // Initialized: a regular init container never runs again,
+                // even when the runtime has lost it.
+                continue;
+            }
             let latest = rt
                 .containers
                 .iter()

@@ -109,6 +109,7 @@ impl RuntimeManager {
         let mut outcome = Outcome::default();
         let mut placement: Option<Placement> = None;
         let mut pod_cgroup_grown = false;
+        let mut memory_checked = false;
         for step in steps {
             match step {
                 Step::KillContainer {
@@ -180,6 +181,15 @@ impl RuntimeManager {
                     let Some(c) = spec::find_container(pod, name) else {
                         continue;
                     };
+                    // Nothing is resized while a lowered memory limit would
+                    // sit below what is in use.
+                    if !memory_checked {
+                        memory_checked = true;
+                        if let Some(e) = self.memory_decrease_error(pod, rt, steps).await {
+                            outcome.resize_error = Some(e);
+                            continue;
+                        }
+                    }
                     // The pod's cgroup grows before its containers, and
                     // shrinks after them (below), as `doPodResizeAction`.
                     if !pod_cgroup_grown {
@@ -267,6 +277,96 @@ impl RuntimeManager {
             self.start_container(pod, &c, 0, target_id, at, volumes)
                 .await,
         )
+    }
+
+    /// Why the resize of `steps` cannot lower a memory limit now: the new
+    /// limit of the pod's cgroup or of a resized container is at most what it
+    /// uses (page cache included), as the kubelet's
+    /// `validateMemoryResizeAction` checks before it changes anything.
+    /// Only limits that are lowered or newly set are checked (the
+    /// containers' current limits as `rt` reports them); a container the
+    /// runtime has no stats for is not. A usage that cannot be read is the
+    /// kubelet's "unable to read memory usage" error. None: the resize may
+    /// go on.
+    async fn memory_decrease_error(
+        &self,
+        pod: &Pod,
+        rt: &PodRuntime,
+        steps: &[Step],
+    ) -> Option<String> {
+        let mut errors = Vec::new();
+        if let Some((cgroups, qos, uid)) = self.pod_cgroup(pod)
+            && cgroups.has_pod(qos, uid)
+            && let Some(desired) = translate::pod_cgroup_limits(pod).memory
+        {
+            let current = cgroups
+                .pod_dir(qos, uid)
+                .and_then(|dir| cgroups.limits(&dir))
+                .ok()
+                .and_then(|l| l.memory);
+            if current.is_none_or(|c| desired < c) {
+                match cgroups.pod_memory_usage(qos, uid) {
+                    Ok(Some(used)) => {
+                        if i128::from(used) >= i128::from(desired) {
+                            errors.push(format!(
+                                "attempting to set pod memory limit ({desired}) below current usage ({used})"
+                            ));
+                        }
+                    }
+                    _ => errors.push("missing pod memory usage".to_string()),
+                }
+            }
+        }
+        for step in steps {
+            let Step::ResizeContainer { id, name } = step else {
+                continue;
+            };
+            let Some(c) = spec::find_container(pod, name) else {
+                continue;
+            };
+            let desired = translate::linux_resources(pod, c, &self.node).memory_limit_in_bytes;
+            if desired <= 0 {
+                continue;
+            }
+            // What it runs with, as the runtime reported it for this sync;
+            // unknown limits cannot be compared: the kubelet's message.
+            let Some(current) = rt
+                .containers
+                .iter()
+                .find(|x| &x.id == id)
+                .and_then(|x| x.resources)
+                .map(|r| r.memory_limit_in_bytes)
+            else {
+                let (ns, pod_name, uid) = pod_identity(pod);
+                return Some(format!(
+                    "unable to read memory usage for pod \"{pod_name}_{ns}({uid})\""
+                ));
+            };
+            if current > 0 && desired >= current {
+                continue;
+            }
+            let stats = match self.runtime.container_stats(id).await {
+                Ok(stats) => stats,
+                Err(_) => {
+                    let (ns, pod_name, uid) = pod_identity(pod);
+                    return Some(format!(
+                        "unable to read memory usage for pod \"{pod_name}_{ns}({uid})\""
+                    ));
+                }
+            };
+            let Some(stats) = stats else { continue };
+            match stats.memory.and_then(|m| m.usage_bytes).map(|u| u.value) {
+                Some(used) => {
+                    if i128::from(used) >= i128::from(desired) {
+                        errors.push(format!(
+                            "attempting to set container {name:?} memory limit ({desired}) below current usage ({used})"
+                        ));
+                    }
+                }
+                None => errors.push(format!("missing container {name:?} memory usage")),
+            }
+        }
+        (!errors.is_empty()).then(|| memory_decrease_message(&errors))
     }
 
     /// The cgroup manager with `pod`'s QoS class and UID, when pod cgroups
@@ -622,7 +722,8 @@ impl RuntimeManager {
             pod_ips: pod_ips.to_vec(),
             host_ips: self.node.node_ips.clone(),
         };
-        let sources = self.sources.read(pod, c).await.map_err(config_error)?;
+        let mut sources = self.sources.read(pod, c).await.map_err(config_error)?;
+        sources.files = SourceReader::read_files(pod, c, volumes).await;
         let env = env::environment(pod, c, &self.node, &facts, &sources)
             .map_err(|e| config_error(e.to_string()))?;
         translate::verify_run_as_non_root(pod, c, image.uid, &image.username)
@@ -884,4 +985,39 @@ async fn termination_log(
         host_path: file.to_string_lossy().into_owned(),
         ..Default::default()
     }))
+}
+
+/// The kubelet's error for limits that cannot be lowered: `errors` as
+/// `utilerrors.NewAggregate` prints them (one bare, several in brackets,
+/// duplicates once) after "cannot decrease memory limits: ".
+fn memory_decrease_message(errors: &[String]) -> String {
+    let mut unique: Vec<&str> = Vec::new();
+    for e in errors {
+        if !unique.contains(&e.as_str()) {
+            unique.push(e);
+        }
+    }
+    match unique.as_slice() {
+        [one] => format!("cannot decrease memory limits: {one}"),
+        many => format!("cannot decrease memory limits: [{}]", many.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_decrease_errors_read_as_the_kubelets_aggregate() {
+        let pod = "attempting to set pod memory limit (104857600) below current usage (209715200)";
+        let c = "attempting to set container \"app\" memory limit (104857600) below current usage (150000000)";
+        assert_eq!(
+            memory_decrease_message(&[pod.into()]),
+            format!("cannot decrease memory limits: {pod}")
+        );
+        assert_eq!(
+            memory_decrease_message(&[pod.into(), c.into(), pod.into()]),
+            format!("cannot decrease memory limits: [{pod}, {c}]")
+        );
+    }
 }

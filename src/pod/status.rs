@@ -344,6 +344,114 @@ fn running_resources(spec: &ApiContainer, actual: Option<&CgroupLimits>) -> Reso
     out
 }
 
+/// The message of a resize event, as the kubelet's `podResizeMessage`:
+/// `"<prefix>: <JSON>"`, the JSON naming the pod's resizable containers
+/// (sidecar init containers under `initContainers`, then `containers`,
+/// each with its `name` and `resources`), the pod's `generation`, and
+/// `error` when there is one, in that order.
+#[must_use]
+pub fn resize_event_message(prefix: &str, pod: &Pod, error: Option<&str>) -> String {
+    let entries = |cs: Vec<&k8s_openapi::api::core::v1::Container>| -> Vec<serde_json::Value> {
+        cs.into_iter()
+            .map(|c| {
+                serde_json::json!({
+                    "name": c.name,
+                    "resources": c.resources.clone().unwrap_or_default(),
+                })
+            })
+            .collect()
+    };
+    let init = entries(
+        super::spec::init_containers(pod)
+            .iter()
+            .filter(|c| super::spec::is_sidecar(c))
+            .collect(),
+    );
+    let main = entries(super::spec::main_containers(pod).iter().collect());
+    let mut parts = Vec::new();
+    for (key, list) in [("initContainers", init), ("containers", main)] {
+        if !list.is_empty() {
+            parts.push(format!("\"{key}\":{}", serde_json::Value::Array(list)));
+        }
+    }
+    parts.push(format!(
+        "\"generation\":{}",
+        pod.metadata.generation.unwrap_or_default()
+    ));
+    if let Some(e) = error {
+        parts.push(format!("\"error\":{}", serde_json::Value::from(e)));
+    }
+    format!("{prefix}: {{{}}}", parts.join(","))
+}
+
+/// The resize events of a status change: `pod` as allocated and reported
+/// so far (its `status`), `requested` as its spec asks (what a pending
+/// resize's message names), `new` the status about to be. As the kubelet,
+/// only transitions are
+/// told: `ResizeDeferred`/`ResizeInfeasible` (Warning) when
+/// `PodResizePending` appears or changes its reason, `ResizeError` (Warning)
+/// when `PodResizeInProgress` turns to reason `Error`, `ResizeCompleted`
+/// (Normal) when `PodResizeInProgress` goes away from a pod still running.
+/// Each is (warning, reason, message).
+#[must_use]
+pub fn resize_events(
+    pod: &Pod,
+    requested: &Pod,
+    new: &PodStatus,
+) -> Vec<(bool, &'static str, String)> {
+    use crate::reasons::event;
+    let find = |conditions: Option<&Vec<PodCondition>>, type_: &str| {
+        conditions.and_then(|cs| cs.iter().find(|c| c.type_ == type_).cloned())
+    };
+    let old = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let now = new.conditions.as_ref();
+    let mut events = Vec::new();
+    let (was, is) = (
+        find(old, cond::POD_RESIZE_PENDING),
+        find(now, cond::POD_RESIZE_PENDING),
+    );
+    if let Some(is) = &is
+        && was.as_ref().map(|w| &w.reason) != Some(&is.reason)
+    {
+        let reason = is.reason.clone().unwrap_or_default();
+        let event_reason = if reason == super::allocation::INFEASIBLE {
+            event::RESIZE_INFEASIBLE
+        } else {
+            event::RESIZE_DEFERRED
+        };
+        let prefix = format!("Pod resize {reason}");
+        events.push((
+            true,
+            event_reason,
+            resize_event_message(&prefix, requested, is.message.as_deref()),
+        ));
+    }
+    let (was, is) = (
+        find(old, cond::POD_RESIZE_IN_PROGRESS),
+        find(now, cond::POD_RESIZE_IN_PROGRESS),
+    );
+    let error = Some(cond_reason::ERROR);
+    if let Some(is) = &is
+        && is.reason.as_deref() == error
+        && was.as_ref().and_then(|w| w.reason.as_deref()) != error
+    {
+        events.push((
+            true,
+            event::RESIZE_ERROR,
+            resize_event_message("Pod resize error", pod, is.message.as_deref()),
+        ));
+    }
+    let terminal = new.phase.as_deref().is_some_and(phase::is_terminal);
+    if was.is_some() && is.is_none() && !terminal {
+        events.push((
+            false,
+            event::RESIZE_COMPLETED,
+            resize_event_message("Pod resize completed", pod, None),
+        ));
+    }
+    events
+}
+
 /// The resize conditions of `status` for `pod`, as the kubelet's status
 /// manager keeps them: `PodResizePending` (True) with `pending`'s reason and
 /// message while a resize waits for the node; `PodResizeInProgress` (True,
@@ -531,6 +639,18 @@ pub fn status(
     }
 }
 
+/// The message of a regular init container the runtime lost after the pod
+/// was initialized (the kubelet's words).
+pub const INIT_STATUS_LOST: &str = "Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally";
+
+/// A main container of the pod was created in any sandbox (the kubelet's
+/// `HasAnyRegularContainerCreated`).
+fn any_main_container_created(pod: &Pod, rt: &PodRuntime) -> bool {
+    main_containers(pod)
+        .iter()
+        .any(|c| rt.containers.iter().any(|x| x.name == c.name))
+}
+
 /// The statuses of the pod's init containers: a sidecar is ready while it
 /// runs and its readiness probe passes, a regular init container once it
 /// exited 0.
@@ -548,6 +668,23 @@ fn init_statuses(
             let restarts = |code| init_container_should_restart(c, policy, code);
             let (w, p) = (waiting.get(&c.name), probes.get(&c.name));
             let mut st = container_status(c, rt, w, p, restarts, waiting::POD_INITIALIZING, ctx);
+            // Gone from the runtime after the pod was initialized (a static
+            // pod, whose status is not kept, across an agent restart): it
+            // exited normally, as the kubelet's `convertToAPIContainerStatuses`
+            // infers.
+            let gone = !rt.containers.iter().any(|x| x.name == c.name);
+            let waiting_now = st.state.as_ref().is_some_and(|s| s.waiting.is_some());
+            if !is_sidecar(c) && gone && waiting_now && any_main_container_created(pod, rt) {
+                st.state = Some(ApiState {
+                    terminated: Some(k8s_openapi::api::core::v1::ContainerStateTerminated {
+                        reason: Some(crate::reasons::terminated::COMPLETED.into()),
+                        message: Some(INIT_STATUS_LOST.into()),
+                        exit_code: 0,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+            }
             let state = st.state.as_ref();
             st.ready = if is_sidecar(c) {
                 state.is_some_and(|s| s.running.is_some()) && st.ready
@@ -1751,5 +1888,115 @@ mod tests {
             t(100),
         );
         assert!(st.ephemeral_container_statuses.is_none());
+    }
+
+    #[test]
+    fn resize_events_tell_transitions_only_with_the_kubelets_messages() {
+        let pod_json = serde_json::json!({
+            "metadata": { "name": "p", "generation": 3 },
+            "spec": {
+                "initContainers": [
+                    { "name": "init", "image": "i" },
+                    { "name": "side", "image": "i", "restartPolicy": "Always",
+                      "resources": { "requests": { "cpu": "100m" } } },
+                ],
+                "containers": [{ "name": "c", "image": "i",
+                    "resources": { "limits": { "memory": "48Mi" } } }],
+            },
+            "status": { "phase": "Running" },
+        });
+        let mut pod: Pod = serde_json::from_value(pod_json).unwrap();
+        assert_eq!(
+            resize_event_message("Pod resize started", &pod, None),
+            r#"Pod resize started: {"initContainers":[{"name":"side","resources":{"requests":{"cpu":"100m"}}}],"containers":[{"name":"c","resources":{"limits":{"memory":"48Mi"}}}],"generation":3}"#
+        );
+        let condition = |type_: &str, reason: Option<&str>, message: &str| PodCondition {
+            type_: type_.into(),
+            status: "True".into(),
+            reason: reason.map(Into::into),
+            message: Some(message.into()),
+            ..Default::default()
+        };
+        let with = |conditions: Vec<PodCondition>| PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(conditions),
+            ..Default::default()
+        };
+        let reasons = |events: Vec<(bool, &'static str, String)>| -> Vec<(bool, &'static str)> {
+            events.into_iter().map(|(w, r, _)| (w, r)).collect()
+        };
+        // Deferred appears: one warning, with the admission message.
+        let deferred = condition(cond::POD_RESIZE_PENDING, Some("Deferred"), "no room");
+        // Its message names the resources asked for, not those allocated.
+        let mut requested = pod.clone();
+        requested.spec.as_mut().unwrap().containers[0].resources =
+            serde_json::from_value(serde_json::json!({ "limits": { "memory": "1Gi" } })).unwrap();
+        let events = resize_events(&pod, &requested, &with(vec![deferred.clone()]));
+        assert_eq!(reasons(events.clone()), [(true, "ResizeDeferred")]);
+        assert!(
+            events[0].2.contains(r#""limits":{"memory":"1Gi"}"#),
+            "{}",
+            events[0].2
+        );
+        assert!(
+            events[0].2.starts_with("Pod resize Deferred: {"),
+            "{}",
+            events[0].2
+        );
+        assert!(
+            events[0]
+                .2
+                .ends_with(r#""generation":3,"error":"no room"}"#),
+            "{}",
+            events[0].2
+        );
+        // Still deferred: nothing.
+        pod.status.as_mut().unwrap().conditions = Some(vec![deferred]);
+        assert!(
+            resize_events(
+                &pod,
+                &pod,
+                &with(vec![condition(
+                    cond::POD_RESIZE_PENDING,
+                    Some("Deferred"),
+                    "other"
+                )])
+            )
+            .is_empty()
+        );
+        // The error appears once, then completes.
+        let error = condition(
+            cond::POD_RESIZE_IN_PROGRESS,
+            Some("Error"),
+            "cannot decrease memory limits: x",
+        );
+        let events = resize_events(&pod, &pod, &with(vec![error.clone()]));
+        assert_eq!(reasons(events.clone()), [(true, "ResizeError")]);
+        assert!(
+            events[0]
+                .2
+                .ends_with(r#""error":"cannot decrease memory limits: x"}"#)
+        );
+        pod.status.as_mut().unwrap().conditions = Some(vec![error]);
+        assert!(
+            resize_events(
+                &pod,
+                &pod,
+                &with(vec![condition(
+                    cond::POD_RESIZE_IN_PROGRESS,
+                    Some("Error"),
+                    "y"
+                )])
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            reasons(resize_events(&pod, &pod, &with(vec![]))),
+            [(false, "ResizeCompleted")]
+        );
+        // A pod that ended completes nothing.
+        let mut ended = with(vec![]);
+        ended.phase = Some("Succeeded".into());
+        assert!(resize_events(&pod, &pod, &ended).is_empty());
     }
 }

@@ -77,6 +77,18 @@ impl StatusManager {
         }
     }
 
+    /// True once a status of static pod `pod` was written to a mirror pod by
+    /// this agent: until then its mirror pod holds what was last reported.
+    #[must_use]
+    pub fn reported_to_mirror(&self, pod: &Pod) -> bool {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&uid)
+            .is_some_and(|(written_to, _)| !written_to.is_empty())
+    }
+
     /// Sets `pod`'s status to `status`: patches `pods/status` (with the pod's
     /// UID as precondition) when it differs from the status last sent for this
     /// object, or else from the object's own; returns whether it patched. A
@@ -158,6 +170,12 @@ impl StatusManager {
         status: &PodStatus,
     ) -> Result<bool, kube::Error> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        tracing::debug!(
+            pod = name,
+            phase = status.phase.as_deref().unwrap_or_default(),
+            containers = ?container_summary(status),
+            "patching pod status"
+        );
         let patch = serde_json::json!({ "metadata": { "uid": uid }, "status": status });
         match api
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -232,6 +250,16 @@ impl StatusManager {
 /// resourceVersion it was computed from: that status when `pod` is still that
 /// version, else none (the API's object is newer and has the last word). A
 /// static pod is seen with the last status sent.
+/// `name started ready` of each container in `status`, for the debug log.
+fn container_summary(status: &PodStatus) -> Vec<String> {
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|c| format!("{} started={:?} ready={}", c.name, c.started, c.ready))
+        .collect()
+}
+
 fn sent_status_of(pod: &Pod, sent: Option<&Sent>) -> Option<PodStatus> {
     if static_pod::is_static(pod) {
         // The static pod's object is the agent's own: the last status sent is its status.

@@ -78,8 +78,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct Context {
     /// The runtime manager (its runtime handle also serves observation).
     pub runtime: RuntimeManager,
-    /// The status manager: the only writer of `pods/status`.
-    pub status: StatusManager,
+    /// The status manager: the only writer of `pods/status` (shared with the
+    /// node API, which shows the statuses it last sent).
+    pub status: Arc<StatusManager>,
     /// Node facts for the status.
     pub status_context: StatusContext,
     /// The volume manager.
@@ -181,6 +182,16 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     }
     // Step 1: the pod as last reported, and what the runtime holds of it.
     let pod = ctx.status.with_sent_status(pod);
+    let seed = mirror_seed(&pod, &ctx);
+    let seeded = seed.is_some();
+    let pod = match seed {
+        Some(status) => {
+            let mut seeded = (*pod).clone();
+            seeded.status = Some(status);
+            Arc::new(seeded)
+        }
+        None => pod,
+    };
     // An eviction the status does not show yet (its write failed, or a
     // sync started before it overwrote it) is applied here.
     let eviction = ctx.eviction(&uid);
@@ -225,6 +236,8 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     }
     // The pod as allocated: a resize its spec asks for is admitted now or
     // stays pending.
+    // As asked, for the messages of a resize left pending.
+    let requested = pod.clone();
     let (pod, resize_pending) = allocate(pod, &ctx);
     // Step 3: volumes, before anything starts.
     let now = Timestamp::now();
@@ -246,7 +259,9 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         kill_reporting(&pod, &rt, &plan, &ctx).await?;
         rest = &rest[plan.leading_kills().len()..];
     }
-    let outcome = ctx.runtime.execute(&pod, &rt, rest, &volumes).await;
+    // Boxed: the runtime manager's future is large, and the pod worker's own
+    // would carry it on the polling thread's stack.
+    let outcome = Box::pin(ctx.runtime.execute(&pod, &rt, rest, &volumes)).await;
     let outcome = outcome.map_err(rt_err)?;
     if outcome.delete_pod {
         delete(&pod, &ctx).await?;
@@ -279,7 +294,24 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         outcome.resize_error.as_deref(),
         Timestamp::now(),
     );
+    // A static pod's mirror pod listed while this sync ran (the agent has
+    // just started): its status, not this one built without it, is what the
+    // next sync starts from.
+    if !seeded && mirror_seed(&pod, &ctx).is_some() {
+        debug!("the mirror pod was listed during the sync: syncing again from its status");
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+    // Told once the status that makes the transition is written.
+    let resize_events = status::resize_events(&pod, &requested, &new);
     ctx.status.set_status(&pod, new).await.map_err(api_err)?;
+    for (warning, reason, note) in resize_events {
+        let type_ = if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        ctx.event(&pod, None, type_, reason, note);
+    }
     let requeue = plan
         .requeue_after
         .map_or(ctx.resync(), |r| r.min(ctx.resync()));
@@ -320,10 +352,36 @@ fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
         Ok(()) => {
             info!(pod = %pod_identity(&pod).1, "resize allocated");
             ctx.allocations.allocate(&pod);
+            let note = status::resize_event_message("Pod resize started", &pod, None);
+            ctx.event(&pod, None, EventType::Normal, event::RESIZE_STARTED, note);
             (pod, None)
         }
         Err(pending) => (Arc::new(allocation::apply(&pod, &current)), Some(pending)),
     }
+}
+
+/// The status a static pod's sync starts from while this agent has not yet
+/// reported on it to a mirror pod: its mirror pod's, what was last reported
+/// of it (an agent restart keeps its containers' started and ready states),
+/// as the kubelet's status manager reads a static pod's status from its
+/// mirror. `None` for other pods, once reported, without a mirror pod of
+/// this manifest, or when the mirror pod's status is terminal.
+fn mirror_seed(pod: &Pod, ctx: &Context) -> Option<k8s_openapi::api::core::v1::PodStatus> {
+    if !crate::static_pod::is_static(pod) || ctx.status.reported_to_mirror(pod) {
+        return None;
+    }
+    let mirror = ctx.sources.mirror_of(pod)?;
+    // A terminal status is an earlier run's of the same manifest (removed
+    // and put back): the pod starts anew, not from it.
+    let running_status = mirror.status.as_ref().is_some_and(|s| {
+        !s.phase
+            .as_deref()
+            .is_some_and(crate::reasons::phase::is_terminal)
+    });
+    if !crate::static_pod::is_mirror_of(&mirror, pod) || !running_status {
+        return None;
+    }
+    mirror.status.clone()
 }
 
 /// The pods bound to the node, each with the resources it was allocated.

@@ -33,7 +33,15 @@ pub struct Manager {
     /// Container ID → the trigger that runs its readiness probe at once (the
     /// kubelet's `manualTriggerCh`): pulled when its startup probe passes.
     triggers: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Containers started before this are adopted ([`RESTART_GRACE`]
+    /// before the manager was made).
+    adopted_before: Timestamp,
 }
+
+/// How long before the agent's start a container must have started to count
+/// as running from before a restart (the kubelet's
+/// `kubeletRestartGracePeriod`, 10 s).
+pub const RESTART_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Drops the triggers of containers that have no worker left.
 fn prune_triggers(
@@ -80,6 +88,9 @@ impl Manager {
             results: Arc::default(),
             workers: Mutex::default(),
             triggers: Mutex::default(),
+            adopted_before: Timestamp::now()
+                .checked_sub(RESTART_GRACE)
+                .unwrap_or(Timestamp::UNIX_EPOCH),
         }
     }
 
@@ -149,10 +160,18 @@ impl Manager {
                     probe: probe.clone(),
                     pod_ip,
                 };
+                // Running since before the agent started: no initial result,
+                // so a restart does not turn a ready container unready.
+                let adopted = rc.started_at.is_some_and(|at| at < self.adopted_before);
+                let state = if adopted {
+                    ProbeState::adopted(kind)
+                } else {
+                    ProbeState::new(kind)
+                };
                 self.results
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .insert(key.clone(), ProbeState::new(kind));
+                    .insert(key.clone(), state);
                 pod_workers.insert(key, tokio::spawn(worker.run()));
             }
         }
@@ -214,15 +233,47 @@ impl Manager {
             else {
                 continue;
             };
+            // An adopted container's probe without a result yet keeps what
+            // the pod last reported of it: started as it was, ready while the
+            // pod was Ready (the kubelet's `isContainerStarted` and
+            // `setReadyStateOnKubeletRestart`).
+            let previous = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .into_iter()
+                .chain(
+                    pod.status
+                        .as_ref()
+                        .and_then(|s| s.init_container_statuses.as_ref()),
+                )
+                .flatten()
+                .find(|s| s.name == c.name);
+            let pod_ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|x| x.type_ == crate::reasons::condition::READY && x.status == "True")
+                });
             let get = |kind| {
                 probe_of(c, kind).map(|_| {
                     if terminating && kind != ProbeKind::Readiness {
                         // Turned off while the pod terminates: passed.
                         return Some(true);
                     }
-                    results
-                        .get(&(rc.id.clone(), kind))
-                        .map_or(super::initial_result(kind), |s| s.result)
+                    match results.get(&(rc.id.clone(), kind)) {
+                        Some(s) if s.adopted && s.result.is_none() => match kind {
+                            // Started as reported, else unknown (not failed).
+                            ProbeKind::Startup => previous
+                                .is_some_and(|p| p.started == Some(true))
+                                .then_some(true),
+                            _ => Some(pod_ready),
+                        },
+                        Some(s) => s.result,
+                        None => super::initial_result(kind),
+                    }
                 })
             };
             let startup = get(ProbeKind::Startup);

@@ -96,6 +96,11 @@ pub fn initial_result(kind: ProbeKind) -> Option<bool> {
 pub struct ProbeState {
     /// The reported result (None: unknown).
     pub result: Option<bool>,
+    /// The container ran before the agent started (it was adopted), and no
+    /// initial result was set: until its first result, the status keeps
+    /// what the pod last reported (the kubelet without
+    /// `ChangeContainerStatusOnKubeletRestart`).
+    pub adopted: bool,
     last: Option<bool>,
     run: u32,
 }
@@ -106,6 +111,20 @@ impl ProbeState {
     pub fn new(kind: ProbeKind) -> Self {
         Self {
             result: initial_result(kind),
+            adopted: false,
+            last: None,
+            run: 0,
+        }
+    }
+
+    /// The state of a `kind` probe of a container that was running before
+    /// the agent started: no result yet (liveness: passed), as the kubelet's
+    /// worker sets no initial value for it.
+    #[must_use]
+    pub fn adopted(kind: ProbeKind) -> Self {
+        Self {
+            result: (kind == ProbeKind::Liveness).then_some(true),
+            adopted: true,
             last: None,
             run: 0,
         }

@@ -207,6 +207,10 @@ pub struct Deps {
     pub client: Client,
     /// The pods bound to this node (the pod controller's reflector store).
     pub pods: Store<Pod>,
+    /// The status manager: a pod the watch has not yet brought back since
+    /// its last status patch is shown with the status sent, as the kubelet's
+    /// handlers read its status manager's cache.
+    pub statuses: Arc<crate::pod::status_manager::StatusManager>,
     /// The container runtime: streaming URLs and container lookups.
     pub runtime: crate::cri::Runtime,
     /// Resource statistics for `/stats/summary` and `/metrics/resource`
@@ -272,9 +276,28 @@ struct App {
     follows: Arc<tokio::sync::Semaphore>,
     configz: serde_json::Value,
     pods: Store<Pod>,
+    statuses: Arc<crate::pod::status_manager::StatusManager>,
     runtime: crate::cri::Runtime,
     pod_logs_dir: PathBuf,
     stats: Arc<crate::stats::Provider>,
+}
+
+impl App {
+    /// The pod `oref` with the status this agent last sent for it.
+    fn pod(&self, oref: &ObjectRef<Pod>) -> Option<Arc<Pod>> {
+        self.pods
+            .get(oref)
+            .map(|p| self.statuses.with_sent_status(p))
+    }
+
+    /// Every pod bound to this node, each with the status last sent.
+    fn all_pods(&self) -> Vec<Arc<Pod>> {
+        self.pods
+            .state()
+            .into_iter()
+            .map(|p| self.statuses.with_sent_status(p))
+            .collect()
+    }
 }
 
 /// The node API with its sockets open, ready to [`run`](Self::run).
@@ -329,6 +352,7 @@ impl Server {
             follows: Arc::new(tokio::sync::Semaphore::new(limits.max_log_follows)),
             configz: configz(&cfg),
             pods: deps.pods,
+            statuses: deps.statuses,
             stats: deps.stats,
             runtime: deps.runtime,
             pod_logs_dir: cfg.pod_logs_dir,
@@ -895,7 +919,7 @@ async fn healthz_check(
 /// running pod and container gauges taken from the pods' reported statuses.
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     let m = crate::metrics::metrics();
-    let pods = app.pods.state();
+    let pods = app.all_pods();
     let mut states: HashMap<String, usize> = HashMap::new();
     let mut running_pods = 0;
     for pod in &pods {
@@ -1045,7 +1069,7 @@ async fn configz_handler(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn pods(State(app): State<Arc<App>>) -> Response {
-    let mut items: Vec<Arc<Pod>> = app.pods.state();
+    let mut items: Vec<Arc<Pod>> = app.all_pods();
     items.sort_by(|a, b| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
@@ -1116,7 +1140,7 @@ async fn container_logs(
         }
     };
     let oref = ObjectRef::<Pod>::new(&pod_name).within(&namespace);
-    let Some(pod) = app.pods.get(&oref) else {
+    let Some(pod) = app.pod(&oref) else {
         return text(
             StatusCode::NOT_FOUND,
             format!("pod {pod_name:?} does not exist"),
@@ -1178,13 +1202,13 @@ async fn container_logs(
     };
     // Following ends when the container stops: its status says so, or a newer
     // instance started (its file is no longer the newest); or the server drains.
-    let store = app.pods.clone();
     let draining = app.draining.clone();
+    let pods = app.clone();
     let running = move || {
         if !follow || *draining.borrow() {
             return false;
         }
-        let Some(p) = store.get(&oref) else {
+        let Some(p) = pods.pod(&oref) else {
             return false;
         };
         p.metadata.uid.as_deref() == Some(uid.as_str())

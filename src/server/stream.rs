@@ -220,7 +220,7 @@ fn find_pod(
     name: &str,
     uid: Option<&str>,
 ) -> Result<Arc<Pod>, Refusal> {
-    let Some(pod) = app.pods.get(&ObjectRef::<Pod>::new(name).within(namespace)) else {
+    let Some(pod) = app.pod(&ObjectRef::<Pod>::new(name).within(namespace)) else {
         return Err((
             StatusCode::NOT_FOUND,
             format!("pod does not exist: {namespace}/{name}"),

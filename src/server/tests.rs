@@ -13,6 +13,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::pod::status_manager::StatusManager;
+use k8s_openapi::api::core::v1::PodStatus;
 
 type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
 
@@ -76,6 +78,11 @@ fn fake_api(seen: Arc<Mutex<Vec<Value>>>) -> Client {
                 };
             } else if path == "/apis/authorization.k8s.io/v1/subjectaccessreviews" {
                 v["status"] = json!({"allowed": v["spec"]["user"] == "tester"});
+            } else if path == "/api/v1/namespaces/ns/pods/fresh/status" {
+                // The status manager's merge patch, answered with the pod it makes.
+                v["apiVersion"] = json!("v1");
+                v["kind"] = json!("Pod");
+                v["metadata"]["resourceVersion"] = json!("4");
             } else {
                 panic!("unexpected API call {path}");
             }
@@ -87,6 +94,16 @@ fn fake_api(seen: Arc<Mutex<Vec<Value>>>) -> Client {
         }
     });
     Client::new(svc, "default")
+}
+
+/// Pod `fresh`: one container, `c`, that has no status yet (resourceVersion 3).
+fn fresh_pod() -> Pod {
+    serde_json::from_value(json!({
+        "metadata": { "name": "fresh", "namespace": "ns", "uid": "u2", "resourceVersion": "3" },
+        "spec": { "containers": [{ "name": "c", "image": "busybox" }] },
+        "status": { "phase": "Pending" }
+    }))
+    .unwrap()
 }
 
 fn pod() -> Pod {
@@ -111,6 +128,8 @@ struct Fixture {
     roots: Arc<RootCertStore>,
     ca: Ca,
     seen: Arc<Mutex<Vec<Value>>>,
+    /// The status manager the server reads sent statuses from.
+    statuses: Arc<StatusManager>,
     _dir: tempfile::TempDir,
     /// Keeps the server running while the fixture lives.
     _stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -162,9 +181,18 @@ async fn start_until_with(
     )
     .unwrap();
 
+    let fresh = dir.path().join("logs/ns_fresh_u2/c");
+    std::fs::create_dir_all(&fresh).unwrap();
+    std::fs::write(fresh.join("0.log"), "2024-05-01T12:00:00Z stdout F hello\n").unwrap();
+
     let (store, mut writer) = kube::runtime::reflector::store::<Pod>();
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod()));
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(fresh_pod()));
     let seen = Arc::new(Mutex::new(Vec::new()));
+    let statuses = Arc::new(StatusManager::new(
+        fake_api(seen.clone()),
+        crate::pod::sources::PodSources::new(&[]).0,
+    ));
     let mut cfg = ServerConfig::new(
         "n1",
         vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
@@ -187,6 +215,7 @@ async fn start_until_with(
         Deps {
             client: fake_api(seen.clone()),
             pods: store,
+            statuses: statuses.clone(),
             stats: Arc::new(crate::stats::Provider::new(
                 "n1",
                 runtime.clone(),
@@ -224,6 +253,7 @@ async fn start_until_with(
             roots: Arc::new(roots),
             ca,
             seen,
+            statuses,
             _dir: dir,
             _stop: None,
         },
@@ -381,7 +411,8 @@ async fn a_client_certificate_authenticates_and_reviews_authorize() {
     assert_eq!(status, StatusCode::OK);
     let list: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(list["kind"], "PodList");
-    assert_eq!(list["items"][0]["metadata"]["name"], "p");
+    assert_eq!(list["items"][0]["metadata"]["name"], "fresh");
+    assert_eq!(list["items"][1]["metadata"]["name"], "p");
     assert_eq!(
         f.get("/nope", tester(), None).await.unwrap(),
         (StatusCode::NOT_FOUND, "404 page not found\n".to_string())
@@ -447,6 +478,40 @@ async fn a_certificate_from_another_ca_fails_the_handshake() {
     let other = ca("other-ca");
     let stranger = client_cert(&other, "tester", "testers");
     assert!(f.get("/healthz", Some(stranger), None).await.is_err());
+}
+
+#[tokio::test]
+async fn a_status_sent_before_the_watch_brings_it_back_is_what_logs_go_by() {
+    let f = start().await;
+    let logs = || f.get("/containerLogs/ns/fresh/c", f.tester(), None);
+    assert_eq!(
+        logs().await.unwrap(),
+        (
+            StatusCode::BAD_REQUEST,
+            "container \"c\" in pod \"fresh\" is not available".to_string()
+        )
+    );
+    // The pod worker reports the container running; the store still holds
+    // resourceVersion 3, without it.
+    let running: PodStatus = serde_json::from_value(json!({
+        "phase": "Running",
+        "containerStatuses": [{
+            "name": "c", "image": "busybox", "imageID": "", "ready": true, "restartCount": 0,
+            "containerID": "containerd://f",
+            "state": { "running": { "startedAt": "2024-05-01T12:00:00Z" } }
+        }]
+    }))
+    .unwrap();
+    assert!(f.statuses.set_status(&fresh_pod(), running).await.unwrap());
+    assert_eq!(
+        logs().await.unwrap(),
+        (StatusCode::OK, "hello\n".to_string())
+    );
+    let (status, body) = f.get("/pods", f.tester(), None).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let list: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["items"][0]["metadata"]["name"], "fresh");
+    assert_eq!(list["items"][0]["status"]["phase"], "Running");
 }
 
 #[tokio::test]
@@ -519,7 +584,7 @@ async fn the_read_only_port_serves_pods_and_stats_without_credentials_and_nothin
     let (status, body) = get("/pods").await;
     assert_eq!(status, StatusCode::OK);
     let v: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["items"][0]["metadata"]["name"], "p");
+    assert_eq!(v["items"][1]["metadata"]["name"], "p");
     assert_eq!(get("/healthz").await, (StatusCode::OK, "ok".to_string()));
     for path in [
         "/configz",

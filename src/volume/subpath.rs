@@ -61,9 +61,11 @@ pub enum Error {
     },
     /// The subPath resolves outside the volume: a symlink to an absolute path,
     /// one that climbs above the volume's root, or a magic link.
-    #[error("subPath {sub:?} leaves volume {}: {source}", volume.display())]
+    #[error("{what} {sub:?} leaves volume {}: {source}", volume.display())]
     Escapes {
-        /// The subPath.
+        /// What the path is (`subPath`, `path`).
+        what: &'static str,
+        /// The path inside the volume.
         sub: String,
         /// The volume's root on the node.
         volume: PathBuf,
@@ -96,6 +98,24 @@ pub enum Error {
     /// After the bind mount, the target is not the file that was opened.
     #[error("bind mount at {} is not the opened subPath", .0.display())]
     NotSame(PathBuf),
+    /// A file to read ([`read_beneath`]) is a directory, FIFO, socket or device.
+    #[error("{what} {path:?} is not a regular file")]
+    NotRegular {
+        /// What the path is.
+        what: &'static str,
+        /// The path inside the volume.
+        path: String,
+    },
+    /// A file to read ([`read_beneath`]) holds more than its cap.
+    #[error("{what} {path:?} is larger than {max} bytes")]
+    TooLarge {
+        /// What the path is.
+        what: &'static str,
+        /// The path inside the volume.
+        path: String,
+        /// The cap, in bytes.
+        max: u64,
+    },
 }
 
 /// Result of a subPath operation.
@@ -124,13 +144,14 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Error {
     move |source| Error::Io { op, path, source }
 }
 
-/// The names of a relative subPath (`.` elements and repeated slashes dropped).
+/// The names of relative path `sub` inside a volume, a `what` (`subPath`),
+/// with `.` elements and repeated slashes dropped.
 ///
 /// # Errors
 /// [`Error::Invalid`] for an empty or absolute path or a `..` element.
-fn names(sub: &str) -> Result<Vec<&OsStr>> {
+fn names<'a>(what: &'static str, sub: &'a str) -> Result<Vec<&'a OsStr>> {
     let invalid = |why| Error::Invalid {
-        what: "subPath",
+        what,
         value: sub.to_string(),
         why,
     };
@@ -288,7 +309,7 @@ fn make_dirs(volume: &Path, root: &OwnedFd, sub: &str) -> Result<()> {
     let mut prefix = PathBuf::new();
     let mut dir: Option<OwnedFd> = None;
     let mut missing = false;
-    for name in names(sub)? {
+    for name in names("subPath", sub)? {
         prefix.push(name);
         let make_err = |source: io::Error| Error::MakeDir {
             path: prefix.display().to_string(),
@@ -304,6 +325,7 @@ fn make_dirs(volume: &Path, root: &OwnedFd, sub: &str) -> Result<()> {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => missing = true,
                 Err(e) if is_escape(&e) => {
                     return Err(Error::Escapes {
+                        what: "subPath",
                         sub: sub.to_string(),
                         volume: volume.to_path_buf(),
                         source: e,
@@ -341,9 +363,10 @@ fn make_dirs(volume: &Path, root: &OwnedFd, sub: &str) -> Result<()> {
 /// Opens the subPath beneath the volume, making its missing directories
 /// first (the kubelet makes them when the subPath does not exist).
 fn open_sub_path(sp: &SubPath<'_>) -> Result<OwnedFd> {
-    let rel = PathBuf::from_iter(names(sp.sub_path)?);
+    let rel = PathBuf::from_iter(names("subPath", sp.sub_path)?);
     let root = open_root(sp.volume_path)?;
     let escapes = |source| Error::Escapes {
+        what: "subPath",
         sub: sp.sub_path.to_string(),
         volume: sp.volume_path.to_path_buf(),
         source,
@@ -361,6 +384,74 @@ fn open_sub_path(sp: &SubPath<'_>) -> Result<OwnedFd> {
     }
     make_dirs(sp.volume_path, &root, sp.sub_path)?;
     open_beneath(&root, &rel).map_err(|e| if is_escape(&e) { escapes(e) } else { other(e) })
+}
+
+/// Reads file `rel` of the volume at `volume`, a `what` (`path` of a
+/// `fileKeyRef`), resolved as a subPath is: beneath the volume's root, through
+/// symlinks only while they stay inside it. The file is opened `O_PATH`
+/// first and must be a regular file (a FIFO would block the reader and a
+/// device node planted by the container could be any of the node's devices);
+/// only then is that inode opened for reading, through its descriptor. Reads
+/// at most `max` bytes. Blocks.
+///
+/// # Errors
+/// [`Error::Invalid`] for an empty or absolute path or one with `..`;
+/// [`Error::Escapes`] when it leaves the volume; [`Error::NotRegular`];
+/// [`Error::TooLarge`] past `max` bytes; [`Error::Io`] when the file is
+/// missing or cannot be read.
+pub fn read_beneath(volume: &Path, what: &'static str, rel: &str, max: u64) -> Result<Vec<u8>> {
+    use std::io::Read as _;
+    let names = PathBuf::from_iter(names(what, rel)?);
+    let root = open_root(volume)?;
+    let fd = open_beneath(&root, &names).map_err(|source| {
+        if is_escape(&source) {
+            Error::Escapes {
+                what,
+                sub: rel.to_string(),
+                volume: volume.to_path_buf(),
+                source,
+            }
+        } else {
+            io_err("open", Path::new(rel))(source)
+        }
+    })?;
+    let stat = statx_fd(&fd).map_err(io_err("stat", Path::new(rel)))?;
+    if rustix::fs::FileType::from_raw_mode(u32::from(stat.stx_mode))
+        != rustix::fs::FileType::RegularFile
+    {
+        return Err(Error::NotRegular {
+            what,
+            path: rel.to_string(),
+        });
+    }
+    // The inode is fixed by the O_PATH descriptor: reopening it through
+    // /proc/self/fd reads that very file, whatever is renamed meanwhile.
+    let proc_path = PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(reopen_flags())
+        .open(&proc_path)
+        .map_err(io_err("open", Path::new(rel)))?;
+    let mut out = Vec::new();
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(io_err("read", Path::new(rel)))?;
+    if u64::try_from(out.len()).unwrap_or(u64::MAX) > max {
+        return Err(Error::TooLarge {
+            what,
+            path: rel.to_string(),
+            max,
+        });
+    }
+    Ok(out)
+}
+
+/// `O_NOCTTY | O_NONBLOCK` for reopening a descriptor to read.
+fn reopen_flags() -> i32 {
+    i32::try_from((OFlags::NOCTTY | OFlags::NONBLOCK).bits()).unwrap_or(0)
 }
 
 /// The bind target of `sp`:
@@ -902,5 +993,55 @@ pub(crate) mod tests {
             "keep"
         );
         assert_eq!(clean_sub_paths(&f.pod_dir).unwrap(), 0, "nothing left");
+    }
+
+    #[test]
+    fn files_are_read_beneath_the_volume_and_nowhere_else() {
+        let f = Fixture::new();
+        let read = |rel: &str| read_beneath(&f.volume, "path", rel, 16);
+        std::fs::create_dir(f.volume.join("d")).unwrap();
+        std::fs::write(f.volume.join("d/config.env"), "A='1'\n").unwrap();
+        std::fs::write(f.outside.join("secret"), "host").unwrap();
+        assert_eq!(read("d/config.env").unwrap(), b"A='1'\n");
+        assert_eq!(read("./d//config.env").unwrap(), b"A='1'\n");
+        // A link that stays inside is followed, as for a subPath.
+        symlink("d/config.env", f.volume.join("inside")).unwrap();
+        assert_eq!(read("inside").unwrap(), b"A='1'\n");
+        // Links out of the volume, absolute or climbing, and magic links.
+        symlink(f.outside.join("secret"), f.volume.join("abs")).unwrap();
+        symlink("../../../../outside/secret", f.volume.join("up")).unwrap();
+        symlink("/proc/self/root/etc/hostname", f.volume.join("magic")).unwrap();
+        for rel in ["abs", "up", "magic"] {
+            let err = read(rel).unwrap_err();
+            assert!(matches!(err, Error::Escapes { .. }), "{rel}: {err}");
+        }
+        for rel in ["../outside/secret", "/etc/hostname", "", "."] {
+            let err = read(rel).unwrap_err();
+            assert!(matches!(err, Error::Invalid { .. }), "{rel:?}: {err}");
+        }
+        let err = read("missing").unwrap_err();
+        assert!(
+            matches!(&err, Error::Io { source, .. } if source.kind() == io::ErrorKind::NotFound),
+            "{err}"
+        );
+        // Not a regular file: a directory, and a FIFO no writer will ever open.
+        rustix::fs::mknodat(
+            CWD,
+            f.volume.join("fifo"),
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        for rel in ["d", "fifo"] {
+            let err = read(rel).unwrap_err();
+            assert!(matches!(err, Error::NotRegular { .. }), "{rel}: {err}");
+        }
+        // At most `max` bytes.
+        std::fs::write(f.volume.join("big"), [b'x'; 17]).unwrap();
+        let err = read("big").unwrap_err();
+        assert!(matches!(err, Error::TooLarge { max: 16, .. }), "{err}");
+        std::fs::write(f.volume.join("exact"), [b'x'; 16]).unwrap();
+        assert_eq!(read("exact").unwrap().len(), 16);
     }
 }

@@ -308,3 +308,55 @@ async fn a_pod_runs_in_a_cgroup_of_its_own_with_its_limits_through_a_resize_unti
         std::panic::resume_unwind(e);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_limit_below_what_the_container_uses_waits_until_it_fits() {
+    let mut n = Node::start().await;
+    let web = n.bind(sized("web", resources(("500m", "1"), ("128Mi", "256Mi"))));
+    n.sync(&web).await;
+    n.cri_calls();
+    n.cri.set_memory_usage("c", 220 << 20);
+    let lower = resources(("500m", "1"), ("128Mi", "200Mi"));
+    let web = resize(&mut n, "web", lower.clone());
+    n.sync(&web).await;
+    n.event(
+        "ResizeStarted",
+        "Pod resize started: {\"containers\":[{\"name\":\"c\"",
+    )
+    .await;
+    let (reason, message) = condition(&n, "web", "PodResizeInProgress").expect("in progress");
+    assert_eq!(reason, "Error");
+    assert_eq!(
+        message,
+        format!(
+            "cannot decrease memory limits: attempting to set container \"c\" memory limit ({}) below current usage ({})",
+            200_u64 << 20,
+            220_u64 << 20
+        )
+    );
+    assert_eq!(n.cri_calls(), Vec::<String>::new(), "nothing changed");
+    n.event("ResizeError", "\"error\":\"cannot decrease memory limits: ")
+        .await;
+    // The same error at the next sync: no new event.
+    n.sync_watched("web").await;
+    assert_eq!(n.cri_calls(), Vec::<String>::new());
+    let errors = n
+        .api
+        .events()
+        .into_iter()
+        .filter(|(r, _)| r == "ResizeError")
+        .count();
+    assert_eq!(errors, 1);
+    // Memory freed: applied at the next sync, and completed.
+    n.cri.set_memory_usage("c", 100 << 20);
+    n.sync_watched("web").await;
+    assert_eq!(
+        n.cri_calls(),
+        ["UpdateContainerResources c shares=512 quota=100000 memory=209715200"]
+    );
+    assert_eq!(condition(&n, "web", "PodResizeInProgress"), None);
+    n.sync_watched("web").await;
+    n.event("ResizeCompleted", "Pod resize completed: {\"containers\":")
+        .await;
+    assert_eq!(reported(&n, "web").0.as_ref(), Some(&lower));
+}
