@@ -3,7 +3,7 @@
 # from their Go modules into _output/bin/. Go's module and build caches make a
 # warm rebuild take seconds.
 #
-#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server]
+#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm]
 #
 # `busybox` builds busybox $BUSYBOX_VERSION as upstream configures it by default
 # (defconfig, static) into _output/bin/busybox-$BUSYBOX_VERSION, for the e2e
@@ -18,6 +18,7 @@
 # the node suite's e2e_node.test and ginkgo.
 # `metrics-server` (not part of `all`) builds metrics-server, which
 # `hack/local-up.sh --metrics-server` runs behind the aggregation layer.
+# `helm` (not part of `all`) builds the helm CLI the chart is checked with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -140,6 +141,18 @@ build_metrics_server() {
   (cd tests/cluster/metrics-server && go build -trimpath -ldflags='-s -w' -o "$bin/" sigs.k8s.io/metrics-server/cmd/metrics-server)
 }
 
+# helm (helm.sh/helm/v4): the chart in charts/ is linted, rendered and
+# installed with the real CLI. Its own module (tests/cluster/helm), as
+# metrics-server's; the version is stamped as helm's own Makefile does.
+build_helm() {
+  local v
+  v=$(grep -m1 'helm.sh/helm/v4 v' tests/cluster/helm/go.mod | awk '{print $NF}')
+  log "helm (helm.sh/helm/v4 $v)"
+  (cd tests/cluster/helm && go build -trimpath \
+    -ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$v" \
+    -o "$bin/" helm.sh/helm/v4/cmd/helm)
+}
+
 case "$what" in
   all) build_k8s; build_containerd; build_agnhost; build_images; build_busybox; build_registry ;;
   k8s) build_k8s ;;
@@ -152,5 +165,6 @@ case "$what" in
   e2e-node) build_e2e_node ;;
   ginkgo) build_ginkgo ;;
   metrics-server) build_metrics_server ;;
-  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server)" >&2; exit 2 ;;
+  helm) build_helm ;;
+  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm)" >&2; exit 2 ;;
 esac

@@ -3,7 +3,7 @@
 # the same binaries, images and skip patterns, then writes
 # docs/conformance.md.
 #
-#   hack/conformance-sitting.sh [--fresh] [SUITE:AGENT...]
+#   hack/conformance-sitting.sh [--fresh | --rustlet-again] [SUITE:AGENT...]
 #
 # SUITE:AGENT pairs name the runs and their order (default: e2e:kubelet
 # e2e:rustlet node:kubelet node:rustlet node-protection:kubelet
@@ -16,7 +16,9 @@
 # _output/conformance/sitting/info. The first rustlet run of the sitting
 # builds a release rustlet from the checked-out source and pins it there;
 # every later rustlet run uses that binary, so work on the source between
-# runs changes nothing. Without --fresh the sitting goes on: a run that
+# runs changes nothing. --rustlet-again keeps the sitting (its binaries and
+# the kubelet's runs) but pins a new rustlet from the checked-out source:
+# the rustlet runs named (all of them when none is) are done anew. Without --fresh the sitting goes on: a run that
 # finished (its summary.txt is there) is kept, an interrupted one resumes at
 # its first unfinished shard. If _output/bin no longer has the recorded
 # digest, the script stops: the runs would not be comparable.
@@ -33,10 +35,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 usage() { sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; }
 
 fresh=false
+again=false
 runs=()
 while (($#)); do
   case $1 in
     --fresh) fresh=true; shift ;;
+    --rustlet-again) again=true; shift ;;
     -h | --help) usage; exit 0 ;;
     -*) die "unknown option '$1' (see hack/conformance-sitting.sh --help)" ;;
     *:*) runs+=("$1"); shift ;;
@@ -65,6 +69,17 @@ if $fresh; then
   } >"$SITTING/info"
 fi
 [[ -f $SITTING/info ]] || die "no sitting has begun here: start one with --fresh"
+if $again; then
+  ! $fresh || die "--fresh and --rustlet-again do not go together"
+  # The rustlet runs to do anew: the named ones, else every rustlet run.
+  redo=()
+  for r in "${runs[@]}"; do [[ ${r#*:} != rustlet ]] || redo+=("${r%%:*}"); done
+  ((${#runs[@]})) || redo=(e2e node node-protection e2e-slow)
+  for suite in "${redo[@]}"; do rm -rf "${ROOT:?}/_output/conformance/$suite/rustlet"; done
+  rm -f "$SITTING/rustlet"
+  sed -i '/^rustlet: /d' "$SITTING/info"
+  log "a new rustlet for the sitting; rustlet runs to do anew: ${redo[*]}"
+fi
 pinned=$(sed -n 's/^binaries: //p' "$SITTING/info")
 now_id=$(binaries_id)
 [[ $now_id == "$pinned" ]] ||

@@ -2,7 +2,7 @@
 # Builds the local container images from files on this machine and imports
 # them into our containerd's k8s.io namespace (no registry needed).
 #
-#   hack/images.sh [--all]
+#   hack/images.sh [--all] [--control-plane]
 #
 # Always built (every pod and the project's own e2e tests need them):
 #   registry.k8s.io/pause:3.10.2                      our pause binary
@@ -32,6 +32,13 @@
 #   registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1
 #                                                     dash as /bin/sh, GNU
 #                                                     hostname (glibc) + busybox
+# With --control-plane, the images of the control plane's static pods
+# (hack/local-up.sh --self-hosted), named as kubeadm names them, each the
+# binary of _output/bin with the shared libraries ldd finds:
+#   registry.k8s.io/kube-apiserver:<v>               <v>: k8s.io/kubernetes'
+#   registry.k8s.io/kube-controller-manager:<v>      version in
+#   registry.k8s.io/kube-scheduler:<v>               tests/cluster/go.mod
+#   registry.k8s.io/etcd:<e>-0                       <e>: etcd's (server/v3)
 # One of these whose inputs are missing is skipped with a warning; --all
 # makes that an error (hack/conformance.sh uses it).
 # An image already present with the same config digest is left alone.
@@ -42,11 +49,13 @@ PROG=images
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 all=false
+control_plane=false
 while (($#)); do
   case $1 in
     --all) all=true; shift ;;
+    --control-plane) control_plane=true; shift ;;
     -h | --help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
-    *) die "unknown argument '$1' (usage: hack/images.sh [--all])" ;;
+    *) die "unknown argument '$1' (usage: hack/images.sh [--all] [--control-plane])" ;;
   esac
 done
 
@@ -172,25 +181,15 @@ etc_files=(--add "$FILES/passwd=/etc/passwd" --add "$FILES/group=/etc/group")
 } | put_file agnhost-group 644
 
 # shared_libs BINARY...: sets libs to imagebuild arguments that add the
-# shared libraries and the dynamic loader that ldd resolves for the binaries,
-# each at the path ldd names. Returns 1 (after a warning) if one is missing;
-# with --all that is an error instead.
+# shared libraries and the dynamic loader that ldd resolves for the binaries
+# (image_libs). Returns 1 (after a warning) if one is missing; with --all
+# that is an error instead.
 shared_libs() {
-  local bin line path seen=" "
-  libs=()
-  for bin in "$@"; do
-    while IFS= read -r line; do
-      if [[ $line == *"not found"* ]]; then
-        $all && die "$bin: shared library ${line%% *} not found"
-        warn "skipping an image: $bin: shared library ${line%% *} not found"
-        return 1
-      fi
-      path=$(grep -o '/[^ ]*' <<<"$line" | head -1) || continue
-      [[ -n $path && $seen != *" $path "* ]] || continue
-      seen+="$path "
-      libs+=(--add "$(readlink -f "$path")=$path")
-    done < <(ldd "$bin" 2>/dev/null | grep -v linux-vdso)
-  done
+  if ! image_libs "$@"; then
+    $all && die "$libs_missing"
+    warn "skipping an image: $libs_missing"
+    return 1
+  fi
 }
 
 # missing FILE...: true (after a warning) if a file is missing; with --all
@@ -425,4 +424,18 @@ if ! missing "$DASH" "$HOSTNAME_BIN" && shared_libs "$DASH" "$HOSTNAME_BIN"; the
   image glibc-dns-testing glibc-dns-testing --tag "$GLIBC_DNS_IMAGE" \
     --add "$DASH=/bin/dash" --add "$HOSTNAME_BIN=/bin/hostname" "${libs[@]}" --link /bin/sh=/bin/dash \
     "${links[@]}" "${etc_files[@]}" --cmd '["sh"]'
+fi
+
+# The control plane's images: the binary at /usr/local/bin/<name>, its shared
+# libraries, and nothing else; the static pods give the command.
+if $control_plane; then
+  # Asked for, so a missing part is an error: without its image the static
+  # pod would wait for a pull that cannot happen.
+  for c in kube-apiserver kube-controller-manager kube-scheduler etcd; do
+    tag=$(control_plane_image "$c")
+    [[ -x $BIN/$c ]] || die "missing $BIN/$c (run hack/build-cluster.sh k8s)"
+    image_libs "$BIN/$c" || die "$libs_missing"
+    image "$c" "$c" --tag "$tag" --add "$BIN/$c=/usr/local/bin/$c" "${libs[@]}" \
+      --dir /tmp --entrypoint "[\"/usr/local/bin/$c\"]"
+  done
 fi

@@ -29,10 +29,17 @@ CNI_BRIDGE=rustlet0
 CNI_NETWORK=rustlet
 POD_SUBNET=10.88.0.0/16
 POD_GATEWAY=10.88.0.1
+# The controller-manager gives each Node a /24 of this range (spec.podCIDR).
+# The local node's own pods keep POD_SUBNET (its bridge is made before the
+# agent starts); nodes that join, such as the Helm chart's companion nodes,
+# take their pod addresses from it.
+CLUSTER_CIDR=10.244.0.0/16
 NODE_NAME=${NODE_NAME:-local-node}
 ADMIN_KUBECONFIG=$LOCAL/admin.kubeconfig
 NODE_KUBECONFIG=$LOCAL/node.kubeconfig
-CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/rustlet/target}
+# One build directory per checkout, kept across runs: two checkouts sharing
+# one would swap each other's uplifted binaries (target/debug/rustlet).
+CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/rustlet/target-$(printf %s "$ROOT" | sha256sum | cut -c1-8)}
 # Debian packages unpacked (not installed) for the local images, by
 # hack/install-deps.sh: _output/debs/<package>/.
 DEBS=$ROOT/_output/debs
@@ -216,7 +223,6 @@ need_cmd() { command -v "$1" >/dev/null 2>&1 || die "missing dependency: $1 ($2)
 # ctr_k8s ARGS...: our containerd's ctr in the namespace the CRI plugin uses.
 ctr_k8s() { "$BIN/ctr" --address "$CTRD_SOCK" --namespace k8s.io "$@"; }
 
-# kubectl_admin ARGS...: kubectl as cluster admin.
 # build_if_missing TARGET BINARY...: runs `hack/build-cluster.sh TARGET` when
 # one of the BINARYs is missing from _output/bin.
 build_if_missing() {
@@ -231,12 +237,104 @@ build_if_missing() {
 
 # binaries_id: a short digest of every executable in _output/bin (the control
 # plane, the kubelet, containerd, the e2e binaries, and what the test images
-# are built from). Two runs with the same id ran the same upstream parts.
+# are built from) but the tools no conformance run uses (NOT_RUN_BINARIES).
+# Two runs with the same id ran the same upstream parts.
+NOT_RUN_BINARIES=(helm)
 binaries_id() {
-  (cd "$BIN" && find . -maxdepth 1 -type f -perm -u+x -printf '%f\n' | LC_ALL=C sort |
+  local excluded=() b
+  for b in "${NOT_RUN_BINARIES[@]}"; do excluded+=(! -name "$b"); done
+  (cd "$BIN" && find . -maxdepth 1 -type f -perm -u+x "${excluded[@]}" -printf '%f\n' | LC_ALL=C sort |
     xargs -d '\n' sha256sum) | sha256sum | cut -c1-12
 }
 
+# image_libs BINARY...: sets libs to imagebuild arguments (--add SRC=DST)
+# that add the shared libraries and the dynamic loader ldd resolves for the
+# binaries, each once, at the path ldd names (SRC the file it resolves to).
+# A library ldd cannot find: libs_missing names it, and the status is 1.
+image_libs() {
+  local bin line path seen=" "
+  libs=() libs_missing=''
+  for bin in "$@"; do
+    while IFS= read -r line; do
+      if [[ $line == *"not found"* ]]; then
+        libs_missing="$bin: shared library ${line%% *} not found"
+        return 1
+      fi
+      path=$(grep -o '/[^ ]*' <<<"$line" | head -1) || continue
+      [[ -n $path && $seen != *" $path "* ]] || continue
+      seen+="$path "
+      libs+=(--add "$(readlink -f "$path")=$path")
+    done < <(ldd "$bin" 2>/dev/null | grep -v linux-vdso)
+  done
+}
+
+# control_plane_image NAME: the image of control-plane component NAME
+# (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) that
+# hack/images.sh --control-plane builds, tagged as kubeadm names it: the
+# versions of the Go modules the binaries are built from.
+control_plane_image() {
+  local module v
+  case $1 in
+    etcd) module=go.etcd.io/etcd/server/v3 ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler) module=k8s.io/kubernetes ;;
+    *) die "no control-plane image for '$1'" ;;
+  esac
+  v=$(awk -v m="$module" '$1 == m { print $2; exit }' "$ROOT/tests/cluster/go.mod")
+  [[ -n $v ]] || die "no version of $module in tests/cluster/go.mod"
+  case $1 in
+    etcd) echo "registry.k8s.io/etcd:${v#v}-0" ;;
+    *) echo "registry.k8s.io/$1:$v" ;;
+  esac
+}
+
+# Checks of the test scripts: pass NAME and fail NAME count into the
+# caller's passed and failed and log the outcome; check NAME COMMAND... runs
+# one check and shows the command's output when it fails.
+# require_no_cluster: dies when a component of a local cluster runs here; a
+# test script that brings its own cluster up (and down at its end) must never
+# take over another one.
+require_no_cluster() {
+  local c
+  for c in "${COMPONENTS[@]}"; do
+    if running_pid "$c" >/dev/null; then
+      die "$c runs here already; stop that cluster with hack/local-down.sh first"
+    fi
+  done
+}
+
+pass() { passed=$((passed + 1)); log "PASS $*"; }
+fail() { failed=$((failed + 1)); log "FAIL $*"; }
+check() {
+  local name=$1 out
+  shift
+  if out=$("$@" 2>&1); then
+    pass "$name"
+  else
+    fail "$name"
+    echo "    ${out//$'\n'/$'\n'    }"
+  fi
+}
+
+# cluster_role_binding NAME ROLE KIND SUBJECT: a ClusterRoleBinding NAME of
+# ClusterRole ROLE to the User or Group SUBJECT, as YAML.
+cluster_role_binding() {
+  cat <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: $1
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: $2
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: $3
+  name: $4
+EOF
+}
+
+# kubectl_admin ARGS...: kubectl as cluster admin.
 kubectl_admin() { kubectl --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
 
 # unregister_metrics_server: deletes the metrics.k8s.io APIService that

@@ -48,6 +48,7 @@ stop_daemon etcd
 cleanup_runtime
 
 cleanup_kubelet_iptables
+rm -f "$RUN/self-hosted"
 # containerd creates /run/containerd/s for shim sockets whatever its config
 # says; remove it when empty (a host containerd's is never empty).
 rmdir /run/containerd/s /run/containerd 2>/dev/null || true

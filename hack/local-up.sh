@@ -5,6 +5,7 @@
 # the local images, and a node agent.
 #
 #   hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e]
+#   hack/local-up.sh --self-hosted
 #
 # --agent picks the node agent (default rustlet). --metrics-server also runs
 # metrics-server (hack/build-cluster.sh metrics-server) on the host, registered
@@ -19,13 +20,26 @@
 # controller (nothing taints the node under pressure, as in the suite's own
 # harness, which runs no controller-manager).
 #
+# --self-hosted runs the control plane as kubeadm does: etcd,
+# kube-apiserver, kube-controller-manager and kube-scheduler are static pods
+# of rustlet (manifests in _output/local/self-hosted/manifests, images built
+# from the same binaries by hack/images.sh --control-plane), and rustlet
+# joins as `kubeadm join` makes a node join: it starts with a bootstrap
+# token only (bootstrap kubeconfig), runs the static pods while it has no
+# credentials, and gets its client certificate from the certificates API
+# once its own API server answers (the controller-manager approves it). Its
+# mirror pods appear in kube-system. Each start is a fresh cluster: its own
+# etcd data, certificate directory and node kubeconfig under
+# _output/local/self-hosted (the PKI is shared). Only with rustlet, without
+# --metrics-server and --node-e2e; hack/test-self-hosted.sh tests it.
+#
 # Idempotent: a component that is already running is left alone, so running
 # it twice is harmless. Stop everything with hack/local-down.sh.
 #
 # Environment: NODE_NAME (default local-node), NODE_IP (default 10.88.0.1, the
 # pod bridge's address: the kubelet refuses a loopback node IP and the API
 # server will not proxy to one), CARGO_TARGET_DIR (default
-# ~/.cache/rustlet/target), RUSTLET_PROFILE (debug or release, default debug:
+# ~/.cache/rustlet/target-<hash of the checkout path>), RUSTLET_PROFILE (debug or release, default debug:
 # the cargo profile rustlet is built with), RUSTLET_BIN (a rustlet binary to
 # run instead of building one, e.g. the one a conformance sitting pinned),
 # RUSTLET_CONFIG (a KubeletConfiguration file rustlet reads with --config
@@ -46,20 +60,29 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; }
 agent=rustlet
 metrics_server=false
 node_e2e=false
+self_hosted=false
 while (($#)); do
   case $1 in
+    --self-hosted) self_hosted=true; shift ;;
     --metrics-server) metrics_server=true; shift ;;
     --node-e2e) node_e2e=true; shift ;;
     --agent) agent=${2:-}; shift 2 || die "--agent needs a value" ;;
     --agent=*) agent=${1#*=}; shift ;;
     -h | --help) usage; exit 0 ;;
-    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e])" ;;
+    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e] | --self-hosted)" ;;
   esac
 done
 case $agent in
   rustlet | kubelet | none) ;;
   *) die "unknown agent '$agent' (rustlet|kubelet|none)" ;;
 esac
+if $self_hosted; then
+  [[ $agent == rustlet ]] || die "--self-hosted runs the control plane under rustlet, not --agent $agent"
+  ! $metrics_server || die "--self-hosted runs no metrics-server"
+  ! $node_e2e || die "--self-hosted and --node-e2e do not go together"
+fi
+# The self-hosted cluster's own state (the PKI is the shared one).
+SH=$LOCAL/self-hosted
 
 # The node's address is the pod bridge's: the kubelet refuses a loopback node
 # IP, and the API server refuses to proxy (logs, exec) to one.
@@ -101,6 +124,12 @@ on_exit() {
       name=${STARTED[i]}
       [[ $name != containerd ]] || cleanup_runtime || true
       stop_daemon "$name" 10 || true
+      # The control plane this rustlet ran goes with it (containerd may be
+      # an earlier run's).
+      if [[ $name == rustlet ]] && $self_hosted; then
+        cleanup_runtime || true
+        rm -f "$RUN/self-hosted"
+      fi
     done
   fi
   exit "$rc"
@@ -132,6 +161,14 @@ for other in kubelet rustlet; do
     die "$other is running as this cluster's agent; run hack/local-down.sh before switching to --agent $agent"
   fi
 done
+
+# One control plane at a time: as daemons, or as rustlet's static pods.
+if $self_hosted && running_pid kube-apiserver >/dev/null; then
+  die "the control plane runs as daemons here; run hack/local-down.sh before --self-hosted"
+fi
+if ! $self_hosted && [[ -f $RUN/self-hosted ]] && running_pid rustlet >/dev/null; then
+  die "a self-hosted cluster runs here; run hack/local-down.sh first"
+fi
 
 # ---------------------------------------------------------------- builds
 build_if_missing k8s kube-apiserver kube-controller-manager kube-scheduler kubelet etcd
@@ -170,6 +207,8 @@ ms=none
 for c in etcd kube-apiserver kube-controller-manager kube-scheduler "$agent" "$ms"; do
   [[ $c == none ]] && continue
   running_pid "$c" >/dev/null && continue
+  # Static pods hold the control plane's ports while rustlet runs.
+  if $self_hosted && running_pid rustlet >/dev/null; then continue; fi
   # shellcheck disable=SC2086 # a list of ports
   require_free_ports "$c" ${ports[$c]}
 done
@@ -330,13 +369,18 @@ fi
 ip link set "$CNI_BRIDGE" up
 
 # ---------------------------------------------------------------- etcd
-if pid=$(running_pid etcd); then
+ETCD_DATA=$LOCAL/etcd
+! $self_hosted || ETCD_DATA=$SH/etcd
+ETCD_FLAGS=(--data-dir "$ETCD_DATA"
+  --listen-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380)
+if $self_hosted; then
+  : # a static pod (below)
+elif pid=$(running_pid etcd); then
   log "etcd already running (pid $pid)"
 else
-  mkdir -p "$LOCAL/etcd"
-  chmod 700 "$LOCAL/etcd"
-  start_daemon etcd "$BIN/etcd" --data-dir "$LOCAL/etcd" \
-    --listen-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380
+  mkdir -p "$ETCD_DATA"
+  chmod 700 "$ETCD_DATA"
+  start_daemon etcd "$BIN/etcd" "${ETCD_FLAGS[@]}"
 fi
 
 # ---------------------------------------------------------------- containerd
@@ -361,12 +405,8 @@ fi
 # ---------------------------------------------------------------- kube-apiserver
 # --endpoint-reconciler-type=none: the apiserver refuses to publish a loopback
 # advertise address in the kubernetes Service's endpoints, and exits.
-wait_daemon etcd "etcd health" 60 curl -sf --max-time 2 http://127.0.0.1:2379/health
-if pid=$(running_pid kube-apiserver); then
-  log "kube-apiserver already running (pid $pid)"
-else
-  # Audit only the node's requests, without bodies.
-  cat >"$LOCAL/audit-policy.yaml" <<'POLICY'
+# Audit only the node's requests, without bodies.
+cat >"$LOCAL/audit-policy.yaml" <<'POLICY'
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -375,76 +415,293 @@ rules:
   userGroups: [system:nodes]
 - level: None
 POLICY
-  start_daemon kube-apiserver "$BIN/kube-apiserver" \
-    --audit-policy-file="$LOCAL/audit-policy.yaml" \
-    --audit-log-path="$LOGS/audit.log" --audit-log-format=json \
-    --audit-log-maxsize=200 --audit-log-maxbackup=1 \
-    --etcd-servers=http://127.0.0.1:2379 \
-    --secure-port=6443 --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
-    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
-    --client-ca-file="$PKI/ca.crt" \
-    --enable-bootstrap-token-auth \
-    --authorization-mode=Node,RBAC \
-    --enable-admission-plugins=NodeRestriction \
-    --allow-privileged=true \
-    --service-cluster-ip-range=10.0.0.0/24 \
-    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file="$PKI/sa.pub" \
-    --service-account-signing-key-file="$PKI/sa.key" \
-    --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
-    --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
-    --kubelet-preferred-address-types=InternalIP \
-    --requestheader-client-ca-file="$PKI/ca.crt" \
-    --requestheader-allowed-names=front-proxy-client \
-    --requestheader-username-headers=X-Remote-User \
-    --requestheader-group-headers=X-Remote-Group \
-    --requestheader-extra-headers-prefix=X-Remote-Extra- \
-    --proxy-client-cert-file="$PKI/front-proxy-client.crt" \
-    --proxy-client-key-file="$PKI/front-proxy-client.key" \
-    --enable-aggregator-routing=true \
-    --endpoint-reconciler-type=none
+# shellcheck disable=SC2054 # commas inside flag values
+APISERVER_FLAGS=(
+  --audit-policy-file="$LOCAL/audit-policy.yaml"
+  --audit-log-path="$LOGS/audit.log" --audit-log-format=json
+  --audit-log-maxsize=200 --audit-log-maxbackup=1
+  --etcd-servers=http://127.0.0.1:2379
+  --secure-port=6443 --bind-address=127.0.0.1 --advertise-address=127.0.0.1
+  --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key"
+  --client-ca-file="$PKI/ca.crt"
+  --enable-bootstrap-token-auth
+  --authorization-mode=Node,RBAC
+  --enable-admission-plugins=NodeRestriction
+  --allow-privileged=true
+  --service-cluster-ip-range=10.0.0.0/24
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local
+  --service-account-key-file="$PKI/sa.pub"
+  --service-account-signing-key-file="$PKI/sa.key"
+  --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt"
+  --kubelet-client-key="$PKI/apiserver-kubelet-client.key"
+  --kubelet-preferred-address-types=InternalIP
+  --requestheader-client-ca-file="$PKI/ca.crt"
+  --requestheader-allowed-names=front-proxy-client
+  --requestheader-username-headers=X-Remote-User
+  --requestheader-group-headers=X-Remote-Group
+  --requestheader-extra-headers-prefix=X-Remote-Extra-
+  --proxy-client-cert-file="$PKI/front-proxy-client.crt"
+  --proxy-client-key-file="$PKI/front-proxy-client.key"
+  --enable-aggregator-routing=true
+  --endpoint-reconciler-type=none
+)
+if ! $self_hosted; then
+  wait_daemon etcd "etcd health" 60 curl -sf --max-time 2 http://127.0.0.1:2379/health
+  if pid=$(running_pid kube-apiserver); then
+    log "kube-apiserver already running (pid $pid)"
+  else
+    start_daemon kube-apiserver "$BIN/kube-apiserver" "${APISERVER_FLAGS[@]}"
+  fi
 fi
 phase "start etcd, containerd, apiserver"
 
 # ---------------------------------------------------------------- images
 # Imported while the apiserver starts.
 wait_daemon containerd "containerd's socket" 30 "$BIN/ctr" --address "$CTRD_SOCK" version
-"$ROOT/hack/images.sh"
+if $self_hosted; then "$ROOT/hack/images.sh" --control-plane; else "$ROOT/hack/images.sh"; fi
 phase images
 
 # ---------------------------------------------------------------- control plane
+# controller-manager and scheduler flags, as daemons or static pods.
+# --node-e2e: the node suite's own harness runs no controller-manager, so
+# nothing taints the node under pressure (its eviction tests then find no
+# schedulable node); the node lifecycle controller stays off.
+controllers='*'
+! $node_e2e || controllers='*,-node-lifecycle-controller'
+CM_KUBECONFIG=$LOCAL/kube-controller-manager.kubeconfig
+CM_FLAGS=(
+  --kubeconfig="$CM_KUBECONFIG" --authentication-kubeconfig="$CM_KUBECONFIG"
+  --authorization-kubeconfig="$CM_KUBECONFIG"
+  --bind-address=127.0.0.1 --secure-port=10257
+  --leader-elect=false
+  --controllers="$controllers"
+  --use-service-account-credentials=true
+  --service-account-private-key-file="$PKI/sa.key"
+  --root-ca-file="$PKI/ca.crt"
+  --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key"
+  --allocate-node-cidrs=true --cluster-cidr="$CLUSTER_CIDR" --node-cidr-mask-size-ipv4=24
+)
+SCHED_KUBECONFIG=$LOCAL/kube-scheduler.kubeconfig
+SCHED_FLAGS=(
+  --kubeconfig="$SCHED_KUBECONFIG" --authentication-kubeconfig="$SCHED_KUBECONFIG"
+  --authorization-kubeconfig="$SCHED_KUBECONFIG"
+  --bind-address=127.0.0.1 --secure-port=10259
+  --leader-elect=false
+)
 curl_api() { curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API$1"; }
-wait_daemon kube-apiserver "kube-apiserver /readyz" 90 curl_api /readyz
-phase "apiserver ready"
 
-if pid=$(running_pid kube-controller-manager); then
-  log "kube-controller-manager already running (pid $pid)"
+# start_rustlet CONFIG ARGS...: rustlet with KubeletConfiguration CONFIG and
+# the flags ARGS (its credentials).
+start_rustlet() {
+  local config=$1
+  shift
+  start_daemon rustlet "RUST_LOG=${RUST_LOG:-info}" NO_COLOR=1 "$RUSTLET" run \
+    --config "$config" "$@" \
+    --node-name "$NODE_NAME" \
+    --node-ip "$NODE_IP" \
+    --container-runtime-endpoint "unix://$CTRD_SOCK" \
+    --root-dir "$LOCAL/rustlet" \
+    --pod-logs-dir "$LOCAL/pod-logs" \
+    --client-ca-file "$PKI/ca.crt" \
+    --rotate-server-certificates
+}
+
+if $self_hosted; then
+  # yaml_args ARG...: a YAML list of single-quoted strings, 4 spaces in.
+  yaml_args() {
+    local a q="'"
+    for a in "$@"; do printf "    - '%s'\n" "${a//$q/$q$q}"; done
+  }
+  # host_path NAME PATH TYPE [ro]: adds a hostPath volume to vols and its
+  # mount, at the same path, to mnts.
+  host_path() {
+    vols+="  - name: $1
+    hostPath:
+      path: $2
+      type: $3
+"
+    mnts+="    - name: $1
+      mountPath: $2${4:+
+      readOnly: true}
+"
+  }
+  # static_pod NAME CPU PORT PROBE-PATH SCHEME COMMAND...: the manifest of
+  # control-plane component NAME with the volumes of vols and mnts, as
+  # kubeadm writes one: host network, system-node-critical, a liveness and a
+  # startup probe on its own port (and readiness for the API server).
+  static_pod() {
+    local name=$1 cpu=$2 port=$3 path=$4 scheme=$5
+    shift 5
+    local probe="httpGet: {host: 127.0.0.1, path: $path, port: $port, scheme: $scheme}"
+    local image
+    image=$(control_plane_image "$name") || return 1
+    local readiness=''
+    [[ $name != kube-apiserver ]] || readiness="    readinessProbe:
+      httpGet: {host: 127.0.0.1, path: /readyz, port: $port, scheme: $scheme}
+      periodSeconds: 1
+      timeoutSeconds: 15
+      failureThreshold: 3
+"
+    cat <<EOF
+# Written by hack/local-up.sh --self-hosted.
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $name
+  namespace: kube-system
+  labels:
+    component: $name
+    tier: control-plane
+spec:
+  hostNetwork: true
+  priorityClassName: system-node-critical
+  securityContext:
+    seccompProfile:
+      type: RuntimeDefault
+  containers:
+  - name: $name
+    image: $image
+    imagePullPolicy: IfNotPresent
+    command:
+$(yaml_args "$@")
+    resources:
+      requests:
+        cpu: $cpu
+    livenessProbe:
+      $probe
+      initialDelaySeconds: 10
+      periodSeconds: 10
+      timeoutSeconds: 15
+      failureThreshold: 8
+    startupProbe:
+      $probe
+      initialDelaySeconds: 10
+      periodSeconds: 10
+      timeoutSeconds: 15
+      failureThreshold: 24
+${readiness}    volumeMounts:
+${mnts}  volumes:
+${vols}
+EOF
+  }
+
+  if pid=$(running_pid rustlet); then
+    [[ -f $RUN/self-hosted ]] || die "rustlet runs here as the agent of another cluster; run hack/local-down.sh first"
+    log "rustlet already running (pid $pid), the control plane its static pods"
+  else
+    # A fresh cluster: no etcd data, no node credentials but the token.
+    rm -rf "$SH/etcd" "$SH/pki" "$SH/kubelet.conf" "$SH/manifests" "$SH/bootstrap.kubeconfig"
+    mkdir -p "$SH/etcd" "$SH/pki" "$SH/manifests" "$LOCAL/rustlet" "$LOCAL/pod-logs"
+    chmod 700 "$SH/etcd"
+
+    vols='' mnts=''
+    host_path etcd-data "$ETCD_DATA" DirectoryOrCreate
+    static_pod etcd 100m 2379 /health HTTP \
+      /usr/local/bin/etcd "${ETCD_FLAGS[@]}" >"$SH/manifests/etcd.yaml"
+    vols='' mnts=''
+    host_path pki "$PKI" Directory ro
+    host_path audit-policy "$LOCAL/audit-policy.yaml" File ro
+    host_path logs "$LOGS" DirectoryOrCreate
+    static_pod kube-apiserver 250m 6443 /livez HTTPS \
+      /usr/local/bin/kube-apiserver "${APISERVER_FLAGS[@]}" >"$SH/manifests/kube-apiserver.yaml"
+    vols='' mnts=''
+    host_path pki "$PKI" Directory ro
+    host_path kubeconfig "$CM_KUBECONFIG" File ro
+    static_pod kube-controller-manager 200m 10257 /healthz HTTPS \
+      /usr/local/bin/kube-controller-manager "${CM_FLAGS[@]}" >"$SH/manifests/kube-controller-manager.yaml"
+    vols='' mnts=''
+    host_path kubeconfig "$SCHED_KUBECONFIG" File ro
+    static_pod kube-scheduler 100m 10259 /livez HTTPS \
+      /usr/local/bin/kube-scheduler "${SCHED_FLAGS[@]}" >"$SH/manifests/kube-scheduler.yaml"
+
+    # The join: a bootstrap token (kubeadm's form, [a-z0-9]{6}.[a-z0-9]{16})
+    # in a bootstrap kubeconfig, as `kubeadm join` writes
+    # bootstrap-kubelet.conf. Its Secret is created once the API server
+    # answers: rustlet's first requests fail until then, and it retries.
+    token_part() { tr -dc 'a-z0-9' </dev/urandom | head -c "$1" || true; }
+    BOOTSTRAP_TOKEN_ID=$(token_part 6)
+    BOOTSTRAP_TOKEN_SECRET=$(token_part 16)
+    (
+      umask 077
+      cat >"$SH/bootstrap.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: $API
+    certificate-authority: $PKI/ca.crt
+users:
+- name: tls-bootstrap-token-user
+  user:
+    token: $BOOTSTRAP_TOKEN_ID.$BOOTSTRAP_TOKEN_SECRET
+contexts:
+- name: tls-bootstrap-token-user@local
+  context:
+    cluster: local
+    user: tls-bootstrap-token-user
+current-context: tls-bootstrap-token-user@local
+EOF
+    )
+    cat >"$SH/rustlet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# The control plane (hack/local-up.sh --self-hosted).
+staticPodPath: $SH/manifests
+# The TLS bootstrap runs in the background, the static pods meanwhile.
+rotateCertificates: true
+$LOCAL_NODE_PROTECTION
+EOF
+    touch "$RUN/self-hosted"
+    start_rustlet "$SH/rustlet.yaml" --bootstrap-kubeconfig "$SH/bootstrap.kubeconfig" \
+      --kubeconfig "$SH/kubelet.conf" --cert-dir "$SH/pki"
+  fi
+  wait_daemon rustlet "kube-apiserver (a static pod of rustlet) /readyz" 180 curl_api /readyz
+  phase "apiserver ready (a static pod)"
+
+  if [[ -n ${BOOTSTRAP_TOKEN_ID:-} ]]; then
+    log "bootstrap token $BOOTSTRAP_TOKEN_ID (group system:bootstrappers:kubeadm:default-node-token)"
+    # create, not apply: no copy of the secret in an annotation.
+    kubectl_admin create -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Secret
+metadata:
+  name: bootstrap-token-$BOOTSTRAP_TOKEN_ID
+  namespace: kube-system
+type: bootstrap.kubernetes.io/token
+stringData:
+  description: hack/local-up.sh --self-hosted
+  token-id: $BOOTSTRAP_TOKEN_ID
+  token-secret: $BOOTSTRAP_TOKEN_SECRET
+  expiration: $(date -u -d '+24 hours' +%Y-%m-%dT%H:%M:%SZ)
+  usage-bootstrap-authentication: "true"
+  auth-extra-groups: system:bootstrappers:kubeadm:default-node-token
+EOF
+  fi
+  # As kubeadm: bootstrap tokens may ask for node client certificates, and
+  # the controller-manager approves those requests.
+  log "rbac: node bootstrap (system:node-bootstrapper, nodeclient auto-approval)"
+  {
+    cluster_role_binding kubeadm:kubelet-bootstrap system:node-bootstrapper \
+      Group system:bootstrappers:kubeadm:default-node-token
+    echo ---
+    cluster_role_binding kubeadm:node-autoapprove-bootstrap \
+      system:certificates.k8s.io:certificatesigningrequests:nodeclient \
+      Group system:bootstrappers:kubeadm:default-node-token
+  } | kubectl_admin apply -f - >/dev/null
 else
-  kc=$LOCAL/kube-controller-manager.kubeconfig
-  # --node-e2e: the node suite's own harness runs no controller-manager, so
-  # nothing taints the node under pressure (its eviction tests then find no
-  # schedulable node); the node lifecycle controller stays off.
-  controllers='*'
-  ! $node_e2e || controllers='*,-node-lifecycle-controller'
-  start_daemon kube-controller-manager "$BIN/kube-controller-manager" \
-    --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-    --bind-address=127.0.0.1 --secure-port=10257 \
-    --leader-elect=false \
-    --controllers="$controllers" \
-    --use-service-account-credentials=true \
-    --service-account-private-key-file="$PKI/sa.key" \
-    --root-ca-file="$PKI/ca.crt" \
-    --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
-    --allocate-node-cidrs=false
-fi
-if pid=$(running_pid kube-scheduler); then
-  log "kube-scheduler already running (pid $pid)"
-else
-  kc=$LOCAL/kube-scheduler.kubeconfig
-  start_daemon kube-scheduler "$BIN/kube-scheduler" \
-    --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-    --bind-address=127.0.0.1 --secure-port=10259 \
-    --leader-elect=false
+  wait_daemon kube-apiserver "kube-apiserver /readyz" 90 curl_api /readyz
+  phase "apiserver ready"
+  if pid=$(running_pid kube-controller-manager); then
+    log "kube-controller-manager already running (pid $pid)"
+  else
+    start_daemon kube-controller-manager "$BIN/kube-controller-manager" "${CM_FLAGS[@]}"
+  fi
+  if pid=$(running_pid kube-scheduler); then
+    log "kube-scheduler already running (pid $pid)"
+  else
+    start_daemon kube-scheduler "$BIN/kube-scheduler" "${SCHED_FLAGS[@]}"
+  fi
 fi
 
 # The apiserver reaches the node API (logs, exec, attach, port-forward) with
@@ -452,39 +709,16 @@ fi
 # bind the kubelet API role explicitly, as kubeadm does, so node agents that
 # authorize with SubjectAccessReview see a plain RBAC grant.
 log "rbac: binding system:kubelet-api-admin to kube-apiserver-kubelet-client"
-kubectl_admin apply -f - >/dev/null <<EOF
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: kube-apiserver-kubelet-client
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: system:kubelet-api-admin
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: User
-  name: kube-apiserver-kubelet-client
-EOF
+cluster_role_binding kube-apiserver-kubelet-client system:kubelet-api-admin User kube-apiserver-kubelet-client |
+  kubectl_admin apply -f - >/dev/null
 
 # Nodes renew their own client certificates (rotateCertificates): the
 # controller-manager approves a node's request for itself when the node may
 # create certificatesigningrequests/selfnodeclient, as kubeadm binds it.
 log "rbac: binding selfnodeclient to system:nodes"
-kubectl_admin apply -f - >/dev/null <<EOF
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: node-autoapprove-certificate-rotation
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: system:certificates.k8s.io:certificatesigningrequests:selfnodeclient
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: Group
-  name: system:nodes
-EOF
+cluster_role_binding node-autoapprove-certificate-rotation \
+  system:certificates.k8s.io:certificatesigningrequests:selfnodeclient Group system:nodes |
+  kubectl_admin apply -f - >/dev/null
 
 # ---------------------------------------------------------------- agent
 case $agent in
@@ -562,7 +796,9 @@ EOF
     fi
     ;;
   rustlet)
-    if pid=$(running_pid rustlet); then
+    if $self_hosted; then
+      : # started with its static pods, above
+    elif pid=$(running_pid rustlet); then
       log "rustlet already running (pid $pid)"
     else
       mkdir -p "$LOCAL/rustlet/manifests" "$LOCAL/pod-logs"
@@ -585,25 +821,19 @@ rotateCertificates: true
 $LOCAL_NODE_PROTECTION
 $rustlet_node_e2e
 EOF
-      start_daemon rustlet "RUST_LOG=${RUST_LOG:-info}" NO_COLOR=1 "$RUSTLET" run \
-        --config "${RUSTLET_CONFIG:-$LOCAL/rustlet.yaml}" \
-        --kubeconfig "$NODE_KUBECONFIG" \
-        --node-name "$NODE_NAME" \
-        --node-ip "$NODE_IP" \
-        --container-runtime-endpoint "unix://$CTRD_SOCK" \
-        --root-dir "$LOCAL/rustlet" \
-        --pod-logs-dir "$LOCAL/pod-logs" \
-        --client-ca-file "$PKI/ca.crt" \
-        --rotate-server-certificates
+      start_rustlet "${RUSTLET_CONFIG:-$LOCAL/rustlet.yaml}" --kubeconfig "$NODE_KUBECONFIG"
     fi
     ;;
 esac
 
-wait_daemon kube-controller-manager "kube-controller-manager /healthz" 60 curl -skf --max-time 2 https://127.0.0.1:10257/healthz
-wait_daemon kube-scheduler "kube-scheduler /healthz" 60 curl -skf --max-time 2 https://127.0.0.1:10259/healthz
+# Static pods are watched through rustlet, daemons through themselves.
+cm=kube-controller-manager sched=kube-scheduler
+! $self_hosted || cm=rustlet sched=rustlet
+wait_daemon "$cm" "kube-controller-manager /healthz" 120 curl -skf --max-time 2 https://127.0.0.1:10257/healthz
+wait_daemon "$sched" "kube-scheduler /healthz" 120 curl -skf --max-time 2 https://127.0.0.1:10259/healthz
 # Pods cannot be created in a namespace before its default service account
 # exists; on a fresh etcd the controller-manager makes it within seconds.
-wait_daemon kube-controller-manager "the default service account" 60 kubectl_admin get serviceaccount default -n default
+wait_daemon "$cm" "the default service account" 60 kubectl_admin get serviceaccount default -n default
 phase "controller-manager, scheduler ready"
 
 # A Node kept in etcd from an earlier run still says Ready until the
@@ -634,10 +864,34 @@ approve_serving_csr() {
   ((${#names[@]})) && kubectl_admin certificate approve "${names[@]}" >/dev/null
 }
 serving_cert_verified() { curl -s -o /dev/null --max-time 2 --cacert "$PKI/ca.crt" "https://$NODE_IP:10250/healthz"; }
-if [[ $agent == rustlet ]] && ! serving_cert_verified; then
+# A configuration that names its own serving certificate (tlsCertFile, as the
+# node suite's TLS test writes) wins over the request: none is made.
+own_serving_cert=false
+if [[ $agent == rustlet ]] && ! $self_hosted &&
+  grep -Eq '^tlsCertFile: *[^ ]' "${RUSTLET_CONFIG:-$LOCAL/rustlet.yaml}" 2>/dev/null; then
+  own_serving_cert=true
+  log "rustlet serves the certificate its configuration names (tlsCertFile)"
+fi
+if [[ $agent == rustlet ]] && ! $own_serving_cert && ! serving_cert_verified; then
   wait_daemon rustlet "rustlet's serving certificate request" 30 approve_serving_csr
   wait_daemon rustlet "rustlet to serve its issued certificate" 30 serving_cert_verified
   phase "serving certificate approved and issued (rustlet)"
+fi
+
+# The control plane's mirror pods, once rustlet has its credentials.
+if $self_hosted; then
+  mirror_pods() {
+    local n
+    n=$(kubectl_admin get pods -n kube-system -o json | jq --arg node "$NODE_NAME" '[.items[]
+      | select(.metadata.annotations["kubernetes.io/config.mirror"] != null and .spec.nodeName == $node
+        and (.metadata.labels.tier // "") == "control-plane")] | length')
+    ((n == 4))
+  }
+  wait_daemon rustlet "the control plane's 4 mirror pods in kube-system" 60 mirror_pods
+  phase "mirror pods (self-hosted)"
+  # Joined: the token is not needed any more, as kubeadm removes
+  # bootstrap-kubelet.conf after the TLS bootstrap.
+  rm -f "$SH/bootstrap.kubeconfig"
 fi
 
 # ---------------------------------------------------------------- metrics-server

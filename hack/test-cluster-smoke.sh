@@ -23,19 +23,6 @@ esac
 
 passed=0
 failed=0
-pass() { passed=$((passed + 1)); log "PASS $*"; }
-fail() { failed=$((failed + 1)); log "FAIL $*"; }
-# check NAME COMMAND...: one check; the command's output is shown on failure.
-check() {
-  local name=$1 out
-  shift
-  if out=$("$@" 2>&1); then
-    pass "$name"
-  else
-    fail "$name"
-    echo "    ${out//$'\n'/$'\n'    }"
-  fi
-}
 
 up=false
 down() {

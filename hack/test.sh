@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, checks formatting and lints, runs
-# the unit tests, builds the local cluster, runs the cluster smoke test with the
-# upstream kubelet, the end-to-end tests with rustlet as the node agent, then a
+# the unit tests, builds the local cluster, checks the Helm chart (helm lint
+# and template), runs the cluster smoke test with the
+# upstream kubelet, the end-to-end tests with rustlet as the node agent, the
+# self-hosted cluster's test (the control plane as rustlet's static pods), then a
 # small subset of the upstream [NodeConformance] tests (hack/conformance-ci.txt)
 # with rustlet.
 #
@@ -59,6 +61,17 @@ e2e() {
   return $rc
 }
 
+# The build directories (one per checkout, hack/lib.sh) keep every past
+# build's artefacts; on a full disk the linker fails midway through. Below
+# 20 GiB free, every checkout's starts anew.
+mkdir -p "$CARGO_TARGET_DIR"
+free_kib=$(df --output=avail "$CARGO_TARGET_DIR" | tail -1)
+if ((free_kib < 20 * 1024 * 1024)); then
+  log "only $((free_kib / 1024 / 1024)) GiB free: removing the build directories in ${CARGO_TARGET_DIR%/*}"
+  rm -rf "${CARGO_TARGET_DIR%/*}"/target*
+  mkdir -p "$CARGO_TARGET_DIR"
+fi
+
 hack/install-deps.sh
 step "cargo fmt --check" cargo fmt --check
 step "cargo clippy" cargo clippy --all-targets -- -D warnings
@@ -70,8 +83,10 @@ if ! $quick; then
   hack/local-down.sh >/dev/null 2>&1 || true
   step "build cluster" hack/build-cluster.sh all
   step "build metrics-server" hack/build-cluster.sh metrics-server
+  step "Helm chart: lint, template, schema and RBAC" hack/chart-lint.sh
   step "cluster smoke test (kubelet)" hack/test-cluster-smoke.sh --agent kubelet
   step "end-to-end tests (rustlet)" e2e
+  step "self-hosted control plane (rustlet)" hack/test-self-hosted.sh
   step "build e2e.test" hack/build-cluster.sh e2e
   step "upstream conformance subset (rustlet)" hack/conformance.sh --agent rustlet --name ci \
     --procs 4 --focus "$(grep -v '^#' hack/conformance-ci.txt | paste -sd'|')" --expect hack/conformance-ci.txt

@@ -1,0 +1,29 @@
+{{/* Labels of every object of the release. */}}
+{{- define "rustlet.labels" -}}
+app.kubernetes.io/name: rustlet
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end }}
+
+{{/* The DaemonSet's selector. */}}
+{{- define "rustlet.selector" -}}
+app.kubernetes.io/name: rustlet
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The companion runtime's CRI socket on the host. */}}
+{{- define "rustlet.socket" -}}
+{{ .Values.hostDir }}/containerd/containerd.sock
+{{- end }}
+
+{{/* The API server's URL, from apiServer (required). */}}
+{{- define "rustlet.apiServer" -}}
+{{- $host := required "apiServer.host is required: the API server's address as the host network reaches it" .Values.apiServer.host -}}
+{{- if contains ":" $host -}}
+https://[{{ trimAll "[]" $host }}]:{{ .Values.apiServer.port }}
+{{- else -}}
+https://{{ $host }}:{{ .Values.apiServer.port }}
+{{- end -}}
+{{- end }}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Checks the Helm chart (charts/rustlet) with the real helm CLI, no cluster
+# needed: `helm lint`, `helm template` with the values a user sets, its schema
+# refusing bad values, the one required value named when missing, and the
+# rendered RBAC granting the ServiceAccount nothing but the two built-in
+# roles of a node's TLS bootstrap.
+#
+#   hack/chart-lint.sh
+#
+# Ends with one line "N passed, M failed"; exits non-zero if any check failed.
+set -euo pipefail
+PROG=chart-lint
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+(($# == 0)) || die "unexpected argument '$1' (usage: hack/chart-lint.sh)"
+build_if_missing helm helm
+HELM=$BIN/helm
+CHART=$ROOT/charts/rustlet
+
+passed=0
+failed=0
+rendered=$(mktemp)
+trap 'rm -f "$rendered"; echo "$passed passed, $failed failed"; ((failed == 0))' EXIT
+check "helm lint" "$HELM" lint --strict "$CHART" --set apiServer.host=127.0.0.1
+check "helm template" bash -c "'$HELM' template rustlet '$CHART' -n rustlet-system \
+  --set apiServer.host=10.1.2.3 >'$rendered'"
+
+# refused NAME WANT ARGS...: helm template with ARGS fails, saying WANT.
+refused() {
+  local name=$1 want=$2 out
+  shift 2
+  if out=$("$HELM" template rustlet "$CHART" "$@" 2>&1); then
+    fail "$name: rendered"
+  elif grep -qF -- "$want" <<<"$out"; then
+    pass "$name"
+  else
+    fail "$name: $out"
+  fi
+}
+refused "no apiServer.host: named" "apiServer.host is required"
+refused "a bad taint effect" "/taint/effect" --set apiServer.host=a --set taint.effect=Sometimes
+refused "a node name suffix without its dash" "/nodeNameSuffix" --set apiServer.host=a --set nodeNameSuffix=x
+refused "a relative hostDir" "/hostDir" --set apiServer.host=a --set hostDir=var/lib/x
+refused "an unknown value" "additional properties" --set apiServer.host=a --set rootDir=/x
+refused "a host that is not an address" "/apiServer/host" --set 'apiServer.host=a b'
+
+# The ServiceAccount's only permissions: the built-in roles kubeadm binds
+# bootstrap tokens to; the chart defines no role of its own.
+check "RBAC: no Role or ClusterRole of the chart's own" bash -c \
+  "! grep -qE '^kind: (Cluster)?Role$' '$rendered'"
+check "RBAC: bound to system:node-bootstrapper and the nodeclient role only" bash -c \
+  "python3 - '$rendered' <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+roles = sorted(d['roleRef']['name'] for d in docs if d['kind'].endswith('RoleBinding'))
+want = ['system:certificates.k8s.io:certificatesigningrequests:nodeclient', 'system:node-bootstrapper']
+sys.exit(roles != want)
+PY"
+check "the agent's API server URL is the value given" grep -q "server: https://10.1.2.3:6443" "$rendered"
+check "both containers privileged on the host network, node-critical" bash -c \
+  "python3 - '$rendered' <<'PY'
+import sys, yaml
+ds = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d['kind'] == 'DaemonSet')
+spec = ds['spec']['template']['spec']
+ok = spec['hostNetwork'] and spec['priorityClassName'] == 'system-node-critical'
+ok = ok and [c['name'] for c in spec['containers']] == ['runtime', 'rustlet']
+ok = ok and all(c['securityContext']['privileged'] for c in spec['containers'])
+ok = ok and all('livenessProbe' in c for c in spec['containers'])
+sys.exit(not ok)
+PY"
