@@ -576,9 +576,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     &volumes,
                     &pod_logs_dir,
                 );
-                if let Err(e) = cleaned.await {
-                    warn!(error = %e, "housekeeping");
-                }
+                let runtime_only = match cleaned.await {
+                    Ok(cleaned) => cleaned.left,
+                    Err(e) => {
+                        warn!(error = %e, "housekeeping");
+                        0
+                    }
+                };
+                housekeeping::record_pod_counts(&ctx, runtime_only);
             }
         }
     });

@@ -59,6 +59,56 @@ pub struct ProbeLabels {
     pub pod_uid: String,
 }
 
+/// Labels of `kubelet_working_pods`, as the kubelet's `HandlePodCleanups`
+/// sets them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkingLabels {
+    /// The pod worker's state: `sync`, `terminating` or `terminated`.
+    pub lifecycle: String,
+    /// `desired` (its source defines it), `orphan` (its source no longer
+    /// does, it is being stopped) or `runtime_only` (only the runtime has it).
+    pub config: String,
+    /// `true` for a static pod, empty for another, `unknown` for a pod only
+    /// the runtime has.
+    pub r#static: String,
+}
+
+/// Label `static` of `kubelet_desired_pods` and `kubelet_active_pods`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StaticLabel {
+    /// `true` for static pods, empty for the others.
+    pub r#static: String,
+}
+
+/// The pods of housekeeping's census, counted for the gauges of
+/// [`Metrics::set_pod_counts`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodCounts {
+    /// `(lifecycle, config, static)` → pods, for `kubelet_working_pods`;
+    /// the label values as [`WorkingLabels`]. Combinations not named are 0.
+    pub working: HashMap<(&'static str, &'static str, &'static str), usize>,
+    /// Pods the sources define, regular and static (`kubelet_desired_pods`).
+    pub desired: (usize, usize),
+    /// Desired pods neither finished nor being stopped, regular and static
+    /// (`kubelet_active_pods`).
+    pub active: (usize, usize),
+    /// Mirror pods in the API server (`kubelet_mirror_pods`).
+    pub mirrors: usize,
+}
+
+/// The `(config, static)` pairs of `kubelet_working_pods` the kubelet
+/// reports, each for every lifecycle.
+const WORKING_CONFIGS: [(&str, &str); 5] = [
+    ("desired", ""),
+    ("desired", "true"),
+    ("orphan", ""),
+    ("orphan", "true"),
+    ("runtime_only", "unknown"),
+];
+
+/// The lifecycles of `kubelet_working_pods`.
+const LIFECYCLES: [&str; 3] = ["sync", "terminating", "terminated"];
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric the agent exports.
@@ -82,6 +132,15 @@ pub struct Metrics {
     pub runtime_operations_duration: HistogramFamily<Operation>,
     /// `kubelet_pleg_last_seen_seconds`: Unix time of the PLEG's last activity, seconds.
     pub pleg_last_seen: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// `kubelet_working_pods{lifecycle,config,static}`: pods the pod workers
+    /// have, from housekeeping.
+    pub working_pods: Family<WorkingLabels, Gauge>,
+    /// `kubelet_desired_pods{static}`: pods the sources define.
+    pub desired_pods: Family<StaticLabel, Gauge>,
+    /// `kubelet_active_pods{static}`: desired pods not finished or stopping.
+    pub active_pods: Family<StaticLabel, Gauge>,
+    /// `kubelet_mirror_pods`: mirror pods in the API server.
+    pub mirror_pods: Gauge,
     /// Pod UID → when the pod worker first saw it, and whether its start was recorded.
     first_seen: Mutex<HashMap<String, (Instant, bool)>>,
     /// The registry of `/metrics/probes`.
@@ -118,6 +177,10 @@ impl Metrics {
             runtime_operations_errors: Family::default(),
             runtime_operations_duration: Family::new_with_constructor(runtime_histogram),
             pleg_last_seen: Gauge::default(),
+            working_pods: Family::default(),
+            desired_pods: Family::default(),
+            active_pods: Family::default(),
+            mirror_pods: Gauge::default(),
             first_seen: Mutex::default(),
             probes_registry: Registry::default(),
             probe_total: Family::default(),
@@ -170,11 +233,34 @@ impl Metrics {
             "Timestamp in seconds when PLEG was last seen active.",
             m.pleg_last_seen.clone(),
         );
-        Self {
+        registry.register(
+            "working_pods",
+            "Number of pods the pod workers have, by lifecycle, by whether their source still defines them (desired), no longer does (orphan) or only the runtime has them (runtime_only), and by whether they are static",
+            m.working_pods.clone(),
+        );
+        registry.register(
+            "desired_pods",
+            "Number of pods the pod sources define, by whether they are static",
+            m.desired_pods.clone(),
+        );
+        registry.register(
+            "active_pods",
+            "Number of desired pods that have neither finished nor been asked to stop, by whether they are static",
+            m.active_pods.clone(),
+        );
+        registry.register(
+            "mirror_pods",
+            "Number of mirror pods of this node in the API server",
+            m.mirror_pods.clone(),
+        );
+        let m = Self {
             registry,
             probes_registry,
             ..m
-        }
+        };
+        // Every series exists from the start, at 0, as the kubelet sets them all.
+        m.set_pod_counts(&PodCounts::default());
+        m
     }
 
     /// Records one CRI call: its count, its latency and, if it failed, an error.
@@ -401,6 +487,42 @@ impl Metrics {
         }
     }
 
+    /// Sets the pod census gauges (`kubelet_working_pods`,
+    /// `kubelet_desired_pods`, `kubelet_active_pods`, `kubelet_mirror_pods`),
+    /// every label combination the kubelet reports, 0 where `counts` has none.
+    pub fn set_pod_counts(&self, counts: &PodCounts) {
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        for lifecycle in LIFECYCLES {
+            for (config, stat) in WORKING_CONFIGS {
+                let n = counts
+                    .working
+                    .get(&(lifecycle, config, stat))
+                    .copied()
+                    .unwrap_or(0);
+                self.working_pods
+                    .get_or_create(&WorkingLabels {
+                        lifecycle: lifecycle.to_string(),
+                        config: config.to_string(),
+                        r#static: stat.to_string(),
+                    })
+                    .set(gauge(n));
+            }
+        }
+        for (family, (regular, stat)) in [
+            (&self.desired_pods, counts.desired),
+            (&self.active_pods, counts.active),
+        ] {
+            for (label, n) in [("", regular), ("true", stat)] {
+                family
+                    .get_or_create(&StaticLabel {
+                        r#static: label.to_string(),
+                    })
+                    .set(gauge(n));
+            }
+        }
+        self.mirror_pods.set(gauge(counts.mirrors));
+    }
+
     /// The whole registry in the Prometheus text format (version 0.0.4 compatible
     /// OpenMetrics text, ending in `# EOF`).
     ///
@@ -546,5 +668,62 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn the_pod_census_reports_every_series_the_kubelet_does() {
+        let m = Metrics::new();
+        let series = |m: &Metrics, name: &str| -> Vec<String> {
+            m.encode()
+                .expect("encode")
+                .lines()
+                .filter(|l| {
+                    l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} "))
+                })
+                .map(str::to_string)
+                .collect()
+        };
+        // Before any housekeeping: the 15 + 2 + 2 + 1 series, all 0.
+        let working = series(&m, "kubelet_working_pods");
+        assert_eq!(working.len(), 15, "{working:#?}");
+        assert!(working.iter().all(|l| l.ends_with(" 0")), "{working:#?}");
+        assert_eq!(series(&m, "kubelet_desired_pods").len(), 2);
+        assert_eq!(series(&m, "kubelet_active_pods").len(), 2);
+        assert_eq!(series(&m, "kubelet_mirror_pods"), ["kubelet_mirror_pods 0"]);
+
+        // A static pod being stopped after its manifest went, its mirror pod
+        // still there, and one regular pod running.
+        let counts = PodCounts {
+            working: HashMap::from([
+                (("terminating", "orphan", "true"), 1),
+                (("sync", "desired", ""), 1),
+            ]),
+            desired: (1, 0),
+            active: (1, 0),
+            mirrors: 1,
+        };
+        m.set_pod_counts(&counts);
+        let text = m.encode().expect("encode");
+        for want in [
+            "kubelet_working_pods{lifecycle=\"terminating\",config=\"orphan\",static=\"true\"} 1",
+            "kubelet_working_pods{lifecycle=\"sync\",config=\"desired\",static=\"\"} 1",
+            "kubelet_working_pods{lifecycle=\"sync\",config=\"desired\",static=\"true\"} 0",
+            "kubelet_working_pods{lifecycle=\"terminated\",config=\"runtime_only\",static=\"unknown\"} 0",
+            "kubelet_desired_pods{static=\"\"} 1",
+            "kubelet_desired_pods{static=\"true\"} 0",
+            "kubelet_active_pods{static=\"\"} 1",
+            "kubelet_mirror_pods 1",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        // The next census replaces the last one: what it does not name is 0.
+        m.set_pod_counts(&PodCounts::default());
+        assert!(
+            series(&m, "kubelet_working_pods")
+                .iter()
+                .all(|l| l.ends_with(" 0")),
+            "{:#?}",
+            series(&m, "kubelet_working_pods")
+        );
     }
 }

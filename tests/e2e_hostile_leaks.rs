@@ -13,14 +13,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::DeleteParams;
 
-async fn scrape_probes(client: &kube::Client) -> String {
-    let path = format!("/api/v1/nodes/{}/proxy/metrics/probes", node_name());
-    client
-        .request_text(axum::http::Request::get(path).body(Vec::new()).unwrap())
-        .await
-        .expect("proxy/metrics/probes")
-}
-
 /// The `prober_probe_total` lines of the pod with `uid`.
 fn series_of(text: &str, uid: &str) -> Vec<String> {
     let label = format!("pod_uid=\"{uid}\"");
@@ -65,7 +57,7 @@ async fn a_force_deleted_pods_probe_series_leave_the_metrics() {
     // Every probe has run and is counted under the pod's UID.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let text = scrape_probes(&client).await;
+        let text = scrape(&client, "metrics/probes").await;
         let series = series_of(&text, &uid);
         let kinds = ["Startup", "Liveness", "Readiness"];
         if kinds.iter().all(|k| {
@@ -88,7 +80,7 @@ async fn a_force_deleted_pods_probe_series_leave_the_metrics() {
     let deleted = Instant::now();
     let deadline = deleted + Duration::from_secs(10);
     loop {
-        let text = scrape_probes(&client).await;
+        let text = scrape(&client, "metrics/probes").await;
         let series = series_of(&text, &uid);
         if series.is_empty() {
             break;
@@ -103,7 +95,7 @@ async fn a_force_deleted_pods_probe_series_leave_the_metrics() {
     let gone_after = deleted.elapsed();
     for _ in 0..12 {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let series = series_of(&scrape_probes(&client).await, &uid);
+        let series = series_of(&scrape(&client, "metrics/probes").await, &uid);
         assert!(
             series.is_empty(),
             "probe series came back after they left ({gone_after:?}): {series:?}"

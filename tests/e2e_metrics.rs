@@ -6,23 +6,11 @@ mod common;
 
 use common::*;
 
-async fn scrape(client: &kube::Client) -> String {
-    scrape_path(client, "metrics").await
-}
-
-async fn scrape_path(client: &kube::Client, what: &str) -> String {
-    let path = format!("/api/v1/nodes/{}/proxy/{what}", node_name());
-    client
-        .request_text(axum::http::Request::get(path).body(Vec::new()).unwrap())
-        .await
-        .expect("proxy/metrics")
-}
-
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn metrics_count_a_pod_start_under_the_kubelets_names() {
     let client = client().await;
-    let before = scrape(&client).await;
+    let before = scrape(&client, "metrics").await;
     let starts = |t: &str| sample(t, "kubelet_pod_start_duration_seconds_count").unwrap_or(0.0);
     let sandboxes = |t: &str| {
         sample(
@@ -44,7 +32,7 @@ async fn metrics_count_a_pod_start_under_the_kubelets_names() {
     // The pod start is recorded when the worker sees its Running status come back.
     let mut after = String::new();
     for _ in 0..50 {
-        after = scrape(&client).await;
+        after = scrape(&client, "metrics").await;
         if starts(&after) > starts(&before) {
             break;
         }
@@ -88,7 +76,7 @@ async fn metrics_count_a_pod_start_under_the_kubelets_names() {
         condition_is("Ready", "True"),
     )
     .await;
-    let probes = scrape_path(&client, "metrics/probes").await;
+    let probes = scrape(&client, "metrics/probes").await;
     let series = format!(
         "prober_probe_total{{probe_type=\"Readiness\",result=\"successful\",container=\"c\",pod=\"sleeper\",namespace=\"{ns}\""
     );

@@ -130,6 +130,32 @@ async fn a_static_pod_lives_and_ends_with_its_manifest() {
         running[0].id
     );
 
+    // The pod gauges count it as the kubelet's housekeeping does (every
+    // 2 s): a static pod worked on, desired and active, with a mirror pod.
+    // Other tests' pods may be counted too, so at least one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = scrape(&client, "metrics").await;
+        let at_least_one = [
+            r#"kubelet_working_pods{lifecycle="sync",config="desired",static="true"}"#,
+            r#"kubelet_desired_pods{static="true"}"#,
+            r#"kubelet_active_pods{static="true"}"#,
+            "kubelet_mirror_pods",
+        ]
+        .map(|series| sample(&text, series).unwrap_or(0.0) >= 1.0);
+        if at_least_one.iter().all(|ok| *ok) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pod gauges do not count the static pod: {:#?}",
+            text.lines()
+                .filter(|l| l.contains("_pods"))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
     // Its logs, through the API server, as `kubectl logs` reads them.
     let logs = api
         .logs(

@@ -6,6 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
@@ -58,17 +59,19 @@ pub async fn delete_orphan_mirrors(client: &Client, sources: &super::sources::Po
 /// Last, the log directories of pods neither the cache nor the runtime has
 /// are removed ([`remove_orphaned_log_dirs`]).
 ///
-/// Returns how many pods were cleaned up: sandboxes and orphaned directories.
+/// Returns how many pods were cleaned up (sandboxes and orphaned
+/// directories) and how many pods only the runtime has are left, their
+/// cleanup having failed this time (logged; tried again on the next pass).
 ///
 /// # Errors
-/// The first CRI call that fails.
+/// Listing the runtime's sandboxes failed.
 pub async fn cleanup_orphans(
     runtime: &Runtime,
     client: &Client,
     store: &Store<Pod>,
     volumes: &VolumeManager,
     pod_logs_dir: &Path,
-) -> crate::cri::Result<usize> {
+) -> crate::cri::Result<Cleaned> {
     let known: HashSet<String> = store
         .state()
         .iter()
@@ -93,8 +96,15 @@ pub async fn cleanup_orphans(
     )
     .await;
     let mut removed = 0;
+    let mut left = 0;
     for r in results {
-        removed += usize::from(r?);
+        match r {
+            Ok(cleaned) => removed += usize::from(cleaned),
+            Err(e) => {
+                warn!(error = %e, "housekeeping: clean up a pod no longer bound to this node");
+                left += 1;
+            }
+        }
     }
     let in_runtime: HashSet<&String> = sandboxes
         .iter()
@@ -115,7 +125,20 @@ pub async fn cleanup_orphans(
     remove_orphaned_log_dirs(pod_logs_dir, |uid| {
         known.contains(uid) || in_runtime.contains(&uid.to_string())
     });
-    Ok(removed + dirs)
+    Ok(Cleaned {
+        removed: removed + dirs,
+        left,
+    })
+}
+
+/// What [`cleanup_orphans`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cleaned {
+    /// Pods cleaned up: sandboxes and orphaned directories.
+    pub removed: usize,
+    /// Pods only the runtime has that are still there, their cleanup having
+    /// failed (the kubelet's `runtime_only` working pods, still terminating).
+    pub left: usize,
 }
 
 /// Removes the log directories (`<ns>_<name>_<uid>` under `pod_logs_dir`) of
@@ -289,6 +312,93 @@ pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
     crate::metrics::metrics().retain_pods(keep);
 }
 
+/// Where a pod worker is with its pod, as the kubelet's `PodWorkerState`:
+/// `sync` (running it), `terminating` (stopping it: it is being deleted, or
+/// its static pod's manifest went, and a container still runs) or
+/// `terminated` (it has finished, or was stopped). Read from `pod`'s status
+/// as this agent last reported it. Pure.
+#[must_use]
+pub fn lifecycle(pod: &Pod) -> &'static str {
+    let status = pod.status.as_ref();
+    let finished = status
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(crate::reasons::phase::is_terminal);
+    if finished {
+        return "terminated";
+    }
+    if pod.metadata.deletion_timestamp.is_none() {
+        return "sync";
+    }
+    let running = status
+        .into_iter()
+        .flat_map(|s| {
+            [
+                &s.init_container_statuses,
+                &s.container_statuses,
+                &s.ephemeral_container_statuses,
+            ]
+        })
+        .flatten()
+        .flatten()
+        .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+    if running { "terminating" } else { "terminated" }
+}
+
+/// The pod gauges of `census` (lifecycles read by `lifecycle_of`) with
+/// `runtime_only` pods still being removed, as the kubelet's
+/// `HandlePodCleanups` sets `kubelet_working_pods`, `kubelet_desired_pods`,
+/// `kubelet_active_pods` and `kubelet_mirror_pods`. A desired pod is active
+/// while its lifecycle is `sync`; a static pod waiting for its predecessor
+/// to stop is active too (the kubelet counts it so). Pure.
+#[must_use]
+pub fn pod_counts(
+    census: &super::sources::Census,
+    lifecycle_of: impl Fn(&Arc<Pod>) -> &'static str,
+    runtime_only: usize,
+) -> crate::metrics::PodCounts {
+    let mut counts = crate::metrics::PodCounts::default();
+    let mut worked_static = 0usize;
+    for w in &census.working {
+        let lifecycle = lifecycle_of(&w.pod);
+        let config = if w.orphan { "orphan" } else { "desired" };
+        let stat = if w.is_static { "true" } else { "" };
+        *counts.working.entry((lifecycle, config, stat)).or_default() += 1;
+        if w.orphan {
+            continue;
+        }
+        let active = lifecycle == "sync";
+        if w.is_static {
+            worked_static += 1;
+            counts.active.1 += usize::from(active);
+        } else {
+            counts.desired.0 += 1;
+            counts.active.0 += usize::from(active);
+        }
+    }
+    counts.desired.1 = census.desired_static;
+    counts.active.1 += census.desired_static.saturating_sub(worked_static);
+    if runtime_only > 0 {
+        counts
+            .working
+            .insert(("terminating", "runtime_only", "unknown"), runtime_only);
+    }
+    counts.mirrors = census.mirrors;
+    counts
+}
+
+/// Sets the pod gauges ([`pod_counts`]) from the pod sources, each pod's
+/// lifecycle read from the status this agent last sent, with
+/// `runtime_only` pods left by [`cleanup_orphans`].
+pub fn record_pod_counts(ctx: &Context, runtime_only: usize) {
+    let census = ctx.sources.census();
+    let counts = pod_counts(
+        &census,
+        |pod| lifecycle(&ctx.status.with_sent_status(pod.clone())),
+        runtime_only,
+    );
+    crate::metrics::metrics().set_pod_counts(&counts);
+}
+
 /// The pod cgroups of housekeeping, as the kubelet's `cleanupOrphanedPodCgroups`
 /// and QoS container manager: the cgroup of a pod no longer in `store` is
 /// removed (one that still holds tasks is tried again next time), and the
@@ -336,6 +446,90 @@ pub fn sync_pod_cgroups(ctx: &Context, store: &Store<Pod>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_state(deleting: bool, phase: &str, running: bool) -> Pod {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
+            PodStatus,
+        };
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let mut p = crate::fixtures::pod("p").container("c", "busybox").build();
+        if deleting {
+            p.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        }
+        let state = if running {
+            ContainerState {
+                running: Some(ContainerStateRunning::default()),
+                ..ContainerState::default()
+            }
+        } else {
+            ContainerState {
+                terminated: Some(ContainerStateTerminated::default()),
+                ..ContainerState::default()
+            }
+        };
+        p.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "c".into(),
+                state: Some(state),
+                ..ContainerStatus::default()
+            }]),
+            ..PodStatus::default()
+        });
+        p
+    }
+
+    #[test]
+    fn a_pods_lifecycle_is_read_from_its_status_as_the_pod_workers_states() {
+        assert_eq!(lifecycle(&with_state(false, "Running", true)), "sync");
+        assert_eq!(lifecycle(&with_state(false, "Pending", false)), "sync");
+        assert_eq!(lifecycle(&with_state(true, "Running", true)), "terminating");
+        assert_eq!(lifecycle(&with_state(true, "Running", false)), "terminated");
+        assert_eq!(
+            lifecycle(&with_state(false, "Succeeded", false)),
+            "terminated"
+        );
+        assert_eq!(lifecycle(&with_state(true, "Failed", false)), "terminated");
+    }
+
+    #[test]
+    fn the_pod_counts_split_desired_active_and_orphaned_pods() {
+        use super::super::sources::{Census, WorkingPod};
+        let w = |name: &str, is_static: bool, orphan: bool, deleting: bool| WorkingPod {
+            pod: Arc::new({
+                let mut p = with_state(deleting, "Running", true);
+                p.metadata.name = Some(name.into());
+                p
+            }),
+            is_static,
+            orphan,
+        };
+        let census = Census {
+            working: vec![
+                w("api", false, false, false),
+                w("api-deleting", false, false, true),
+                w("static", true, false, false),
+                w("static-old", true, true, true),
+            ],
+            // "static", and the successor of "static-old", not started yet.
+            desired_static: 2,
+            mirrors: 2,
+        };
+        let counts = pod_counts(&census, |p| lifecycle(p), 0);
+        assert_eq!(
+            counts.working,
+            HashMap::from([
+                (("sync", "desired", ""), 1),
+                (("terminating", "desired", ""), 1),
+                (("sync", "desired", "true"), 1),
+                (("terminating", "orphan", "true"), 1),
+            ])
+        );
+        assert_eq!(counts.desired, (2, 2));
+        assert_eq!(counts.active, (1, 2));
+        assert_eq!(counts.mirrors, 2);
+    }
 
     #[test]
     fn log_directories_of_pods_gone_are_removed_and_links_left() {

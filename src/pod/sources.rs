@@ -61,7 +61,64 @@ pub struct PodConfig {
     api_listed: bool,
 }
 
+/// One pod of the set, as the kubelet's pod workers count it
+/// (`PodWorkerSync`).
+#[derive(Clone, Debug)]
+pub struct WorkingPod {
+    /// The pod, as the set holds it.
+    pub pod: Arc<Pod>,
+    /// True for a static pod.
+    pub is_static: bool,
+    /// True when its source no longer defines it (a static pod whose
+    /// manifest went or changed): it is only being stopped.
+    pub orphan: bool,
+}
+
+/// The set counted for the kubelet's pod gauges ([`PodConfig::census`]).
+#[derive(Clone, Debug, Default)]
+pub struct Census {
+    /// Every pod the workers sync ([`PodConfig::pods`]).
+    pub working: Vec<WorkingPod>,
+    /// Static pods the manifests define now; one waiting for its
+    /// predecessor to stop is counted, and is not in `working` yet.
+    pub desired_static: usize,
+    /// Mirror pods bound here.
+    pub mirrors: usize,
+}
+
 impl PodConfig {
+    /// The pods the workers have and what the sources define, as the
+    /// kubelet's `HandlePodCleanups` counts them.
+    #[must_use]
+    pub fn census(&self) -> Census {
+        let working = self
+            .pods()
+            .into_iter()
+            .map(|pod| {
+                let key = static_pod::key(&pod);
+                let is_static = self
+                    .active
+                    .get(&key)
+                    .is_some_and(|a| a.metadata.uid == pod.metadata.uid);
+                let orphan = is_static
+                    && self
+                        .desired
+                        .get(&key)
+                        .is_none_or(|d| d.metadata.uid != pod.metadata.uid);
+                WorkingPod {
+                    pod,
+                    is_static,
+                    orphan,
+                }
+            })
+            .collect();
+        Census {
+            working,
+            desired_static: self.desired.len(),
+            mirrors: self.mirrors.len(),
+        }
+    }
+
     /// The pod the workers sync under `key`: the static pod, else the API's.
     #[must_use]
     pub fn pod(&self, key: &str) -> Option<Arc<Pod>> {
@@ -397,6 +454,12 @@ impl PodSources {
         inner
             .writer
             .apply_watcher_event(&watcher::Event::Apply(updated));
+    }
+
+    /// The set counted for the pod gauges ([`PodConfig::census`]).
+    #[must_use]
+    pub fn census(&self) -> Census {
+        self.lock().config.census()
     }
 
     /// The mirror pod of static pod `pod`, if the API server has one.
@@ -806,6 +869,62 @@ mod tests {
         );
         // The hidden API pod shows through once the static pod left.
         assert_eq!(uid(c.pod("default/web")), Some("x1".into()));
+    }
+
+    #[test]
+    fn the_census_tells_desired_from_orphaned_static_pods() {
+        let census = |c: &PodConfig| {
+            let mut working: Vec<(String, bool, bool)> = c
+                .census()
+                .working
+                .iter()
+                .map(|w| {
+                    let uid = w.pod.metadata.uid.clone().unwrap_or_default();
+                    (uid, w.is_static, w.orphan)
+                })
+                .collect();
+            working.sort();
+            let n = c.census();
+            (working, n.desired_static, n.mirrors)
+        };
+        let mut c = PodConfig::default();
+        c.set_source("file", desired(&[static_pod("web", "u1")]), at(0));
+        let mut api = pod("db").container("c", "busybox").build();
+        api.metadata.uid = Some("a1".into());
+        c.api_replace(vec![api, mirror_pod("web", "m1", "u1")]);
+        assert_eq!(
+            census(&c),
+            (
+                vec![("a1".into(), false, false), ("u1".into(), true, false)],
+                1,
+                1
+            )
+        );
+        // The manifest changes: the old pod is an orphan while it stops, and
+        // its successor, waiting, is desired but not yet worked on.
+        c.set_source("file", desired(&[static_pod("web", "u2")]), at(1));
+        assert_eq!(
+            census(&c),
+            (
+                vec![("a1".into(), false, false), ("u1".into(), true, true)],
+                1,
+                1
+            )
+        );
+        c.finished("default/web", "u1", at(2));
+        assert_eq!(census(&c).0[1], ("u2".into(), true, false));
+        // The manifest goes: an orphan until stopped, then gone.
+        c.set_source("file", BTreeMap::new(), at(3));
+        assert_eq!(
+            census(&c),
+            (
+                vec![("a1".into(), false, false), ("u2".into(), true, true)],
+                0,
+                1
+            )
+        );
+        c.finished("default/web", "u2", at(4));
+        assert_eq!(census(&c), (vec![("a1".into(), false, false)], 0, 1));
     }
 
     #[test]

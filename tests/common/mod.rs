@@ -294,6 +294,16 @@ pub fn kubectl(args: &[&str], stdin: &str) -> (i32, String, String) {
     )
 }
 
+/// `/<what>` of this node's API (`metrics`, `metrics/probes`), read through
+/// the API server's node proxy as Prometheus scrapes it.
+pub async fn scrape(client: &Client, what: &str) -> String {
+    let path = format!("/api/v1/nodes/{}/proxy/{what}", node_name());
+    client
+        .request_text(axum::http::Request::get(path).body(Vec::new()).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("proxy/{what}: {e}"))
+}
+
 /// The value of the Prometheus sample whose line starts with `prefix` (its
 /// name and labels).
 pub fn sample(text: &str, prefix: &str) -> Option<f64> {

@@ -346,7 +346,8 @@ async fn pod_directories_whose_sandbox_vanished_are_torn_down_but_not_those_of_l
         &n.ctx.runtime.node.pod_logs_dir,
     )
     .await
-    .expect("housekeeping");
+    .expect("housekeeping")
+    .removed;
     assert!(!pods.join("uid-gone").exists(), "the orphan goes");
     assert!(
         pods.join("uid-alive/volumes").exists(),

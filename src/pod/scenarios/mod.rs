@@ -625,10 +625,10 @@ async fn a_force_deleted_pod_is_cleaned_up_once_the_watch_has_dropped_it() {
     let cleanup =
         || super::housekeeping::cleanup_orphans(rt, &client, &store, &n.ctx.volumes, &logs);
     // The watch has not dropped it yet: housekeeping leaves it alone.
-    assert_eq!(cleanup().await.expect("housekeeping"), 0);
+    assert_eq!(cleanup().await.expect("housekeeping").removed, 0);
     assert_eq!(n.cri_calls(), Vec::<String>::new());
     n.pods.api_event(watcher::Event::Delete(web));
-    assert_eq!(cleanup().await.expect("housekeeping"), 1);
+    assert_eq!(cleanup().await.expect("housekeeping").removed, 1);
     assert_eq!(
         n.cri_calls(),
         [
@@ -668,7 +668,8 @@ async fn pods_deleted_while_the_agent_was_down_are_removed_but_not_those_the_api
         &fresh.ctx.runtime.node.pod_logs_dir,
     )
     .await
-    .expect("housekeeping");
+    .expect("housekeeping")
+    .removed;
     assert_eq!(removed, 1);
     let mut calls = fresh.cri_calls();
     calls.sort();
@@ -683,6 +684,45 @@ async fn pods_deleted_while_the_agent_was_down_are_removed_but_not_those_the_api
     );
     let names: Vec<String> = fresh.cri.sandboxes().into_iter().map(|s| s.name).collect();
     assert_eq!(names, ["kept"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_only_the_runtime_has_whose_cleanup_fails_is_counted_until_it_is_gone() {
+    let mut n = Node::start().await;
+    let gone = n.bind(pod("gone").container("c", IMAGE).build());
+    n.sync(&gone).await;
+    n.api.remove_pod("gone");
+    let fresh = n.restart().await;
+    let client = fresh.api.client();
+    let cleanup = || {
+        super::housekeeping::cleanup_orphans(
+            &fresh.ctx.runtime.runtime,
+            &client,
+            &fresh.ctx.runtime.pods,
+            &fresh.ctx.volumes,
+            &fresh.ctx.runtime.node.pod_logs_dir,
+        )
+    };
+    // The runtime refuses to stop the container: the pod stays, counted as
+    // a runtime-only pod still terminating, and the pass goes on.
+    fresh
+        .cri
+        .fail_next("StopContainer", tonic::Code::Unavailable, "runtime busy");
+    let first = cleanup().await.expect("housekeeping");
+    assert_eq!(first.left, 1);
+    assert_eq!(fresh.cri.sandboxes().len(), 1);
+    let census = fresh.ctx.sources.census();
+    let counts = super::housekeeping::pod_counts(&census, |_| "sync", first.left);
+    assert_eq!(
+        counts
+            .working
+            .get(&("terminating", "runtime_only", "unknown")),
+        Some(&1)
+    );
+    // The next pass removes it.
+    let second = cleanup().await.expect("housekeeping");
+    assert_eq!((second.left, second.removed), (0, 1));
+    assert!(fresh.cri.sandboxes().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
