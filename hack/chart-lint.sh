@@ -3,7 +3,7 @@
 # needed: `helm lint`, `helm template` with the values a user sets, its schema
 # refusing bad values, the one required value named when missing, and the
 # rendered RBAC granting the ServiceAccount nothing but the two built-in
-# roles of a node's TLS bootstrap.
+# roles of a node's TLS bootstrap and `get` on its own DaemonSet.
 #
 #   hack/chart-lint.sh
 #
@@ -45,17 +45,21 @@ refused "an unknown value" "additional properties" --set apiServer.host=a --set 
 refused "a host that is not an address" "/apiServer/host" --set 'apiServer.host=a b'
 
 # The ServiceAccount's only permissions: the built-in roles kubeadm binds
-# bootstrap tokens to; the chart defines no role of its own.
-check "RBAC: no Role or ClusterRole of the chart's own" bash -c \
-  "! grep -qE '^kind: (Cluster)?Role$' '$rendered'"
-check "RBAC: bound to system:node-bootstrapper and the nodeclient role only" bash -c \
+# bootstrap tokens to, and one Role of the chart's own: `get` on its own
+# DaemonSet (the agent tells an uninstall from an update by it).
+check "RBAC: bound to the two bootstrap roles and its own DaemonSet's Role only" bash -c \
   "python3 - '$rendered' <<'PY'
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 roles = sorted(d['roleRef']['name'] for d in docs if d['kind'].endswith('RoleBinding'))
-want = ['system:certificates.k8s.io:certificatesigningrequests:nodeclient', 'system:node-bootstrapper']
-sys.exit(roles != want)
+want = ['rustlet-own-daemonset', 'system:certificates.k8s.io:certificatesigningrequests:nodeclient', 'system:node-bootstrapper']
+own = [d for d in docs if d['kind'] in ('Role', 'ClusterRole')]
+rules = [{'apiGroups': ['apps'], 'resources': ['daemonsets'], 'resourceNames': ['rustlet'], 'verbs': ['get']}]
+ok = roles == want and len(own) == 1 and own[0]['kind'] == 'Role' and own[0]['rules'] == rules
+sys.exit(not ok)
 PY"
+check "the agent resets its node only when its own DaemonSet is gone" bash -c \
+  "grep -q -- '--reset-when-gone=rustlet-system/rustlet' '$rendered' && grep -q -- '--reset-cni-bridge=rustletc0' '$rendered'"
 check "the agent's API server URL is the value given" grep -q "server: https://10.1.2.3:6443" "$rendered"
 check "both containers privileged on the host network, node-critical" bash -c \
   "python3 - '$rendered' <<'PY'

@@ -242,6 +242,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             futures::future::Either::Right(std::future::pending()),
         )
     };
+    // The DaemonSet of --reset-when-gone is read with the pod's own
+    // ServiceAccount, which the node's credentials cannot stand in for.
+    let owner = match &args.reset_when_gone {
+        Some((ns, name)) => {
+            let config = kube::Config::incluster()
+                .context("--reset-when-gone needs the in-cluster ServiceAccount credentials")?;
+            let owner_client =
+                Client::try_from(config).context("build the ServiceAccount's API client")?;
+            Some((owner_client, ns.clone(), name.clone()))
+        }
+        None => None,
+    };
     let runtime = Runtime::connect(
         &settings.container_runtime_endpoint,
         settings.runtime_request_timeout,
@@ -587,6 +599,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     });
+    let ctx_volumes = ctx.volumes.clone();
     let pods = controller
         .run(reconcile_measured, worker::error_policy, ctx)
         .for_each(|res| async move {
@@ -623,8 +636,61 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }),
     };
     housekeeping.abort();
+    if result.is_ok()
+        && let Some((owner_client, ns, name)) = &owner
+    {
+        reset_if_uninstalled(
+            owner_client,
+            ns,
+            name,
+            &runtime,
+            &ctx_volumes,
+            &settings.pod_logs_dir,
+            &client,
+            &node_name,
+            args.reset_cni_bridge.as_deref(),
+        )
+        .await;
+    }
     info!("stopped");
     result
+}
+
+/// On a stop with --reset-when-gone: resets the node
+/// ([`crate::node::reset::reset`]) when DaemonSet `ns`/`name` is gone,
+/// and leaves everything running when it is there or cannot be read.
+#[allow(clippy::too_many_arguments)]
+async fn reset_if_uninstalled(
+    owner_client: &Client,
+    ns: &str,
+    name: &str,
+    runtime: &Runtime,
+    volumes: &VolumeManager,
+    pod_logs_dir: &Path,
+    client: &Client,
+    node: &str,
+    bridge: Option<&str>,
+) {
+    match crate::node::reset::owner_gone(owner_client, ns, name).await {
+        Ok(true) => {
+            info!(daemonset = %format!("{ns}/{name}"), "the agent's DaemonSet is gone: resetting the node");
+            let report =
+                crate::node::reset::reset(runtime, volumes, pod_logs_dir, client, node, bridge)
+                    .await;
+            for e in &report.errors {
+                warn!(error = e, "node reset");
+            }
+        }
+        Ok(false) => info!(
+            daemonset = %format!("{ns}/{name}"),
+            "the agent's DaemonSet is there: pods left running for the next agent"
+        ),
+        Err(e) => warn!(
+            daemonset = %format!("{ns}/{name}"),
+            error = %e,
+            "cannot tell an uninstall from an update: pods left running"
+        ),
+    }
 }
 
 /// The pod and QoS cgroups of `cgroupsPerQOS` (none when it is off), with

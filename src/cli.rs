@@ -118,6 +118,29 @@ pub struct RunArgs {
     /// Container GC: dead containers kept on the node (negative: no limit).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     pub maximum_dead_containers: i32,
+    /// `<namespace>/<name>` of the DaemonSet this agent runs in (the Helm
+    /// chart's). When the agent stops and that DaemonSet is gone or being
+    /// deleted (an uninstall, read with the in-cluster ServiceAccount
+    /// credentials), it resets the node: every container and sandbox of
+    /// the runtime removed, the pod directories and logs removed, the
+    /// pods bound to the node and its Node object deleted, and
+    /// --reset-cni-bridge deleted. While the DaemonSet exists (an update),
+    /// the pods keep running for the next agent.
+    #[arg(long, value_parser = namespaced_name)]
+    pub reset_when_gone: Option<(String, String)>,
+    /// The CNI bridge a reset (--reset-when-gone) deletes.
+    #[arg(long, requires = "reset_when_gone")]
+    pub reset_cni_bridge: Option<String>,
+}
+
+/// Parses `<namespace>/<name>`, both non-empty.
+fn namespaced_name(s: &str) -> Result<(String, String), String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_string(), name.to_string()))
+        }
+        _ => Err(format!("{s:?} is not <namespace>/<name>")),
+    }
 }
 
 /// The labels of `--node-labels`, by key.

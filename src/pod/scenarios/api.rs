@@ -120,6 +120,22 @@ impl FakeApi {
         lock(&self.0).objects.insert(key, object);
     }
 
+    /// Stores Node `name`.
+    pub fn put_node(&self, name: &str) {
+        let node = json!({
+            "kind": "Node", "apiVersion": "v1",
+            "metadata": { "name": name, "uid": format!("node-uid-{name}") },
+        });
+        let key = ("nodes".to_string(), String::new(), name.to_string());
+        lock(&self.0).objects.insert(key, node);
+    }
+
+    /// True while Node `name` is stored.
+    pub fn has_node(&self, name: &str) -> bool {
+        let key = ("nodes".to_string(), String::new(), name.to_string());
+        lock(&self.0).objects.contains_key(&key)
+    }
+
     /// Removes pod `name` of `default` (a deletion the agent did not make).
     pub fn remove_pod(&self, name: &str) {
         let key = ("pods".to_string(), "default".to_string(), name.to_string());
@@ -166,6 +182,31 @@ impl FakeApi {
             body: body.clone(),
         });
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match (method.as_str(), parts.as_slice()) {
+            // Every pod (all are this node's): a list across namespaces.
+            ("GET", ["api", "v1", "pods"]) => {
+                let items: Vec<Value> = st
+                    .objects
+                    .iter()
+                    .filter(|((r, _, _), _)| r == "pods")
+                    .map(|(_, v)| v.clone())
+                    .collect();
+                let list = json!({
+                    "kind": "PodList", "apiVersion": "v1",
+                    "metadata": { "resourceVersion": st.revision.to_string() },
+                    "items": items,
+                });
+                return (StatusCode::OK, list);
+            }
+            ("DELETE", ["api", "v1", "nodes", name]) => {
+                let key = ("nodes".to_string(), String::new(), (*name).to_string());
+                return match st.objects.remove(&key) {
+                    Some(node) => (StatusCode::OK, node),
+                    None => status(StatusCode::NOT_FOUND, "NotFound", "node not found"),
+                };
+            }
+            _ => {}
+        }
         // /api/v1/namespaces/{ns}/{resource}/{name}[/{sub}]
         let (ns, resource, name, sub) = match parts.as_slice() {
             ["api", "v1", "namespaces", ns, r] => (*ns, *r, "", ""),

@@ -1,0 +1,234 @@
+//! Resetting a node the agent leaves for good, as `kubeadm reset` does for
+//! a kubelet's node: every container and sandbox of the runtime stopped and
+//! removed (the sandbox's network torn down by the runtime's CNI), the pod
+//! directories (volumes and subPath mounts) and pod logs removed, the pods
+//! bound to the node and its Node object deleted with the node's own
+//! credentials, and the CNI bridge the pods were attached to deleted.
+//!
+//! The Helm chart's companion node resets itself this way when it stops
+//! after its DaemonSet was deleted (`helm uninstall`), and only then: a
+//! rolling update keeps the DaemonSet, and the pods keep running for the
+//! next agent to adopt ([`owner_gone`]).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use futures::TryStreamExt as _;
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DeleteParams, ListParams, Preconditions};
+use kube::{Api, Client};
+use tracing::{info, warn};
+
+use crate::cri::Runtime;
+use crate::volume::VolumeManager;
+
+/// Seconds each running container gets to stop on a reset (the runtime
+/// kills it after), as housekeeping stops an orphaned pod's containers.
+const STOP_GRACE_SECONDS: i64 = 2;
+
+/// What a reset did; each step is tried whatever the others did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Containers removed from the runtime.
+    pub containers: usize,
+    /// Pod sandboxes removed from the runtime.
+    pub sandboxes: usize,
+    /// Pod directories torn down under the root directory.
+    pub pod_dirs: usize,
+    /// Pods bound to the node deleted from the API server.
+    pub pods: usize,
+    /// True when the Node object was deleted (or was already gone).
+    pub node_deleted: bool,
+    /// True when the CNI bridge was deleted (or was not there).
+    pub bridge_deleted: bool,
+    /// What failed, one line each.
+    pub errors: Vec<String>,
+}
+
+/// True when DaemonSet `namespace`/`name`, read with `client`, is gone or
+/// being deleted: the agent's deployment was uninstalled, not updated.
+///
+/// # Errors
+/// The API server could not say (the agent then keeps its pods).
+pub async fn owner_gone(client: &Client, namespace: &str, name: &str) -> kube::Result<bool> {
+    let ds = Api::<DaemonSet>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await?;
+    Ok(ds.is_none_or(|d| d.metadata.deletion_timestamp.is_some()))
+}
+
+/// Resets node `node`: see the module's documentation. `client` carries
+/// the node's credentials (a node may delete its own Node object and the
+/// pods bound to it); `bridge` is the CNI bridge to delete, if any. Pod
+/// directories are under `volumes`' root directory, pod logs under
+/// `pod_logs_dir`.
+pub async fn reset(
+    runtime: &Runtime,
+    volumes: &VolumeManager,
+    pod_logs_dir: &Path,
+    client: &Client,
+    node: &str,
+    bridge: Option<&str>,
+) -> Report {
+    let mut report = Report::default();
+    remove_containers(runtime, &mut report).await;
+    remove_sandboxes(runtime, &mut report).await;
+    let (empty, _writer) = kube::runtime::reflector::store::<Pod>();
+    report.pod_dirs = volumes.cleanup_orphans(&empty, |_| false).await;
+    crate::pod::housekeeping::remove_orphaned_log_dirs(pod_logs_dir, |_| false);
+    delete_pods(client, node, &mut report).await;
+    match Api::<Node>::all(client.clone())
+        .delete(node, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => report.node_deleted = true,
+        Err(kube::Error::Api(s)) if s.code == 404 => report.node_deleted = true,
+        Err(e) => report.errors.push(format!("delete node {node}: {e}")),
+    }
+    match bridge {
+        Some(name) => match delete_link(name).await {
+            Ok(()) => report.bridge_deleted = true,
+            Err(e) => report.errors.push(format!("delete bridge {name}: {e}")),
+        },
+        None => report.bridge_deleted = true,
+    }
+    info!(
+        containers = report.containers,
+        sandboxes = report.sandboxes,
+        pod_dirs = report.pod_dirs,
+        pods = report.pods,
+        node_deleted = report.node_deleted,
+        bridge_deleted = report.bridge_deleted,
+        errors = report.errors.len(),
+        "node reset"
+    );
+    report
+}
+
+/// Stops (at most [`STOP_GRACE_SECONDS`]) and removes every container,
+/// concurrently.
+async fn remove_containers(runtime: &Runtime, report: &mut Report) {
+    let containers = match runtime.list_containers(HashMap::new()).await {
+        Ok(c) => c,
+        Err(e) => {
+            report.errors.push(format!("list containers: {e}"));
+            return;
+        }
+    };
+    let results = futures::future::join_all(containers.iter().map(|c| async move {
+        if c.state == cri::ContainerState::ContainerRunning as i32 {
+            runtime.stop_container(&c.id, STOP_GRACE_SECONDS).await?;
+        }
+        runtime.remove_container(&c.id).await
+    }))
+    .await;
+    for (c, r) in containers.iter().zip(results) {
+        match r {
+            Ok(()) => report.containers += 1,
+            Err(e) => report
+                .errors
+                .push(format!("remove container {}: {e}", c.id)),
+        }
+    }
+}
+
+/// Stops and removes every pod sandbox (the runtime tears its network down).
+async fn remove_sandboxes(runtime: &Runtime, report: &mut Report) {
+    let sandboxes = match runtime.list_pod_sandboxes(HashMap::new()).await {
+        Ok(s) => s,
+        Err(e) => {
+            report.errors.push(format!("list pod sandboxes: {e}"));
+            return;
+        }
+    };
+    for s in sandboxes {
+        let removed = async {
+            runtime.stop_pod_sandbox(&s.id).await?;
+            runtime.remove_pod_sandbox(&s.id).await
+        };
+        match removed.await {
+            Ok(()) => report.sandboxes += 1,
+            Err(e) => report
+                .errors
+                .push(format!("remove pod sandbox {}: {e}", s.id)),
+        }
+    }
+}
+
+/// Deletes every pod bound to `node` at once (grace period 0, this very
+/// pod: a UID precondition), as the kubelet's status manager deletes a pod
+/// whose containers have stopped.
+async fn delete_pods(client: &Client, node: &str, report: &mut Report) {
+    let bound = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let pods = match Api::<Pod>::all(client.clone()).list(&bound).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            report
+                .errors
+                .push(format!("list the pods of node {node}: {e}"));
+            return;
+        }
+    };
+    for pod in pods {
+        let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
+            continue;
+        };
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: pod.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match Api::<Pod>::namespaced(client.clone(), ns)
+            .delete(name, &params)
+            .await
+        {
+            Ok(_) => report.pods += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                warn!(pod = %format!("{ns}/{name}"), error = %e, "reset: delete pod");
+                report.errors.push(format!("delete pod {ns}/{name}: {e}"));
+            }
+        }
+    }
+}
+
+/// Deletes network link `name` of the agent's network namespace, if there.
+///
+/// # Errors
+/// The netlink socket could not be opened, or the kernel refused.
+async fn delete_link(name: &str) -> Result<(), String> {
+    let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| e.to_string())?;
+    let task = tokio::spawn(connection);
+    let result = async {
+        let mut links = handle.link().get().match_name(name.to_string()).execute();
+        match links.try_next().await {
+            Ok(Some(link)) => handle
+                .link()
+                .del(link.header.index)
+                .execute()
+                .await
+                .map_err(|e| e.to_string()),
+            Ok(None) => Ok(()),
+            // No such device: nothing to delete.
+            Err(rtnetlink::Error::NetlinkError(e))
+                if e.code.map(|c| c.get()) == Some(-libc_enodev()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+    .await;
+    task.abort();
+    result
+}
+
+/// `ENODEV`, which the kernel answers for a link name it does not know.
+fn libc_enodev() -> i32 {
+    rustix::io::Errno::NODEV.raw_os_error()
+}
