@@ -14,10 +14,13 @@
 #                                   at /opt/cni/bin), with their libraries
 # <version> is Cargo.toml's; both are also tagged `latest`.
 #
-#   hack/image.sh [--import]
+#   hack/image.sh [--import] [--debug]
 #
 # --import also imports both into the local cluster's containerd (k8s.io
 # namespace, hack/local-up.sh), where a pod can run them without a registry.
+# --debug puts the debug build in the rustlet image instead of the release
+# build (the tests' build, which is already there; a release build with
+# link-time optimization takes minutes).
 # Needs hack/build-cluster.sh (imagebuild, containerd) and cargo.
 set -euo pipefail
 PROG=image
@@ -25,11 +28,13 @@ PROG=image
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 import=false
+profile=release
 while (($#)); do
   case $1 in
     --import) import=true; shift ;;
+    --debug) profile=debug; shift ;;
     -h | --help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
-    *) die "unknown argument '$1' (usage: hack/image.sh [--import])" ;;
+    *) die "unknown argument '$1' (usage: hack/image.sh [--import] [--debug])" ;;
   esac
 done
 
@@ -53,10 +58,12 @@ version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -1)
 OUT=$ROOT/_output/images
 mkdir -p "$OUT"
 
-log "building rustlet (cargo build --release --bin rustlet)"
-(cd "$ROOT" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo build --release --bin rustlet) >"$OUT/rustlet-build.log" 2>&1 ||
-  die "cargo build --release failed (log: ${OUT#"$ROOT"/}/rustlet-build.log)"
-RUSTLET=$CARGO_TARGET_DIR/release/rustlet
+cargo_args=(build --bin rustlet)
+[[ $profile == release ]] && cargo_args+=(--release)
+log "building rustlet (cargo ${cargo_args[*]})"
+(cd "$ROOT" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo "${cargo_args[@]}") >"$OUT/rustlet-build.log" 2>&1 ||
+  die "cargo ${cargo_args[*]} failed (log: ${OUT#"$ROOT"/}/rustlet-build.log)"
+RUSTLET=$CARGO_TARGET_DIR/$profile/rustlet
 
 # build NAME ARGS...: _output/images/NAME.tar tagged NAME:<version> and
 # NAME:latest; prints its image ID.

@@ -8,16 +8,27 @@
 # that `kubectl logs`, `exec` and `port-forward` reach it through the API
 # server, that the host kubelet's pod is untouched, and that the chart's
 # ServiceAccount may not read Secrets or ConfigMaps, make tokens or list
-# pods. Then `helm uninstall`s it. Brings the cluster down at the end.
+# pods. Then `helm upgrade`s it to new images and checks that the pod on
+# the companion node runs on, not restarted; then `helm uninstall`s it and checks that the companion node reset
+# itself: its Node and pods deleted, no mount, bridge or process left.
+# Brings the cluster down at the end.
 #
-#   hack/test-chart.sh
+#   hack/test-chart.sh [--release]
+#
+# The rustlet image holds the debug build (hack/image.sh --debug), which the
+# tests have built already; --release puts the release build in it.
 #
 # Ends with one line "N passed, M failed"; exits non-zero if any check failed.
 set -euo pipefail
 PROG=chart
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-(($# == 0)) || die "unexpected argument '$1' (usage: hack/test-chart.sh)"
+image_args=(--import --debug)
+case ${1:-} in
+  "") ;;
+  --release) image_args=(--import) ;;
+  *) die "unexpected argument '$1' (usage: hack/test-chart.sh [--release])" ;;
+esac
 
 passed=0
 failed=0
@@ -63,7 +74,7 @@ require_no_cluster
 build_if_missing helm helm
 up=true
 "$ROOT/hack/local-up.sh" --agent kubelet || die "local-up.sh --agent kubelet failed"
-"$ROOT/hack/image.sh" --import || die "image.sh --import failed"
+"$ROOT/hack/image.sh" "${image_args[@]}" || die "image.sh ${image_args[*]} failed"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -1)
 
 # Bidirectional mount propagation needs the host directory on a shared
@@ -74,8 +85,8 @@ if ! grep -qE " $HOST_DIR .* shared:" /proc/self/mountinfo; then
   mount --make-rshared "$HOST_DIR"
 fi
 
-# What an earlier run left in the cluster's state: its test pods, and the
-# companion Node an uninstall does not delete yet.
+# What an earlier run that stopped midway left in the cluster's state: its
+# test pods and the companion Node.
 kubectl_admin delete pod --all -n chart-test --grace-period=0 --force >/dev/null 2>&1 || true
 kubectl_admin delete namespace chart-test --ignore-not-found --wait=true >/dev/null
 kubectl_admin delete node "$COMPANION" --ignore-not-found >/dev/null
@@ -168,18 +179,59 @@ host_after=$(kubectl_admin -n chart-test get pod host-pod -o jsonpath='{.status.
 check "the host kubelet's pod is untouched ($host_before)" test "$host_before" = "$host_after"
 
 sa=system:serviceaccount:$NS:$RELEASE
-for what in "get secrets" "get configmaps" "create serviceaccounts --subresource=token" "list pods" "create pods" "get nodes"; do
+for what in "get secrets" "get configmaps" "create serviceaccounts --subresource=token" "list pods" "create pods" "get nodes" "list daemonsets"; do
   # shellcheck disable=SC2086 # the verb, resource and flags are separate words
   answer=$(kubectl_admin auth can-i $what --all-namespaces --as "$sa" 2>/dev/null || true)
   check "the ServiceAccount may not $what ($answer)" test "$answer" = no
 done
 
+# helm upgrade to new images (the same builds under another tag): the
+# DaemonSet pod is replaced, runtime and agent both restart, and the
+# companion's pod runs on, adopted by the new agent.
+pod_state() {
+  kubectl_admin -n chart-test get pod companion-pod -o jsonpath='{.status.podIP} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount}'
+}
+before_upgrade=$(pod_state)
+ds_pod=$(kubectl_admin -n "$NS" get pod -l app.kubernetes.io/name=rustlet -o jsonpath='{.items[0].metadata.uid}')
+for img in rustlet rustlet-node-runtime; do
+  ctr_k8s images tag --force "docker.io/library/$img:$version" "docker.io/library/$img:$version-upgrade" >/dev/null ||
+    fail "tag $img:$version-upgrade"
+done
+check "helm upgrade to new images" "$HELM" --kubeconfig "$ADMIN_KUBECONFIG" upgrade "$RELEASE" "$ROOT/charts/rustlet" \
+  -n "$NS" --reuse-values --set image.tag="$version-upgrade" --set runtimeImage.tag="$version-upgrade" --wait --timeout 120s
+replaced=$(kubectl_admin -n "$NS" get pod -l app.kubernetes.io/name=rustlet -o jsonpath='{.items[0].metadata.uid}')
+check "upgrade: the DaemonSet pod was replaced" test "$ds_pod" != "$replaced"
+ready_again=false
+for _ in $(seq 1 120); do
+  if companion_ready; then ready_again=true; break; fi
+  sleep 0.5
+done
+check "upgrade: the companion node is Ready again" $ready_again
+sleep 5
+after_upgrade=$(pod_state)
+check "upgrade: the companion's pod runs on, not restarted ($before_upgrade -> $after_upgrade)" \
+  test "$before_upgrade" = "$after_upgrade"
+check "upgrade: kubectl exec still reaches it" bash -c \
+  "[[ \$(kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n chart-test exec companion-pod -- hostname) == companion-pod ]]"
+
+# Helm deletes the DaemonSet first: the agent, told to stop, finds it gone
+# and resets its node before the runtime stops.
+answer=$(kubectl_admin auth can-i get "daemonsets/$RELEASE" -n "$NS" --as "$sa" 2>/dev/null || true)
+check "the ServiceAccount may get its own DaemonSet ($answer)" test "$answer" = yes
+
 check "helm uninstall" "$HELM" --kubeconfig "$ADMIN_KUBECONFIG" uninstall -n "$NS" "$RELEASE" --wait
-# Not yet cleaned up by an uninstall (see README): reported, then removed
-# by this script's exit.
-left=()
-kubectl_admin get node "$COMPANION" >/dev/null 2>&1 && left+=("the Node $COMPANION")
-ip link show rustletc0 >/dev/null 2>&1 && left+=("the bridge rustletc0")
-mounts=$(awk -v d="$HOST_DIR/" 'index($5, d) == 1' /proc/self/mountinfo | wc -l)
-((mounts == 0)) || left+=("$mounts mounts under $HOST_DIR")
-((${#left[@]} == 0)) || log "left behind by helm uninstall: $(IFS=,; echo "${left[*]}")"
+node_gone=false
+for _ in $(seq 1 60); do
+  if ! kubectl_admin get node "$COMPANION" >/dev/null 2>&1; then node_gone=true; break; fi
+  sleep 0.5
+done
+check "uninstall: the companion Node is deleted" $node_gone
+check "uninstall: the companion's pod is deleted" bash -c \
+  "! kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n chart-test get pod companion-pod >/dev/null 2>&1"
+check "uninstall: the bridge rustletc0 is deleted" bash -c "! ip link show rustletc0 >/dev/null 2>&1"
+mounts=$(awk -v d="$HOST_DIR/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo)
+check "uninstall: no mount left under $HOST_DIR${mounts:+ (}${mounts//$'\n'/, }${mounts:+)}" test -z "$mounts"
+procs=$(find /sys/fs/cgroup/memory/rustlet -name cgroup.procs -exec cat {} + 2>/dev/null | wc -l)
+check "uninstall: no process left in the companion's pod cgroups ($procs)" test "$procs" = 0
+check "the host kubelet's pod is still untouched" test "$host_before" = \
+  "$(kubectl_admin -n chart-test get pod host-pod -o jsonpath='{.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount}')"
