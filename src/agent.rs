@@ -639,18 +639,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if result.is_ok()
         && let Some((owner_client, ns, name)) = &owner
     {
-        reset_if_uninstalled(
-            owner_client,
-            ns,
-            name,
-            &runtime,
-            &ctx_volumes,
-            &settings.pod_logs_dir,
-            &client,
-            &node_name,
-            args.reset_cni_bridge.as_deref(),
-        )
-        .await;
+        let target = crate::node::reset::Target {
+            runtime: &runtime,
+            volumes: &ctx_volumes,
+            pod_logs_dir: &settings.pod_logs_dir,
+            client: &client,
+            node: &node_name,
+            bridge: args.reset_cni_bridge.as_deref(),
+        };
+        reset_if_uninstalled(owner_client, ns, name, target).await;
     }
     info!("stopped");
     result
@@ -659,24 +656,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// On a stop with --reset-when-gone: resets the node
 /// ([`crate::node::reset::reset`]) when DaemonSet `ns`/`name` is gone,
 /// and leaves everything running when it is there or cannot be read.
-#[allow(clippy::too_many_arguments)]
 async fn reset_if_uninstalled(
     owner_client: &Client,
     ns: &str,
     name: &str,
-    runtime: &Runtime,
-    volumes: &VolumeManager,
-    pod_logs_dir: &Path,
-    client: &Client,
-    node: &str,
-    bridge: Option<&str>,
+    target: crate::node::reset::Target<'_>,
 ) {
     match crate::node::reset::owner_gone(owner_client, ns, name).await {
         Ok(true) => {
             info!(daemonset = %format!("{ns}/{name}"), "the agent's DaemonSet is gone: resetting the node");
-            let report =
-                crate::node::reset::reset(runtime, volumes, pod_logs_dir, client, node, bridge)
-                    .await;
+            let report = crate::node::reset::reset(target).await;
             for e in &report.errors {
                 warn!(error = e, "node reset");
             }

@@ -59,19 +59,34 @@ pub async fn owner_gone(client: &Client, namespace: &str, name: &str) -> kube::R
     Ok(ds.is_none_or(|d| d.metadata.deletion_timestamp.is_some()))
 }
 
-/// Resets node `node`: see the module's documentation. `client` carries
-/// the node's credentials (a node may delete its own Node object and the
-/// pods bound to it); `bridge` is the CNI bridge to delete, if any. Pod
-/// directories are under `volumes`' root directory, pod logs under
-/// `pod_logs_dir`.
-pub async fn reset(
-    runtime: &Runtime,
-    volumes: &VolumeManager,
-    pod_logs_dir: &Path,
-    client: &Client,
-    node: &str,
-    bridge: Option<&str>,
-) -> Report {
+/// The node a reset works on.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    /// The node's container runtime.
+    pub runtime: &'a Runtime,
+    /// The volume manager, whose root directory holds the pod directories.
+    pub volumes: &'a VolumeManager,
+    /// The pod log directory.
+    pub pod_logs_dir: &'a Path,
+    /// An API client with the node's credentials (a node may delete its
+    /// own Node object and the pods bound to it).
+    pub client: &'a Client,
+    /// The node's name.
+    pub node: &'a str,
+    /// The CNI bridge to delete, if any.
+    pub bridge: Option<&'a str>,
+}
+
+/// Resets `target`: see the module's documentation.
+pub async fn reset(target: Target<'_>) -> Report {
+    let Target {
+        runtime,
+        volumes,
+        pod_logs_dir,
+        client,
+        node,
+        bridge,
+    } = target;
     let mut report = Report::default();
     remove_containers(runtime, &mut report).await;
     remove_sandboxes(runtime, &mut report).await;

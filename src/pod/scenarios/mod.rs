@@ -738,15 +738,16 @@ async fn a_reset_removes_every_pod_its_directory_and_the_node() {
     n.api_calls();
     n.cri_calls();
 
-    let report = crate::node::reset::reset(
-        &n.ctx.runtime.runtime,
-        &n.ctx.volumes,
-        &n.ctx.runtime.node.pod_logs_dir,
-        &n.api.client(),
-        "companion",
-        None,
-    )
-    .await;
+    let client = n.api.client();
+    let target = crate::node::reset::Target {
+        runtime: &n.ctx.runtime.runtime,
+        volumes: &n.ctx.volumes,
+        pod_logs_dir: &n.ctx.runtime.node.pod_logs_dir,
+        client: &client,
+        node: "companion",
+        bridge: None,
+    };
+    let report = crate::node::reset::reset(target).await;
     assert_eq!(report.errors, Vec::<String>::new());
     assert_eq!(
         (
@@ -774,15 +775,7 @@ async fn a_reset_removes_every_pod_its_directory_and_the_node() {
         ]
     );
     // Again: nothing left, and a Node already gone is no error.
-    let again = crate::node::reset::reset(
-        &n.ctx.runtime.runtime,
-        &n.ctx.volumes,
-        &n.ctx.runtime.node.pod_logs_dir,
-        &n.api.client(),
-        "companion",
-        None,
-    )
-    .await;
+    let again = crate::node::reset::reset(target).await;
     assert_eq!(again.errors, Vec::<String>::new());
     assert_eq!((again.containers, again.sandboxes, again.pods), (0, 0, 0));
     assert!(again.node_deleted);
