@@ -43,6 +43,14 @@ refused "a node name suffix without its dash" "/nodeNameSuffix" --set apiServer.
 refused "a relative hostDir" "/hostDir" --set apiServer.host=a --set hostDir=var/lib/x
 refused "an unknown value" "additional properties" --set apiServer.host=a --set rootDir=/x
 refused "a host that is not an address" "/apiServer/host" --set 'apiServer.host=a b'
+refused "a configuration field the chart sets" "invalid propertyName 'port'" --set apiServer.host=a --set kubeletConfig.port=1
+check "kubeletConfig fields reach the agent's configuration" bash -c \
+  "'$HELM' template rustlet '$CHART' --set apiServer.host=a --set kubeletConfig.maxPods=7 |
+   python3 -c 'import sys, yaml
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+cm = next(d for d in docs if d[\"kind\"] == \"ConfigMap\")
+cfg = yaml.safe_load(cm[\"data\"][\"config.yaml\"])
+sys.exit(not (cfg[\"maxPods\"] == 7 and cfg[\"port\"] == 10260))'"
 
 # The ServiceAccount's only permissions: the built-in roles kubeadm binds
 # bootstrap tokens to, and one Role of the chart's own: `get` on its own
@@ -61,7 +69,7 @@ PY"
 check "the agent resets its node only when its own DaemonSet is gone" bash -c \
   "grep -q -- '--reset-when-gone=rustlet-system/rustlet' '$rendered' && grep -q -- '--reset-cni-bridge=rustletc0' '$rendered'"
 check "the agent's API server URL is the value given" grep -q "server: https://10.1.2.3:6443" "$rendered"
-check "both containers privileged on the host network, node-critical" bash -c \
+check "both containers privileged on the host network, node-critical, never on a companion node" bash -c \
   "python3 - '$rendered' <<'PY'
 import sys, yaml
 ds = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d['kind'] == 'DaemonSet')
@@ -70,5 +78,8 @@ ok = spec['hostNetwork'] and spec['priorityClassName'] == 'system-node-critical'
 ok = ok and [c['name'] for c in spec['containers']] == ['runtime', 'rustlet']
 ok = ok and all(c['securityContext']['privileged'] for c in spec['containers'])
 ok = ok and all('livenessProbe' in c for c in spec['containers'])
+terms = spec['affinity']['nodeAffinity']['requiredDuringSchedulingIgnoredDuringExecution']['nodeSelectorTerms']
+ok = ok and terms == [{'matchExpressions': [{'key': 'rustlet.dev/companion', 'operator': 'DoesNotExist'}]}]
+ok = ok and '--node-labels=rustlet.dev/companion=true' in spec['containers'][1]['args']
 sys.exit(not ok)
 PY"

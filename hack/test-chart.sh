@@ -39,6 +39,14 @@ HOST_DIR=$LOCAL/companion
 HELM=$BIN/helm
 TAINT_KEY=rustlet.dev/companion
 
+# The companion agent's node protection, as hack/local-up.sh sets the local
+# agents': this machine's disk is shared and often less than 15 % free,
+# which the default imagefs.available threshold would call disk pressure
+# (the node tainted, the test pod never scheduled).
+COMPANION_CONFIG='{"evictionHard": {"memory.available": "100Mi", "nodefs.available": "0%",
+  "nodefs.inodesFree": "0%", "imagefs.available": "0%", "imagefs.inodesFree": "0%"},
+  "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99}'
+
 up=false
 finish() {
   local rc=$?
@@ -103,7 +111,8 @@ check "helm install" "$HELM" --kubeconfig "$ADMIN_KUBECONFIG" install "$RELEASE"
   -n "$NS" --create-namespace \
   --set apiServer.host=127.0.0.1 --set hostDir="$HOST_DIR" \
   --set image.tag="$version" --set runtimeImage.tag="$version" \
-  --set image.pullPolicy=Never --set runtimeImage.pullPolicy=Never
+  --set image.pullPolicy=Never --set runtimeImage.pullPolicy=Never \
+  --set-json "kubeletConfig=$COMPANION_CONFIG"
 
 companion_ready() {
   [[ $(kubectl_admin get node "$COMPANION" \

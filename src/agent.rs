@@ -243,11 +243,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         )
     };
     // The DaemonSet of --reset-when-gone is read with the pod's own
-    // ServiceAccount, which the node's credentials cannot stand in for.
+    // ServiceAccount, which the node's credentials cannot stand in for: the
+    // bootstrap kubeconfig's (the chart's carries its token and the API
+    // server's address the host network reaches), else the in-cluster one.
     let owner = match &args.reset_when_gone {
         Some((ns, name)) => {
-            let config = kube::Config::incluster()
-                .context("--reset-when-gone needs the in-cluster ServiceAccount credentials")?;
+            let config = kube_config(args.bootstrap_kubeconfig.as_deref())
+                .await
+                .context("--reset-when-gone: the ServiceAccount's credentials")?;
             let owner_client =
                 Client::try_from(config).context("build the ServiceAccount's API client")?;
             Some((owner_client, ns.clone(), name.clone()))

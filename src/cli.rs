@@ -120,8 +120,9 @@ pub struct RunArgs {
     pub maximum_dead_containers: i32,
     /// `<namespace>/<name>` of the DaemonSet this agent runs in (the Helm
     /// chart's). When the agent stops and that DaemonSet is gone or being
-    /// deleted (an uninstall, read with the in-cluster ServiceAccount
-    /// credentials), it resets the node: every container and sandbox of
+    /// deleted (an uninstall; read with the --bootstrap-kubeconfig
+    /// credentials, the chart's ServiceAccount token, or the in-cluster
+    /// ones without it), it resets the node: every container and sandbox of
     /// the runtime removed, the pod directories and logs removed, the
     /// pods bound to the node and its Node object deleted, and
     /// --reset-cni-bridge deleted. While the DaemonSet exists (an update),
