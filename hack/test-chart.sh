@@ -228,6 +228,11 @@ check "upgrade: kubectl exec still reaches it" bash -c \
 answer=$(kubectl_admin auth can-i get "daemonsets/$RELEASE" -n "$NS" --as "$sa" 2>/dev/null || true)
 check "the ServiceAccount may get its own DaemonSet ($answer)" test "$answer" = yes
 
+# The agent's log to its end (the host kubelet removes it with the pod).
+agent_log=$(mktemp)
+kubectl_admin -n "$NS" logs -f "$(kubectl_admin -n "$NS" get pod -l app.kubernetes.io/name=rustlet -o name)" \
+  -c rustlet --tail 1 >"$agent_log" 2>&1 &
+follow=$!
 check "helm uninstall" "$HELM" --kubeconfig "$ADMIN_KUBECONFIG" uninstall -n "$NS" "$RELEASE" --wait
 node_gone=false
 for _ in $(seq 1 60); do
@@ -242,5 +247,8 @@ mounts=$(awk -v d="$HOST_DIR/" 'index($5, d) == 1 { print $5 }' /proc/self/mount
 check "uninstall: no mount left under $HOST_DIR${mounts:+ (}${mounts//$'\n'/, }${mounts:+)}" test -z "$mounts"
 procs=$(find /sys/fs/cgroup/memory/rustlet -name cgroup.procs -exec cat {} + 2>/dev/null | wc -l)
 check "uninstall: no process left in the companion's pod cgroups ($procs)" test "$procs" = 0
+kill "$follow" 2>/dev/null || true
+grep -E "uninstall|reset|DaemonSet" "$agent_log" | sed 's/^/  agent: /' || log "the agent's log says nothing of the reset"
+rm -f "$agent_log"
 check "the host kubelet's pod is still untouched" test "$host_before" = \
   "$(kubectl_admin -n chart-test get pod host-pod -o jsonpath='{.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount}')"

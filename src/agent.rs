@@ -253,7 +253,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .context("--reset-when-gone: the ServiceAccount's credentials")?;
             let owner_client =
                 Client::try_from(config).context("build the ServiceAccount's API client")?;
-            Some((owner_client, ns.clone(), name.clone()))
+            let at_start = match crate::node::reset::owner(&owner_client, ns, name).await {
+                Ok(o) => Some(o),
+                Err(e) => {
+                    warn!(error = %e, daemonset = %format!("{ns}/{name}"), "read the agent's DaemonSet");
+                    None
+                }
+            };
+            if at_start != Some(crate::node::reset::Owner::There) {
+                warn!(
+                    daemonset = %format!("{ns}/{name}"),
+                    read = ?at_start,
+                    "the agent's DaemonSet cannot be read now: an uninstall is known only by its absence"
+                );
+            }
+            Some((owner_client, ns.clone(), name.clone(), at_start))
         }
         None => None,
     };
@@ -640,7 +654,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     housekeeping.abort();
     if result.is_ok()
-        && let Some((owner_client, ns, name)) = &owner
+        && let Some((owner_client, ns, name, at_start)) = &owner
     {
         let target = crate::node::reset::Target {
             runtime: &runtime,
@@ -650,38 +664,40 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             node: &node_name,
             bridge: args.reset_cni_bridge.as_deref(),
         };
-        reset_if_uninstalled(owner_client, ns, name, target).await;
+        reset_if_uninstalled(owner_client, ns, name, *at_start, target).await;
     }
     info!("stopped");
     result
 }
 
 /// On a stop with --reset-when-gone: resets the node
-/// ([`crate::node::reset::reset`]) when DaemonSet `ns`/`name` is gone,
-/// and leaves everything running when it is there or cannot be read.
+/// ([`crate::node::reset::reset`]) when DaemonSet `ns`/`name` was
+/// uninstalled ([`crate::node::reset::uninstalled`], from what was read of
+/// it at the start, `at_start`, and now), and leaves everything running
+/// otherwise.
 async fn reset_if_uninstalled(
     owner_client: &Client,
     ns: &str,
     name: &str,
+    at_start: Option<crate::node::reset::Owner>,
     target: crate::node::reset::Target<'_>,
 ) {
-    match crate::node::reset::owner_gone(owner_client, ns, name).await {
-        Ok(true) => {
-            info!(daemonset = %format!("{ns}/{name}"), "the agent's DaemonSet is gone: resetting the node");
-            let report = crate::node::reset::reset(target).await;
-            for e in &report.errors {
-                warn!(error = e, "node reset");
-            }
+    let daemonset = format!("{ns}/{name}");
+    let now = match crate::node::reset::owner(owner_client, ns, name).await {
+        Ok(o) => Some(o),
+        Err(e) => {
+            warn!(daemonset, error = %e, "read the agent's DaemonSet");
+            None
         }
-        Ok(false) => info!(
-            daemonset = %format!("{ns}/{name}"),
-            "the agent's DaemonSet is there: pods left running for the next agent"
-        ),
-        Err(e) => warn!(
-            daemonset = %format!("{ns}/{name}"),
-            error = %e,
-            "cannot tell an uninstall from an update: pods left running"
-        ),
+    };
+    if crate::node::reset::uninstalled(at_start, now) {
+        info!(daemonset, read = ?now, "the agent's DaemonSet is uninstalled: resetting the node");
+        let report = crate::node::reset::reset(target).await;
+        for e in &report.errors {
+            warn!(error = e, "node reset");
+        }
+    } else {
+        info!(daemonset, read = ?now, "not an uninstall: pods left running for the next agent");
     }
 }
 

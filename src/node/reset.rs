@@ -8,7 +8,7 @@
 //! The Helm chart's companion node resets itself this way when it stops
 //! after its DaemonSet was deleted (`helm uninstall`), and only then: a
 //! rolling update keeps the DaemonSet, and the pods keep running for the
-//! next agent to adopt ([`owner_gone`]).
+//! next agent to adopt ([`uninstalled`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -47,16 +47,50 @@ pub struct Report {
     pub errors: Vec<String>,
 }
 
-/// True when DaemonSet `namespace`/`name`, read with `client`, is gone or
-/// being deleted: the agent's deployment was uninstalled, not updated.
+/// What the agent reads of the DaemonSet it runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// It is there: an update, or a restart.
+    There,
+    /// It is gone or being deleted.
+    Gone,
+    /// The credentials that read it no longer may (401 or 403): the
+    /// ServiceAccount or its Role was deleted, as `helm uninstall` deletes
+    /// them right after the DaemonSet.
+    Forbidden,
+}
+
+/// Reads DaemonSet `namespace`/`name` with `client` (the chart's
+/// ServiceAccount).
 ///
 /// # Errors
-/// The API server could not say (the agent then keeps its pods).
-pub async fn owner_gone(client: &Client, namespace: &str, name: &str) -> kube::Result<bool> {
-    let ds = Api::<DaemonSet>::namespaced(client.clone(), namespace)
+/// The API server could not say (unreachable, or an error other than 401
+/// and 403).
+pub async fn owner(client: &Client, namespace: &str, name: &str) -> kube::Result<Owner> {
+    match Api::<DaemonSet>::namespaced(client.clone(), namespace)
         .get_opt(name)
-        .await?;
-    Ok(ds.is_none_or(|d| d.metadata.deletion_timestamp.is_some()))
+        .await
+    {
+        Ok(Some(ds)) if ds.metadata.deletion_timestamp.is_none() => Ok(Owner::There),
+        Ok(_) => Ok(Owner::Gone),
+        Err(kube::Error::Api(s)) if s.code == 401 || s.code == 403 => Ok(Owner::Forbidden),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a stopping agent resets its node, from what it read of its
+/// DaemonSet when it started (`at_start`) and now (`now`): when the
+/// DaemonSet is gone, or when the permission to read it, which worked at
+/// the start, is gone too (an uninstall deletes the ServiceAccount and its
+/// Role within the same second as the DaemonSet, before the pod is told to
+/// stop). Anything else keeps the pods running. Pure.
+#[must_use]
+pub fn uninstalled(at_start: Option<Owner>, now: Option<Owner>) -> bool {
+    match now {
+        Some(Owner::Gone) => true,
+        Some(Owner::Forbidden) => at_start == Some(Owner::There),
+        Some(Owner::There) | None => false,
+    }
 }
 
 /// The node a reset works on.
@@ -246,4 +280,23 @@ async fn delete_link(name: &str) -> Result<(), String> {
 /// `ENODEV`, which the kernel answers for a link name it does not know.
 fn libc_enodev() -> i32 {
     rustix::io::Errno::NODEV.raw_os_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_gone_daemonset_or_a_lost_permission_that_worked_is_an_uninstall() {
+        use Owner::{Forbidden, Gone, There};
+        assert!(uninstalled(Some(There), Some(Gone)));
+        assert!(uninstalled(None, Some(Gone)));
+        assert!(uninstalled(Some(There), Some(Forbidden)));
+        // Never allowed: a misconfiguration, not an uninstall.
+        assert!(!uninstalled(Some(Forbidden), Some(Forbidden)));
+        assert!(!uninstalled(None, Some(Forbidden)));
+        // There, or not known now: the pods keep running.
+        assert!(!uninstalled(Some(There), Some(There)));
+        assert!(!uninstalled(Some(There), None));
+    }
 }
