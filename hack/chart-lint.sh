@@ -3,7 +3,8 @@
 # needed: `helm lint`, `helm template` with the values a user sets, its schema
 # refusing bad values, the one required value named when missing, and the
 # rendered RBAC granting the ServiceAccount nothing but the two built-in
-# roles of a node's TLS bootstrap and `get` on its own DaemonSet.
+# roles of a node's TLS bootstrap and `get` on its own DaemonSet, and the
+# uninstall hook's Node deletion existing only while the hook runs.
 #
 #   hack/chart-lint.sh
 #
@@ -52,18 +53,39 @@ cm = next(d for d in docs if d[\"kind\"] == \"ConfigMap\")
 cfg = yaml.safe_load(cm[\"data\"][\"config.yaml\"])
 sys.exit(not (cfg[\"maxPods\"] == 7 and cfg[\"port\"] == 10260))'"
 
-# The ServiceAccount's only permissions: the built-in roles kubeadm binds
-# bootstrap tokens to, and one Role of the chart's own: `get` on its own
-# DaemonSet (the agent tells an uninstall from an update by it).
+# The DaemonSet's ServiceAccount's only permissions: the built-in roles
+# kubeadm binds bootstrap tokens to, and one Role of the chart's own: `get`
+# on its own DaemonSet (the agent tells an uninstall from an update by it).
+# The uninstall hook's ServiceAccount may list and delete Nodes, and exists
+# only while the hook runs.
 check "RBAC: bound to the two bootstrap roles and its own DaemonSet's Role only" bash -c \
   "python3 - '$rendered' <<'PY'
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
-roles = sorted(d['roleRef']['name'] for d in docs if d['kind'].endswith('RoleBinding'))
+hook = lambda d: 'helm.sh/hook' in (d['metadata'].get('annotations') or {})
+bindings = [d for d in docs if d['kind'].endswith('RoleBinding') and not hook(d)]
+assert all(s['name'] == 'rustlet' for d in bindings for s in d['subjects'])
+roles = sorted(d['roleRef']['name'] for d in bindings)
 want = ['rustlet-own-daemonset', 'system:certificates.k8s.io:certificatesigningrequests:nodeclient', 'system:node-bootstrapper']
-own = [d for d in docs if d['kind'] in ('Role', 'ClusterRole')]
+own = [d for d in docs if d['kind'] in ('Role', 'ClusterRole') and not hook(d)]
 rules = [{'apiGroups': ['apps'], 'resources': ['daemonsets'], 'resourceNames': ['rustlet'], 'verbs': ['get']}]
 ok = roles == want and len(own) == 1 and own[0]['kind'] == 'Role' and own[0]['rules'] == rules
+sys.exit(not ok)
+PY"
+check "RBAC: the uninstall hook may list and delete Nodes, while it runs only" bash -c \
+  "python3 - '$rendered' <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+hooks = [d for d in docs if 'helm.sh/hook' in (d['metadata'].get('annotations') or {})]
+ok = sorted(d['kind'] for d in hooks) == ['ClusterRole', 'ClusterRoleBinding', 'ConfigMap', 'Job', 'ServiceAccount']
+for d in hooks:
+    a = d['metadata']['annotations']
+    ok = ok and a['helm.sh/hook'] == 'post-delete' and 'hook-succeeded' in a['helm.sh/hook-delete-policy']
+role = next(d for d in hooks if d['kind'] == 'ClusterRole')
+ok = ok and role['rules'] == [{'apiGroups': [''], 'resources': ['nodes'], 'verbs': ['list', 'delete']}]
+job = next(d for d in hooks if d['kind'] == 'Job')
+args = job['spec']['template']['spec']['containers'][0]['args']
+ok = ok and args[0] == 'delete-nodes' and '--selector=rustlet.dev/companion=true,rustlet.dev/release=rustlet' in args
 sys.exit(not ok)
 PY"
 check "the agent resets its node only when its own DaemonSet is gone" bash -c \
@@ -80,6 +102,6 @@ ok = ok and all(c['securityContext']['privileged'] for c in spec['containers'])
 ok = ok and all('livenessProbe' in c for c in spec['containers'])
 terms = spec['affinity']['nodeAffinity']['requiredDuringSchedulingIgnoredDuringExecution']['nodeSelectorTerms']
 ok = ok and terms == [{'matchExpressions': [{'key': 'rustlet.dev/companion', 'operator': 'DoesNotExist'}]}]
-ok = ok and '--node-labels=rustlet.dev/companion=true' in spec['containers'][1]['args']
+ok = ok and '--node-labels=rustlet.dev/companion=true,rustlet.dev/release=rustlet' in spec['containers'][1]['args']
 sys.exit(not ok)
 PY"

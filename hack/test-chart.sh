@@ -224,7 +224,8 @@ check "upgrade: kubectl exec still reaches it" bash -c \
   "[[ \$(kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n chart-test exec companion-pod -- hostname) == companion-pod ]]"
 
 # Helm deletes the DaemonSet first: the agent, told to stop, finds it gone
-# and resets its node before the runtime stops.
+# and resets its node before the runtime stops; then the chart's hook
+# deletes the companion Node.
 answer=$(kubectl_admin auth can-i get "daemonsets/$RELEASE" -n "$NS" --as "$sa" 2>/dev/null || true)
 check "the ServiceAccount may get its own DaemonSet ($answer)" test "$answer" = yes
 
@@ -245,8 +246,13 @@ check "uninstall: the companion's pod is deleted" bash -c \
 check "uninstall: the bridge rustletc0 is deleted" bash -c "! ip link show rustletc0 >/dev/null 2>&1"
 mounts=$(awk -v d="$HOST_DIR/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo)
 check "uninstall: no mount left under $HOST_DIR${mounts:+ (}${mounts//$'\n'/, }${mounts:+)}" test -z "$mounts"
-procs=$(find /sys/fs/cgroup/memory/rustlet -name cgroup.procs -exec cat {} + 2>/dev/null | wc -l)
-check "uninstall: no process left in the companion's pod cgroups ($procs)" test "$procs" = 0
+procs=$(find /sys/fs/cgroup/memory/rustlet -name cgroup.procs -exec cat {} + 2>/dev/null || true)
+what=""
+for p in $procs; do what+=" $p:$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-80)"; done
+check "uninstall: no process left in the companion's cgroups${what:+ (}${what# }${what:+)}" test -z "$procs"
+check "uninstall: the hook's ServiceAccount and role are gone" bash -c \
+  "! kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n '$NS' get serviceaccount '$RELEASE-uninstall' >/dev/null 2>&1 &&
+   ! kubectl --kubeconfig '$ADMIN_KUBECONFIG' get clusterrole '$RELEASE-uninstall' >/dev/null 2>&1"
 kill "$follow" 2>/dev/null || true
 grep -E "uninstall|reset|DaemonSet" "$agent_log" | sed 's/^/  agent: /' || log "the agent's log says nothing of the reset"
 rm -f "$agent_log"

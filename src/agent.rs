@@ -58,6 +58,32 @@ pub fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::DeleteNodes(args) => {
+            init_logging(LogFormat::Plain);
+            let deleted = async {
+                let config = kube_config(args.kubeconfig.as_deref()).await?;
+                let client = Client::try_from(config).context("build API client")?;
+                crate::node::reset::delete_nodes(&client, &args.selector)
+                    .await
+                    .with_context(|| format!("delete the nodes of {:?}", args.selector))
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            match rt
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(deleted))
+            {
+                Ok(names) => {
+                    println!("deleted {} node(s): {}", names.len(), names.join(" "));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("rustlet: error: {}", one_line(&format!("{e:#}")));
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Run(args) => {
             init_logging(args.log_format);
             let rt = match tokio::runtime::Builder::new_multi_thread()

@@ -1,4 +1,4 @@
-//! Command line: `rustlet run` and `rustlet version` (clap derive). Flags
+//! Command line: `rustlet run`, `rustlet delete-nodes` and `rustlet version` (clap derive). Flags
 //! override the `--config` file, which overrides the kubelet's defaults.
 
 use std::path::PathBuf;
@@ -23,8 +23,33 @@ pub struct Cli {
 pub enum Command {
     /// Register this node and run the pods bound to it.
     Run(RunArgs),
+    /// Delete the Nodes a label selector selects (the Helm chart's
+    /// uninstall hook: a node may not delete its own Node object).
+    DeleteNodes(DeleteNodesArgs),
     /// Print the version.
     Version,
+}
+
+/// Flags of `rustlet delete-nodes`.
+#[derive(Debug, Parser)]
+pub struct DeleteNodesArgs {
+    /// Kubeconfig to reach the API server (default: in-cluster config, then
+    /// $KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The label selector of the Nodes to delete (`key=value,...`); an
+    /// empty one is refused.
+    #[arg(long, value_parser = non_empty)]
+    pub selector: String,
+}
+
+/// Refuses the empty string.
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err("must not be empty".to_string())
+    } else {
+        Ok(s.to_string())
+    }
 }
 
 /// Log line format.

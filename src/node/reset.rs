@@ -156,6 +156,26 @@ pub async fn reset(target: Target<'_>) -> Report {
     report
 }
 
+/// Deletes every Node that label selector `selector` selects, with
+/// `client` (credentials that may delete Nodes: the chart's uninstall hook);
+/// returns their names. A Node already gone is no error.
+///
+/// # Errors
+/// Listing the Nodes failed, or a delete other than a 404 did.
+pub async fn delete_nodes(client: &Client, selector: &str) -> kube::Result<Vec<String>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let listed = nodes.list(&ListParams::default().labels(selector)).await?;
+    let mut deleted = Vec::new();
+    for name in listed.items.into_iter().filter_map(|n| n.metadata.name) {
+        match nodes.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => deleted.push(name),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(deleted)
+}
+
 /// Stops (at most [`STOP_GRACE_SECONDS`]) and removes every container,
 /// concurrently.
 async fn remove_containers(runtime: &Runtime, report: &mut Report) {

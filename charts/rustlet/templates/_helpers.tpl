@@ -27,3 +27,30 @@ https://[{{ trimAll "[]" $host }}]:{{ .Values.apiServer.port }}
 https://{{ $host }}:{{ .Values.apiServer.port }}
 {{- end -}}
 {{- end }}
+
+{{/* A kubeconfig of the pod's ServiceAccount token at the API server's
+address as the host network reaches it. */}}
+{{- define "rustlet.serviceAccountKubeconfig" -}}
+apiVersion: v1
+kind: Config
+clusters:
+  - name: cluster
+    cluster:
+      server: {{ include "rustlet.apiServer" . }}
+      certificate-authority: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+users:
+  - name: serviceaccount
+    user:
+      tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+contexts:
+  - name: serviceaccount
+    context:
+      cluster: cluster
+      user: serviceaccount
+current-context: serviceaccount
+{{- end }}
+
+{{/* The labels every companion Node registers with. */}}
+{{- define "rustlet.companionSelector" -}}
+rustlet.dev/companion=true,rustlet.dev/release={{ .Release.Name }}
+{{- end }}
