@@ -47,6 +47,18 @@ COMPANION_CONFIG='{"evictionHard": {"memory.available": "100Mi", "nodefs.availab
   "nodefs.inodesFree": "0%", "imagefs.available": "0%", "imagefs.inodesFree": "0%"},
   "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99}'
 
+# kill_companion_processes: what a companion whose reset did not run leaves
+# on the host: its shims and pods' processes, in its cgroups (cgroupRoot
+# /rustlet), which are removed after.
+kill_companion_processes() {
+  local p
+  for p in $(find /sys/fs/cgroup/memory/rustlet -name cgroup.procs -exec cat {} + 2>/dev/null); do
+    kill -9 "$p" 2>/dev/null || true
+  done
+  sleep 0.5
+  find /sys/fs/cgroup/*/rustlet -depth -type d -exec rmdir {} + 2>/dev/null || true
+}
+
 up=false
 finish() {
   local rc=$?
@@ -70,6 +82,7 @@ finish() {
       awk -v d="$HOST_DIR" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
     )
     ip link del rustletc0 2>/dev/null || true
+    kill_companion_processes
     rm -rf "$HOST_DIR"
   fi
   ((rc == 0)) || failed=$((failed + 1))
@@ -85,6 +98,7 @@ up=true
 "$ROOT/hack/image.sh" "${image_args[@]}" || die "image.sh ${image_args[*]} failed"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -1)
 
+kill_companion_processes
 # Bidirectional mount propagation needs the host directory on a shared
 # mount; on a systemd host `/` is shared, here it is made so.
 mkdir -p "$HOST_DIR"
@@ -234,6 +248,10 @@ agent_log=$(mktemp)
 kubectl_admin -n "$NS" logs -f "$(kubectl_admin -n "$NS" get pod -l app.kubernetes.io/name=rustlet -o name)" \
   -c rustlet --tail 1 >"$agent_log" 2>&1 &
 follow=$!
+runtime_log=$(mktemp)
+kubectl_admin -n "$NS" logs -f "$(kubectl_admin -n "$NS" get pod -l app.kubernetes.io/name=rustlet -o name)" \
+  -c runtime --tail 1 >"$runtime_log" 2>&1 &
+follow_runtime=$!
 check "helm uninstall" "$HELM" --kubeconfig "$ADMIN_KUBECONFIG" uninstall -n "$NS" "$RELEASE" --wait
 node_gone=false
 for _ in $(seq 1 60); do
@@ -253,7 +271,9 @@ check "uninstall: no process left in the companion's cgroups${what:+ (}${what# }
 check "uninstall: the hook's ServiceAccount and role are gone" bash -c \
   "! kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n '$NS' get serviceaccount '$RELEASE-uninstall' >/dev/null 2>&1 &&
    ! kubectl --kubeconfig '$ADMIN_KUBECONFIG' get clusterrole '$RELEASE-uninstall' >/dev/null 2>&1"
-kill "$follow" 2>/dev/null || true
+kill "$follow" "$follow_runtime" 2>/dev/null || true
+[[ -z $procs ]] || grep -vi deprecat "$runtime_log" | tail -30 | cut -c1-300 | sed 's/^/  runtime: /'
+rm -f "$runtime_log"
 grep -E "uninstall|reset|DaemonSet" "$agent_log" | sed 's/^/  agent: /' || log "the agent's log says nothing of the reset"
 rm -f "$agent_log"
 check "the host kubelet's pod is still untouched" test "$host_before" = \
