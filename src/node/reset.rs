@@ -2,8 +2,11 @@
 //! a kubelet's node: every container and sandbox of the runtime stopped and
 //! removed (the sandbox's network torn down by the runtime's CNI), the pod
 //! directories (volumes and subPath mounts) and pod logs removed, the pods
-//! bound to the node and its Node object deleted with the node's own
-//! credentials, and the CNI bridge the pods were attached to deleted.
+//! bound to the node deleted with the node's own credentials, and the CNI
+//! bridge the pods were attached to deleted. The Node object too, where the
+//! cluster lets a node delete it: the Node authorizer's `system:node` role
+//! does not, so the Helm chart deletes companion Nodes from its uninstall
+//! hook instead ([`delete_nodes`]).
 //!
 //! The Helm chart's companion node resets itself this way when it stops
 //! after its DaemonSet was deleted (`helm uninstall`), and only then: a
@@ -39,7 +42,8 @@ pub struct Report {
     pub pod_dirs: usize,
     /// Pods bound to the node deleted from the API server.
     pub pods: usize,
-    /// True when the Node object was deleted (or was already gone).
+    /// True when the Node object was deleted (or was already gone); false
+    /// when the node may not delete it (no error then: see the module).
     pub node_deleted: bool,
     /// True when the CNI bridge was deleted (or was not there).
     pub bridge_deleted: bool,
@@ -102,8 +106,8 @@ pub struct Target<'a> {
     pub volumes: &'a VolumeManager,
     /// The pod log directory.
     pub pod_logs_dir: &'a Path,
-    /// An API client with the node's credentials (a node may delete its
-    /// own Node object and the pods bound to it).
+    /// An API client with the node's credentials (a node may delete the
+    /// pods bound to it).
     pub client: &'a Client,
     /// The node's name.
     pub node: &'a str,
@@ -134,6 +138,12 @@ pub async fn reset(target: Target<'_>) -> Report {
     {
         Ok(_) => report.node_deleted = true,
         Err(kube::Error::Api(s)) if s.code == 404 => report.node_deleted = true,
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            info!(
+                node,
+                "the node may not delete its Node object: left to whoever may"
+            );
+        }
         Err(e) => report.errors.push(format!("delete node {node}: {e}")),
     }
     match bridge {
