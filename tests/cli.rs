@@ -147,3 +147,36 @@ fn rotation_without_a_client_certificate_is_one_line_and_exit_1() {
         "{err}"
     );
 }
+
+#[test]
+fn bad_reset_and_delete_nodes_flags_are_one_line_and_exit_2() {
+    for args in [
+        &["run", "--reset-when-gone", "no-slash"][..],
+        &["run", "--reset-when-gone", "ns/"],
+        &["run", "--reset-when-gone", "a/b/c"],
+        // The bridge only goes with a reset.
+        &["run", "--reset-cni-bridge", "br0"],
+        // An empty selector would select every Node.
+        &["delete-nodes", "--selector", ""],
+        &["delete-nodes", "--selector", "  "],
+        &["delete-nodes"],
+    ] {
+        let (code, err) = rustlet(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn delete_nodes_with_an_unreadable_kubeconfig_is_one_line_and_exit_1() {
+    let (code, err) = rustlet(&[
+        "delete-nodes",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+        "--selector",
+        "rustlet.dev/companion=true",
+    ]);
+    assert_eq!(code, 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
+}
