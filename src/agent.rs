@@ -643,6 +643,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     });
     let ctx_volumes = ctx.volumes.clone();
+    let ctx_cgroups = ctx.runtime.cgroups.clone();
     let pods = controller
         .run(reconcile_measured, worker::error_policy, ctx)
         .for_each(|res| async move {
@@ -689,6 +690,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             client: &client,
             node: &node_name,
             bridge: args.reset_cni_bridge.as_deref(),
+            cgroups: ctx_cgroups.as_ref(),
         };
         reset_if_uninstalled(owner_client, ns, name, *at_start, target).await;
     }

@@ -385,15 +385,35 @@ impl CgroupManager {
 }
 
 impl CgroupManager {
+    /// Removes every pod cgroup, then the QoS hierarchy (`<cgroupRoot>/kubepods`
+    /// and below), from every hierarchy, as a node reset leaves the host;
+    /// returns how many pod cgroups went. What is already gone is fine.
+    ///
+    /// # Errors
+    /// A cgroup that still has tasks (a pod whose containers run).
+    pub fn remove_all(&self) -> Result<usize, Error> {
+        let pods = self.pods();
+        for (qos, uid) in &pods {
+            self.remove_pod(*qos, uid)?;
+        }
+        for h in &self.hierarchies {
+            for qos in [Qos::Burstable, Qos::BestEffort, Qos::Guaranteed] {
+                let path = h.join(self.qos_dir(qos));
+                match std::fs::remove_dir(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err(&path)(e)),
+                }
+            }
+        }
+        Ok(pods.len())
+    }
+
     /// Removes the (empty) QoS hierarchy from every hierarchy: the end of a
     /// test that made one of its own.
     #[cfg(test)]
     pub(crate) fn remove_qos(&self) {
-        for h in &self.hierarchies {
-            for qos in [Qos::Burstable, Qos::BestEffort, Qos::Guaranteed] {
-                let _ = std::fs::remove_dir(h.join(self.qos_dir(qos)));
-            }
-        }
+        let _ = self.remove_all();
     }
 }
 
@@ -481,6 +501,36 @@ mod tests {
                 m.ensure_pod(Qos::BestEffort, "../../etc", limits),
                 Err(Error::BadUid(_))
             ));
+        });
+        cleanup(&m);
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
+        }
+    }
+
+    #[test]
+    fn a_reset_removes_every_pod_cgroup_and_the_qos_hierarchy() {
+        let name = format!("rustlet-reset-test-{}", std::process::id());
+        let Some(m) = real(&name) else {
+            eprintln!("no writable cgroup v1 hierarchy here: skipped");
+            return;
+        };
+        let result = std::panic::catch_unwind(|| {
+            m.ensure_qos(None).unwrap();
+            let limits = Limits {
+                cpu_shares: 2,
+                cpu_quota: None,
+                memory: None,
+            };
+            m.ensure_pod(Qos::BestEffort, "u1", limits).unwrap();
+            m.ensure_pod(Qos::Burstable, "u2", limits).unwrap();
+            m.ensure_pod(Qos::Guaranteed, "u3", limits).unwrap();
+            assert_eq!(m.remove_all().unwrap(), 3);
+            for h in &m.hierarchies {
+                assert!(!h.join(&m.root).exists(), "{}", h.join(&m.root).display());
+            }
+            // Again: nothing left, nothing to do.
+            assert_eq!(m.remove_all().unwrap(), 0);
         });
         cleanup(&m);
         if let Err(e) = result {

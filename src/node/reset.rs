@@ -1,7 +1,8 @@
 //! Resetting a node the agent leaves for good, as `kubeadm reset` does for
 //! a kubelet's node: every container and sandbox of the runtime stopped and
 //! removed (the sandbox's network torn down by the runtime's CNI), the pod
-//! directories (volumes and subPath mounts) and pod logs removed, the pods
+//! and QoS cgroups, the pod directories (volumes and subPath mounts) and pod
+//! logs removed, the pods
 //! bound to the node deleted with the node's own credentials, and the CNI
 //! bridge the pods were attached to deleted. The Node object too, where the
 //! cluster lets a node delete it: the Node authorizer's `system:node` role
@@ -24,6 +25,7 @@ use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
+use crate::cgroups::CgroupManager;
 use crate::cri::Runtime;
 use crate::volume::VolumeManager;
 
@@ -40,6 +42,8 @@ pub struct Report {
     pub sandboxes: usize,
     /// Pod directories torn down under the root directory.
     pub pod_dirs: usize,
+    /// Pod cgroups removed (the QoS hierarchy goes with them).
+    pub pod_cgroups: usize,
     /// Pods bound to the node deleted from the API server.
     pub pods: usize,
     /// True when the Node object was deleted (or was already gone); false
@@ -113,6 +117,8 @@ pub struct Target<'a> {
     pub node: &'a str,
     /// The CNI bridge to delete, if any.
     pub bridge: Option<&'a str>,
+    /// The pod and QoS cgroups (`cgroupsPerQOS`), removed once the pods are.
+    pub cgroups: Option<&'a CgroupManager>,
 }
 
 /// Resets `target`: see the module's documentation.
@@ -124,10 +130,17 @@ pub async fn reset(target: Target<'_>) -> Report {
         client,
         node,
         bridge,
+        cgroups,
     } = target;
     let mut report = Report::default();
     remove_containers(runtime, &mut report).await;
     remove_sandboxes(runtime, &mut report).await;
+    if let Some(cgroups) = cgroups {
+        match cgroups.remove_all() {
+            Ok(n) => report.pod_cgroups = n,
+            Err(e) => report.errors.push(format!("remove the pod cgroups: {e}")),
+        }
+    }
     let (empty, _writer) = kube::runtime::reflector::store::<Pod>();
     report.pod_dirs = volumes.cleanup_orphans(&empty, |_| false).await;
     crate::pod::housekeeping::remove_orphaned_log_dirs(pod_logs_dir, |_| false);
@@ -157,6 +170,7 @@ pub async fn reset(target: Target<'_>) -> Report {
         containers = report.containers,
         sandboxes = report.sandboxes,
         pod_dirs = report.pod_dirs,
+        pod_cgroups = report.pod_cgroups,
         pods = report.pods,
         node_deleted = report.node_deleted,
         bridge_deleted = report.bridge_deleted,

@@ -746,6 +746,7 @@ async fn a_reset_removes_every_pod_its_directory_and_the_node() {
         client: &client,
         node: "companion",
         bridge: None,
+        cgroups: None,
     };
     let report = crate::node::reset::reset(target).await;
     assert_eq!(report.errors, Vec::<String>::new());
