@@ -99,6 +99,10 @@ pub struct CgroupManager {
     cpuset: Option<PathBuf>,
     /// `<cgroupRoot>/kubepods` as a relative path (`kubepods`).
     root: PathBuf,
+    /// The cgroup v2 hierarchy of a hybrid host (`unified`), where runc
+    /// makes the pods' paths too: nothing is set there, but what is made
+    /// there goes with the pod.
+    unified: Option<PathBuf>,
 }
 
 impl CgroupManager {
@@ -137,12 +141,14 @@ impl CgroupManager {
         }
         let cpuset = find("cpuset.cpus");
         let root = Path::new(cgroup_root.trim_start_matches('/')).join(name);
+        let unified = Some(mount.join("unified")).filter(|u| u.join("cgroup.procs").is_file());
         Some(Self {
             hierarchies,
             cpu,
             memory,
             cpuset,
             root,
+            unified,
         })
     }
 
@@ -372,6 +378,7 @@ impl CgroupManager {
     /// A bad UID, or a cgroup that still has tasks (tried again later).
     pub fn remove_pod(&self, qos: Qos, uid: &str) -> Result<(), Error> {
         let dir = self.pod_dir(qos, uid)?;
+        self.remove_unified(&dir);
         for h in &self.hierarchies {
             let path = h.join(&dir);
             match std::fs::remove_dir(&path) {
@@ -396,6 +403,9 @@ impl CgroupManager {
         for (qos, uid) in &pods {
             self.remove_pod(*qos, uid)?;
         }
+        for qos in [Qos::Burstable, Qos::BestEffort, Qos::Guaranteed] {
+            self.remove_unified(&self.qos_dir(qos));
+        }
         for h in &self.hierarchies {
             for qos in [Qos::Burstable, Qos::BestEffort, Qos::Guaranteed] {
                 let path = h.join(self.qos_dir(qos));
@@ -407,6 +417,18 @@ impl CgroupManager {
             }
         }
         Ok(pods.len())
+    }
+
+    /// Removes `dir` from the hybrid host's v2 hierarchy, if there: best
+    /// effort (nothing is enforced there, and a failure must not keep the
+    /// v1 cgroups).
+    fn remove_unified(&self, dir: &Path) {
+        if let Some(unified) = &self.unified
+            && let Err(e) = std::fs::remove_dir(unified.join(dir))
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            debug!(dir = %unified.join(dir).display(), error = %e, "remove a unified cgroup");
+        }
     }
 
     /// Removes the (empty) QoS hierarchy from every hierarchy: the end of a
@@ -525,8 +547,13 @@ mod tests {
             m.ensure_pod(Qos::BestEffort, "u1", limits).unwrap();
             m.ensure_pod(Qos::Burstable, "u2", limits).unwrap();
             m.ensure_pod(Qos::Guaranteed, "u3", limits).unwrap();
+            // runc makes the pod's path in the hybrid host's v2 hierarchy too.
+            if let Some(unified) = &m.unified {
+                let dir = unified.join(m.pod_dir(Qos::BestEffort, "u1").unwrap());
+                std::fs::create_dir_all(&dir).unwrap();
+            }
             assert_eq!(m.remove_all().unwrap(), 3);
-            for h in &m.hierarchies {
+            for h in m.hierarchies.iter().chain(&m.unified) {
                 assert!(!h.join(&m.root).exists(), "{}", h.join(&m.root).display());
             }
             // Again: nothing left, nothing to do.
