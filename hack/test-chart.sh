@@ -268,7 +268,7 @@ procs=$(find /sys/fs/cgroup/memory/rustlet -name cgroup.procs -exec cat {} + 2>/
 what=""
 for p in $procs; do what+=" $p:$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-80)"; done
 check "uninstall: no process left in the companion's cgroups${what:+ (}${what# }${what:+)}" test -z "$procs"
-cgroups_left=$(find /sys/fs/cgroup/*/rustlet/kubepods -type d 2>/dev/null | head -5 | tr '\n' ' ')
+cgroups_left=$({ find /sys/fs/cgroup/*/rustlet/kubepods -type d 2>/dev/null || true; } | head -5 | tr '\n' ' ')
 check "uninstall: no pod or QoS cgroup left (/rustlet/kubepods)${cgroups_left:+ ($cgroups_left)}" test -z "$cgroups_left"
 check "uninstall: the hook's ServiceAccount and role are gone" bash -c \
   "! kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n '$NS' get serviceaccount '$RELEASE-uninstall' >/dev/null 2>&1 &&
