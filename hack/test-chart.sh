@@ -152,14 +152,15 @@ pod_cidr=$(kubectl_admin get node "$COMPANION" -o jsonpath='{.spec.podCIDR}')
 # The companion runtime pulls from registries; here its images come from
 # the host's runtime, as `kind load` would bring them.
 archive=$(mktemp)
+load_log=$(mktemp)
 for img in registry.k8s.io/pause:3.10.2 registry.k8s.io/e2e-test-images/agnhost:2.66.1; do
   if ! { ctr_k8s images export "$archive" "$img" &&
     "$BIN/ctr" --address "$HOST_DIR/containerd/containerd.sock" --namespace k8s.io \
-      images import "$archive"; } >/dev/null 2>&1; then
-    fail "load $img into the companion runtime"
+      images import "$archive"; } >"$load_log" 2>&1; then
+    fail "load $img into the companion runtime: $(grep -vi deprecat "$load_log" | tail -2 | tr '\n' ' ')"
   fi
 done
-rm -f "$archive"
+rm -f "$archive" "$load_log"
 
 kubectl_admin apply -f - >/dev/null <<EOF
 apiVersion: v1
