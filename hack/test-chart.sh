@@ -158,6 +158,9 @@ for img in registry.k8s.io/pause:3.10.2 registry.k8s.io/e2e-test-images/agnhost:
     "$BIN/ctr" --address "$HOST_DIR/containerd/containerd.sock" --namespace k8s.io \
       images import "$archive"; } >"$load_log" 2>&1; then
     fail "load $img into the companion runtime: $(grep -vi deprecat "$load_log" | tail -2 | tr '\n' ' ')"
+    # What the host's runtime holds of it, and what the companion's said.
+    ctr_k8s images check "name==$img" 2>&1 | grep -vi deprecat | sed 's/^/    host: /' >&2 || true
+    kubectl_admin -n "$NS" logs "ds/$RELEASE" -c runtime --tail 5 2>&1 | sed "s/^/    companion: /" >&2 || true
   fi
 done
 rm -f "$archive" "$load_log"

@@ -3,7 +3,8 @@
 # the unit tests, builds the local cluster, checks the Helm chart (helm lint
 # and template), runs the cluster smoke test with the
 # upstream kubelet, the end-to-end tests with rustlet as the node agent, the
-# self-hosted cluster's test (the control plane as rustlet's static pods), then a
+# self-hosted cluster's test (the control plane as rustlet's static pods), the
+# Helm chart on a cluster with the kubelet as host agent, then a
 # small subset of the upstream [NodeConformance] tests (hack/conformance-ci.txt)
 # with rustlet.
 #
@@ -87,6 +88,7 @@ if ! $quick; then
   step "cluster smoke test (kubelet)" hack/test-cluster-smoke.sh --agent kubelet
   step "end-to-end tests (rustlet)" e2e
   step "self-hosted control plane (rustlet)" hack/test-self-hosted.sh
+  step "Helm chart on a cluster: install, upgrade, uninstall" hack/test-chart.sh
   step "build e2e.test" hack/build-cluster.sh e2e
   step "upstream conformance subset (rustlet)" hack/conformance.sh --agent rustlet --name ci \
     --procs 4 --focus "$(grep -v '^#' hack/conformance-ci.txt | paste -sd'|')" --expect hack/conformance-ci.txt
