@@ -12,40 +12,10 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::*;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::node::v1::RuntimeClass;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-
-/// The pod's Warning events with `reason`, as `reason: message` lines.
-async fn events(client: &Client, ns: &str, uid: &str, reason: &str) -> Vec<String> {
-    let api: Api<Event> = Api::namespaced(client.clone(), ns);
-    let lp = ListParams::default().fields(&format!("involvedObject.uid={uid}"));
-    api.list(&lp)
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .map(|e| e.message.unwrap_or_default())
-        .collect()
-}
-
-/// Waits up to `secs` for a `reason` event on the pod; returns its messages.
-async fn wait_event(client: &Client, ns: &str, uid: &str, reason: &str, secs: u64) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let found = events(client, ns, uid, reason).await;
-        if !found.is_empty() {
-            return found;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {reason} event for pod {ns} (uid {uid}) within {secs}s"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
 
 /// How many sandboxes containerd holds for pod `uid`.
 async fn sandboxes(uid: &str) -> usize {
@@ -136,7 +106,15 @@ async fn host_users_false_never_runs_in_the_host_user_namespace() {
         assert_eq!(fields[2], "65536", "the kubelet's range: {map:?}");
     } else {
         // It fails with the kubelet's reason, and never runs at all.
-        let msgs = wait_event(&client, &ns, &uid, "FailedCreatePodSandBox", 60).await;
+        let msgs = wait_for_events(
+            &client,
+            &ns,
+            Involving::Uid(&uid),
+            60,
+            "a FailedCreatePodSandBox event",
+            |e| messages(e, "FailedCreatePodSandBox"),
+        )
+        .await;
         assert!(
             msgs.iter()
                 .any(|m| m.contains("does not support user namespaces")),
@@ -173,7 +151,15 @@ async fn a_runtime_class_that_does_not_exist_never_runs() {
     pods.patch("gone", &PatchParams::default(), &Patch::Merge(&ungate))
         .await
         .expect("remove the scheduling gate");
-    let msgs = wait_event(&client, &ns, &uid, "FailedCreatePodSandBox", 60).await;
+    let msgs = wait_for_events(
+        &client,
+        &ns,
+        Involving::Uid(&uid),
+        60,
+        "a FailedCreatePodSandBox event",
+        |e| messages(e, "FailedCreatePodSandBox"),
+    )
+    .await;
     let want =
         format!("Failed to create pod sandbox: runtimeclass.node.k8s.io \"{class}\" not found");
     assert!(msgs.iter().any(|m| m == &want), "{msgs:?}");
@@ -193,7 +179,15 @@ async fn a_runtime_handler_the_runtime_does_not_have_never_runs() {
     p.spec.as_mut().unwrap().runtime_class_name = Some(class.clone());
     let created = create(&client, &ns, &p).await;
     let uid = created.metadata.uid.clone().unwrap();
-    let msgs = wait_event(&client, &ns, &uid, "FailedCreatePodSandBox", 60).await;
+    let msgs = wait_for_events(
+        &client,
+        &ns,
+        Involving::Uid(&uid),
+        60,
+        "a FailedCreatePodSandBox event",
+        |e| messages(e, "FailedCreatePodSandBox"),
+    )
+    .await;
     assert!(
         msgs.iter()
             .any(|m| m.starts_with("Failed to create pod sandbox: ")

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
-use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
-use kube::api::{DeleteParams, ListParams};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kube::api::DeleteParams;
 use kube::runtime::wait::Condition;
 use kube::{Api, ResourceExt};
 
@@ -105,39 +105,39 @@ async fn create_and_settle(
     (uid, now)
 }
 
-/// A name no other run uses.
 /// Waits up to 30 s until every container in `names` has a `Failed` event
 /// whose message is about its subPath, as the kubelet's `Error: ...` events.
 async fn failed_events_for(client: &kube::Client, ns: &str, names: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let events: Vec<String> = Api::<Event>::namespaced(client.clone(), ns)
-            .list(&ListParams::default())
-            .await
-            .expect("list events")
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("Failed"))
-            .filter_map(|e| Some(format!("{}: {}", e.involved_object.field_path?, e.message?)))
-            .collect();
-        let missing: Vec<&&str> = names
-            .iter()
-            .filter(|c| {
-                !events.iter().any(|e| {
-                    e.starts_with(&format!("spec.containers{{{c}}}: Error: "))
-                        && e.contains("subPath")
+    wait_for_events(
+        client,
+        ns,
+        Involving::Any,
+        30,
+        "a Failed event for each bad container",
+        |events| {
+            let failed: Vec<String> = events
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("Failed"))
+                .filter_map(|e| {
+                    Some(format!(
+                        "{}: {}",
+                        e.involved_object.field_path.as_deref()?,
+                        e.message.as_deref()?
+                    ))
                 })
-            })
-            .collect();
-        if missing.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Failed event for {missing:?} within 30s: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+                .collect();
+            names
+                .iter()
+                .all(|c| {
+                    failed.iter().any(|e| {
+                        e.starts_with(&format!("spec.containers{{{c}}}: Error: "))
+                            && e.contains("subPath")
+                    })
+                })
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 fn unique(prefix: &str) -> String {

@@ -352,26 +352,6 @@ async fn a_pod_with_pod_level_resources_gets_a_cgroup_of_its_own_with_them() {
     drop_namespace(&client, &ns).await;
 }
 
-/// The pod's events with `reason`, their messages, each as many times as
-/// it occurred (an Event's `count`).
-async fn events(client: &kube::Client, ns: &str, pod: &str, reason: &str) -> Vec<String> {
-    use kube::api::ListParams;
-    let api: kube::Api<k8s_openapi::api::core::v1::Event> =
-        kube::Api::namespaced(client.clone(), ns);
-    let list = api
-        .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
-        .await
-        .expect("list events");
-    list.items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .flat_map(|e| {
-            let times = usize::try_from(e.count.unwrap_or(1).max(1)).unwrap_or(1);
-            std::iter::repeat_n(e.message.unwrap_or_default(), times)
-        })
-        .collect()
-}
-
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_memory_limit_below_what_is_in_use_is_not_applied_until_it_fits() {
@@ -432,14 +412,30 @@ async fn a_memory_limit_below_what_is_in_use_is_not_applied_until_it_fits() {
         "nothing lowered"
     );
     assert_eq!(container_status(&refused).container_id, before.container_id);
-    let errors = wait_for_events(&client, &ns, "mem", "ResizeError").await;
+    let errors = wait_for_events(
+        &client,
+        &ns,
+        Involving::Name("mem"),
+        30,
+        "a ResizeError event",
+        |e| messages(e, "ResizeError"),
+    )
+    .await;
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0].starts_with("Pod resize error: {\"containers\":[{\"name\":\"c\",")
             && errors[0].contains("\"error\":\"cannot decrease memory limits: "),
         "{errors:?}"
     );
-    let started = wait_for_events(&client, &ns, "mem", "ResizeStarted").await;
+    let started = wait_for_events(
+        &client,
+        &ns,
+        Involving::Name("mem"),
+        30,
+        "a ResizeStarted event",
+        |e| messages(e, "ResizeStarted"),
+    )
+    .await;
     assert_eq!(started.len(), 1, "{started:?}");
 
     // Memory freed: the next sync applies it.
@@ -477,22 +473,18 @@ async fn a_memory_limit_below_what_is_in_use_is_not_applied_until_it_fits() {
         cgroup_file(&ns, "mem", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
         limit_48.to_string()
     );
-    let completed = wait_for_events(&client, &ns, "mem", "ResizeCompleted").await;
+    let completed = wait_for_events(
+        &client,
+        &ns,
+        Involving::Name("mem"),
+        30,
+        "a ResizeCompleted event",
+        |e| messages(e, "ResizeCompleted"),
+    )
+    .await;
     assert!(
         completed[0].starts_with("Pod resize completed: {\"containers\":"),
         "{completed:?}"
     );
     drop_namespace(&client, &ns).await;
-}
-
-/// The pod's events with `reason` once there is one (30 s at most).
-async fn wait_for_events(client: &kube::Client, ns: &str, pod: &str, reason: &str) -> Vec<String> {
-    for _ in 0..60 {
-        let found = events(client, ns, pod, reason).await;
-        if !found.is_empty() {
-            return found;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
-    panic!("no {reason} event for {ns}/{pod}");
 }

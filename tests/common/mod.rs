@@ -312,3 +312,71 @@ pub fn sample(text: &str, prefix: &str) -> Option<f64> {
         .and_then(|l| l.split(' ').nth(1))
         .and_then(|v| v.parse().ok())
 }
+
+/// Which Events of a namespace [`wait_for_events`] lists.
+pub enum Involving<'a> {
+    /// The object with this UID.
+    Uid(&'a str),
+    /// The objects with this name (a pod and its containers).
+    Name(&'a str),
+    /// Every object of the namespace.
+    Any,
+}
+
+/// Lists the Events of namespace `ns` about `involving`, every 0.5 s, until
+/// `accept` returns `Some`, and returns that; panics after `secs` seconds with
+/// `what` and the events last listed (`reason: message`).
+///
+/// The agent's event recorder posts Events apart from the pod's status, so an
+/// Event may trail the status that caused it: tests wait for it.
+pub async fn wait_for_events<T>(
+    client: &Client,
+    ns: &str,
+    involving: Involving<'_>,
+    secs: u64,
+    what: &str,
+    mut accept: impl FnMut(&[k8s_openapi::api::core::v1::Event]) -> Option<T>,
+) -> T {
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    let mut lp = kube::api::ListParams::default();
+    lp = match involving {
+        Involving::Uid(uid) => lp.fields(&format!("involvedObject.uid={uid}")),
+        Involving::Name(name) => lp.fields(&format!("involvedObject.name={name}")),
+        Involving::Any => lp,
+    };
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let events = api.list(&lp).await.expect("list events").items;
+        if let Some(found) = accept(&events) {
+            return found;
+        }
+        let seen: Vec<String> = events
+            .iter()
+            .map(|e| {
+                let reason = e.reason.as_deref().unwrap_or_default();
+                let message = e.message.as_deref().unwrap_or_default();
+                format!("{reason}: {message}")
+            })
+            .collect();
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {secs}s; events in {ns}: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The messages of the `events` with `reason`, one per occurrence (an Event
+/// counted `n` times gives its message `n` times); `None` if there is none,
+/// as [`wait_for_events`] takes it.
+pub fn messages(events: &[k8s_openapi::api::core::v1::Event], reason: &str) -> Option<Vec<String>> {
+    let found: Vec<String> = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .flat_map(|e| {
+            let times = usize::try_from(e.count.unwrap_or(1).max(1)).unwrap_or(1);
+            std::iter::repeat_n(e.message.clone().unwrap_or_default(), times)
+        })
+        .collect();
+    (!found.is_empty()).then_some(found)
+}
