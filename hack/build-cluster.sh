@@ -3,7 +3,7 @@
 # from their Go modules into _output/bin/. Go's module and build caches make a
 # warm rebuild take seconds.
 #
-#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm]
+#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind]
 #
 # `busybox` builds busybox $BUSYBOX_VERSION as upstream configures it by default
 # (defconfig, static) into _output/bin/busybox-$BUSYBOX_VERSION, for the e2e
@@ -19,6 +19,8 @@
 # `metrics-server` (not part of `all`) builds metrics-server, which
 # `hack/local-up.sh --metrics-server` runs behind the aggregation layer.
 # `helm` (not part of `all`) builds the helm CLI the chart is checked with.
+# `kind` (not part of `all`) builds kind, kubeadm, kubectl and etcd's own
+# command line (_output/bin/kind-node/etcd) for hack/kind-e2e.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -29,6 +31,30 @@ export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 what=${1:-all}
 
 log() { echo "build-cluster: $*" >&2; }
+
+# kind (sigs.k8s.io/kind, its own module tests/cluster/kind) and what its node
+# image holds of Kubernetes besides the kubelet: kubeadm and kubectl, from the
+# same k8s.io/kubernetes as the rest (hack/kind-e2e.sh).
+build_kind() {
+  local v
+  v=$(grep -m1 'sigs.k8s.io/kind v' tests/cluster/kind/go.mod | awk '{print $NF}')
+  log "kind (sigs.k8s.io/kind $v), kubeadm, kubectl, etcd's command line (kind-node/etcd)"
+  (cd tests/cluster/kind && go build -trimpath -ldflags='-s -w' -o "$bin/" sigs.k8s.io/kind)
+  # kubeadm reads its own version to choose what it deploys: stamped as the
+  # module's, as Kubernetes' own build does.
+  v=$(grep -m1 'k8s.io/kubernetes v' tests/cluster/go.mod | awk '{print $NF}')
+  local major=${v#v} minor
+  minor=${major#*.}
+  minor=${minor%%.*}
+  major=${major%%.*}
+  local pkg=k8s.io/component-base/version
+  (cd tests/cluster && go build -trimpath -o "$bin/" \
+    -ldflags="-s -w -X $pkg.gitVersion=$v -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
+    k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kubectl)
+  # etcd's own command line, for kubeadm's etcd static pod (static: the image
+  # holds nothing else).
+  (cd tests/cluster && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$bin/kind-node/etcd" ./cmd/etcdmain)
+}
 
 build_k8s() {
   log "kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, etcd (k8s.io/kubernetes $(grep -m1 'k8s.io/kubernetes v' tests/cluster/go.mod | awk '{print $NF}'))"
@@ -166,5 +192,6 @@ case "$what" in
   ginkgo) build_ginkgo ;;
   metrics-server) build_metrics_server ;;
   helm) build_helm ;;
-  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm)" >&2; exit 2 ;;
+  kind) build_kind ;;
+  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind)" >&2; exit 2 ;;
 esac

@@ -2,7 +2,7 @@
 # Builds the local container images from files on this machine and imports
 # them into our containerd's k8s.io namespace (no registry needed).
 #
-#   hack/images.sh [--all] [--control-plane]
+#   hack/images.sh [--all] [--control-plane] [--out DIR]
 #
 # Always built (every pod and the project's own e2e tests need them):
 #   registry.k8s.io/pause:3.10.2                      our pause binary
@@ -43,6 +43,10 @@
 # makes that an error (hack/conformance.sh uses it).
 # An image already present with the same config digest is left alone.
 # Needs containerd running (hack/local-up.sh starts it and calls this).
+# With --out DIR, nothing is imported and no containerd is needed: each image
+# is written to DIR/<name>.tar (an OCI archive with a docker manifest.json, as
+# `ctr images import` and `kind load image-archive` read), rebuilt only when
+# its inputs changed (hack/kind-e2e.sh loads them into a kind node).
 set -euo pipefail
 PROG=images
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -50,12 +54,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 all=false
 control_plane=false
+out_dir=''
 while (($#)); do
   case $1 in
     --all) all=true; shift ;;
     --control-plane) control_plane=true; shift ;;
+    --out) (($# > 1)) || die "--out needs a directory"; out_dir=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
-    *) die "unknown argument '$1' (usage: hack/images.sh [--all] [--control-plane])" ;;
+    *) die "unknown argument '$1' (usage: hack/images.sh [--all] [--control-plane] [--out DIR])" ;;
   esac
 done
 
@@ -78,7 +84,8 @@ for b in imagebuild pause agnhost ctr; do
 done
 [[ -x $BUSYBOX ]] || die "missing dependency: $BUSYBOX (Debian package busybox-static)"
 [[ -x $E2E_BUSYBOX ]] || die "missing $E2E_BUSYBOX (run hack/build-cluster.sh busybox)"
-[[ -S $CTRD_SOCK ]] || die "containerd is not running on $CTRD_SOCK (start it with hack/local-up.sh)"
+[[ -n $out_dir || -S $CTRD_SOCK ]] || die "containerd is not running on $CTRD_SOCK (start it with hack/local-up.sh)"
+[[ -z $out_dir ]] || mkdir -p "$out_dir"
 
 STAMPS=$LOCAL/images
 mkdir -p "$STAMPS"
@@ -255,6 +262,17 @@ image() {
     prev=$a
   done
   key=$(inputs_key "$@")
+  if [[ -n $out_dir ]]; then
+    out=$out_dir/$label.tar stamp=$out_dir/.$label.key
+    if [[ -f $out && -f $stamp && $(<"$stamp") == "$key" ]]; then
+      log "$label: up to date ($out)"
+    else
+      "$BIN/imagebuild" --out "$out" "$@" >/dev/null
+      echo "$key" >"$stamp"
+      log "$label: wrote $out in $(since "$t0")"
+    fi
+    return
+  fi
   # Same inputs as last time, and containerd still has that image.
   if [[ -f $stamp ]] && read -r k want <"$stamp" && [[ $k == "$key" ]] && all_tags_at "$want" "${tags[@]}"; then
     log "$label: up to date (${want:7:12}, ${#tags[@]} tags)"

@@ -239,7 +239,7 @@ build_if_missing() {
 # plane, the kubelet, containerd, the e2e binaries, and what the test images
 # are built from) but the tools no conformance run uses (NOT_RUN_BINARIES).
 # Two runs with the same id ran the same upstream parts.
-NOT_RUN_BINARIES=(helm)
+NOT_RUN_BINARIES=(helm kind kubeadm kubectl)
 binaries_id() {
   local excluded=() b
   for b in "${NOT_RUN_BINARIES[@]}"; do excluded+=(! -name "$b"); done

@@ -13,31 +13,66 @@
 # itself: its Node and pods deleted, no mount, bridge or process left.
 # Brings the cluster down at the end.
 #
-#   hack/test-chart.sh [--release]
+#   hack/test-chart.sh [--release] [--kind CLUSTER --kubeconfig FILE]
 #
 # The rustlet image holds the debug build (hack/image.sh --debug), which the
 # tests have built already; --release puts the release build in it.
+#
+# With --kind, the same checks run on the kind cluster CLUSTER, which the
+# caller made and removes (hack/kind-e2e.sh): the images are loaded with
+# `kind load image-archive`, the chart reaches the API server at the node's
+# address, and what the checks read of the host (the runtimes, mounts,
+# bridges, cgroups) is read inside the kind node's container.
 #
 # Ends with one line "N passed, M failed"; exits non-zero if any check failed.
 set -euo pipefail
 PROG=chart
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-image_args=(--import --debug)
-case ${1:-} in
-  "") ;;
-  --release) image_args=(--import) ;;
-  *) die "unexpected argument '$1' (usage: hack/test-chart.sh [--release])" ;;
-esac
+debug=(--debug)
+kind_cluster=''
+while (($#)); do
+  case $1 in
+    --release) debug=() ;;
+    --kind) (($# > 1)) || die "--kind needs a cluster name"; kind_cluster=$2; shift ;;
+    --kubeconfig) (($# > 1)) || die "--kubeconfig needs a file"; ADMIN_KUBECONFIG=$2; shift ;;
+    *) die "unexpected argument '$1' (usage: hack/test-chart.sh [--release] [--kind CLUSTER --kubeconfig FILE])" ;;
+  esac
+  shift
+done
 
 passed=0
 failed=0
 NS=rustlet-system
 RELEASE=rustlet
-COMPANION=$NODE_NAME-rustlet
 HOST_DIR=$LOCAL/companion
+API_HOST=127.0.0.1
 HELM=$BIN/helm
 TAINT_KEY=rustlet.dev/companion
+COMPANION_SOCK=containerd/containerd.sock
+if [[ -n $kind_cluster ]]; then
+  NODE_NAME=$kind_cluster-control-plane
+  HOST_DIR=/var/lib/rustlet-companion
+fi
+COMPANION=$NODE_NAME-rustlet
+
+# on_host COMMAND...: runs COMMAND where the host agent runs: here, or in the
+# kind node's container (stdin passed on).
+on_host() {
+  if [[ -n $kind_cluster ]]; then docker exec -i "$NODE_NAME" "$@"; else "$@"; fi
+}
+# host_ctr ARGS...: ctr on the host agent's runtime (k8s.io namespace).
+host_ctr() {
+  if [[ -n $kind_cluster ]]; then on_host ctr --namespace k8s.io "$@"; else ctr_k8s "$@"; fi
+}
+# companion_ctr ARGS...: ctr on the companion's runtime (k8s.io namespace).
+companion_ctr() {
+  if [[ -n $kind_cluster ]]; then
+    on_host ctr --address "$HOST_DIR/$COMPANION_SOCK" --namespace k8s.io "$@"
+  else
+    "$BIN/ctr" --address "$HOST_DIR/$COMPANION_SOCK" --namespace k8s.io "$@"
+  fi
+}
 
 # The companion agent's node protection, as hack/local-up.sh sets the local
 # agents': this machine's disk is shared and often less than 15 % free,
@@ -51,12 +86,11 @@ COMPANION_CONFIG='{"evictionHard": {"memory.available": "100Mi", "nodefs.availab
 # on the host: its shims and pods' processes, in its cgroups (cgroupRoot
 # /rustlet), which are removed after.
 kill_companion_processes() {
-  local p
-  for p in $(find /sys/fs/cgroup/memory/rustlet -name cgroup.procs -exec cat {} + 2>/dev/null); do
-    kill -9 "$p" 2>/dev/null || true
-  done
-  sleep 0.5
-  find /sys/fs/cgroup/*/rustlet -depth -type d -exec rmdir {} + 2>/dev/null || true
+  on_host bash -c 'for p in $(find /sys/fs/cgroup/memory/rustlet -name cgroup.procs -exec cat {} + 2>/dev/null); do
+      kill -9 "$p" 2>/dev/null || true
+    done
+    sleep 0.5
+    find /sys/fs/cgroup/*/rustlet -depth -type d -exec rmdir {} + 2>/dev/null || true'
 }
 
 up=false
@@ -74,16 +108,19 @@ finish() {
     kubectl_admin delete node "$COMPANION" --ignore-not-found >/dev/null 2>&1 || true
     kubectl_admin delete pod --all -n chart-test --grace-period=0 --force >/dev/null 2>&1 || true
     kubectl_admin delete namespace chart-test --ignore-not-found --wait=false >/dev/null 2>&1 || true
-    "$ROOT/hack/local-down.sh" || fail "local-down.sh"
-    # What a companion node leaves on its host: the runtime's mounts under
-    # its directory, its bridge and its pods' cgroups.
-    local m
-    while read -r m; do umount -l "$m" 2>/dev/null || true; done < <(
-      awk -v d="$HOST_DIR" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
-    )
-    ip link del rustletc0 2>/dev/null || true
-    kill_companion_processes
-    rm -rf "$HOST_DIR"
+    # The kind cluster is its caller's to remove.
+    if [[ -z $kind_cluster ]]; then
+      "$ROOT/hack/local-down.sh" || fail "local-down.sh"
+      # What a companion node leaves on its host: the runtime's mounts under
+      # its directory, its bridge and its pods' cgroups.
+      local m
+      while read -r m; do umount -l "$m" 2>/dev/null || true; done < <(
+        awk -v d="$HOST_DIR" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
+      )
+      ip link del rustletc0 2>/dev/null || true
+      kill_companion_processes
+      rm -rf "$HOST_DIR"
+    fi
   fi
   ((rc == 0)) || failed=$((failed + 1))
   echo "$passed passed, $failed failed"
@@ -91,20 +128,34 @@ finish() {
 }
 trap finish EXIT
 
-require_no_cluster
 build_if_missing helm helm
-up=true
-"$ROOT/hack/local-up.sh" --agent kubelet || die "local-up.sh --agent kubelet failed"
-"$ROOT/hack/image.sh" "${image_args[@]}" || die "image.sh ${image_args[*]} failed"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -1)
-
-kill_companion_processes
-# Bidirectional mount propagation needs the host directory on a shared
-# mount; on a systemd host `/` is shared, here it is made so.
-mkdir -p "$HOST_DIR"
-if ! grep -qE " $HOST_DIR .* shared:" /proc/self/mountinfo; then
-  mount --bind "$HOST_DIR" "$HOST_DIR"
-  mount --make-rshared "$HOST_DIR"
+if [[ -n $kind_cluster ]]; then
+  [[ -f $ADMIN_KUBECONFIG ]] || die "--kind needs --kubeconfig FILE (the kind cluster's)"
+  up=true
+  "$ROOT/hack/image.sh" "${debug[@]}" || die "image.sh ${debug[*]} failed"
+  for img in rustlet rustlet-node-runtime; do
+    "$BIN/kind" load image-archive --name "$kind_cluster" "$ROOT/_output/images/$img.tar" ||
+      die "kind load image-archive $img.tar failed"
+  done
+  # The pods use the host's network, and kind runs no kube-proxy here: the
+  # API server's own address.
+  API_HOST=$(kubectl_admin get node "$NODE_NAME" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+  kill_companion_processes
+else
+  require_no_cluster
+  up=true
+  "$ROOT/hack/local-up.sh" --agent kubelet || die "local-up.sh --agent kubelet failed"
+  "$ROOT/hack/image.sh" --import "${debug[@]}" || die "image.sh --import ${debug[*]} failed"
+  kill_companion_processes
+  # Bidirectional mount propagation needs the host directory on a shared
+  # mount; on a systemd host `/` is shared (and kind makes its nodes' `/`
+  # shared), here it is made so.
+  mkdir -p "$HOST_DIR"
+  if ! grep -qE " $HOST_DIR .* shared:" /proc/self/mountinfo; then
+    mount --bind "$HOST_DIR" "$HOST_DIR"
+    mount --make-rshared "$HOST_DIR"
+  fi
 fi
 
 # What an earlier run that stopped midway left in the cluster's state: its
@@ -123,7 +174,7 @@ host_before=$(kubectl_admin -n chart-test get pod host-pod -o jsonpath='{.status
 t0=$(now_ms)
 check "helm install" "$HELM" --kubeconfig "$ADMIN_KUBECONFIG" install "$RELEASE" "$ROOT/charts/rustlet" \
   -n "$NS" --create-namespace \
-  --set apiServer.host=127.0.0.1 --set hostDir="$HOST_DIR" \
+  --set apiServer.host="$API_HOST" --set hostDir="$HOST_DIR" \
   --set image.tag="$version" --set runtimeImage.tag="$version" \
   --set image.pullPolicy=Never --set runtimeImage.pullPolicy=Never \
   --set-json "kubeletConfig=$COMPANION_CONFIG"
@@ -153,13 +204,18 @@ pod_cidr=$(kubectl_admin get node "$COMPANION" -o jsonpath='{.spec.podCIDR}')
 # the host's runtime, as `kind load` would bring them.
 archive=$(mktemp)
 load_log=$(mktemp)
+copy_image() { host_ctr images export - "$1" >"$archive" && companion_ctr images import - <"$archive"; }
 for img in registry.k8s.io/pause:3.10.2 registry.k8s.io/e2e-test-images/agnhost:2.66.1; do
-  if ! { ctr_k8s images export "$archive" "$img" &&
-    "$BIN/ctr" --address "$HOST_DIR/containerd/containerd.sock" --namespace k8s.io \
-      images import "$archive"; } >"$load_log" 2>&1; then
+  # One CI run failed this copy once, for a reason not seen again: a second
+  # try, with the first error shown.
+  if ! copy_image "$img" >"$load_log" 2>&1; then
+    warn "copying $img failed, trying again: $(grep -vi deprecat "$load_log" | tail -2 | tr '\n' ' ')"
+    sleep 2
+  fi
+  if ! copy_image "$img" >"$load_log" 2>&1; then
     fail "load $img into the companion runtime: $(grep -vi deprecat "$load_log" | tail -2 | tr '\n' ' ')"
     # What the host's runtime holds of it, and what the companion's said.
-    ctr_k8s images check "name==$img" 2>&1 | grep -vi deprecat | sed 's/^/    host: /' >&2 || true
+    host_ctr images check "name==$img" 2>&1 | grep -vi deprecat | sed 's/^/    host: /' >&2 || true
     kubectl_admin -n "$NS" logs "ds/$RELEASE" -c runtime --tail 5 2>&1 | sed "s/^/    companion: /" >&2 || true
   fi
 done
@@ -221,7 +277,7 @@ pod_state() {
 before_upgrade=$(pod_state)
 ds_pod=$(kubectl_admin -n "$NS" get pod -l app.kubernetes.io/name=rustlet -o jsonpath='{.items[0].metadata.uid}')
 for img in rustlet rustlet-node-runtime; do
-  ctr_k8s images tag --force "docker.io/library/$img:$version" "docker.io/library/$img:$version-upgrade" >/dev/null ||
+  host_ctr images tag --force "docker.io/library/$img:$version" "docker.io/library/$img:$version-upgrade" >/dev/null ||
     fail "tag $img:$version-upgrade"
 done
 check "helm upgrade to new images" "$HELM" --kubeconfig "$ADMIN_KUBECONFIG" upgrade "$RELEASE" "$ROOT/charts/rustlet" \
@@ -265,14 +321,15 @@ done
 check "uninstall: the companion Node is deleted" $node_gone
 check "uninstall: the companion's pod is deleted" bash -c \
   "! kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n chart-test get pod companion-pod >/dev/null 2>&1"
-check "uninstall: the bridge rustletc0 is deleted" bash -c "! ip link show rustletc0 >/dev/null 2>&1"
-mounts=$(awk -v d="$HOST_DIR/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo)
+no_bridge() { ! on_host ip link show rustletc0 >/dev/null 2>&1; }
+check "uninstall: the bridge rustletc0 is deleted" no_bridge
+mounts=$(on_host cat /proc/self/mountinfo | awk -v d="$HOST_DIR/" 'index($5, d) == 1 { print $5 }')
 check "uninstall: no mount left under $HOST_DIR${mounts:+ (}${mounts//$'\n'/, }${mounts:+)}" test -z "$mounts"
-procs=$(find /sys/fs/cgroup/memory/rustlet -name cgroup.procs -exec cat {} + 2>/dev/null || true)
+procs=$(on_host bash -c 'find /sys/fs/cgroup/memory/rustlet -name cgroup.procs -exec cat {} + 2>/dev/null' || true)
 what=""
-for p in $procs; do what+=" $p:$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-80)"; done
+for p in $procs; do what+=" $p:$(on_host cat "/proc/$p/cmdline" 2>/dev/null | tr '\0' ' ' | cut -c1-80)"; done
 check "uninstall: no process left in the companion's cgroups${what:+ (}${what# }${what:+)}" test -z "$procs"
-cgroups_left=$({ find /sys/fs/cgroup/*/rustlet/kubepods -type d 2>/dev/null || true; } | head -5 | tr '\n' ' ')
+cgroups_left=$({ on_host bash -c 'find /sys/fs/cgroup/*/rustlet/kubepods -type d 2>/dev/null' || true; } | head -5 | tr '\n' ' ')
 check "uninstall: no pod or QoS cgroup left (/rustlet/kubepods)${cgroups_left:+ ($cgroups_left)}" test -z "$cgroups_left"
 check "uninstall: the hook's ServiceAccount and role are gone" bash -c \
   "! kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n '$NS' get serviceaccount '$RELEASE-uninstall' >/dev/null 2>&1 &&

@@ -76,8 +76,12 @@ kubectl delete pod t --wait=false >/dev/null 2>&1 || true
 # ---------------------------------------------------------------- down
 t0=$(now_ms)
 if down; then pass "local-down.sh ($(since "$t0"))"; else fail "local-down.sh"; fi
+# This cluster's processes: its binaries, and the shims of its containerd.
+# Another containerd on the host (Docker's, say) is not this cluster's.
 for c in "${COMPONENTS[@]}" containerd-shim-runc-v2; do
-  if pids=$(pgrep -f "(^|/)$c( |$)"); then
+  pattern="^($BIN|$CARGO_TARGET_DIR/(debug|release))/$c( |$)"
+  [[ $c == containerd-shim-runc-v2 ]] && pattern="containerd-shim-runc-v2 .*-address $CTRD_SOCK( |$)"
+  if pids=$(pgrep -f "$pattern"); then
     fail "no $c process left (found: ${pids//$'\n'/ })"
   else
     pass "no $c process left"
