@@ -11,7 +11,9 @@
 #                                   (_output/bin), runc (Debian's), the CNI
 #                                   plugins bridge, host-local, loopback and
 #                                   portmap (Debian's containernetworking-plugins,
-#                                   at /opt/cni/bin), with their libraries
+#                                   at /opt/cni/bin), with their libraries,
+#                                   and Debian's static busybox as /bin/sh
+#                                   (the chart's shim.sh runs in it)
 # <version> is Cargo.toml's; both are also tagged `latest`.
 #
 #   hack/image.sh [--import] [--debug]
@@ -90,6 +92,9 @@ for p in "${CNI_PLUGINS[@]}"; do
   runtime_args+=(--add "$CNI_BIN_DIR/$p=/opt/cni/bin/$p")
 done
 image_libs "${runtime_bins[@]}" "${cni_srcs[@]}" || die "$libs_missing"
+# A shell (static busybox) for the chart's shim.sh, which starts each shim.
+[[ -x /bin/busybox ]] || die "missing dependency: /bin/busybox (Debian package busybox-static)"
+runtime_args+=(--add /bin/busybox=/bin/busybox --link /bin/sh=busybox --link /bin/mkdir=busybox)
 build rustlet-node-runtime "${runtime_args[@]}" "${libs[@]}" --dir /tmp --dir /run \
   --env "PATH=/usr/local/bin:/usr/bin:/bin" \
   --entrypoint '["/usr/local/bin/containerd"]'

@@ -204,7 +204,17 @@ pod_cidr=$(kubectl_admin get node "$COMPANION" -o jsonpath='{.spec.podCIDR}')
 # the host's runtime, as `kind load` would bring them.
 archive=$(mktemp)
 load_log=$(mktemp)
-copy_image() { host_ctr images export - "$1" >"$archive" && companion_ctr images import - <"$archive"; }
+# copy_image IMAGE: from the host's runtime into the companion's, through a
+# file where both run (a `docker exec` stream may lose its last bytes).
+copy_image() {
+  if [[ -n $kind_cluster ]]; then
+    on_host bash -c 'ctr -n k8s.io images export /tmp/copy.tar "$1" &&
+      ctr --address "$2" -n k8s.io images import /tmp/copy.tar; rc=$?; rm -f /tmp/copy.tar; exit $rc' \
+      _ "$1" "$HOST_DIR/$COMPANION_SOCK"
+  else
+    ctr_k8s images export "$archive" "$1" && companion_ctr images import "$archive"
+  fi
+}
 for img in registry.k8s.io/pause:3.10.2 registry.k8s.io/e2e-test-images/agnhost:2.66.1; do
   # One CI run failed this copy once, for a reason not seen again: a second
   # try, with the first error shown.
