@@ -257,6 +257,11 @@ EOF
   docker rm -f rustlet-kind-build >/dev/null
 fi
 
+# Older builds of both go: each is most of a gigabyte.
+docker images --format '{{.Repository}}:{{.Tag}}' |
+  awk -v base="$BASE_IMAGE" -v node="$NODE_IMAGE" '/^rustlet\.dev\/kind-(base|node):/ && $0 != base && $0 != node' |
+  xargs -r docker rmi >/dev/null 2>&1 || true
+
 # ------------------------------------------------------------------ cluster
 "$KIND" delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
 cat >"$KIND_DIR/cluster.yaml" <<EOF

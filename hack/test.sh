@@ -4,7 +4,7 @@
 # and template), runs the cluster smoke test with the
 # upstream kubelet, the end-to-end tests with rustlet as the node agent, the
 # self-hosted cluster's test (the control plane as rustlet's static pods), the
-# Helm chart on a cluster with the kubelet as host agent, then a
+# Helm chart on a cluster with the kubelet as host agent and on kind, then a
 # small subset of the upstream [NodeConformance] tests (hack/conformance-ci.txt)
 # with rustlet.
 #
@@ -89,6 +89,7 @@ if ! $quick; then
   step "end-to-end tests (rustlet)" e2e
   step "self-hosted control plane (rustlet)" hack/test-self-hosted.sh
   step "Helm chart on a cluster: install, upgrade, uninstall" hack/test-chart.sh
+  step "Helm chart on kind" hack/kind-e2e.sh
   step "build e2e.test" hack/build-cluster.sh e2e
   step "upstream conformance subset (rustlet)" hack/conformance.sh --agent rustlet --name ci \
     --procs 4 --focus "$(grep -v '^#' hack/conformance-ci.txt | paste -sd'|')" --expect hack/conformance-ci.txt
