@@ -339,8 +339,8 @@ procs=$(on_host bash -c 'find /sys/fs/cgroup/memory/rustlet -name cgroup.procs -
 what=""
 for p in $procs; do what+=" $p:$(on_host cat "/proc/$p/cmdline" 2>/dev/null | tr '\0' ' ' | cut -c1-80)"; done
 check "uninstall: no process left in the companion's cgroups${what:+ (}${what# }${what:+)}" test -z "$procs"
-cgroups_left=$({ on_host bash -c 'find /sys/fs/cgroup/*/rustlet/kubepods -type d 2>/dev/null' || true; } | head -5 | tr '\n' ' ')
-check "uninstall: no pod or QoS cgroup left (/rustlet/kubepods)${cgroups_left:+ ($cgroups_left)}" test -z "$cgroups_left"
+cgroups_left=$({ on_host bash -c 'find /sys/fs/cgroup/*/rustlet -type d 2>/dev/null' || true; } | head -5 | tr '\n' ' ')
+check "uninstall: no cgroup left (/rustlet: shims, pods, QoS classes)${cgroups_left:+ ($cgroups_left)}" test -z "$cgroups_left"
 check "uninstall: the hook's ServiceAccount and role are gone" bash -c \
   "! kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n '$NS' get serviceaccount '$RELEASE-uninstall' >/dev/null 2>&1 &&
    ! kubectl --kubeconfig '$ADMIN_KUBECONFIG' get clusterrole '$RELEASE-uninstall' >/dev/null 2>&1"

@@ -419,6 +419,30 @@ impl CgroupManager {
         Ok(pods.len())
     }
 
+    /// Removes `<cgroupRoot>` itself, the directory above the QoS hierarchy,
+    /// from every hierarchy (the hybrid host's v2 one too), when it is not the
+    /// hierarchies' own root: the last of a node reset, once the runtime's
+    /// shims, which a companion's runtime keeps there (`ShimCgroup`), have
+    /// exited. Returns whether none is left; one that still holds a process
+    /// or a cgroup stays, and is named at debug level.
+    pub fn remove_root(&self) -> bool {
+        let Some(dir) = self.root.parent().filter(|d| !d.as_os_str().is_empty()) else {
+            return true;
+        };
+        let mut left = false;
+        for h in self.hierarchies.iter().chain(&self.unified) {
+            match std::fs::remove_dir(h.join(dir)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    debug!(dir = %h.join(dir).display(), error = %e, "remove the cgroup root");
+                    left = true;
+                }
+            }
+        }
+        !left
+    }
+
     /// Removes `dir` from the hybrid host's v2 hierarchy, if there: best
     /// effort (nothing is enforced there, and a failure must not keep the
     /// v1 cgroups).
@@ -560,6 +584,49 @@ mod tests {
             assert_eq!(m.remove_all().unwrap(), 0);
         });
         cleanup(&m);
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
+        }
+    }
+
+    #[test]
+    fn the_cgroup_root_goes_once_empty_and_the_hierarchies_root_never() {
+        let name = format!("rustlet-root-test-{}", std::process::id());
+        let Some(hierarchy_root) = real(&name) else {
+            eprintln!("no writable cgroup v1 hierarchy here: skipped");
+            return;
+        };
+        // cgroupRoot `/`: there is nothing above the QoS hierarchy to remove.
+        assert!(hierarchy_root.remove_root());
+        cleanup(&hierarchy_root);
+        assert!(Path::new("/sys/fs/cgroup/memory/tasks").exists());
+
+        let root = format!("/rustlet-root-test-{}", std::process::id());
+        let Some(m) = CgroupManager::v1(Path::new("/sys/fs/cgroup"), &root, "kubepods") else {
+            return;
+        };
+        let result = std::panic::catch_unwind(|| {
+            m.ensure_qos(None).unwrap();
+            let limits = Limits {
+                cpu_shares: 2,
+                cpu_quota: None,
+                memory: None,
+            };
+            m.ensure_pod(Qos::BestEffort, "u1", limits).unwrap();
+            // Not while the QoS hierarchy is below it.
+            assert!(!m.remove_root());
+            assert!(m.memory.as_ref().unwrap().join(&m.root).exists());
+            assert_eq!(m.remove_all().unwrap(), 1);
+            assert!(m.remove_root());
+            let above = m.root.parent().unwrap();
+            for h in m.hierarchies.iter().chain(&m.unified) {
+                assert!(!h.join(above).exists(), "{}", h.join(above).display());
+            }
+            // Gone already: nothing to do.
+            assert!(m.remove_root());
+        });
+        cleanup(&m);
+        m.remove_root();
         if let Err(e) = result {
             std::panic::resume_unwind(e);
         }

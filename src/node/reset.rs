@@ -4,7 +4,8 @@
 //! and QoS cgroups, the pod directories (volumes and subPath mounts) and pod
 //! logs removed, the pods
 //! bound to the node deleted with the node's own credentials, and the CNI
-//! bridge the pods were attached to deleted. The Node object too, where the
+//! bridge the pods were attached to deleted; last, the cgroup root itself
+//! once the runtime's shims have left it. The Node object too, where the
 //! cluster lets a node delete it: the Node authorizer's `system:node` role
 //! does not, so the Helm chart deletes companion Nodes from its uninstall
 //! hook instead ([`delete_nodes`]).
@@ -16,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::time::Duration;
 
 use futures::TryStreamExt as _;
 use k8s_cri::v1 as cri;
@@ -44,6 +46,8 @@ pub struct Report {
     pub pod_dirs: usize,
     /// Pod cgroups removed (the QoS hierarchy goes with them).
     pub pod_cgroups: usize,
+    /// True when `<cgroupRoot>` went too (or was the hierarchies' root).
+    pub cgroup_root_removed: bool,
     /// Pods bound to the node deleted from the API server.
     pub pods: usize,
     /// True when the Node object was deleted (or was already gone); false
@@ -166,11 +170,28 @@ pub async fn reset(target: Target<'_>) -> Report {
         },
         None => report.bridge_deleted = true,
     }
+    // Last, and for a few seconds: the runtime's shims leave the cgroup root
+    // as they see their pods removed.
+    report.cgroup_root_removed = match cgroups {
+        Some(cgroups) => {
+            let mut removed = cgroups.remove_root();
+            for _ in 0..10 {
+                if removed {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                removed = cgroups.remove_root();
+            }
+            removed
+        }
+        None => true,
+    };
     info!(
         containers = report.containers,
         sandboxes = report.sandboxes,
         pod_dirs = report.pod_dirs,
         pod_cgroups = report.pod_cgroups,
+        cgroup_root_removed = report.cgroup_root_removed,
         pods = report.pods,
         node_deleted = report.node_deleted,
         bridge_deleted = report.bridge_deleted,
