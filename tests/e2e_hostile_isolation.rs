@@ -17,6 +17,20 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
+/// Waits up to 60 s for the pod's `FailedCreatePodSandBox` events; returns
+/// their messages.
+async fn sandbox_failures(client: &Client, ns: &str, uid: &str) -> Vec<String> {
+    wait_for_events(
+        client,
+        ns,
+        Involving::Uid(uid),
+        60,
+        "a FailedCreatePodSandBox event",
+        |e| messages(e, "FailedCreatePodSandBox"),
+    )
+    .await
+}
+
 /// How many sandboxes containerd holds for pod `uid`.
 async fn sandboxes(uid: &str) -> usize {
     runtime()
@@ -106,15 +120,7 @@ async fn host_users_false_never_runs_in_the_host_user_namespace() {
         assert_eq!(fields[2], "65536", "the kubelet's range: {map:?}");
     } else {
         // It fails with the kubelet's reason, and never runs at all.
-        let msgs = wait_for_events(
-            &client,
-            &ns,
-            Involving::Uid(&uid),
-            60,
-            "a FailedCreatePodSandBox event",
-            |e| messages(e, "FailedCreatePodSandBox"),
-        )
-        .await;
+        let msgs = sandbox_failures(&client, &ns, &uid).await;
         assert!(
             msgs.iter()
                 .any(|m| m.contains("does not support user namespaces")),
@@ -151,15 +157,7 @@ async fn a_runtime_class_that_does_not_exist_never_runs() {
     pods.patch("gone", &PatchParams::default(), &Patch::Merge(&ungate))
         .await
         .expect("remove the scheduling gate");
-    let msgs = wait_for_events(
-        &client,
-        &ns,
-        Involving::Uid(&uid),
-        60,
-        "a FailedCreatePodSandBox event",
-        |e| messages(e, "FailedCreatePodSandBox"),
-    )
-    .await;
+    let msgs = sandbox_failures(&client, &ns, &uid).await;
     let want =
         format!("Failed to create pod sandbox: runtimeclass.node.k8s.io \"{class}\" not found");
     assert!(msgs.iter().any(|m| m == &want), "{msgs:?}");
@@ -179,15 +177,7 @@ async fn a_runtime_handler_the_runtime_does_not_have_never_runs() {
     p.spec.as_mut().unwrap().runtime_class_name = Some(class.clone());
     let created = create(&client, &ns, &p).await;
     let uid = created.metadata.uid.clone().unwrap();
-    let msgs = wait_for_events(
-        &client,
-        &ns,
-        Involving::Uid(&uid),
-        60,
-        "a FailedCreatePodSandBox event",
-        |e| messages(e, "FailedCreatePodSandBox"),
-    )
-    .await;
+    let msgs = sandbox_failures(&client, &ns, &uid).await;
     assert!(
         msgs.iter()
             .any(|m| m.starts_with("Failed to create pod sandbox: ")

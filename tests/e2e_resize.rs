@@ -352,6 +352,20 @@ async fn a_pod_with_pod_level_resources_gets_a_cgroup_of_its_own_with_them() {
     drop_namespace(&client, &ns).await;
 }
 
+/// Waits up to 30 s for pod `mem`'s events with `reason`; returns their
+/// messages, one per occurrence.
+async fn mem_events(client: &kube::Client, ns: &str, reason: &str) -> Vec<String> {
+    wait_for_events(
+        client,
+        ns,
+        Involving::Name("mem"),
+        30,
+        &format!("a {reason} event"),
+        |e| messages(e, reason),
+    )
+    .await
+}
+
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_memory_limit_below_what_is_in_use_is_not_applied_until_it_fits() {
@@ -412,30 +426,14 @@ async fn a_memory_limit_below_what_is_in_use_is_not_applied_until_it_fits() {
         "nothing lowered"
     );
     assert_eq!(container_status(&refused).container_id, before.container_id);
-    let errors = wait_for_events(
-        &client,
-        &ns,
-        Involving::Name("mem"),
-        30,
-        "a ResizeError event",
-        |e| messages(e, "ResizeError"),
-    )
-    .await;
+    let errors = mem_events(&client, &ns, "ResizeError").await;
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0].starts_with("Pod resize error: {\"containers\":[{\"name\":\"c\",")
             && errors[0].contains("\"error\":\"cannot decrease memory limits: "),
         "{errors:?}"
     );
-    let started = wait_for_events(
-        &client,
-        &ns,
-        Involving::Name("mem"),
-        30,
-        "a ResizeStarted event",
-        |e| messages(e, "ResizeStarted"),
-    )
-    .await;
+    let started = mem_events(&client, &ns, "ResizeStarted").await;
     assert_eq!(started.len(), 1, "{started:?}");
 
     // Memory freed: the next sync applies it.
@@ -473,15 +471,7 @@ async fn a_memory_limit_below_what_is_in_use_is_not_applied_until_it_fits() {
         cgroup_file(&ns, "mem", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
         limit_48.to_string()
     );
-    let completed = wait_for_events(
-        &client,
-        &ns,
-        Involving::Name("mem"),
-        30,
-        "a ResizeCompleted event",
-        |e| messages(e, "ResizeCompleted"),
-    )
-    .await;
+    let completed = mem_events(&client, &ns, "ResizeCompleted").await;
     assert!(
         completed[0].starts_with("Pod resize completed: {\"containers\":"),
         "{completed:?}"
