@@ -279,13 +279,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .context("--reset-when-gone: the ServiceAccount's credentials")?;
             let owner_client =
                 Client::try_from(config).context("build the ServiceAccount's API client")?;
-            let at_start = match crate::node::reset::owner(&owner_client, ns, name).await {
-                Ok(o) => Some(o),
-                Err(e) => {
-                    warn!(error = %e, daemonset = %format!("{ns}/{name}"), "read the agent's DaemonSet");
-                    None
-                }
-            };
+            let at_start = read_owner(&owner_client, ns, name).await;
             if at_start != Some(crate::node::reset::Owner::There) {
                 warn!(
                     daemonset = %format!("{ns}/{name}"),
@@ -698,6 +692,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     result
 }
 
+/// What can be read of DaemonSet `ns`/`name` ([`crate::node::reset::owner`]);
+/// None, after a warning, when the read failed.
+async fn read_owner(client: &Client, ns: &str, name: &str) -> Option<crate::node::reset::Owner> {
+    crate::node::reset::owner(client, ns, name)
+        .await
+        .inspect_err(|e| warn!(daemonset = %format!("{ns}/{name}"), error = %e, "read the agent's DaemonSet"))
+        .ok()
+}
+
 /// On a stop with --reset-when-gone: resets the node
 /// ([`crate::node::reset::reset`]) when DaemonSet `ns`/`name` was
 /// uninstalled ([`crate::node::reset::uninstalled`], from what was read of
@@ -711,13 +714,7 @@ async fn reset_if_uninstalled(
     target: crate::node::reset::Target<'_>,
 ) {
     let daemonset = format!("{ns}/{name}");
-    let now = match crate::node::reset::owner(owner_client, ns, name).await {
-        Ok(o) => Some(o),
-        Err(e) => {
-            warn!(daemonset, error = %e, "read the agent's DaemonSet");
-            None
-        }
-    };
+    let now = read_owner(owner_client, ns, name).await;
     if crate::node::reset::uninstalled(at_start, now) {
         info!(daemonset, read = ?now, "the agent's DaemonSet is uninstalled: resetting the node");
         let report = crate::node::reset::reset(target).await;

@@ -487,6 +487,24 @@ mod tests {
         m.remove_qos();
     }
 
+    /// Runs `body` against `m`, then removes what it made (the QoS hierarchy
+    /// and, above it, the cgroup root), whether or not `body` panicked.
+    fn with_cleanup(m: &CgroupManager, body: impl FnOnce() + std::panic::UnwindSafe) {
+        let result = std::panic::catch_unwind(body);
+        cleanup(m);
+        m.remove_root();
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
+        }
+    }
+
+    /// Pod limits for tests that only need a pod cgroup to exist.
+    const SMALL: Limits = Limits {
+        cpu_shares: 2,
+        cpu_quota: None,
+        memory: None,
+    };
+
     #[test]
     fn pod_cgroups_are_made_limited_resized_and_removed_on_the_real_hierarchy() {
         let name = format!("rustlet-test-{}", std::process::id());
@@ -494,7 +512,7 @@ mod tests {
             eprintln!("no writable cgroup v1 hierarchy here: skipped");
             return;
         };
-        let result = std::panic::catch_unwind(|| {
+        with_cleanup(&m, || {
             m.ensure_qos(Some(Limits {
                 cpu_shares: 2048,
                 cpu_quota: None,
@@ -548,10 +566,6 @@ mod tests {
                 Err(Error::BadUid(_))
             ));
         });
-        cleanup(&m);
-        if let Err(e) = result {
-            std::panic::resume_unwind(e);
-        }
     }
 
     #[test]
@@ -561,13 +575,9 @@ mod tests {
             eprintln!("no writable cgroup v1 hierarchy here: skipped");
             return;
         };
-        let result = std::panic::catch_unwind(|| {
+        with_cleanup(&m, || {
             m.ensure_qos(None).unwrap();
-            let limits = Limits {
-                cpu_shares: 2,
-                cpu_quota: None,
-                memory: None,
-            };
+            let limits = SMALL;
             m.ensure_pod(Qos::BestEffort, "u1", limits).unwrap();
             m.ensure_pod(Qos::Burstable, "u2", limits).unwrap();
             m.ensure_pod(Qos::Guaranteed, "u3", limits).unwrap();
@@ -583,10 +593,6 @@ mod tests {
             // Again: nothing left, nothing to do.
             assert_eq!(m.remove_all().unwrap(), 0);
         });
-        cleanup(&m);
-        if let Err(e) = result {
-            std::panic::resume_unwind(e);
-        }
     }
 
     #[test]
@@ -605,13 +611,9 @@ mod tests {
         let Some(m) = CgroupManager::v1(Path::new("/sys/fs/cgroup"), &root, "kubepods") else {
             return;
         };
-        let result = std::panic::catch_unwind(|| {
+        with_cleanup(&m, || {
             m.ensure_qos(None).unwrap();
-            let limits = Limits {
-                cpu_shares: 2,
-                cpu_quota: None,
-                memory: None,
-            };
+            let limits = SMALL;
             m.ensure_pod(Qos::BestEffort, "u1", limits).unwrap();
             // Not while the QoS hierarchy is below it.
             assert!(!m.remove_root());
@@ -625,10 +627,5 @@ mod tests {
             // Gone already: nothing to do.
             assert!(m.remove_root());
         });
-        cleanup(&m);
-        m.remove_root();
-        if let Err(e) = result {
-            std::panic::resume_unwind(e);
-        }
     }
 }
