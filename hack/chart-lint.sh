@@ -42,6 +42,9 @@ refused "no apiServer.host: named" "apiServer.host is required"
 refused "a bad taint effect" "/taint/effect" --set apiServer.host=a --set taint.effect=Sometimes
 refused "a node name suffix without its dash" "/nodeNameSuffix" --set apiServer.host=a --set nodeNameSuffix=x
 refused "a relative hostDir" "/hostDir" --set apiServer.host=a --set hostDir=var/lib/x
+# shim.sh moves the shims there and the reset removes it: one cgroup below the root.
+refused "a cgroupRoot that climbs" "/cgroupRoot" --set apiServer.host=a --set cgroupRoot=/x/../..
+refused "the cgroup hierarchies' root as cgroupRoot" "/cgroupRoot" --set apiServer.host=a --set cgroupRoot=/
 refused "an unknown value" "additional properties" --set apiServer.host=a --set rootDir=/x
 refused "a host that is not an address" "/apiServer/host" --set 'apiServer.host=a b'
 refused "a configuration field the chart sets" "invalid propertyName 'port'" --set apiServer.host=a --set kubeletConfig.port=1
