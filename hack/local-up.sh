@@ -14,9 +14,8 @@
 # the agent as the upstream node suite's own harness does
 # (test/e2e_node/services/kubelet.go), for hack/conformance.sh --suite node:
 # the read-only port 10255, a static pod directory,
-# _output/local/<agent>/manifests, read every 10 s (rustlet has none yet),
-# a 30 s evictionPressureTransitionPeriod, for the kubelet the pods'
-# cgroups (cgroupsPerQOS; rustlet makes none yet), and no node lifecycle
+# _output/local/<agent>/manifests, read every 10 s, a 30 s
+# evictionPressureTransitionPeriod, and no node lifecycle
 # controller (nothing taints the node under pressure, as in the suite's own
 # harness, which runs no controller-manager).
 #
@@ -727,15 +726,14 @@ case $agent in
       log "kubelet already running (pid $pid)"
     else
       mkdir -p "$LOCAL/kubelet" "$LOCAL/pod-logs"
-      node_e2e_config='' read_only_port=0 qos_cgroups=false enforce_allocatable='[]'
+      # The pods' cgroups are the kubelet's defaults (cgroupsPerQOS,
+      # enforceNodeAllocatable [pods]), as rustlet makes them: both agents
+      # are measured alike. The node suite's eviction tests use the
+      # kubepods cgroup too.
+      node_e2e_config='' read_only_port=0
       if $node_e2e; then
         mkdir -p "$LOCAL/kubelet/manifests"
         read_only_port=10255
-        # The pods' cgroups, as the suite's harness runs the kubelet: its
-        # eviction tests use the kubepods cgroup, and the configuration
-        # the suite writes back (updateKubeletConfig) loses an empty
-        # enforceNodeAllocatable, which then defaults to [pods].
-        qos_cgroups=true enforce_allocatable='[pods]'
         node_e2e_config="# --node-e2e: as the upstream node suite's harness runs the kubelet.
 staticPodPath: $LOCAL/kubelet/manifests
 fileCheckFrequency: 10s
@@ -763,8 +761,8 @@ authorization:
 # This host has cgroup v1 and no systemd.
 failCgroupV1: false
 cgroupDriver: cgroupfs
-cgroupsPerQOS: $qos_cgroups
-enforceNodeAllocatable: $enforce_allocatable
+cgroupsPerQOS: true
+enforceNodeAllocatable: [pods]
 failSwapOn: false
 clusterDomain: cluster.local
 clusterDNS: []
