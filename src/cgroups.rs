@@ -60,6 +60,22 @@ pub struct Limits {
     pub memory: Option<i64>,
 }
 
+/// The page size the kernel rounds memory limits down to, bytes.
+const PAGE_BYTES: i64 = 4096;
+
+impl Limits {
+    /// Whether limits read from a cgroup (`self`) are `wanted`: memory
+    /// compared in whole pages, as the kernel keeps it; cpu not compared
+    /// when none was read (shares of 0: no cpu hierarchy).
+    #[must_use]
+    pub fn same_as(&self, wanted: &Self) -> bool {
+        let pages = |m: Option<i64>| m.map(|b| b / PAGE_BYTES);
+        let cpu = self.cpu_shares == 0
+            || (self.cpu_shares == wanted.cpu_shares && self.cpu_quota == wanted.cpu_quota);
+        cpu && pages(self.memory) == pages(wanted.memory)
+    }
+}
+
 /// Errors of the cgroup manager.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -31,6 +31,23 @@ pub struct RuntimeFacts {
     pub images: Option<Vec<ContainerImage>>,
 }
 
+/// The node declared features (`status.declaredFeatures`, KEP-5328) this
+/// agent reports, sorted: of the features the kubelet 1.37 declares by
+/// default (component-helpers' `nodedeclaredfeatures` registry, with its
+/// default feature gates), those rustlet does: the API server proxies
+/// WebSocket streams to it (`ExtendWebSocketsToKubelet`), and it resizes
+/// pod-level resources and init containers in place
+/// (`InPlacePodLevelResourcesVerticalScaling`,
+/// `InPlacePodVerticalScalingInitContainers`). The kubelet's fourth,
+/// `RestartAllContainersOnContainerExits`, is not declared: a
+/// `RestartAllContainers` rule restarts only its own container here, so the
+/// scheduler keeps pods that use one off this node.
+pub const DECLARED_FEATURES: &[&str] = &[
+    "ExtendWebSocketsToKubelet",
+    "InPlacePodLevelResourcesVerticalScaling",
+    "InPlacePodVerticalScalingInitContainers",
+];
+
 /// The most names an image has in `status.images`
 /// (`MaxNamesPerImageInNodeStatus`).
 pub const MAX_NAMES_PER_IMAGE: usize = 5;
@@ -517,6 +534,7 @@ pub fn status(
             .images
             .clone()
             .or_else(|| old.and_then(|o| o.images.clone())),
+        declared_features: Some(DECLARED_FEATURES.iter().map(|f| (*f).to_string()).collect()),
         ..Default::default()
     }
 }
@@ -577,6 +595,7 @@ pub fn changed(old: Option<&NodeStatus>, new: &NodeStatus) -> bool {
         || old.addresses != new.addresses
         || old.daemon_endpoints != new.daemon_endpoints
         || old.images != new.images
+        || old.declared_features != new.declared_features
         || old.node_info.as_ref().map(|i| NodeSystemInfo {
             swap: None,
             ..i.clone()
@@ -647,6 +666,32 @@ mod tests {
             .insert("memory".into(), Quantity("2Gi".into()));
         assert!(changed(Some(&stored), &again), "a real capacity change");
         assert!(changed(None, &again));
+    }
+
+    #[test]
+    fn the_declared_features_are_reported_sorted_and_a_change_is_sent() {
+        let ok = RuntimeFacts::default();
+        let mine = status(&cfg(), &machine(), &ok, None, t(0), &[]);
+        let declared = mine.declared_features.clone().unwrap();
+        assert!(
+            declared
+                .iter()
+                .any(|f| f == "InPlacePodLevelResourcesVerticalScaling")
+        );
+        assert!(
+            !declared
+                .iter()
+                .any(|f| f == "RestartAllContainersOnContainerExits")
+        );
+        let mut sorted = declared.clone();
+        sorted.sort();
+        assert_eq!(declared, sorted);
+        // A Node that declared others (an earlier version) is updated.
+        let mut stored = mine.clone();
+        stored.declared_features = None;
+        let again = status(&cfg(), &machine(), &ok, Some(&stored), t(10), &[]);
+        assert!(changed(Some(&stored), &again));
+        assert!(!changed(Some(&again), &again.clone()));
     }
 
     #[test]

@@ -5,9 +5,15 @@
 //! allocation are a resize request (`kubectl patch --subresource resize`):
 //! it is admitted against the node or left pending (`PodResizePending`,
 //! `Infeasible` or `Deferred`, tried again at each sync), and once admitted
-//! becomes the allocation. Allocations are kept in
-//! `<root-dir>/allocated_pods_state` (JSON, written through a temporary
-//! file), so a restarted agent goes on from them.
+//! becomes the allocation. The resizable resources are every container's
+//! (init containers' too, as with the kubelet's
+//! `InPlacePodVerticalScalingInitContainers`) and the pod-level
+//! `spec.resources` (`InPlacePodLevelResourcesVerticalScaling`).
+//! Allocations are kept in `<root-dir>/allocated_pods_state` (JSON, written
+//! through a temporary file), so a restarted agent goes on from them; one
+//! kept by an earlier version, which held only the regular containers and
+//! sidecars, takes the rest from the pod's spec (that version declared
+//! neither resize to the API server, which therefore let none through).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,12 +36,23 @@ pub const INFEASIBLE: &str = "Infeasible";
 /// `PodResizePending` reason: the node cannot hold them now.
 pub const DEFERRED: &str = "Deferred";
 
-/// One pod's allocation: the resources of its containers (regular ones and
-/// sidecars, the resizable ones), by name.
+/// The version of [`STATE_FILE`] this agent writes. Version 1 held only
+/// the regular containers and sidecars.
+const STATE_VERSION: u32 = 2;
+
+/// One pod's allocation: the resources of its containers (regular, init
+/// and sidecar), by name, and its pod-level resources.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Allocation {
     /// Resources by container name.
     pub containers: BTreeMap<String, ResourceRequirements>,
+    /// The pod-level `spec.resources` (None: the pod sets none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<ResourceRequirements>,
+    /// Kept by an earlier version: containers it does not name, and the
+    /// pod-level resources, are the spec's.
+    #[serde(skip)]
+    pub partial: bool,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -63,7 +80,14 @@ impl Allocations {
         let path = root_dir.join(STATE_FILE);
         let pods = match std::fs::read(&path) {
             Ok(bytes) => match serde_json::from_slice::<State>(&bytes) {
-                Ok(state) => state.pods,
+                Ok(mut state) => {
+                    if state.version < STATE_VERSION {
+                        for a in state.pods.values_mut() {
+                            a.partial = true;
+                        }
+                    }
+                    state.pods
+                }
                 Err(e) => {
                     warn!(path = %path.display(), error = %e, "allocated resources unreadable; starting from the pods' specs");
                     BTreeMap::new()
@@ -129,7 +153,7 @@ impl Allocations {
     fn save(&self, pods: &BTreeMap<String, Allocation>) {
         let Some(path) = &self.path else { return };
         let state = State {
-            version: 1,
+            version: STATE_VERSION,
             pods: pods.clone(),
         };
         let written = serde_json::to_string(&state)
@@ -160,14 +184,30 @@ pub fn allocated(pods: &[std::sync::Arc<Pod>], allocations: &Allocations) -> Vec
 pub fn of(pod: &Pod) -> Allocation {
     let containers = spec::main_containers(pod)
         .iter()
-        .chain(
-            spec::init_containers(pod)
-                .iter()
-                .filter(|c| spec::is_sidecar(c)),
-        )
+        .chain(spec::init_containers(pod))
         .map(|c| (c.name.clone(), c.resources.clone().unwrap_or_default()))
         .collect();
-    Allocation { containers }
+    let pod_level = pod.spec.as_ref().and_then(|s| s.resources.clone());
+    Allocation {
+        containers,
+        pod: pod_level,
+        partial: false,
+    }
+}
+
+/// `allocation` whole: a partial one (kept by an earlier version) takes what
+/// it does not hold from `pod`'s spec.
+fn completed(pod: &Pod, allocation: &Allocation) -> Allocation {
+    if !allocation.partial {
+        return allocation.clone();
+    }
+    let mut whole = of(pod);
+    for (name, r) in &allocation.containers {
+        if let Some(slot) = whole.containers.get_mut(name) {
+            slot.clone_from(r);
+        }
+    }
+    whole
 }
 
 /// `pod` with the resources of `allocation` in place of its spec's, as the
@@ -175,6 +215,7 @@ pub fn of(pod: &Pod) -> Allocation {
 /// name keep theirs.
 #[must_use]
 pub fn apply(pod: &Pod, allocation: &Allocation) -> Pod {
+    let allocation = completed(pod, allocation);
     let mut pod = pod.clone();
     if let Some(spec) = pod.spec.as_mut() {
         let containers = spec
@@ -186,6 +227,7 @@ pub fn apply(pod: &Pod, allocation: &Allocation) -> Pod {
                 c.resources = (r != &ResourceRequirements::default()).then(|| r.clone());
             }
         }
+        spec.resources = allocation.pod;
     }
     pod
 }
@@ -193,7 +235,7 @@ pub fn apply(pod: &Pod, allocation: &Allocation) -> Pod {
 /// True when `pod`'s spec asks for other resources than `allocation`.
 #[must_use]
 pub fn resize_requested(pod: &Pod, allocation: &Allocation) -> bool {
-    &of(pod) != allocation
+    of(pod) != completed(pod, allocation)
 }
 
 /// Whether the resize `pod`'s spec asks for can be admitted now, as the
@@ -269,5 +311,57 @@ mod tests {
         // A file that is not ours is set aside: nothing allocated.
         std::fs::write(dir.path().join(STATE_FILE), "{not json").unwrap();
         assert!(Allocations::load(dir.path()).get("u1").is_none());
+    }
+
+    #[test]
+    fn an_allocation_kept_by_an_earlier_version_takes_the_rest_from_the_spec() {
+        let q = |v: &str| k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.into());
+        let cpu = |v: &str| ResourceRequirements {
+            requests: Some(BTreeMap::from([("cpu".to_string(), q(v))])),
+            ..Default::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = pod("web")
+            .init_container("setup", "busybox")
+            .container("c", "busybox")
+            .build();
+        p.metadata.uid = Some("u1".into());
+        let spec = p.spec.as_mut().unwrap();
+        spec.resources = Some(cpu("500m"));
+        spec.containers[0].resources = Some(cpu("100m"));
+        spec.init_containers.as_mut().unwrap()[0].resources = Some(cpu("200m"));
+        // Version 1 held the regular containers only.
+        let v1 = r#"{"version":1,"pods":{"u1":{"containers":{"c":{"requests":{"cpu":"100m"}}}}}}"#;
+        std::fs::write(dir.path().join(STATE_FILE), v1).unwrap();
+        let a = Allocations::load(dir.path());
+        let kept = a.get("u1").unwrap();
+        assert!(kept.partial);
+        assert!(!resize_requested(&p, &kept), "nothing was resized");
+        assert_eq!(apply(&p, &kept), p);
+        // Until it is made whole, only its containers can be resized: the
+        // earlier version declared no pod-level or init container resize,
+        // so the API server let none through.
+        let mut resized = p.clone();
+        resized.spec.as_mut().unwrap().containers[0].resources = Some(cpu("150m"));
+        assert!(resize_requested(&resized, &kept));
+        // Allocated again, it is whole, and read back so.
+        a.allocate(&p);
+        let again = Allocations::load(dir.path()).get("u1").unwrap();
+        assert!(!again.partial);
+        assert_eq!(again.pod, Some(cpu("500m")));
+        assert_eq!(again.containers["setup"], cpu("200m"));
+        // Whole, the pod level and init containers are resized too, and
+        // the allocation wins over the spec.
+        let mut resized = p.clone();
+        let spec = resized.spec.as_mut().unwrap();
+        spec.resources = Some(cpu("600m"));
+        spec.init_containers.as_mut().unwrap()[0].resources = Some(cpu("300m"));
+        assert!(resize_requested(&resized, &again));
+        let applied = apply(&resized, &again).spec.unwrap();
+        assert_eq!(applied.resources, Some(cpu("500m")));
+        assert_eq!(
+            applied.init_containers.unwrap()[0].resources,
+            Some(cpu("200m"))
+        );
     }
 }

@@ -729,7 +729,7 @@ impl Planner<'_> {
                         ),
                     });
                     true
-                } else if let Some(restart) = resize(c, x) {
+                } else if let Some(restart) = resize(pod, c, x) {
                     if restart {
                         self.plan.steps.push(Step::KillContainer {
                             id: x.id.clone(),
@@ -843,9 +843,9 @@ fn garbage<'a>(
 /// when a changed cpu or memory limit (or cpu request) has `resizePolicy`
 /// `RestartContainer`, so the container restarts with them, false when it
 /// is updated in place.
-fn resize(c: &Container, x: &RuntimeContainer) -> Option<bool> {
+fn resize(pod: &Pod, c: &Container, x: &RuntimeContainer) -> Option<bool> {
     let actual = x.resources?;
-    let desired = super::translate::cgroup_limits(c);
+    let desired = super::translate::cgroup_limits(pod, c);
     if desired.enforced_by(&actual) {
         return None;
     }

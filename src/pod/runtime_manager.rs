@@ -67,6 +67,10 @@ pub struct Outcome {
     /// Why an in-place resize failed (the runtime's error), for the
     /// `PodResizeInProgress` condition's `Error` reason.
     pub resize_error: Option<String>,
+    /// The limits of the pod's cgroup once the plan was carried out (None:
+    /// the pod has none, or it could not be read), for the pod-level
+    /// `status.resources`.
+    pub pod_cgroup: Option<crate::cgroups::Limits>,
 }
 
 /// Where a container is started: the pod's current sandbox, its config and IPs.
@@ -79,6 +83,15 @@ struct Placement {
     pod_ips: Vec<String>,
     /// The pod's runtime handler and user namespace.
     isolation: Isolation,
+}
+
+/// How far one pass's resize has gone.
+#[derive(Default)]
+struct ResizeState {
+    /// The lowered memory limits were checked against usage.
+    memory_checked: bool,
+    /// The pod's cgroup was grown (to be set exactly at the end).
+    pod_cgroup_grown: bool,
 }
 
 /// How often a running postStart hook looks whether its pod is being deleted.
@@ -108,8 +121,14 @@ impl RuntimeManager {
     ) -> Result<Outcome> {
         let mut outcome = Outcome::default();
         let mut placement: Option<Placement> = None;
-        let mut pod_cgroup_grown = false;
-        let mut memory_checked = false;
+        let mut resize = ResizeState::default();
+        // A pod-level resize (its cgroup's limits are not its allocation's)
+        // comes first, as the kubelet's `UpdatePodLevelResources`, even when
+        // no container is resized with it.
+        if self.pod_cgroup_resize_needed(pod, rt, steps) {
+            self.begin_resize(pod, rt, steps, &mut resize, &mut outcome)
+                .await;
+        }
         for step in steps {
             match step {
                 Step::KillContainer {
@@ -181,23 +200,11 @@ impl RuntimeManager {
                     let Some(c) = spec::find_container(pod, name) else {
                         continue;
                     };
-                    // Nothing is resized while a lowered memory limit would
-                    // sit below what is in use.
-                    if !memory_checked {
-                        memory_checked = true;
-                        if let Some(e) = self.memory_decrease_error(pod, rt, steps).await {
-                            outcome.resize_error = Some(e);
-                            continue;
-                        }
-                    }
-                    // The pod's cgroup grows before its containers, and
-                    // shrinks after them (below), as `doPodResizeAction`.
-                    if !pod_cgroup_grown {
-                        pod_cgroup_grown = true;
-                        if let Err(e) = self.resize_pod_cgroup(pod, true) {
-                            outcome.resize_error = Some(e.to_string());
-                            continue;
-                        }
+                    if !self
+                        .begin_resize(pod, rt, steps, &mut resize, &mut outcome)
+                        .await
+                    {
+                        continue;
                     }
                     let linux = translate::linux_resources(pod, c, &self.node);
                     match self.runtime.update_container_resources(id, linux).await {
@@ -215,13 +222,81 @@ impl RuntimeManager {
                 }
             }
         }
-        if pod_cgroup_grown
+        if resize.pod_cgroup_grown
             && outcome.resize_error.is_none()
             && let Err(e) = self.resize_pod_cgroup(pod, false)
         {
             outcome.resize_error = Some(e.to_string());
         }
+        outcome.pod_cgroup = self.pod_cgroup_now(pod);
         Ok(outcome)
+    }
+
+    /// Begins the resize of `steps` once (`state`): nothing is resized while
+    /// a lowered memory limit would sit below what is in use, and the pod's
+    /// cgroup grows before its containers, to shrink after them
+    /// ([`Self::execute`]'s end), as the kubelet's `doPodResizeAction`.
+    /// False when the resize cannot go on (the error is in `outcome`).
+    async fn begin_resize(
+        &self,
+        pod: &Pod,
+        rt: &PodRuntime,
+        steps: &[Step],
+        state: &mut ResizeState,
+        outcome: &mut Outcome,
+    ) -> bool {
+        if outcome.resize_error.is_some() {
+            return false;
+        }
+        if !state.memory_checked {
+            state.memory_checked = true;
+            if let Some(e) = self.memory_decrease_error(pod, rt, steps).await {
+                outcome.resize_error = Some(e);
+                return false;
+            }
+        }
+        if !state.pod_cgroup_grown {
+            state.pod_cgroup_grown = true;
+            if let Err(e) = self.resize_pod_cgroup(pod, true) {
+                outcome.resize_error = Some(e.to_string());
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The limits `pod`'s cgroup has now; None without one (pod cgroups
+    /// off, a pod from before them) or when it cannot be read.
+    pub fn pod_cgroup_now(&self, pod: &Pod) -> Option<crate::cgroups::Limits> {
+        let (cgroups, qos, uid) = self.pod_cgroup(pod)?;
+        if !cgroups.has_pod(qos, uid) {
+            return None;
+        }
+        cgroups
+            .pod_dir(qos, uid)
+            .and_then(|dir| cgroups.limits(&dir))
+            .ok()
+    }
+
+    /// Whether the running `pod`'s cgroup must be resized to its
+    /// allocation's limits: its sandbox is ready and stays (`steps` neither
+    /// stop nor replace it), and the cgroup's limits are not
+    /// [`translate::pod_cgroup_limits`] (memory compared in whole pages, as
+    /// the kernel keeps it).
+    fn pod_cgroup_resize_needed(&self, pod: &Pod, rt: &PodRuntime, steps: &[Step]) -> bool {
+        let running = rt.latest_sandbox().is_some_and(|s| s.ready)
+            && pod.metadata.deletion_timestamp.is_none()
+            && !spec::is_terminal(pod)
+            && !steps.iter().any(|s| {
+                matches!(
+                    s,
+                    Step::StopSandbox { .. } | Step::CreateSandbox { .. } | Step::DeletePod
+                )
+            });
+        running
+            && self
+                .pod_cgroup_now(pod)
+                .is_some_and(|now| !now.same_as(&translate::pod_cgroup_limits(pod)))
     }
 
     /// Notes how a container start went: its pull back-off ends, or its

@@ -53,8 +53,11 @@ fn terminated(c: &Container, runtime: &str) -> ContainerStateTerminated {
 
 /// The status of container `spec` from its newest two records; `restarts`
 /// tells whether an exit code restarts it (then a waiting reason of the last
-/// sync shows, with the exit as `lastState`).
+/// sync shows, with the exit as `lastState`). `pod` is `spec`'s, for the
+/// pod-level limits it inherits.
+#[allow(clippy::too_many_arguments)] // the parts of one container's status
 fn container_status(
+    pod: &Pod,
     spec: &ApiContainer,
     rt: &PodRuntime,
     waiting: Option<&Waiting>,
@@ -94,7 +97,7 @@ fn container_status(
             let allocated = spec.resources.clone().unwrap_or_default();
             st.allocated_resources = allocated.requests.clone().filter(|r| !r.is_empty());
             let actual = c.resources.filter(|_| c.state == ContainerState::Running);
-            st.resources = Some(running_resources(spec, actual.as_ref()));
+            st.resources = Some(running_resources(pod, spec, actual.as_ref()));
             st.restart_count = i32::try_from(c.attempt).unwrap_or(i32::MAX);
             st.last_state = previous
                 .filter(|p| p.state == ContainerState::Exited)
@@ -182,6 +185,7 @@ pub fn ephemeral_statuses(
                 return o.clone();
             }
             let mut st = container_status(
+                pod,
                 c,
                 rt,
                 waiting.get(&c.name),
@@ -300,18 +304,23 @@ pub fn qos_class(pod: &Pod) -> &'static str {
     }
 }
 
-/// The resources container `spec` (as allocated) runs with, as the
-/// kubelet's `convertToAPIContainerStatuses`: its requests and limits, but
-/// the cpu request, cpu limit and memory limit the runtime reports (`actual`,
-/// for a running container) where they are not what the allocation asks
-/// for, converted back (millicores from shares and quota, bytes).
-fn running_resources(spec: &ApiContainer, actual: Option<&CgroupLimits>) -> ResourceRequirements {
+/// The resources container `spec` of `pod` (both as allocated) runs with,
+/// as the kubelet's `convertToAPIContainerStatuses`: its requests and
+/// limits, but the cpu request, cpu limit and memory limit the runtime
+/// reports (`actual`, for a running container) where they are not what the
+/// allocation asks for, converted back (millicores from shares and quota,
+/// bytes).
+fn running_resources(
+    pod: &Pod,
+    spec: &ApiContainer,
+    actual: Option<&CgroupLimits>,
+) -> ResourceRequirements {
     let mut out = spec.resources.clone().unwrap_or_default();
     out.claims = None;
     let Some(actual) = actual else {
         return out;
     };
-    let desired = super::translate::cgroup_limits(spec);
+    let desired = super::translate::cgroup_limits(pod, spec);
     let set = |map: &mut Option<BTreeMap<String, Quantity>>, name: &str, value: Option<String>| {
         match value {
             Some(v) => {
@@ -457,34 +466,36 @@ pub fn resize_events(
 /// message while a resize waits for the node; `PodResizeInProgress` (True,
 /// reason `Error`, the runtime's message) when applying one failed (`error`),
 /// or (True, no reason) while a running container's limits are not yet its
-/// allocation's (`rt`); each removed otherwise, and both from a terminal status. A condition
+/// allocation's (`rt`), or the pod's cgroup's (`pod_cgroup`, as read) not
+/// yet the pod's; each removed otherwise, and both from a terminal status. A condition
 /// that stays keeps its first transition time; each carries the pod's
 /// generation.
 pub fn resize_conditions(
     status: &mut PodStatus,
     pod: &Pod,
     rt: &PodRuntime,
+    pod_cgroup: Option<&crate::cgroups::Limits>,
     pending: Option<&super::admit::Rejection>,
     error: Option<&str>,
     now: Timestamp,
 ) {
     // Allocated but not yet what runs: a running container whose limits the
-    // runtime does not report as its allocation's.
-    let in_progress = super::spec::main_containers(pod)
-        .iter()
-        .chain(
-            super::spec::init_containers(pod)
-                .iter()
-                .filter(|c| super::spec::is_sidecar(c)),
-        )
-        .any(|c| {
-            rt.latest_two(&c.name).0.is_some_and(|x| {
-                x.state == ContainerState::Running
-                    && x.resources.is_some_and(|actual| {
-                        !super::translate::cgroup_limits(c).enforced_by(&actual)
-                    })
-            })
-        });
+    // runtime does not report as its allocation's, or the pod's cgroup.
+    let sandbox_ready = rt.latest_sandbox().is_some_and(|s| s.ready);
+    let pod_in_progress = sandbox_ready
+        && pod_cgroup.is_some_and(|l| !l.same_as(&super::translate::pod_cgroup_limits(pod)));
+    let in_progress = pod_in_progress
+        || super::spec::main_containers(pod)
+            .iter()
+            .chain(super::spec::init_containers(pod))
+            .any(|c| {
+                rt.latest_two(&c.name).0.is_some_and(|x| {
+                    x.state == ContainerState::Running
+                        && x.resources.is_some_and(|actual| {
+                            !super::translate::cgroup_limits(pod, c).enforced_by(&actual)
+                        })
+                })
+            });
     let terminal = status.phase.as_deref().is_some_and(phase::is_terminal);
     let previous = |type_: &str| {
         pod.status
@@ -526,6 +537,95 @@ pub fn resize_conditions(
             ..Default::default()
         });
     }
+}
+
+/// The pod-level `allocatedResources` and `resources` of `status`, as the
+/// kubelet's `generateAPIPodStatus` reports them with
+/// `InPlacePodLevelResourcesVerticalScaling` (on by default in 1.37), for
+/// every pod. `pod` is as allocated. `allocatedResources` is its requests
+/// ([`super::fit::pod_requests`]: pod-level ones first, else the
+/// containers'). `resources` is, for a pod not running, its pod-level
+/// resources with the pod's requests and limits; for a running one
+/// (`convertToAPIPodLevelResourcesStatus`), its pod-level resources with
+/// what its cgroup (`pod_cgroup`, as read) holds where that is not the
+/// allocation's: the cpu request from `cpu.shares` (millicores, rounded
+/// up), the cpu limit from the CFS quota above 10 millicores, the memory
+/// limit in bytes; the memory request, when the pod level sets none, is
+/// the pod's.
+pub fn pod_level_resources(
+    status: &mut PodStatus,
+    pod: &Pod,
+    pod_cgroup: Option<&crate::cgroups::Limits>,
+) {
+    use super::fit::{pod_limits, pod_requests};
+    let api = |list: BTreeMap<String, crate::resource::Quantity>| {
+        let out: BTreeMap<String, Quantity> = list
+            .into_iter()
+            .map(|(name, q)| {
+                let text = if name == "cpu" {
+                    format!("{}m", q.milli_value())
+                } else {
+                    q.value().to_string()
+                };
+                (name, Quantity(text))
+            })
+            .collect();
+        (!out.is_empty()).then_some(out)
+    };
+    let requests = api(pod_requests(pod));
+    let pod_level = pod.spec.as_ref().and_then(|s| s.resources.clone());
+    let mut resources = pod_level.clone().unwrap_or_default();
+    resources.claims = None;
+    let running = status.phase.as_deref() == Some(phase::RUNNING);
+    match pod_cgroup.filter(|_| running) {
+        None => {
+            resources.requests.clone_from(&requests);
+            resources.limits = api(pod_limits(pod));
+        }
+        Some(actual) => {
+            let allocated = |list: Option<&BTreeMap<String, Quantity>>, name: &str, milli: bool| {
+                list.and_then(|l| l.get(name))
+                    .and_then(|q| crate::resource::Quantity::parse_saturating(&q.0).ok())
+                    .map_or(0, |q| if milli { q.milli_value() } else { q.value() })
+            };
+            let set = |map: &mut Option<BTreeMap<String, Quantity>>, name: &str, text: String| {
+                map.get_or_insert_with(BTreeMap::new)
+                    .insert(name.to_string(), Quantity(text));
+            };
+            let req = pod_level.as_ref().and_then(|r| r.requests.as_ref());
+            let lim = pod_level.as_ref().and_then(|r| r.limits.as_ref());
+            let shares = i128::from(actual.cpu_shares);
+            if shares >= i128::from(crate::cgroups::MIN_SHARES) {
+                // Rounded up, as the kubelet's `SharesToMilliCPU`.
+                let milli = (shares * 1000 + 1023) / 1024;
+                let wanted = allocated(req, "cpu", true);
+                let min = i128::from(crate::cgroups::MIN_SHARES);
+                let wanted_shares = i64::try_from(wanted).unwrap_or(i64::MAX);
+                let same = i128::from(super::translate::cpu_shares(wanted_shares)) == shares;
+                if (milli > min || wanted > min) && !same {
+                    set(&mut resources.requests, "cpu", format!("{milli}m"));
+                }
+            }
+            let has_memory_request = req.is_some_and(|r| r.contains_key("memory"));
+            if !has_memory_request && let Some(m) = requests.as_ref().and_then(|r| r.get("memory"))
+            {
+                set(&mut resources.requests, "memory", m.0.clone());
+            }
+            if let Some(quota) = actual.cpu_quota {
+                let milli = i128::from(quota) * 1000 / i128::from(crate::cgroups::CPU_PERIOD_US);
+                if milli > 0 && (milli > 10 || allocated(lim, "cpu", true) > 10) {
+                    set(&mut resources.limits, "cpu", format!("{milli}m"));
+                }
+            }
+            if let Some(bytes) = actual.memory {
+                set(&mut resources.limits, "memory", bytes.to_string());
+            }
+        }
+    }
+    status.allocated_resources = requests;
+    let empty = resources.requests.as_ref().is_none_or(BTreeMap::is_empty)
+        && resources.limits.as_ref().is_none_or(BTreeMap::is_empty);
+    status.resources = (!empty).then_some(resources);
 }
 
 fn condition(
@@ -591,7 +691,7 @@ pub fn status(
         .map(|c| {
             let restarts = |code| container_should_restart(c, policy, code);
             let (w, p) = (waiting.get(&c.name), probes.get(&c.name));
-            container_status(c, rt, w, p, restarts, main_wait, ctx)
+            container_status(pod, c, rt, w, p, restarts, main_wait, ctx)
         })
         .collect();
     let ephemeral_statuses = ephemeral_statuses(pod, rt, waiting, ctx);
@@ -667,7 +767,8 @@ fn init_statuses(
         .map(|c| {
             let restarts = |code| init_container_should_restart(c, policy, code);
             let (w, p) = (waiting.get(&c.name), probes.get(&c.name));
-            let mut st = container_status(c, rt, w, p, restarts, waiting::POD_INITIALIZING, ctx);
+            let mut st =
+                container_status(pod, c, rt, w, p, restarts, waiting::POD_INITIALIZING, ctx);
             // Gone from the runtime after the pod was initialized (a static
             // pod, whose status is not kept, across an agent restart): it
             // exited normally, as the kubelet's `convertToAPIContainerStatuses`
@@ -1021,6 +1122,59 @@ pub fn differs(old: Option<&PodStatus>, new: &PodStatus) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pod_level_status_resources_are_the_allocation_then_what_the_pod_cgroup_holds() {
+        use super::*;
+        let list = |cpu: &str, memory: &str| {
+            Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity(cpu.into())),
+                ("memory".to_string(), Quantity(memory.into())),
+            ]))
+        };
+        let mut p = crate::fixtures::pod("web")
+            .container("c", "busybox")
+            .build();
+        p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
+            requests: list("200m", "128Mi"),
+            limits: list("400m", "256Mi"),
+            ..Default::default()
+        });
+        let mut st = PodStatus {
+            phase: Some("Pending".into()),
+            ..Default::default()
+        };
+        pod_level_resources(&mut st, &p, None);
+        let bytes = |m: u64| (m << 20).to_string();
+        assert_eq!(st.allocated_resources, list("200m", &bytes(128)));
+        let r = st.resources.clone().unwrap();
+        assert_eq!(r.requests, list("200m", &bytes(128)));
+        assert_eq!(r.limits, list("400m", &bytes(256)));
+        // Running: what the cgroup holds where it is not the allocation.
+        st.phase = Some("Running".into());
+        let applied = crate::cgroups::Limits {
+            cpu_shares: 204,
+            cpu_quota: Some(40_000),
+            memory: Some(256 << 20),
+        };
+        pod_level_resources(&mut st, &p, Some(&applied));
+        let r = st.resources.clone().unwrap();
+        assert_eq!(r.requests, list("200m", "128Mi"), "the allocation's");
+        assert_eq!(r.limits, list("400m", &bytes(256)));
+        let growing = crate::cgroups::Limits {
+            cpu_shares: 409,
+            cpu_quota: Some(80_000),
+            memory: Some(512 << 20),
+        };
+        pod_level_resources(&mut st, &p, Some(&growing));
+        let r = st.resources.unwrap();
+        assert_eq!(r.requests, list("400m", "128Mi"), "shares rounded up");
+        assert_eq!(r.limits, list("800m", &bytes(512)));
+        // A BestEffort pod has neither.
+        let mut st = PodStatus::default();
+        pod_level_resources(&mut st, &crate::fixtures::pod("be").build(), None);
+        assert_eq!((st.allocated_resources, st.resources), (None, None));
+    }
+
     #[test]
     fn a_pod_deleted_while_pending_ends_failed_with_unknown_containers() {
         let waiting = |name: &str| ContainerStatus {

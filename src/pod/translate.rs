@@ -616,7 +616,7 @@ pub fn linux_resources(
     c: &Container,
     node: &NodeContext,
 ) -> cri::LinuxContainerResources {
-    let limits = cgroup_limits(c);
+    let limits = cgroup_limits(pod, c);
     let memory_request = {
         let res = c.resources.as_ref();
         let request = res
@@ -692,16 +692,25 @@ pub fn pod_cgroup_limits(pod: &Pod) -> crate::cgroups::Limits {
     }
 }
 
-/// The cgroup limits of container `c`'s resources, as the kubelet's
+/// The cgroup limits of container `c` of `pod`, as the kubelet's
 /// `calculateLinuxResources`: cpu shares from the cpu request (the limit when
 /// no request, at least 2), CFS quota and period from the cpu limit, and the
-/// memory limit in bytes (0: none).
+/// memory limit in bytes (0: none). When the pod sets pod-level cpu or memory
+/// resources, a limit the container does not set is the pod's (the kubelet's
+/// `getCPULimit` / `getMemoryLimit`).
 #[must_use]
-pub fn cgroup_limits(c: &Container) -> CgroupLimits {
+pub fn cgroup_limits(pod: &Pod, c: &Container) -> CgroupLimits {
     let res = c.resources.as_ref();
+    let pod_limits = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .filter(|r| pod_level_set(r))
+        .and_then(|r| r.limits.as_ref());
     let limit = |name: &str| {
         res.and_then(|r| r.limits.as_ref())
             .and_then(|m| m.get(name))
+            .or_else(|| pod_limits.and_then(|m| m.get(name)))
     };
     let request = |name: &str| {
         res.and_then(|r| r.requests.as_ref())
@@ -720,6 +729,15 @@ pub fn cgroup_limits(c: &Container) -> CgroupLimits {
         cpu_period,
         memory_limit_in_bytes: memory_limit_bytes(amount(limit("memory"), false)),
     }
+}
+
+/// Whether pod-level resources `r` set cpu or memory, the resources pod
+/// level supports (the kubelet's `IsPodLevelResourcesSet`).
+fn pod_level_set(r: &k8s_openapi::api::core::v1::ResourceRequirements) -> bool {
+    [r.requests.as_ref(), r.limits.as_ref()]
+        .into_iter()
+        .flatten()
+        .any(|m| m.contains_key("cpu") || m.contains_key("memory"))
 }
 
 /// Paths of /proc and /sys the runtime masks or makes read-only in every

@@ -286,10 +286,12 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         &ctx.status_context,
         Timestamp::now(),
     );
+    status::pod_level_resources(&mut new, &pod, outcome.pod_cgroup.as_ref());
     status::resize_conditions(
         &mut new,
         &pod,
         &rt,
+        outcome.pod_cgroup.as_ref(),
         resize_pending.as_ref(),
         outcome.resize_error.as_deref(),
         Timestamp::now(),
@@ -332,6 +334,10 @@ fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
         return (pod, None);
     };
     if !allocation::resize_requested(&pod, &current) {
+        if current.partial {
+            // Kept by an earlier version: made whole from the spec it runs.
+            ctx.allocations.allocate(&pod);
+        }
         return (pod, None);
     }
     if pod.metadata.deletion_timestamp.is_some() || super::spec::is_terminal(&pod) {

@@ -241,12 +241,21 @@ async fn allocations_outlive_a_restart_of_the_agent() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_runs_in_a_cgroup_of_its_own_with_its_limits_through_a_resize_until_it_goes() {
-    use crate::cgroups::{CgroupManager, Limits, Qos};
+/// Runs `body` with a cgroup manager on the machine's real cgroup v1
+/// hierarchies, under a root of the test's own (its name is `body`'s
+/// second argument), then removes every cgroup it made, whether `body`
+/// passed or not. Skipped (said on stderr) where there is no writable
+/// hierarchy.
+async fn on_real_cgroups<F, Fut>(body: F)
+where
+    F: FnOnce(crate::cgroups::CgroupManager, String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    use crate::cgroups::CgroupManager;
     use futures::FutureExt as _;
-    let name = format!("rustlet-scenario-{}", std::process::id());
-    // The real cgroup v1 hierarchies, under a root of this test's own.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let serial = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("rustlet-scenario-{}-{serial}", std::process::id());
     let Some(cgroups) = CgroupManager::v1(std::path::Path::new("/sys/fs/cgroup"), "/", &name)
     else {
         eprintln!("no cgroup v1 hierarchy here: skipped");
@@ -257,48 +266,7 @@ async fn a_pod_runs_in_a_cgroup_of_its_own_with_its_limits_through_a_resize_unti
         cgroups.remove_qos();
         return;
     }
-    let run = {
-        let cgroups = cgroups.clone();
-        let name = name.clone();
-        async move {
-            let mut n = Node::start_with_cgroups(cgroups.clone()).await;
-            let web = n.bind(sized("web", resources(("250m", "500m"), ("64Mi", "128Mi"))));
-            n.sync(&web).await;
-            let uid = web.metadata.uid.clone().unwrap_or_default();
-            let sandbox = n.cri.sandboxes().pop().expect("sandbox");
-            assert_eq!(sandbox.cgroup_parent, format!("/{name}/burstable/pod{uid}"));
-            let dir = cgroups.pod_dir(Qos::Burstable, &uid).expect("dir");
-            assert_eq!(
-                cgroups.limits(&dir).expect("limits"),
-                Limits {
-                    cpu_shares: 256,
-                    cpu_quota: Some(50_000),
-                    memory: Some(128 << 20)
-                }
-            );
-            // The burstable cgroup's shares follow its pods.
-            let store = n.pods.store();
-            super::super::housekeeping::sync_pod_cgroups(&n.ctx, &store);
-            let burstable = std::path::Path::new(&name).join("burstable");
-            assert_eq!(cgroups.limits(&burstable).expect("limits").cpu_shares, 256);
-
-            // Resized: the pod's cgroup follows.
-            let web = resize(&mut n, "web", resources(("500m", "1"), ("64Mi", "256Mi")));
-            n.sync(&web).await;
-            assert_eq!(
-                cgroups.limits(&dir).expect("limits"),
-                Limits {
-                    cpu_shares: 512,
-                    cpu_quota: Some(100_000),
-                    memory: Some(256 << 20)
-                }
-            );
-            // Gone from the node: its cgroup goes.
-            n.pods.api_event(kube::runtime::watcher::Event::Delete(web));
-            super::super::housekeeping::sync_pod_cgroups(&n.ctx, &store);
-            assert!(!cgroups.has_pod(Qos::Burstable, &uid));
-        }
-    };
+    let run = body(cgroups.clone(), name);
     let result = std::panic::AssertUnwindSafe(run).catch_unwind().await;
     for (qos, uid) in cgroups.pods() {
         let _ = cgroups.remove_pod(qos, &uid);
@@ -307,6 +275,156 @@ async fn a_pod_runs_in_a_cgroup_of_its_own_with_its_limits_through_a_resize_unti
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_runs_in_a_cgroup_of_its_own_with_its_limits_through_a_resize_until_it_goes() {
+    use crate::cgroups::{Limits, Qos};
+    on_real_cgroups(|cgroups, name| async move {
+        let mut n = Node::start_with_cgroups(cgroups.clone()).await;
+        let web = n.bind(sized("web", resources(("250m", "500m"), ("64Mi", "128Mi"))));
+        n.sync(&web).await;
+        let uid = web.metadata.uid.clone().unwrap_or_default();
+        let sandbox = n.cri.sandboxes().pop().expect("sandbox");
+        assert_eq!(sandbox.cgroup_parent, format!("/{name}/burstable/pod{uid}"));
+        let dir = cgroups.pod_dir(Qos::Burstable, &uid).expect("dir");
+        assert_eq!(
+            cgroups.limits(&dir).expect("limits"),
+            Limits {
+                cpu_shares: 256,
+                cpu_quota: Some(50_000),
+                memory: Some(128 << 20)
+            }
+        );
+        // The burstable cgroup's shares follow its pods.
+        let store = n.pods.store();
+        super::super::housekeeping::sync_pod_cgroups(&n.ctx, &store);
+        let burstable = std::path::Path::new(&name).join("burstable");
+        assert_eq!(cgroups.limits(&burstable).expect("limits").cpu_shares, 256);
+
+        // Resized: the pod's cgroup follows.
+        let web = resize(&mut n, "web", resources(("500m", "1"), ("64Mi", "256Mi")));
+        n.sync(&web).await;
+        assert_eq!(
+            cgroups.limits(&dir).expect("limits"),
+            Limits {
+                cpu_shares: 512,
+                cpu_quota: Some(100_000),
+                memory: Some(256 << 20)
+            }
+        );
+        // Gone from the node: its cgroup goes.
+        n.pods.api_event(kube::runtime::watcher::Event::Delete(web));
+        super::super::housekeeping::sync_pod_cgroups(&n.ctx, &store);
+        assert!(!cgroups.has_pod(Qos::Burstable, &uid));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_level_resources_are_resized_in_place_in_the_pod_cgroup_and_the_containers_that_inherit_them()
+ {
+    use crate::cgroups::{Limits, Qos};
+    on_real_cgroups(|cgroups, _name| async move {
+        let mut n = Node::start_with_cgroups(cgroups.clone()).await;
+        // Pod-level resources only; container "c" sets none, container
+        // "own" its own limits.
+        let mut web = pod("web")
+            .container("c", IMAGE)
+            .container("own", IMAGE)
+            .build();
+        if let Some(spec) = web.spec.as_mut() {
+            spec.resources = Some(resources(("200m", "200m"), ("128Mi", "128Mi")));
+            spec.containers[1].resources = Some(resources(("50m", "50m"), ("32Mi", "32Mi")));
+        }
+        let web = n.bind(web);
+        n.sync(&web).await;
+        let uid = web.metadata.uid.clone().unwrap_or_default();
+        let dir = cgroups.pod_dir(Qos::Guaranteed, &uid).expect("dir");
+        assert_eq!(
+            cgroups.limits(&dir).expect("limits"),
+            Limits {
+                cpu_shares: 204,
+                cpu_quota: Some(20_000),
+                memory: Some(128 << 20)
+            }
+        );
+        // "c" runs with the pod's limits, as the kubelet's getCPULimit and
+        // getMemoryLimit give them; "own" with its own.
+        let created = n.cri.containers();
+        let limits_of = |name: &str| {
+            let c = created.iter().find(|c| c.name == name).expect("created");
+            let r = c.linux_resources.clone().unwrap_or_default();
+            (r.cpu_quota, r.memory_limit_in_bytes)
+        };
+        assert_eq!(limits_of("c"), (20_000, 128 << 20));
+        assert_eq!(limits_of("own"), (5_000, 32 << 20));
+        let status = n.status("web");
+        let requests = status.allocated_resources.expect("allocatedResources");
+        assert_eq!(requests["cpu"].0, "200m");
+        assert_eq!(requests["memory"].0, (128_u64 << 20).to_string());
+        n.cri_calls();
+
+        // The pod level grows: the pod's cgroup first, then "c", which
+        // inherits; "own" is left alone and nothing restarts.
+        let mut grown = n.watched("web");
+        if let Some(spec) = grown.spec.as_mut() {
+            spec.resources = Some(resources(("400m", "400m"), ("256Mi", "256Mi")));
+        }
+        grown.metadata.generation = Some(2);
+        let web = n.bind(grown);
+        n.sync(&web).await;
+        assert_eq!(
+            n.cri_calls(),
+            ["UpdateContainerResources c shares=409 quota=40000 memory=268435456"]
+        );
+        assert_eq!(
+            cgroups.limits(&dir).expect("limits"),
+            Limits {
+                cpu_shares: 409,
+                cpu_quota: Some(40_000),
+                memory: Some(256 << 20)
+            }
+        );
+        assert_eq!(condition(&n, "web", "PodResizeInProgress"), None);
+        let status = n.status("web");
+        assert_eq!(
+            status.allocated_resources.expect("allocatedResources")["cpu"].0,
+            "400m"
+        );
+        let ids: Vec<i32> = status
+            .container_statuses
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.restart_count)
+            .collect();
+        assert_eq!(ids, [0, 0], "nothing restarted");
+        n.event("ResizeStarted", "Pod resize started: ").await;
+
+        // Back down: "c" shrinks first, then the pod's cgroup, to where
+        // they began.
+        let mut shrunk = n.watched("web");
+        if let Some(spec) = shrunk.spec.as_mut() {
+            spec.resources = Some(resources(("200m", "200m"), ("128Mi", "128Mi")));
+        }
+        shrunk.metadata.generation = Some(3);
+        let web = n.bind(shrunk);
+        n.sync(&web).await;
+        assert_eq!(
+            n.cri_calls(),
+            ["UpdateContainerResources c shares=204 quota=20000 memory=134217728"]
+        );
+        assert_eq!(
+            cgroups.limits(&dir).expect("limits"),
+            Limits {
+                cpu_shares: 204,
+                cpu_quota: Some(20_000),
+                memory: Some(128 << 20)
+            }
+        );
+        assert_eq!(condition(&n, "web", "PodResizeInProgress"), None);
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
