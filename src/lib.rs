@@ -20,6 +20,7 @@ pub mod log_links;
 pub mod log_manager;
 pub mod metrics;
 pub mod node;
+pub mod node_selector;
 pub mod paths;
 pub mod pod;
 pub mod prober;

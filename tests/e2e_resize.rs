@@ -58,6 +58,12 @@ fn resize(ns: &str, name: &str, cpu: (&str, &str), memory: (&str, &str)) -> (i32
         "requests": { "cpu": cpu.0, "memory": memory.0 },
         "limits": { "cpu": cpu.1, "memory": memory.1 },
     }}]}});
+    patch_resize(ns, name, &patch)
+}
+
+/// `kubectl patch pod <name> --subresource resize` with strategic merge
+/// patch `patch`: the exit code and what kubectl said.
+fn patch_resize(ns: &str, name: &str, patch: &serde_json::Value) -> (i32, String) {
     let (code, out, err) = kubectl(
         &[
             "patch",
@@ -350,6 +356,102 @@ async fn a_pod_with_pod_level_resources_gets_a_cgroup_of_its_own_with_them() {
         "{out}"
     );
     drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn pod_level_resources_are_resized_in_place_with_the_container_that_inherits_them() {
+    use kube::ResourceExt as _;
+    let client = client().await;
+    let ns = namespace(&client, "e2e-pod-resize").await;
+    let level = |cpu: &str, memory: &str| {
+        serde_json::json!({
+            "requests": { "cpu": cpu, "memory": memory },
+            "limits": { "cpu": cpu, "memory": memory },
+        })
+    };
+    let p: k8s_openapi::api::core::v1::Pod = from_json(serde_json::json!({
+        "metadata": { "name": "plr" },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "resources": level("300m", "128Mi"),
+            "containers": [{
+                "name": "c",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"],
+            }]
+        }
+    }));
+    let running = run(&client, &ns, &p).await;
+    let uid = running.uid().unwrap_or_default();
+    let before = container_status(&running);
+    let pod_cgroup = |subsystem: &str, file: &str| {
+        let path = format!("/sys/fs/cgroup/{subsystem}/kubepods/pod{uid}/{file}");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .trim()
+            .to_string()
+    };
+    // The container sets no limit: it runs with the pod's.
+    let memory_file = "/sys/fs/cgroup/memory/memory.limit_in_bytes";
+    assert_eq!(
+        cgroup_file(&ns, "plr", memory_file),
+        (128u64 << 20).to_string()
+    );
+    // The API server takes a pod-level resize only from a node that
+    // declares it (status.declaredFeatures).
+    for (cpu, memory, quota) in [("600m", "256Mi", "60000"), ("200m", "96Mi", "20000")] {
+        let (code, out) = patch_resize(
+            &ns,
+            "plr",
+            &serde_json::json!({"spec": {"resources": level(cpu, memory)}}),
+        );
+        assert_eq!(code, 0, "resize to {cpu}/{memory}: {out}");
+        let bytes = parse_bytes(memory);
+        let done = move |p: Option<&k8s_openapi::api::core::v1::Pod>| {
+            p.and_then(|p| p.status.as_ref()).is_some_and(|st| {
+                let allocated = st
+                    .allocated_resources
+                    .as_ref()
+                    .and_then(|a| a.get("cpu"))
+                    .map(|q| q.0.as_str());
+                let conditions = st.conditions.as_deref().unwrap_or_default();
+                allocated == Some(cpu)
+                    && !conditions.iter().any(|c| c.type_.starts_with("PodResize"))
+            })
+        };
+        let resized = wait_for(&client, &ns, "plr", 60, "the pod-level resize", done).await;
+        assert_eq!(pod_cgroup("cpu", "cpu.cfs_quota_us"), quota);
+        assert_eq!(
+            pod_cgroup("memory", "memory.limit_in_bytes"),
+            bytes.to_string()
+        );
+        assert_eq!(cgroup_file(&ns, "plr", memory_file), bytes.to_string());
+        let after = container_status(&resized);
+        assert_eq!(
+            after.container_id, before.container_id,
+            "the same container"
+        );
+        assert_eq!(after.restart_count, 0);
+        let level_status = resized.status.and_then(|s| s.resources).unwrap_or_default();
+        let memory_limit = level_status.limits.unwrap_or_default();
+        let shown = memory_limit.get("memory").map(|q| q.0.clone());
+        assert!(
+            shown.as_deref() == Some(memory) || shown == Some(bytes.to_string()),
+            "status.resources: what the pod cgroup holds, not {shown:?}"
+        );
+    }
+    drop_namespace(&client, &ns).await;
+}
+
+/// Bytes of a quantity in `Mi`.
+fn parse_bytes(mebibytes: &str) -> u64 {
+    mebibytes
+        .trim_end_matches("Mi")
+        .parse::<u64>()
+        .expect("a quantity in Mi")
+        << 20
 }
 
 /// Waits up to 30 s for pod `mem`'s events with `reason`; returns their

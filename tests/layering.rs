@@ -23,6 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "expansion",
             "paths",
             "resource",
+            "node_selector",
             "metrics",
             "config",
             "fixtures",

@@ -154,6 +154,8 @@ pub struct ContainerSnapshot {
     /// The Linux resources (cpu shares and quota, memory limit, OOM score
     /// adjustment) its config asked for, as received.
     pub linux_resources: Option<cri::LinuxContainerResources>,
+    /// The mounts its config asked for, as received.
+    pub mounts: Vec<cri::Mount>,
 }
 
 struct SandboxRecord {
@@ -350,6 +352,7 @@ impl ContainerRecord {
             started_at: self.started_at,
             finished_at: self.finished_at,
             linux_resources: self.config.linux.as_ref().and_then(|l| l.resources.clone()),
+            mounts: self.config.mounts.clone(),
         }
     }
 }

@@ -7,9 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Container, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
-};
+use k8s_openapi::api::core::v1::{Container, Pod, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use super::admit::Rejection;
@@ -287,47 +285,8 @@ pub fn matches_node_selector(pod: &Pod, node: &NodeView) -> bool {
                 .as_ref()
         });
     let affinity_ok =
-        required.is_none_or(|r| r.node_selector_terms.iter().any(|t| term_matches(t, node)));
+        required.is_none_or(|r| crate::node_selector::matches(r, &node.name, &node.labels));
     selector_ok && affinity_ok
-}
-
-fn term_matches(term: &NodeSelectorTerm, node: &NodeView) -> bool {
-    let exprs = term.match_expressions.as_deref().unwrap_or_default();
-    let fields = term.match_fields.as_deref().unwrap_or_default();
-    if exprs.is_empty() && fields.is_empty() {
-        return false;
-    }
-    let name = BTreeMap::from([("metadata.name".to_string(), node.name.clone())]);
-    exprs.iter().all(|r| requirement_matches(r, &node.labels))
-        && fields.iter().all(|r| requirement_matches(r, &name))
-}
-
-/// One requirement of a node selector term (`In`, `NotIn`, `Exists`,
-/// `DoesNotExist`, `Gt`, `Lt`); an unknown operator matches nothing.
-fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
-    let value = labels.get(&r.key);
-    let values = r.values.as_deref().unwrap_or_default();
-    let number = |s: &str| s.parse::<i64>().ok();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.contains(v)),
-        "NotIn" => value.is_none_or(|v| !values.contains(v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(have), [want]) = (value.and_then(|v| number(v)), values) else {
-                return false;
-            };
-            let Some(want) = number(want) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                have > want
-            } else {
-                have < want
-            }
-        }
-        _ => false,
-    }
 }
 
 /// A host port a pod asks for: (IP, protocol, port), with an empty IP as
@@ -425,7 +384,8 @@ pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        Affinity, ContainerPort, NodeAffinity, NodeSelector, PodSpec, ResourceRequirements,
+        Affinity, ContainerPort, NodeAffinity, NodeSelector, NodeSelectorRequirement,
+        NodeSelectorTerm, PodSpec, ResourceRequirements,
     };
 
     fn q(s: &str) -> ApiQuantity {

@@ -574,11 +574,15 @@ async fn prepare_volumes(
             (PodVolumes::new(), Volumes::Ready)
         }
         VolumeNeed::Mount => {
-            let outcome = ctx.volumes.setup(pod).await;
-            for (volume, e) in &outcome.errors {
-                let note = format!("MountVolume.SetUp failed for volume \"{volume}\" : {e}");
-                ctx.event(pod, None, EventType::Warning, event::FAILED_MOUNT, note);
-            }
+            let node_name = &ctx.runtime.node.node_name;
+            let node = crate::volume::NodeIdentity {
+                name: node_name.clone(),
+                labels: node_view(&ctx.node_store, node_name)
+                    .map(|n| n.labels)
+                    .unwrap_or_default(),
+            };
+            let outcome = ctx.volumes.setup(pod, &node).await;
+            mount_events(pod, &outcome, ctx);
             let unmounted = outcome.unmounted(pod);
             if unmounted.is_empty() {
                 (outcome.volumes, Volumes::Ready)
@@ -587,6 +591,37 @@ async fn prepare_volumes(
                 (outcome.volumes, Volumes::NotReady)
             }
         }
+    }
+}
+
+/// The `FailedMount` events of a volume setup: one per volume that failed,
+/// as the kubelet's `MountVolume.SetUp failed for volume "v" : …`, and one
+/// for the volumes whose claims could not be processed, as the kubelet's
+/// `Unable to attach or mount volumes: unmounted volumes=[…], unattached
+/// volumes=[…], failed to process volumes=[…]: …`.
+fn mount_events(pod: &Pod, outcome: &crate::volume::SetupOutcome, ctx: &Context) {
+    let mut unprocessed = Vec::new();
+    let mut reasons = Vec::new();
+    for (volume, e) in &outcome.errors {
+        if let crate::volume::Error::Claim(message) = e {
+            unprocessed.push(volume.as_str());
+            reasons.push(message.as_str());
+            continue;
+        }
+        let note = format!("MountVolume.SetUp failed for volume \"{volume}\" : {e}");
+        ctx.event(pod, None, EventType::Warning, event::FAILED_MOUNT, note);
+    }
+    if !unprocessed.is_empty() {
+        let mut unmounted = outcome.unmounted(pod);
+        unmounted.sort();
+        unprocessed.sort_unstable();
+        let note = format!(
+            "Unable to attach or mount volumes: unmounted volumes=[{}], unattached volumes=[], failed to process volumes=[{}]: {}",
+            unmounted.join(" "),
+            unprocessed.join(" "),
+            reasons.join("; ")
+        );
+        ctx.event(pod, None, EventType::Warning, event::FAILED_MOUNT, note);
     }
 }
 

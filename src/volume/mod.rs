@@ -18,6 +18,7 @@
 //! for [`OBJECT_TTL`], tokens until 80 % of their lifetime.
 
 pub mod atomic_writer;
+pub mod claim;
 pub mod configmap;
 pub mod downward_api;
 pub mod empty_dir;
@@ -93,6 +94,14 @@ pub enum Error {
     /// The volume type or projection is not supported by this node.
     #[error("{0}")]
     Unsupported(String),
+    /// A volume's claim could not be resolved to its PersistentVolume
+    /// (`error processing PVC <ns>/<name>: …`): the volume is not processed
+    /// at all, as the kubelet's populator leaves it out.
+    #[error("{0}")]
+    Claim(String),
+    /// A PersistentVolume's node affinity does not match this node.
+    #[error("NodeAffinity check failed: {0}")]
+    NodeAffinity(&'static str),
     /// Writing the volume's files failed.
     #[error(transparent)]
     Writer(#[from] atomic_writer::Error),
@@ -180,6 +189,20 @@ pub struct Fetched {
     pub secrets: BTreeMap<String, Result<Option<Arc<Secret>>, String>>,
     /// Service account tokens by request.
     pub tokens: HashMap<TokenKey, Result<String, String>>,
+    /// The claims of claim volumes, by volume name: the claim and its bound
+    /// volume, and whether the volume is yet to be set up for the pod the
+    /// first time; `Err`: why not ([`claim::resolve`]).
+    pub claims: BTreeMap<String, Result<(Arc<claim::Bound>, bool), String>>,
+}
+
+/// The Node a pod's volumes are set up on: its name and labels (for the
+/// node affinity of PersistentVolumes).
+#[derive(Clone, Debug, Default)]
+pub struct NodeIdentity {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.labels` (empty while the Node is not listed).
+    pub labels: BTreeMap<String, String>,
 }
 
 fn found<T: Clone>(
@@ -206,6 +229,7 @@ impl std::fmt::Debug for Fetched {
             .field("config_maps", &self.config_maps.keys().collect::<Vec<_>>())
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
             .field("tokens", &self.tokens.keys().collect::<Vec<_>>())
+            .field("claims", &self.claims.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -357,7 +381,15 @@ pub struct VolumeManager {
     config_maps: ObjectCache<ConfigMap>,
     secrets: ObjectCache<Secret>,
     tokens: TokenManager,
+    /// Claims resolved, by pod UID and volume name: a claim's binding does
+    /// not change, so each is read once per pod (as the kubelet's populator
+    /// processes a pod's volumes once); with whether its volume was set up.
+    claims: Mutex<ResolvedClaims>,
 }
+
+/// Claims resolved, by (pod UID, volume name): the claim and its volume,
+/// and whether the volume was set up for the pod.
+type ResolvedClaims = HashMap<(String, String), (Arc<claim::Bound>, bool)>;
 
 impl VolumeManager {
     /// A volume manager keeping pod directories under `root_dir`, reading
@@ -376,6 +408,7 @@ impl VolumeManager {
             config_maps: ObjectCache::default(),
             secrets: ObjectCache::default(),
             tokens: TokenManager::default(),
+            claims: Mutex::new(HashMap::new()),
         }
     }
 
@@ -416,20 +449,60 @@ impl VolumeManager {
             let got = self.tokens.get(&self.client, &key).await;
             fetched.tokens.insert(key, got.map_err(|e| e.to_string()));
         }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            let Some(c) = claim::claim_of(pod, v) else {
+                continue;
+            };
+            let key = (uid.clone(), v.name.clone());
+            let known = self.claims_lock().get(&key).cloned();
+            let got = match known {
+                Some((bound, set_up)) => Ok((bound, !set_up)),
+                None => claim::resolve(&self.client, pod, &c).await.map(|bound| {
+                    let bound = Arc::new(bound);
+                    self.claims_lock().insert(key, (bound.clone(), false));
+                    (bound, true)
+                }),
+            };
+            fetched.claims.insert(v.name.clone(), got);
+        }
         fetched
     }
 
-    /// Sets up (or refreshes) every volume of `pod`, as the kubelet's
-    /// `MountVolume.SetUp` for each plugin. Never fails as a whole: each
-    /// volume's error is in the outcome.
-    pub async fn setup(&self, pod: &Pod) -> SetupOutcome {
+    fn claims_lock(&self) -> std::sync::MutexGuard<'_, ResolvedClaims> {
+        self.claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Forgets what was read for pod `uid` (its tokens and claims).
+    fn forget_pod(&self, uid: &str) {
+        self.tokens.forget_pod(uid);
+        self.claims_lock().retain(|(u, _), _| u != uid);
+    }
+
+    /// Sets up (or refreshes) every volume of `pod` on `node`, as the
+    /// kubelet's `MountVolume.SetUp` for each plugin. Never fails as a
+    /// whole: each volume's error is in the outcome.
+    pub async fn setup(&self, pod: &Pod, node: &NodeIdentity) -> SetupOutcome {
         let fetched = self.fetch(pod).await;
         let pod = pod.clone();
         let root = self.root_dir.clone();
         let allocatable = self.allocatable.clone();
-        match tokio::task::spawn_blocking(move || set_up_all(&root, &pod, &fetched, &allocatable))
-            .await
-        {
+        let node = node.clone();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let set_up = move || set_up_all(&root, &pod, &fetched, &allocatable, &node);
+        let outcome = tokio::task::spawn_blocking(set_up).await;
+        if let Ok(outcome) = &outcome {
+            // Claim volumes set up once: later syncs only check them.
+            let mut claims = self.claims_lock();
+            for ((u, volume), (_, set_up)) in claims.iter_mut() {
+                if *u == uid && outcome.volumes.contains_key(volume) {
+                    *set_up = true;
+                }
+            }
+        }
+        match outcome {
             Ok(outcome) => outcome,
             Err(e) => SetupOutcome {
                 volumes: PodVolumes::new(),
@@ -451,7 +524,7 @@ impl VolumeManager {
     /// the directory removed; nothing is removed while a mount is left.
     pub async fn teardown(&self, uid: &str) -> Result<()> {
         let dir = pod_dir(&self.root_dir, uid);
-        self.tokens.forget_pod(uid);
+        self.forget_pod(uid);
         let task = tokio::task::spawn_blocking(move || tear_down_pod_dir(&dir));
         match task.await {
             Ok(r) => r,
@@ -481,7 +554,7 @@ impl VolumeManager {
         {
             return Ok(());
         }
-        self.tokens.forget_pod(uid);
+        self.forget_pod(uid);
         let task = tokio::task::spawn_blocking(move || {
             clean_sub_paths(&pod)?;
             remove_pod_dir(&dir)
@@ -615,11 +688,16 @@ fn set_up_all(
     pod: &Pod,
     fetched: &Fetched,
     allocatable: &BTreeMap<String, ApiQuantity>,
+    node: &NodeIdentity,
 ) -> SetupOutcome {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let mut outcome = SetupOutcome::default();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        match set_up_volume(root, &uid, pod, v, fetched, allocatable) {
+        let set_up = match claim::claim_of(pod, v) {
+            Some(c) => set_up_claim(pod, v, &c, fetched, node).map_err(|e| (e, None)),
+            None => set_up_volume(root, &uid, pod, v, fetched, allocatable),
+        };
+        match set_up {
             Ok(mounted) => {
                 outcome.volumes.insert(v.name.clone(), mounted);
             }
@@ -633,6 +711,73 @@ fn set_up_all(
         }
     }
     outcome
+}
+
+/// A volume of claim `c`: the PersistentVolume bound to it, used where it
+/// is (the kubelet's hostPath and local plugins): a `hostPath` volume's
+/// path, type-checked; a `local` volume's path, which must exist, with the
+/// pod's `fsGroup` applied when it is first set up for the pod, unless it
+/// is read-only. The volume's node
+/// affinity must match `node`; a `Block` volume cannot be mounted; other
+/// volume types are not supported here.
+fn set_up_claim(
+    pod: &Pod,
+    v: &Volume,
+    c: &claim::ClaimRef,
+    fetched: &Fetched,
+    node: &NodeIdentity,
+) -> Result<MountedVolume> {
+    let (bound, first) = match fetched.claims.get(&v.name) {
+        Some(Ok((bound, first))) => (bound, *first),
+        Some(Err(message)) => return Err(Error::Claim(message.clone())),
+        None => return Err(Error::Claim(format!("claim {:?} was not read", c.name))),
+    };
+    let pv = &bound.volume;
+    claim::check_node_affinity(pv, &node.name, &node.labels).map_err(Error::NodeAffinity)?;
+    let spec = pv.spec.clone().unwrap_or_default();
+    if spec.volume_mode.as_deref() == Some("Block") {
+        return Err(Error::Unsupported(format!(
+            "volume {} has volumeMode Block, but is specified in volumeMounts",
+            v.name
+        )));
+    }
+    if let Some(hp) = &spec.host_path {
+        let path = PathBuf::from(&hp.path);
+        host_path::check(&path, hp.type_.as_deref())?;
+        return Ok(MountedVolume {
+            host_path: path,
+            read_only: c.read_only,
+        });
+    }
+    if let Some(local) = &spec.local {
+        let path = PathBuf::from(&local.path);
+        host_path::check(&path, None)?;
+        if std::fs::symlink_metadata(&path).is_err() {
+            return Err(Error::HostPath(format!(
+                "local volume path {} does not exist",
+                path.display()
+            )));
+        }
+        if first
+            && !c.read_only
+            && let Some(gid) = fs_group(pod)
+        {
+            ownership::apply(&path, gid, false).map_err(|source| Error::Io {
+                op: "apply fsGroup to local volume",
+                path: path.clone(),
+                source,
+            })?;
+        }
+        return Ok(MountedVolume {
+            host_path: path,
+            read_only: c.read_only,
+        });
+    }
+    Err(Error::Unsupported(format!(
+        "volume {:?}: PersistentVolume {:?} is of a type this node does not support",
+        v.name,
+        pv.metadata.name.as_deref().unwrap_or_default()
+    )))
 }
 
 /// One volume; on failure, the error and the volume as it was when an earlier
@@ -863,7 +1008,13 @@ mod tests {
                 ..Default::default()
             }))),
         );
-        let out = set_up_all(root.path(), &p, &fetched, &BTreeMap::new());
+        let out = set_up_all(
+            root.path(),
+            &p,
+            &fetched,
+            &BTreeMap::new(),
+            &NodeIdentity::default(),
+        );
         assert!(out.errors.is_empty(), "{:?}", out.errors);
         assert!(out.unmounted(&p).is_empty());
         let cfg = volume_dir(root.path(), "uid-web", "kubernetes.io~configmap", "cfg");
@@ -903,7 +1054,13 @@ mod tests {
         let mut fetched = Fetched::default();
         fetched.config_maps.insert("nope".into(), Ok(None));
         fetched.config_maps.insert("also-nope".into(), Ok(None));
-        let out = set_up_all(root.path(), &p, &fetched, &BTreeMap::new());
+        let out = set_up_all(
+            root.path(),
+            &p,
+            &fetched,
+            &BTreeMap::new(),
+            &NodeIdentity::default(),
+        );
         assert_eq!(out.unmounted(&p), vec!["cfg"]);
         assert_eq!(out.errors.len(), 1);
         assert_eq!(out.errors[0].1.to_string(), "configmap \"nope\" not found");
@@ -936,12 +1093,24 @@ mod tests {
             }))),
         );
         assert!(
-            set_up_all(root.path(), &p, &fetched, &BTreeMap::new())
-                .errors
-                .is_empty()
+            set_up_all(
+                root.path(),
+                &p,
+                &fetched,
+                &BTreeMap::new(),
+                &NodeIdentity::default()
+            )
+            .errors
+            .is_empty()
         );
         fetched.config_maps.insert("app".into(), Ok(None));
-        let out = set_up_all(root.path(), &p, &fetched, &BTreeMap::new());
+        let out = set_up_all(
+            root.path(),
+            &p,
+            &fetched,
+            &BTreeMap::new(),
+            &NodeIdentity::default(),
+        );
         assert_eq!(out.errors.len(), 1);
         assert!(out.unmounted(&p).is_empty(), "still mountable");
         let cfg = volume_dir(root.path(), "uid-web", "kubernetes.io~configmap", "cfg");
@@ -951,12 +1120,135 @@ mod tests {
     #[test]
     fn unsupported_volume_types_are_named() {
         let root = tempfile::tempdir().unwrap();
-        let mut pvc = volume("data");
-        pvc.persistent_volume_claim = Some(Default::default());
-        let p = with_volumes(vec![pvc]);
-        let out = set_up_all(root.path(), &p, &Fetched::default(), &BTreeMap::new());
+        let mut nfs = volume("data");
+        nfs.nfs = Some(Default::default());
+        let p = with_volumes(vec![nfs]);
+        let out = set_up_all(
+            root.path(),
+            &p,
+            &Fetched::default(),
+            &BTreeMap::new(),
+            &NodeIdentity::default(),
+        );
         assert_eq!(out.unmounted(&p), vec!["data"]);
         assert!(out.errors[0].1.to_string().contains("not supported"));
+    }
+
+    #[test]
+    fn claim_volumes_are_their_bound_volumes_on_a_node_they_may_use() {
+        use k8s_openapi::api::core::v1::{
+            HostPathVolumeSource, LocalVolumeSource, NodeSelector, NodeSelectorRequirement,
+            NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim,
+            PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, VolumeNodeAffinity,
+        };
+        let root = tempfile::tempdir().unwrap();
+        let data = root.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let claim_volume = |name: &str, read_only: bool| {
+            let mut v = volume(name);
+            v.persistent_volume_claim = Some(PersistentVolumeClaimVolumeSource {
+                claim_name: format!("{name}-claim"),
+                read_only: Some(read_only),
+            });
+            v
+        };
+        let bound = |spec: PersistentVolumeSpec| {
+            Ok((
+                Arc::new(claim::Bound {
+                    claim: PersistentVolumeClaim::default(),
+                    volume: PersistentVolume {
+                        spec: Some(spec),
+                        ..Default::default()
+                    },
+                }),
+                true,
+            ))
+        };
+        let here = NodeIdentity {
+            name: "n1".into(),
+            labels: BTreeMap::from([("disk".to_string(), "ssd".to_string())]),
+        };
+        let affinity = |value: &str| {
+            Some(VolumeNodeAffinity {
+                required: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement {
+                            key: "disk".into(),
+                            operator: "In".into(),
+                            values: Some(vec![value.into()]),
+                        }]),
+                        ..Default::default()
+                    }],
+                }),
+            })
+        };
+        let local = |value: &str| PersistentVolumeSpec {
+            local: Some(LocalVolumeSource {
+                path: data.display().to_string(),
+                ..Default::default()
+            }),
+            node_affinity: affinity(value),
+            ..Default::default()
+        };
+        let mut fetched = Fetched::default();
+        fetched.claims.insert(
+            "host".into(),
+            bound(PersistentVolumeSpec {
+                host_path: Some(HostPathVolumeSource {
+                    path: data.display().to_string(),
+                    type_: Some("Directory".into()),
+                }),
+                ..Default::default()
+            }),
+        );
+        fetched.claims.insert("local".into(), bound(local("ssd")));
+        fetched
+            .claims
+            .insert("elsewhere".into(), bound(local("hdd")));
+        fetched.claims.insert(
+            "block".into(),
+            bound(PersistentVolumeSpec {
+                volume_mode: Some("Block".into()),
+                ..local("ssd")
+            }),
+        );
+        fetched.claims.insert(
+            "pending".into(),
+            Err("error processing PVC default/pending-claim: PVC is not bound".into()),
+        );
+        let p = with_volumes(vec![
+            claim_volume("host", true),
+            claim_volume("local", false),
+            claim_volume("elsewhere", false),
+            claim_volume("block", false),
+            claim_volume("pending", false),
+        ]);
+        let out = set_up_all(root.path(), &p, &fetched, &BTreeMap::new(), &here);
+        let host = &out.volumes["host"];
+        assert_eq!(
+            (host.host_path.as_path(), host.read_only),
+            (data.as_path(), true)
+        );
+        assert_eq!(out.volumes["local"].host_path, data);
+        assert!(!out.volumes["local"].read_only);
+        let errors: BTreeMap<&str, String> = out
+            .errors
+            .iter()
+            .map(|(v, e)| (v.as_str(), e.to_string()))
+            .collect();
+        assert_eq!(
+            errors["elsewhere"],
+            "NodeAffinity check failed: no matching NodeSelectorTerms"
+        );
+        assert!(errors["block"].contains("volumeMode Block"), "{errors:?}");
+        assert!(matches!(
+            out.errors
+                .iter()
+                .find(|(v, _)| v == "pending")
+                .map(|(_, e)| e),
+            Some(Error::Claim(_))
+        ));
+        assert_eq!(out.unmounted(&p), ["elsewhere", "block", "pending"]);
     }
 
     #[test]
@@ -1011,7 +1303,7 @@ mod tests {
         );
         let alloc = BTreeMap::from([("memory".to_string(), ApiQuantity("1Gi".into()))]);
         for _ in 0..2 {
-            let out = set_up_all(root.path(), &p, &fetched, &alloc);
+            let out = set_up_all(root.path(), &p, &fetched, &alloc, &NodeIdentity::default());
             assert!(out.errors.is_empty(), "{:?}", out.errors);
         }
         let pod = pod_dir(root.path(), "uid-web");

@@ -120,6 +120,12 @@ impl FakeApi {
         lock(&self.0).objects.insert(key, object);
     }
 
+    /// Stores a cluster-scoped object of `resource` (`persistentvolumes`).
+    pub fn put_cluster(&self, resource: &str, name: &str, object: Value) {
+        let key = (resource.to_string(), String::new(), name.to_string());
+        lock(&self.0).objects.insert(key, object);
+    }
+
     /// Stores Node `name`.
     pub fn put_node(&self, name: &str) {
         let node = json!({
@@ -203,6 +209,13 @@ impl FakeApi {
                 return match st.objects.remove(&key) {
                     Some(node) => (StatusCode::OK, node),
                     None => status(StatusCode::NOT_FOUND, "NotFound", "node not found"),
+                };
+            }
+            ("GET", ["api", "v1", resource, name]) if *resource != "namespaces" => {
+                let key = ((*resource).to_string(), String::new(), (*name).to_string());
+                return match st.objects.get(&key) {
+                    Some(v) => (StatusCode::OK, v.clone()),
+                    None => status(StatusCode::NOT_FOUND, "NotFound", "not found"),
                 };
             }
             _ => {}
