@@ -1,0 +1,372 @@
+//! Persistent storage on the local cluster (`hack/local-up.sh --agent
+//! rustlet`), with the control plane's own binder: a PersistentVolumeClaim
+//! bound to a `hostPath` PersistentVolume keeps its data from one pod to
+//! the next; a `local` PersistentVolume serves a pod on the node its node
+//! affinity names and refuses one bound elsewhere; a generic ephemeral
+//! volume's claim, made by the control plane for the pod, is bound and
+//! served; a claim that never binds keeps its pod Pending with the
+//! kubelet's Event while the agent serves every other pod.
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+
+/// A PersistentVolume `name` of class `class` (1 GiB, ReadWriteOnce,
+/// Retain) with `source` (`{"hostPath": …}` or `{"local": …}`) and,
+/// optionally, node affinity to nodes whose hostname label is `node`.
+fn volume(
+    name: &str,
+    class: &str,
+    source: serde_json::Value,
+    node: Option<&str>,
+) -> PersistentVolume {
+    let mut spec = serde_json::json!({
+        "capacity": { "storage": "1Gi" },
+        "accessModes": ["ReadWriteOnce"],
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": class,
+    });
+    if let (Some(spec), Some(source)) = (spec.as_object_mut(), source.as_object()) {
+        spec.extend(source.clone());
+    }
+    if let Some(node) = node {
+        spec["nodeAffinity"] = serde_json::json!({"required": {"nodeSelectorTerms": [{
+            "matchExpressions": [{
+                "key": "kubernetes.io/hostname", "operator": "In", "values": [node],
+            }],
+        }]}});
+    }
+    from_json(serde_json::json!({ "metadata": { "name": name }, "spec": spec }))
+}
+
+/// A claim `name` of class `class` for 1 GiB, ReadWriteOnce.
+fn claim(name: &str, class: &str) -> PersistentVolumeClaim {
+    from_json(serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": class,
+            "resources": { "requests": { "storage": "1Gi" } },
+        }
+    }))
+}
+
+/// A busybox pod `name` running `script` with volume `volume` (a pod
+/// volume source, JSON) mounted at `/data`; bound to `node` directly when
+/// given (past the scheduler), else scheduled.
+fn user(name: &str, volume: serde_json::Value, script: &str, node: Option<&str>) -> Pod {
+    let mut v = serde_json::json!({ "name": "data" });
+    if let (Some(v), Some(source)) = (v.as_object_mut(), volume.as_object()) {
+        v.extend(source.clone());
+    }
+    let mut pod = serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "restartPolicy": "Never",
+            "volumes": [v],
+            "containers": [{
+                "name": "c",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", script],
+                "volumeMounts": [{ "name": "data", "mountPath": "/data" }],
+            }],
+        }
+    });
+    if let Some(node) = node {
+        pod["spec"]["nodeName"] = serde_json::json!(node);
+    }
+    from_json(pod)
+}
+
+/// A directory of the host for a volume, made fresh.
+fn host_dir(name: &str) -> std::path::PathBuf {
+    let dir = local().join("e2e-volumes").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("host dir");
+    dir
+}
+
+/// The hostname label of the node under test.
+async fn hostname(client: &Client) -> String {
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(&node_name())
+        .await
+        .expect("get node");
+    node.labels()
+        .get("kubernetes.io/hostname")
+        .cloned()
+        .unwrap_or_else(node_name)
+}
+
+/// Creates the volumes (removing any left by an earlier run).
+async fn create_volumes(client: &Client, volumes: &[PersistentVolume]) {
+    let api: Api<PersistentVolume> = Api::all(client.clone());
+    for v in volumes {
+        let name = v.name_any();
+        let _ = api.delete(&name, &DeleteParams::default()).await;
+        for _ in 0..60 {
+            if api.get_opt(&name).await.expect("get pv").is_none() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        api.create(&PostParams::default(), v)
+            .await
+            .expect("create pv");
+    }
+}
+
+/// Deletes the volumes (best effort).
+async fn delete_volumes(client: &Client, names: &[&str]) {
+    let api: Api<PersistentVolume> = Api::all(client.clone());
+    for name in names {
+        let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+}
+
+/// Waits (60 s) for pod `name` to succeed; its log.
+async fn succeeded(client: &Client, ns: &str, name: &str) -> String {
+    wait_for(client, ns, name, 60, "Succeeded", phase("Succeeded")).await;
+    let (code, out, err) = kubectl(&["logs", "-n", ns, name], "");
+    assert_eq!(code, 0, "logs of {name}: {err}");
+    out
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_claim_keeps_its_data_from_one_pod_to_the_next() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-pvc").await;
+    let class = format!("e2e-hostpath-{ns}");
+    let dir = host_dir(&ns);
+    let pv = format!("{ns}-pv");
+    create_volumes(
+        &client,
+        &[volume(
+            &pv,
+            &class,
+            serde_json::json!({"hostPath": {"path": dir, "type": "Directory"}}),
+            None,
+        )],
+    )
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    claims
+        .create(&PostParams::default(), &claim("data", &class))
+        .await
+        .expect("create claim");
+    let source = serde_json::json!({"persistentVolumeClaim": {"claimName": "data"}});
+    let writer = user(
+        "writer",
+        source.clone(),
+        "echo kept > /data/file && cat /data/file",
+        None,
+    );
+    create(&client, &ns, &writer).await;
+    assert_eq!(succeeded(&client, &ns, "writer").await.trim(), "kept");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("file"))
+            .expect("the host's file")
+            .trim(),
+        "kept",
+        "written to the bound volume's path"
+    );
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete("writer", &DeleteParams::default())
+        .await
+        .expect("delete writer");
+    let reader = user("reader", source, "cat /data/file", None);
+    create(&client, &ns, &reader).await;
+    assert_eq!(succeeded(&client, &ns, "reader").await.trim(), "kept");
+    drop_namespace(&client, &ns).await;
+    delete_volumes(&client, &[&pv]).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_local_volume_serves_the_node_it_names_and_no_other() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-local-pv").await;
+    let class = format!("e2e-local-{ns}");
+    let here = hostname(&client).await;
+    let (dir, other_dir) = (
+        host_dir(&format!("{ns}-here")),
+        host_dir(&format!("{ns}-other")),
+    );
+    let (pv, other_pv) = (format!("{ns}-here"), format!("{ns}-other"));
+    create_volumes(
+        &client,
+        &[
+            volume(
+                &pv,
+                &class,
+                serde_json::json!({"local": {"path": dir}}),
+                Some(&here),
+            ),
+            volume(
+                &other_pv,
+                &format!("{class}-other"),
+                serde_json::json!({"local": {"path": other_dir}}),
+                Some("some-other-node"),
+            ),
+        ],
+    )
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    for (name, class) in [("here", class.clone()), ("other", format!("{class}-other"))] {
+        claims
+            .create(&PostParams::default(), &claim(name, &class))
+            .await
+            .expect("create claim");
+    }
+    let local_user = user(
+        "local",
+        serde_json::json!({"persistentVolumeClaim": {"claimName": "here"}}),
+        "echo local > /data/file && cat /data/file",
+        None,
+    );
+    create(&client, &ns, &local_user).await;
+    assert_eq!(succeeded(&client, &ns, "local").await.trim(), "local");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("file"))
+            .expect("the host's file")
+            .trim(),
+        "local"
+    );
+    // Bound to this node past the scheduler: the agent checks the volume's
+    // node affinity itself, as the kubelet does.
+    let stray = user(
+        "stray",
+        serde_json::json!({"persistentVolumeClaim": {"claimName": "other"}}),
+        "true",
+        Some(&node_name()),
+    );
+    let stray = create(&client, &ns, &stray).await;
+    let uid = stray.uid().unwrap_or_default();
+    let found = wait_for_events(
+        &client,
+        &ns,
+        Involving::Uid(&uid),
+        60,
+        "FailedMount",
+        |events| {
+            messages(events, "FailedMount").and_then(|m| {
+                m.into_iter()
+                    .find(|m| m.contains("NodeAffinity check failed"))
+            })
+        },
+    )
+    .await;
+    assert!(found.contains("no matching NodeSelectorTerms"), "{found}");
+    let now = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get("stray")
+        .await
+        .expect("get stray");
+    assert_eq!(
+        now.status.and_then(|s| s.phase).as_deref(),
+        Some("Pending"),
+        "nothing of it runs"
+    );
+    assert!(
+        std::fs::read_dir(&other_dir)
+            .expect("other dir")
+            .next()
+            .is_none(),
+        "the other node's volume is untouched"
+    );
+    drop_namespace(&client, &ns).await;
+    delete_volumes(&client, &[&pv, &other_pv]).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_generic_ephemeral_volume_is_served_and_an_unbound_claim_waits_alone() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-ephemeral").await;
+    let class = format!("e2e-ephemeral-{ns}");
+    let dir = host_dir(&ns);
+    let pv = format!("{ns}-pv");
+    create_volumes(
+        &client,
+        &[volume(
+            &pv,
+            &class,
+            serde_json::json!({"hostPath": {"path": dir, "type": "Directory"}}),
+            None,
+        )],
+    )
+    .await;
+    // The control plane makes the claim `scratch-data` for the pod, owned
+    // by it, and binds it to the volume.
+    let scratch = user(
+        "scratch",
+        serde_json::json!({"ephemeral": {"volumeClaimTemplate": {"spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": class,
+            "resources": { "requests": { "storage": "1Gi" } },
+        }}}}),
+        "echo ephemeral > /data/file && cat /data/file",
+        None,
+    );
+    create(&client, &ns, &scratch).await;
+    assert_eq!(succeeded(&client, &ns, "scratch").await.trim(), "ephemeral");
+    let made = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+        .get("scratch-data")
+        .await
+        .expect("the pod's claim");
+    assert_eq!(
+        made.spec.and_then(|s| s.volume_name).as_deref(),
+        Some(pv.as_str())
+    );
+
+    // A claim of a class no volume has never binds: its pod, bound to the
+    // node directly, waits with the kubelet's Event; another pod runs.
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &claim("never", &format!("{class}-none")),
+        )
+        .await
+        .expect("create claim");
+    let waiting = user(
+        "waiting",
+        serde_json::json!({"persistentVolumeClaim": {"claimName": "never"}}),
+        "true",
+        Some(&node_name()),
+    );
+    let waiting = create(&client, &ns, &waiting).await;
+    let uid = waiting.uid().unwrap_or_default();
+    let found = wait_for_events(
+        &client,
+        &ns,
+        Involving::Uid(&uid),
+        60,
+        "FailedMount",
+        |events| messages(events, "FailedMount").and_then(|m| m.into_iter().next()),
+    )
+    .await;
+    assert_eq!(
+        found,
+        format!(
+            "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to process volumes=[data]: error processing PVC {ns}/never: PVC is not bound"
+        )
+    );
+    let other = pod("other", "Never", BUSYBOX, &["true"]);
+    create(&client, &ns, &other).await;
+    wait_for(&client, &ns, "other", 60, "Succeeded", phase("Succeeded")).await;
+    let still = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get("waiting")
+        .await
+        .expect("get waiting");
+    assert_eq!(
+        still.status.and_then(|s| s.phase).as_deref(),
+        Some("Pending")
+    );
+    drop_namespace(&client, &ns).await;
+    delete_volumes(&client, &[&pv]).await;
+}
