@@ -378,6 +378,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         runtime_version,
         settings.clone(),
     ));
+    // CSI drivers register through <root-dir>/plugins_registry.
+    let drivers = crate::plugin_manager::Drivers::default();
+    tokio::spawn(
+        crate::plugin_manager::PluginManager::new(
+            client.clone(),
+            &settings.root_dir,
+            &node_name,
+            drivers.clone(),
+        )
+        .run(),
+    );
     tokio::spawn(crate::log_manager::run(
         runtime.clone(),
         settings.pod_logs_dir.clone(),

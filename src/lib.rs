@@ -22,8 +22,10 @@ pub mod metrics;
 pub mod node;
 pub mod node_selector;
 pub mod paths;
+pub mod plugin_manager;
 pub mod pod;
 pub mod prober;
+pub mod proto;
 pub mod reasons;
 pub mod redact;
 pub mod resource;
@@ -32,6 +34,8 @@ pub mod static_pod;
 pub mod stats;
 pub mod volume;
 
+#[cfg(test)]
+pub mod fake_api;
 #[cfg(test)]
 pub mod fixtures;
 

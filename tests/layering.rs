@@ -29,7 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fixtures",
         ],
     ),
-    ("runtime client", &["cri"]),
+    ("runtime client", &["cri", "proto"]),
     ("runtime's view of a pod", &["container"]),
     (
         "node-side services below the pod worker",
@@ -45,6 +45,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "static_pod",
             "certificate",
             "cgroups",
+            "plugin_manager",
         ],
     ),
     (
@@ -59,6 +60,7 @@ const LAYERS: &[(&str, &[&str])] = &[
 const SKIPPED: &[&str] = &[
     "src/lib.rs",
     "src/fixtures.rs",
+    "src/fake_api.rs",
     "src/server/tests.rs",
     "src/stats/summary/tests.rs",
 ];

@@ -130,6 +130,34 @@ pub fn socket_path(endpoint: &str) -> Result<PathBuf> {
     Err(Error::Endpoint(endpoint.to_string()))
 }
 
+/// A gRPC channel to the server on unix socket `path`, connected now (5 s
+/// at most): for the runtime, and for plugins (registration, CSI drivers).
+///
+/// # Errors
+/// The socket does not answer.
+pub async fn unix_channel(path: PathBuf) -> std::result::Result<Channel, tonic::transport::Error> {
+    // The URI is required by tonic but unused: the connector dials the socket.
+    Endpoint::from_static("http://[::]:50051")
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector(service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }))
+        .await
+}
+
+/// A gRPC channel to the server on unix socket `path` that dials it only
+/// when a call is made.
+#[must_use]
+pub fn unix_channel_lazy(path: PathBuf) -> Channel {
+    Endpoint::from_static("http://[::]:50051")
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector_lazy(service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }))
+}
+
 impl Runtime {
     /// Connects to the runtime at `endpoint` (`unix:///run/containerd/containerd.sock`);
     /// `timeout` bounds every later call.
@@ -139,18 +167,10 @@ impl Runtime {
     /// socket does not answer.
     pub async fn connect(endpoint: &str, timeout: Duration) -> Result<Self> {
         let path = socket_path(endpoint)?;
-        // The URI is required by tonic but unused: the connector dials the socket.
-        let channel = Endpoint::from_static("http://[::]:50051")
-            .connect_timeout(Duration::from_secs(5))
-            .connect_with_connector(service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-            }))
-            .await
-            .map_err(|source| Error::Connect {
-                endpoint: endpoint.to_string(),
-                source,
-            })?;
+        let channel = unix_channel(path).await.map_err(|source| Error::Connect {
+            endpoint: endpoint.to_string(),
+            source,
+        })?;
         Ok(Self {
             runtime: RuntimeServiceClient::new(channel.clone()),
             images: ImageServiceClient::new(channel),
@@ -164,13 +184,7 @@ impl Runtime {
     /// # Errors
     /// [`Error::Endpoint`] for a non-unix endpoint.
     pub fn connect_lazy(endpoint: &str, timeout: Duration) -> Result<Self> {
-        let path = socket_path(endpoint)?;
-        let channel = Endpoint::from_static("http://[::]:50051")
-            .connect_timeout(Duration::from_secs(5))
-            .connect_with_connector_lazy(service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-            }));
+        let channel = unix_channel_lazy(socket_path(endpoint)?);
         Ok(Self {
             runtime: RuntimeServiceClient::new(channel.clone()),
             images: ImageServiceClient::new(channel),

@@ -6,7 +6,6 @@
 //! CRI client) and a fake API server behind a real `kube::Client`. Each
 //! scenario asserts the exact runtime calls and API requests of each sync.
 
-mod api;
 mod leaks;
 mod resize;
 mod static_pods;
@@ -30,7 +29,6 @@ use kube::runtime::watcher;
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use self::api::FakeApi;
 use super::env_sources::SourceReader;
 use super::image_manager::{ImageManager, PullConcurrency};
 use super::runtime_manager::RuntimeManager;
@@ -40,6 +38,7 @@ use super::translate::{HostDns, NodeContext};
 use super::worker::{Context, reconcile};
 use crate::cri::fake::FakeRuntime;
 use crate::events::Recorder;
+use crate::fake_api::{self as api, FakeApi};
 use crate::fixtures::pod;
 use crate::volume::VolumeManager;
 

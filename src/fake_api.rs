@@ -1,9 +1,11 @@
-//! A fake API server behind a real `kube::Client`: it keeps Pods, ConfigMaps
-//! and Secrets in memory, answers the requests the pod worker makes as the
-//! API server does (merge patches of `pods/status` with the UID precondition,
-//! deletes with preconditions, `get`s, Events), and records each request so a
-//! scenario can assert the exact API traffic of a sync. Anything else is
-//! answered 404 and recorded as unexpected.
+//! A fake API server behind a real `kube::Client`, for tests: it keeps Pods,
+//! ConfigMaps, Secrets, claims and volumes, Nodes and CSINodes in memory,
+//! answers the requests the pod worker and the plugin manager make as the
+//! API server does (merge patches of `pods/status` with the UID
+//! precondition and of Nodes, deletes with preconditions, `get`s, CSINode
+//! creates and replaces, Events), and records each request so a test can
+//! assert the exact API traffic. Anything else is answered 404 and recorded
+//! as unexpected.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -126,6 +128,12 @@ impl FakeApi {
         lock(&self.0).objects.insert(key, object);
     }
 
+    /// The cluster-scoped object `name` of `resource` (`nodes`, `csinodes`).
+    pub fn cluster_object(&self, resource: &str, name: &str) -> Option<Value> {
+        let key = (resource.to_string(), String::new(), name.to_string());
+        lock(&self.0).objects.get(&key).cloned()
+    }
+
     /// Stores Node `name`.
     pub fn put_node(&self, name: &str) {
         let node = json!({
@@ -210,6 +218,54 @@ impl FakeApi {
                     Some(node) => (StatusCode::OK, node),
                     None => status(StatusCode::NOT_FOUND, "NotFound", "node not found"),
                 };
+            }
+            ("PATCH", ["api", "v1", "nodes", name]) => {
+                let key = ("nodes".to_string(), String::new(), (*name).to_string());
+                st.revision += 1;
+                let revision = st.revision.to_string();
+                let Some(stored) = st.objects.get_mut(&key) else {
+                    return status(StatusCode::NOT_FOUND, "NotFound", "node not found");
+                };
+                merge(stored, &body);
+                stored["metadata"]["resourceVersion"] = json!(revision);
+                return (StatusCode::OK, stored.clone());
+            }
+            ("GET", ["apis", "storage.k8s.io", "v1", "csinodes", name]) => {
+                let key = ("csinodes".to_string(), String::new(), (*name).to_string());
+                return match st.objects.get(&key) {
+                    Some(v) => (StatusCode::OK, v.clone()),
+                    None => status(StatusCode::NOT_FOUND, "NotFound", "csinode not found"),
+                };
+            }
+            ("POST", ["apis", "storage.k8s.io", "v1", "csinodes"]) => {
+                let name = body["metadata"]["name"].as_str().unwrap_or_default();
+                let key = ("csinodes".to_string(), String::new(), name.to_string());
+                if st.objects.contains_key(&key) {
+                    return status(StatusCode::CONFLICT, "AlreadyExists", "csinode exists");
+                }
+                st.revision += 1;
+                let mut created = body.clone();
+                created["metadata"]["resourceVersion"] = json!(st.revision.to_string());
+                st.objects.insert(key, created.clone());
+                return (StatusCode::CREATED, created);
+            }
+            ("PUT", ["apis", "storage.k8s.io", "v1", "csinodes", name]) => {
+                let key = ("csinodes".to_string(), String::new(), (*name).to_string());
+                let Some(stored) = st.objects.get(&key) else {
+                    return status(StatusCode::NOT_FOUND, "NotFound", "csinode not found");
+                };
+                if body["metadata"]["resourceVersion"] != stored["metadata"]["resourceVersion"] {
+                    return status(
+                        StatusCode::CONFLICT,
+                        "Conflict",
+                        "the object has been modified",
+                    );
+                }
+                st.revision += 1;
+                let mut replaced = body.clone();
+                replaced["metadata"]["resourceVersion"] = json!(st.revision.to_string());
+                st.objects.insert(key, replaced.clone());
+                return (StatusCode::OK, replaced);
             }
             ("GET", ["api", "v1", resource, name]) if *resource != "namespaces" => {
                 let key = ((*resource).to_string(), String::new(), (*name).to_string());

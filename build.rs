@@ -1,0 +1,14 @@
+//! Generates the gRPC code of the APIs in `proto/` (plugin registration, the
+//! CSI Identity and Node services), clients and servers, with protoc.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto");
+    tonic_prost_build::configure().compile_protos(
+        &[
+            "proto/pluginregistration/v1/registration.proto",
+            "proto/csi/v1/csi.proto",
+        ],
+        &["proto"],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,693 @@
+//! The plugin manager, as the kubelet's (pkg/kubelet/pluginmanager) with its
+//! CSI handler (pkg/volume/csi `RegistrationHandler`, `nodeinfomanager`):
+//! a plugin registers by putting a unix socket in
+//! `<root-dir>/plugins_registry` and serving `pluginregistration.Registration`
+//! there (upstream `node-driver-registrar` does this for CSI drivers). For
+//! each socket the manager asks `GetInfo`, checks the plugin (type
+//! `CSIPlugin`, a supported version: major 1, the highest taken; not older
+//! than a driver of that name already registered), asks the driver
+//! `NodeGetInfo` on its endpoint, records it on the Node (the
+//! `csi.volume.kubernetes.io/nodeid` annotation, its topology labels) and in
+//! the node's `CSINode` (one entry per driver: node ID, topology keys,
+//! allocatable volume count), and tells the plugin the outcome
+//! (`NotifyRegistrationStatus`). A socket that goes takes its driver out
+//! again. The directory is read every second (the kubelet's reconciler
+//! period), which also sees a socket made again under the same name; a
+//! registration that failed is tried again at each pass.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, VolumeNodeResources};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use tracing::{info, warn};
+
+use crate::proto::csi::{NodeGetInfoRequest, node_client::NodeClient};
+use crate::proto::pluginregistration::{
+    InfoRequest, PluginInfo, RegistrationStatus, registration_client::RegistrationClient,
+};
+
+/// The registration directory under the root dir (the kubelet's
+/// `plugins_registry`).
+pub const REGISTRY_DIR: &str = "plugins_registry";
+/// The directory drivers keep their own sockets in, under the root dir.
+pub const PLUGINS_DIR: &str = "plugins";
+/// The plugin type of CSI drivers.
+pub const CSI_PLUGIN: &str = "CSIPlugin";
+/// The Node annotation mapping each CSI driver to its node ID (JSON).
+pub const NODE_ID_ANNOTATION: &str = "csi.volume.kubernetes.io/nodeid";
+/// How often the registration directory is read.
+pub const RESYNC: Duration = Duration::from_secs(1);
+/// How long one call to a plugin may take (the kubelet's `csiTimeout`).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A registered CSI driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Driver {
+    /// Its name (e.g. `hostpath.csi.k8s.io`).
+    pub name: String,
+    /// The unix socket its CSI services are served on.
+    pub endpoint: PathBuf,
+    /// The highest CSI version both speak (`1.x.y`).
+    pub version: (u64, u64, u64),
+    /// Its ID of this node (`NodeGetInfo`).
+    pub node_id: String,
+}
+
+/// The registered CSI drivers, by name; cheap to clone and share with the
+/// volume manager.
+#[derive(Clone, Debug, Default)]
+pub struct Drivers(Arc<RwLock<BTreeMap<String, Driver>>>);
+
+impl Drivers {
+    /// The driver named `name`, if registered.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<Driver> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    /// The names of the registered drivers.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn set(&self, driver: Driver) {
+        self.0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(driver.name.clone(), driver);
+    }
+
+    fn remove(&self, name: &str) {
+        self.0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+}
+
+/// The highest version of `versions` this agent speaks (major 1), as the
+/// kubelet's `HighestSupportedVersion`; versions may start with `v`.
+///
+/// # Errors
+/// None of them is supported (or the list is empty).
+pub fn highest_supported(versions: &[String]) -> Result<(u64, u64, u64), String> {
+    let parse = |v: &str| -> Option<(u64, u64, u64)> {
+        let mut parts = v.trim_start_matches('v').split('.');
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next().map_or(Some(0), |p| p.parse().ok())?;
+        let patch = parts.next().map_or(Some(0), |p| p.parse().ok())?;
+        parts.next().is_none().then_some((major, minor, patch))
+    };
+    if versions.is_empty() {
+        return Err("Plugin returned an empty list for supported versions".into());
+    }
+    versions
+        .iter()
+        .filter_map(|v| parse(v))
+        .filter(|(major, _, _)| *major == 1)
+        .max()
+        .ok_or_else(|| format!("None of the versions specified {versions:?} are supported"))
+}
+
+/// One socket seen in the registration directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    /// The socket file's identity (device, inode, change time): a socket
+    /// made again is a new registration.
+    identity: (u64, u64, i64),
+    /// The driver it registered (None: registration failed, tried again at
+    /// the next pass).
+    driver: Option<String>,
+}
+
+/// The plugin manager of one node.
+pub struct PluginManager {
+    client: Client,
+    node_name: String,
+    registry: PathBuf,
+    drivers: Drivers,
+    seen: HashMap<PathBuf, Seen>,
+}
+
+impl PluginManager {
+    /// A manager of `<root_dir>/plugins_registry` for Node `node_name`,
+    /// keeping registered drivers in `drivers`.
+    #[must_use]
+    pub fn new(client: Client, root_dir: &Path, node_name: &str, drivers: Drivers) -> Self {
+        Self {
+            client,
+            node_name: node_name.to_string(),
+            registry: root_dir.join(REGISTRY_DIR),
+            drivers,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Makes the registration and plugin directories, then registers and
+    /// deregisters plugins as their sockets come and go, every [`RESYNC`],
+    /// until the task is dropped.
+    pub async fn run(mut self) {
+        let plugins = self.registry.with_file_name(PLUGINS_DIR);
+        for dir in [&self.registry, &plugins] {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                warn!(dir = %dir.display(), error = %e, "plugin directory not made; no plugins register");
+                return;
+            }
+        }
+        loop {
+            self.sync().await;
+            tokio::time::sleep(RESYNC).await;
+        }
+    }
+
+    /// One pass: sockets new or made again are registered, gone ones
+    /// deregistered.
+    pub async fn sync(&mut self) {
+        let now = sockets(&self.registry);
+        let gone: Vec<PathBuf> = self
+            .seen
+            .keys()
+            .filter(|p| !now.contains_key(*p))
+            .cloned()
+            .collect();
+        for socket in gone {
+            if let Some(Seen {
+                driver: Some(name), ..
+            }) = self.seen.remove(&socket)
+            {
+                self.deregister(&name).await;
+            }
+        }
+        for (socket, identity) in now {
+            // Registered and unchanged: nothing to do. A registration that
+            // failed is tried again at each pass, as the kubelet's
+            // reconciler does.
+            if self
+                .seen
+                .get(&socket)
+                .is_some_and(|s| s.identity == identity && s.driver.is_some())
+            {
+                continue;
+            }
+            if let Some(Seen {
+                driver: Some(name), ..
+            }) = self.seen.remove(&socket)
+            {
+                self.deregister(&name).await;
+            }
+            let driver = self.register(&socket).await;
+            self.seen.insert(socket, Seen { identity, driver });
+        }
+    }
+
+    /// Registers the plugin on `socket`; its driver's name when registered.
+    async fn register(&self, socket: &Path) -> Option<String> {
+        let channel = match crate::cri::unix_channel(socket.to_path_buf()).await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(socket = %socket.display(), error = %e, "plugin socket does not answer");
+                return None;
+            }
+        };
+        let mut registration = RegistrationClient::new(channel);
+        let info = match timed(registration.get_info(InfoRequest {})).await {
+            Ok(info) => info,
+            Err(e) => {
+                warn!(socket = %socket.display(), error = %e, "plugin GetInfo failed");
+                return None;
+            }
+        };
+        let outcome = self.install(socket, &info).await;
+        let status = RegistrationStatus {
+            plugin_registered: outcome.is_ok(),
+            error: outcome.as_ref().err().cloned().unwrap_or_default(),
+        };
+        if let Err(e) = timed(registration.notify_registration_status(status)).await {
+            warn!(plugin = info.name, error = %e, "plugin NotifyRegistrationStatus failed");
+        }
+        match outcome {
+            Ok(()) => {
+                info!(driver = info.name, "CSI driver registered");
+                Some(info.name)
+            }
+            Err(e) => {
+                warn!(plugin = info.name, error = %e, "plugin not registered");
+                None
+            }
+        }
+    }
+
+    /// Validates and installs the plugin `info` registered on `socket`.
+    async fn install(&self, socket: &Path, info: &PluginInfo) -> Result<(), String> {
+        if info.r#type != CSI_PLUGIN {
+            return Err(format!(
+                "no handler registered for plugin type: {}",
+                info.r#type
+            ));
+        }
+        let name = &info.name;
+        let version = highest_supported(&info.supported_versions).map_err(|e| {
+            format!(
+                "validation failed for CSI Driver {name} at endpoint {}: {e}",
+                info.endpoint
+            )
+        })?;
+        if let Some(existing) = self.drivers.get(name)
+            && existing.version >= version
+        {
+            return Err(format!(
+                "RegisterPlugin for CSI driver {name:?} failed. Another driver with the same name is already registered with a higher supported version: {:?}",
+                existing.version
+            ));
+        }
+        let endpoint = if info.endpoint.is_empty() {
+            socket.to_path_buf()
+        } else {
+            crate::cri::socket_path(&info.endpoint).map_err(|e| e.to_string())?
+        };
+        let channel = crate::cri::unix_channel(endpoint.clone())
+            .await
+            .map_err(|e| format!("CSI driver {name} at {}: {e}", endpoint.display()))?;
+        let node_info = timed(NodeClient::new(channel).node_get_info(NodeGetInfoRequest {}))
+            .await
+            .map_err(|e| format!("NodeGetInfo of CSI driver {name}: {e}"))?;
+        let topology = node_info
+            .accessible_topology
+            .map(|t| t.segments)
+            .unwrap_or_default();
+        self.update_node(name, Some((&node_info.node_id, &topology)))
+            .await?;
+        self.update_csi_node(
+            name,
+            Some((
+                &node_info.node_id,
+                &topology,
+                node_info.max_volumes_per_node,
+            )),
+        )
+        .await?;
+        self.drivers.set(Driver {
+            name: name.clone(),
+            endpoint,
+            version,
+            node_id: node_info.node_id,
+        });
+        Ok(())
+    }
+
+    /// Takes driver `name` out: from the registry, the Node's annotation and
+    /// the CSINode.
+    async fn deregister(&self, name: &str) {
+        self.drivers.remove(name);
+        if let Err(e) = self.update_node(name, None).await {
+            warn!(driver = name, error = %e, "driver not taken off the Node");
+        }
+        if let Err(e) = self.update_csi_node(name, None).await {
+            warn!(driver = name, error = %e, "driver not taken off the CSINode");
+        }
+        info!(driver = name, "CSI driver deregistered");
+    }
+
+    /// Puts driver `name`'s node ID into the Node's annotation and its
+    /// topology into the Node's labels (`Some`), or takes the ID out
+    /// (`None`), as the kubelet's `updateNodeIDInNode` and
+    /// `updateTopologyLabels`.
+    async fn update_node(
+        &self,
+        name: &str,
+        install: Option<(&String, &std::collections::HashMap<String, String>)>,
+    ) -> Result<(), String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = nodes
+            .get(&self.node_name)
+            .await
+            .map_err(|e| format!("get Node {}: {e}", self.node_name))?;
+        let mut ids: BTreeMap<String, String> = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(NODE_ID_ANNOTATION))
+            .and_then(|v| serde_json::from_str(v).ok())
+            .unwrap_or_default();
+        let mut patch = serde_json::json!({"metadata": {}});
+        match install {
+            Some((id, topology)) => {
+                ids.insert(name.to_string(), id.clone());
+                if !topology.is_empty() {
+                    patch["metadata"]["labels"] = serde_json::json!(topology);
+                }
+            }
+            None => {
+                ids.remove(name);
+            }
+        }
+        let value = if ids.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::Value::String(serde_json::to_string(&ids).map_err(|e| e.to_string())?)
+        };
+        patch["metadata"]["annotations"] = serde_json::json!({ NODE_ID_ANNOTATION: value });
+        nodes
+            .patch(
+                &self.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| format!("patch Node {}: {e}", self.node_name))?;
+        Ok(())
+    }
+
+    /// Puts driver `name` into the node's CSINode (`Some`: node ID, topology,
+    /// max volumes; made, owned by the Node, when missing) or takes it out
+    /// (`None`), as the kubelet's `installDriverToCSINode` and
+    /// `uninstallDriverFromCSINode`.
+    async fn update_csi_node(
+        &self,
+        name: &str,
+        install: Option<(&String, &std::collections::HashMap<String, String>, i64)>,
+    ) -> Result<(), String> {
+        let csi_nodes: Api<CSINode> = Api::all(self.client.clone());
+        let existing = csi_nodes
+            .get_opt(&self.node_name)
+            .await
+            .map_err(|e| format!("get CSINode {}: {e}", self.node_name))?;
+        let made = existing.is_none();
+        let mut csi_node = match existing {
+            Some(n) => n,
+            None if install.is_none() => return Ok(()),
+            None => self.new_csi_node().await?,
+        };
+        let drivers = &mut csi_node.spec.drivers;
+        drivers.retain(|d| d.name != name);
+        if let Some((id, topology, max_volumes)) = install {
+            let mut keys: Vec<String> = topology.keys().cloned().collect();
+            keys.sort();
+            let count = (max_volumes > 0).then(|| i32::try_from(max_volumes).unwrap_or(i32::MAX));
+            drivers.push(CSINodeDriver {
+                name: name.to_string(),
+                node_id: id.clone(),
+                topology_keys: (!keys.is_empty()).then_some(keys),
+                allocatable: count.map(|c| VolumeNodeResources { count: Some(c) }),
+            });
+        }
+        let written = if made {
+            csi_nodes.create(&PostParams::default(), &csi_node).await
+        } else {
+            csi_nodes
+                .replace(&self.node_name, &PostParams::default(), &csi_node)
+                .await
+        };
+        written.map_err(|e| format!("write CSINode {}: {e}", self.node_name))?;
+        Ok(())
+    }
+
+    /// A CSINode for this node, owned by its Node (so it goes with it).
+    async fn new_csi_node(&self) -> Result<CSINode, String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = nodes
+            .get(&self.node_name)
+            .await
+            .map_err(|e| format!("get Node {}: {e}", self.node_name))?;
+        Ok(CSINode {
+            metadata: kube::api::ObjectMeta {
+                name: Some(self.node_name.clone()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Node".into(),
+                    name: self.node_name.clone(),
+                    uid: node.metadata.uid.unwrap_or_default(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: CSINodeSpec {
+                drivers: Vec::new(),
+            },
+            status: None,
+        })
+    }
+}
+
+/// The unix sockets in `dir` (not hidden files), with their identities.
+fn sockets(dir: &Path) -> HashMap<PathBuf, (u64, u64, i64)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return HashMap::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter_map(|e| {
+            let m = std::fs::symlink_metadata(e.path()).ok()?;
+            m.file_type().is_socket().then(|| {
+                (
+                    e.path(),
+                    (m.dev(), m.ino(), m.ctime_nsec() + m.ctime() * 1_000_000_000),
+                )
+            })
+        })
+        .collect()
+}
+
+/// A plugin call bounded by [`CALL_TIMEOUT`]; its answer or the error.
+async fn timed<T>(
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(Ok(r)) => Ok(r.into_inner()),
+        Ok(Err(status)) => Err(status.message().to_string()),
+        Err(_) => Err(format!("no answer within {CALL_TIMEOUT:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_api::FakeApi;
+    use crate::proto::csi::node_server::{Node as NodeService, NodeServer};
+    use crate::proto::csi::*;
+    use crate::proto::pluginregistration::RegistrationStatusResponse;
+    use crate::proto::pluginregistration::registration_server::{Registration, RegistrationServer};
+    use std::sync::Mutex;
+    use tonic::{Request, Response, Status};
+
+    /// A plugin's registration socket (as node-driver-registrar serves it):
+    /// what it says it is, and the statuses it was told.
+    #[derive(Clone)]
+    struct Registrar {
+        info: PluginInfo,
+        told: Arc<Mutex<Vec<RegistrationStatus>>>,
+    }
+
+    #[tonic::async_trait]
+    impl Registration for Registrar {
+        async fn get_info(&self, _: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
+            Ok(Response::new(self.info.clone()))
+        }
+        async fn notify_registration_status(
+            &self,
+            r: Request<RegistrationStatus>,
+        ) -> Result<Response<RegistrationStatusResponse>, Status> {
+            self.told.lock().unwrap().push(r.into_inner());
+            Ok(Response::new(RegistrationStatusResponse {}))
+        }
+    }
+
+    /// A CSI driver's Node service that knows only its node.
+    #[derive(Clone)]
+    struct Driver;
+
+    #[tonic::async_trait]
+    impl NodeService for Driver {
+        async fn node_get_info(
+            &self,
+            _: Request<NodeGetInfoRequest>,
+        ) -> Result<Response<NodeGetInfoResponse>, Status> {
+            Ok(Response::new(NodeGetInfoResponse {
+                node_id: "node-1".into(),
+                max_volumes_per_node: 16,
+                accessible_topology: Some(Topology {
+                    segments: [("topology.test.csi/node".to_string(), "n1".to_string())]
+                        .into_iter()
+                        .collect(),
+                }),
+            }))
+        }
+        async fn node_stage_volume(
+            &self,
+            _: Request<NodeStageVolumeRequest>,
+        ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+        async fn node_unstage_volume(
+            &self,
+            _: Request<NodeUnstageVolumeRequest>,
+        ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+        async fn node_publish_volume(
+            &self,
+            _: Request<NodePublishVolumeRequest>,
+        ) -> Result<Response<NodePublishVolumeResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+        async fn node_unpublish_volume(
+            &self,
+            _: Request<NodeUnpublishVolumeRequest>,
+        ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+        async fn node_get_volume_stats(
+            &self,
+            _: Request<NodeGetVolumeStatsRequest>,
+        ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+        async fn node_get_capabilities(
+            &self,
+            _: Request<NodeGetCapabilitiesRequest>,
+        ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
+            Ok(Response::new(NodeGetCapabilitiesResponse::default()))
+        }
+    }
+
+    /// Serves `router` on a new unix socket at `path` until the test ends.
+    fn serve(path: &Path, router: tonic::transport::server::Router) {
+        let listener = tokio::net::UnixListener::bind(path).expect("bind socket");
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        tokio::spawn(router.serve_with_incoming(incoming));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_csi_driver_registers_on_the_node_and_its_csinode_and_leaves_with_its_socket() {
+        let root = tempfile::tempdir().unwrap();
+        let registry = root.path().join(REGISTRY_DIR);
+        let driver_dir = root.path().join(PLUGINS_DIR).join("test.csi");
+        std::fs::create_dir_all(&registry).unwrap();
+        std::fs::create_dir_all(&driver_dir).unwrap();
+        let endpoint = driver_dir.join("csi.sock");
+        serve(
+            &endpoint,
+            tonic::transport::Server::builder().add_service(NodeServer::new(Driver)),
+        );
+        let csi = Registrar {
+            info: PluginInfo {
+                r#type: CSI_PLUGIN.into(),
+                name: "test.csi".into(),
+                endpoint: endpoint.display().to_string(),
+                supported_versions: vec!["1.0.0".into()],
+            },
+            told: Arc::default(),
+        };
+        let device = Registrar {
+            info: PluginInfo {
+                r#type: "DevicePlugin".into(),
+                name: "example.com/gpu".into(),
+                ..Default::default()
+            },
+            told: Arc::default(),
+        };
+        let csi_socket = registry.join("test.csi-reg.sock");
+        serve(
+            &csi_socket,
+            tonic::transport::Server::builder().add_service(RegistrationServer::new(csi.clone())),
+        );
+        serve(
+            &registry.join("gpu-reg.sock"),
+            tonic::transport::Server::builder()
+                .add_service(RegistrationServer::new(device.clone())),
+        );
+        let api = FakeApi::default();
+        api.put_node("n1");
+        let drivers = Drivers::default();
+        let mut manager = PluginManager::new(api.client(), root.path(), "n1", drivers.clone());
+        manager.sync().await;
+
+        let registered = drivers.get("test.csi").expect("registered");
+        assert_eq!(
+            (registered.node_id.as_str(), registered.version),
+            ("node-1", (1, 0, 0))
+        );
+        assert_eq!(registered.endpoint, endpoint);
+        assert_eq!(
+            csi.told.lock().unwrap().clone(),
+            [RegistrationStatus {
+                plugin_registered: true,
+                error: String::new()
+            }]
+        );
+        let refused = device.told.lock().unwrap().clone();
+        assert!(!refused[0].plugin_registered);
+        assert_eq!(
+            refused[0].error,
+            "no handler registered for plugin type: DevicePlugin"
+        );
+        let node = api.cluster_object("nodes", "n1").unwrap();
+        assert_eq!(
+            node["metadata"]["annotations"][NODE_ID_ANNOTATION],
+            r#"{"test.csi":"node-1"}"#
+        );
+        assert_eq!(node["metadata"]["labels"]["topology.test.csi/node"], "n1");
+        let csi_node = api.cluster_object("csinodes", "n1").unwrap();
+        assert_eq!(
+            csi_node["metadata"]["ownerReferences"][0]["uid"],
+            "node-uid-n1"
+        );
+        let entry = &csi_node["spec"]["drivers"][0];
+        assert_eq!(entry["name"], "test.csi");
+        assert_eq!(entry["nodeID"], "node-1");
+        assert_eq!(entry["topologyKeys"][0], "topology.test.csi/node");
+        assert_eq!(entry["allocatable"]["count"], 16);
+
+        // Nothing changed: no call at all.
+        api.take_requests();
+        manager.sync().await;
+        assert_eq!(api.take_requests(), Vec::new());
+
+        // The socket goes: so does the driver.
+        std::fs::remove_file(&csi_socket).unwrap();
+        manager.sync().await;
+        assert!(drivers.get("test.csi").is_none());
+        let node = api.cluster_object("nodes", "n1").unwrap();
+        assert!(
+            node["metadata"]["annotations"]
+                .get(NODE_ID_ANNOTATION)
+                .is_none(),
+            "{node}"
+        );
+        let csi_node = api.cluster_object("csinodes", "n1").unwrap();
+        assert_eq!(csi_node["spec"]["drivers"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn the_highest_version_of_major_one_is_taken() {
+        let v = |list: &[&str]| {
+            highest_supported(&list.iter().map(|s| (*s).to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(v(&["1.0.0", "v1.2.0", "0.3.0"]), Ok((1, 2, 0)));
+        assert_eq!(v(&["1.5"]), Ok((1, 5, 0)));
+        assert!(
+            v(&["0.3.0", "2.0.0", "x"])
+                .unwrap_err()
+                .contains("None of the versions")
+        );
+        assert!(v(&[]).unwrap_err().contains("empty list"));
+    }
+}

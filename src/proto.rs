@@ -1,0 +1,16 @@
+//! The gRPC APIs of `proto/` that rustlet serves or consumes, generated at
+//! build time (`build.rs`): clients and servers.
+
+/// Plugin registration, as the kubelet's `pluginregistration.Registration`
+/// (k8s.io/kubelet/pkg/apis/pluginregistration/v1).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pluginregistration {
+    tonic::include_proto!("pluginregistration");
+}
+
+/// The Container Storage Interface v1: the Identity service's plugin info
+/// and the Node service.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod csi {
+    tonic::include_proto!("csi.v1");
+}
