@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "metrics",
             "config",
             "fixtures",
+            "fake_api",
         ],
     ),
     ("runtime client", &["cri", "proto"]),
