@@ -348,7 +348,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (pressures_tx, pressures) = tokio::sync::watch::channel(Vec::new());
     let (_, allocatable) =
         crate::node::status::resources(&machine, settings.max_pods, &settings.reservations);
-    let volumes = VolumeManager::new(client.clone(), &settings.root_dir, allocatable.clone());
+    // CSI drivers register through <root-dir>/plugins_registry; the volume
+    // manager sets up their volumes.
+    let drivers = crate::plugin_manager::Drivers::default();
+    let volumes = VolumeManager::new(client.clone(), &settings.root_dir, allocatable.clone())
+        .with_csi(drivers.clone(), &node_name);
     let cgroups = pod_cgroups(&settings, &machine)?;
     // Registration retries until the API server answers, in the background:
     // static pods start meanwhile, as the kubelet runs them without it.
@@ -378,14 +382,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         runtime_version,
         settings.clone(),
     ));
-    // CSI drivers register through <root-dir>/plugins_registry.
-    let drivers = crate::plugin_manager::Drivers::default();
     tokio::spawn(
         crate::plugin_manager::PluginManager::new(
             client.clone(),
             &settings.root_dir,
             &node_name,
-            drivers.clone(),
+            drivers,
         )
         .run(),
     );

@@ -230,11 +230,13 @@ impl FakeApi {
                 stored["metadata"]["resourceVersion"] = json!(revision);
                 return (StatusCode::OK, stored.clone());
             }
-            ("GET", ["apis", "storage.k8s.io", "v1", "csinodes", name]) => {
-                let key = ("csinodes".to_string(), String::new(), (*name).to_string());
+            // Cluster-scoped objects of API groups (csinodes, csidrivers,
+            // volumeattachments).
+            ("GET", ["apis", _, _, resource, name]) => {
+                let key = ((*resource).to_string(), String::new(), (*name).to_string());
                 return match st.objects.get(&key) {
                     Some(v) => (StatusCode::OK, v.clone()),
-                    None => status(StatusCode::NOT_FOUND, "NotFound", "csinode not found"),
+                    None => status(StatusCode::NOT_FOUND, "NotFound", "not found"),
                 };
             }
             ("POST", ["apis", "storage.k8s.io", "v1", "csinodes"]) => {

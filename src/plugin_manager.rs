@@ -87,6 +87,12 @@ impl Drivers {
             .collect()
     }
 
+    /// Registers `driver` directly (tests of its users).
+    #[cfg(test)]
+    pub fn set_for_test(&self, driver: Driver) {
+        self.set(driver);
+    }
+
     fn set(&self, driver: Driver) {
         self.0
             .write()

@@ -20,6 +20,7 @@
 pub mod atomic_writer;
 pub mod claim;
 pub mod configmap;
+pub mod csi;
 pub mod downward_api;
 pub mod empty_dir;
 pub mod host_path;
@@ -99,6 +100,9 @@ pub enum Error {
     /// at all, as the kubelet's populator leaves it out.
     #[error("{0}")]
     Claim(String),
+    /// A CSI driver could not set the volume up (or is not registered).
+    #[error("{0}")]
+    Csi(String),
     /// A PersistentVolume's node affinity does not match this node.
     #[error("NodeAffinity check failed: {0}")]
     NodeAffinity(&'static str),
@@ -193,6 +197,9 @@ pub struct Fetched {
     /// volume, and whether the volume is yet to be set up for the pod the
     /// first time; `Err`: why not ([`claim::resolve`]).
     pub claims: BTreeMap<String, Result<(Arc<claim::Bound>, bool), String>>,
+    /// Volumes set up apart (CSI volumes, by their driver): left out of the
+    /// set-up of the others.
+    pub apart: BTreeSet<String>,
 }
 
 /// The Node a pod's volumes are set up on: its name and labels (for the
@@ -385,6 +392,8 @@ pub struct VolumeManager {
     /// not change, so each is read once per pod (as the kubelet's populator
     /// processes a pod's volumes once); with whether its volume was set up.
     claims: Mutex<ResolvedClaims>,
+    /// CSI volumes: the drivers and the node (None: no CSI volume is set up).
+    csi: Option<csi::Host>,
 }
 
 /// Claims resolved, by (pod UID, volume name): the claim and its volume,
@@ -409,7 +418,21 @@ impl VolumeManager {
             secrets: ObjectCache::default(),
             tokens: TokenManager::default(),
             claims: Mutex::new(HashMap::new()),
+            csi: None,
         }
+    }
+
+    /// This manager, setting up CSI volumes with the drivers registered in
+    /// `drivers`, for the Node named `node_name`.
+    #[must_use]
+    pub fn with_csi(mut self, drivers: crate::plugin_manager::Drivers, node_name: &str) -> Self {
+        self.csi = Some(csi::Host {
+            client: self.client.clone(),
+            drivers,
+            root: self.root_dir.clone(),
+            node_name: node_name.to_string(),
+        });
+        self
     }
 
     /// The root dir pod directories are under.
@@ -475,6 +498,51 @@ impl VolumeManager {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Sets up `pod`'s CSI volumes (inline ones, and claims bound to CSI
+    /// PersistentVolumes whose node affinity matches `node`), by volume
+    /// name; none when CSI is not set up for this manager.
+    async fn set_up_csi(
+        &self,
+        pod: &Pod,
+        node: &NodeIdentity,
+        fetched: &Fetched,
+    ) -> BTreeMap<String, Result<MountedVolume>> {
+        let mut out = BTreeMap::new();
+        for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            let source = match claim::claim_of(pod, v) {
+                Some(c) => match fetched.claims.get(&v.name) {
+                    Some(Ok((bound, _))) => {
+                        let Some(source) = csi::of_persistent_volume(&bound.volume, c.read_only)
+                        else {
+                            continue;
+                        };
+                        if let Err(e) =
+                            claim::check_node_affinity(&bound.volume, &node.name, &node.labels)
+                        {
+                            out.insert(v.name.clone(), Err(Error::NodeAffinity(e)));
+                            continue;
+                        }
+                        source
+                    }
+                    _ => continue,
+                },
+                None => match csi::of_inline(pod, v) {
+                    Some(source) => source,
+                    None => continue,
+                },
+            };
+            let result = match &self.csi {
+                Some(host) => csi::set_up(host, pod, &source).await.map_err(Error::Csi),
+                None => Err(Error::Unsupported(format!(
+                    "volume {:?}: CSI volumes are not supported by this node",
+                    v.name
+                ))),
+            };
+            out.insert(v.name.clone(), result);
+        }
+        out
+    }
+
     /// Forgets what was read for pod `uid` (its tokens and claims).
     fn forget_pod(&self, uid: &str) {
         self.tokens.forget_pod(uid);
@@ -485,7 +553,9 @@ impl VolumeManager {
     /// kubelet's `MountVolume.SetUp` for each plugin. Never fails as a
     /// whole: each volume's error is in the outcome.
     pub async fn setup(&self, pod: &Pod, node: &NodeIdentity) -> SetupOutcome {
-        let fetched = self.fetch(pod).await;
+        let mut fetched = self.fetch(pod).await;
+        let csi = self.set_up_csi(pod, node, &fetched).await;
+        fetched.apart = csi.keys().cloned().collect();
         let pod = pod.clone();
         let root = self.root_dir.clone();
         let allocatable = self.allocatable.clone();
@@ -503,7 +573,17 @@ impl VolumeManager {
             }
         }
         match outcome {
-            Ok(outcome) => outcome,
+            Ok(mut outcome) => {
+                for (volume, result) in csi {
+                    match result {
+                        Ok(mounted) => {
+                            outcome.volumes.insert(volume, mounted);
+                        }
+                        Err(e) => outcome.errors.push((volume, e)),
+                    }
+                }
+                outcome
+            }
             Err(e) => SetupOutcome {
                 volumes: PodVolumes::new(),
                 errors: vec![(
@@ -523,12 +603,25 @@ impl VolumeManager {
     /// [`Error::SubPath`] or [`Error::Io`] when a mount cannot be undone or
     /// the directory removed; nothing is removed while a mount is left.
     pub async fn teardown(&self, uid: &str) -> Result<()> {
+        self.tear_down_csi(uid).await?;
         let dir = pod_dir(&self.root_dir, uid);
         self.forget_pod(uid);
         let task = tokio::task::spawn_blocking(move || tear_down_pod_dir(&dir));
         match task.await {
             Ok(r) => r,
             Err(e) => Err(Error::Payload(format!("volume teardown task failed: {e}"))),
+        }
+    }
+
+    /// Unpublishes (and unstages when unused) pod `uid`'s CSI volumes.
+    ///
+    /// # Errors
+    /// [`Error::Csi`]: a volume is left (its driver is not registered, or
+    /// refused).
+    async fn tear_down_csi(&self, uid: &str) -> Result<()> {
+        match &self.csi {
+            Some(host) => csi::tear_down_pod(host, uid).await.map_err(Error::Csi),
+            None => Ok(()),
         }
     }
 
@@ -554,6 +647,7 @@ impl VolumeManager {
         {
             return Ok(());
         }
+        self.tear_down_csi(uid).await?;
         self.forget_pod(uid);
         let task = tokio::task::spawn_blocking(move || {
             clean_sub_paths(&pod)?;
@@ -692,7 +786,8 @@ fn set_up_all(
 ) -> SetupOutcome {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let mut outcome = SetupOutcome::default();
-    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+    let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+    for v in volumes.filter(|v| !fetched.apart.contains(&v.name)) {
         let set_up = match claim::claim_of(pod, v) {
             Some(c) => set_up_claim(pod, v, &c, fetched, node).map_err(|e| (e, None)),
             None => set_up_volume(root, &uid, pod, v, fetched, allocatable),

@@ -1,0 +1,813 @@
+//! CSI volumes, as the kubelet's CSI plugin (pkg/volume/csi): a
+//! PersistentVolume with a `csi` source, or an inline CSI ephemeral volume
+//! (a pod volume's `csi`), served by a driver registered through the
+//! plugin manager ([`crate::plugin_manager`]).
+//!
+//! Setting one up: when the driver needs attaching (its CSIDriver's
+//! `attachRequired`, true when there is no CSIDriver object), the volume's
+//! VolumeAttachment (`csi-<sha256(handle, driver, node)>`) must be attached
+//! (its `attachmentMetadata` is the publish context); when the driver
+//! stages (`STAGE_UNSTAGE_VOLUME`), `NodeStageVolume` at
+//! `<root-dir>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`
+//! unless mounted there already; then `NodePublishVolume` at
+//! `<root-dir>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount` unless
+//! mounted there already, with the pod's details in the volume context when
+//! the CSIDriver asks (`podInfoOnMount`). What each volume is is written
+//! beside it (`vol_data.json`, the kubelet's file and keys), so that
+//! [`tear_down_pod`] finds and unpublishes it even after the agent
+//! restarted, and unstages a staged volume once no other pod publishes it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Secret, Volume};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use kube::{Api, Client};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tracing::{info, warn};
+
+use super::{MountedVolume, PODS_DIR, VOLUMES_DIR};
+use crate::plugin_manager::Drivers;
+use crate::proto::csi::{
+    NodeGetCapabilitiesRequest, NodePublishVolumeRequest, NodeStageVolumeRequest,
+    NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
+    node_client::NodeClient, node_service_capability, volume_capability,
+};
+
+/// The plugin directory of CSI volumes in a pod's volumes directory.
+pub const PLUGIN_DIR: &str = "kubernetes.io~csi";
+/// The file beside each CSI volume that says what it is.
+pub const VOL_DATA_FILE: &str = "vol_data.json";
+/// The directory of staged (globally mounted) volumes under the root dir.
+pub const STAGING_DIR: &str = "plugins/kubernetes.io/csi";
+
+/// A CSI volume as a pod uses it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Source {
+    /// The name the volume goes by on the node: the PersistentVolume's name,
+    /// or the pod volume's for an inline one.
+    pub spec_name: String,
+    /// The driver's name.
+    pub driver: String,
+    /// The driver's ID of the volume (an inline volume's is made from the
+    /// pod UID and the volume name, as the kubelet makes it).
+    pub volume_handle: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// Filesystem type (empty: the driver's choice).
+    pub fs_type: String,
+    /// Mount options (a PersistentVolume's `mountOptions`).
+    pub mount_flags: Vec<String>,
+    /// The driver's attributes of the volume.
+    pub attributes: BTreeMap<String, String>,
+    /// The PersistentVolume's first access mode (`ReadWriteOnce` for inline
+    /// volumes).
+    pub access_mode: String,
+    /// The secret for `NodeStageVolume` (namespace, name).
+    pub stage_secret: Option<(String, String)>,
+    /// The secret for `NodePublishVolume` (namespace, name).
+    pub publish_secret: Option<(String, String)>,
+    /// An inline ephemeral volume (no staging, no attaching).
+    pub ephemeral: bool,
+}
+
+/// The CSI source of PersistentVolume `pv` used read-only when `read_only`.
+#[must_use]
+pub fn of_persistent_volume(pv: &PersistentVolume, read_only: bool) -> Option<Source> {
+    let spec = pv.spec.as_ref()?;
+    let csi = spec.csi.as_ref()?;
+    let secret = |r: Option<&k8s_openapi::api::core::v1::SecretReference>| {
+        r.and_then(|r| Some((r.namespace.clone()?, r.name.clone()?)))
+    };
+    Some(Source {
+        spec_name: pv.metadata.name.clone().unwrap_or_default(),
+        driver: csi.driver.clone(),
+        volume_handle: csi.volume_handle.clone(),
+        read_only: read_only || csi.read_only.unwrap_or(false),
+        fs_type: csi.fs_type.clone().unwrap_or_default(),
+        mount_flags: spec.mount_options.clone().unwrap_or_default(),
+        attributes: csi.volume_attributes.clone().unwrap_or_default(),
+        access_mode: spec
+            .access_modes
+            .as_ref()
+            .and_then(|m| m.first().cloned())
+            .unwrap_or_else(|| "ReadWriteOnce".into()),
+        stage_secret: secret(csi.node_stage_secret_ref.as_ref()),
+        publish_secret: secret(csi.node_publish_secret_ref.as_ref()),
+        ephemeral: false,
+    })
+}
+
+/// The CSI source of inline volume `v` of `pod`, if it is one; its handle
+/// is `csi-<sha256(pod UID, volume name)>`, as the kubelet's
+/// `makeVolumeHandle`.
+#[must_use]
+pub fn of_inline(pod: &Pod, v: &Volume) -> Option<Source> {
+    let csi = v.csi.as_ref()?;
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    Some(Source {
+        spec_name: v.name.clone(),
+        driver: csi.driver.clone(),
+        volume_handle: format!("csi-{}", sha256_hex(&format!("{uid}{}", v.name))),
+        read_only: csi.read_only.unwrap_or(false),
+        fs_type: csi.fs_type.clone().unwrap_or_default(),
+        mount_flags: Vec::new(),
+        attributes: csi.volume_attributes.clone().unwrap_or_default(),
+        access_mode: "ReadWriteOnce".into(),
+        stage_secret: None,
+        publish_secret: csi
+            .node_publish_secret_ref
+            .as_ref()
+            .map(|r| (ns, r.name.clone())),
+        ephemeral: true,
+    })
+}
+
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The name of the VolumeAttachment of `handle` of `driver` on `node`, as
+/// the kubelet's `getAttachmentName`.
+#[must_use]
+pub fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
+    format!("csi-{}", sha256_hex(&format!("{handle}{driver}{node}")))
+}
+
+/// Where `handle` of `driver` is staged: `<root>/plugins/kubernetes.io/csi/
+/// <driver>/<sha256(handle)>/globalmount`.
+#[must_use]
+pub fn staging_path(root: &Path, driver: &str, handle: &str) -> PathBuf {
+    root.join(STAGING_DIR)
+        .join(driver)
+        .join(sha256_hex(handle))
+        .join("globalmount")
+}
+
+/// The directory of pod `uid`'s CSI volume `spec_name`; it is published at
+/// its `mount`.
+#[must_use]
+pub fn volume_dir(root: &Path, uid: &str, spec_name: &str) -> PathBuf {
+    super::volume_dir(root, uid, PLUGIN_DIR, spec_name)
+}
+
+/// What a CSI volume is, kept beside it (`vol_data.json`, the kubelet's
+/// keys).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolData {
+    /// The volume's name on the node ([`Source::spec_name`]).
+    #[serde(rename = "specVolID")]
+    pub spec_vol_id: String,
+    /// The driver's ID of it.
+    pub volume_handle: String,
+    /// The driver.
+    pub driver_name: String,
+    /// The node.
+    pub node_name: String,
+    /// Its VolumeAttachment's name (empty: not attached).
+    #[serde(default, rename = "attachmentID")]
+    pub attachment_id: String,
+    /// `Persistent` or `Ephemeral`.
+    #[serde(default)]
+    pub volume_lifecycle_mode: String,
+    /// Where it is staged (empty: not staged). Not one of the kubelet's
+    /// keys: the kubelet finds it again from the spec.
+    #[serde(default)]
+    pub staging_path: String,
+}
+
+/// Whether `path` is a mount point now (`/proc/self/mountinfo`).
+fn is_mounted(path: &Path) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| {
+            super::mount::mounts_under(&t, path)
+                .iter()
+                .any(|m| m == path)
+        })
+        .unwrap_or(false)
+}
+
+/// What a CSI set-up needs of the agent: the API client (CSIDriver,
+/// VolumeAttachment and secrets), the registered drivers, the root dir and
+/// the node's name.
+#[derive(Clone)]
+pub struct Host {
+    /// The node's client.
+    pub client: Client,
+    /// The registered drivers.
+    pub drivers: Drivers,
+    /// The agent's root dir.
+    pub root: PathBuf,
+    /// The node's name.
+    pub node_name: String,
+}
+
+/// Sets up CSI volume `source` for `pod` (attach wait, stage, publish) and
+/// returns where containers mount it.
+///
+/// # Errors
+/// The kubelet's kind of message: the driver is not registered, the
+/// attachment is not there yet, a secret cannot be read, the driver
+/// refused a call.
+pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVolume, String> {
+    let driver = host.drivers.get(&source.driver).ok_or_else(|| {
+        format!(
+            "kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: driver name {} not found in the list of registered CSI drivers",
+            source.driver
+        )
+    })?;
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let dir = volume_dir(&host.root, uid, &source.spec_name);
+    let target = dir.join("mount");
+    if is_mounted(&target) {
+        return Ok(MountedVolume {
+            host_path: target,
+            read_only: source.read_only,
+        });
+    }
+    let csi_driver = Api::<CSIDriver>::all(host.client.clone())
+        .get_opt(&source.driver)
+        .await
+        .map_err(|e| format!("get CSIDriver {}: {e}", source.driver))?;
+    let driver_spec = csi_driver.map(|d| d.spec).unwrap_or_default();
+    // Attached first, when the driver needs it.
+    let mut publish_context = HashMap::new();
+    let mut attachment_id = String::new();
+    if !source.ephemeral && driver_spec.attach_required.unwrap_or(true) {
+        attachment_id = attachment_name(&source.volume_handle, &source.driver, &host.node_name);
+        let va = Api::<VolumeAttachment>::all(host.client.clone())
+            .get_opt(&attachment_id)
+            .await
+            .map_err(|e| format!("get VolumeAttachment {attachment_id}: {e}"))?;
+        let status = va.and_then(|v| v.status);
+        if !status.as_ref().is_some_and(|s| s.attached) {
+            let why = status
+                .and_then(|s| s.attach_error)
+                .and_then(|e| e.message)
+                .unwrap_or_else(|| "not attached yet".into());
+            return Err(format!(
+                "volume {} of driver {}: VolumeAttachment {attachment_id}: {why}",
+                source.volume_handle, source.driver
+            ));
+        }
+        publish_context = status
+            .and_then(|s| s.attachment_metadata)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+    }
+    let channel = crate::cri::unix_channel(driver.endpoint.clone())
+        .await
+        .map_err(|e| {
+            format!(
+                "CSI driver {} at {}: {e}",
+                source.driver,
+                driver.endpoint.display()
+            )
+        })?;
+    let mut node = NodeClient::new(channel);
+    let capability = capability(source);
+    // Staged once per node, when the driver stages.
+    let mut staging = String::new();
+    if !source.ephemeral && stages(&mut node).await? {
+        let path = staging_path(&host.root, &source.driver, &source.volume_handle);
+        if !is_mounted(&path) {
+            std::fs::create_dir_all(&path)
+                .map_err(|e| format!("make staging path {}: {e}", path.display()))?;
+            let secrets = secret(host, source.stage_secret.as_ref()).await?;
+            let request = NodeStageVolumeRequest {
+                volume_id: source.volume_handle.clone(),
+                publish_context: publish_context.clone(),
+                staging_target_path: path.display().to_string(),
+                volume_capability: Some(capability.clone()),
+                secrets,
+                volume_context: source.attributes.clone().into_iter().collect(),
+            };
+            call(node.node_stage_volume(request)).await.map_err(|e| {
+                format!(
+                    "rpc error: NodeStageVolume of {}: {e}",
+                    source.volume_handle
+                )
+            })?;
+        }
+        staging = path.display().to_string();
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("make {}: {e}", dir.display()))?;
+    let data = VolData {
+        spec_vol_id: source.spec_name.clone(),
+        volume_handle: source.volume_handle.clone(),
+        driver_name: source.driver.clone(),
+        node_name: host.node_name.clone(),
+        attachment_id,
+        volume_lifecycle_mode: if source.ephemeral {
+            "Ephemeral".into()
+        } else {
+            "Persistent".into()
+        },
+        staging_path: staging.clone(),
+    };
+    let text = serde_json::to_string(&data).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join(VOL_DATA_FILE), text)
+        .map_err(|e| format!("write {}: {e}", dir.join(VOL_DATA_FILE).display()))?;
+    let mut context: HashMap<String, String> = source.attributes.clone().into_iter().collect();
+    if driver_spec.pod_info_on_mount == Some(true) {
+        context.extend(pod_info(pod, source.ephemeral));
+    }
+    let request = NodePublishVolumeRequest {
+        volume_id: source.volume_handle.clone(),
+        publish_context,
+        staging_target_path: staging,
+        target_path: target.display().to_string(),
+        volume_capability: Some(capability),
+        readonly: source.read_only,
+        secrets: secret(host, source.publish_secret.as_ref()).await?,
+        volume_context: context,
+    };
+    call(node.node_publish_volume(request)).await.map_err(|e| {
+        format!(
+            "rpc error: NodePublishVolume of {}: {e}",
+            source.volume_handle
+        )
+    })?;
+    info!(
+        volume = source.spec_name,
+        driver = source.driver,
+        "CSI volume published"
+    );
+    Ok(MountedVolume {
+        host_path: target,
+        read_only: source.read_only,
+    })
+}
+
+/// The pod details a driver with `podInfoOnMount` gets in the volume
+/// context (the kubelet's `getPodInfoAttrs`).
+fn pod_info(pod: &Pod, ephemeral: bool) -> HashMap<String, String> {
+    let field = |v: Option<&String>| v.cloned().unwrap_or_default();
+    let sa = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    HashMap::from([
+        (
+            "csi.storage.k8s.io/pod.name".into(),
+            field(pod.metadata.name.as_ref()),
+        ),
+        (
+            "csi.storage.k8s.io/pod.namespace".into(),
+            field(pod.metadata.namespace.as_ref()),
+        ),
+        (
+            "csi.storage.k8s.io/pod.uid".into(),
+            field(pod.metadata.uid.as_ref()),
+        ),
+        ("csi.storage.k8s.io/serviceAccount.name".into(), sa),
+        ("csi.storage.k8s.io/ephemeral".into(), ephemeral.to_string()),
+    ])
+}
+
+/// The volume capability of `source`: a mounted filesystem with its type
+/// and flags, in the access mode of its PersistentVolume.
+fn capability(source: &Source) -> VolumeCapability {
+    use volume_capability::access_mode::Mode;
+    let mode = match source.access_mode.as_str() {
+        "ReadOnlyMany" => Mode::MultiNodeReaderOnly,
+        "ReadWriteMany" => Mode::MultiNodeMultiWriter,
+        "ReadWriteOncePod" => Mode::SingleNodeSingleWriter,
+        _ => Mode::SingleNodeWriter,
+    };
+    VolumeCapability {
+        access_type: Some(volume_capability::AccessType::Mount(
+            volume_capability::MountVolume {
+                fs_type: source.fs_type.clone(),
+                mount_flags: source.mount_flags.clone(),
+                volume_mount_group: String::new(),
+            },
+        )),
+        access_mode: Some(volume_capability::AccessMode { mode: mode.into() }),
+    }
+}
+
+/// Whether the driver stages volumes (`STAGE_UNSTAGE_VOLUME`).
+async fn stages(node: &mut NodeClient<tonic::transport::Channel>) -> Result<bool, String> {
+    let caps = call(node.node_get_capabilities(NodeGetCapabilitiesRequest {}))
+        .await
+        .map_err(|e| format!("rpc error: NodeGetCapabilities: {e}"))?;
+    Ok(caps.capabilities.iter().any(|c| {
+        matches!(
+            &c.r#type,
+            Some(node_service_capability::Type::Rpc(rpc))
+                if rpc.r#type == node_service_capability::rpc::Type::StageUnstageVolume as i32
+        )
+    }))
+}
+
+/// The data of secret `reference` (namespace, name), as strings; none
+/// without one.
+async fn secret(
+    host: &Host,
+    reference: Option<&(String, String)>,
+) -> Result<HashMap<String, String>, String> {
+    let Some((ns, name)) = reference else {
+        return Ok(HashMap::new());
+    };
+    let secret = Api::<Secret>::namespaced(host.client.clone(), ns)
+        .get(name)
+        .await
+        .map_err(|e| format!("fetching NodePublishSecretRef {ns}/{name} failed: {e}"))?;
+    Ok(secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+        .collect())
+}
+
+/// A CSI call bounded by [`crate::plugin_manager::CALL_TIMEOUT`] (longer for
+/// mounts: two minutes, the kubelet's `csiTimeout`).
+async fn call<T>(
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(std::time::Duration::from_secs(120), call).await {
+        Ok(Ok(r)) => Ok(r.into_inner()),
+        Ok(Err(status)) => Err(format!(
+            "code = {:?} desc = {}",
+            status.code(),
+            status.message()
+        )),
+        Err(_) => Err("no answer within 120s".into()),
+    }
+}
+
+/// Unpublishes every CSI volume of pod `uid` (found from their
+/// `vol_data.json`), removes its directory, and unstages each staged volume
+/// no other pod publishes any more. A volume whose driver is not
+/// registered stays, and so does the error.
+///
+/// # Errors
+/// The first volume that could not be unpublished or unstaged.
+pub async fn tear_down_pod(host: &Host, uid: &str) -> Result<(), String> {
+    let plugin_dir = host
+        .root
+        .join(PODS_DIR)
+        .join(uid)
+        .join(VOLUMES_DIR)
+        .join(PLUGIN_DIR);
+    let Ok(entries) = std::fs::read_dir(&plugin_dir) else {
+        return Ok(());
+    };
+    let mut first_error = None;
+    for entry in entries.filter_map(Result::ok) {
+        let dir = entry.path();
+        if let Err(e) = tear_down_volume(host, &dir).await {
+            warn!(volume = %dir.display(), error = %e, "CSI volume not torn down");
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Tears down one CSI volume directory.
+async fn tear_down_volume(host: &Host, dir: &Path) -> Result<(), String> {
+    let target = dir.join("mount");
+    let data: VolData = match std::fs::read(dir.join(VOL_DATA_FILE)) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{}: {e}", dir.join(VOL_DATA_FILE).display()))?,
+        Err(_) if !is_mounted(&target) => {
+            // Never published (set-up failed before): nothing to undo.
+            return std::fs::remove_dir_all(dir).map_err(|e| e.to_string());
+        }
+        Err(e) => return Err(format!("{}: {e}", dir.join(VOL_DATA_FILE).display())),
+    };
+    let driver = host.drivers.get(&data.driver_name).ok_or_else(|| {
+        format!(
+            "driver name {} not found in the list of registered CSI drivers",
+            data.driver_name
+        )
+    })?;
+    let channel = crate::cri::unix_channel(driver.endpoint.clone())
+        .await
+        .map_err(|e| format!("CSI driver {}: {e}", data.driver_name))?;
+    let mut node = NodeClient::new(channel);
+    let request = NodeUnpublishVolumeRequest {
+        volume_id: data.volume_handle.clone(),
+        target_path: target.display().to_string(),
+    };
+    call(node.node_unpublish_volume(request))
+        .await
+        .map_err(|e| {
+            format!(
+                "rpc error: NodeUnpublishVolume of {}: {e}",
+                data.volume_handle
+            )
+        })?;
+    if is_mounted(&target) {
+        return Err(format!(
+            "{} is still mounted after NodeUnpublishVolume",
+            target.display()
+        ));
+    }
+    std::fs::remove_dir_all(dir).map_err(|e| format!("remove {}: {e}", dir.display()))?;
+    info!(
+        volume = data.spec_vol_id,
+        driver = data.driver_name,
+        "CSI volume unpublished"
+    );
+    if !data.staging_path.is_empty() && !published_elsewhere(&host.root, &data) {
+        let request = NodeUnstageVolumeRequest {
+            volume_id: data.volume_handle.clone(),
+            staging_target_path: data.staging_path.clone(),
+        };
+        call(node.node_unstage_volume(request)).await.map_err(|e| {
+            format!(
+                "rpc error: NodeUnstageVolume of {}: {e}",
+                data.volume_handle
+            )
+        })?;
+        let _ = std::fs::remove_dir(&data.staging_path);
+        info!(
+            volume = data.spec_vol_id,
+            driver = data.driver_name,
+            "CSI volume unstaged"
+        );
+    }
+    Ok(())
+}
+
+/// Whether another pod's CSI volume of the node uses `data`'s staged volume.
+fn published_elsewhere(root: &Path, data: &VolData) -> bool {
+    let Ok(pods) = std::fs::read_dir(root.join(PODS_DIR)) else {
+        return false;
+    };
+    pods.filter_map(Result::ok).any(|pod| {
+        let plugin_dir = pod.path().join(VOLUMES_DIR).join(PLUGIN_DIR);
+        std::fs::read_dir(plugin_dir).is_ok_and(|vols| {
+            vols.filter_map(Result::ok).any(|v| {
+                std::fs::read(v.path().join(VOL_DATA_FILE))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<VolData>(&b).ok())
+                    .is_some_and(|other| {
+                        other.driver_name == data.driver_name
+                            && other.volume_handle == data.volume_handle
+                    })
+            })
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_api::FakeApi;
+    use crate::proto::csi::node_server::{Node as NodeService, NodeServer};
+    use crate::proto::csi::*;
+    use std::sync::{Arc, Mutex};
+    use tonic::{Request, Response, Status};
+
+    /// A CSI driver's Node service that stages, records each call (with
+    /// the paths and contexts it got) and makes the target directory on
+    /// publish, as a driver makes its mount point.
+    #[derive(Clone, Default)]
+    struct Driver {
+        calls: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Driver {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.calls.lock().unwrap())
+        }
+        fn note(&self, call: String) {
+            self.calls.lock().unwrap().push(call);
+        }
+    }
+
+    #[tonic::async_trait]
+    impl NodeService for Driver {
+        async fn node_get_info(
+            &self,
+            _: Request<NodeGetInfoRequest>,
+        ) -> Result<Response<NodeGetInfoResponse>, Status> {
+            Ok(Response::new(NodeGetInfoResponse::default()))
+        }
+        async fn node_stage_volume(
+            &self,
+            r: Request<NodeStageVolumeRequest>,
+        ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+            let r = r.into_inner();
+            let context: BTreeMap<_, _> = r.publish_context.into_iter().collect();
+            self.note(format!(
+                "stage {} at {} {context:?}",
+                r.volume_id, r.staging_target_path
+            ));
+            Ok(Response::new(NodeStageVolumeResponse {}))
+        }
+        async fn node_unstage_volume(
+            &self,
+            r: Request<NodeUnstageVolumeRequest>,
+        ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+            let r = r.into_inner();
+            self.note(format!(
+                "unstage {} at {}",
+                r.volume_id, r.staging_target_path
+            ));
+            Ok(Response::new(NodeUnstageVolumeResponse {}))
+        }
+        async fn node_publish_volume(
+            &self,
+            r: Request<NodePublishVolumeRequest>,
+        ) -> Result<Response<NodePublishVolumeResponse>, Status> {
+            let r = r.into_inner();
+            std::fs::create_dir_all(&r.target_path).map_err(|e| Status::internal(e.to_string()))?;
+            let pod = r
+                .volume_context
+                .get("csi.storage.k8s.io/pod.name")
+                .cloned()
+                .unwrap_or_default();
+            self.note(format!(
+                "publish {} at {} from {} ro={} pod={pod}",
+                r.volume_id, r.target_path, r.staging_target_path, r.readonly
+            ));
+            Ok(Response::new(NodePublishVolumeResponse {}))
+        }
+        async fn node_unpublish_volume(
+            &self,
+            r: Request<NodeUnpublishVolumeRequest>,
+        ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
+            let r = r.into_inner();
+            self.note(format!("unpublish {} at {}", r.volume_id, r.target_path));
+            Ok(Response::new(NodeUnpublishVolumeResponse {}))
+        }
+        async fn node_get_volume_stats(
+            &self,
+            _: Request<NodeGetVolumeStatsRequest>,
+        ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+        async fn node_get_capabilities(
+            &self,
+            _: Request<NodeGetCapabilitiesRequest>,
+        ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
+            let stage = NodeServiceCapability {
+                r#type: Some(node_service_capability::Type::Rpc(
+                    node_service_capability::Rpc {
+                        r#type: node_service_capability::rpc::Type::StageUnstageVolume.into(),
+                    },
+                )),
+            };
+            Ok(Response::new(NodeGetCapabilitiesResponse {
+                capabilities: vec![stage],
+            }))
+        }
+    }
+
+    fn pod(name: &str, uid: &str) -> Pod {
+        let mut p = crate::fixtures::pod(name).build();
+        p.metadata.uid = Some(uid.into());
+        p
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_volume_is_attached_staged_once_published_per_pod_and_torn_down_from_disk() {
+        let root = tempfile::tempdir().unwrap();
+        let socket = root.path().join("csi.sock");
+        let driver = Driver::default();
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(NodeServer::new(driver.clone()))
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+        );
+        let registered = || {
+            let drivers = Drivers::default();
+            drivers.set_for_test(crate::plugin_manager::Driver {
+                name: "test.csi".into(),
+                endpoint: socket.clone(),
+                version: (1, 0, 0),
+                node_id: "node-1".into(),
+            });
+            drivers
+        };
+        let api = FakeApi::default();
+        let host = Host {
+            client: api.client(),
+            drivers: registered(),
+            root: root.path().to_path_buf(),
+            node_name: "n1".into(),
+        };
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pv1"},
+            "spec": {"accessModes": ["ReadWriteMany"],
+                "csi": {"driver": "test.csi", "volumeHandle": "h1"}}
+        }))
+        .unwrap();
+        let source = of_persistent_volume(&pv, false).unwrap();
+        let (first, second) = (pod("first", "u1"), pod("second", "u2"));
+
+        // Not attached yet: nothing is asked of the driver.
+        let err = set_up(&host, &first, &source).await.unwrap_err();
+        assert!(err.contains("not attached yet"), "{err}");
+        assert_eq!(driver.take(), Vec::<String>::new());
+        let attachment = attachment_name("h1", "test.csi", "n1");
+        api.put_cluster(
+            "volumeattachments",
+            &attachment,
+            serde_json::json!({"metadata": {"name": attachment},
+                "spec": {"attacher": "test.csi", "nodeName": "n1", "source": {"persistentVolumeName": "pv1"}},
+                "status": {"attached": true, "attachmentMetadata": {"device": "/dev/x"}}}),
+        );
+        let mounted = set_up(&host, &first, &source).await.unwrap();
+        let staging = staging_path(root.path(), "test.csi", "h1");
+        let target = volume_dir(root.path(), "u1", "pv1").join("mount");
+        assert_eq!(mounted.host_path, target);
+        assert_eq!(
+            driver.take(),
+            [
+                format!(
+                    "stage h1 at {} {{\"device\": \"/dev/x\"}}",
+                    staging.display()
+                ),
+                format!(
+                    "publish h1 at {} from {} ro=false pod=",
+                    target.display(),
+                    staging.display()
+                ),
+            ]
+        );
+        // A driver that asks for pod details gets them.
+        api.put_cluster(
+            "csidrivers",
+            "test.csi",
+            serde_json::json!({"metadata": {"name": "test.csi"},
+                "spec": {"attachRequired": true, "podInfoOnMount": true}}),
+        );
+        set_up(&host, &second, &source).await.unwrap();
+        let target2 = volume_dir(root.path(), "u2", "pv1").join("mount");
+        let calls = driver.take();
+        assert_eq!(
+            calls.last().unwrap(),
+            &format!(
+                "publish h1 at {} from {} ro=false pod=second",
+                target2.display(),
+                staging.display()
+            )
+        );
+
+        // An agent started anew tears down from what is on disk: the first
+        // pod's volume is unpublished, the staging stays for the second.
+        let restarted = Host {
+            drivers: registered(),
+            ..host.clone()
+        };
+        tear_down_pod(&restarted, "u1").await.unwrap();
+        assert_eq!(
+            driver.take(),
+            [format!("unpublish h1 at {}", target.display())]
+        );
+        assert!(!target.parent().unwrap().exists());
+        tear_down_pod(&restarted, "u2").await.unwrap();
+        assert_eq!(
+            driver.take(),
+            [
+                format!("unpublish h1 at {}", target2.display()),
+                format!("unstage h1 at {}", staging.display()),
+            ]
+        );
+        // Without the driver registered, nothing is dropped.
+        set_up(&host, &first, &source).await.unwrap();
+        driver.take();
+        let unregistered = Host {
+            drivers: Drivers::default(),
+            ..host.clone()
+        };
+        let err = tear_down_pod(&unregistered, "u1").await.unwrap_err();
+        assert!(
+            err.contains("not found in the list of registered CSI drivers"),
+            "{err}"
+        );
+        assert!(target.parent().unwrap().join(VOL_DATA_FILE).exists());
+    }
+
+    #[test]
+    fn inline_volumes_get_the_kubelets_handle_and_names() {
+        let p = pod("web", "u1");
+        let v: Volume = serde_json::from_value(serde_json::json!({
+            "name": "scratch", "csi": {"driver": "test.csi", "readOnly": true}
+        }))
+        .unwrap();
+        let s = of_inline(&p, &v).unwrap();
+        assert!(s.ephemeral && s.read_only);
+        assert_eq!(s.volume_handle, format!("csi-{}", sha256_hex("u1scratch")));
+        assert_eq!(s.spec_name, "scratch");
+        assert_eq!(
+            attachment_name("h", "d", "n"),
+            format!("csi-{}", sha256_hex("hdn"))
+        );
+    }
+}
