@@ -204,6 +204,11 @@ pub async fn status_loop(
         if starting {
             super::status::zero_extended_resources(&mut new);
         }
+        super::status::set_volumes_in_use(
+            &mut new,
+            old.as_ref(),
+            crate::volume::csi::in_use(&settings.root_dir),
+        );
         let due = last_report.is_none_or(|t| t.elapsed() >= settings.node_status_report_frequency);
         if !due && !super::status::changed(old.as_ref(), &new) {
             continue;

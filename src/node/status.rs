@@ -348,6 +348,17 @@ pub fn zero_extended_resources(status: &mut NodeStatus) {
     }
 }
 
+/// Sets `status.volumesInUse` to `in_use` (the attached CSI volumes pods
+/// use, [`crate::volume::csi::in_use`]), as the kubelet's `VolumesInUse`
+/// setter: an empty list where `old` had some (so the merge patch clears
+/// it), else none while empty.
+pub fn set_volumes_in_use(new: &mut NodeStatus, old: Option<&NodeStatus>, in_use: Vec<String>) {
+    let had = old
+        .and_then(|o| o.volumes_in_use.as_ref())
+        .is_some_and(|v| !v.is_empty());
+    new.volumes_in_use = (had || !in_use.is_empty()).then_some(in_use);
+}
+
 /// The JSON merge patch that writes `new` over the stored `old`: `new`
 /// itself, with `null` for each capacity and allocatable entry of `old` that
 /// `new` drops (a merge patch keeps map entries it does not name), as the
@@ -596,6 +607,8 @@ pub fn changed(old: Option<&NodeStatus>, new: &NodeStatus) -> bool {
         || old.daemon_endpoints != new.daemon_endpoints
         || old.images != new.images
         || old.declared_features != new.declared_features
+        || old.volumes_in_use.as_deref().unwrap_or_default()
+            != new.volumes_in_use.as_deref().unwrap_or_default()
         || old.node_info.as_ref().map(|i| NodeSystemInfo {
             swap: None,
             ..i.clone()
@@ -666,6 +679,24 @@ mod tests {
             .insert("memory".into(), Quantity("2Gi".into()));
         assert!(changed(Some(&stored), &again), "a real capacity change");
         assert!(changed(None, &again));
+    }
+
+    #[test]
+    fn volumes_in_use_are_reported_and_cleared() {
+        let ok = RuntimeFacts::default();
+        let mut new = status(&cfg(), &machine(), &ok, None, t(0), &[]);
+        set_volumes_in_use(&mut new, None, Vec::new());
+        assert_eq!(new.volumes_in_use, None);
+        let used = vec!["kubernetes.io/csi/d^h".to_string()];
+        set_volumes_in_use(&mut new, None, used.clone());
+        assert_eq!(new.volumes_in_use.as_ref(), Some(&used));
+        let stored = new.clone();
+        let mut again = status(&cfg(), &machine(), &ok, Some(&stored), t(10), &[]);
+        set_volumes_in_use(&mut again, Some(&stored), Vec::new());
+        assert_eq!(again.volumes_in_use, Some(Vec::new()), "cleared explicitly");
+        assert!(changed(Some(&stored), &again));
+        let patch = status_patch(Some(&stored), &again).unwrap();
+        assert_eq!(patch["status"]["volumesInUse"], serde_json::json!([]));
     }
 
     #[test]

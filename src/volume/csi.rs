@@ -541,6 +541,30 @@ async fn tear_down_volume(host: &Host, dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The CSI volumes of the node's pods that were attached, by the unique
+/// names the attach/detach controller knows them by
+/// (`kubernetes.io/csi/<driver>^<handle>`), sorted, each once: the Node's
+/// `status.volumesInUse`, so that none is detached while a pod still has it
+/// published (the kubelet's `GetVolumesInUse`).
+#[must_use]
+pub fn in_use(root: &Path) -> Vec<String> {
+    let Ok(pods) = std::fs::read_dir(root.join(PODS_DIR)) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = pods
+        .filter_map(Result::ok)
+        .filter_map(|pod| std::fs::read_dir(pod.path().join(VOLUMES_DIR).join(PLUGIN_DIR)).ok())
+        .flat_map(|vols| vols.filter_map(Result::ok))
+        .filter_map(|v| std::fs::read(v.path().join(VOL_DATA_FILE)).ok())
+        .filter_map(|b| serde_json::from_slice::<VolData>(&b).ok())
+        .filter(|d| !d.attachment_id.is_empty())
+        .map(|d| format!("kubernetes.io/csi/{}^{}", d.driver_name, d.volume_handle))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// Whether another pod's CSI volume of the node uses `data`'s staged volume.
 fn published_elsewhere(root: &Path, data: &VolData) -> bool {
     let Ok(pods) = std::fs::read_dir(root.join(PODS_DIR)) else {
@@ -759,6 +783,9 @@ mod tests {
             )
         );
 
+        // Both pods' publications of the attached volume: in use once.
+        assert_eq!(in_use(root.path()), ["kubernetes.io/csi/test.csi^h1"]);
+
         // An agent started anew tears down from what is on disk: the first
         // pod's volume is unpublished, the staging stays for the second.
         let restarted = Host {
@@ -779,6 +806,7 @@ mod tests {
                 format!("unstage h1 at {}", staging.display()),
             ]
         );
+        assert_eq!(in_use(root.path()), Vec::<String>::new());
         // Without the driver registered, nothing is dropped.
         set_up(&host, &first, &source).await.unwrap();
         driver.take();
