@@ -47,6 +47,10 @@ pub mod condition {
     /// An allocated resize the runtime has not applied yet (reason `Error`
     /// when applying it failed).
     pub const POD_RESIZE_IN_PROGRESS: &str = "PodResizeInProgress";
+    /// The pod restarts all its containers in place (a container exited
+    /// under a `RestartAllContainers` rule); false otherwise, shown on pods
+    /// that have such a rule.
+    pub const ALL_CONTAINERS_RESTARTING: &str = "AllContainersRestarting";
     /// Reasons of the conditions above when false, as the kubelet's status manager.
     pub mod reason {
         /// `Initialized` false: init containers have not all completed.
@@ -83,6 +87,9 @@ pub mod pod {
 pub mod waiting {
     /// The container is being created (no record yet).
     pub const CONTAINER_CREATING: &str = "ContainerCreating";
+    /// Its pod restarts all containers in place, and its record is of the
+    /// earlier run (`RestartingAllContainers`).
+    pub const RESTARTING_ALL_CONTAINERS: &str = "RestartingAllContainers";
     /// A main container waits for the init containers.
     pub const POD_INITIALIZING: &str = "PodInitializing";
     /// The restart back-off holds a crashed container.

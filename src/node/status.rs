@@ -32,20 +32,20 @@ pub struct RuntimeFacts {
 }
 
 /// The node declared features (`status.declaredFeatures`, KEP-5328) this
-/// agent reports, sorted: of the features the kubelet 1.37 declares by
-/// default (component-helpers' `nodedeclaredfeatures` registry, with its
-/// default feature gates), those rustlet does: the API server proxies
-/// WebSocket streams to it (`ExtendWebSocketsToKubelet`), and it resizes
-/// pod-level resources and init containers in place
+/// agent reports, sorted: those the kubelet 1.37 declares by default
+/// (component-helpers' `nodedeclaredfeatures` registry, with its default
+/// feature gates), as rustlet does each: the API server proxies WebSocket
+/// streams to it (`ExtendWebSocketsToKubelet`), it resizes pod-level
+/// resources and init containers in place
 /// (`InPlacePodLevelResourcesVerticalScaling`,
-/// `InPlacePodVerticalScalingInitContainers`). The kubelet's fourth,
-/// `RestartAllContainersOnContainerExits`, is not declared: a
-/// `RestartAllContainers` rule restarts only its own container here, so the
-/// scheduler keeps pods that use one off this node.
+/// `InPlacePodVerticalScalingInitContainers`), and restarts all of a pod's
+/// containers in place on a `RestartAllContainers` rule
+/// (`RestartAllContainersOnContainerExits`).
 pub const DECLARED_FEATURES: &[&str] = &[
     "ExtendWebSocketsToKubelet",
     "InPlacePodLevelResourcesVerticalScaling",
     "InPlacePodVerticalScalingInitContainers",
+    "RestartAllContainersOnContainerExits",
 ];
 
 /// The most names an image has in `status.images`
@@ -669,7 +669,10 @@ mod tests {
         // As the API server returns it: quantities canonical, fields of others set.
         let cap = stored.capacity.as_mut().unwrap();
         cap.insert("memory".into(), Quantity("1Gi".into()));
-        stored.volumes_in_use = Some(vec!["kubernetes.io/csi/x".into()]);
+        stored.volumes_attached = Some(vec![k8s_openapi::api::core::v1::AttachedVolume {
+            name: "kubernetes.io/csi/x".into(),
+            device_path: String::new(),
+        }]);
         let again = status(&cfg(), &machine(), &ok, Some(&stored), t(10), &[]);
         assert!(!changed(Some(&stored), &again));
         stored
@@ -710,9 +713,13 @@ mod tests {
                 .any(|f| f == "InPlacePodLevelResourcesVerticalScaling")
         );
         assert!(
-            !declared
+            declared
                 .iter()
                 .any(|f| f == "RestartAllContainersOnContainerExits")
+        );
+        assert!(
+            !declared.iter().any(|f| f == "VolumeBindMountOptions"),
+            "its gate is off by default"
         );
         let mut sorted = declared.clone();
         sorted.sort();

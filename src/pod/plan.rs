@@ -304,6 +304,44 @@ pub fn init_progress(pod: &Pod, rt: &PodRuntime) -> InitProgress {
     InitProgress::Done
 }
 
+/// When the containers of sandbox `sandbox_id` last began anew in place: the
+/// latest exit there of a container under a `RestartAllContainers` rule
+/// ([`super::spec::restarts_all`]), as the kubelet's
+/// `ShouldAllContainersRestart`. Records made there before it are an earlier
+/// generation: the running ones are killed, and the rest are as if gone, so
+/// the pod starts again from its first init container in the same sandbox
+/// (its restart counts going on). None: no such exit.
+#[must_use]
+pub fn restarted_all_at(pod: &Pod, rt: &PodRuntime, sandbox_id: &str) -> Option<Timestamp> {
+    rt.containers
+        .iter()
+        .filter(|x| x.sandbox_id == sandbox_id && x.state == ContainerState::Exited)
+        .filter(|x| {
+            super::spec::find_container(pod, &x.name)
+                .is_some_and(|c| super::spec::restarts_all(c, x.exit_code))
+        })
+        .map(|x| x.finished_at.unwrap_or(x.created_at))
+        .max()
+}
+
+/// `rt` as the pod's current generation in its newest sandbox: without the
+/// records made there up to [`restarted_all_at`] (all of `rt` when there is
+/// no such time).
+#[must_use]
+pub fn current_generation<'a>(pod: &Pod, rt: &'a PodRuntime) -> std::borrow::Cow<'a, PodRuntime> {
+    let Some(sandbox) = rt.latest_sandbox() else {
+        return std::borrow::Cow::Borrowed(rt);
+    };
+    let Some(at) = restarted_all_at(pod, rt, &sandbox.id) else {
+        return std::borrow::Cow::Borrowed(rt);
+    };
+    let mut current = rt.clone();
+    current
+        .containers
+        .retain(|x| x.sandbox_id != sandbox.id || x.created_at > at);
+    std::borrow::Cow::Owned(current)
+}
+
 /// True once a main container of the pod exists in sandbox `sandbox_id`:
 /// the pod was initialized, and its regular init containers are done even
 /// when the runtime no longer has them (the kubelet's
@@ -504,7 +542,7 @@ fn plan_ready(
         }
         return plan;
     }
-    if plan.deadline_exceeded || is_terminal(pod) || all_done(pod, rt) {
+    if plan.deadline_exceeded || is_terminal(pod) || all_done(pod, &current_generation(pod, rt)) {
         // A finished pod keeps its exited containers (for status and logs) but not its
         // sandbox; sidecars still running are stopped.
         kill_running(pod, rt, grace_period(pod), "pod has completed", &mut plan);
@@ -516,9 +554,41 @@ fn plan_ready(
     match rt.latest_sandbox() {
         Some(s) if s.ready => {
             let sandbox_id = s.id.clone();
+            // Restarting all containers in place: what still runs of the
+            // earlier generation stops first, mains then init containers,
+            // each in reverse order (the kubelet's `ContainersToReset`).
+            if let Some(at) = restarted_all_at(pod, rt, &sandbox_id) {
+                let earlier = |c: &Container| {
+                    rt.containers.iter().find(|x| {
+                        x.name == c.name
+                            && x.sandbox_id == sandbox_id
+                            && x.created_at <= at
+                            && x.state == ContainerState::Running
+                    })
+                };
+                let running = main_containers(pod)
+                    .iter()
+                    .rev()
+                    .chain(init_containers(pod).iter().rev())
+                    .filter_map(|c| earlier(c).map(|x| (c, x)));
+                for (c, x) in running {
+                    plan.steps.push(Step::KillContainer {
+                        id: x.id.clone(),
+                        name: c.name.clone(),
+                        grace_seconds: grace_period(pod),
+                        reason: RESTART_ALL_KILL.into(),
+                    });
+                }
+                if !plan.steps.is_empty() {
+                    plan.requeue_after = Some(Duration::from_millis(500));
+                    return plan;
+                }
+            }
+            let current = current_generation(pod, rt);
             let mut planner = Planner {
                 pod,
-                rt,
+                rt: &current,
+                history: rt,
                 pull_backoff,
                 probes,
                 now,
@@ -609,10 +679,17 @@ fn probe_grace(pod: &Pod, c: &Container, kind: ProbeKind) -> i64 {
         .max(0)
 }
 
+/// The Killing event's message of a container stopped because its pod
+/// restarts all containers (the kubelet's).
+pub const RESTART_ALL_KILL: &str = "killing";
+
 /// Plans one container in a ready sandbox.
 struct Planner<'a> {
     pod: &'a Pod,
+    /// The pod's current generation ([`current_generation`]).
     rt: &'a PodRuntime,
+    /// Every record, for the attempt numbers of new containers.
+    history: &'a PodRuntime,
     pull_backoff: &'a BTreeMap<String, PullBackoff>,
     probes: &'a BTreeMap<String, ContainerProbes>,
     now: Timestamp,
@@ -787,7 +864,7 @@ impl Planner<'_> {
         self.plan.steps.push(Step::StartContainer {
             name: c.name.clone(),
             attempt: self
-                .rt
+                .history
                 .latest_two(&c.name)
                 .0
                 .map_or(0, |x| x.attempt.saturating_add(1)),
@@ -1703,6 +1780,80 @@ mod tests {
                 "pod {pod_policy}, container {own:?}, exit {code}"
             );
         }
+    }
+
+    #[test]
+    fn restart_all_containers_stops_the_earlier_run_then_starts_from_the_first_init_container() {
+        let none = BTreeMap::new();
+        let p = pod("all")
+            .restart_policy("Never")
+            .init_container("init", "busybox")
+            .sidecar("sidecar", "busybox")
+            .container("source", "busybox")
+            .container_restart("Never", &[("RestartAllContainers", "In", &[42])])
+            .container("regular", "busybox")
+            .build();
+        let s0 = || vec![sandbox("s0", 0, true)];
+        let before = |regular: RuntimeContainer, sidecar: RuntimeContainer| {
+            runtime(
+                s0(),
+                vec![
+                    exited(ctr("i0", "init", 0, "s0", Running), 0, t(12)),
+                    sidecar,
+                    exited(ctr("c0", "source", 0, "s0", Running), 42, t(60)),
+                    regular,
+                ],
+            )
+        };
+        // The source exited 42: what still runs stops, mains first, each
+        // group in reverse order.
+        let rt = before(
+            ctr("r0", "regular", 0, "s0", Running),
+            ctr("s0c", "sidecar", 0, "s0", Running),
+        );
+        let kill = |id: &str, name: &str| Step::KillContainer {
+            id: id.into(),
+            name: name.into(),
+            grace_seconds: 30,
+            reason: RESTART_ALL_KILL.into(),
+        };
+        let first = plan(&p, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(61));
+        assert_eq!(first.steps, [kill("r0", "regular"), kill("s0c", "sidecar")]);
+        // Stopped: the pod starts again from its first init container, in
+        // the same sandbox, with the next attempt.
+        let rt = before(
+            exited(ctr("r0", "regular", 0, "s0", Running), 137, t(62)),
+            exited(ctr("s0c", "sidecar", 0, "s0", Running), 137, t(62)),
+        );
+        let second = plan(&p, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(63));
+        assert_eq!(second.steps, [start("init", 1)]);
+        // Then each in turn, as in a first run: the sidecar after init.
+        let mut rt = rt;
+        let mut again = exited(ctr("i1", "init", 1, "s0", Running), 0, t(70));
+        again.created_at = t(64);
+        rt.containers.push(again);
+        rt.sort();
+        let third = plan(&p, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(71));
+        assert_eq!(third.steps, [start("sidecar", 1)]);
+        // A rule that does not match restarts nothing else.
+        let no_match = runtime(
+            s0(),
+            vec![
+                exited(ctr("i0", "init", 0, "s0", Running), 0, t(12)),
+                ctr("s0c", "sidecar", 0, "s0", Running),
+                exited(ctr("c0", "source", 0, "s0", Running), 1, t(60)),
+                ctr("r0", "regular", 0, "s0", Running),
+            ],
+        );
+        let plain = plan(
+            &p,
+            &no_match,
+            &none,
+            &BTreeMap::new(),
+            Volumes::Ready,
+            t(61),
+        );
+        assert!(plain.steps.is_empty(), "{:?}", plain.steps);
     }
 
     #[test]

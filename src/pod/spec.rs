@@ -41,6 +41,38 @@ fn rule_matches(rule: &k8s_openapi::api::core::v1::ContainerRestartRule, exit_co
     }
 }
 
+/// Whether container `c` that exited with `exit_code` restarts every
+/// container of its pod: its first `restartPolicyRules` entry matching the
+/// exit code has the action `RestartAllContainers` (rules apply only with a
+/// container-level `restartPolicy`), as the kubelet's
+/// `FindMatchingContainerRestartRule` read by `ShouldAllContainersRestart`.
+#[must_use]
+pub fn restarts_all(c: &Container, exit_code: i32) -> bool {
+    c.restart_policy.is_some()
+        && c.restart_policy_rules
+            .iter()
+            .flatten()
+            .find(|r| rule_matches(r, exit_code))
+            .is_some_and(|r| r.action == "RestartAllContainers")
+}
+
+/// Whether some container of `pod` has a `RestartAllContainers` rule (the
+/// kubelet's `AllContainersCouldRestart`): its status then carries the
+/// `AllContainersRestarting` condition.
+#[must_use]
+pub fn could_restart_all(pod: &Pod) -> bool {
+    main_containers(pod)
+        .iter()
+        .chain(init_containers(pod))
+        .any(|c| {
+            c.restart_policy.is_some()
+                && c.restart_policy_rules
+                    .iter()
+                    .flatten()
+                    .any(|r| r.action == "RestartAllContainers")
+        })
+}
+
 /// Whether container `c` that exited with `exit_code` is restarted, as the
 /// kubelet's `ContainerShouldRestart` (feature ContainerRestartRules, on by
 /// default since v1.35): with a container-level `restartPolicy`, the first

@@ -678,15 +678,18 @@ pub fn status(
         // even once the runtime has removed them (the status manager's rule).
         return o.clone();
     }
-    let progress = init_progress(pod, rt);
-    let init_statuses = init_statuses(pod, rt, waiting, probes, ctx);
+    // A pod restarting all containers in place is planned, and initialized,
+    // from its current generation.
+    let current = super::plan::current_generation(pod, rt);
+    let progress = init_progress(pod, &current);
+    let mut init_statuses = init_statuses(pod, rt, waiting, probes, ctx);
     let main_wait = if progress == InitProgress::Done {
         waiting::CONTAINER_CREATING
     } else {
         waiting::POD_INITIALIZING
     };
     let policy = restart_policy(pod);
-    let statuses: Vec<ContainerStatus> = main_containers(pod)
+    let mut statuses: Vec<ContainerStatus> = main_containers(pod)
         .iter()
         .map(|c| {
             let restarts = |code| container_should_restart(c, policy, code);
@@ -694,11 +697,19 @@ pub fn status(
             container_status(pod, c, rt, w, p, restarts, main_wait, ctx)
         })
         .collect();
+    let restarting_all = rt
+        .latest_sandbox()
+        .and_then(|s| super::plan::restarted_all_at(pod, rt, &s.id).map(|at| (s.id.clone(), at)));
+    if let Some((sandbox, at)) = &restarting_all {
+        for st in init_statuses.iter_mut().chain(statuses.iter_mut()) {
+            restarting_in_place(st, rt, sandbox, *at, &ctx.runtime_name);
+        }
+    }
     let ephemeral_statuses = ephemeral_statuses(pod, rt, waiting, ctx);
     let (pod_phase, reason_message) = pod_phase(pod, rt, &progress, &statuses, now);
     let sandbox = rt.latest_sandbox().filter(|s| s.ready);
     let ips = pod_ips(pod, sandbox, ctx);
-    let conditions = conditions(&Facts {
+    let mut conditions = conditions(&Facts {
         pod,
         sandbox_ready: sandbox.is_some(),
         progress: &progress,
@@ -707,6 +718,9 @@ pub fn status(
         statuses: &statuses,
         now,
     });
+    if super::spec::could_restart_all(pod) {
+        restart_all_conditions(&mut conditions, pod, rt, restarting_all.as_ref(), now);
+    }
     PodStatus {
         phase: Some(pod_phase),
         conditions: Some(conditions),
@@ -736,6 +750,92 @@ pub fn status(
             .map(|(_, m)| m)
             .or_else(|| old.and_then(|o| o.message.clone())),
         ..old.cloned().unwrap_or_default()
+    }
+}
+
+/// The message of a container whose record is of its pod's run before it
+/// restarted all containers in place (the kubelet's).
+pub const RESTARTING_ALL_MESSAGE: &str =
+    "The container is removed because RestartAllContainers in place";
+
+/// The status `st` of a container of a pod restarting all containers in
+/// place since `at` in sandbox `sandbox`, when its newest record is of the
+/// earlier run and no longer runs: waiting (`RestartingAllContainers`), that
+/// record as its last state, and the restart count it will start with, as
+/// the kubelet reports a container RestartAllContainers removed.
+fn restarting_in_place(
+    st: &mut ContainerStatus,
+    rt: &PodRuntime,
+    sandbox: &str,
+    at: Timestamp,
+    runtime: &str,
+) {
+    let Some(x) = rt.latest_two(&st.name).0 else {
+        return;
+    };
+    if x.sandbox_id != sandbox || x.created_at > at || x.state == ContainerState::Running {
+        return;
+    }
+    st.state = Some(ApiState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(waiting::RESTARTING_ALL_CONTAINERS.into()),
+            message: Some(RESTARTING_ALL_MESSAGE.into()),
+        }),
+        ..Default::default()
+    });
+    st.last_state = Some(ApiState {
+        terminated: Some(terminated(x, runtime)),
+        ..Default::default()
+    });
+    st.restart_count = i32::try_from(x.attempt.saturating_add(1)).unwrap_or(i32::MAX);
+    st.ready = false;
+    st.started = Some(false);
+}
+
+/// The conditions of a pod that can restart all its containers in place,
+/// as the kubelet's `GenerateAllContainersRestartingCondition`:
+/// `AllContainersRestarting` True (`RestartAllContainersStarted`) while a
+/// container of the earlier run still runs after a `RestartAllContainers`
+/// exit at `restarting.1`, else False; and `Initialized` stays True once it
+/// was, while the init containers run again.
+fn restart_all_conditions(
+    conditions: &mut Vec<PodCondition>,
+    pod: &Pod,
+    rt: &PodRuntime,
+    restarting: Option<&(String, Timestamp)>,
+    now: Timestamp,
+) {
+    use crate::reasons::condition::{ALL_CONTAINERS_RESTARTING, INITIALIZED};
+    let in_progress = restarting.is_some_and(|(sandbox, at)| {
+        rt.containers.iter().any(|x| {
+            &x.sandbox_id == sandbox && x.created_at <= *at && x.state == ContainerState::Running
+        })
+    });
+    let old = pod.status.as_ref();
+    let mut restarting_condition = condition(
+        ALL_CONTAINERS_RESTARTING,
+        in_progress,
+        None,
+        old,
+        pod.metadata.generation,
+        now,
+    );
+    if in_progress {
+        restarting_condition.reason = Some("RestartAllContainersStarted".into());
+        restarting_condition.message = Some("container exited with restart policy rule".into());
+    }
+    conditions.retain(|c| c.type_ != ALL_CONTAINERS_RESTARTING);
+    conditions.push(restarting_condition);
+    let was_initialized = old.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == INITIALIZED && c.status == "True")
+    });
+    if restarting.is_some() && was_initialized {
+        for c in conditions.iter_mut().filter(|c| c.type_ == INITIALIZED) {
+            c.status = "True".into();
+            c.reason = None;
+            c.message = None;
+        }
     }
 }
 
@@ -1256,6 +1356,67 @@ mod tests {
             host_ips: vec!["127.0.0.1".into()],
             runtime_name: "containerd".into(),
         }
+    }
+
+    #[test]
+    fn containers_of_the_run_before_a_restart_of_all_are_waiting_with_it_as_last_state() {
+        let mut p = pod("all")
+            .restart_policy("Never")
+            .init_container("init", "busybox")
+            .container("source", "busybox")
+            .container_restart("Never", &[("RestartAllContainers", "In", &[42])])
+            .container("regular", "busybox")
+            .build();
+        p.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "Initialized".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![
+                exited(ctr("i0", "init", 0, "s0", Running), 0, t(12)),
+                exited(ctr("c0", "source", 0, "s0", Running), 42, t(60)),
+                exited(ctr("r0", "regular", 0, "s0", Running), 137, t(61)),
+            ],
+        );
+        let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(62));
+        for cs in st
+            .container_statuses
+            .iter()
+            .flatten()
+            .chain(st.init_container_statuses.iter().flatten())
+        {
+            let waiting = cs.state.as_ref().and_then(|s| s.waiting.as_ref()).unwrap();
+            assert_eq!(
+                waiting.reason.as_deref(),
+                Some("RestartingAllContainers"),
+                "{}",
+                cs.name
+            );
+            assert_eq!(cs.restart_count, 1, "{}", cs.name);
+            let last = cs
+                .last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .unwrap();
+            let want = match cs.name.as_str() {
+                "source" => 42,
+                "regular" => 137,
+                _ => 0,
+            };
+            assert_eq!(last.exit_code, want, "{}", cs.name);
+        }
+        assert_ne!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(condition(&st, "AllContainersRestarting").status, "False");
+        assert_eq!(
+            condition(&st, "Initialized").status,
+            "True",
+            "stays initialized"
+        );
     }
 
     /// The condition of type `ty` in `st`.
