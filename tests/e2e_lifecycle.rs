@@ -512,3 +512,101 @@ async fn container_restart_policy_and_rules_override_the_pods() {
     }
     drop_namespace(&client, &ns).await;
 }
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_restart_all_containers_rule_restarts_every_container_in_the_same_sandbox() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-restart-all").await;
+    let sh = |name: &str, script: &str| {
+        serde_json::json!({
+            "name": name, "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", script],
+            "volumeMounts": [{ "name": "work", "mountPath": "/mnt" }],
+        })
+    };
+    let mut source = sh(
+        "source",
+        "if [ -f /mnt/restarted ]; then sleep 3600; else touch /mnt/restarted; sleep 2; exit 42; fi",
+    );
+    source["restartPolicy"] = serde_json::json!("Never");
+    source["restartPolicyRules"] = serde_json::json!([{
+        "action": "RestartAllContainers",
+        "exitCodes": { "operator": "In", "values": [42] },
+    }]);
+    let mut sidecar = sh("sidecar", "sleep 3600");
+    sidecar["restartPolicy"] = serde_json::json!("Always");
+    let p: Pod = from_json(serde_json::json!({
+        "metadata": { "name": "all" },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "initContainers": [sh("init", "echo init >> /mnt/runs"), sidecar],
+            "containers": [source, sh("regular", "sleep 3600")],
+            "volumes": [{ "name": "work", "emptyDir": {} }],
+        }
+    }));
+    create(&client, &ns, &p).await;
+    let every_container_restarted = |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref()).is_some_and(|st| {
+            let all: Vec<&ContainerStatus> = st
+                .init_container_statuses
+                .iter()
+                .flatten()
+                .chain(st.container_statuses.iter().flatten())
+                .collect();
+            all.len() == 4
+                && all.iter().all(|c| {
+                    c.restart_count > 0
+                        && c.last_state
+                            .as_ref()
+                            .is_some_and(|s| s.terminated.is_some())
+                })
+                && st
+                    .container_statuses
+                    .iter()
+                    .flatten()
+                    .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        })
+    };
+    let first_ip = wait_for(&client, &ns, "all", 60, "Running", phase("Running"))
+        .await
+        .status
+        .and_then(|s| s.pod_ip);
+    let done = wait_for(
+        &client,
+        &ns,
+        "all",
+        120,
+        "every container restarted",
+        every_container_restarted,
+    )
+    .await;
+    let st = done.status.clone().unwrap_or_default();
+    assert_eq!(st.pod_ip, first_ip, "the same sandbox");
+    let restarting = st
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "AllContainersRestarting")
+        .map(|c| c.status.clone());
+    assert_eq!(restarting.as_deref(), Some("False"), "restarted and done");
+    // The init container ran twice, in the same emptyDir.
+    let (code, out, err) = kubectl(
+        &[
+            "exec",
+            "-n",
+            &ns,
+            "all",
+            "-c",
+            "regular",
+            "--",
+            "cat",
+            "/mnt/runs",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    drop_namespace(&client, &ns).await;
+}
