@@ -37,6 +37,8 @@ pub mod volume;
 #[cfg(test)]
 pub mod fake_api;
 #[cfg(test)]
+pub mod fake_csi;
+#[cfg(test)]
 pub mod fixtures;
 
 /// The Kubernetes version whose kubelet this agent follows.

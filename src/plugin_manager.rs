@@ -487,8 +487,6 @@ async fn timed<T>(
 mod tests {
     use super::*;
     use crate::fake_api::FakeApi;
-    use crate::proto::csi::node_server::{Node as NodeService, NodeServer};
-    use crate::proto::csi::*;
     use crate::proto::pluginregistration::RegistrationStatusResponse;
     use crate::proto::pluginregistration::registration_server::{Registration, RegistrationServer};
     use std::sync::Mutex;
@@ -516,64 +514,6 @@ mod tests {
         }
     }
 
-    /// A CSI driver's Node service that knows only its node.
-    #[derive(Clone)]
-    struct Driver;
-
-    #[tonic::async_trait]
-    impl NodeService for Driver {
-        async fn node_get_info(
-            &self,
-            _: Request<NodeGetInfoRequest>,
-        ) -> Result<Response<NodeGetInfoResponse>, Status> {
-            Ok(Response::new(NodeGetInfoResponse {
-                node_id: "node-1".into(),
-                max_volumes_per_node: 16,
-                accessible_topology: Some(Topology {
-                    segments: [("topology.test.csi/node".to_string(), "n1".to_string())]
-                        .into_iter()
-                        .collect(),
-                }),
-            }))
-        }
-        async fn node_stage_volume(
-            &self,
-            _: Request<NodeStageVolumeRequest>,
-        ) -> Result<Response<NodeStageVolumeResponse>, Status> {
-            Err(Status::unimplemented("test"))
-        }
-        async fn node_unstage_volume(
-            &self,
-            _: Request<NodeUnstageVolumeRequest>,
-        ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
-            Err(Status::unimplemented("test"))
-        }
-        async fn node_publish_volume(
-            &self,
-            _: Request<NodePublishVolumeRequest>,
-        ) -> Result<Response<NodePublishVolumeResponse>, Status> {
-            Err(Status::unimplemented("test"))
-        }
-        async fn node_unpublish_volume(
-            &self,
-            _: Request<NodeUnpublishVolumeRequest>,
-        ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
-            Err(Status::unimplemented("test"))
-        }
-        async fn node_get_volume_stats(
-            &self,
-            _: Request<NodeGetVolumeStatsRequest>,
-        ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
-            Err(Status::unimplemented("test"))
-        }
-        async fn node_get_capabilities(
-            &self,
-            _: Request<NodeGetCapabilitiesRequest>,
-        ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
-            Ok(Response::new(NodeGetCapabilitiesResponse::default()))
-        }
-    }
-
     /// Serves `router` on a new unix socket at `path` until the test ends.
     fn serve(path: &Path, router: tonic::transport::server::Router) {
         let listener = tokio::net::UnixListener::bind(path).expect("bind socket");
@@ -589,10 +529,7 @@ mod tests {
         std::fs::create_dir_all(&registry).unwrap();
         std::fs::create_dir_all(&driver_dir).unwrap();
         let endpoint = driver_dir.join("csi.sock");
-        serve(
-            &endpoint,
-            tonic::transport::Server::builder().add_service(NodeServer::new(Driver)),
-        );
+        crate::fake_csi::FakeDriver::serve(&endpoint);
         let csi = Registrar {
             info: PluginInfo {
                 r#type: CSI_PLUGIN.into(),

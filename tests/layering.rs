@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config",
             "fixtures",
             "fake_api",
+            "fake_csi",
         ],
     ),
     ("runtime client", &["cri", "proto"]),
@@ -62,6 +63,7 @@ const SKIPPED: &[&str] = &[
     "src/lib.rs",
     "src/fixtures.rs",
     "src/fake_api.rs",
+    "src/fake_csi.rs",
     "src/server/tests.rs",
     "src/stats/summary/tests.rs",
 ];

@@ -590,106 +590,7 @@ fn published_elsewhere(root: &Path, data: &VolData) -> bool {
 mod tests {
     use super::*;
     use crate::fake_api::FakeApi;
-    use crate::proto::csi::node_server::{Node as NodeService, NodeServer};
-    use crate::proto::csi::*;
-    use std::sync::{Arc, Mutex};
-    use tonic::{Request, Response, Status};
-
-    /// A CSI driver's Node service that stages, records each call (with
-    /// the paths and contexts it got) and makes the target directory on
-    /// publish, as a driver makes its mount point.
-    #[derive(Clone, Default)]
-    struct Driver {
-        calls: Arc<Mutex<Vec<String>>>,
-    }
-
-    impl Driver {
-        fn take(&self) -> Vec<String> {
-            std::mem::take(&mut *self.calls.lock().unwrap())
-        }
-        fn note(&self, call: String) {
-            self.calls.lock().unwrap().push(call);
-        }
-    }
-
-    #[tonic::async_trait]
-    impl NodeService for Driver {
-        async fn node_get_info(
-            &self,
-            _: Request<NodeGetInfoRequest>,
-        ) -> Result<Response<NodeGetInfoResponse>, Status> {
-            Ok(Response::new(NodeGetInfoResponse::default()))
-        }
-        async fn node_stage_volume(
-            &self,
-            r: Request<NodeStageVolumeRequest>,
-        ) -> Result<Response<NodeStageVolumeResponse>, Status> {
-            let r = r.into_inner();
-            let context: BTreeMap<_, _> = r.publish_context.into_iter().collect();
-            self.note(format!(
-                "stage {} at {} {context:?}",
-                r.volume_id, r.staging_target_path
-            ));
-            Ok(Response::new(NodeStageVolumeResponse {}))
-        }
-        async fn node_unstage_volume(
-            &self,
-            r: Request<NodeUnstageVolumeRequest>,
-        ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
-            let r = r.into_inner();
-            self.note(format!(
-                "unstage {} at {}",
-                r.volume_id, r.staging_target_path
-            ));
-            Ok(Response::new(NodeUnstageVolumeResponse {}))
-        }
-        async fn node_publish_volume(
-            &self,
-            r: Request<NodePublishVolumeRequest>,
-        ) -> Result<Response<NodePublishVolumeResponse>, Status> {
-            let r = r.into_inner();
-            std::fs::create_dir_all(&r.target_path).map_err(|e| Status::internal(e.to_string()))?;
-            let pod = r
-                .volume_context
-                .get("csi.storage.k8s.io/pod.name")
-                .cloned()
-                .unwrap_or_default();
-            self.note(format!(
-                "publish {} at {} from {} ro={} pod={pod}",
-                r.volume_id, r.target_path, r.staging_target_path, r.readonly
-            ));
-            Ok(Response::new(NodePublishVolumeResponse {}))
-        }
-        async fn node_unpublish_volume(
-            &self,
-            r: Request<NodeUnpublishVolumeRequest>,
-        ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
-            let r = r.into_inner();
-            self.note(format!("unpublish {} at {}", r.volume_id, r.target_path));
-            Ok(Response::new(NodeUnpublishVolumeResponse {}))
-        }
-        async fn node_get_volume_stats(
-            &self,
-            _: Request<NodeGetVolumeStatsRequest>,
-        ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
-            Err(Status::unimplemented("test"))
-        }
-        async fn node_get_capabilities(
-            &self,
-            _: Request<NodeGetCapabilitiesRequest>,
-        ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
-            let stage = NodeServiceCapability {
-                r#type: Some(node_service_capability::Type::Rpc(
-                    node_service_capability::Rpc {
-                        r#type: node_service_capability::rpc::Type::StageUnstageVolume.into(),
-                    },
-                )),
-            };
-            Ok(Response::new(NodeGetCapabilitiesResponse {
-                capabilities: vec![stage],
-            }))
-        }
-    }
+    use crate::fake_csi::FakeDriver;
 
     fn pod(name: &str, uid: &str) -> Pod {
         let mut p = crate::fixtures::pod(name).build();
@@ -701,13 +602,7 @@ mod tests {
     async fn a_volume_is_attached_staged_once_published_per_pod_and_torn_down_from_disk() {
         let root = tempfile::tempdir().unwrap();
         let socket = root.path().join("csi.sock");
-        let driver = Driver::default();
-        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(NodeServer::new(driver.clone()))
-                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
-        );
+        let driver = FakeDriver::serve(&socket);
         let registered = || {
             let drivers = Drivers::default();
             drivers.set_for_test(crate::plugin_manager::Driver {
