@@ -121,6 +121,48 @@ async fn create_volumes(client: &Client, volumes: &[PersistentVolume]) {
     }
 }
 
+/// A namespace named after `prefix`, and a `hostPath` PersistentVolume of a
+/// class of its own on a fresh host directory: (namespace, class, host
+/// directory, volume name).
+async fn with_host_path_volume(
+    client: &Client,
+    prefix: &str,
+) -> (String, String, std::path::PathBuf, String) {
+    let ns = namespace(client, prefix).await;
+    let class = format!("{prefix}-{ns}");
+    let dir = host_dir(&ns);
+    let pv = format!("{ns}-pv");
+    let source = serde_json::json!({"hostPath": {"path": dir, "type": "Directory"}});
+    create_volumes(client, &[volume(&pv, &class, source, None)]).await;
+    (ns, class, dir, pv)
+}
+
+/// Creates pod `name` using claim `claim`, bound to the node under test
+/// past the scheduler, and waits (60 s) for its `FailedMount` Event whose
+/// message contains `needle`; that message.
+async fn failed_mount_when_bound_here(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    claim: &str,
+    needle: &str,
+) -> String {
+    let source = serde_json::json!({"persistentVolumeClaim": {"claimName": claim}});
+    let pod = create(client, ns, &user(name, source, "true", Some(&node_name()))).await;
+    let uid = pod.uid().unwrap_or_default();
+    wait_for_events(
+        client,
+        ns,
+        Involving::Uid(&uid),
+        60,
+        "FailedMount",
+        |events| {
+            messages(events, "FailedMount").and_then(|m| m.into_iter().find(|m| m.contains(needle)))
+        },
+    )
+    .await
+}
+
 /// Deletes the volumes (best effort).
 async fn delete_volumes(client: &Client, names: &[&str]) {
     let api: Api<PersistentVolume> = Api::all(client.clone());
@@ -141,20 +183,7 @@ async fn succeeded(client: &Client, ns: &str, name: &str) -> String {
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_claim_keeps_its_data_from_one_pod_to_the_next() {
     let client = client().await;
-    let ns = namespace(&client, "e2e-pvc").await;
-    let class = format!("e2e-hostpath-{ns}");
-    let dir = host_dir(&ns);
-    let pv = format!("{ns}-pv");
-    create_volumes(
-        &client,
-        &[volume(
-            &pv,
-            &class,
-            serde_json::json!({"hostPath": {"path": dir, "type": "Directory"}}),
-            None,
-        )],
-    )
-    .await;
+    let (ns, class, dir, pv) = with_host_path_volume(&client, "e2e-pvc").await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     claims
         .create(&PostParams::default(), &claim("data", &class))
@@ -240,28 +269,9 @@ async fn a_local_volume_serves_the_node_it_names_and_no_other() {
     );
     // Bound to this node past the scheduler: the agent checks the volume's
     // node affinity itself, as the kubelet does.
-    let stray = user(
-        "stray",
-        serde_json::json!({"persistentVolumeClaim": {"claimName": "other"}}),
-        "true",
-        Some(&node_name()),
-    );
-    let stray = create(&client, &ns, &stray).await;
-    let uid = stray.uid().unwrap_or_default();
-    let found = wait_for_events(
-        &client,
-        &ns,
-        Involving::Uid(&uid),
-        60,
-        "FailedMount",
-        |events| {
-            messages(events, "FailedMount").and_then(|m| {
-                m.into_iter()
-                    .find(|m| m.contains("NodeAffinity check failed"))
-            })
-        },
-    )
-    .await;
+    let found =
+        failed_mount_when_bound_here(&client, &ns, "stray", "other", "NodeAffinity check failed")
+            .await;
     assert!(found.contains("no matching NodeSelectorTerms"), "{found}");
     let now = Api::<Pod>::namespaced(client.clone(), &ns)
         .get("stray")
@@ -287,20 +297,7 @@ async fn a_local_volume_serves_the_node_it_names_and_no_other() {
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_generic_ephemeral_volume_is_served_and_an_unbound_claim_waits_alone() {
     let client = client().await;
-    let ns = namespace(&client, "e2e-ephemeral").await;
-    let class = format!("e2e-ephemeral-{ns}");
-    let dir = host_dir(&ns);
-    let pv = format!("{ns}-pv");
-    create_volumes(
-        &client,
-        &[volume(
-            &pv,
-            &class,
-            serde_json::json!({"hostPath": {"path": dir, "type": "Directory"}}),
-            None,
-        )],
-    )
-    .await;
+    let (ns, class, _dir, pv) = with_host_path_volume(&client, "e2e-ephemeral").await;
     // The control plane makes the claim `scratch-data` for the pod, owned
     // by it, and binds it to the volume.
     let scratch = user(
@@ -333,23 +330,7 @@ async fn a_generic_ephemeral_volume_is_served_and_an_unbound_claim_waits_alone()
         )
         .await
         .expect("create claim");
-    let waiting = user(
-        "waiting",
-        serde_json::json!({"persistentVolumeClaim": {"claimName": "never"}}),
-        "true",
-        Some(&node_name()),
-    );
-    let waiting = create(&client, &ns, &waiting).await;
-    let uid = waiting.uid().unwrap_or_default();
-    let found = wait_for_events(
-        &client,
-        &ns,
-        Involving::Uid(&uid),
-        60,
-        "FailedMount",
-        |events| messages(events, "FailedMount").and_then(|m| m.into_iter().next()),
-    )
-    .await;
+    let found = failed_mount_when_bound_here(&client, &ns, "waiting", "never", "").await;
     assert_eq!(
         found,
         format!(
