@@ -100,6 +100,16 @@ fn resizes_logged(name: &str) -> usize {
         .count()
 }
 
+/// File `file` of the cgroup of Guaranteed pod `uid` in hierarchy
+/// `subsystem` (right below kubepods), read on the host.
+fn guaranteed_pod_cgroup(uid: &str, subsystem: &str, file: &str) -> String {
+    let path = format!("/sys/fs/cgroup/{subsystem}/kubepods/pod{uid}/{file}");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .trim()
+        .to_string()
+}
+
 /// The first container's reported limit of `resource`.
 fn limit(p: &k8s_openapi::api::core::v1::Pod, resource: &str) -> Option<String> {
     container_status(p)
@@ -326,16 +336,8 @@ async fn a_pod_with_pod_level_resources_gets_a_cgroup_of_its_own_with_them() {
         "from the pod's own limits"
     );
     // Guaranteed: right below kubepods.
-    let pod_cgroup = |subsystem: &str, file: &str| {
-        let path = format!(
-            "/sys/fs/cgroup/{subsystem}/kubepods/pod{}/{file}",
-            running.uid().unwrap_or_default()
-        );
-        std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{path}: {e}"))
-            .trim()
-            .to_string()
-    };
+    let uid = running.uid().unwrap_or_default();
+    let pod_cgroup = |subsystem: &str, file: &str| guaranteed_pod_cgroup(&uid, subsystem, file);
     assert_eq!(pod_cgroup("cpu", "cpu.cfs_quota_us"), "50000");
     assert_eq!(pod_cgroup("cpu", "cpu.shares"), "512");
     assert_eq!(
@@ -386,13 +388,7 @@ async fn pod_level_resources_are_resized_in_place_with_the_container_that_inheri
     let running = run(&client, &ns, &p).await;
     let uid = running.uid().unwrap_or_default();
     let before = container_status(&running);
-    let pod_cgroup = |subsystem: &str, file: &str| {
-        let path = format!("/sys/fs/cgroup/{subsystem}/kubepods/pod{uid}/{file}");
-        std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{path}: {e}"))
-            .trim()
-            .to_string()
-    };
+    let pod_cgroup = |subsystem: &str, file: &str| guaranteed_pod_cgroup(&uid, subsystem, file);
     // The container sets no limit: it runs with the pod's.
     let memory_file = "/sys/fs/cgroup/memory/memory.limit_in_bytes";
     assert_eq!(

@@ -321,6 +321,30 @@ async fn a_pod_runs_in_a_cgroup_of_its_own_with_its_limits_through_a_resize_unti
     .await;
 }
 
+/// Resizes pod "web"'s pod-level resources to `level` (cpu, memory:
+/// request and limit each), syncs, and checks that the one CRI call was
+/// `call`, that its cgroup `dir` holds `limits`, and that the resize is no
+/// longer in progress.
+async fn resize_pod_level(
+    n: &mut Node,
+    cgroups: &crate::cgroups::CgroupManager,
+    dir: &std::path::Path,
+    level: ((&str, &str), (&str, &str)),
+    call: &str,
+    limits: crate::cgroups::Limits,
+) {
+    let mut resized = n.watched("web");
+    if let Some(spec) = resized.spec.as_mut() {
+        spec.resources = Some(resources(level.0, level.1));
+    }
+    resized.metadata.generation = Some(resized.metadata.generation.unwrap_or(1) + 1);
+    let web = n.bind(resized);
+    n.sync(&web).await;
+    assert_eq!(n.cri_calls(), [call]);
+    assert_eq!(cgroups.limits(dir).expect("limits"), limits);
+    assert_eq!(condition(n, "web", "PodResizeInProgress"), None);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_level_resources_are_resized_in_place_in_the_pod_cgroup_and_the_containers_that_inherit_them()
  {
@@ -367,62 +391,38 @@ async fn pod_level_resources_are_resized_in_place_in_the_pod_cgroup_and_the_cont
 
         // The pod level grows: the pod's cgroup first, then "c", which
         // inherits; "own" is left alone and nothing restarts.
-        let mut grown = n.watched("web");
-        if let Some(spec) = grown.spec.as_mut() {
-            spec.resources = Some(resources(("400m", "400m"), ("256Mi", "256Mi")));
-        }
-        grown.metadata.generation = Some(2);
-        let web = n.bind(grown);
-        n.sync(&web).await;
-        assert_eq!(
-            n.cri_calls(),
-            ["UpdateContainerResources c shares=409 quota=40000 memory=268435456"]
-        );
-        assert_eq!(
-            cgroups.limits(&dir).expect("limits"),
-            Limits {
-                cpu_shares: 409,
-                cpu_quota: Some(40_000),
-                memory: Some(256 << 20)
-            }
-        );
-        assert_eq!(condition(&n, "web", "PodResizeInProgress"), None);
+        let grown = (("400m", "400m"), ("256Mi", "256Mi"));
+        let call = "UpdateContainerResources c shares=409 quota=40000 memory=268435456";
+        let limits = Limits {
+            cpu_shares: 409,
+            cpu_quota: Some(40_000),
+            memory: Some(256 << 20),
+        };
+        resize_pod_level(&mut n, &cgroups, &dir, grown, call, limits).await;
         let status = n.status("web");
         assert_eq!(
             status.allocated_resources.expect("allocatedResources")["cpu"].0,
             "400m"
         );
-        let ids: Vec<i32> = status
+        let restarts: Vec<i32> = status
             .container_statuses
             .unwrap_or_default()
             .iter()
             .map(|c| c.restart_count)
             .collect();
-        assert_eq!(ids, [0, 0], "nothing restarted");
+        assert_eq!(restarts, [0, 0], "nothing restarted");
         n.event("ResizeStarted", "Pod resize started: ").await;
 
         // Back down: "c" shrinks first, then the pod's cgroup, to where
         // they began.
-        let mut shrunk = n.watched("web");
-        if let Some(spec) = shrunk.spec.as_mut() {
-            spec.resources = Some(resources(("200m", "200m"), ("128Mi", "128Mi")));
-        }
-        shrunk.metadata.generation = Some(3);
-        let web = n.bind(shrunk);
-        n.sync(&web).await;
-        assert_eq!(
-            n.cri_calls(),
-            ["UpdateContainerResources c shares=204 quota=20000 memory=134217728"]
-        );
-        assert_eq!(
-            cgroups.limits(&dir).expect("limits"),
-            Limits {
-                cpu_shares: 204,
-                cpu_quota: Some(20_000),
-                memory: Some(128 << 20)
-            }
-        );
-        assert_eq!(condition(&n, "web", "PodResizeInProgress"), None);
+        let back = (("200m", "200m"), ("128Mi", "128Mi"));
+        let call = "UpdateContainerResources c shares=204 quota=20000 memory=134217728";
+        let limits = Limits {
+            cpu_shares: 204,
+            cpu_quota: Some(20_000),
+            memory: Some(128 << 20),
+        };
+        resize_pod_level(&mut n, &cgroups, &dir, back, call, limits).await;
     })
     .await;
 }
