@@ -232,6 +232,10 @@ pub fn container_from(s: &cri::ContainerStatus, sandbox_id: &str, written: &str)
             .get(CONTAINER_HASH_ANNOTATION)
             .cloned()
             .unwrap_or_default(),
+        memory_request: s
+            .annotations
+            .get(crate::cri::MEMORY_REQUEST_ANNOTATION)
+            .and_then(|v| v.parse().ok()),
         resources: s
             .resources
             .as_ref()

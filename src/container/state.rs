@@ -67,6 +67,10 @@ pub struct Container {
     /// The cgroup limits the runtime reports it runs with (CRI
     /// `ContainerStatus.resources.linux`); None when it reports none.
     pub resources: Option<CgroupLimits>,
+    /// The memory request in bytes it was made with
+    /// ([`crate::cri::MEMORY_REQUEST_ANNOTATION`]); None when it asked for
+    /// none, or was made without the annotation.
+    pub memory_request: Option<i64>,
 }
 
 /// The cgroup limits of a container that resize changes, as CRI's

@@ -29,6 +29,12 @@ pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
 pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
 /// Annotation with the hash of the container spec the container was made from.
 pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
+/// Annotation with the memory request in bytes the container was made with
+/// (rustlet's own; set when the container asks for memory). An in-place
+/// resize leaves it: it is what a memory request change under
+/// `resizePolicy: RestartContainer` is compared with, as the kubelet
+/// compares its actuated resources.
+pub const MEMORY_REQUEST_ANNOTATION: &str = "rustlet.io/memory-request";
 /// Annotation with the container's restart count.
 pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
 /// Annotation with the container's termination message path.

@@ -923,8 +923,19 @@ fn garbage<'a>(
 fn resize(pod: &Pod, c: &Container, x: &RuntimeContainer) -> Option<bool> {
     let actual = x.resources?;
     let desired = super::translate::cgroup_limits(pod, c);
+    let restarts = |resource: &str| {
+        c.resize_policy
+            .iter()
+            .flatten()
+            .any(|p| p.resource_name == resource && p.restart_policy == "RestartContainer")
+    };
+    // A memory request change sets no cgroup v1 limit: it restarts the
+    // container under RestartContainer, and is otherwise only allocated.
+    let request_changed = x.memory_request.is_some()
+        && x.memory_request != super::translate::memory_request(c)
+        && restarts("memory");
     if desired.enforced_by(&actual) {
-        return None;
+        return request_changed.then_some(true);
     }
     let cpu_changed = desired.cpu_shares != actual.cpu_shares
         || desired.cpu_quota.max(0) != actual.cpu_quota.max(0);
@@ -933,13 +944,11 @@ fn resize(pod: &Pod, c: &Container, x: &RuntimeContainer) -> Option<bool> {
         ..actual
     }
     .enforced_by(&actual);
-    let restarts = |resource: &str| {
-        c.resize_policy
-            .iter()
-            .flatten()
-            .any(|p| p.resource_name == resource && p.restart_policy == "RestartContainer")
-    };
-    Some((cpu_changed && restarts("cpu")) || (memory_changed && restarts("memory")))
+    Some(
+        (cpu_changed && restarts("cpu"))
+            || (memory_changed && restarts("memory"))
+            || request_changed,
+    )
 }
 
 /// The terminating path: kill what runs (grace period), stop sandboxes, remove

@@ -562,10 +562,13 @@ pub fn pod_level_resources(
         let out: BTreeMap<String, Quantity> = list
             .into_iter()
             .map(|(name, q)| {
-                let text = if name == "cpu" {
-                    format!("{}m", q.milli_value())
+                // Exact to the millis (a memory request of "10m" stays
+                // that, as the kubelet's Quantity sums keep it).
+                let milli = q.milli_value();
+                let text = if name == "cpu" || milli % 1000 != 0 {
+                    format!("{milli}m")
                 } else {
-                    q.value().to_string()
+                    (milli / 1000).to_string()
                 };
                 (name, Quantity(text))
             })

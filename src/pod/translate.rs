@@ -731,6 +731,17 @@ pub fn cgroup_limits(pod: &Pod, c: &Container) -> CgroupLimits {
     }
 }
 
+/// Container `c`'s memory request in bytes (as allocated), if it sets one.
+#[must_use]
+pub fn memory_request(c: &Container) -> Option<i64> {
+    let request = c
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|m| m.get("memory"));
+    amount(request, false)
+}
+
 /// Whether pod-level resources `r` set cpu or memory, the resources pod
 /// level supports (the kubelet's `IsPodLevelResourcesSet`).
 fn pod_level_set(r: &k8s_openapi::api::core::v1::ResourceRequirements) -> bool {
@@ -1113,7 +1124,7 @@ pub fn container_config(
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)
         .unwrap_or(30);
-    let annotations = HashMap::from([
+    let mut annotations = HashMap::from([
         (CONTAINER_HASH_ANNOTATION.to_string(), container_hash(c)),
         (RESTART_COUNT_ANNOTATION.to_string(), attempt.to_string()),
         (
@@ -1133,6 +1144,12 @@ pub fn container_config(
             grace.to_string(),
         ),
     ]);
+    if let Some(bytes) = memory_request(c) {
+        annotations.insert(
+            crate::cri::MEMORY_REQUEST_ANNOTATION.to_string(),
+            bytes.to_string(),
+        );
+    }
     let (command, args) = super::env::command_and_args(c, env);
     let security_context = security_context(pod, c, node, &Isolation::default())?;
     Ok(cri::ContainerConfig {

@@ -222,6 +222,39 @@ async fn a_memory_resize_with_restart_container_restarts_that_container() {
         .await;
     let restarted = n.status("db").container_statuses.unwrap_or_default()[0].restart_count;
     assert_eq!(restarted, 1);
+    // The memory request alone sets no cgroup limit, yet restarts it too, as
+    // the kubelet compares it with what the container was made with.
+    n.sync_watched("db").await;
+    n.cri_calls();
+    let db = resize(&mut n, "db", resources(("200m", "200m"), ("96Mi", "128Mi")));
+    n.sync(&db).await;
+    let calls = n.cri_calls();
+    assert!(
+        calls.iter().any(|c| c.starts_with("StopContainer c")),
+        "{calls:?}"
+    );
+    n.sync_watched("db").await;
+    let restarted = n.status("db").container_statuses.unwrap_or_default()[0].restart_count;
+    assert_eq!(restarted, 2);
+    // And once made with it, nothing more happens.
+    n.cri_calls();
+    n.sync_watched("db").await;
+    assert_eq!(n.cri_calls(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_request_change_under_not_required_changes_nothing_that_runs() {
+    let mut n = Node::start().await;
+    let db = n.bind(sized("db", resources(("100m", "100m"), ("64Mi", "128Mi"))));
+    n.sync(&db).await;
+    n.cri_calls();
+    let lower = resources(("100m", "100m"), ("32Mi", "128Mi"));
+    let db = resize(&mut n, "db", lower.clone());
+    n.sync(&db).await;
+    n.sync_watched("db").await;
+    assert_eq!(n.cri_calls(), Vec::<String>::new(), "no call, no restart");
+    assert_eq!(reported(&n, "db").0.as_ref(), Some(&lower), "allocated");
+    assert_eq!(condition(&n, "db", "PodResizeInProgress"), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
