@@ -304,16 +304,26 @@ pub fn init_progress(pod: &Pod, rt: &PodRuntime) -> InitProgress {
     InitProgress::Done
 }
 
-/// When the containers of sandbox `sandbox_id` last began anew in place: the
-/// latest exit there of a container under a `RestartAllContainers` rule
-/// ([`super::spec::restarts_all`]), as the kubelet's
-/// `ShouldAllContainersRestart`. Records made there before it are an earlier
-/// generation: the running ones are killed, and the rest are as if gone, so
-/// the pod starts again from its first init container in the same sandbox
-/// (its restart counts going on). None: no such exit.
+/// Where the run of sandbox `sandbox_id` that restarts all containers in
+/// place begins, after the latest exit there of a container under a
+/// `RestartAllContainers` rule ([`super::spec::restarts_all`]), as the
+/// kubelet's `ShouldAllContainersRestart`: None when there is no such exit;
+/// else the creation time of the first record, made after that exit, of the
+/// pod's first container in start order (its first init container, else its
+/// first main container), None inside while there is none yet. Every record
+/// of the sandbox made before it is of the earlier run, even one made after
+/// the exit (a container started in the same pass as the one that exited):
+/// the running ones are killed, and the rest are as if gone, so the pod
+/// starts again from its first container in the same sandbox (its restart
+/// counts going on).
 #[must_use]
-pub fn restarted_all_at(pod: &Pod, rt: &PodRuntime, sandbox_id: &str) -> Option<Timestamp> {
-    rt.containers
+pub fn restart_all_boundary(
+    pod: &Pod,
+    rt: &PodRuntime,
+    sandbox_id: &str,
+) -> Option<Option<Timestamp>> {
+    let exit = rt
+        .containers
         .iter()
         .filter(|x| x.sandbox_id == sandbox_id && x.state == ContainerState::Exited)
         .filter(|x| {
@@ -321,24 +331,45 @@ pub fn restarted_all_at(pod: &Pod, rt: &PodRuntime, sandbox_id: &str) -> Option<
                 .is_some_and(|c| super::spec::restarts_all(c, x.exit_code))
         })
         .map(|x| x.finished_at.unwrap_or(x.created_at))
-        .max()
+        .max()?;
+    let first = init_containers(pod)
+        .first()
+        .or_else(|| main_containers(pod).first())?;
+    Some(
+        rt.containers
+            .iter()
+            .filter(|x| x.sandbox_id == sandbox_id && x.name == first.name && x.created_at > exit)
+            .map(|x| x.created_at)
+            .min(),
+    )
 }
 
-/// `rt` as the pod's current generation in its newest sandbox: without the
-/// records made there up to [`restarted_all_at`] (all of `rt` when there is
-/// no such time).
+/// Whether record `x` of sandbox `sandbox_id` is of the run before
+/// `boundary` ([`restart_all_boundary`]).
+#[must_use]
+pub fn before_restart_all(
+    x: &RuntimeContainer,
+    sandbox_id: &str,
+    boundary: Option<Timestamp>,
+) -> bool {
+    x.sandbox_id == sandbox_id && boundary.is_none_or(|b| x.created_at < b)
+}
+
+/// `rt` as the pod's current run in its newest sandbox: without the records
+/// of the run before a restart of all containers in place
+/// ([`restart_all_boundary`]; all of `rt` when there is none).
 #[must_use]
 pub fn current_generation<'a>(pod: &Pod, rt: &'a PodRuntime) -> std::borrow::Cow<'a, PodRuntime> {
     let Some(sandbox) = rt.latest_sandbox() else {
         return std::borrow::Cow::Borrowed(rt);
     };
-    let Some(at) = restarted_all_at(pod, rt, &sandbox.id) else {
+    let Some(boundary) = restart_all_boundary(pod, rt, &sandbox.id) else {
         return std::borrow::Cow::Borrowed(rt);
     };
     let mut current = rt.clone();
     current
         .containers
-        .retain(|x| x.sandbox_id != sandbox.id || x.created_at > at);
+        .retain(|x| !before_restart_all(x, &sandbox.id, boundary));
     std::borrow::Cow::Owned(current)
 }
 
@@ -557,12 +588,11 @@ fn plan_ready(
             // Restarting all containers in place: what still runs of the
             // earlier generation stops first, mains then init containers,
             // each in reverse order (the kubelet's `ContainersToReset`).
-            if let Some(at) = restarted_all_at(pod, rt, &sandbox_id) {
+            if let Some(boundary) = restart_all_boundary(pod, rt, &sandbox_id) {
                 let earlier = |c: &Container| {
                     rt.containers.iter().find(|x| {
                         x.name == c.name
-                            && x.sandbox_id == sandbox_id
-                            && x.created_at <= at
+                            && before_restart_all(x, &sandbox_id, boundary)
                             && x.state == ContainerState::Running
                     })
                 };
@@ -1844,6 +1874,16 @@ mod tests {
         rt.sort();
         let third = plan(&p, &rt, &none, &BTreeMap::new(), Volumes::Ready, t(71));
         assert_eq!(third.steps, [start("sidecar", 1)]);
+        // A container started in the same pass as the one that exited (made
+        // after the exit) is of the earlier run too: stopped, not kept.
+        let mut late = ctr("r0", "regular", 0, "s0", Running);
+        late.created_at = t(61);
+        let raced = before(late, ctr("s0c", "sidecar", 0, "s0", Running));
+        let stopped = plan(&p, &raced, &none, &BTreeMap::new(), Volumes::Ready, t(62));
+        assert_eq!(
+            stopped.steps,
+            [kill("r0", "regular"), kill("s0c", "sidecar")]
+        );
         // A rule that does not match restarts nothing else.
         let no_match = runtime(
             s0(),

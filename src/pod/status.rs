@@ -702,10 +702,10 @@ pub fn status(
         .collect();
     let restarting_all = rt
         .latest_sandbox()
-        .and_then(|s| super::plan::restarted_all_at(pod, rt, &s.id).map(|at| (s.id.clone(), at)));
-    if let Some((sandbox, at)) = &restarting_all {
+        .and_then(|s| super::plan::restart_all_boundary(pod, rt, &s.id).map(|b| (s.id.clone(), b)));
+    if let Some((sandbox, boundary)) = &restarting_all {
         for st in init_statuses.iter_mut().chain(statuses.iter_mut()) {
-            restarting_in_place(st, rt, sandbox, *at, &ctx.runtime_name);
+            restarting_in_place(st, rt, sandbox, *boundary, &ctx.runtime_name);
         }
     }
     let ephemeral_statuses = ephemeral_statuses(pod, rt, waiting, ctx);
@@ -762,7 +762,8 @@ pub const RESTARTING_ALL_MESSAGE: &str =
     "The container is removed because RestartAllContainers in place";
 
 /// The status `st` of a container of a pod restarting all containers in
-/// place since `at` in sandbox `sandbox`, when its newest record is of the
+/// place in sandbox `sandbox` (from `boundary`,
+/// [`super::plan::restart_all_boundary`]), when its newest record is of the
 /// earlier run and no longer runs: waiting (`RestartingAllContainers`), that
 /// record as its last state, and the restart count it will start with, as
 /// the kubelet reports a container RestartAllContainers removed.
@@ -770,13 +771,14 @@ fn restarting_in_place(
     st: &mut ContainerStatus,
     rt: &PodRuntime,
     sandbox: &str,
-    at: Timestamp,
+    boundary: Option<Timestamp>,
     runtime: &str,
 ) {
     let Some(x) = rt.latest_two(&st.name).0 else {
         return;
     };
-    if x.sandbox_id != sandbox || x.created_at > at || x.state == ContainerState::Running {
+    if !super::plan::before_restart_all(x, sandbox, boundary) || x.state == ContainerState::Running
+    {
         return;
     }
     st.state = Some(ApiState {
@@ -798,20 +800,22 @@ fn restarting_in_place(
 /// The conditions of a pod that can restart all its containers in place,
 /// as the kubelet's `GenerateAllContainersRestartingCondition`:
 /// `AllContainersRestarting` True (`RestartAllContainersStarted`) while a
-/// container of the earlier run still runs after a `RestartAllContainers`
-/// exit at `restarting.1`, else False; and `Initialized` stays True once it
-/// was, while the init containers run again.
+/// container of the run before a `RestartAllContainers` exit still runs
+/// (`restarting`: the sandbox and the boundary of
+/// [`super::plan::restart_all_boundary`]), else False; and `Initialized`
+/// stays True once it was, while the init containers run again.
 fn restart_all_conditions(
     conditions: &mut Vec<PodCondition>,
     pod: &Pod,
     rt: &PodRuntime,
-    restarting: Option<&(String, Timestamp)>,
+    restarting: Option<&(String, Option<Timestamp>)>,
     now: Timestamp,
 ) {
     use crate::reasons::condition::{ALL_CONTAINERS_RESTARTING, INITIALIZED};
-    let in_progress = restarting.is_some_and(|(sandbox, at)| {
+    let in_progress = restarting.is_some_and(|(sandbox, boundary)| {
         rt.containers.iter().any(|x| {
-            &x.sandbox_id == sandbox && x.created_at <= *at && x.state == ContainerState::Running
+            super::plan::before_restart_all(x, sandbox, *boundary)
+                && x.state == ContainerState::Running
         })
     });
     let old = pod.status.as_ref();
