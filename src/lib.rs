@@ -19,6 +19,7 @@ pub mod image_gc;
 pub mod log_links;
 pub mod log_manager;
 pub mod metrics;
+pub mod names;
 pub mod node;
 pub mod node_selector;
 pub mod paths;

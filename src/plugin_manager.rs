@@ -269,6 +269,14 @@ impl PluginManager {
             ));
         }
         let name = &info.name;
+        // The driver's name becomes part of paths under the root dir: only
+        // a CSI driver name (a DNS subdomain of at most 63 characters) is
+        // taken.
+        if name.len() > 63 || !crate::names::is_dns1123_subdomain(name) {
+            return Err(format!(
+                "validation failed for CSI Driver {name:?}: not a valid driver name"
+            ));
+        }
         let version = highest_supported(&info.supported_versions).map_err(|e| {
             format!(
                 "validation failed for CSI Driver {name} at endpoint {}: {e}",
@@ -552,6 +560,20 @@ mod tests {
             &csi_socket,
             tonic::transport::Server::builder().add_service(RegistrationServer::new(csi.clone())),
         );
+        let hostile = Registrar {
+            info: PluginInfo {
+                r#type: CSI_PLUGIN.into(),
+                name: "../../../etc".into(),
+                endpoint: endpoint.display().to_string(),
+                supported_versions: vec!["1.0.0".into()],
+            },
+            told: Arc::default(),
+        };
+        serve(
+            &registry.join("hostile-reg.sock"),
+            tonic::transport::Server::builder()
+                .add_service(RegistrationServer::new(hostile.clone())),
+        );
         serve(
             &registry.join("gpu-reg.sock"),
             tonic::transport::Server::builder()
@@ -576,6 +598,13 @@ mod tests {
                 error: String::new()
             }]
         );
+        let hostile_told = hostile.told.lock().unwrap().clone();
+        assert!(!hostile_told[0].plugin_registered);
+        assert!(
+            hostile_told[0].error.contains("not a valid driver name"),
+            "{hostile_told:?}"
+        );
+        assert_eq!(drivers.names(), ["test.csi"]);
         let refused = device.told.lock().unwrap().clone();
         assert!(!refused[0].plugin_registered);
         assert_eq!(

@@ -24,6 +24,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "paths",
             "resource",
             "node_selector",
+            "names",
             "metrics",
             "config",
             "fixtures",

@@ -69,6 +69,11 @@ pub struct Bound {
 pub async fn resolve(client: &Client, pod: &Pod, claim: &ClaimRef) -> Result<Bound, String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     let failed = |e: String| format!("error processing PVC {ns}/{}: {e}", claim.name);
+    // Never a request path of another object: a name the API would refuse
+    // for a claim is not asked for.
+    if !crate::names::is_dns1123_subdomain(&claim.name) {
+        return Err(failed("not a valid claim name".into()));
+    }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     let pvc = claims
         .get(&claim.name)
@@ -260,6 +265,28 @@ mod tests {
         );
         pv.spec.as_mut().unwrap().claim_ref.as_mut().unwrap().uid = Some("claim-uid".into());
         assert_eq!(points_back(&pv, &pvc), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_claim_name_the_api_would_refuse_is_never_asked_for() {
+        let api = crate::fake_api::FakeApi::default();
+        let p = crate::fixtures::pod("web").build();
+        for name in [
+            "../../secrets/token",
+            "a/status",
+            "",
+            "UPPER",
+            &"x".repeat(300),
+        ] {
+            let c = ClaimRef {
+                name: name.to_string(),
+                read_only: false,
+                ephemeral: false,
+            };
+            let err = resolve(&api.client(), &p, &c).await.unwrap_err();
+            assert!(err.ends_with("not a valid claim name"), "{name}: {err}");
+        }
+        assert_eq!(api.take_requests(), Vec::new(), "no request made");
     }
 
     #[test]
