@@ -427,6 +427,9 @@ pub fn ephemeral_to_start(pod: &Pod, rt: &PodRuntime) -> Vec<(String, Option<Str
 /// [`container_should_restart`]).
 #[must_use]
 pub fn all_done(pod: &Pod, rt: &PodRuntime) -> bool {
+    // Of the current run: containers stopped by a restart of all in place
+    // run again.
+    let rt = &*current_generation(pod, rt);
     if matches!(init_progress(pod, rt), InitProgress::Failed(_)) {
         return true;
     }
@@ -573,7 +576,7 @@ fn plan_ready(
         }
         return plan;
     }
-    if plan.deadline_exceeded || is_terminal(pod) || all_done(pod, &current_generation(pod, rt)) {
+    if plan.deadline_exceeded || is_terminal(pod) || all_done(pod, rt) {
         // A finished pod keeps its exited containers (for status and logs) but not its
         // sandbox; sidecars still running are stopped.
         kill_running(pod, rt, grace_period(pod), "pod has completed", &mut plan);
@@ -1884,6 +1887,32 @@ mod tests {
             stopped.steps,
             [kill("r0", "regular"), kill("s0c", "sidecar")]
         );
+        // A sidecar under the rule: the same, from the first init container.
+        let mut q = pod("side")
+            .restart_policy("Never")
+            .init_container("init", "busybox")
+            .sidecar("sidecar", "busybox")
+            .sidecar("source", "busybox")
+            .container("regular", "busybox")
+            .build();
+        q.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[2].restart_policy_rules =
+            p.spec.as_ref().unwrap().containers[0]
+                .restart_policy_rules
+                .clone();
+        let stopped = runtime(
+            s0(),
+            vec![
+                exited(ctr("i0", "init", 0, "s0", Running), 0, t(12)),
+                exited(ctr("s0c", "sidecar", 0, "s0", Running), 137, t(62)),
+                exited(ctr("c0", "source", 0, "s0", Running), 42, t(60)),
+                exited(ctr("r0", "regular", 0, "s0", Running), 137, t(62)),
+            ],
+        );
+        let again = plan(&q, &stopped, &none, &BTreeMap::new(), Volumes::Ready, t(63));
+        assert_eq!(again.steps, [start("init", 1)]);
+        // Its volumes stay: the pod is not done, its mains stopped only to
+        // start again.
+        assert_eq!(volume_need(&q, &stopped, t(63)), VolumeNeed::Mount);
         // A rule that does not match restarts nothing else.
         let no_match = runtime(
             s0(),
