@@ -216,11 +216,11 @@ pub fn phase(
     let (mut running, mut waiting, mut stopped, mut succeeded, mut restarting) = (0, 0, 0, 0, 0);
     for s in statuses {
         let state = s.state.as_ref();
-        let last_exit = s
-            .last_state
-            .as_ref()
-            .and_then(|l| l.terminated.as_ref())
-            .map(|t| t.exit_code);
+        let last = s.last_state.as_ref().and_then(|l| l.terminated.as_ref());
+        let last_exit = last.map(|t| t.exit_code);
+        // Stopped by a restart of all containers in place: it runs again.
+        let restarting_all =
+            last.and_then(|t| t.reason.as_deref()) == Some(waiting::RESTARTING_ALL_CONTAINERS);
         if state.is_some_and(|x| x.running.is_some()) {
             running += 1;
         } else if let Some(t) = state.and_then(|x| x.terminated.as_ref()) {
@@ -231,7 +231,7 @@ pub fn phase(
             restarting += usize::from(restartable(&s.name, t.exit_code));
         } else if let (true, Some(code)) = (state.is_some_and(|x| x.waiting.is_some()), last_exit) {
             stopped += 1;
-            restarting += usize::from(restartable(&s.name, code));
+            restarting += usize::from(restarting_all || restartable(&s.name, code));
         } else {
             waiting += 1;
         }
@@ -709,7 +709,7 @@ pub fn status(
         }
     }
     let ephemeral_statuses = ephemeral_statuses(pod, rt, waiting, ctx);
-    let (pod_phase, reason_message) = pod_phase(pod, rt, &progress, &statuses, now);
+    let (pod_phase, reason_message) = pod_phase(pod, &current, &progress, &statuses, now);
     let sandbox = rt.latest_sandbox().filter(|s| s.ready);
     let ips = pod_ips(pod, sandbox, ctx);
     let mut conditions = conditions(&Facts {
@@ -788,8 +788,13 @@ fn restarting_in_place(
         }),
         ..Default::default()
     });
+    // Its last run, with the kubelet's reason and message for it (`getPhase`
+    // counts such a container as restarting).
+    let mut last = terminated(x, runtime);
+    last.reason = Some(waiting::RESTARTING_ALL_CONTAINERS.into());
+    last.message = Some(RESTARTING_ALL_MESSAGE.into());
     st.last_state = Some(ApiState {
-        terminated: Some(terminated(x, runtime)),
+        terminated: Some(last),
         ..Default::default()
     });
     st.restart_count = i32::try_from(x.attempt.saturating_add(1)).unwrap_or(i32::MAX);

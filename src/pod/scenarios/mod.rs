@@ -1643,3 +1643,51 @@ async fn a_post_start_hook_that_never_returns_does_not_hold_the_pods_deletion() 
     );
     assert!(n.api.pod("web").is_none(), "the pod is deleted");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_exiting_under_restart_all_containers_restarts_the_whole_pod_to_its_mains() {
+    let mut n = Node::start().await;
+    let mut p = pod("web")
+        .restart_policy("Never")
+        .init_container("init", IMAGE)
+        .sidecar("sidecar", IMAGE)
+        .sidecar("source", IMAGE)
+        .container("regular", IMAGE)
+        .build();
+    if let Some(spec) = p.spec.as_mut() {
+        let source = &mut spec.init_containers.as_mut().expect("init")[2];
+        source.restart_policy_rules =
+            Some(vec![k8s_openapi::api::core::v1::ContainerRestartRule {
+                action: "RestartAllContainers".into(),
+                exit_codes: Some(
+                    k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes {
+                        operator: "In".into(),
+                        values: Some(vec![42]),
+                    },
+                ),
+            }]);
+    }
+    let web = n.bind(p);
+    let uid = web.metadata.uid.clone().unwrap_or_default();
+    // Up to the main container, one sync per step.
+    for _ in 0..6 {
+        n.sync_watched("web").await;
+        n.cri.exit_named(&uid, "init", 0);
+    }
+    let running = |n: &Node| {
+        n.cri
+            .containers()
+            .iter()
+            .filter(|c| c.state == k8s_cri::v1::ContainerState::ContainerRunning)
+            .map(|c| format!("{}/{}", c.name, c.attempt))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(running(&n), ["sidecar/0", "source/0", "regular/0"]);
+    n.cri.exit_named(&uid, "source", 42);
+    for _ in 0..8 {
+        n.sync_watched("web").await;
+        n.cri.exit_named(&uid, "init", 0);
+    }
+    assert_eq!(running(&n), ["sidecar/1", "source/1", "regular/1"]);
+    assert_eq!(n.status("web").phase.as_deref(), Some("Running"));
+}
