@@ -41,6 +41,24 @@ fn sized(
     }))
 }
 
+/// A pod `name` of one busybox container `c` that sleeps and sets no
+/// resources, with pod-level `resources` (JSON).
+fn pod_level(name: &str, resources: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+    from_json(serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "resources": resources,
+            "containers": [{
+                "name": "c",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"],
+            }]
+        }
+    }))
+}
+
 /// Creates `pod` in `ns` and waits (90 s) until it runs; the pod as running.
 async fn run(
     client: &kube::Client,
@@ -315,19 +333,10 @@ async fn a_pod_with_pod_level_resources_gets_a_cgroup_of_its_own_with_them() {
     use kube::ResourceExt as _;
     let client = client().await;
     let ns = namespace(&client, "e2e-pod-cgroup").await;
-    let p: k8s_openapi::api::core::v1::Pod = from_json(serde_json::json!({
-        "metadata": { "name": "whole" },
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "resources": { "limits": { "cpu": "500m", "memory": "128Mi" } },
-            "containers": [{
-                "name": "c",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", "3600"],
-            }]
-        }
-    }));
+    let p = pod_level(
+        "whole",
+        serde_json::json!({ "limits": { "cpu": "500m", "memory": "128Mi" } }),
+    );
     let running = run(&client, &ns, &p).await;
     let st = running.status.clone().unwrap_or_default();
     assert_eq!(
@@ -372,19 +381,7 @@ async fn pod_level_resources_are_resized_in_place_with_the_container_that_inheri
             "limits": { "cpu": cpu, "memory": memory },
         })
     };
-    let p: k8s_openapi::api::core::v1::Pod = from_json(serde_json::json!({
-        "metadata": { "name": "plr" },
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "resources": level("300m", "128Mi"),
-            "containers": [{
-                "name": "c",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", "3600"],
-            }]
-        }
-    }));
+    let p = pod_level("plr", level("300m", "128Mi"));
     let running = run(&client, &ns, &p).await;
     let uid = running.uid().unwrap_or_default();
     let before = container_status(&running);
