@@ -359,7 +359,7 @@ pub fn before_restart_all(
 /// of the run before a restart of all containers in place
 /// ([`restart_all_boundary`]; all of `rt` when there is none).
 #[must_use]
-pub fn current_generation<'a>(pod: &Pod, rt: &'a PodRuntime) -> std::borrow::Cow<'a, PodRuntime> {
+pub fn current_run<'a>(pod: &Pod, rt: &'a PodRuntime) -> std::borrow::Cow<'a, PodRuntime> {
     let Some(sandbox) = rt.latest_sandbox() else {
         return std::borrow::Cow::Borrowed(rt);
     };
@@ -429,7 +429,7 @@ pub fn ephemeral_to_start(pod: &Pod, rt: &PodRuntime) -> Vec<(String, Option<Str
 pub fn all_done(pod: &Pod, rt: &PodRuntime) -> bool {
     // Of the current run: containers stopped by a restart of all in place
     // run again.
-    let rt = &*current_generation(pod, rt);
+    let rt = &*current_run(pod, rt);
     if matches!(init_progress(pod, rt), InitProgress::Failed(_)) {
         return true;
     }
@@ -589,7 +589,7 @@ fn plan_ready(
         Some(s) if s.ready => {
             let sandbox_id = s.id.clone();
             // Restarting all containers in place: what still runs of the
-            // earlier generation stops first, mains then init containers,
+            // earlier run stops first, mains then init containers,
             // each in reverse order (the kubelet's `ContainersToReset`).
             if let Some(boundary) = restart_all_boundary(pod, rt, &sandbox_id) {
                 let earlier = |c: &Container| {
@@ -617,7 +617,7 @@ fn plan_ready(
                     return plan;
                 }
             }
-            let current = current_generation(pod, rt);
+            let current = current_run(pod, rt);
             let mut planner = Planner {
                 pod,
                 rt: &current,
@@ -719,7 +719,7 @@ pub const RESTART_ALL_KILL: &str = "killing";
 /// Plans one container in a ready sandbox.
 struct Planner<'a> {
     pod: &'a Pod,
-    /// The pod's current generation ([`current_generation`]).
+    /// The pod's current run ([`current_run`]).
     rt: &'a PodRuntime,
     /// Every record, for the attempt numbers of new containers.
     history: &'a PodRuntime,

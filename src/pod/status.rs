@@ -682,8 +682,8 @@ pub fn status(
         return o.clone();
     }
     // A pod restarting all containers in place is planned, and initialized,
-    // from its current generation.
-    let current = super::plan::current_generation(pod, rt);
+    // from its current run.
+    let current = super::plan::current_run(pod, rt);
     let progress = init_progress(pod, &current);
     let mut init_statuses = init_statuses(pod, rt, waiting, probes, ctx);
     let main_wait = if progress == InitProgress::Done {
