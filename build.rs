@@ -1,5 +1,6 @@
 //! Generates the gRPC code of the APIs in `proto/` (plugin registration, the
-//! CSI Identity and Node services), clients and servers, with protoc.
+//! CSI Identity, Controller and Node services), clients and servers, with
+//! protoc.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");

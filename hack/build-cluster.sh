@@ -3,7 +3,7 @@
 # from their Go modules into _output/bin/. Go's module and build caches make a
 # warm rebuild take seconds.
 #
-#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind]
+#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind|csi]
 #
 # `busybox` builds busybox $BUSYBOX_VERSION as upstream configures it by default
 # (defconfig, static) into _output/bin/busybox-$BUSYBOX_VERSION, for the e2e
@@ -179,6 +179,17 @@ build_helm() {
     -o "$bin/" helm.sh/helm/v4/cmd/helm)
 }
 
+# The upstream CSI sidecars the storage tests run against the project's test
+# driver (src/bin/csi-hostpath.rs): external-provisioner and
+# external-attacher, from their own module (tests/cluster/csi), as
+# metrics-server's.
+build_csi() {
+  log "CSI sidecars (external-provisioner $(grep -m1 'external-provisioner/v6 v' tests/cluster/csi/go.mod | awk '{print $NF}'), external-attacher $(grep -m1 'external-attacher/v4 v' tests/cluster/csi/go.mod | awk '{print $NF}'))"
+  (cd tests/cluster/csi && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$bin/" \
+    github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner \
+    github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher)
+}
+
 case "$what" in
   all) build_k8s; build_containerd; build_agnhost; build_images; build_busybox; build_registry ;;
   k8s) build_k8s ;;
@@ -193,5 +204,6 @@ case "$what" in
   metrics-server) build_metrics_server ;;
   helm) build_helm ;;
   kind) build_kind ;;
-  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind)" >&2; exit 2 ;;
+  csi) build_csi ;;
+  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind|csi)" >&2; exit 2 ;;
 esac

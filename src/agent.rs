@@ -387,7 +387,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             client.clone(),
             &settings.root_dir,
             &node_name,
-            drivers,
+            drivers.clone(),
         )
         .run(),
     );
@@ -554,12 +554,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             tokio_stream::wrappers::UnboundedReceiverStream::new(probe_rx),
         ))
         .shutdown_on_signal();
-    let stats = Arc::new(crate::stats::Provider::new(
-        &node_name,
-        runtime.clone(),
-        settings.root_dir.clone(),
-        settings.pod_logs_dir.clone(),
-    ));
+    let stats = Arc::new(
+        crate::stats::Provider::new(
+            &node_name,
+            runtime.clone(),
+            settings.root_dir.clone(),
+            settings.pod_logs_dir.clone(),
+        )
+        .with_csi(drivers.clone()),
+    );
     let image_gc = crate::image_gc::ImageGc::new(
         runtime.clone(),
         stats.clone(),

@@ -1,8 +1,10 @@
 //! A CSI driver's Node service for tests, served on a real unix socket: it
 //! knows its node (`NodeGetInfo`: node ID `node-1`, 16 volumes, one
 //! topology segment), stages (`STAGE_UNSTAGE_VOLUME`), makes the target
-//! directory on publish as a driver makes its mount point, and records
-//! each call with the paths and contexts it got.
+//! directory on publish as a driver makes its mount point, reports fixed
+//! usage (`GET_VOLUME_STATS`: 400 of 1000 bytes used, 600 free; 90 of 100
+//! inodes free and a negative used count), and records each call with the
+//! paths and contexts it got.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -114,23 +116,46 @@ impl Node for FakeDriver {
     }
     async fn node_get_volume_stats(
         &self,
-        _: Request<NodeGetVolumeStatsRequest>,
+        r: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
-        Err(Status::unimplemented("no volume stats"))
+        let r = r.into_inner();
+        self.note(format!(
+            "stats {} at {} staged at {}",
+            r.volume_id, r.volume_path, r.staging_target_path
+        ));
+        // Bytes: 1000 in all, 600 free, 400 used; inodes: a negative
+        // count (a driver's nonsense) where the used ones should be.
+        Ok(Response::new(NodeGetVolumeStatsResponse {
+            usage: vec![
+                VolumeUsage {
+                    available: 600,
+                    total: 1000,
+                    used: 400,
+                    unit: volume_usage::Unit::Bytes.into(),
+                },
+                VolumeUsage {
+                    available: 90,
+                    total: 100,
+                    used: -1,
+                    unit: volume_usage::Unit::Inodes.into(),
+                },
+            ],
+        }))
     }
     async fn node_get_capabilities(
         &self,
         _: Request<NodeGetCapabilitiesRequest>,
     ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
-        let stage = NodeServiceCapability {
+        let rpc = |t: node_service_capability::rpc::Type| NodeServiceCapability {
             r#type: Some(node_service_capability::Type::Rpc(
-                node_service_capability::Rpc {
-                    r#type: node_service_capability::rpc::Type::StageUnstageVolume.into(),
-                },
+                node_service_capability::Rpc { r#type: t.into() },
             )),
         };
         Ok(Response::new(NodeGetCapabilitiesResponse {
-            capabilities: vec![stage],
+            capabilities: vec![
+                rpc(node_service_capability::rpc::Type::StageUnstageVolume),
+                rpc(node_service_capability::rpc::Type::GetVolumeStats),
+            ],
         }))
     }
 }

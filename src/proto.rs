@@ -9,7 +9,8 @@ pub mod pluginregistration {
 }
 
 /// The Container Storage Interface v1: the Identity service's plugin info
-/// and the Node service.
+/// and the Node service the agent calls, and the Identity and Controller
+/// parts the test driver (`src/bin/csi-hostpath.rs`) serves.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod csi {
     tonic::include_proto!("csi.v1");

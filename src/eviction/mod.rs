@@ -750,10 +750,12 @@ mod tests {
                 VolumeStats {
                     fs: fs(200 << 20),
                     name: "mem".into(),
+                    pvc_ref: None,
                 },
                 VolumeStats {
                     fs: fs(50 << 20),
                     name: "scratch".into(),
+                    pvc_ref: None,
                 },
             ],
             containers: vec![ContainerStats {

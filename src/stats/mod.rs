@@ -170,6 +170,34 @@ fn usage_on(fs: Option<FsStats>, time: Time, used: Option<u64>, inodes: Option<u
     }
 }
 
+/// A CSI volume's entry of a pod's stats, from its driver's report `u`
+/// (sampled at `now`): named as the pod names it, with its claim in
+/// namespace `ns` (the kubelet's `PVCRef`).
+fn csi_volume_stats(u: crate::volume::csi::Usage, ns: &str, now: Time) -> VolumeStats {
+    let name = if u.data.pod_volume_name.is_empty() {
+        u.data.spec_vol_id.clone()
+    } else {
+        u.data.pod_volume_name.clone()
+    };
+    let pvc_ref = (!u.data.claim_name.is_empty()).then(|| summary::PvcReference {
+        name: u.data.claim_name.clone(),
+        namespace: ns.to_string(),
+    });
+    VolumeStats {
+        fs: FsStats {
+            time: now,
+            available_bytes: u.available_bytes,
+            capacity_bytes: u.capacity_bytes,
+            used_bytes: u.used_bytes,
+            inodes_free: u.inodes_free,
+            inodes: u.inodes,
+            inodes_used: u.inodes_used,
+        },
+        name,
+        pvc_ref,
+    }
+}
+
 /// Gathers the node's statistics; one per agent, shared by the node API.
 pub struct Provider {
     node_name: String,
@@ -178,6 +206,9 @@ pub struct Provider {
     pod_logs_dir: PathBuf,
     cgroups: Cgroups,
     rates: Mutex<CpuRates>,
+    /// The registered CSI drivers, whose volumes' usage is asked of them
+    /// (`None`: CSI volumes are not reported).
+    csi: Option<crate::plugin_manager::Drivers>,
 }
 
 impl std::fmt::Debug for Provider {
@@ -219,6 +250,7 @@ impl Provider {
             pod_logs_dir,
             cgroups: Cgroups::detect(PathBuf::from("/sys/fs/cgroup")),
             rates: Mutex::new(CpuRates::default()),
+            csi: None,
         }
     }
 
@@ -374,6 +406,16 @@ impl Provider {
                         hosts.as_ref(),
                     ));
                 }
+                // Persistent volumes come after: they are not the pod's
+                // ephemeral storage.
+                if let Some(drivers) = &self.csi {
+                    let csi = crate::volume::csi::usage(drivers, &self.root_dir, &p.pod_ref.uid);
+                    p.volume.extend(
+                        csi.await
+                            .into_iter()
+                            .map(|u| csi_volume_stats(u, &p.pod_ref.namespace, now)),
+                    );
+                }
             }
             out.push(p);
         }
@@ -464,6 +506,14 @@ impl Provider {
         summary::network_from_net_dev(&read(&PathBuf::from(format!("/proc/{pid}/net/dev")))?, now)
     }
 
+    /// This provider, also reporting the pods' CSI volumes through the
+    /// drivers registered in `drivers` (`NodeGetVolumeStats`).
+    #[must_use]
+    pub fn with_csi(mut self, drivers: crate::plugin_manager::Drivers) -> Self {
+        self.csi = Some(drivers);
+        self
+    }
+
     /// The pod's emptyDir volumes (`<pod dir>/volumes/kubernetes.io~empty-dir/*`).
     async fn empty_dirs(&self, pod_dir: &Path, fs: Option<FsStats>, now: Time) -> Vec<VolumeStats> {
         let dir = pod_dir
@@ -483,7 +533,11 @@ impl Provider {
             // A memory-backed emptyDir is its own tmpfs: its size and free space.
             let fs = fs_info(&path, now).or(fs);
             if let Some(st) = dir_stats(path, fs, now).await {
-                out.push(VolumeStats { fs: st, name });
+                out.push(VolumeStats {
+                    fs: st,
+                    name,
+                    pvc_ref: None,
+                });
             }
         }
         out

@@ -231,14 +231,29 @@ pub struct FsStats {
     pub inodes_used: Option<u64>,
 }
 
-/// `VolumeStats`: a volume's [`FsStats`] and name.
+/// `VolumeStats`: a volume's [`FsStats`], name and, for a volume used
+/// through a claim, the claim.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct VolumeStats {
     /// Usage.
     #[serde(flatten)]
     pub fs: FsStats,
     /// The volume's name in the pod spec.
     pub name: String,
+    /// The PersistentVolumeClaim the pod uses the volume through
+    /// (`pvcRef`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pvc_ref: Option<PvcReference>,
+}
+
+/// `PVCReference`: a claim's name and namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PvcReference {
+    /// The claim's name.
+    pub name: String,
+    /// Its namespace (the pod's).
+    pub namespace: String,
 }
 
 /// `InterfaceStats`, bytes and packets since the interface came up.

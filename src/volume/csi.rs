@@ -30,9 +30,9 @@ use tracing::{info, warn};
 use super::{MountedVolume, PODS_DIR, VOLUMES_DIR};
 use crate::plugin_manager::Drivers;
 use crate::proto::csi::{
-    NodeGetCapabilitiesRequest, NodePublishVolumeRequest, NodeStageVolumeRequest,
-    NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
-    node_client::NodeClient, node_service_capability, volume_capability,
+    NodeGetCapabilitiesRequest, NodeGetVolumeStatsRequest, NodePublishVolumeRequest,
+    NodeStageVolumeRequest, NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
+    node_client::NodeClient, node_service_capability, volume_capability, volume_usage,
 };
 
 /// The plugin directory of CSI volumes in a pod's volumes directory.
@@ -70,9 +70,15 @@ pub struct Source {
     pub publish_secret: Option<(String, String)>,
     /// An inline ephemeral volume (no staging, no attaching).
     pub ephemeral: bool,
+    /// The pod volume's name (the name `/stats/summary` gives the volume).
+    pub pod_volume: String,
+    /// The claim the pod uses the volume through, in its namespace (`None`:
+    /// an inline volume).
+    pub claim: Option<String>,
 }
 
-/// The CSI source of PersistentVolume `pv` used read-only when `read_only`.
+/// The CSI source of PersistentVolume `pv` used read-only when `read_only`
+/// (its pod volume and claim left for the caller to fill in).
 #[must_use]
 pub fn of_persistent_volume(pv: &PersistentVolume, read_only: bool) -> Option<Source> {
     let spec = pv.spec.as_ref()?;
@@ -96,6 +102,8 @@ pub fn of_persistent_volume(pv: &PersistentVolume, read_only: bool) -> Option<So
         stage_secret: secret(csi.node_stage_secret_ref.as_ref()),
         publish_secret: secret(csi.node_publish_secret_ref.as_ref()),
         ephemeral: false,
+        pod_volume: String::new(),
+        claim: None,
     })
 }
 
@@ -108,6 +116,7 @@ pub fn of_inline(pod: &Pod, v: &Volume) -> Option<Source> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     Some(Source {
+        pod_volume: v.name.clone(),
         spec_name: v.name.clone(),
         driver: csi.driver.clone(),
         volume_handle: format!("csi-{}", sha256_hex(&format!("{uid}{}", v.name))),
@@ -122,6 +131,7 @@ pub fn of_inline(pod: &Pod, v: &Volume) -> Option<Source> {
             .as_ref()
             .map(|r| (ns, r.name.clone())),
         ephemeral: true,
+        claim: None,
     })
 }
 
@@ -180,6 +190,14 @@ pub struct VolData {
     /// keys: the kubelet finds it again from the spec.
     #[serde(default)]
     pub staging_path: String,
+    /// The pod volume's name ([`Source::pod_volume`]). Not one of the
+    /// kubelet's keys: its summary takes it from the spec.
+    #[serde(default)]
+    pub pod_volume_name: String,
+    /// The claim the pod uses the volume through (empty: an inline
+    /// volume). Not one of the kubelet's keys, as `pod_volume_name`.
+    #[serde(default)]
+    pub claim_name: String,
 }
 
 /// Whether `path` is a mount point now (`/proc/self/mountinfo`).
@@ -311,6 +329,8 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
             "Persistent".into()
         },
         staging_path: staging.clone(),
+        pod_volume_name: source.pod_volume.clone(),
+        claim_name: source.claim.clone().unwrap_or_default(),
     };
     let text = serde_json::to_string(&data).map_err(|e| e.to_string())?;
     std::fs::write(dir.join(VOL_DATA_FILE), text)
@@ -397,16 +417,140 @@ fn capability(source: &Source) -> VolumeCapability {
 
 /// Whether the driver stages volumes (`STAGE_UNSTAGE_VOLUME`).
 async fn stages(node: &mut NodeClient<tonic::transport::Channel>) -> Result<bool, String> {
+    has_capability(node, node_service_capability::rpc::Type::StageUnstageVolume).await
+}
+
+/// Whether the driver's Node service has capability `wanted`.
+async fn has_capability(
+    node: &mut NodeClient<tonic::transport::Channel>,
+    wanted: node_service_capability::rpc::Type,
+) -> Result<bool, String> {
     let caps = call(node.node_get_capabilities(NodeGetCapabilitiesRequest {}))
         .await
         .map_err(|e| format!("rpc error: NodeGetCapabilities: {e}"))?;
     Ok(caps.capabilities.iter().any(|c| {
         matches!(
             &c.r#type,
-            Some(node_service_capability::Type::Rpc(rpc))
-                if rpc.r#type == node_service_capability::rpc::Type::StageUnstageVolume as i32
+            Some(node_service_capability::Type::Rpc(rpc)) if rpc.r#type == wanted as i32
         )
     }))
+}
+
+/// A published CSI volume's usage, as its driver reports it
+/// (`NodeGetVolumeStats`): bytes and inodes, each `None` when the driver
+/// did not say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// What the volume is (its `vol_data.json`).
+    pub data: VolData,
+    /// Bytes free.
+    pub available_bytes: Option<u64>,
+    /// Bytes in all.
+    pub capacity_bytes: Option<u64>,
+    /// Bytes used.
+    pub used_bytes: Option<u64>,
+    /// Inodes free.
+    pub inodes_free: Option<u64>,
+    /// Inodes in all.
+    pub inodes: Option<u64>,
+    /// Inodes used.
+    pub inodes_used: Option<u64>,
+}
+
+/// How long a driver has to report a volume's usage.
+const STATS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The usage of every CSI volume pod `uid` has published whose driver is
+/// registered and reports usage (`GET_VOLUME_STATS`), sorted by pod volume
+/// name, as the kubelet's volume stats calculator asks it of the CSI
+/// plugin's `GetMetrics`. A volume whose driver fails is left out (logged).
+pub async fn usage(drivers: &Drivers, root: &Path, uid: &str) -> Vec<Usage> {
+    let dir = super::pod_dir(root, uid).join(VOLUMES_DIR).join(PLUGIN_DIR);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        let Some(data) = std::fs::read(entry.path().join(VOL_DATA_FILE))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<VolData>(&b).ok())
+        else {
+            continue;
+        };
+        let target = entry.path().join("mount");
+        if !is_mounted(&target) {
+            continue;
+        }
+        let Some(driver) = drivers.get(&data.driver_name) else {
+            continue;
+        };
+        match tokio::time::timeout(
+            STATS_TIMEOUT,
+            volume_usage(&driver.endpoint, &data, &target),
+        )
+        .await
+        {
+            Ok(Ok(Some(u))) => out.push(u),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(volume = %data.spec_vol_id, error = %e, "CSI volume stats")
+            }
+            Err(_) => {
+                tracing::debug!(volume = %data.spec_vol_id, "CSI volume stats: no answer in time")
+            }
+        }
+    }
+    out.sort_by(|a, b| a.data.pod_volume_name.cmp(&b.data.pod_volume_name));
+    out
+}
+
+/// One volume's usage from its driver; `None` when the driver does not
+/// report usage.
+async fn volume_usage(
+    endpoint: &Path,
+    data: &VolData,
+    target: &Path,
+) -> Result<Option<Usage>, String> {
+    let channel = crate::cri::unix_channel(endpoint.to_path_buf())
+        .await
+        .map_err(|e| {
+            format!(
+                "CSI driver {} at {}: {e}",
+                data.driver_name,
+                endpoint.display()
+            )
+        })?;
+    let mut node = NodeClient::new(channel);
+    if !has_capability(
+        &mut node,
+        node_service_capability::rpc::Type::GetVolumeStats,
+    )
+    .await?
+    {
+        return Ok(None);
+    }
+    let stats = call(node.node_get_volume_stats(NodeGetVolumeStatsRequest {
+        volume_id: data.volume_handle.clone(),
+        volume_path: target.display().to_string(),
+        staging_target_path: data.staging_path.clone(),
+    }))
+    .await
+    .map_err(|e| format!("rpc error: NodeGetVolumeStats: {e}"))?;
+    let mut u = Usage {
+        data: data.clone(),
+        ..Usage::default()
+    };
+    // Negative numbers from the driver are not numbers.
+    let n = |v: i64| u64::try_from(v).ok();
+    for s in &stats.usage {
+        if s.unit == volume_usage::Unit::Bytes as i32 {
+            (u.available_bytes, u.capacity_bytes, u.used_bytes) =
+                (n(s.available), n(s.total), n(s.used));
+        } else if s.unit == volume_usage::Unit::Inodes as i32 {
+            (u.inodes_free, u.inodes, u.inodes_used) = (n(s.available), n(s.total), n(s.used));
+        }
+    }
+    Ok(Some(u))
 }
 
 /// The data of secret `reference` (namespace, name), as strings; none
@@ -596,6 +740,74 @@ mod tests {
         let mut p = crate::fixtures::pod(name).build();
         p.metadata.uid = Some(uid.into());
         p
+    }
+
+    /// Usage is asked of the driver for each published volume of the pod
+    /// (with its target and staging paths) and reported under the pod
+    /// volume's name with its claim; a volume not mounted, or of a driver
+    /// not registered, is left out; a negative count is no count.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn usage_of_published_volumes_comes_from_their_drivers() {
+        let root = tempfile::tempdir().unwrap();
+        let socket = root.path().join("csi.sock");
+        let driver = FakeDriver::serve(&socket);
+        let drivers = Drivers::default();
+        drivers.set_for_test(crate::plugin_manager::Driver {
+            name: "test.csi".into(),
+            endpoint: socket.clone(),
+            version: (1, 0, 0),
+            node_id: "node-1".into(),
+        });
+        let backing = tempfile::tempdir().unwrap();
+        let mut mounted = Vec::new();
+        for (dir, driver_name, mount) in [
+            ("pv-a", "test.csi", true),
+            ("pv-b", "test.csi", false),
+            ("pv-c", "gone.csi", true),
+        ] {
+            let vol = volume_dir(root.path(), "u1", dir);
+            let target = vol.join("mount");
+            std::fs::create_dir_all(&target).unwrap();
+            let data = VolData {
+                spec_vol_id: dir.into(),
+                volume_handle: format!("h-{dir}"),
+                driver_name: driver_name.into(),
+                staging_path: "/staged".into(),
+                pod_volume_name: format!("vol-{dir}"),
+                claim_name: format!("claim-{dir}"),
+                ..VolData::default()
+            };
+            std::fs::write(vol.join(VOL_DATA_FILE), serde_json::to_vec(&data).unwrap()).unwrap();
+            if mount {
+                rustix::mount::mount_bind(backing.path(), &target).unwrap();
+                mounted.push(target);
+            }
+        }
+        let got = usage(&drivers, root.path(), "u1").await;
+        for t in &mounted {
+            rustix::mount::unmount(t, rustix::mount::UnmountFlags::empty()).unwrap();
+        }
+        assert_eq!(got.len(), 1, "{got:?}");
+        let u = &got[0];
+        assert_eq!(u.data.pod_volume_name, "vol-pv-a");
+        assert_eq!(u.data.claim_name, "claim-pv-a");
+        assert_eq!(
+            (u.available_bytes, u.capacity_bytes, u.used_bytes),
+            (Some(600), Some(1000), Some(400))
+        );
+        assert_eq!(
+            (u.inodes_free, u.inodes, u.inodes_used),
+            (Some(90), Some(100), None)
+        );
+        let target = volume_dir(root.path(), "u1", "pv-a").join("mount");
+        assert_eq!(
+            driver.take(),
+            vec![format!(
+                "stats h-pv-a at {} staged at /staged",
+                target.display()
+            )]
+        );
+        assert!(usage(&drivers, root.path(), "other").await.is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -512,10 +512,13 @@ impl VolumeManager {
             let source = match claim::claim_of(pod, v) {
                 Some(c) => match fetched.claims.get(&v.name) {
                     Some(Ok((bound, _))) => {
-                        let Some(source) = csi::of_persistent_volume(&bound.volume, c.read_only)
+                        let Some(mut source) =
+                            csi::of_persistent_volume(&bound.volume, c.read_only)
                         else {
                             continue;
                         };
+                        source.pod_volume.clone_from(&v.name);
+                        source.claim = Some(c.name.clone());
                         if let Err(e) =
                             claim::check_node_affinity(&bound.volume, &node.name, &node.labels)
                         {

@@ -261,6 +261,7 @@ fn ephemeral_storage_adds_layers_logs_volumes() {
     let vols = [VolumeStats {
         fs: fs(100, 10),
         name: "scratch".into(),
+        pvc_ref: None,
     }];
     let got = ephemeral_storage(&root, &[a, b], &vols, Some(&fs(1, 1)));
     assert_eq!(
@@ -374,6 +375,10 @@ fn summary_json_has_the_kubelets_shape() {
                     ..FsStats::default()
                 },
                 name: "v".into(),
+                pvc_ref: Some(PvcReference {
+                    name: "data-0".into(),
+                    namespace: "ns".into(),
+                }),
             }],
             ephemeral_storage: Some(FsStats::default()),
             ..PodStats::default()
@@ -402,7 +407,8 @@ fn summary_json_has_the_kubelets_shape() {
                     "rootfs": {"time": "1970-01-01T00:00:02Z", "usedBytes": 8},
                 }],
                 "network": {"time": epoch, "name": "eth0", "rxBytes": 1},
-                "volume": [{"time": epoch, "usedBytes": 4, "name": "v"}],
+                "volume": [{"time": epoch, "usedBytes": 4, "name": "v",
+                    "pvcRef": {"name": "data-0", "namespace": "ns"}}],
                 "ephemeral-storage": {"time": epoch},
             }],
         })

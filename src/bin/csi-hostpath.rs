@@ -1,0 +1,1076 @@
+//! `csi-hostpath`: a CSI driver whose volumes are directories of the host,
+//! for tests and demonstrations (the role upstream's csi-driver-host-path
+//! plays in Kubernetes' own tests). Not for production: a volume's size is
+//! not enforced and its data lives on the node.
+//!
+//! It serves the CSI Identity, Controller and Node services on one unix
+//! socket, so the upstream external-provisioner and external-attacher and
+//! the node agent all talk to it:
+//! - `CreateVolume` makes `<state-dir>/volumes/<name>` (the request's name,
+//!   `pvc-<claim uid>` from the provisioner), reachable only from this node
+//!   (topology key [`TOPOLOGY_KEY`]); `DeleteVolume` removes it.
+//! - `ControllerPublishVolume` attaches a volume that exists to this node.
+//! - `NodeStageVolume` bind-mounts the volume at the staging path (the global
+//!   mount), `NodePublishVolume` bind-mounts the staged volume (read-only
+//!   when asked) at the pod's target path; both are idempotent and checked
+//!   against `/proc/self/mountinfo`, and their undoing unmounts.
+//! - `NodeGetVolumeStats` reports the bytes and inodes under the volume and
+//!   its filesystem's totals.
+//!
+//! With `--registration-dir` it also registers itself with the node agent
+//! as upstream node-driver-registrar does: it serves the plugin
+//! registration API on `<dir>/<driver>-reg.sock`.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use rustix::mount::{MountFlags, UnmountFlags};
+use tonic::{Request, Response, Status};
+
+use rustlet::proto::csi::controller_server::{Controller, ControllerServer};
+use rustlet::proto::csi::identity_server::{Identity, IdentityServer};
+use rustlet::proto::csi::node_server::{Node, NodeServer};
+use rustlet::proto::csi::*;
+use rustlet::proto::pluginregistration::registration_server::{Registration, RegistrationServer};
+use rustlet::proto::pluginregistration::{
+    InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
+};
+
+/// The driver's default name.
+const DRIVER: &str = "hostpath.csi.rustlet.io";
+/// The topology key whose value is the node a volume lives on.
+const TOPOLOGY_KEY: &str = "topology.hostpath.csi.rustlet.io/node";
+/// The longest volume name accepted (bytes).
+const MAX_NAME: usize = 128;
+
+/// The command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "csi-hostpath",
+    about = "A CSI driver whose volumes are directories of the host (for tests)"
+)]
+struct Args {
+    /// Unix socket to serve the Identity, Controller and Node services on.
+    #[arg(long)]
+    endpoint: PathBuf,
+    /// This node's name, as NodeGetInfo reports it.
+    #[arg(long)]
+    node_id: String,
+    /// Directory the volumes live in (`<state-dir>/volumes/<volume id>`).
+    #[arg(long, default_value = "/var/lib/csi-hostpath")]
+    state_dir: PathBuf,
+    /// The driver's name.
+    #[arg(long, default_value = DRIVER)]
+    driver_name: String,
+    /// The node agent's plugin registration directory
+    /// (`<root-dir>/plugins_registry`): register there as
+    /// node-driver-registrar does.
+    #[arg(long)]
+    registration_dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("csi-hostpath: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("csi-hostpath: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Serves until SIGTERM or SIGINT, or until the agent refuses the
+/// registration.
+async fn run(args: Args) -> Result<(), String> {
+    if args.node_id.is_empty() {
+        return Err("--node-id must not be empty".into());
+    }
+    let driver = Driver::new(&args.driver_name, &args.node_id, &args.state_dir)
+        .map_err(|e| format!("state directory {}: {e}", args.state_dir.display()))?;
+    let csi = serve_csi(driver, &args.endpoint)
+        .map_err(|e| format!("endpoint {}: {e}", args.endpoint.display()))?;
+    let (refused_tx, mut refused) = tokio::sync::mpsc::channel::<String>(1);
+    let registration = match &args.registration_dir {
+        Some(dir) => {
+            let socket = dir.join(format!("{}-reg.sock", args.driver_name));
+            let registrar = Registrar {
+                name: args.driver_name.clone(),
+                endpoint: args.endpoint.display().to_string(),
+                refused: refused_tx,
+            };
+            Some((
+                serve_registration(registrar, &socket)
+                    .map_err(|e| format!("registration socket {}: {e}", socket.display()))?,
+                socket,
+            ))
+        }
+        None => None,
+    };
+    tracing::info!(driver = %args.driver_name, node = %args.node_id, endpoint = %args.endpoint.display(), "serving");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("SIGTERM handler: {e}"))?;
+    let outcome = tokio::select! {
+        _ = term.recv() => Ok(()),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        Some(why) = refused.recv() => Err(format!("the node agent refused the registration: {why}")),
+    };
+    csi.abort();
+    let _ = std::fs::remove_file(&args.endpoint);
+    if let Some((task, socket)) = registration {
+        task.abort();
+        let _ = std::fs::remove_file(socket);
+    }
+    outcome
+}
+
+/// Binds `socket` (replacing a stale one) and serves the driver's three
+/// services on it.
+fn serve_csi(driver: Driver, socket: &Path) -> io::Result<tokio::task::JoinHandle<()>> {
+    let listener = bind(socket)?;
+    let driver = Arc::new(driver);
+    Ok(tokio::spawn(async move {
+        let served = tonic::transport::Server::builder()
+            .add_service(IdentityServer::from_arc(driver.clone()))
+            .add_service(ControllerServer::from_arc(driver.clone()))
+            .add_service(NodeServer::from_arc(driver))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the CSI server stopped");
+        }
+    }))
+}
+
+/// Binds `socket` (replacing a stale one) and serves the registration API.
+fn serve_registration(r: Registrar, socket: &Path) -> io::Result<tokio::task::JoinHandle<()>> {
+    let listener = bind(socket)?;
+    Ok(tokio::spawn(async move {
+        let served = tonic::transport::Server::builder()
+            .add_service(RegistrationServer::new(r))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the registration server stopped");
+        }
+    }))
+}
+
+/// A unix listener on `socket`, its directory made, a stale socket removed.
+fn bind(socket: &Path) -> io::Result<tokio::net::UnixListener> {
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match std::fs::remove_file(socket) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    tokio::net::UnixListener::bind(socket)
+}
+
+/// The registration API, as node-driver-registrar serves it: the driver's
+/// name and endpoint, and the agent's answer.
+struct Registrar {
+    name: String,
+    endpoint: String,
+    refused: tokio::sync::mpsc::Sender<String>,
+}
+
+#[tonic::async_trait]
+impl Registration for Registrar {
+    async fn get_info(&self, _: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
+        Ok(Response::new(PluginInfo {
+            r#type: "CSIPlugin".into(),
+            name: self.name.clone(),
+            endpoint: self.endpoint.clone(),
+            supported_versions: vec!["1.0.0".into()],
+        }))
+    }
+
+    async fn notify_registration_status(
+        &self,
+        req: Request<RegistrationStatus>,
+    ) -> Result<Response<RegistrationStatusResponse>, Status> {
+        let status = req.into_inner();
+        if status.plugin_registered {
+            tracing::info!("registered with the node agent");
+        } else {
+            let _ = self.refused.try_send(status.error);
+        }
+        Ok(Response::new(RegistrationStatusResponse {}))
+    }
+}
+
+/// The driver: its name, node and volume directory. Node calls are
+/// serialized (`lock`) so that a check of the mount table and the mount it
+/// decides on are not interleaved with another call's.
+struct Driver {
+    name: String,
+    node: String,
+    volumes: PathBuf,
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl Driver {
+    /// A driver keeping its volumes under `<state_dir>/volumes` (made).
+    fn new(name: &str, node: &str, state_dir: &Path) -> io::Result<Self> {
+        let volumes = state_dir.join("volumes");
+        std::fs::create_dir_all(&volumes)?;
+        Ok(Self {
+            name: name.into(),
+            node: node.into(),
+            volumes,
+            lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The directory of volume `id`, which must be a plain name.
+    fn volume(&self, id: &str) -> Result<PathBuf, Status> {
+        valid_name(id).map_err(Status::invalid_argument)?;
+        Ok(self.volumes.join(id))
+    }
+
+    /// The directory of volume `id`, which must exist.
+    fn existing(&self, id: &str) -> Result<PathBuf, Status> {
+        let dir = self.volume(id)?;
+        if dir.is_dir() {
+            Ok(dir)
+        } else {
+            Err(Status::not_found(format!("volume {id} does not exist")))
+        }
+    }
+
+    fn topology(&self) -> Topology {
+        Topology {
+            segments: HashMap::from([(TOPOLOGY_KEY.to_string(), self.node.clone())]),
+        }
+    }
+}
+
+/// Whether `name` can name a volume directory: 1 to [`MAX_NAME`] bytes of
+/// ASCII letters, digits, `-`, `_` and `.`, not `.` or `..`.
+fn valid_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "volume name {name:?} is not 1 to {MAX_NAME} letters, digits, '-', '_' or '.'"
+        ))
+    }
+}
+
+/// An absolute path from a request field, else `InvalidArgument`.
+fn absolute(field: &str, path: &str) -> Result<PathBuf, Status> {
+    let p = PathBuf::from(path);
+    if p.is_absolute() {
+        Ok(p)
+    } else {
+        Err(Status::invalid_argument(format!(
+            "{field} must be an absolute path, not {path:?}"
+        )))
+    }
+}
+
+/// Whether `path` is a mount point in this mount namespace.
+fn mounted(path: &Path) -> Result<bool, Status> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| Status::internal(format!("read mountinfo: {e}")))?;
+    Ok(rustlet::volume::mount::mounts_under(&text, path)
+        .iter()
+        .any(|p| p == path))
+}
+
+/// Bind-mounts `source` on `target` (made), read-only when asked; nothing
+/// when `target` is already a mount point.
+fn bind_mount(source: &Path, target: &Path, read_only: bool) -> Result<(), Status> {
+    if mounted(target)? {
+        return Ok(());
+    }
+    std::fs::create_dir_all(target)
+        .map_err(|e| Status::internal(format!("make {}: {e}", target.display())))?;
+    rustix::mount::mount_bind(source, target).map_err(|e| {
+        Status::internal(format!(
+            "bind {} on {}: {e}",
+            source.display(),
+            target.display()
+        ))
+    })?;
+    if read_only {
+        let remount =
+            rustix::mount::mount_remount(target, MountFlags::BIND | MountFlags::RDONLY, "");
+        if let Err(e) = remount {
+            let _ = rustix::mount::unmount(target, UnmountFlags::empty());
+            return Err(Status::internal(format!(
+                "make {} read-only: {e}",
+                target.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Unmounts `target` when it is a mount point.
+fn unmount(target: &Path) -> Result<(), Status> {
+    if mounted(target)? {
+        rustix::mount::unmount(target, UnmountFlags::empty())
+            .map_err(|e| Status::internal(format!("unmount {}: {e}", target.display())))?;
+    }
+    Ok(())
+}
+
+/// Bytes (512-byte blocks allocated) and inodes used under `dir`, without
+/// following symbolic links or crossing into other filesystems.
+fn usage(dir: &Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::symlink_metadata(dir)?;
+    let (mut bytes, mut inodes) = (root.blocks().saturating_mul(512), 1u64);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let m = entry.metadata()?;
+            if m.dev() != root.dev() {
+                continue;
+            }
+            bytes = bytes.saturating_add(m.blocks().saturating_mul(512));
+            inodes = inodes.saturating_add(1);
+            if m.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    Ok((bytes, inodes))
+}
+
+/// A `u64` as the `int64` the wire carries (saturating).
+fn wire(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[tonic::async_trait]
+impl Identity for Driver {
+    async fn get_plugin_info(
+        &self,
+        _: Request<GetPluginInfoRequest>,
+    ) -> Result<Response<GetPluginInfoResponse>, Status> {
+        Ok(Response::new(GetPluginInfoResponse {
+            name: self.name.clone(),
+            vendor_version: env!("CARGO_PKG_VERSION").into(),
+            manifest: HashMap::new(),
+        }))
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        let service = |t: plugin_capability::service::Type| PluginCapability {
+            r#type: Some(plugin_capability::Type::Service(
+                plugin_capability::Service { r#type: t.into() },
+            )),
+        };
+        Ok(Response::new(GetPluginCapabilitiesResponse {
+            capabilities: vec![
+                service(plugin_capability::service::Type::ControllerService),
+                service(plugin_capability::service::Type::VolumeAccessibilityConstraints),
+            ],
+        }))
+    }
+
+    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        Ok(Response::new(ProbeResponse {
+            ready: Some(Ready { value: true }),
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl Controller for Driver {
+    async fn create_volume(
+        &self,
+        req: Request<CreateVolumeRequest>,
+    ) -> Result<Response<CreateVolumeResponse>, Status> {
+        let req = req.into_inner();
+        let dir = self.volume(&req.name)?;
+        if req.volume_capabilities.is_empty() {
+            return Err(Status::invalid_argument("volume_capabilities is empty"));
+        }
+        if req
+            .volume_capabilities
+            .iter()
+            .any(|c| matches!(c.access_type, Some(volume_capability::AccessType::Block(_))))
+        {
+            return Err(Status::invalid_argument(
+                "block volumes are not supported by this driver",
+            ));
+        }
+        // Reachable only from this node: a requisite topology must allow it.
+        if let Some(req_topology) = &req.accessibility_requirements
+            && !req_topology.requisite.is_empty()
+            && !req_topology
+                .requisite
+                .iter()
+                .any(|t| t.segments.get(TOPOLOGY_KEY) == Some(&self.node))
+        {
+            return Err(Status::resource_exhausted(format!(
+                "node {} is not in the requisite topology",
+                self.node
+            )));
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Status::internal(format!("make {}: {e}", dir.display())))?;
+        // The size asked for (none is enforced): the required bytes, else
+        // the limit.
+        let capacity = req.capacity_range.map_or(0, |r| {
+            if r.required_bytes > 0 {
+                r.required_bytes
+            } else {
+                r.limit_bytes.max(0)
+            }
+        });
+        tracing::info!(volume = %req.name, bytes = capacity, "volume made");
+        Ok(Response::new(CreateVolumeResponse {
+            volume: Some(Volume {
+                capacity_bytes: capacity,
+                volume_id: req.name,
+                volume_context: HashMap::new(),
+                accessible_topology: vec![self.topology()],
+            }),
+        }))
+    }
+
+    async fn delete_volume(
+        &self,
+        req: Request<DeleteVolumeRequest>,
+    ) -> Result<Response<DeleteVolumeResponse>, Status> {
+        let dir = self.volume(&req.get_ref().volume_id)?;
+        let _guard = self.lock.lock().await;
+        let text = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| Status::internal(format!("read mountinfo: {e}")))?;
+        if !rustlet::volume::mount::mounts_under(&text, &dir).is_empty() {
+            return Err(Status::failed_precondition(
+                "the volume is mounted under itself",
+            ));
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                Err(Status::internal(format!("remove {}: {e}", dir.display())))
+            }
+            _ => {
+                tracing::info!(volume = %req.get_ref().volume_id, "volume deleted");
+                Ok(Response::new(DeleteVolumeResponse {}))
+            }
+        }
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        req: Request<ControllerPublishVolumeRequest>,
+    ) -> Result<Response<ControllerPublishVolumeResponse>, Status> {
+        let req = req.into_inner();
+        self.existing(&req.volume_id)?;
+        if req.node_id != self.node {
+            return Err(Status::not_found(format!(
+                "node {} is not this driver's",
+                req.node_id
+            )));
+        }
+        tracing::info!(volume = %req.volume_id, node = %req.node_id, "volume attached");
+        Ok(Response::new(ControllerPublishVolumeResponse {
+            publish_context: HashMap::from([("attachedTo".to_string(), self.node.clone())]),
+        }))
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        req: Request<ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<ControllerUnpublishVolumeResponse>, Status> {
+        self.volume(&req.get_ref().volume_id)?;
+        tracing::info!(volume = %req.get_ref().volume_id, "volume detached");
+        Ok(Response::new(ControllerUnpublishVolumeResponse {}))
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        req: Request<ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
+        let req = req.into_inner();
+        self.existing(&req.volume_id)?;
+        let block = req
+            .volume_capabilities
+            .iter()
+            .any(|c| matches!(c.access_type, Some(volume_capability::AccessType::Block(_))));
+        Ok(Response::new(if block {
+            ValidateVolumeCapabilitiesResponse {
+                confirmed: None,
+                message: "block volumes are not supported by this driver".into(),
+            }
+        } else {
+            ValidateVolumeCapabilitiesResponse {
+                confirmed: Some(validate_volume_capabilities_response::Confirmed {
+                    volume_context: req.volume_context,
+                    volume_capabilities: req.volume_capabilities,
+                    parameters: req.parameters,
+                }),
+                message: String::new(),
+            }
+        }))
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _: Request<ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
+        let rpc = |t: controller_service_capability::rpc::Type| ControllerServiceCapability {
+            r#type: Some(controller_service_capability::Type::Rpc(
+                controller_service_capability::Rpc { r#type: t.into() },
+            )),
+        };
+        Ok(Response::new(ControllerGetCapabilitiesResponse {
+            capabilities: vec![
+                rpc(controller_service_capability::rpc::Type::CreateDeleteVolume),
+                rpc(controller_service_capability::rpc::Type::PublishUnpublishVolume),
+            ],
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl Node for Driver {
+    async fn node_stage_volume(
+        &self,
+        req: Request<NodeStageVolumeRequest>,
+    ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        let req = req.into_inner();
+        let dir = self.existing(&req.volume_id)?;
+        let staging = absolute("staging_target_path", &req.staging_target_path)?;
+        if req.volume_capability.is_none() {
+            return Err(Status::invalid_argument("volume_capability is missing"));
+        }
+        let _guard = self.lock.lock().await;
+        bind_mount(&dir, &staging, false)?;
+        tracing::info!(volume = %req.volume_id, path = %staging.display(), "volume staged");
+        Ok(Response::new(NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        req: Request<NodeUnstageVolumeRequest>,
+    ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+        let req = req.into_inner();
+        self.volume(&req.volume_id)?;
+        let staging = absolute("staging_target_path", &req.staging_target_path)?;
+        let _guard = self.lock.lock().await;
+        unmount(&staging)?;
+        tracing::info!(volume = %req.volume_id, path = %staging.display(), "volume unstaged");
+        Ok(Response::new(NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        req: Request<NodePublishVolumeRequest>,
+    ) -> Result<Response<NodePublishVolumeResponse>, Status> {
+        let req = req.into_inner();
+        let dir = self.existing(&req.volume_id)?;
+        let target = absolute("target_path", &req.target_path)?;
+        if req.volume_capability.is_none() {
+            return Err(Status::invalid_argument("volume_capability is missing"));
+        }
+        let _guard = self.lock.lock().await;
+        let source = if req.staging_target_path.is_empty() {
+            dir
+        } else {
+            let staging = absolute("staging_target_path", &req.staging_target_path)?;
+            if !mounted(&staging)? {
+                return Err(Status::failed_precondition(format!(
+                    "volume {} is not staged at {}",
+                    req.volume_id,
+                    staging.display()
+                )));
+            }
+            staging
+        };
+        bind_mount(&source, &target, req.readonly)?;
+        tracing::info!(volume = %req.volume_id, path = %target.display(), read_only = req.readonly, "volume published");
+        Ok(Response::new(NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        req: Request<NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
+        let req = req.into_inner();
+        self.volume(&req.volume_id)?;
+        let target = absolute("target_path", &req.target_path)?;
+        let _guard = self.lock.lock().await;
+        unmount(&target)?;
+        match std::fs::remove_dir(&target) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(Status::internal(format!(
+                    "remove {}: {e}",
+                    target.display()
+                )));
+            }
+            _ => {}
+        }
+        tracing::info!(volume = %req.volume_id, path = %target.display(), "volume unpublished");
+        Ok(Response::new(NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        req: Request<NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
+        let req = req.into_inner();
+        let dir = self.existing(&req.volume_id)?;
+        let path = absolute("volume_path", &req.volume_path)?;
+        if !mounted(&path)? {
+            return Err(Status::not_found(format!(
+                "volume {} is not published at {}",
+                req.volume_id,
+                path.display()
+            )));
+        }
+        let (fs, (bytes, inodes)) = tokio::task::spawn_blocking(move || {
+            let fs = rustix::fs::statvfs(&dir).map_err(io::Error::from)?;
+            Ok::<_, io::Error>((fs, usage(&dir)?))
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(|e| Status::internal(format!("usage of volume {}: {e}", req.volume_id)))?;
+        Ok(Response::new(NodeGetVolumeStatsResponse {
+            usage: vec![
+                VolumeUsage {
+                    available: wire(fs.f_bavail.saturating_mul(fs.f_frsize)),
+                    total: wire(fs.f_blocks.saturating_mul(fs.f_frsize)),
+                    used: wire(bytes),
+                    unit: volume_usage::Unit::Bytes.into(),
+                },
+                VolumeUsage {
+                    available: wire(fs.f_ffree),
+                    total: wire(fs.f_files),
+                    used: wire(inodes),
+                    unit: volume_usage::Unit::Inodes.into(),
+                },
+            ],
+        }))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
+        let rpc = |t: node_service_capability::rpc::Type| NodeServiceCapability {
+            r#type: Some(node_service_capability::Type::Rpc(
+                node_service_capability::Rpc { r#type: t.into() },
+            )),
+        };
+        Ok(Response::new(NodeGetCapabilitiesResponse {
+            capabilities: vec![
+                rpc(node_service_capability::rpc::Type::StageUnstageVolume),
+                rpc(node_service_capability::rpc::Type::GetVolumeStats),
+            ],
+        }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<NodeGetInfoRequest>,
+    ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        Ok(Response::new(NodeGetInfoResponse {
+            node_id: self.node.clone(),
+            max_volumes_per_node: 0,
+            accessible_topology: Some(self.topology()),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustlet::proto::csi::controller_client::ControllerClient;
+    use rustlet::proto::csi::identity_client::IdentityClient;
+    use rustlet::proto::csi::node_client::NodeClient;
+    use rustlet::proto::pluginregistration::registration_client::RegistrationClient;
+
+    fn mount_capability() -> VolumeCapability {
+        VolumeCapability {
+            access_type: Some(volume_capability::AccessType::Mount(
+                volume_capability::MountVolume::default(),
+            )),
+            access_mode: Some(volume_capability::AccessMode {
+                mode: volume_capability::access_mode::Mode::SingleNodeWriter.into(),
+            }),
+        }
+    }
+
+    fn is_mounted(p: &Path) -> bool {
+        mounted(p).unwrap()
+    }
+
+    /// The whole life of a volume over the real socket, with real bind
+    /// mounts: made, attached, staged, published (twice, idempotently),
+    /// written through the pod's path, measured, unpublished, unstaged,
+    /// deleted.
+    #[tokio::test]
+    async fn a_volume_is_made_mounted_measured_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        let driver = Driver::new(DRIVER, "node-a", &dir.path().join("state")).unwrap();
+        let _server = serve_csi(driver, &socket).unwrap();
+        let channel = rustlet::cri::unix_channel(socket.clone()).await.unwrap();
+        let (mut identity, mut controller, mut node) = (
+            IdentityClient::new(channel.clone()),
+            ControllerClient::new(channel.clone()),
+            NodeClient::new(channel),
+        );
+
+        let info = identity
+            .get_plugin_info(GetPluginInfoRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(info.name, DRIVER);
+        let ready = identity.probe(ProbeRequest {}).await.unwrap().into_inner();
+        assert_eq!(ready.ready, Some(Ready { value: true }));
+
+        let create = CreateVolumeRequest {
+            name: "pvc-1".into(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 1 << 20,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![mount_capability()],
+            ..CreateVolumeRequest::default()
+        };
+        let made = controller
+            .create_volume(create.clone())
+            .await
+            .unwrap()
+            .into_inner()
+            .volume
+            .unwrap();
+        assert_eq!(made.volume_id, "pvc-1");
+        assert_eq!(made.capacity_bytes, 1 << 20);
+        assert_eq!(
+            made.accessible_topology[0].segments.get(TOPOLOGY_KEY),
+            Some(&"node-a".to_string())
+        );
+        // Made again: the same volume.
+        let again = controller.create_volume(create).await.unwrap().into_inner();
+        assert_eq!(again.volume.unwrap().volume_id, "pvc-1");
+
+        let attached = controller
+            .controller_publish_volume(ControllerPublishVolumeRequest {
+                volume_id: "pvc-1".into(),
+                node_id: "node-a".into(),
+                volume_capability: Some(mount_capability()),
+                ..ControllerPublishVolumeRequest::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            attached.publish_context.get("attachedTo").unwrap(),
+            "node-a"
+        );
+        let elsewhere = controller
+            .controller_publish_volume(ControllerPublishVolumeRequest {
+                volume_id: "pvc-1".into(),
+                node_id: "node-b".into(),
+                ..ControllerPublishVolumeRequest::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(elsewhere.code(), tonic::Code::NotFound);
+
+        let staging = dir.path().join("globalmount");
+        let target = dir.path().join("pod").join("mount");
+        let stage = NodeStageVolumeRequest {
+            volume_id: "pvc-1".into(),
+            staging_target_path: staging.display().to_string(),
+            volume_capability: Some(mount_capability()),
+            ..NodeStageVolumeRequest::default()
+        };
+        node.node_stage_volume(stage.clone()).await.unwrap();
+        node.node_stage_volume(stage).await.unwrap();
+        assert!(is_mounted(&staging));
+        let publish = NodePublishVolumeRequest {
+            volume_id: "pvc-1".into(),
+            staging_target_path: staging.display().to_string(),
+            target_path: target.display().to_string(),
+            volume_capability: Some(mount_capability()),
+            ..NodePublishVolumeRequest::default()
+        };
+        node.node_publish_volume(publish.clone()).await.unwrap();
+        node.node_publish_volume(publish).await.unwrap();
+        assert!(is_mounted(&target));
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let at_target = rustlet::volume::mount::mounts_under(&text, &target);
+        assert_eq!(at_target.len(), 1, "published once: {at_target:?}");
+
+        // What the pod writes is in the volume.
+        std::fs::write(target.join("file"), vec![7u8; 64 * 1024]).unwrap();
+        let kept = dir.path().join("state/volumes/pvc-1/file");
+        assert_eq!(std::fs::metadata(&kept).unwrap().len(), 64 * 1024);
+
+        let stats = node
+            .node_get_volume_stats(NodeGetVolumeStatsRequest {
+                volume_id: "pvc-1".into(),
+                volume_path: target.display().to_string(),
+                staging_target_path: staging.display().to_string(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let bytes = stats
+            .usage
+            .iter()
+            .find(|u| u.unit == volume_usage::Unit::Bytes as i32)
+            .unwrap();
+        assert!(bytes.used >= 64 * 1024, "{bytes:?}");
+        assert!(bytes.total > 0 && bytes.available > 0, "{bytes:?}");
+        let inodes = stats
+            .usage
+            .iter()
+            .find(|u| u.unit == volume_usage::Unit::Inodes as i32)
+            .unwrap();
+        assert_eq!(inodes.used, 2, "the volume's directory and its file");
+
+        // Unpublished: gone from the pod's path, and no longer measured.
+        node.node_unpublish_volume(NodeUnpublishVolumeRequest {
+            volume_id: "pvc-1".into(),
+            target_path: target.display().to_string(),
+        })
+        .await
+        .unwrap();
+        assert!(!target.exists());
+        let not_published = node
+            .node_get_volume_stats(NodeGetVolumeStatsRequest {
+                volume_id: "pvc-1".into(),
+                volume_path: target.display().to_string(),
+                staging_target_path: String::new(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(not_published.code(), tonic::Code::NotFound);
+        node.node_unstage_volume(NodeUnstageVolumeRequest {
+            volume_id: "pvc-1".into(),
+            staging_target_path: staging.display().to_string(),
+        })
+        .await
+        .unwrap();
+        assert!(!is_mounted(&staging));
+        assert_eq!(std::fs::metadata(&kept).unwrap().len(), 64 * 1024);
+
+        controller
+            .delete_volume(DeleteVolumeRequest {
+                volume_id: "pvc-1".into(),
+                ..DeleteVolumeRequest::default()
+            })
+            .await
+            .unwrap();
+        assert!(!dir.path().join("state/volumes/pvc-1").exists());
+        // Deleted again: nothing to do.
+        controller
+            .delete_volume(DeleteVolumeRequest {
+                volume_id: "pvc-1".into(),
+                ..DeleteVolumeRequest::default()
+            })
+            .await
+            .unwrap();
+    }
+
+    /// A read-only publish is read-only; publishing a volume that is not
+    /// staged is refused.
+    #[tokio::test]
+    async fn read_only_publish_and_unstaged_volumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        let driver = Driver::new(DRIVER, "node-a", &dir.path().join("state")).unwrap();
+        std::fs::create_dir_all(dir.path().join("state/volumes/v1")).unwrap();
+        let _server = serve_csi(driver, &socket).unwrap();
+        let mut node = NodeClient::new(rustlet::cri::unix_channel(socket).await.unwrap());
+        let staging = dir.path().join("globalmount");
+        let target = dir.path().join("ro");
+        let publish = NodePublishVolumeRequest {
+            volume_id: "v1".into(),
+            staging_target_path: staging.display().to_string(),
+            target_path: target.display().to_string(),
+            volume_capability: Some(mount_capability()),
+            readonly: true,
+            ..NodePublishVolumeRequest::default()
+        };
+        let refused = node.node_publish_volume(publish.clone()).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+        node.node_stage_volume(NodeStageVolumeRequest {
+            volume_id: "v1".into(),
+            staging_target_path: staging.display().to_string(),
+            volume_capability: Some(mount_capability()),
+            ..NodeStageVolumeRequest::default()
+        })
+        .await
+        .unwrap();
+        node.node_publish_volume(publish).await.unwrap();
+        let err = std::fs::write(target.join("f"), b"x").unwrap_err();
+        assert_eq!(
+            err.raw_os_error(),
+            Some(rustix::io::Errno::ROFS.raw_os_error())
+        );
+        node.node_unpublish_volume(NodeUnpublishVolumeRequest {
+            volume_id: "v1".into(),
+            target_path: target.display().to_string(),
+        })
+        .await
+        .unwrap();
+        node.node_unstage_volume(NodeUnstageVolumeRequest {
+            volume_id: "v1".into(),
+            staging_target_path: staging.display().to_string(),
+        })
+        .await
+        .unwrap();
+        assert!(!is_mounted(&staging));
+    }
+
+    /// Names that could leave the volume directory, and requests without
+    /// what they need, are refused before anything is touched.
+    #[tokio::test]
+    async fn hostile_requests_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        let driver = Driver::new(DRIVER, "node-a", &dir.path().join("state")).unwrap();
+        let _server = serve_csi(driver, &socket).unwrap();
+        let channel = rustlet::cri::unix_channel(socket).await.unwrap();
+        let mut controller = ControllerClient::new(channel.clone());
+        let mut node = NodeClient::new(channel);
+        for name in ["", ".", "..", "../escape", "a/b", &"x".repeat(MAX_NAME + 1)] {
+            let err = controller
+                .create_volume(CreateVolumeRequest {
+                    name: name.into(),
+                    volume_capabilities: vec![mount_capability()],
+                    ..CreateVolumeRequest::default()
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{name:?}");
+        }
+        assert!(!dir.path().join("escape").exists());
+        let block = VolumeCapability {
+            access_type: Some(volume_capability::AccessType::Block(
+                volume_capability::BlockVolume {},
+            )),
+            ..mount_capability()
+        };
+        let err = controller
+            .create_volume(CreateVolumeRequest {
+                name: "b".into(),
+                volume_capabilities: vec![block],
+                ..CreateVolumeRequest::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        let err = controller
+            .create_volume(CreateVolumeRequest {
+                name: "elsewhere".into(),
+                volume_capabilities: vec![mount_capability()],
+                accessibility_requirements: Some(TopologyRequirement {
+                    requisite: vec![Topology {
+                        segments: HashMap::from([(TOPOLOGY_KEY.into(), "node-b".into())]),
+                    }],
+                    preferred: Vec::new(),
+                }),
+                ..CreateVolumeRequest::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+        let err = node
+            .node_stage_volume(NodeStageVolumeRequest {
+                volume_id: "missing".into(),
+                staging_target_path: "/tmp/x".into(),
+                volume_capability: Some(mount_capability()),
+                ..NodeStageVolumeRequest::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::NotFound);
+        std::fs::create_dir_all(dir.path().join("state/volumes/v")).unwrap();
+        let err = node
+            .node_publish_volume(NodePublishVolumeRequest {
+                volume_id: "v".into(),
+                target_path: "relative/path".into(),
+                volume_capability: Some(mount_capability()),
+                ..NodePublishVolumeRequest::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    }
+
+    /// The registration API answers as node-driver-registrar does, and a
+    /// refusal reaches the driver's main loop.
+    #[tokio::test]
+    async fn registers_as_the_registrar_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir
+            .path()
+            .join("registry")
+            .join(format!("{DRIVER}-reg.sock"));
+        let (tx, mut refused) = tokio::sync::mpsc::channel(1);
+        let registrar = Registrar {
+            name: DRIVER.into(),
+            endpoint: "/run/csi/csi.sock".into(),
+            refused: tx,
+        };
+        let _server = serve_registration(registrar, &socket).unwrap();
+        let mut client = RegistrationClient::new(rustlet::cri::unix_channel(socket).await.unwrap());
+        let info = client.get_info(InfoRequest {}).await.unwrap().into_inner();
+        assert_eq!(info.r#type, "CSIPlugin");
+        assert_eq!(info.name, DRIVER);
+        assert_eq!(info.endpoint, "/run/csi/csi.sock");
+        assert_eq!(info.supported_versions, vec!["1.0.0".to_string()]);
+        client
+            .notify_registration_status(RegistrationStatus {
+                plugin_registered: true,
+                error: String::new(),
+            })
+            .await
+            .unwrap();
+        assert!(refused.try_recv().is_err());
+        client
+            .notify_registration_status(RegistrationStatus {
+                plugin_registered: false,
+                error: "version not supported".into(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(refused.recv().await.unwrap(), "version not supported");
+    }
+}
