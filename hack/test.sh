@@ -84,6 +84,7 @@ if ! $quick; then
   hack/local-down.sh >/dev/null 2>&1 || true
   step "build cluster" hack/build-cluster.sh all
   step "build metrics-server" hack/build-cluster.sh metrics-server
+  step "build CSI sidecars" hack/build-cluster.sh csi
   step "Helm chart: lint, template, schema and RBAC" hack/chart-lint.sh
   step "cluster smoke test (kubelet)" hack/test-cluster-smoke.sh --agent kubelet
   step "end-to-end tests (rustlet)" e2e

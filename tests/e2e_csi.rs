@@ -1,0 +1,370 @@
+//! Persistent volumes from a CSI driver on the local cluster
+//! (`hack/local-up.sh --agent rustlet`): the project's hostpath test driver
+//! (`src/bin/csi-hostpath.rs`) registers itself with the agent through
+//! `<root-dir>/plugins_registry`; the upstream external-provisioner makes a
+//! volume for each claim and the upstream external-attacher attaches it
+//! (`hack/build-cluster.sh csi`). All three run on the host with the
+//! cluster's admin kubeconfig, as a driver's node and controller
+//! deployments run them in a cluster. A StatefulSet's pod keeps its data
+//! when a new pod replaces it; the volume's usage is in `/stats/summary`
+//! with its claim; when the pods go the volume is unpublished and unstaged,
+//! detached, and deleted with its claim.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use kube::{Api, Client, ResourceExt};
+
+/// The test driver's name.
+const DRIVER: &str = "hostpath.csi.rustlet.io";
+
+/// The driver and the two sidecars, killed when dropped.
+struct Stack(Vec<Child>);
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Where the stack keeps its sockets, volumes and logs.
+fn stack_dir() -> PathBuf {
+    local().join("e2e-csi")
+}
+
+/// Starts `program` with `args`, its output in `<stack dir>/<name>.log`.
+fn spawn(name: &str, program: &Path, args: &[String]) -> Child {
+    assert!(
+        program.exists(),
+        "{} is missing (run hack/build-cluster.sh csi)",
+        program.display()
+    );
+    let log = std::fs::File::create(stack_dir().join(format!("{name}.log"))).expect("log file");
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log file"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", program.display()))
+}
+
+/// Starts the driver (registering with the agent) and the sidecars.
+fn start_stack() -> Stack {
+    let dir = stack_dir();
+    std::fs::create_dir_all(&dir).expect("stack dir");
+    let socket = dir.join("csi.sock");
+    let kubeconfig = local().join("admin.kubeconfig").display().to_string();
+    let bin = root().join("_output/bin");
+    let driver = spawn(
+        "driver",
+        Path::new(env!("CARGO_BIN_EXE_csi-hostpath")),
+        &[
+            format!("--endpoint={}", socket.display()),
+            format!("--node-id={}", node_name()),
+            format!("--state-dir={}", dir.join("state").display()),
+            format!(
+                "--registration-dir={}",
+                local().join("rustlet/plugins_registry").display()
+            ),
+        ],
+    );
+    let common = [
+        format!("--csi-address={}", socket.display()),
+        format!("--kubeconfig={kubeconfig}"),
+        "--leader-election=false".to_string(),
+        "--timeout=30s".to_string(),
+    ];
+    let provisioner = spawn("provisioner", &bin.join("csi-provisioner"), &common);
+    let attacher = spawn("attacher", &bin.join("csi-attacher"), &common);
+    Stack(vec![driver, provisioner, attacher])
+}
+
+/// How many times `path` is a mount point in the host's mount table.
+fn times_mounted(path: &Path) -> usize {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("mountinfo")
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| Path::new(p) == path)
+        .count()
+}
+
+/// Polls `check` every 500 ms for up to `secs`; panics with `what` and the
+/// last answer when it never holds.
+async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        match check().await {
+            Ok(()) => return,
+            Err(why) if Instant::now() >= deadline => {
+                panic!("{what}: not within {secs}s; last: {why}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// `kubectl apply` of `yaml`.
+fn apply(yaml: &str) {
+    let (code, _, err) = kubectl(&["apply", "-f", "-"], yaml);
+    assert_eq!(code, 0, "kubectl apply: {err}\n{yaml}");
+}
+
+/// The log of container `c` of pod `name`.
+fn logs(ns: &str, name: &str) -> String {
+    kubectl(&["logs", "-n", ns, name, "-c", "c"], "").1
+}
+
+/// Waits for the StatefulSet's pod `keeper-0` to run as a pod other than
+/// `not_uid`; the pod.
+async fn running_keeper(client: &Client, ns: &str, not_uid: &str) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let p = pods.get_opt("keeper-0").await.expect("get keeper-0");
+        if let Some(p) = &p {
+            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            if running
+                && p.uid().as_deref() != Some(not_uid)
+                && p.metadata.deletion_timestamp.is_none()
+            {
+                return p.clone();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "keeper-0 not running within 180s: {:#?}",
+            p.and_then(|p| p.status)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_stateful_set_keeps_its_csi_volume_and_the_volume_goes_with_its_pods() {
+    let client = client().await;
+    let node = node_name();
+    let _stack = start_stack();
+    let ns = namespace(&client, "e2e-csi").await;
+    let class = format!("csi-hostpath-{ns}");
+    apply(&format!(
+        "apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {{name: {DRIVER}}}
+spec: {{attachRequired: true, podInfoOnMount: true, volumeLifecycleModes: [Persistent]}}
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {{name: {class}}}
+provisioner: {DRIVER}
+reclaimPolicy: Delete
+volumeBindingMode: WaitForFirstConsumer
+"
+    ));
+
+    // The driver registered with the agent: the node's CSINode lists it
+    // with its topology key.
+    let csinodes: Api<CSINode> = Api::all(client.clone());
+    eventually(60, "the driver in the node's CSINode", || {
+        let csinodes = csinodes.clone();
+        let node = node.clone();
+        async move {
+            let n = csinodes.get_opt(&node).await.map_err(|e| e.to_string())?;
+            let drivers = n.map(|n| n.spec.drivers).unwrap_or_default();
+            let d = drivers
+                .iter()
+                .find(|d| d.name == DRIVER)
+                .ok_or("not listed")?;
+            (d.node_id == node
+                && d.topology_keys.as_deref()
+                    == Some(&["topology.hostpath.csi.rustlet.io/node".to_string()][..]))
+            .then_some(())
+            .ok_or_else(|| format!("{d:?}"))
+        }
+    })
+    .await;
+
+    // A StatefulSet whose pod appends a line to its volume at each start.
+    apply(&format!(
+        "apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: keeper, namespace: {ns}}}
+spec:
+  replicas: 1
+  serviceName: keeper
+  selector: {{matchLabels: {{app: keeper}}}}
+  template:
+    metadata: {{labels: {{app: keeper}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: c
+        image: {BUSYBOX}
+        imagePullPolicy: IfNotPresent
+        command: [sh, -c, 'echo run >> /data/runs && cat /data/runs && exec sleep 3600']
+        volumeMounts: [{{name: data, mountPath: /data}}]
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec:
+      accessModes: [ReadWriteOnce]
+      storageClassName: {class}
+      resources: {{requests: {{storage: 16Mi}}}}
+"
+    ));
+    let first = running_keeper(&client, &ns, "").await;
+    let first_uid = first.uid().unwrap_or_default();
+    assert_eq!(logs(&ns, "keeper-0").trim(), "run");
+
+    // The claim is bound to a volume the provisioner made with the driver.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let claim = claims.get("data-keeper-0").await.expect("claim");
+    let pv_name = claim
+        .spec
+        .and_then(|s| s.volume_name)
+        .expect("the claim is bound");
+    let pv = Api::<PersistentVolume>::all(client.clone())
+        .get(&pv_name)
+        .await
+        .expect("pv");
+    let handle = pv
+        .spec
+        .and_then(|s| s.csi)
+        .map(|c| c.volume_handle)
+        .expect("a CSI volume");
+    let kept = stack_dir().join("state/volumes").join(&handle);
+    assert!(
+        kept.join("runs").exists(),
+        "the data is in the driver's volume"
+    );
+
+    // Staged once for the node, published once for the pod.
+    let rustlet_root = local().join("rustlet");
+    let staging = rustlet::volume::csi::staging_path(&rustlet_root, DRIVER, &handle);
+    let target =
+        |uid: &str| rustlet::volume::csi::volume_dir(&rustlet_root, uid, &pv_name).join("mount");
+    assert_eq!(times_mounted(&staging), 1, "{}", staging.display());
+    assert_eq!(times_mounted(&target(&first_uid)), 1);
+
+    // Its usage, with its claim, in the node's stats summary.
+    let summary_path = format!("/api/v1/nodes/{node}/proxy/stats/summary");
+    let ns_ = ns.clone();
+    eventually(30, "the volume in /stats/summary", || {
+        let (ns, path) = (ns_.clone(), summary_path.clone());
+        async move {
+            let (code, out, err) = kubectl(&["get", "--raw", &path], "");
+            if code != 0 {
+                return Err(err);
+            }
+            let s: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+            let pod = s["pods"]
+                .as_array()
+                .and_then(|pods| {
+                    pods.iter().find(|p| {
+                        p["podRef"]["namespace"] == ns.as_str() && p["podRef"]["name"] == "keeper-0"
+                    })
+                })
+                .ok_or("no stats of keeper-0")?;
+            let v = pod["volume"]
+                .as_array()
+                .and_then(|vs| vs.iter().find(|v| v["name"] == "data"))
+                .ok_or_else(|| format!("no volume data in {}", pod["volume"]))?;
+            let ok = v["pvcRef"] == serde_json::json!({"name": "data-keeper-0", "namespace": ns})
+                && v["usedBytes"].as_u64().is_some_and(|b| b > 0)
+                && v["capacityBytes"].as_u64().is_some_and(|b| b > 0)
+                && v["inodesUsed"].as_u64().is_some_and(|n| n >= 2);
+            ok.then_some(()).ok_or_else(|| v.to_string())
+        }
+    })
+    .await;
+
+    // A new pod in its place finds the data.
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete("keeper-0", &Default::default())
+        .await
+        .expect("delete keeper-0");
+    let second = running_keeper(&client, &ns, &first_uid).await;
+    let second_uid = second.uid().unwrap_or_default();
+    assert_eq!(
+        logs(&ns, "keeper-0").trim(),
+        "run\nrun",
+        "the first pod's line is kept"
+    );
+    assert_eq!(
+        times_mounted(&target(&first_uid)),
+        0,
+        "the first pod's mount is gone"
+    );
+    assert_eq!(times_mounted(&target(&second_uid)), 1);
+    assert_eq!(times_mounted(&staging), 1, "still staged once");
+
+    // No pods: unpublished, unstaged, detached.
+    let (code, _, err) = kubectl(
+        &["scale", "statefulset/keeper", "-n", &ns, "--replicas=0"],
+        "",
+    );
+    assert_eq!(code, 0, "scale to 0: {err}");
+    wait_deleted(&client, &ns, "keeper-0", &second_uid, 60).await;
+    eventually(30, "the volume unpublished and unstaged", || {
+        let (staging, t) = (staging.clone(), target(&second_uid));
+        async move {
+            match (times_mounted(&t), times_mounted(&staging)) {
+                (0, 0) => Ok(()),
+                other => Err(format!("mounted (target, staging): {other:?}")),
+            }
+        }
+    })
+    .await;
+    let attachment = rustlet::volume::csi::attachment_name(&handle, DRIVER, &node);
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    eventually(120, "the volume detached", || {
+        let (attachments, attachment) = (attachments.clone(), attachment.clone());
+        async move {
+            match attachments
+                .get_opt(&attachment)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(va) => Err(format!("{:?}", va.status)),
+            }
+        }
+    })
+    .await;
+    assert!(kept.join("runs").exists(), "unstaging keeps the data");
+
+    // The claim deleted: the provisioner deletes the volume with the driver.
+    claims
+        .delete("data-keeper-0", &Default::default())
+        .await
+        .expect("delete claim");
+    eventually(60, "the volume deleted", || {
+        let kept = kept.clone();
+        async move {
+            (!kept.exists())
+                .then_some(())
+                .ok_or_else(|| format!("{} is still there", kept.display()))
+        }
+    })
+    .await;
+    let _ = kubectl(
+        &["delete", "storageclass", &class, "--ignore-not-found"],
+        "",
+    );
+    let _ = kubectl(&["delete", "csidriver", DRIVER, "--ignore-not-found"], "");
+    drop_namespace(&client, &ns).await;
+}
