@@ -12,117 +12,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::csi::*;
 use common::*;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::{Api, Client, ResourceExt};
-
-/// The test driver's name.
-const DRIVER: &str = "hostpath.csi.rustlet.io";
-
-/// The driver and the two sidecars, killed when dropped.
-struct Stack(Vec<Child>);
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Where the stack keeps its sockets, volumes and logs.
-fn stack_dir() -> PathBuf {
-    local().join("e2e-csi")
-}
-
-/// Starts `program` with `args`, its output in `<stack dir>/<name>.log`.
-fn spawn(name: &str, program: &Path, args: &[String]) -> Child {
-    assert!(
-        program.exists(),
-        "{} is missing (run hack/build-cluster.sh csi)",
-        program.display()
-    );
-    let log = std::fs::File::create(stack_dir().join(format!("{name}.log"))).expect("log file");
-    Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log file"))
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", program.display()))
-}
-
-/// Starts the driver (registering with the agent) and the sidecars.
-fn start_stack() -> Stack {
-    let dir = stack_dir();
-    std::fs::create_dir_all(&dir).expect("stack dir");
-    let socket = dir.join("csi.sock");
-    let kubeconfig = local().join("admin.kubeconfig").display().to_string();
-    let bin = root().join("_output/bin");
-    let driver = spawn(
-        "driver",
-        Path::new(env!("CARGO_BIN_EXE_csi-hostpath")),
-        &[
-            format!("--endpoint={}", socket.display()),
-            format!("--node-id={}", node_name()),
-            format!("--state-dir={}", dir.join("state").display()),
-            format!(
-                "--registration-dir={}",
-                local().join("rustlet/plugins_registry").display()
-            ),
-        ],
-    );
-    let common = [
-        format!("--csi-address={}", socket.display()),
-        format!("--kubeconfig={kubeconfig}"),
-        "--leader-election=false".to_string(),
-        "--timeout=30s".to_string(),
-    ];
-    let provisioner = spawn("provisioner", &bin.join("csi-provisioner"), &common);
-    let attacher = spawn("attacher", &bin.join("csi-attacher"), &common);
-    Stack(vec![driver, provisioner, attacher])
-}
-
-/// How many times `path` is a mount point in the host's mount table.
-fn times_mounted(path: &Path) -> usize {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .expect("mountinfo")
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|p| Path::new(p) == path)
-        .count()
-}
-
-/// Polls `check` every 500 ms for up to `secs`; panics with `what` and the
-/// last answer when it never holds.
-async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        match check().await {
-            Ok(()) => return,
-            Err(why) if Instant::now() >= deadline => {
-                panic!("{what}: not within {secs}s; last: {why}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-}
-
-/// `kubectl apply` of `yaml`.
-fn apply(yaml: &str) {
-    let (code, _, err) = kubectl(&["apply", "-f", "-"], yaml);
-    assert_eq!(code, 0, "kubectl apply: {err}\n{yaml}");
-}
 
 /// The log of container `c` of pod `name`.
 fn logs(ns: &str, name: &str) -> String {
@@ -159,23 +55,10 @@ async fn running_keeper(client: &Client, ns: &str, not_uid: &str) -> Pod {
 async fn a_stateful_set_keeps_its_csi_volume_and_the_volume_goes_with_its_pods() {
     let client = client().await;
     let node = node_name();
-    let _stack = start_stack();
+    let _stack = start_stack(0);
     let ns = namespace(&client, "e2e-csi").await;
     let class = format!("csi-hostpath-{ns}");
-    apply(&format!(
-        "apiVersion: storage.k8s.io/v1
-kind: CSIDriver
-metadata: {{name: {DRIVER}}}
-spec: {{attachRequired: true, podInfoOnMount: true, volumeLifecycleModes: [Persistent]}}
----
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {{name: {class}}}
-provisioner: {DRIVER}
-reclaimPolicy: Delete
-volumeBindingMode: WaitForFirstConsumer
-"
-    ));
+    driver_and_class(&class);
 
     // The driver registered with the agent: the node's CSINode lists it
     // with its topology key.

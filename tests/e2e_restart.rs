@@ -1,7 +1,9 @@
 //! Restart safety on the local cluster: after `kill -9` of the agent and a
 //! restart, every running container is adopted from CRI labels; none restarts
-//! and no status changes; pods deleted while it was down are cleaned up. On
-//! SIGTERM the agent drains its node API and exits. The tests stop the agent:
+//! and no status changes; pods deleted while it was down are cleaned up; a
+//! CSI volume whose mount or teardown the agent died in ends mounted once or
+//! not at all, its data kept. On SIGTERM the agent drains its node API and
+//! exits. The tests stop the agent:
 //! run them one at a time (`--test-threads 1`).
 
 mod common;
@@ -209,5 +211,141 @@ async fn sigterm_drains_the_node_api_and_exits() {
         0,
         "the container ran on while the agent was away"
     );
+    drop_namespace(&client, &ns).await;
+}
+
+/// Waits up to 60 s for the CSI driver to log `needle`.
+async fn driver_begins(needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !common::csi::driver_logged(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "the driver never logged {needle:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn kill_during_a_csi_mount_and_its_teardown_leaves_it_mounted_once_or_not_at_all() {
+    use common::csi::*;
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use kube::ResourceExt;
+
+    let client = client().await;
+    // Each mount and unmount of the driver waits 5 s: the agent is killed
+    // meanwhile.
+    let _stack = start_stack(5);
+    let ns = namespace(&client, "e2e-csi-kill").await;
+    let class = format!("csi-hostpath-{ns}");
+    driver_and_class(&class);
+    let claim: PersistentVolumeClaim = from_json(serde_json::json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+            "resources": {"requests": {"storage": "16Mi"}}},
+    }));
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    claims
+        .create(&Default::default(), &claim)
+        .await
+        .expect("create claim");
+    let user = |name: &str| -> Pod {
+        from_json(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+                "containers": [{
+                    "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", "echo run >> /data/runs && cat /data/runs && exec sleep 3600"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }],
+            },
+        }))
+    };
+
+    // Killed while the driver stages the volume for the first pod.
+    let first = create(&client, &ns, &user("first")).await;
+    driver_begins("NodeStageVolume begins").await;
+    kill_and_restart_agent();
+    wait_for(&client, &ns, "first", 120, "Running", phase("Running")).await;
+    let uid = first.uid().unwrap_or_default();
+    let pv_name = claims
+        .get("data")
+        .await
+        .expect("claim")
+        .spec
+        .and_then(|s| s.volume_name)
+        .expect("bound");
+    let handle = Api::<PersistentVolume>::all(client.clone())
+        .get(&pv_name)
+        .await
+        .expect("pv")
+        .spec
+        .and_then(|s| s.csi)
+        .map(|c| c.volume_handle)
+        .expect("a CSI volume");
+    let rustlet_root = local().join("rustlet");
+    let staging = rustlet::volume::csi::staging_path(&rustlet_root, DRIVER, &handle);
+    let target = rustlet::volume::csi::volume_dir(&rustlet_root, &uid, &pv_name).join("mount");
+    assert_eq!(times_mounted(&staging), 1, "staged once");
+    assert_eq!(times_mounted(&target), 1, "published once");
+    let (_, log, _) = kubectl(&["logs", "-n", &ns, "first"], "");
+    assert_eq!(log.trim(), "run");
+
+    // Killed while the driver unpublishes it, the pod deleted.
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete("first", &DeleteParams::default())
+        .await
+        .expect("delete first");
+    driver_begins("NodeUnpublishVolume begins").await;
+    kill_and_restart_agent();
+    wait_deleted(&client, &ns, "first", &uid, 120).await;
+    eventually(60, "unpublished and unstaged", || {
+        let (staging, target) = (staging.clone(), target.clone());
+        async move {
+            match (times_mounted(&target), times_mounted(&staging)) {
+                (0, 0) => Ok(()),
+                other => Err(format!("mounted (target, staging): {other:?}")),
+            }
+        }
+    })
+    .await;
+    let kept = stack_dir().join("state/volumes").join(&handle).join("runs");
+    assert_eq!(
+        std::fs::read_to_string(&kept).expect("the data").trim(),
+        "run"
+    );
+
+    // The next pod finds the data.
+    let second = create(&client, &ns, &user("second")).await;
+    wait_for(&client, &ns, "second", 120, "Running", phase("Running")).await;
+    let (_, log, _) = kubectl(&["logs", "-n", &ns, "second"], "");
+    assert_eq!(log.trim(), "run\nrun");
+    // Torn down before the driver goes.
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete("second", &DeleteParams::default())
+        .await
+        .expect("delete second");
+    wait_deleted(
+        &client,
+        &ns,
+        "second",
+        &second.uid().unwrap_or_default(),
+        120,
+    )
+    .await;
+    eventually(60, "the second pod's volume unstaged", || {
+        let staging = staging.clone();
+        async move {
+            (times_mounted(&staging) == 0)
+                .then_some(())
+                .ok_or_else(|| "still staged".to_string())
+        }
+    })
+    .await;
+    let _ = claims.delete("data", &Default::default()).await;
+    remove_driver_and_class(&class);
     drop_namespace(&client, &ns).await;
 }

@@ -72,6 +72,12 @@ struct Args {
     /// node-driver-registrar does.
     #[arg(long)]
     registration_dir: Option<PathBuf>,
+    /// Seconds each NodeStageVolume, NodePublishVolume, NodeUnpublishVolume
+    /// and NodeUnstageVolume waits before it mounts or unmounts (after
+    /// logging that it began): room for tests to kill the node agent
+    /// meanwhile.
+    #[arg(long, default_value_t = 0)]
+    node_call_delay: u64,
 }
 
 fn main() -> ExitCode {
@@ -105,8 +111,9 @@ async fn run(args: Args) -> Result<(), String> {
     if args.node_id.is_empty() {
         return Err("--node-id must not be empty".into());
     }
-    let driver = Driver::new(&args.driver_name, &args.node_id, &args.state_dir)
+    let mut driver = Driver::new(&args.driver_name, &args.node_id, &args.state_dir)
         .map_err(|e| format!("state directory {}: {e}", args.state_dir.display()))?;
+    driver.delay = std::time::Duration::from_secs(args.node_call_delay);
     let csi = serve_csi(driver, &args.endpoint)
         .map_err(|e| format!("endpoint {}: {e}", args.endpoint.display()))?;
     let (refused_tx, mut refused) = tokio::sync::mpsc::channel::<String>(1);
@@ -228,6 +235,8 @@ struct Driver {
     node: String,
     volumes: PathBuf,
     lock: tokio::sync::Mutex<()>,
+    /// The wait of each node call that mounts or unmounts (`--node-call-delay`).
+    delay: std::time::Duration,
 }
 
 impl Driver {
@@ -240,7 +249,17 @@ impl Driver {
             node: node.into(),
             volumes,
             lock: tokio::sync::Mutex::new(()),
+            delay: std::time::Duration::ZERO,
         })
+    }
+
+    /// Logs that node call `call` of `volume` began, then waits the
+    /// configured delay.
+    async fn begin(&self, call: &str, volume: &str) {
+        tracing::info!(volume, "{call} begins");
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
     }
 
     /// The directory of volume `id`, which must be a plain name.
@@ -574,6 +593,7 @@ impl Node for Driver {
             return Err(Status::invalid_argument("volume_capability is missing"));
         }
         let _guard = self.lock.lock().await;
+        self.begin("NodeStageVolume", &req.volume_id).await;
         bind_mount(&dir, &staging, false)?;
         tracing::info!(volume = %req.volume_id, path = %staging.display(), "volume staged");
         Ok(Response::new(NodeStageVolumeResponse {}))
@@ -587,6 +607,7 @@ impl Node for Driver {
         self.volume(&req.volume_id)?;
         let staging = absolute("staging_target_path", &req.staging_target_path)?;
         let _guard = self.lock.lock().await;
+        self.begin("NodeUnstageVolume", &req.volume_id).await;
         unmount(&staging)?;
         tracing::info!(volume = %req.volume_id, path = %staging.display(), "volume unstaged");
         Ok(Response::new(NodeUnstageVolumeResponse {}))
@@ -603,6 +624,7 @@ impl Node for Driver {
             return Err(Status::invalid_argument("volume_capability is missing"));
         }
         let _guard = self.lock.lock().await;
+        self.begin("NodePublishVolume", &req.volume_id).await;
         let source = if req.staging_target_path.is_empty() {
             dir
         } else {
@@ -629,6 +651,7 @@ impl Node for Driver {
         self.volume(&req.volume_id)?;
         let target = absolute("target_path", &req.target_path)?;
         let _guard = self.lock.lock().await;
+        self.begin("NodeUnpublishVolume", &req.volume_id).await;
         unmount(&target)?;
         match std::fs::remove_dir(&target) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {

@@ -5,6 +5,7 @@
     reason = "each test binary uses a different part of these helpers"
 )]
 
+pub mod csi;
 pub mod registry;
 
 use std::path::PathBuf;
