@@ -5,7 +5,9 @@
 //! affinity names and refuses one bound elsewhere; a generic ephemeral
 //! volume's claim, made by the control plane for the pod, is bound and
 //! served; a claim that never binds keeps its pod Pending with the
-//! kubelet's Event while the agent serves every other pod.
+//! kubelet's Event while the agent serves every other pod; an image volume
+//! serves the image's files read-only, and one whose image may not be
+//! pulled keeps its container waiting.
 
 mod common;
 
@@ -350,4 +352,38 @@ async fn a_generic_ephemeral_volume_is_served_and_an_unbound_claim_waits_alone()
     );
     drop_namespace(&client, &ns).await;
     delete_volumes(&client, &[&pv]).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn an_image_volume_serves_the_image_read_only() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-image-vol").await;
+    // The agnhost image's files, under /data, read-only.
+    let image = serde_json::json!({"image": {"reference": AGNHOST, "pullPolicy": "IfNotPresent"}});
+    let reader = user(
+        "reader",
+        image,
+        "test -x /data/agnhost && ! touch /data/x 2>/dev/null && echo served",
+        None,
+    );
+    create(&client, &ns, &reader).await;
+    assert_eq!(succeeded(&client, &ns, "reader").await.trim(), "served");
+
+    // An image that is not on the node, under pull policy Never: the
+    // container waits, as one whose own image may not be pulled.
+    let absent = serde_json::json!({"image": {
+        "reference": "example.invalid/not-here:1", "pullPolicy": "Never"}});
+    create(&client, &ns, &user("absent", absent, "true", None)).await;
+    let p = wait_for(
+        &client,
+        &ns,
+        "absent",
+        60,
+        "ErrImageNeverPull",
+        waiting_reason("ErrImageNeverPull"),
+    )
+    .await;
+    assert_eq!(p.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
+    drop_namespace(&client, &ns).await;
 }

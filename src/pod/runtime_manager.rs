@@ -767,6 +767,59 @@ impl RuntimeManager {
     /// # Errors
     /// `CreateContainerConfigError` (or `CreateContainerError` for the node's
     /// own files), its event sent.
+    /// The images of the image volumes container `c` mounts, each made sure
+    /// of under its volume's pull policy (the kubelet's `getImageVolumes`,
+    /// with its events on the container), as the runtime is to mount them.
+    ///
+    /// # Errors
+    /// The pull's waiting reason (`ErrImagePull`, `ErrImageNeverPull`).
+    async fn image_volumes(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        sandbox_config: &cri::PodSandboxConfig,
+        volumes: &PodVolumes,
+    ) -> std::result::Result<crate::volume::ImageVolumes, Waiting> {
+        let mut out = crate::volume::ImageVolumes::new();
+        for m in c.volume_mounts.iter().flatten() {
+            let Some(reference) = volumes.get(&m.name).and_then(|v| v.image.as_deref()) else {
+                continue;
+            };
+            if out.contains_key(&m.name) {
+                continue;
+            }
+            let policy = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.volumes.iter().flatten())
+                .find(|v| v.name == m.name)
+                .and_then(|v| v.image.as_ref())
+                .map_or_else(
+                    || "IfNotPresent".to_string(),
+                    spec::image_volume_pull_policy,
+                );
+            let pulled = (self.images)
+                .ensure_image(pod, &c.name, reference, &policy, sandbox_config)
+                .await?;
+            out.insert(
+                m.name.clone(),
+                cri::ImageSpec {
+                    image: pulled.id,
+                    user_specified_image: reference.to_string(),
+                    annotations: pod
+                        .metadata
+                        .annotations
+                        .clone()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .collect(),
+                    ..Default::default()
+                },
+            );
+        }
+        Ok(out)
+    }
+
     #[allow(clippy::too_many_arguments)] // one call site; the parts of one container start
     async fn container_config(
         &self,
@@ -803,12 +856,13 @@ impl RuntimeManager {
             .map_err(|e| config_error(e.to_string()))?;
         translate::verify_run_as_non_root(pod, c, image.uid, &image.username)
             .map_err(config_error)?;
+        let images = self.image_volumes(pod, c, sandbox_config, volumes).await?;
         let pod_dir = crate::volume::pod_dir(&self.node.root_dir, &uid);
         // SubPaths are opened, made and bind-mounted here: blocking work.
         let made = tokio::task::spawn_blocking({
             let (c, volumes, env, pod_dir) =
                 (c.clone(), volumes.clone(), env.clone(), pod_dir.clone());
-            move || crate::volume::container_mounts(&c, &volumes, &env, &pod_dir)
+            move || crate::volume::container_mounts(&c, &volumes, &images, &env, &pod_dir)
         })
         .await;
         let mut mounts = match made {

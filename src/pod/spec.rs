@@ -243,10 +243,27 @@ pub fn ephemeral_names(pod: &Pod) -> impl Iterator<Item = &str> {
 /// untagged images and `IfNotPresent` otherwise (API defaulting).
 #[must_use]
 pub fn pull_policy(c: &k8s_openapi::api::core::v1::Container) -> String {
-    if let Some(p) = &c.image_pull_policy {
-        return p.clone();
+    policy_of(
+        c.image_pull_policy.as_deref(),
+        c.image.as_deref().unwrap_or_default(),
+    )
+}
+
+/// An image volume's pull policy in effect, as [`pull_policy`]'s for its
+/// `reference` (the API defaults both alike).
+#[must_use]
+pub fn image_volume_pull_policy(v: &k8s_openapi::api::core::v1::ImageVolumeSource) -> String {
+    policy_of(
+        v.pull_policy.as_deref(),
+        v.reference.as_deref().unwrap_or_default(),
+    )
+}
+
+/// `policy`, else the default for `image`.
+fn policy_of(policy: Option<&str>, image: &str) -> String {
+    if let Some(p) = policy {
+        return p.to_string();
     }
-    let image = c.image.as_deref().unwrap_or_default();
     let last = image.rsplit('/').next().unwrap_or(image);
     if image.contains('@') || (last.contains(':') && !last.ends_with(":latest")) {
         "IfNotPresent".into()

@@ -247,6 +247,7 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
         return Ok(MountedVolume {
             host_path: target,
             read_only: source.read_only,
+            image: None,
         });
     }
     let csi_driver = Api::<CSIDriver>::all(host.client.clone())
@@ -363,6 +364,7 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
     Ok(MountedVolume {
         host_path: target,
         read_only: source.read_only,
+        image: None,
     })
 }
 

@@ -47,7 +47,7 @@ use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
-pub use mounts::{MountedVolume, PodVolumes, container_mounts};
+pub use mounts::{ImageVolumes, MountedVolume, PodVolumes, container_mounts};
 
 use atomic_writer::Payload;
 use empty_dir::Medium;
@@ -845,6 +845,7 @@ fn set_up_claim(
         return Ok(MountedVolume {
             host_path: path,
             read_only: c.read_only,
+            image: None,
         });
     }
     if let Some(local) = &spec.local {
@@ -869,6 +870,7 @@ fn set_up_claim(
         return Ok(MountedVolume {
             host_path: path,
             read_only: c.read_only,
+            image: None,
         });
     }
     Err(Error::Unsupported(format!(
@@ -880,6 +882,10 @@ fn set_up_claim(
 
 /// One volume; on failure, the error and the volume as it was when an earlier
 /// version of it can still be used.
+#[allow(
+    clippy::result_large_err,
+    reason = "set up once per volume and sync; the error is rare"
+)]
 fn set_up_volume(
     root: &Path,
     uid: &str,
@@ -889,12 +895,31 @@ fn set_up_volume(
     allocatable: &BTreeMap<String, ApiQuantity>,
 ) -> std::result::Result<MountedVolume, (Error, Option<MountedVolume>)> {
     let dir = |plugin: &str| volume_dir(root, uid, plugin, &v.name);
+    if let Some(image) = &v.image {
+        // The runtime mounts the image; the pod worker pulls it first.
+        let reference = image.reference.as_deref().unwrap_or_default();
+        if reference.is_empty() || reference.contains(char::is_whitespace) {
+            return Err((
+                Error::Mount(format!(
+                    "volume {:?}: invalid image reference {reference:?}",
+                    v.name
+                )),
+                None,
+            ));
+        }
+        return Ok(MountedVolume {
+            host_path: PathBuf::new(),
+            read_only: true,
+            image: Some(reference.to_string()),
+        });
+    }
     if let Some(hp) = &v.host_path {
         let path = PathBuf::from(&hp.path);
         host_path::check(&path, hp.type_.as_deref()).map_err(|e| (e, None))?;
         return Ok(MountedVolume {
             host_path: path,
             read_only: false,
+            image: None,
         });
     }
     if let Some(ed) = &v.empty_dir {
@@ -914,6 +939,7 @@ fn set_up_volume(
         return Ok(MountedVolume {
             host_path: d,
             read_only: false,
+            image: None,
         });
     }
     let memory = || Medium::Memory(empty_dir::memory_size(pod, None, allocatable).unwrap_or(0));
@@ -967,6 +993,7 @@ fn set_up_volume(
     let earlier = atomic_writer::is_published(&d).then(|| MountedVolume {
         host_path: d.clone(),
         read_only: true,
+        image: None,
     });
     let fail = |e: Error| (e, earlier.clone());
     let payload = payload.map_err(fail)?;
@@ -974,6 +1001,7 @@ fn set_up_volume(
     Ok(MountedVolume {
         host_path: d,
         read_only: true,
+        image: None,
     })
 }
 
@@ -1120,7 +1148,8 @@ mod tests {
             out.volumes["cfg"],
             MountedVolume {
                 host_path: cfg.clone(),
-                read_only: true
+                read_only: true,
+                image: None,
             }
         );
         assert_eq!(

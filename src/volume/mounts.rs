@@ -14,17 +14,25 @@ use tracing::warn;
 use super::{Error, Result, subpath};
 
 /// A pod volume ready to be mounted into its containers.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MountedVolume {
-    /// Where the volume is on the node.
+    /// Where the volume is on the node (empty for an image volume).
     pub host_path: PathBuf,
     /// True when the plugin only allows read-only mounts (configMap, secret,
-    /// downwardAPI, projected).
+    /// downwardAPI, projected, image).
     pub read_only: bool,
+    /// An image volume's image reference (`image.reference`): the runtime
+    /// mounts the image itself (CRI `Mount.image`) once the pod worker has
+    /// pulled it.
+    pub image: Option<String>,
 }
 
 /// The pod's volumes that are set up, by volume name.
 pub type PodVolumes = BTreeMap<String, MountedVolume>;
+
+/// The pulled images of a container's image volumes, by volume name, as the
+/// runtime is to mount them (the kubelet's `ImageVolumes`).
+pub type ImageVolumes = BTreeMap<String, cri::ImageSpec>;
 
 /// Expands `$(VAR)` references in a `subPathExpr` from `env` (`$$` is a
 /// literal `$`), as the kubelet's `ExpandContainerVolumeMounts`.
@@ -157,6 +165,7 @@ pub fn prepare_sub_path(
 pub fn container_mounts(
     c: &Container,
     volumes: &PodVolumes,
+    images: &ImageVolumes,
     env: &[(String, String)],
     pod_dir: &Path,
 ) -> Result<Vec<cri::Mount>> {
@@ -169,9 +178,31 @@ pub fn container_mounts(
                 m.name, c.name
             )));
         };
-        let host_path = match sub_path(m, &env)? {
-            Some(sub) => prepare_sub_path(vol, &sub, pod_dir, m, &c.name, index)?,
-            None => vol.host_path.clone(),
+        let sub = sub_path(m, &env)?;
+        let image = match &vol.image {
+            Some(reference) => {
+                let Some(spec) = images.get(&m.name) else {
+                    return Err(Error::Mount(format!(
+                        "image {reference:?} of volume {:?} is not pulled",
+                        m.name
+                    )));
+                };
+                if sub.is_some() {
+                    // CRI's Mount.image_sub_path is not in the runtime API
+                    // this agent speaks.
+                    return Err(Error::Unsupported(format!(
+                        "volume {:?}: a subPath of an image volume is not supported by this node",
+                        m.name
+                    )));
+                }
+                Some(spec.clone())
+            }
+            None => None,
+        };
+        let host_path = match (&image, sub) {
+            (Some(_), _) => PathBuf::new(),
+            (None, Some(sub)) => prepare_sub_path(vol, &sub, pod_dir, m, &c.name, index)?,
+            (None, None) => vol.host_path.clone(),
         };
         let container_path = if m.mount_path.starts_with('/') {
             m.mount_path.clone()
@@ -185,6 +216,7 @@ pub fn container_mounts(
             readonly: read_only,
             propagation: propagation(m.mount_propagation.as_deref())? as i32,
             recursive_read_only: read_only && m.recursive_read_only.as_deref() == Some("Enabled"),
+            image,
             ..Default::default()
         });
     }
@@ -259,6 +291,7 @@ mod tests {
         let volume = MountedVolume {
             host_path: vol.clone(),
             read_only: false,
+            image: None,
         };
         let m = vm("v", "/m");
         let err = |sub| {
@@ -289,6 +322,7 @@ mod tests {
                 MountedVolume {
                     host_path: "/r/pods/u/volumes/kubernetes.io~configmap/cfg".into(),
                     read_only: true,
+                    image: None,
                 },
             ),
             (
@@ -296,6 +330,7 @@ mod tests {
                 MountedVolume {
                     host_path: data.clone(),
                     read_only: false,
+                    image: None,
                 },
             ),
         ]);
@@ -316,7 +351,7 @@ mod tests {
         }
         let pod_dir = dir.path().join("pod");
         let kv = [("POD_NAME".to_string(), "web-0".to_string())];
-        let m = container_mounts(&c, &volumes, &kv, &pod_dir);
+        let m = container_mounts(&c, &volumes, &ImageVolumes::new(), &kv, &pod_dir);
         let cleaned = subpath::clean_sub_paths(&pod_dir);
         let m = m.unwrap();
         assert_eq!(cleaned.unwrap(), 1, "the subPathExpr mount");
@@ -352,10 +387,56 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            container_mounts(&missing, &volumes, &kv, &pod_dir)
+            container_mounts(&missing, &volumes, &ImageVolumes::new(), &kv, &pod_dir)
                 .unwrap_err()
                 .to_string(),
             "cannot find volume \"nope\" to mount into container \"c\""
         );
+    }
+
+    /// An image volume is mounted by the runtime from the pulled image,
+    /// read-only, with no host path; one not pulled, or mounted with a
+    /// subPath, is refused.
+    #[test]
+    fn image_volumes_are_mounted_by_the_runtime() {
+        let volumes: PodVolumes = [(
+            "img".to_string(),
+            MountedVolume {
+                host_path: PathBuf::new(),
+                read_only: true,
+                image: Some("example.com/data:1".into()),
+            },
+        )]
+        .into();
+        let spec = cri::ImageSpec {
+            image: "sha256:abc".into(),
+            user_specified_image: "example.com/data:1".into(),
+            ..Default::default()
+        };
+        let images: ImageVolumes = [("img".to_string(), spec.clone())].into();
+        let c = Container {
+            name: "c".into(),
+            volume_mounts: Some(vec![vm("img", "/data")]),
+            ..Default::default()
+        };
+        let pod_dir = Path::new("/nonexistent/pod");
+        let m = container_mounts(&c, &volumes, &images, &[], pod_dir).unwrap();
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].image, Some(spec));
+        assert_eq!(m[0].host_path, "");
+        assert_eq!(m[0].container_path, "/data");
+        assert!(m[0].readonly, "image volumes are read-only");
+
+        let err = container_mounts(&c, &volumes, &ImageVolumes::new(), &[], pod_dir).unwrap_err();
+        assert!(err.to_string().contains("is not pulled"), "{err}");
+        let mut sub = vm("img", "/data");
+        sub.sub_path = Some("dir".into());
+        let with_sub = Container {
+            name: "c".into(),
+            volume_mounts: Some(vec![sub]),
+            ..Default::default()
+        };
+        let err = container_mounts(&with_sub, &volumes, &images, &[], pod_dir).unwrap_err();
+        assert!(matches!(err, Error::Unsupported(_)), "{err}");
     }
 }
