@@ -234,7 +234,7 @@ struct Driver {
     name: String,
     node: String,
     volumes: PathBuf,
-    lock: tokio::sync::Mutex<()>,
+    lock: Arc<tokio::sync::Mutex<()>>,
     /// The wait of each node call that mounts or unmounts (`--node-call-delay`).
     delay: std::time::Duration,
 }
@@ -248,18 +248,33 @@ impl Driver {
             name: name.into(),
             node: node.into(),
             volumes,
-            lock: tokio::sync::Mutex::new(()),
+            lock: Arc::new(tokio::sync::Mutex::new(())),
             delay: std::time::Duration::ZERO,
         })
     }
 
-    /// Logs that node call `call` of `volume` began, then waits the
-    /// configured delay.
-    async fn begin(&self, call: &str, volume: &str) {
-        tracing::info!(volume, "{call} begins");
-        if !self.delay.is_zero() {
-            tokio::time::sleep(self.delay).await;
-        }
+    /// Runs node call `call` of `volume`: under the lock, logs that it
+    /// began, waits the configured delay, then does `work` (mounts). It runs
+    /// as a task of its own, so that a caller that goes away (a node agent
+    /// killed) does not stop it halfway, as a driver's mount goes on
+    /// without its caller.
+    async fn run(
+        &self,
+        call: &'static str,
+        volume: String,
+        work: impl FnOnce(&str) -> Result<(), Status> + Send + 'static,
+    ) -> Result<(), Status> {
+        let (lock, delay) = (self.lock.clone(), self.delay);
+        tokio::spawn(async move {
+            let _guard = lock.lock().await;
+            tracing::info!(volume, "{call} begins");
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            work(&volume)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("{call}: {e}")))?
     }
 
     /// The directory of volume `id`, which must be a plain name.
@@ -592,10 +607,12 @@ impl Node for Driver {
         if req.volume_capability.is_none() {
             return Err(Status::invalid_argument("volume_capability is missing"));
         }
-        let _guard = self.lock.lock().await;
-        self.begin("NodeStageVolume", &req.volume_id).await;
-        bind_mount(&dir, &staging, false)?;
-        tracing::info!(volume = %req.volume_id, path = %staging.display(), "volume staged");
+        self.run("NodeStageVolume", req.volume_id, move |volume| {
+            bind_mount(&dir, &staging, false)?;
+            tracing::info!(volume, path = %staging.display(), "volume staged");
+            Ok(())
+        })
+        .await?;
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
 
@@ -606,10 +623,12 @@ impl Node for Driver {
         let req = req.into_inner();
         self.volume(&req.volume_id)?;
         let staging = absolute("staging_target_path", &req.staging_target_path)?;
-        let _guard = self.lock.lock().await;
-        self.begin("NodeUnstageVolume", &req.volume_id).await;
-        unmount(&staging)?;
-        tracing::info!(volume = %req.volume_id, path = %staging.display(), "volume unstaged");
+        self.run("NodeUnstageVolume", req.volume_id, move |volume| {
+            unmount(&staging)?;
+            tracing::info!(volume, path = %staging.display(), "volume unstaged");
+            Ok(())
+        })
+        .await?;
         Ok(Response::new(NodeUnstageVolumeResponse {}))
     }
 
@@ -623,23 +642,28 @@ impl Node for Driver {
         if req.volume_capability.is_none() {
             return Err(Status::invalid_argument("volume_capability is missing"));
         }
-        let _guard = self.lock.lock().await;
-        self.begin("NodePublishVolume", &req.volume_id).await;
-        let source = if req.staging_target_path.is_empty() {
-            dir
+        let staging = if req.staging_target_path.is_empty() {
+            None
         } else {
-            let staging = absolute("staging_target_path", &req.staging_target_path)?;
-            if !mounted(&staging)? {
-                return Err(Status::failed_precondition(format!(
-                    "volume {} is not staged at {}",
-                    req.volume_id,
-                    staging.display()
-                )));
-            }
-            staging
+            Some(absolute("staging_target_path", &req.staging_target_path)?)
         };
-        bind_mount(&source, &target, req.readonly)?;
-        tracing::info!(volume = %req.volume_id, path = %target.display(), read_only = req.readonly, "volume published");
+        let read_only = req.readonly;
+        self.run("NodePublishVolume", req.volume_id, move |volume| {
+            let source = match staging {
+                None => dir,
+                Some(staging) if mounted(&staging)? => staging,
+                Some(staging) => {
+                    return Err(Status::failed_precondition(format!(
+                        "volume {volume} is not staged at {}",
+                        staging.display()
+                    )));
+                }
+            };
+            bind_mount(&source, &target, read_only)?;
+            tracing::info!(volume, path = %target.display(), read_only, "volume published");
+            Ok(())
+        })
+        .await?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
 
@@ -650,19 +674,21 @@ impl Node for Driver {
         let req = req.into_inner();
         self.volume(&req.volume_id)?;
         let target = absolute("target_path", &req.target_path)?;
-        let _guard = self.lock.lock().await;
-        self.begin("NodeUnpublishVolume", &req.volume_id).await;
-        unmount(&target)?;
-        match std::fs::remove_dir(&target) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(Status::internal(format!(
-                    "remove {}: {e}",
-                    target.display()
-                )));
+        self.run("NodeUnpublishVolume", req.volume_id, move |volume| {
+            unmount(&target)?;
+            match std::fs::remove_dir(&target) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(Status::internal(format!(
+                        "remove {}: {e}",
+                        target.display()
+                    )));
+                }
+                _ => {}
             }
-            _ => {}
-        }
-        tracing::info!(volume = %req.volume_id, path = %target.display(), "volume unpublished");
+            tracing::info!(volume, path = %target.display(), "volume unpublished");
+            Ok(())
+        })
+        .await?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 
