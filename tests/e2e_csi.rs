@@ -6,7 +6,7 @@
 //! (`hack/build-cluster.sh csi`). All three run on the host with the
 //! cluster's admin kubeconfig, as a driver's node and controller
 //! deployments run them in a cluster. A StatefulSet's pod keeps its data
-//! when a new pod replaces it; the volume's usage is in `/stats/summary`
+//! when a new pod replaces it, its fsGroup applied to the volume; the volume's usage is in `/stats/summary`
 //! with its claim; when the pods go the volume is unpublished and unstaged,
 //! detached, and deleted with its claim.
 
@@ -95,11 +95,12 @@ spec:
     metadata: {{labels: {{app: keeper}}}}
     spec:
       terminationGracePeriodSeconds: 1
+      securityContext: {{fsGroup: 2000}}
       containers:
       - name: c
         image: {BUSYBOX}
         imagePullPolicy: IfNotPresent
-        command: [sh, -c, 'echo run >> /data/runs && cat /data/runs && exec sleep 3600']
+        command: [sh, -c, 'echo run >> /data/runs && cat /data/runs && stat -c group=%g /data && exec sleep 3600']
         volumeMounts: [{{name: data, mountPath: /data}}]
   volumeClaimTemplates:
   - metadata: {{name: data}}
@@ -111,7 +112,8 @@ spec:
     ));
     let first = running_keeper(&client, &ns, "").await;
     let first_uid = first.uid().unwrap_or_default();
-    assert_eq!(logs(&ns, "keeper-0").trim(), "run");
+    // The volume is the pod's fsGroup's (the CSIDriver's policy: File).
+    assert_eq!(logs(&ns, "keeper-0").trim(), "run\ngroup=2000");
 
     // The claim is bound to a volume the provisioner made with the driver.
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
@@ -184,7 +186,7 @@ spec:
     let second_uid = second.uid().unwrap_or_default();
     assert_eq!(
         logs(&ns, "keeper-0").trim(),
-        "run\nrun",
+        "run\nrun\ngroup=2000",
         "the first pod's line is kept"
     );
     assert_eq!(

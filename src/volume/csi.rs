@@ -70,6 +70,11 @@ pub struct Source {
     pub publish_secret: Option<(String, String)>,
     /// An inline ephemeral volume (no staging, no attaching).
     pub ephemeral: bool,
+    /// Whether the pod's `fsGroup` may be applied to it under the default
+    /// `ReadWriteOnceWithFSType` policy: its PersistentVolume's access modes
+    /// include `ReadWriteOnce` or `ReadWriteOncePod` (always for an inline
+    /// volume), as the kubelet's `hasReadWriteOnce`.
+    pub read_write_once: bool,
     /// The pod volume's name (the name `/stats/summary` gives the volume).
     pub pod_volume: String,
     /// The claim the pod uses the volume through, in its namespace (`None`:
@@ -102,6 +107,11 @@ pub fn of_persistent_volume(pv: &PersistentVolume, read_only: bool) -> Option<So
         stage_secret: secret(csi.node_stage_secret_ref.as_ref()),
         publish_secret: secret(csi.node_publish_secret_ref.as_ref()),
         ephemeral: false,
+        read_write_once: spec
+            .access_modes
+            .iter()
+            .flatten()
+            .any(|m| m == "ReadWriteOnce" || m == "ReadWriteOncePod"),
         pod_volume: String::new(),
         claim: None,
     })
@@ -131,6 +141,7 @@ pub fn of_inline(pod: &Pod, v: &Volume) -> Option<Source> {
             .as_ref()
             .map(|r| (ns, r.name.clone())),
         ephemeral: true,
+        read_write_once: true,
         claim: None,
     })
 }
@@ -291,7 +302,25 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
             )
         })?;
     let mut node = NodeClient::new(channel);
-    let capability = capability(source);
+    // The pod's fsGroup: given to a driver that mounts for a group
+    // (VOLUME_MOUNT_GROUP), else applied here after publishing when the
+    // CSIDriver's fsGroupPolicy allows (csiMountMgr.SetUpAt).
+    let fs_group = super::fs_group(pod);
+    let delegate = match fs_group {
+        Some(_) => {
+            has_capability(
+                &mut node,
+                node_service_capability::rpc::Type::VolumeMountGroup,
+            )
+            .await?
+        }
+        None => false,
+    };
+    let mount_group = fs_group
+        .filter(|_| delegate)
+        .map(|g| g.to_string())
+        .unwrap_or_default();
+    let capability = capability(source, &mount_group);
     // Staged once per node, when the driver stages.
     let mut staging = String::new();
     if !source.ephemeral && stages(&mut node).await? {
@@ -356,6 +385,24 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
             source.volume_handle
         )
     })?;
+    if let Some(gid) = fs_group
+        .filter(|_| !delegate && applies_fs_group(source, driver_spec.fs_group_policy.as_deref()))
+    {
+        let (path, policy) = (
+            target.clone(),
+            super::fs_group_change_policy(pod).map(str::to_string),
+        );
+        let applied = tokio::task::spawn_blocking(move || {
+            super::ownership::apply_with_policy(&path, gid, false, policy.as_deref())
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+        // Published but unusable: the next sync sees it mounted and the pod
+        // waits; teardown unpublishes it from disk.
+        applied
+            .map_err(|e| format!("applyFSGroup failed for vol {}: {e}", source.volume_handle))?;
+    }
     info!(
         volume = source.spec_name,
         driver = source.driver,
@@ -396,8 +443,9 @@ fn pod_info(pod: &Pod, ephemeral: bool) -> HashMap<String, String> {
 }
 
 /// The volume capability of `source`: a mounted filesystem with its type
-/// and flags, in the access mode of its PersistentVolume.
-fn capability(source: &Source) -> VolumeCapability {
+/// and flags, in the access mode of its PersistentVolume, and the group the
+/// driver is to mount it for (`VOLUME_MOUNT_GROUP`; empty: none).
+fn capability(source: &Source, mount_group: &str) -> VolumeCapability {
     use volume_capability::access_mode::Mode;
     let mode = match source.access_mode.as_str() {
         "ReadOnlyMany" => Mode::MultiNodeReaderOnly,
@@ -410,10 +458,24 @@ fn capability(source: &Source) -> VolumeCapability {
             volume_capability::MountVolume {
                 fs_type: source.fs_type.clone(),
                 mount_flags: source.mount_flags.clone(),
-                volume_mount_group: String::new(),
+                volume_mount_group: mount_group.to_string(),
             },
         )),
         access_mode: Some(volume_capability::AccessMode { mode: mode.into() }),
+    }
+}
+
+/// Whether the agent applies the pod's fsGroup to `source` under the
+/// CSIDriver's `fsGroupPolicy` (absent: `ReadWriteOnceWithFSType`), as the
+/// kubelet's `supportsFSGroup`: never to a read-only volume or under
+/// `None`; always under `File`; else only to a volume with a filesystem
+/// type that is `ReadWriteOnce`.
+fn applies_fs_group(source: &Source, policy: Option<&str>) -> bool {
+    match policy {
+        _ if source.read_only => false,
+        Some("None") => false,
+        Some("File") => true,
+        _ => !source.fs_type.is_empty() && source.read_write_once,
     }
 }
 
@@ -929,6 +991,71 @@ mod tests {
             "{err}"
         );
         assert!(target.parent().unwrap().join(VOL_DATA_FILE).exists());
+    }
+
+    /// The pod's fsGroup goes onto the published volume when the
+    /// CSIDriver's policy allows it (`File`), and not under `None`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_pods_fs_group_is_applied_as_the_driver_policy_says() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let socket = root.path().join("csi.sock");
+        let _driver = FakeDriver::serve(&socket);
+        let drivers = Drivers::default();
+        drivers.set_for_test(crate::plugin_manager::Driver {
+            name: "test.csi".into(),
+            endpoint: socket.clone(),
+            version: (1, 0, 0),
+            node_id: "node-1".into(),
+        });
+        let api = FakeApi::default();
+        let host = Host {
+            client: api.client(),
+            drivers,
+            root: root.path().to_path_buf(),
+            node_name: "n1".into(),
+        };
+        let v: Volume = serde_json::from_value(serde_json::json!({
+            "name": "scratch", "csi": {"driver": "test.csi"}
+        }))
+        .unwrap();
+        for (uid, policy, changed) in [("u1", "File", true), ("u2", "None", false)] {
+            api.put_cluster(
+                "csidrivers",
+                "test.csi",
+                serde_json::json!({"metadata": {"name": "test.csi"},
+                    "spec": {"attachRequired": false, "fsGroupPolicy": policy}}),
+            );
+            let mut p = pod("web", uid);
+            if let Some(spec) = p.spec.as_mut() {
+                spec.security_context =
+                    Some(serde_json::from_value(serde_json::json!({"fsGroup": 4321})).unwrap());
+            }
+            let mounted = set_up(&host, &p, &of_inline(&p, &v).unwrap())
+                .await
+                .unwrap();
+            let meta = std::fs::metadata(&mounted.host_path).unwrap();
+            assert_eq!(meta.gid() == 4321, changed, "{policy}");
+            assert_eq!(meta.mode() & 0o2000 != 0, changed, "{policy}: setgid");
+        }
+        let mut inline = of_inline(&pod("web", "u3"), &v).unwrap();
+        assert!(!applies_fs_group(&inline, None), "no filesystem type");
+        inline.fs_type = "ext4".into();
+        assert!(
+            applies_fs_group(&inline, None),
+            "inline volumes are ReadWriteOnce"
+        );
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pv1"},
+            "spec": {"accessModes": ["ReadWriteMany"],
+                "csi": {"driver": "test.csi", "volumeHandle": "h1", "fsType": "ext4"}}
+        }))
+        .unwrap();
+        let many = of_persistent_volume(&pv, false).unwrap();
+        assert!(!applies_fs_group(&many, None), "not ReadWriteOnce");
+        assert!(applies_fs_group(&many, Some("File")));
+        let read_only = of_persistent_volume(&pv, true).unwrap();
+        assert!(!applies_fs_group(&read_only, Some("File")));
     }
 
     #[test]

@@ -771,12 +771,20 @@ fn remove_pod_dir(dir: &Path) -> Result<()> {
     remove::remove_all_one_filesystem(dir).map_err(io("remove"))
 }
 
-fn fs_group(pod: &Pod) -> Option<u32> {
+pub(crate) fn fs_group(pod: &Pod) -> Option<u32> {
     pod.spec
         .as_ref()
         .and_then(|s| s.security_context.as_ref())
         .and_then(|sc| sc.fs_group)
         .and_then(|g| u32::try_from(g).ok())
+}
+
+/// The pod's `securityContext.fsGroupChangePolicy`.
+pub(crate) fn fs_group_change_policy(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.fs_group_change_policy.as_deref())
 }
 
 /// Sets up every volume of `pod` (blocking filesystem work).
@@ -861,11 +869,13 @@ fn set_up_claim(
             && !c.read_only
             && let Some(gid) = fs_group(pod)
         {
-            ownership::apply(&path, gid, false).map_err(|source| Error::Io {
-                op: "apply fsGroup to local volume",
-                path: path.clone(),
-                source,
-            })?;
+            ownership::apply_with_policy(&path, gid, false, fs_group_change_policy(pod)).map_err(
+                |source| Error::Io {
+                    op: "apply fsGroup to local volume",
+                    path: path.clone(),
+                    source,
+                },
+            )?;
         }
         return Ok(MountedVolume {
             host_path: path,

@@ -42,6 +42,44 @@ pub fn apply(path: &Path, fs_group: u32, read_only: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `path` (a volume's root) needs its ownership changed for
+/// `fs_group` under `fsGroupChangePolicy: OnRootMismatch`: its group is
+/// another, it is not a directory, or it lacks the group bits (read and
+/// search, and write unless `read_only`) or the setgid bit, as the kubelet's
+/// `requiresPermissionChange`. An unreadable root needs the change.
+#[must_use]
+pub fn root_mismatch(path: &Path, fs_group: u32, read_only: bool) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = fs::metadata(path) else {
+        return true;
+    };
+    if meta.gid() != fs_group || !meta.is_dir() {
+        return true;
+    }
+    let wanted = (if read_only { RO_MASK } else { RW_MASK }) | EXEC_MASK;
+    let mode = meta.mode();
+    mode & wanted != wanted || mode & SETGID == 0
+}
+
+/// Applies `fs_group` to the volume at `path` as [`apply`], unless
+/// `change_policy` is `OnRootMismatch` and its root already matches
+/// ([`root_mismatch`]): the kubelet's `ChangePermissions` with
+/// `skipPermissionChange`.
+///
+/// # Errors
+/// Reading a directory of the volume.
+pub fn apply_with_policy(
+    path: &Path,
+    fs_group: u32,
+    read_only: bool,
+    change_policy: Option<&str>,
+) -> io::Result<()> {
+    if change_policy == Some("OnRootMismatch") && !root_mismatch(path, fs_group, read_only) {
+        return Ok(());
+    }
+    apply(path, fs_group, read_only)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +101,31 @@ mod tests {
         assert_eq!(fs::metadata(&d).unwrap().mode() & 0o7777, 0o2750);
         apply(&d, gid, false).unwrap();
         assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o660);
+    }
+
+    #[test]
+    fn on_root_mismatch_changes_only_a_root_that_does_not_match() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("d");
+        fs::create_dir(&d).unwrap();
+        let f = d.join("f");
+        fs::write(&f, "x").unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+        let gid = fs::metadata(dir.path()).unwrap().gid();
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(root_mismatch(&d, gid, false), "no group bits, no setgid");
+        assert!(root_mismatch(&f, gid, false), "not a directory");
+        // The root matches (group, bits, setgid): the file is left as it is.
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o2770)).unwrap();
+        assert!(!root_mismatch(&d, gid, false));
+        apply_with_policy(&d, gid, false, Some("OnRootMismatch")).unwrap();
+        assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o600);
+        // Always (the default): every file gets the group bits.
+        apply_with_policy(&d, gid, false, None).unwrap();
+        assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o660);
+        assert!(
+            root_mismatch(&d, gid.wrapping_add(1), false),
+            "another group"
+        );
     }
 }

@@ -116,7 +116,8 @@ pub fn apply(yaml: &str) {
     assert_eq!(code, 0, "kubectl apply: {err}\n{yaml}");
 }
 
-/// The CSIDriver (attach required, pod info on mount) and a StorageClass
+/// The CSIDriver (attach required, pod info on mount, the pod's fsGroup
+/// applied by the agent whatever the volume: `File`) and a StorageClass
 /// `class` (late binding, volumes deleted with their claims) for the test
 /// driver.
 pub fn driver_and_class(class: &str) {
@@ -124,7 +125,7 @@ pub fn driver_and_class(class: &str) {
         "apiVersion: storage.k8s.io/v1
 kind: CSIDriver
 metadata: {{name: {DRIVER}}}
-spec: {{attachRequired: true, podInfoOnMount: true, volumeLifecycleModes: [Persistent]}}
+spec: {{attachRequired: true, podInfoOnMount: true, fsGroupPolicy: File, volumeLifecycleModes: [Persistent]}}
 ---
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
