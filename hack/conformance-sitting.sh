@@ -7,7 +7,8 @@
 #
 # SUITE:AGENT pairs name the runs and their order (default: e2e:kubelet
 # e2e:rustlet node:kubelet node:rustlet node-protection:kubelet
-# node-protection:rustlet e2e-slow:kubelet e2e-slow:rustlet);
+# node-protection:rustlet storage:kubelet storage:rustlet e2e-slow:kubelet
+# e2e-slow:rustlet);
 # each is `hack/conformance.sh --suite SUITE --agent AGENT --resume`.
 #
 # --fresh begins a sitting: it deletes the results of the named runs, builds
@@ -48,11 +49,11 @@ while (($#)); do
   esac
 done
 ((${#runs[@]})) || runs=(e2e:kubelet e2e:rustlet node:kubelet node:rustlet node-protection:kubelet
-  node-protection:rustlet e2e-slow:kubelet e2e-slow:rustlet)
+  node-protection:rustlet storage:kubelet storage:rustlet e2e-slow:kubelet e2e-slow:rustlet)
 for r in "${runs[@]}"; do
   case ${r%%:*} in
-    e2e | e2e-slow | node | node-protection) ;;
-    *) die "unknown suite in '$r' (e2e|e2e-slow|node|node-protection)" ;;
+    e2e | e2e-slow | node | node-protection | storage) ;;
+    *) die "unknown suite in '$r' (e2e|e2e-slow|node|node-protection|storage)" ;;
   esac
   case ${r#*:} in kubelet | rustlet) ;; *) die "unknown agent in '$r' (kubelet|rustlet)" ;; esac
 done
@@ -74,7 +75,7 @@ if $again; then
   # The rustlet runs to do anew: the named ones, else every rustlet run.
   redo=()
   for r in "${runs[@]}"; do [[ ${r#*:} != rustlet ]] || redo+=("${r%%:*}"); done
-  ((${#runs[@]})) || redo=(e2e node node-protection e2e-slow)
+  ((${#runs[@]})) || redo=(e2e node node-protection storage e2e-slow)
   for suite in "${redo[@]}"; do rm -rf "${ROOT:?}/_output/conformance/$suite/rustlet"; done
   rm -f "$SITTING/rustlet"
   sed -i '/^rustlet: /d' "$SITTING/info"

@@ -62,6 +62,11 @@ SETS = [
      "`[Serial]`, `[Disruptive]` or `[Slow]` and outside `[NodeConformance]` "
      "(`hack/conformance.sh --suite node-protection`; the focus and skip are in the run's "
      "summary)"),
+    ("storage", "e2e.test [sig-storage] local and hostPath volumes",
+     "`e2e.test`'s `[sig-storage]` tests that need no storage driver: the in-tree `hostPath`, "
+     "`hostPathSymlink` and `local` volume test suites and `PersistentVolumes-local` (claims bound "
+     "to local PersistentVolumes of each local volume type, subPaths, fsGroup), not `[Slow]` "
+     "(`hack/conformance.sh --suite storage`)"),
 ]
 # A derived line: the union of two sets of the same sitting whose tests do
 # not overlap (e2e skips [Slow], e2e-slow runs only [Slow]).

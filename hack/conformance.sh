@@ -2,7 +2,7 @@
 # Runs upstream [NodeConformance] tests against a fresh local one-node cluster
 # (hack/local-up.sh), then takes the cluster down.
 #
-#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection]
+#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection|storage]
 #                       [--agent rustlet|kubelet]
 #                       [--focus REGEX] [--skip REGEX] [--shards N] [--resume]
 #                       [--procs N] [--timeout DURATION] [--name NAME] [--keep-up]
@@ -24,6 +24,12 @@
 #                          (most are [Serial] [Disruptive] [Slow] and not
 #                          [NodeConformance]; they reconfigure and restart
 #                          the agent), as the node suite runs
+#                storage   e2e.test, the [sig-storage] tests of volumes a
+#                          one-node cluster has without a storage driver:
+#                          the in-tree hostPath, hostPathSymlink and local
+#                          volume test suites and PersistentVolumes-local
+#                          (claims bound to local PersistentVolumes of each
+#                          local volume type, subPaths, fsGroup), not [Slow]
 #   --agent    the node agent (default rustlet)
 #   --focus    run only the suite's tests that also match REGEX
 #   --skip     skip the tests matching REGEX instead of the suite's default
@@ -149,7 +155,12 @@ case $suite in
     test_bin=e2e_node.test; default_skip='\[Flaky\]'; default_shards=1
     base_focus='\[sig-node\] (GarbageCollect Garbage|ImageGarbageCollect when|Summary API when querying /stats/summary should report|LocalStorageCapacityIsolationEviction |LocalStorageEviction |PriorityMemoryEvictionOrdering |PriorityPidEvictionOrdering .*baseline)'
     ;;
-  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection)" ;;
+  storage)
+    test_bin=e2e.test; default_shards=1
+    base_focus='\[sig-storage\].*(\[Driver: (local|hostPath|hostPathSymlink)\]|PersistentVolumes-local)'
+    default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]|\\[Feature:"
+    ;;
+  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection|storage)" ;;
 esac
 # The node suite's way of running (against the existing node, the agent
 # restarted through the systemctl stand-in).
