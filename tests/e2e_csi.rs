@@ -8,7 +8,8 @@
 //! deployments run them in a cluster. A StatefulSet's pod keeps its data
 //! when a new pod replaces it, its fsGroup applied to the volume; the volume's usage is in `/stats/summary`
 //! with its claim; when the pods go the volume is unpublished and unstaged,
-//! detached, and deleted with its claim.
+//! detached, and deleted with its claim. An inline ephemeral CSI volume is
+//! made for its pod and goes with it.
 
 mod common;
 
@@ -246,10 +247,54 @@ spec:
         }
     })
     .await;
-    let _ = kubectl(
-        &["delete", "storageclass", &class, "--ignore-not-found"],
-        "",
+    // An inline ephemeral volume: made for the pod, gone with it.
+    let inline: Pod = from_json(serde_json::json!({
+        "metadata": {"name": "inline"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "restartPolicy": "Never",
+            "volumes": [{"name": "scratch", "csi": {"driver": DRIVER}}],
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "echo here > /scratch/f && cat /scratch/f"],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+            }],
+        },
+    }));
+    let inline = create(&client, &ns, &inline).await;
+    wait_for(&client, &ns, "inline", 60, "Succeeded", phase("Succeeded")).await;
+    assert_eq!(logs(&ns, "inline").trim(), "here");
+    let uid = inline.uid().unwrap_or_default();
+    let handle = format!("csi-{}", hex_sha256(&format!("{uid}scratch")));
+    assert!(
+        stack_dir().join("state/volumes").join(&handle).exists(),
+        "the driver made the inline volume {handle}"
     );
-    let _ = kubectl(&["delete", "csidriver", DRIVER, "--ignore-not-found"], "");
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete("inline", &Default::default())
+        .await
+        .expect("delete inline");
+    wait_deleted(&client, &ns, "inline", &uid, 60).await;
+    eventually(30, "the inline volume removed", || {
+        let gone = stack_dir().join("state/volumes").join(&handle);
+        async move {
+            (!gone.exists())
+                .then_some(())
+                .ok_or_else(|| format!("{} is still there", gone.display()))
+        }
+    })
+    .await;
+
+    remove_driver_and_class(&class);
     drop_namespace(&client, &ns).await;
+}
+
+/// The hex SHA-256 of `text` (the kubelet names an inline volume
+/// `csi-<sha256(pod UID + volume name)>`).
+fn hex_sha256(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -16,6 +16,10 @@
 //!   against `/proc/self/mountinfo`, and their undoing unmounts.
 //! - `NodeGetVolumeStats` reports the bytes and inodes under the volume and
 //!   its filesystem's totals.
+//! - An inline ephemeral volume (a publish whose volume context says
+//!   `csi.storage.k8s.io/ephemeral: "true"`, which the agent sends when the
+//!   CSIDriver has `podInfoOnMount`) is made on publish and removed on
+//!   unpublish.
 //!
 //! With `--registration-dir` it also registers itself with the node agent
 //! as upstream node-driver-registrar does: it serves the plugin
@@ -47,6 +51,8 @@ const DRIVER: &str = "hostpath.csi.rustlet.io";
 const TOPOLOGY_KEY: &str = "topology.hostpath.csi.rustlet.io/node";
 /// The longest volume name accepted (bytes).
 const MAX_NAME: usize = 128;
+/// The volume context key that marks an inline ephemeral volume.
+const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
 
 /// The command line.
 #[derive(Parser, Debug)]
@@ -234,6 +240,8 @@ struct Driver {
     name: String,
     node: String,
     volumes: PathBuf,
+    /// A file per inline ephemeral volume (named as it), removed with it.
+    ephemeral: PathBuf,
     lock: Arc<tokio::sync::Mutex<()>>,
     /// The wait of each node call that mounts or unmounts (`--node-call-delay`).
     delay: std::time::Duration,
@@ -243,11 +251,14 @@ impl Driver {
     /// A driver keeping its volumes under `<state_dir>/volumes` (made).
     fn new(name: &str, node: &str, state_dir: &Path) -> io::Result<Self> {
         let volumes = state_dir.join("volumes");
+        let ephemeral = state_dir.join("ephemeral");
         std::fs::create_dir_all(&volumes)?;
+        std::fs::create_dir_all(&ephemeral)?;
         Ok(Self {
             name: name.into(),
             node: node.into(),
             volumes,
+            ephemeral,
             lock: Arc::new(tokio::sync::Mutex::new(())),
             delay: std::time::Duration::ZERO,
         })
@@ -637,12 +648,23 @@ impl Node for Driver {
         req: Request<NodePublishVolumeRequest>,
     ) -> Result<Response<NodePublishVolumeResponse>, Status> {
         let req = req.into_inner();
-        let dir = self.existing(&req.volume_id)?;
+        let ephemeral = req.volume_context.get(EPHEMERAL_KEY).map(String::as_str) == Some("true");
+        let dir = if ephemeral {
+            // Made here, and known as ephemeral until unpublished.
+            let dir = self.volume(&req.volume_id)?;
+            let marker = self.ephemeral.join(&req.volume_id);
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(&marker, b""))
+                .map_err(|e| Status::internal(format!("make {}: {e}", dir.display())))?;
+            dir
+        } else {
+            self.existing(&req.volume_id)?
+        };
         let target = absolute("target_path", &req.target_path)?;
         if req.volume_capability.is_none() {
             return Err(Status::invalid_argument("volume_capability is missing"));
         }
-        let staging = if req.staging_target_path.is_empty() {
+        let staging = if req.staging_target_path.is_empty() || ephemeral {
             None
         } else {
             Some(absolute("staging_target_path", &req.staging_target_path)?)
@@ -672,7 +694,8 @@ impl Node for Driver {
         req: Request<NodeUnpublishVolumeRequest>,
     ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
         let req = req.into_inner();
-        self.volume(&req.volume_id)?;
+        let dir = self.volume(&req.volume_id)?;
+        let marker = self.ephemeral.join(&req.volume_id);
         let target = absolute("target_path", &req.target_path)?;
         self.run("NodeUnpublishVolume", req.volume_id, move |volume| {
             unmount(&target)?;
@@ -684,6 +707,13 @@ impl Node for Driver {
                     )));
                 }
                 _ => {}
+            }
+            // An inline ephemeral volume goes with its only pod.
+            if marker.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .and_then(|()| std::fs::remove_file(&marker))
+                    .map_err(|e| Status::internal(format!("remove {}: {e}", dir.display())))?;
+                tracing::info!(volume, "ephemeral volume removed");
             }
             tracing::info!(volume, path = %target.display(), "volume unpublished");
             Ok(())
@@ -1005,6 +1035,44 @@ mod tests {
         .await
         .unwrap();
         assert!(!is_mounted(&staging));
+    }
+
+    /// An inline ephemeral volume is made on publish and removed on
+    /// unpublish; a persistent one that was never made is not found.
+    #[tokio::test]
+    async fn inline_ephemeral_volumes_live_as_long_as_their_publication() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        let driver = Driver::new(DRIVER, "node-a", &dir.path().join("state")).unwrap();
+        let _server = serve_csi(driver, &socket).unwrap();
+        let mut node = NodeClient::new(rustlet::cri::unix_channel(socket).await.unwrap());
+        let target = dir.path().join("pod").join("mount");
+        let publish = |ephemeral: bool| NodePublishVolumeRequest {
+            volume_id: "csi-abc".into(),
+            target_path: target.display().to_string(),
+            volume_capability: Some(mount_capability()),
+            volume_context: if ephemeral {
+                HashMap::from([(EPHEMERAL_KEY.to_string(), "true".to_string())])
+            } else {
+                HashMap::new()
+            },
+            ..NodePublishVolumeRequest::default()
+        };
+        let err = node.node_publish_volume(publish(false)).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::NotFound);
+        node.node_publish_volume(publish(true)).await.unwrap();
+        assert!(is_mounted(&target));
+        std::fs::write(target.join("f"), b"x").unwrap();
+        let volume = dir.path().join("state/volumes/csi-abc");
+        assert!(volume.join("f").exists());
+        node.node_unpublish_volume(NodeUnpublishVolumeRequest {
+            volume_id: "csi-abc".into(),
+            target_path: target.display().to_string(),
+        })
+        .await
+        .unwrap();
+        assert!(!is_mounted(&target));
+        assert!(!volume.exists(), "the ephemeral volume goes with its pod");
     }
 
     /// Names that could leave the volume directory, and requests without

@@ -265,6 +265,7 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
         .get_opt(&source.driver)
         .await
         .map_err(|e| format!("get CSIDriver {}: {e}", source.driver))?;
+    lifecycle_mode_allowed(csi_driver.as_ref(), source)?;
     let driver_spec = csi_driver.map(|d| d.spec).unwrap_or_default();
     // Attached first, when the driver needs it.
     let mut publish_context = HashMap::new();
@@ -462,6 +463,44 @@ fn capability(source: &Source, mount_group: &str) -> VolumeCapability {
             },
         )),
         access_mode: Some(volume_capability::AccessMode { mode: mode.into() }),
+    }
+}
+
+/// Whether the CSIDriver allows `source`'s lifecycle mode, as the kubelet's
+/// `supportsVolumeLifecycleMode`: without a CSIDriver only persistent
+/// volumes; with one, the modes it lists (`Persistent` when it lists none,
+/// the API's default).
+///
+/// # Errors
+/// The kubelet's message naming the mode and the driver.
+fn lifecycle_mode_allowed(driver: Option<&CSIDriver>, source: &Source) -> Result<(), String> {
+    let mode = if source.ephemeral {
+        "Ephemeral"
+    } else {
+        "Persistent"
+    };
+    let Some(driver) = driver else {
+        return if source.ephemeral {
+            Err(format!(
+                "volume mode \"{mode}\" not supported by driver {} (no CSIDriver object)",
+                source.driver
+            ))
+        } else {
+            Ok(())
+        };
+    };
+    let modes = driver
+        .spec
+        .volume_lifecycle_modes
+        .clone()
+        .unwrap_or_else(|| vec!["Persistent".to_string()]);
+    if modes.iter().any(|m| m == mode) {
+        Ok(())
+    } else {
+        Err(format!(
+            "volume mode \"{mode}\" not supported by driver {} (only supports {modes:?})",
+            source.driver
+        ))
     }
 }
 
@@ -1024,7 +1063,8 @@ mod tests {
                 "csidrivers",
                 "test.csi",
                 serde_json::json!({"metadata": {"name": "test.csi"},
-                    "spec": {"attachRequired": false, "fsGroupPolicy": policy}}),
+                    "spec": {"attachRequired": false, "fsGroupPolicy": policy,
+                        "volumeLifecycleModes": ["Ephemeral"]}}),
             );
             let mut p = pod("web", uid);
             if let Some(spec) = p.spec.as_mut() {
@@ -1056,6 +1096,38 @@ mod tests {
         assert!(applies_fs_group(&many, Some("File")));
         let read_only = of_persistent_volume(&pv, true).unwrap();
         assert!(!applies_fs_group(&read_only, Some("File")));
+    }
+
+    #[test]
+    fn lifecycle_modes_are_the_csi_drivers() {
+        let v: Volume = serde_json::from_value(serde_json::json!({
+            "name": "scratch", "csi": {"driver": "test.csi"}
+        }))
+        .unwrap();
+        let inline = of_inline(&pod("web", "u1"), &v).unwrap();
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pv1"},
+            "spec": {"csi": {"driver": "test.csi", "volumeHandle": "h1"}}
+        }))
+        .unwrap();
+        let persistent = of_persistent_volume(&pv, false).unwrap();
+        let driver = |modes: serde_json::Value| -> CSIDriver {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "test.csi"}, "spec": {"volumeLifecycleModes": modes}
+            }))
+            .unwrap()
+        };
+        assert!(lifecycle_mode_allowed(None, &persistent).is_ok());
+        assert_eq!(
+            lifecycle_mode_allowed(None, &inline).unwrap_err(),
+            "volume mode \"Ephemeral\" not supported by driver test.csi (no CSIDriver object)"
+        );
+        let listed = driver(serde_json::json!(["Ephemeral"]));
+        assert!(lifecycle_mode_allowed(Some(&listed), &inline).is_ok());
+        assert!(lifecycle_mode_allowed(Some(&listed), &persistent).is_err());
+        let default = driver(serde_json::Value::Null);
+        assert!(lifecycle_mode_allowed(Some(&default), &persistent).is_ok());
+        assert!(lifecycle_mode_allowed(Some(&default), &inline).is_err());
     }
 
     #[test]

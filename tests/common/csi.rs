@@ -117,7 +117,8 @@ pub fn apply(yaml: &str) {
 }
 
 /// The CSIDriver (attach required, pod info on mount, the pod's fsGroup
-/// applied by the agent whatever the volume: `File`) and a StorageClass
+/// applied by the agent whatever the volume: `File`; persistent and inline
+/// ephemeral volumes) and a StorageClass
 /// `class` (late binding, volumes deleted with their claims) for the test
 /// driver.
 pub fn driver_and_class(class: &str) {
@@ -125,7 +126,7 @@ pub fn driver_and_class(class: &str) {
         "apiVersion: storage.k8s.io/v1
 kind: CSIDriver
 metadata: {{name: {DRIVER}}}
-spec: {{attachRequired: true, podInfoOnMount: true, fsGroupPolicy: File, volumeLifecycleModes: [Persistent]}}
+spec: {{attachRequired: true, podInfoOnMount: true, fsGroupPolicy: File, volumeLifecycleModes: [Persistent, Ephemeral]}}
 ---
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
