@@ -5,7 +5,9 @@
 //! affinity names and refuses one bound elsewhere; a generic ephemeral
 //! volume's claim, made by the control plane for the pod, is bound and
 //! served; a claim that never binds keeps its pod Pending with the
-//! kubelet's Event while the agent serves every other pod; an image volume
+//! kubelet's Event while the agent serves every other pod; a `local`
+//! PersistentVolume of `volumeMode: Block` (a loop device) is passed to the
+//! container that names it in `volumeDevices`; an image volume
 //! serves the image's files read-only, and one whose image may not be
 //! pulled keeps its container waiting.
 
@@ -386,4 +388,89 @@ async fn an_image_volume_serves_the_image_read_only() {
     .await;
     assert_eq!(p.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
     drop_namespace(&client, &ns).await;
+}
+
+/// A loop device over a file of 8 MiB under `dir`, detached when dropped.
+struct Loop(String);
+
+impl Loop {
+    fn new(dir: &std::path::Path) -> Self {
+        let backing = dir.join("disk.img");
+        let file = std::fs::File::create(&backing).expect("backing file");
+        file.set_len(8 << 20).expect("size the backing file");
+        let out = std::process::Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&backing)
+            .output()
+            .expect("losetup");
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup")
+            .args(["-d", &self.0])
+            .status();
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_local_block_volume_is_passed_as_a_device() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-block").await;
+    let class = format!("e2e-block-{ns}");
+    let dev = Loop::new(&host_dir(&ns));
+    let host = hostname(&client).await;
+    let pv_name = format!("{ns}-pv");
+    let mut pv = volume(
+        &pv_name,
+        &class,
+        serde_json::json!({"local": {"path": dev.0}}),
+        Some(&host),
+    );
+    if let Some(spec) = pv.spec.as_mut() {
+        spec.volume_mode = Some("Block".into());
+    }
+    create_volumes(&client, &[pv]).await;
+    let mut c = claim("disk", &class);
+    if let Some(spec) = c.spec.as_mut() {
+        spec.volume_mode = Some("Block".into());
+    }
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &c)
+        .await
+        .expect("create claim");
+    let pod: Pod = from_json(serde_json::json!({
+        "metadata": {"name": "raw"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "restartPolicy": "Never",
+            "volumes": [{"name": "disk", "persistentVolumeClaim": {"claimName": "disk"}}],
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c",
+                    "test -b /dev/xvda && echo raw-data | dd of=/dev/xvda conv=fsync 2>/dev/null && dd if=/dev/xvda bs=9 count=1 2>/dev/null"],
+                "volumeDevices": [{"name": "disk", "devicePath": "/dev/xvda"}],
+            }],
+        },
+    }));
+    create(&client, &ns, &pod).await;
+    assert_eq!(succeeded(&client, &ns, "raw").await.trim(), "raw-data");
+    // What the container wrote is on the device.
+    let mut head = vec![0u8; 8];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open(&dev.0).expect("open the device"),
+        &mut head,
+    )
+    .expect("read the device");
+    assert_eq!(&head, b"raw-data");
+    drop_namespace(&client, &ns).await;
+    delete_volumes(&client, &[&pv_name]).await;
 }

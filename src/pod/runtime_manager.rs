@@ -884,6 +884,11 @@ impl RuntimeManager {
         let mut config =
             translate::container_config(pod, c, attempt, &image.id, &env, &self.node, mounts)
                 .map_err(|e| config_error(e.to_string()))?;
+        // Block volumes, as devices (makeBlockVolumes).
+        config.devices.extend(
+            crate::volume::container_devices(c, volumes)
+                .map_err(|e| config_error(e.to_string()))?,
+        );
         match termination_log(&self.node.root_dir, &uid, c, attempt).await {
             Ok(mount) => config.mounts.extend(mount),
             Err(e) => {

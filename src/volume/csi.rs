@@ -259,6 +259,7 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
             host_path: target,
             read_only: source.read_only,
             image: None,
+            block: false,
         });
     }
     let csi_driver = Api::<CSIDriver>::all(host.client.clone())
@@ -413,6 +414,7 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
         host_path: target,
         read_only: source.read_only,
         image: None,
+        block: false,
     })
 }
 

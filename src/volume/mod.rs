@@ -47,7 +47,7 @@ use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
-pub use mounts::{ImageVolumes, MountedVolume, PodVolumes, container_mounts};
+pub use mounts::{ImageVolumes, MountedVolume, PodVolumes, container_devices, container_mounts};
 
 use atomic_writer::Payload;
 use empty_dir::Medium;
@@ -517,6 +517,24 @@ impl VolumeManager {
                         else {
                             continue;
                         };
+                        let block = bound
+                            .volume
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.volume_mode.as_deref())
+                            == Some("Block");
+                        if let Err(e) = check_volume_mode(pod, &v.name, block) {
+                            out.insert(v.name.clone(), Err(e));
+                            continue;
+                        }
+                        if block {
+                            let why = format!(
+                                "volume {}: block volumes of CSI drivers are not supported by this node",
+                                v.name
+                            );
+                            out.insert(v.name.clone(), Err(Error::Unsupported(why)));
+                            continue;
+                        }
                         source.pod_volume.clone_from(&v.name);
                         source.claim = Some(c.name.clone());
                         if let Err(e) =
@@ -530,6 +548,11 @@ impl VolumeManager {
                     _ => continue,
                 },
                 None => match csi::of_inline(pod, v) {
+                    Some(_) if uses(pod, &v.name).1 => {
+                        let e = mode_mismatch(&v.name, "Filesystem", "volumeDevices");
+                        out.insert(v.name.clone(), Err(e));
+                        continue;
+                    }
                     Some(source) => source,
                     None => continue,
                 },
@@ -779,6 +802,55 @@ pub(crate) fn fs_group(pod: &Pod) -> Option<u32> {
         .and_then(|g| u32::try_from(g).ok())
 }
 
+/// Whether any container of `pod` (init, main or ephemeral) names volume
+/// `name` in its `volumeMounts` (first) and in its `volumeDevices`
+/// (second).
+fn uses(pod: &Pod, name: &str) -> (bool, bool) {
+    let Some(spec) = pod.spec.as_ref() else {
+        return (false, false);
+    };
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .map(|c| (c.volume_mounts.as_deref(), c.volume_devices.as_deref()));
+    let ephemeral = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .map(|c| (c.volume_mounts.as_deref(), c.volume_devices.as_deref()));
+    containers
+        .chain(ephemeral)
+        .fold((false, false), |(m, d), (mounts, devices)| {
+            (
+                m || mounts.unwrap_or_default().iter().any(|x| x.name == name),
+                d || devices.unwrap_or_default().iter().any(|x| x.name == name),
+            )
+        })
+}
+
+/// The kubelet's refusal of a volume of `mode` named where that mode cannot
+/// go (`volumeMounts` or `volumeDevices`).
+fn mode_mismatch(name: &str, mode: &str, field: &str) -> Error {
+    Error::Unsupported(format!(
+        "volume {name} has volumeMode {mode}, but is specified in {field}"
+    ))
+}
+
+/// Checks that claim volume `name` (`block`: `volumeMode: Block`) is named
+/// only where its mode goes, as the kubelet's volume manager checks it.
+fn check_volume_mode(pod: &Pod, name: &str, block: bool) -> Result<()> {
+    let (mounted, device) = uses(pod, name);
+    if block && mounted {
+        return Err(mode_mismatch(name, "Block", "volumeMounts"));
+    }
+    if !block && device {
+        return Err(mode_mismatch(name, "Filesystem", "volumeDevices"));
+    }
+    Ok(())
+}
+
 /// The pod's `securityContext.fsGroupChangePolicy`.
 pub(crate) fn fs_group_change_policy(pod: &Pod) -> Option<&str> {
     pod.spec
@@ -801,6 +873,10 @@ fn set_up_all(
     for v in volumes.filter(|v| !fetched.apart.contains(&v.name)) {
         let set_up = match claim::claim_of(pod, v) {
             Some(c) => set_up_claim(pod, v, &c, fetched, node).map_err(|e| (e, None)),
+            // Only a claim's volume can be a block device.
+            None if uses(pod, &v.name).1 => {
+                Err((mode_mismatch(&v.name, "Filesystem", "volumeDevices"), None))
+            }
             None => set_up_volume(root, &uid, pod, v, fetched, allocatable),
         };
         match set_up {
@@ -841,11 +917,25 @@ fn set_up_claim(
     let pv = &bound.volume;
     claim::check_node_affinity(pv, &node.name, &node.labels).map_err(Error::NodeAffinity)?;
     let spec = pv.spec.clone().unwrap_or_default();
-    if spec.volume_mode.as_deref() == Some("Block") {
-        return Err(Error::Unsupported(format!(
-            "volume {} has volumeMode Block, but is specified in volumeMounts",
-            v.name
-        )));
+    let block = spec.volume_mode.as_deref() == Some("Block");
+    check_volume_mode(pod, &v.name, block)?;
+    if block {
+        // A raw block device: only a local volume here (the kubelet's local
+        // plugin's block mapper); the device is passed, not mounted.
+        let Some(local) = &spec.local else {
+            return Err(Error::Unsupported(format!(
+                "volume {}: block volumes of this type are not supported by this node",
+                v.name
+            )));
+        };
+        let path = PathBuf::from(&local.path);
+        host_path::check(&path, Some("BlockDevice"))?;
+        return Ok(MountedVolume {
+            host_path: path,
+            read_only: c.read_only,
+            image: None,
+            block: true,
+        });
     }
     if let Some(hp) = &spec.host_path {
         let path = PathBuf::from(&hp.path);
@@ -854,6 +944,7 @@ fn set_up_claim(
             host_path: path,
             read_only: c.read_only,
             image: None,
+            block: false,
         });
     }
     if let Some(local) = &spec.local {
@@ -881,6 +972,7 @@ fn set_up_claim(
             host_path: path,
             read_only: c.read_only,
             image: None,
+            block: false,
         });
     }
     Err(Error::Unsupported(format!(
@@ -921,6 +1013,7 @@ fn set_up_volume(
             host_path: PathBuf::new(),
             read_only: true,
             image: Some(reference.to_string()),
+            block: false,
         });
     }
     if let Some(hp) = &v.host_path {
@@ -930,6 +1023,7 @@ fn set_up_volume(
             host_path: path,
             read_only: false,
             image: None,
+            block: false,
         });
     }
     if let Some(ed) = &v.empty_dir {
@@ -950,6 +1044,7 @@ fn set_up_volume(
             host_path: d,
             read_only: false,
             image: None,
+            block: false,
         });
     }
     let memory = || Medium::Memory(empty_dir::memory_size(pod, None, allocatable).unwrap_or(0));
@@ -1004,6 +1099,7 @@ fn set_up_volume(
         host_path: d.clone(),
         read_only: true,
         image: None,
+        block: false,
     });
     let fail = |e: Error| (e, earlier.clone());
     let payload = payload.map_err(fail)?;
@@ -1012,6 +1108,7 @@ fn set_up_volume(
         host_path: d,
         read_only: true,
         image: None,
+        block: false,
     })
 }
 
@@ -1160,6 +1257,7 @@ mod tests {
                 host_path: cfg.clone(),
                 read_only: true,
                 image: None,
+                block: false,
             }
         );
         assert_eq!(
@@ -1353,13 +1451,34 @@ mod tests {
             "pending".into(),
             Err("error processing PVC default/pending-claim: PVC is not bound".into()),
         );
-        let p = with_volumes(vec![
+        fetched.claims.insert(
+            "mounted-block".into(),
+            bound(PersistentVolumeSpec {
+                volume_mode: Some("Block".into()),
+                ..local("ssd")
+            }),
+        );
+        fetched
+            .claims
+            .insert("device-fs".into(), bound(local("ssd")));
+        let mut p = with_volumes(vec![
             claim_volume("host", true),
             claim_volume("local", false),
             claim_volume("elsewhere", false),
             claim_volume("block", false),
+            claim_volume("mounted-block", false),
+            claim_volume("device-fs", false),
             claim_volume("pending", false),
         ]);
+        // One container mounts a block volume, and names a filesystem one
+        // as a device: both refused as the kubelet refuses them.
+        p.spec.as_mut().unwrap().containers[0] = serde_json::from_value(serde_json::json!({
+            "name": "c", "image": "busybox",
+            "volumeMounts": [{"name": "mounted-block", "mountPath": "/m"}],
+            "volumeDevices": [{"name": "device-fs", "devicePath": "/dev/x"},
+                {"name": "block", "devicePath": "/dev/y"}],
+        }))
+        .unwrap();
         let out = set_up_all(root.path(), &p, &fetched, &BTreeMap::new(), &here);
         let host = &out.volumes["host"];
         assert_eq!(
@@ -1377,7 +1496,19 @@ mod tests {
             errors["elsewhere"],
             "NodeAffinity check failed: no matching NodeSelectorTerms"
         );
-        assert!(errors["block"].contains("volumeMode Block"), "{errors:?}");
+        assert_eq!(
+            errors["mounted-block"],
+            "volume mounted-block has volumeMode Block, but is specified in volumeMounts"
+        );
+        assert_eq!(
+            errors["device-fs"],
+            "volume device-fs has volumeMode Filesystem, but is specified in volumeDevices"
+        );
+        // A local block volume must be a block device (here a directory).
+        assert!(
+            errors["block"].contains("is not a block device"),
+            "{errors:?}"
+        );
         assert!(matches!(
             out.errors
                 .iter()
@@ -1385,7 +1516,16 @@ mod tests {
                 .map(|(_, e)| e),
             Some(Error::Claim(_))
         ));
-        assert_eq!(out.unmounted(&p), ["elsewhere", "block", "pending"]);
+        assert_eq!(
+            out.unmounted(&p),
+            [
+                "elsewhere",
+                "block",
+                "mounted-block",
+                "device-fs",
+                "pending"
+            ]
+        );
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub struct MountedVolume {
     /// mounts the image itself (CRI `Mount.image`) once the pod worker has
     /// pulled it.
     pub image: Option<String>,
+    /// A raw block volume (`volumeMode: Block`): `host_path` is the block
+    /// device, passed to the containers that name it in `volumeDevices`.
+    pub block: bool,
 }
 
 /// The pod's volumes that are set up, by volume name.
@@ -223,6 +226,38 @@ pub fn container_mounts(
     Ok(mounts)
 }
 
+/// A container's `volumeDevices` as CRI devices, as the kubelet's
+/// `makeBlockVolumes`: each names a block volume of the pod and an absolute
+/// path in the container; the device is read-write (`mrw`), or read-only
+/// (`r`) when the claim is.
+///
+/// # Errors
+/// [`Error::Mount`] for a relative device path, or a volume that is not a
+/// set-up block volume.
+pub fn container_devices(c: &Container, volumes: &PodVolumes) -> Result<Vec<cri::Device>> {
+    let mut out = Vec::new();
+    for d in c.volume_devices.iter().flatten() {
+        if !d.device_path.starts_with('/') {
+            return Err(Error::Mount(format!(
+                "error DevicePath `{}` must be an absolute path",
+                d.device_path
+            )));
+        }
+        let Some(vol) = volumes.get(&d.name).filter(|v| v.block) else {
+            return Err(Error::Mount(format!(
+                "cannot find volume {:?} to pass into container {:?}",
+                d.name, c.name
+            )));
+        };
+        out.push(cri::Device {
+            container_path: d.device_path.clone(),
+            host_path: vol.host_path.to_string_lossy().into_owned(),
+            permissions: if vol.read_only { "r" } else { "mrw" }.into(),
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,6 +327,7 @@ mod tests {
             host_path: vol.clone(),
             read_only: false,
             image: None,
+            block: false,
         };
         let m = vm("v", "/m");
         let err = |sub| {
@@ -323,6 +359,7 @@ mod tests {
                     host_path: "/r/pods/u/volumes/kubernetes.io~configmap/cfg".into(),
                     read_only: true,
                     image: None,
+                    block: false,
                 },
             ),
             (
@@ -331,6 +368,7 @@ mod tests {
                     host_path: data.clone(),
                     read_only: false,
                     image: None,
+                    block: false,
                 },
             ),
         ]);
@@ -405,6 +443,7 @@ mod tests {
                 host_path: PathBuf::new(),
                 read_only: true,
                 image: Some("example.com/data:1".into()),
+                block: false,
             },
         )]
         .into();
@@ -438,5 +477,61 @@ mod tests {
         };
         let err = container_mounts(&with_sub, &volumes, &images, &[], pod_dir).unwrap_err();
         assert!(matches!(err, Error::Unsupported(_)), "{err}");
+    }
+
+    #[test]
+    fn volume_devices_pass_block_volumes() {
+        let block = |read_only| MountedVolume {
+            host_path: PathBuf::from("/dev/loop7"),
+            read_only,
+            image: None,
+            block: true,
+        };
+        let volumes: PodVolumes = [
+            ("rw".to_string(), block(false)),
+            ("ro".to_string(), block(true)),
+            (
+                "fs".to_string(),
+                MountedVolume {
+                    host_path: PathBuf::from("/data"),
+                    ..MountedVolume::default()
+                },
+            ),
+        ]
+        .into();
+        let dev = |name: &str, path: &str| k8s_openapi::api::core::v1::VolumeDevice {
+            name: name.into(),
+            device_path: path.into(),
+        };
+        let c = |devices| Container {
+            name: "c".into(),
+            volume_devices: Some(devices),
+            ..Default::default()
+        };
+        let got = container_devices(
+            &c(vec![dev("rw", "/dev/xvda"), dev("ro", "/dev/xvdb")]),
+            &volumes,
+        )
+        .unwrap();
+        assert_eq!(
+            got.iter()
+                .map(|d| (
+                    d.container_path.as_str(),
+                    d.host_path.as_str(),
+                    d.permissions.as_str()
+                ))
+                .collect::<Vec<_>>(),
+            [
+                ("/dev/xvda", "/dev/loop7", "mrw"),
+                ("/dev/xvdb", "/dev/loop7", "r")
+            ]
+        );
+        assert!(container_devices(&c(vec![dev("fs", "/dev/x")]), &volumes).is_err());
+        assert!(container_devices(&c(vec![dev("nope", "/dev/x")]), &volumes).is_err());
+        let err = container_devices(&c(vec![dev("rw", "dev/x")]), &volumes).unwrap_err();
+        assert!(
+            err.to_string().contains("must be an absolute path"),
+            "{err}"
+        );
     }
 }
