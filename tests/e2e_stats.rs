@@ -138,6 +138,11 @@ async fn stats_summary_and_resource_metrics_show_a_busy_pod() {
     ] {
         assert!(u64_at(&pod, p) > 0, "pod {p} is not positive: {pod:#}");
     }
+    // The pod's usage (its pod cgroup) holds its container's.
+    assert!(
+        u64_at(&pod, "/cpu/usageCoreNanoSeconds") >= u0,
+        "pod cpu below its container's: {pod:#}"
+    );
     assert!(
         pod["podRef"]["uid"].as_str().is_some_and(|u| !u.is_empty()),
         "{pod}"

@@ -12,12 +12,14 @@
 //! manager housekeeping keeps its cache fresh. Logs: the size of the
 //! container's log directory.
 //!
-//! Pods: cpu and memory are the sum of their containers' (containers run
-//! without a pod cgroup here); network from CRI `ListPodSandboxStats` when
-//! the runtime reports it, else from the sandbox process's
-//! `/proc/<pid>/net/dev` (containerd 2 refuses sandbox stats for sandboxes
-//! without a cgroup parent); emptyDir volumes and ephemeral storage from the
-//! pod's directories.
+//! Pods: cpu and memory from CRI `ListPodSandboxStats`, which reads the pod
+//! cgroup (the sandbox's cgroup parent: the sandbox and the pod's overhead
+//! count, as in the kubelet's pod stats from the pod cgroup), else the sum
+//! of their containers'; network from the same sandbox stats when the
+//! runtime reports it, else from the sandbox process's `/proc/<pid>/net/dev`
+//! (containerd 2 refuses sandbox stats for sandboxes without a cgroup
+//! parent); emptyDir volumes and ephemeral storage from the pod's
+//! directories; CSI volumes from their drivers.
 //!
 //! Node: cpu and memory from the root cgroup (cgroup v1: `cpuacct.usage`,
 //! `memory.usage_in_bytes` less `total_inactive_file`, as cAdvisor's root
@@ -286,15 +288,13 @@ impl Provider {
             self.runtime.list_containers(HashMap::new()),
             self.runtime.list_container_stats(),
         )?;
-        let sandbox_stats = if only_cpu_and_memory {
-            Vec::new()
-        } else {
-            match self.runtime.list_pod_sandbox_stats().await {
-                Ok(s) => s,
-                Err(e) => {
-                    debug!(error = %e, "pod sandbox stats");
-                    Vec::new()
-                }
+        // The pods' own cpu and memory (their pod cgroups, as the runtime
+        // reads them) and networks.
+        let sandbox_stats = match self.runtime.list_pod_sandbox_stats().await {
+            Ok(s) => s,
+            Err(e) => {
+                debug!(error = %e, "pod sandbox stats");
+                Vec::new()
             }
         };
         let now = Time::now();
@@ -386,10 +386,37 @@ impl Provider {
                 Some((id, net))
             })
             .collect();
+        let mut pod_usage: HashMap<String, (Option<summary::CpuStats>, Option<MemoryStats>)> =
+            HashMap::new();
+        for st in &sandbox_stats {
+            let (Some(attrs), Some(linux)) = (&st.attributes, &st.linux) else {
+                continue;
+            };
+            let cpu = linux
+                .cpu
+                .as_ref()
+                .filter(|c| summary::cri_cpu_usable(Some(c)))
+                .map(|c| {
+                    let usage = c.usage_core_nano_seconds.as_ref().map_or(0, |v| v.value);
+                    let rate = self.rate(&format!("pod/{}", attrs.id), c.timestamp, usage);
+                    summary::cpu_from_cri(c, rate)
+                });
+            let memory = linux
+                .memory
+                .as_ref()
+                .filter(|m| summary::cri_memory_usable(Some(m)))
+                .map(summary::memory_from_cri);
+            pod_usage.insert(attrs.id.clone(), (cpu, memory));
+        }
         let mut out: Vec<PodStats> = Vec::with_capacity(pods.len());
         for (sandbox_id, mut p) in pods {
             p.containers.sort_by(|a, b| a.name.cmp(&b.name));
-            (p.cpu, p.memory) = summary::pod_cpu_memory(&p.containers);
+            // The pod cgroup's usage where the runtime reports it (it counts
+            // the sandbox and the pod's overhead, as the kubelet's pod stats
+            // do), else the containers' sum.
+            let (sum_cpu, sum_memory) = summary::pod_cpu_memory(&p.containers);
+            let (cpu, memory) = pod_usage.remove(&sandbox_id).unwrap_or_default();
+            (p.cpu, p.memory) = (cpu.or(sum_cpu), memory.or(sum_memory));
             if !only_cpu_and_memory {
                 p.network = match networks.get(&sandbox_id) {
                     Some(n) => Some(n.clone()),
