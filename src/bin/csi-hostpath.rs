@@ -813,17 +813,25 @@ mod tests {
         mounted(p).unwrap()
     }
 
+    /// A driver of node `node-a` keeping its state under a new temporary
+    /// directory, served on a socket there: the directory (kept while it
+    /// lives) and a channel to the driver.
+    async fn served() -> (tempfile::TempDir, tonic::transport::Channel) {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        let driver = Driver::new(DRIVER, "node-a", &dir.path().join("state")).unwrap();
+        serve_csi(driver, &socket).unwrap();
+        let channel = rustlet::cri::unix_channel(socket).await.unwrap();
+        (dir, channel)
+    }
+
     /// The whole life of a volume over the real socket, with real bind
     /// mounts: made, attached, staged, published (twice, idempotently),
     /// written through the pod's path, measured, unpublished, unstaged,
     /// deleted.
     #[tokio::test]
     async fn a_volume_is_made_mounted_measured_and_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("csi.sock");
-        let driver = Driver::new(DRIVER, "node-a", &dir.path().join("state")).unwrap();
-        let _server = serve_csi(driver, &socket).unwrap();
-        let channel = rustlet::cri::unix_channel(socket.clone()).await.unwrap();
+        let (dir, channel) = served().await;
         let (mut identity, mut controller, mut node) = (
             IdentityClient::new(channel.clone()),
             ControllerClient::new(channel.clone()),
@@ -990,12 +998,9 @@ mod tests {
     /// staged is refused.
     #[tokio::test]
     async fn read_only_publish_and_unstaged_volumes() {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("csi.sock");
-        let driver = Driver::new(DRIVER, "node-a", &dir.path().join("state")).unwrap();
+        let (dir, channel) = served().await;
         std::fs::create_dir_all(dir.path().join("state/volumes/v1")).unwrap();
-        let _server = serve_csi(driver, &socket).unwrap();
-        let mut node = NodeClient::new(rustlet::cri::unix_channel(socket).await.unwrap());
+        let mut node = NodeClient::new(channel);
         let staging = dir.path().join("globalmount");
         let target = dir.path().join("ro");
         let publish = NodePublishVolumeRequest {
@@ -1041,11 +1046,8 @@ mod tests {
     /// unpublish; a persistent one that was never made is not found.
     #[tokio::test]
     async fn inline_ephemeral_volumes_live_as_long_as_their_publication() {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("csi.sock");
-        let driver = Driver::new(DRIVER, "node-a", &dir.path().join("state")).unwrap();
-        let _server = serve_csi(driver, &socket).unwrap();
-        let mut node = NodeClient::new(rustlet::cri::unix_channel(socket).await.unwrap());
+        let (dir, channel) = served().await;
+        let mut node = NodeClient::new(channel);
         let target = dir.path().join("pod").join("mount");
         let publish = |ephemeral: bool| NodePublishVolumeRequest {
             volume_id: "csi-abc".into(),
@@ -1079,11 +1081,7 @@ mod tests {
     /// what they need, are refused before anything is touched.
     #[tokio::test]
     async fn hostile_requests_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("csi.sock");
-        let driver = Driver::new(DRIVER, "node-a", &dir.path().join("state")).unwrap();
-        let _server = serve_csi(driver, &socket).unwrap();
-        let channel = rustlet::cri::unix_channel(socket).await.unwrap();
+        let (dir, channel) = served().await;
         let mut controller = ControllerClient::new(channel.clone());
         let mut node = NodeClient::new(channel);
         for name in ["", ".", "..", "../escape", "a/b", &"x".repeat(MAX_NAME + 1)] {

@@ -841,6 +841,18 @@ mod tests {
     use crate::fake_api::FakeApi;
     use crate::fake_csi::FakeDriver;
 
+    /// A registry with driver `test.csi` served on `socket`.
+    fn registered(socket: &Path) -> Drivers {
+        let drivers = Drivers::default();
+        drivers.set_for_test(crate::plugin_manager::Driver {
+            name: "test.csi".into(),
+            endpoint: socket.to_path_buf(),
+            version: (1, 0, 0),
+            node_id: "node-1".into(),
+        });
+        drivers
+    }
+
     fn pod(name: &str, uid: &str) -> Pod {
         let mut p = crate::fixtures::pod(name).build();
         p.metadata.uid = Some(uid.into());
@@ -856,13 +868,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let socket = root.path().join("csi.sock");
         let driver = FakeDriver::serve(&socket);
-        let drivers = Drivers::default();
-        drivers.set_for_test(crate::plugin_manager::Driver {
-            name: "test.csi".into(),
-            endpoint: socket.clone(),
-            version: (1, 0, 0),
-            node_id: "node-1".into(),
-        });
+        let drivers = registered(&socket);
         let backing = tempfile::tempdir().unwrap();
         let mut mounted = Vec::new();
         for (dir, driver_name, mount) in [
@@ -920,16 +926,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let socket = root.path().join("csi.sock");
         let driver = FakeDriver::serve(&socket);
-        let registered = || {
-            let drivers = Drivers::default();
-            drivers.set_for_test(crate::plugin_manager::Driver {
-                name: "test.csi".into(),
-                endpoint: socket.clone(),
-                version: (1, 0, 0),
-                node_id: "node-1".into(),
-            });
-            drivers
-        };
+        let registered = || registered(&socket);
         let api = FakeApi::default();
         let host = Host {
             client: api.client(),
@@ -1042,13 +1039,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let socket = root.path().join("csi.sock");
         let _driver = FakeDriver::serve(&socket);
-        let drivers = Drivers::default();
-        drivers.set_for_test(crate::plugin_manager::Driver {
-            name: "test.csi".into(),
-            endpoint: socket.clone(),
-            version: (1, 0, 0),
-            node_id: "node-1".into(),
-        });
+        let drivers = registered(&socket);
         let api = FakeApi::default();
         let host = Host {
             client: api.client(),
