@@ -806,13 +806,7 @@ impl RuntimeManager {
                 cri::ImageSpec {
                     image: pulled.id,
                     user_specified_image: reference.to_string(),
-                    annotations: pod
-                        .metadata
-                        .annotations
-                        .clone()
-                        .unwrap_or_default()
-                        .into_iter()
-                        .collect(),
+                    annotations: translate::pod_annotations(pod),
                     ..Default::default()
                 },
             );

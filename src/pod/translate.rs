@@ -180,6 +180,18 @@ pub fn pod_identity(pod: &Pod) -> (String, String, String) {
     )
 }
 
+/// The pod's annotations, as the runtime takes them (the sandbox's, and an
+/// image volume's `ImageSpec`'s).
+#[must_use]
+pub fn pod_annotations(pod: &Pod) -> HashMap<String, String> {
+    pod.metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect()
+}
+
 fn pod_labels(pod: &Pod) -> HashMap<String, String> {
     let (ns, name, uid) = pod_identity(pod);
     let mut labels: HashMap<String, String> = pod
@@ -477,13 +489,7 @@ pub fn sandbox_config(
         dns_config: Some(dns_config(pod, node)?),
         port_mappings,
         labels: pod_labels(pod),
-        annotations: pod
-            .metadata
-            .annotations
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
+        annotations: pod_annotations(pod),
         linux: Some(cri::LinuxPodSandboxConfig {
             overhead: overhead(pod),
             security_context: Some(cri::LinuxSandboxSecurityContext {
