@@ -96,14 +96,43 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match rt.block_on(run(args)) {
+            let code = match rt.block_on(run(args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("rustlet: error: {}", one_line(&format!("{e:#}")));
                     ExitCode::FAILURE
                 }
+            };
+            // Work still under way (a pod worker's blocking volume set-up)
+            // does not hold the exit: what it left is adopted at the next
+            // start.
+            rt.shutdown_timeout(Duration::from_secs(1));
+            code
+        }
+    }
+}
+
+/// How long the pod workers have, once SIGTERM or SIGINT came, to finish
+/// what they are doing (a preStop hook, a grace period, a pull) before the
+/// agent stops without them; the next agent adopts what they leave.
+pub const WORKER_GRACE: Duration = Duration::from_secs(5);
+
+/// Resolves at the first SIGTERM or SIGINT.
+async fn stop_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
             }
         }
+    };
+    tokio::select! {
+        () = term => info!("SIGTERM: stopping"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: stopping"),
     }
 }
 
@@ -548,12 +577,24 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         sources: sources.clone(),
         allocations: crate::pod::allocation::Allocations::load(&settings.root_dir),
     });
+    // SIGTERM or SIGINT: the pod workers finish what they do (at most
+    // WORKER_GRACE), then the node API drains.
+    let (stop_tx, stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        stop_signal().await;
+        let _ = stop_tx.send(true);
+    });
     let controller = Controller::for_stream(pod_events, store.clone())
         .reconcile_on(futures::stream::select(
             pleg_events,
             tokio_stream::wrappers::UnboundedReceiverStream::new(probe_rx),
         ))
-        .shutdown_on_signal();
+        .graceful_shutdown_on({
+            let mut stopping = stopping.clone();
+            async move {
+                let _ = stopping.wait_for(|s| *s).await;
+            }
+        });
     let stats = Arc::new(
         crate::stats::Provider::new(
             &node_name,
@@ -669,8 +710,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Ok(Err(e)) => anyhow!(e).context("node API server"),
             Err(e) => anyhow!("node API server task: {e}"),
         };
+    let workers_overdue = {
+        let mut stopping = stopping.clone();
+        async move {
+            let _ = stopping.wait_for(|s| *s).await;
+            tokio::time::sleep(WORKER_GRACE).await;
+        }
+    };
     let result = tokio::select! {
-        () = pods => {
+        () = async {
+            tokio::select! {
+                () = pods => {}
+                () = workers_overdue => warn!(
+                    grace_seconds = WORKER_GRACE.as_secs(),
+                    "pod workers still busy after the grace period; stopping without them"
+                ),
+            }
+        } => {
             // A signal stopped the pod workers: drain the node API, then go.
             let _ = stop_server.send(());
             let drained = tokio::time::timeout(

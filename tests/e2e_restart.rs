@@ -2,8 +2,8 @@
 //! restart, every running container is adopted from CRI labels; none restarts
 //! and no status changes; pods deleted while it was down are cleaned up; a
 //! CSI volume whose mount or teardown the agent died in ends mounted once or
-//! not at all, its data kept. On SIGTERM the agent drains its node API and
-//! exits. The tests stop the agent:
+//! not at all, its data kept. On SIGTERM the agent gives its pod workers
+//! a few seconds, drains its node API and exits. The tests stop the agent:
 //! run them one at a time (`--test-threads 1`).
 
 mod common;
@@ -155,6 +155,17 @@ async fn sigterm_drains_the_node_api_and_exits() {
     )
     .await;
     wait_for(&client, &ns, "ticker", 60, "Running", phase("Running")).await;
+    // A pod whose stop takes a minute (its preStop hook): its worker is
+    // busy with it when the signal comes, and does not hold the exit.
+    let mut lingering = pod("lingering", "Always", BUSYBOX, &["sleep", "3600"]);
+    if let Some(spec) = lingering.spec.as_mut() {
+        spec.termination_grace_period_seconds = Some(60);
+        spec.containers[0].lifecycle = Some(from_json(serde_json::json!({
+            "preStop": {"exec": {"command": ["sleep", "60"]}}
+        })));
+    }
+    create(&client, &ns, &lingering).await;
+    wait_for(&client, &ns, "lingering", 60, "Running", phase("Running")).await;
     let mut logs = std::process::Command::new("kubectl")
         .args(["logs", "-f", "-n", &ns, "ticker"])
         .env("KUBECONFIG", local().join("admin.kubeconfig"))
@@ -166,15 +177,20 @@ async fn sigterm_drains_the_node_api_and_exits() {
     assert_eq!(lines.next().unwrap().unwrap(), "tick", "the follow streams");
     std::thread::spawn(move || lines.for_each(drop));
 
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete("lingering", &DeleteParams::default())
+        .await
+        .expect("delete lingering");
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let pid = agent_pid();
     let term = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
         .unwrap();
     assert!(term.success());
-    // The follow ends cleanly (not cut off) and the agent exits, both well
-    // within the drain period.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // The follow ends cleanly (not cut off) and the agent exits, both
+    // within the workers' grace (5 s) and the drain period (5 s).
+    let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
         if let Some(s) = logs.try_wait().unwrap() {
             break s;
@@ -198,6 +214,10 @@ async fn sigterm_drains_the_node_api_and_exits() {
         log[drained..].contains("rustlet::agent: stopped"),
         "{}",
         &log[drained..]
+    );
+    assert!(
+        log[..drained].contains("pod workers still busy after the grace period"),
+        "the busy worker was left behind"
     );
 
     let up = std::process::Command::new(root().join("hack/local-up.sh"))
