@@ -256,14 +256,18 @@ spec:
             "volumes": [{"name": "scratch", "csi": {"driver": DRIVER}}],
             "containers": [{
                 "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", "echo here > /scratch/f && cat /scratch/f"],
+                "command": ["sh", "-c", "echo here > /scratch/f && cat /scratch/f && exec sleep 3600"],
                 "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
             }],
         },
     }));
     let inline = create(&client, &ns, &inline).await;
-    wait_for(&client, &ns, "inline", 60, "Succeeded", phase("Succeeded")).await;
-    assert_eq!(logs(&ns, "inline").trim(), "here");
+    wait_for(&client, &ns, "inline", 60, "Running", phase("Running")).await;
+    eventually(30, "the inline pod's line", || async {
+        let log = logs(&ns, "inline");
+        (log.trim() == "here").then_some(()).ok_or(log)
+    })
+    .await;
     let uid = inline.uid().unwrap_or_default();
     let handle = format!("csi-{}", hex_sha256(&format!("{uid}scratch")));
     assert!(
