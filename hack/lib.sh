@@ -238,9 +238,9 @@ build_if_missing() {
 # binaries_id: a short digest of every executable in _output/bin (the control
 # plane, the kubelet, containerd, the e2e binaries, and what the test images
 # are built from) but the tools no conformance run uses (NOT_RUN_BINARIES:
-# the CSI sidecars serve only the project's own storage tests).
+# metrics-server and the CSI sidecars serve only the project's own tests).
 # Two runs with the same id ran the same upstream parts.
-NOT_RUN_BINARIES=(helm kind kubeadm kubectl csi-provisioner csi-attacher)
+NOT_RUN_BINARIES=(helm kind kubeadm kubectl metrics-server csi-provisioner csi-attacher)
 binaries_id() {
   local excluded=() b
   for b in "${NOT_RUN_BINARIES[@]}"; do excluded+=(! -name "$b"); done
