@@ -140,11 +140,32 @@ impl Recorder {
         Self { queue }
     }
 
-    fn record(&self, draft: Draft) {
+    fn record(&self, mut draft: Draft) {
+        bound_message(&mut draft.message);
         if let Err(e) = self.queue.try_send(draft) {
             debug!(error = %e, "event queue full: event dropped");
         }
     }
+}
+
+/// The longest event message kept, in bytes (the `note` limit of
+/// events.k8s.io): a longer one (a pod spec's huge image reference quoted in
+/// it) is cut, so that neither the correlator's caches nor the API server
+/// get it whole.
+pub const MAX_MESSAGE: usize = 1024;
+
+/// Cuts `message` to at most [`MAX_MESSAGE`] bytes, at a character
+/// boundary, ending it with `...` when cut.
+fn bound_message(message: &mut String) {
+    if message.len() <= MAX_MESSAGE {
+        return;
+    }
+    let mut end = MAX_MESSAGE - 3;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push_str("...");
 }
 
 /// An event as the agent reports it, before correlation.
@@ -380,6 +401,18 @@ async fn write_event(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn long_messages_are_cut_at_a_character_boundary() {
+        let mut short = "fits".to_string();
+        bound_message(&mut short);
+        assert_eq!(short, "fits");
+        let mut long = format!("{}é{}", "a".repeat(MAX_MESSAGE - 4), "b".repeat(1 << 20));
+        bound_message(&mut long);
+        assert!(long.len() <= MAX_MESSAGE, "{}", long.len());
+        assert!(long.ends_with("..."));
+        assert!(long.starts_with("aaaa"));
+    }
+
     use super::*;
 
     fn draft(reason: &str, message: &str) -> Draft {

@@ -1528,6 +1528,77 @@ mod tests {
         );
     }
 
+    /// An image volume needs nothing on the node; a reference that cannot
+    /// be one (empty, with blanks, huge with blanks) is refused, no other
+    /// volume held up; a volume of no known type, or not a claim yet named
+    /// as a device, is refused.
+    #[test]
+    fn image_volumes_and_odd_volumes() {
+        use k8s_openapi::api::core::v1::ImageVolumeSource;
+        let root = tempfile::tempdir().unwrap();
+        let image = |name: &str, reference: &str| Volume {
+            name: name.into(),
+            image: Some(ImageVolumeSource {
+                reference: Some(reference.into()),
+                pull_policy: None,
+            }),
+            ..Default::default()
+        };
+        let huge = format!("{} x", "a".repeat(1 << 20));
+        let mut p = with_volumes(vec![
+            image("good", "registry.example/data:1"),
+            image("empty", ""),
+            image("blank", "a b"),
+            image("huge", &huge),
+            volume("nothing"),
+            Volume {
+                empty_dir: Some(Default::default()),
+                ..volume("scratch")
+            },
+        ]);
+        p.spec.as_mut().unwrap().containers[0].volume_devices =
+            Some(vec![k8s_openapi::api::core::v1::VolumeDevice {
+                name: "scratch".into(),
+                device_path: "/dev/x".into(),
+            }]);
+        let here = NodeIdentity {
+            name: "n1".into(),
+            labels: BTreeMap::new(),
+        };
+        let out = set_up_all(
+            root.path(),
+            &p,
+            &Fetched::default(),
+            &BTreeMap::new(),
+            &here,
+        );
+        assert_eq!(
+            out.volumes["good"],
+            MountedVolume {
+                host_path: PathBuf::new(),
+                read_only: true,
+                image: Some("registry.example/data:1".into()),
+                block: false,
+            }
+        );
+        let errors: BTreeMap<&str, String> = out
+            .errors
+            .iter()
+            .map(|(v, e)| (v.as_str(), e.to_string()))
+            .collect();
+        for bad in ["empty", "blank", "huge"] {
+            assert!(
+                errors[bad].contains("invalid image reference"),
+                "{bad}: {errors:?}"
+            );
+        }
+        assert!(errors["nothing"].contains("not supported"), "{errors:?}");
+        assert_eq!(
+            errors["scratch"],
+            "volume scratch has volumeMode Filesystem, but is specified in volumeDevices"
+        );
+    }
+
     #[test]
     fn references_list_every_object_once() {
         let mut cm = volume("a");
