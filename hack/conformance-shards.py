@@ -29,7 +29,25 @@ META = set("\\.+*?()|[]{}^$")
 
 
 def escape(text):
-    return "".join("\\" + c if c in META else c for c in text)
+    """`text` as a regular expression matching it literally, but for its
+    spaces: a run of them matches one or more. A container's text may end
+    in a space, which the dry run's report keeps (two spaces in the joined
+    name) and the name ginkgo matches the focus against does not; an exact
+    match skipped such tests without a word.
+
+    >>> print(escape("Pod SIGKILL [LinuxOnly]  The (137)"))
+    Pod +SIGKILL +\\[LinuxOnly\\] +The +\\(137\\)
+    """
+    out, spaces = [], False
+    for c in text:
+        if c == " ":
+            if not spaces:
+                out.append(" +")
+            spaces = True
+            continue
+        spaces = False
+        out.append("\\" + c if c in META else c)
+    return "".join(out)
 
 
 def selected(report_path):
