@@ -13,12 +13,18 @@
       failed). Prints "MISSING <regex>" for each that matches none, before
       the count line, and exits 1 if any is missing.
 
+  hack/conformance-table.py keep [--focus RE] JUNIT OUT
+      Writes OUT (.xml.gz): the part of a JUnit report the table reads (the
+      specs the focus selects, their results and failure texts), a few
+      kilobytes. A sitting keeps its runs so, in docs/conformance/.
+
   hack/conformance-table.py table [--base DIR] [--out FILE]
       Builds docs/conformance.md from the result sets under
       _output/conformance/<set>/<agent>/ (summary.txt and
-      shard-<k>/junit_01.xml), <set> one of SETS below and <agent> kubelet or
-      rustlet; the e2e set of both agents is required, the others are shown
-      when present.
+      shard-<k>/junit_01.xml, or its kept form junit_01.xml.gz), <set> one of
+      SETS below and <agent> kubelet or rustlet; the e2e set of both agents
+      is required, the others are shown when present. A sitting passes
+      --base docs/conformance, where it keeps its runs.
 
   hack/conformance-table.py selftest
       Runs the examples of this file (doctest).
@@ -32,6 +38,7 @@ import collections
 import dataclasses
 import doctest
 import glob
+import gzip
 import io  # the examples (doctest) read reports from strings
 import math
 import os
@@ -292,9 +299,16 @@ def normalize(cause):
     return s[:80]
 
 
+def open_report(path):
+    """A report to parse: a file object as it is, a path ending in .gz unpacked."""
+    if isinstance(path, str) and path.endswith(".gz"):
+        return gzip.open(path, "rb")
+    return path
+
+
 def read_report(path):
     """{name: (state, skip message, failure text, seconds)} and suite-level failures."""
-    tree = ET.parse(path)
+    tree = ET.parse(open_report(path))
     specs, suite_failures = {}, []
     for tc in tree.iter("testcase"):
         raw = tc.get("name", "")
@@ -410,6 +424,66 @@ def missing_expected(patterns, results):
     """
     ran = [name for name, result in results.items() if result in ("passed", "failed")]
     return [p for p in patterns if not any(re.search(p, name) for name in ran)]
+
+
+# A kept failure text is cut to this many characters: the cause is in its
+# first lines (`shorten`, `cause_of`), the rest is object dumps.
+KEPT_FAILURE_CHARS = 16384
+
+
+def compact_report(source, focus):
+    """The part of one JUnit report the table reads, as a new XML tree: the
+    specs the run's focus selects (name, status, time, skip message, failure
+    text cut to KEPT_FAILURE_CHARS) and the suite-level entries that failed;
+    of a spec's log only the exec-refused marker `failure_text` looks for.
+    The specs a focus does not select (every other spec of the suite, which
+    a report lists as skipped) and the logs are left out: a kept report is
+    a few kilobytes where the full one is megabytes, and reads the same.
+
+    >>> report = ('<testsuites><testsuite><testcase name="[BeforeSuite]" status="passed"/>'
+    ...           '<testcase name="[It] a [NodeConformance]" status="failed" time="2">'
+    ...           '<failure message="m">boom</failure><system-err>unable to upgrade connection: 404'
+    ...           '</system-err></testcase><testcase name="[It] b" status="skipped"><skipped message="skipped"/>'
+    ...           '</testcase></testsuite></testsuites>')
+    >>> kept = compact_report(io.StringIO(report), NC)
+    >>> [tc.get("name") for tc in kept.iter("testcase")]
+    ['[It] a [NodeConformance]']
+    >>> full, small = read_report(io.StringIO(report))[0], read_report(io.BytesIO(ET.tostring(kept)))[0]
+    >>> small["a [NodeConformance]"] == full["a [NodeConformance]"], classify(small, NC, "") == classify(full, NC, "")
+    (True, True)
+    """
+    focus_re = re.compile(focus)
+    suite = ET.Element("testsuite")
+    for tc in ET.parse(open_report(source)).iter("testcase"):
+        raw, state = tc.get("name", ""), tc.get("status", "")
+        if raw.startswith("[It]"):
+            if not focus_re.search(spec_name(tc)):
+                continue
+        elif state not in FAILED_STATES:
+            continue
+        out = ET.SubElement(suite, "testcase", {k: tc.get(k) for k in ("name", "status", "time") if tc.get(k)})
+        skipped = tc.find("skipped")
+        if skipped is not None:
+            ET.SubElement(out, "skipped", {"message": skipped.get("message", "")})
+        for tag in ("failure", "error"):
+            el = tc.find(tag)
+            if el is not None:
+                kept = ET.SubElement(out, tag, {"message": (el.get("message") or "")[:KEPT_FAILURE_CHARS]})
+                kept.text = (el.text or "")[:KEPT_FAILURE_CHARS]
+        if "unable to upgrade connection: 404" in (tc.findtext("system-err") or ""):
+            ET.SubElement(out, "system-err").text = "unable to upgrade connection: 404"
+    root = ET.Element("testsuites")
+    root.append(suite)
+    return root
+
+
+def cmd_keep(args):
+    tree = ET.ElementTree(compact_report(args.junit, args.focus))
+    tmp = args.out + ".tmp"
+    # mtime=0: the same report kept twice gives the same bytes.
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
+        tree.write(f, encoding="utf-8", xml_declaration=True)
+    os.replace(tmp, args.out)
 
 
 def cmd_summary(args):
@@ -584,10 +658,13 @@ def union(name, a, b):
 
 def shard_reports(directory):
     """A run's JUnit reports: shard-<k>/junit_01.xml in shard order (or a
-    junit_01.xml of its own)."""
-    paths = glob.glob(os.path.join(directory, "shard-*", "junit_01.xml"))
+    junit_01.xml of its own); each may be the kept, gzipped form
+    (junit_01.xml.gz, see `keep`)."""
+    paths = []
+    for name in ("junit_01.xml", "junit_01.xml.gz"):
+        paths += glob.glob(os.path.join(directory, "shard-*", name))
     paths.sort(key=lambda p: int(re.sub(r"\D", "", os.path.basename(os.path.dirname(p))) or 0))
-    return paths or glob.glob(os.path.join(directory, "junit_01.xml"))
+    return paths or glob.glob(os.path.join(directory, "junit_01.xml*"))
 
 
 def load_run(base, set_name, agent):
@@ -694,7 +771,9 @@ def section_header(s):
     yield ""
     yield ("Generated by `hack/conformance-table.py table` from the runs of "
            "`hack/conformance.sh --suite <set> --agent <agent>` (`<agent>` kubelet or rustlet), which write "
-           "`_output/conformance/<set>/<agent>/`. Do not edit by hand: rerun the suites and the script.")
+           "`_output/conformance/<set>/<agent>/`; `hack/conformance-sitting.sh` keeps each run's results "
+           "(its summary and the selected tests of its JUnit reports) in `docs/conformance/<set>/<agent>/`, "
+           "from which this page can be made again. Do not edit by hand: rerun the suites and the script.")
     yield ""
     yield (f"One sitting: the runs started {sitting}. Kubernetes {', '.join(versions)} (the test binaries, "
            f"the control plane and the kubelet), ginkgo {', '.join(ginkgos)}, on the local one-node cluster "
@@ -1019,12 +1098,16 @@ def main():
     s.add_argument("--expect", metavar="FILE",
                    help="regular expressions, one a line, each of which must match a test that ran")
     s.add_argument("junit", nargs="+")
+    k = sub.add_parser("keep", help="the part of a JUnit report the table reads, gzipped")
+    k.add_argument("--focus", default=NC, help="the run's focus: the specs to keep")
+    k.add_argument("junit")
+    k.add_argument("out", help="the kept report (.xml.gz)")
     t = sub.add_parser("table", help="write docs/conformance.md")
     t.add_argument("--out", help="the document (default docs/conformance.md)")
     t.add_argument("--base", help="directory holding <set>/<agent>/ (default _output/conformance)")
     sub.add_parser("selftest", help="run this file's examples")
     args = p.parse_args()
-    {"summary": cmd_summary, "table": cmd_table, "selftest": cmd_selftest}[args.cmd](args)
+    {"summary": cmd_summary, "keep": cmd_keep, "table": cmd_table, "selftest": cmd_selftest}[args.cmd](args)
 
 
 if __name__ == "__main__":

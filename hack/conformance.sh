@@ -6,6 +6,7 @@
 #                       [--agent rustlet|kubelet]
 #                       [--focus REGEX] [--skip REGEX] [--shards N] [--resume]
 #                       [--procs N] [--timeout DURATION] [--name NAME] [--keep-up]
+#                       [--keep DIR]
 #
 #   --suite    which result set (default e2e):
 #                e2e       e2e.test (test/e2e), [NodeConformance] but not
@@ -54,6 +55,12 @@
 #              (CI's hack/conformance-ci.txt), so that a test renamed
 #              upstream cannot vanish silently
 #   --keep-up  leave the cluster running afterwards (for debugging)
+#   --keep DIR keep what the table reads of the run in DIR as it comes: its
+#              identity and shard lists at the start, each shard's JUnit
+#              report in the kept form (the selected tests, gzipped) as soon
+#              as the shard ends, summary.txt at the end (keep_run in
+#              hack/lib.sh). A sitting keeps its runs so, under
+#              docs/conformance/, and restores them with restore_run.
 #
 # Writes to _output/conformance/<suite>/<agent>/:
 #   shard-<k>/junit_01.xml  the JUnit report of shard k (every spec of the
@@ -115,6 +122,7 @@ timeout=2h
 name=''
 expect=''
 keep_up=false
+keep=''
 while (($#)); do
   case $1 in
     --suite) suite=${2:-}; shift 2 || die "--suite needs a value" ;;
@@ -137,6 +145,8 @@ while (($#)); do
     --expect) expect=${2:-}; shift 2 || die "--expect needs a value" ;;
     --expect=*) expect=${1#*=}; shift ;;
     --keep-up) keep_up=true; shift ;;
+    --keep) keep=${2:-}; shift 2 || die "--keep needs a value" ;;
+    --keep=*) keep=${1#*=}; shift ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see hack/conformance.sh --help)" ;;
   esac
@@ -172,6 +182,10 @@ shards=${shards:-$default_shards}
 [[ $shards =~ ^[1-9][0-9]*$ ]] || die "--shards must be a positive number, not '$shards'"
 [[ -z $name || $name =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "--name must be lowercase letters, digits and dashes, not '$name'"
 [[ -z $expect || -r $expect ]] || die "--expect: cannot read '$expect'"
+if [[ -n $keep ]]; then
+  keep=$(realpath -m "$keep")
+  [[ $keep == "$KEPT_CONFORMANCE"/* ]] || die "--keep must name a directory under ${KEPT_CONFORMANCE#"$ROOT"/}/, not '$keep'"
+fi
 
 ((EUID == 0)) || die "must run as root (the local cluster needs it)"
 need_cmd python3 "Debian package python3"
@@ -214,6 +228,7 @@ else
   rm -rf "${OUT:?}"/shard-* "$OUT"/shards "$OUT"/summary.txt "$OUT"/identity "$OUT"/"$agent".log "$OUT"/junit_01.xml \
     "$OUT"/e2e.log "$OUT"/e2e-output
   echo "$identity" >"$OUT/identity"
+  [[ -z $keep ]] || rm -rf "${keep:?}"
 fi
 rm -f "$OUT/summary.txt"
 
@@ -367,6 +382,7 @@ if ((shards > 1)) && [[ ! -f $OUT/shards/shard-1.focus ]]; then
   n=$(python3 "$ROOT/hack/conformance-shards.py" "$OUT/shards/dry-run.json" "$shards" "$OUT/shards")
   log "$n tests selected, in $shards shards"
 fi
+[[ -z $keep ]] || keep_run "$OUT" "$keep" "$effective_focus" || die "could not keep the run in $keep"
 
 t0=$(now_ms)
 log "bringing up the local cluster with $agent"
@@ -464,11 +480,13 @@ for k in $(seq "$shards"); do
     tail -n 40 "$shard_dir/e2e.log" >&2
     die "no JUnit report was written (see ${shard_dir#"$ROOT"/}/e2e.log)"
   }
+  [[ -z $keep ]] || keep_run "$OUT" "$keep" "$effective_focus" || die "could not keep shard $k in $keep"
 done
 t_run=$(since "$t1")
 log "$test_bin finished in $t_run"
 
 write_summary || die "no JUnit report to summarize"
+[[ -z $keep ]] || keep_run "$OUT" "$keep" "$effective_focus" || die "could not keep the run in $keep"
 grep -E '^(FAILED|SUITE|NOT REACHED|MISSING) ' "$OUT/summary.txt" | sed 's/^/    /' || true
 log "results in ${OUT#"$ROOT"/}/ (summary.txt, shard-*/junit_01.xml, shard-*/e2e.log)"
 echo "$line"

@@ -248,6 +248,58 @@ binaries_id() {
     xargs -d '\n' sha256sum) | sha256sum | cut -c1-12
 }
 
+# A conformance sitting keeps its runs in the repository, so that it goes on
+# from another checkout or machine with the same binaries (hack/conformance-
+# sitting.sh): KEPT_CONFORMANCE/<set>/<agent>/ holds what the table reads of
+# one run, KEPT_CONFORMANCE/sitting.info the sitting's record.
+KEPT_CONFORMANCE=$ROOT/docs/conformance
+
+# keep_run OUT KEPT FOCUS: copies what the table reads of the conformance run
+# in OUT (_output/conformance/<set>/<agent>) to KEPT: its identity, its
+# shards' focus files, its summary.txt (or none, while OUT has none) and
+# each finished shard's JUnit report in the kept form (conformance-table.py
+# keep: the specs FOCUS selects), shard-<k>/junit_01.xml.gz.
+keep_run() {
+  local out=$1 kept=$2 focus=$3 report k
+  mkdir -p "$kept"
+  cp "$out/identity" "$kept/identity"
+  if compgen -G "$out/shards/shard-*.focus" >/dev/null; then
+    mkdir -p "$kept/shards"
+    cp "$out"/shards/shard-*.focus "$kept/shards/"
+  fi
+  for report in "$out"/shard-*/junit_01.xml; do
+    [[ -f $report ]] || continue
+    k=$(basename "$(dirname "$report")")
+    [[ $kept/$k/junit_01.xml.gz -nt $report ]] && continue
+    mkdir -p "$kept/$k"
+    python3 "$ROOT/hack/conformance-table.py" keep --focus "$focus" "$report" "$kept/$k/junit_01.xml.gz" ||
+      return 1
+  done
+  if [[ -f $out/summary.txt ]]; then
+    cp "$out/summary.txt" "$kept/summary.txt"
+  else
+    rm -f "$kept/summary.txt"
+  fi
+}
+
+# restore_run KEPT OUT: the run kept in KEPT, put back in OUT for
+# hack/conformance.sh --resume (its finished shards are kept, the others
+# run) and for the table. OUT's earlier content goes.
+restore_run() {
+  local kept=$1 out=$2 report k
+  rm -rf "${out:?}"
+  mkdir -p "$out"
+  cp "$kept/identity" "$out/identity"
+  [[ ! -d $kept/shards ]] || cp -r "$kept/shards" "$out/shards"
+  [[ ! -f $kept/summary.txt ]] || cp "$kept/summary.txt" "$out/summary.txt"
+  for report in "$kept"/shard-*/junit_01.xml.gz; do
+    [[ -f $report ]] || continue
+    k=$(basename "$(dirname "$report")")
+    mkdir -p "$out/$k"
+    gzip -dc "$report" >"$out/$k/junit_01.xml"
+  done
+}
+
 # image_libs BINARY...: sets libs to imagebuild arguments (--add SRC=DST)
 # that add the shared libraries and the dynamic loader ldd resolves for the
 # binaries, each once, at the path ldd names (SRC the file it resolves to).
