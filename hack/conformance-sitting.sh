@@ -7,12 +7,12 @@
 #
 # SUITE:AGENT pairs name the runs and their order (default: e2e:kubelet
 # e2e:rustlet node:kubelet node:rustlet node-protection:kubelet
-# node-protection:rustlet storage:kubelet storage:rustlet e2e-slow:kubelet
-# e2e-slow:rustlet);
+# node-protection:rustlet storage:kubelet storage:rustlet storage-csi:kubelet
+# storage-csi:rustlet e2e-slow:kubelet e2e-slow:rustlet);
 # each is `hack/conformance.sh --suite SUITE --agent AGENT --resume`.
 #
 # --fresh begins a sitting: it deletes the results of the named runs, builds
-# every upstream part (hack/build-cluster.sh all, e2e, e2e-node) and records
+# every upstream part (hack/build-cluster.sh all, e2e, e2e-node, csi) and records
 # the digest of _output/bin (binaries_id in hack/lib.sh) in
 # _output/conformance/sitting/info. The first rustlet run of the sitting
 # builds a release rustlet from the checked-out source, which must be
@@ -60,11 +60,12 @@ while (($#)); do
   esac
 done
 ((${#runs[@]})) || runs=(e2e:kubelet e2e:rustlet node:kubelet node:rustlet node-protection:kubelet
-  node-protection:rustlet storage:kubelet storage:rustlet e2e-slow:kubelet e2e-slow:rustlet)
+  node-protection:rustlet storage:kubelet storage:rustlet storage-csi:kubelet storage-csi:rustlet
+  e2e-slow:kubelet e2e-slow:rustlet)
 for r in "${runs[@]}"; do
   case ${r%%:*} in
-    e2e | e2e-slow | node | node-protection | storage) ;;
-    *) die "unknown suite in '$r' (e2e|e2e-slow|node|node-protection|storage)" ;;
+    e2e | e2e-slow | node | node-protection | storage | storage-csi) ;;
+    *) die "unknown suite in '$r' (e2e|e2e-slow|node|node-protection|storage|storage-csi)" ;;
   esac
   case ${r#*:} in kubelet | rustlet) ;; *) die "unknown agent in '$r' (kubelet|rustlet)" ;; esac
 done
@@ -80,7 +81,7 @@ keep_info() {
 }
 build_upstream() {
   local target
-  for target in all e2e e2e-node; do "$ROOT/hack/build-cluster.sh" "$target" || die "hack/build-cluster.sh $target failed"; done
+  for target in all e2e e2e-node csi; do "$ROOT/hack/build-cluster.sh" "$target" || die "hack/build-cluster.sh $target failed"; done
 }
 if $fresh; then
   for r in "${runs[@]}"; do
@@ -116,7 +117,7 @@ if $again; then
   # The rustlet runs to do anew: the named ones, else every rustlet run.
   redo=()
   for r in "${runs[@]}"; do [[ ${r#*:} != rustlet ]] || redo+=("${r%%:*}"); done
-  ((${#runs[@]})) || redo=(e2e node node-protection storage e2e-slow)
+  ((${#runs[@]})) || redo=(e2e node node-protection storage storage-csi e2e-slow)
   for suite in "${redo[@]}"; do rm -rf "${ROOT:?}/_output/conformance/$suite/rustlet" "${KEPT_CONFORMANCE:?}/$suite/rustlet"; done
   rm -f "$SITTING/rustlet"
   sed -i '/^rustlet: /d; /^rustlet sha256: /d' "$SITTING/info"

@@ -74,6 +74,12 @@ SETS = [
      "`hostPathSymlink` and `local` volume test suites and `PersistentVolumes-local` (claims bound "
      "to local PersistentVolumes of each local volume type, subPaths, fsGroup), not `[Slow]` "
      "(`hack/conformance.sh --suite storage`)"),
+    ("storage-csi", "e2e.test storage suites on a CSI driver (External Storage)",
+     "`e2e.test`'s storage test suites (provisioning, volumes, subPath, multiVolume, ephemeral, fsGroup, "
+     "...) run against an installed CSI driver, as the suite runs them for any driver (External Storage, "
+     "`--storage.testdriver hack/csi-testdriver.yaml`): the project's hostpath test driver behind the "
+     "upstream external-provisioner and external-attacher (`hack/csi-stack.sh`), not `[Slow]` "
+     "(`hack/conformance.sh --suite storage-csi`)"),
 ]
 # A derived line: the union of two sets of the same sitting whose tests do
 # not overlap (e2e skips [Slow], e2e-slow runs only [Slow]).

@@ -2,7 +2,7 @@
 # Runs upstream [NodeConformance] tests against a fresh local one-node cluster
 # (hack/local-up.sh), then takes the cluster down.
 #
-#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection|storage]
+#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection|storage|storage-csi]
 #                       [--agent rustlet|kubelet]
 #                       [--focus REGEX] [--skip REGEX] [--shards N] [--resume]
 #                       [--procs N] [--timeout DURATION] [--name NAME] [--keep-up]
@@ -31,6 +31,15 @@
 #                          volume test suites and PersistentVolumes-local
 #                          (claims bound to local PersistentVolumes of each
 #                          local volume type, subPaths, fsGroup), not [Slow]
+#                storage-csi
+#                          e2e.test, the upstream storage test suites
+#                          (provisioning, volumes, subPath, multiVolume,
+#                          ephemeral, fsGroup, ...) against a CSI driver,
+#                          as e2e.test runs them for an installed one
+#                          (External Storage, --storage.testdriver
+#                          hack/csi-testdriver.yaml): the project's hostpath
+#                          test driver with the upstream provisioner and
+#                          attacher (hack/csi-stack.sh), not [Slow]
 #   --agent    the node agent (default rustlet)
 #   --focus    run only the suite's tests that also match REGEX
 #   --skip     skip the tests matching REGEX instead of the suite's default
@@ -170,7 +179,12 @@ case $suite in
     base_focus='\[sig-storage\].*(\[Driver: (local|hostPath|hostPathSymlink)\]|PersistentVolumes-local)'
     default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]|\\[Feature:"
     ;;
-  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection|storage)" ;;
+  storage-csi)
+    test_bin=e2e.test; default_shards=1
+    base_focus='External Storage \[Driver: hostpath\.csi\.rustlet\.io\]'
+    default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]|\\[Feature:"
+    ;;
+  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection|storage|storage-csi)" ;;
 esac
 # The node suite's way of running (against the existing node, the agent
 # restarted through the systemctl stand-in).
@@ -253,6 +267,9 @@ write_summary() {
     echo "binaries: $bin_id"
     if [[ $agent == rustlet ]]; then
       echo "rustlet: $rustlet_rev (sha256 $rustlet_sha)"
+    fi
+    if [[ $suite == storage-csi ]]; then
+      echo "csi driver: csi-hostpath (sha256 $(sha256sum "${CSI_HOSTPATH_BIN:-$CARGO_TARGET_DIR/debug/csi-hostpath}" | cut -c1-12))"
     fi
   } >"$OUT/summary.txt"
   local expect_args=()
@@ -362,6 +379,7 @@ node_args=(
   --image-service-endpoint="unix://$CTRD_SOCK"
   --dns-domain=cluster.local
 )
+[[ $suite != storage-csi ]] || e2e_args+=(--storage.testdriver="$ROOT/hack/csi-testdriver.yaml")
 test_env=()
 if $node_suite; then
   test_args=("${node_args[@]}")
@@ -394,6 +412,8 @@ local_up_args=(--agent "$agent")
 cluster_started=true
 # Every image the tests need, or stop here (local-up.sh only warns).
 "$ROOT/hack/images.sh" --all
+# The CSI driver the storage-csi tests use (local-down.sh stops it).
+[[ $suite != storage-csi ]] || "$ROOT/hack/csi-stack.sh" up --agent "$agent"
 
 if $node_suite; then
   # A cluster-admin ServiceAccount's token for e2e_node.test (it has no

@@ -53,8 +53,10 @@ if ! command -v kubectl >/dev/null 2>&1 && [[ -x $BIN/kubectl ]]; then
   PATH=$PATH:$BIN
 fi
 
-# Every daemon, in start order. local-down.sh stops them in reverse.
-COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet rustlet metrics-server)
+# Every daemon, in start order (the CSI stack's last: hack/csi-stack.sh).
+# local-down.sh stops them in reverse.
+COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet rustlet metrics-server
+  csi-hostpath csi-registrar csi-provisioner csi-attacher)
 
 PROG=${PROG:-$(basename "$0" .sh)}
 
@@ -237,10 +239,10 @@ build_if_missing() {
 
 # binaries_id: a short digest of every executable in _output/bin (the control
 # plane, the kubelet, containerd, the e2e binaries, and what the test images
-# are built from) but the tools no conformance run uses (NOT_RUN_BINARIES:
-# metrics-server and the CSI sidecars serve only the project's own tests).
-# Two runs with the same id ran the same upstream parts.
-NOT_RUN_BINARIES=(helm kind kubeadm kubectl metrics-server csi-provisioner csi-attacher)
+# are built from, the CSI sidecars of the storage-csi runs) but the tools no
+# conformance run uses (NOT_RUN_BINARIES: metrics-server serves only the
+# project's own tests). Two runs with the same id ran the same upstream parts.
+NOT_RUN_BINARIES=(helm kind kubeadm kubectl metrics-server)
 binaries_id() {
   local excluded=() b
   for b in "${NOT_RUN_BINARIES[@]}"; do excluded+=(! -name "$b"); done
