@@ -70,14 +70,17 @@ build_k8s() {
 # hack/local-up.sh use it too).
 BUSYBOX_VERSION=$(sed -n 's/^E2E_BUSYBOX_VERSION=//p' "$root/hack/lib.sh")
 BUSYBOX_SHA256=3311dff32e746499f4df0d5df04d7eb396382d7e108bb9250e7b519b837043a4
+# The build time stamped into it: the release date of 1.37.0 (2024-09-26).
+BUSYBOX_SOURCE_DATE_EPOCH=1727308800
 # The Debian release whose source package has that version.
 BUSYBOX_SUITE=trixie
 
 build_busybox() {
   # Its version names the binary, and its source and configuration are fixed:
-  # one that is there is kept (a rebuild would only stamp a new build time
-  # into it, and so change the image's digest).
-  if [[ -x $bin/busybox-$BUSYBOX_VERSION ]]; then
+  # one that is there is kept, unless it was built before its build time was
+  # fixed (its banner names another date).
+  if [[ -x $bin/busybox-$BUSYBOX_VERSION ]] &&
+    grep -aq "BusyBox v$BUSYBOX_VERSION ($(date -u -d "@$BUSYBOX_SOURCE_DATE_EPOCH" '+%Y-%m-%d %H:%M:%S') UTC)" "$bin/busybox-$BUSYBOX_VERSION"; then
     log "busybox $BUSYBOX_VERSION: up to date (_output/bin/busybox-$BUSYBOX_VERSION)"
     return 0
   fi
@@ -105,7 +108,11 @@ build_busybox() {
     make defconfig >/dev/null
     sed -i 's/^# CONFIG_STATIC is not set$/CONFIG_STATIC=y/' .config
     grep -qx 'CONFIG_STATIC=y' .config
-    make -j"$(nproc)" >"$src/build.log" 2>&1 || { tail -n 30 "$src/build.log" >&2; exit 1; }
+    # The build time busybox stamps into its banner is SOURCE_DATE_EPOCH's,
+    # fixed at the release date: the same source gives the same binary on
+    # any machine (a conformance sitting compares its binaries' digest).
+    SOURCE_DATE_EPOCH=$BUSYBOX_SOURCE_DATE_EPOCH make -j"$(nproc)" >"$src/build.log" 2>&1 ||
+      { tail -n 30 "$src/build.log" >&2; exit 1; }
   )
   install -m 755 "$src/busybox-$BUSYBOX_VERSION/busybox" "$bin/busybox-$BUSYBOX_VERSION"
 }
