@@ -6,7 +6,8 @@
 # self-hosted cluster's test (the control plane as rustlet's static pods), the
 # Helm chart on a cluster with the kubelet as host agent and on kind, then a
 # small subset of the upstream [NodeConformance] tests (hack/conformance-ci.txt)
-# with rustlet.
+# and two of the upstream storage tests on the CSI test driver
+# (hack/conformance-ci-csi.txt) with rustlet.
 #
 #   hack/test.sh [--quick]     (--quick: format, lints and unit tests only)
 #
@@ -94,6 +95,9 @@ if ! $quick; then
   step "build e2e.test" hack/build-cluster.sh e2e
   step "upstream conformance subset (rustlet)" hack/conformance.sh --agent rustlet --name ci \
     --procs 4 --focus "$(grep -v '^#' hack/conformance-ci.txt | paste -sd'|')" --expect hack/conformance-ci.txt
+  step "upstream storage tests on the CSI test driver (rustlet)" hack/conformance.sh --suite storage-csi \
+    --agent rustlet --name ci-csi --procs 2 --focus "$(grep -v '^#' hack/conformance-ci-csi.txt | paste -sd'|')" \
+    --expect hack/conformance-ci-csi.txt
 fi
 printf '%s\n' "${results[@]}"
 echo "$passed passed, $failed failed"
