@@ -129,6 +129,11 @@ CAPABILITIES = [
 # still counts as run and failed. Any other failure is the agent's.
 MACHINE_REASONS = [
     (
+        r"provisioning should provision storage with any volume data source",
+        "runs a volume populator and its validator from registry.k8s.io/sig-storage/hello-populator and "
+        "volume-data-source-validator, images this machine can neither pull nor build",
+    ),
+    (
         r"when running a container with a new image should be able to pull image \[",
         "pulls registry.k8s.io/e2e-test-images/agnhost with imagePullPolicy Always; "
         "this machine reaches no container registry",
