@@ -131,8 +131,9 @@ now_id=$(binaries_id)
 log "sitting of $(sed -n 's/^began: //p' "$SITTING/info"): binaries $pinned"
 
 # build_rustlet REV: a release rustlet from commit REV into
-# $SITTING/rustlet: from the checkout when its source is REV's, else from a
-# worktree of REV (with a build directory of its own).
+# $SITTING/rustlet, its sha256 (12 digits) in RUSTLET_SHA: from the checkout
+# when its source is REV's, else from a worktree of REV (with a build
+# directory of its own).
 build_rustlet() {
   local rev=$1 dir=$ROOT target=$CARGO_TARGET_DIR
   if ! git -C "$ROOT" diff --quiet "$rev" -- "${RUSTLET_SOURCE[@]}"; then
@@ -150,6 +151,7 @@ build_rustlet() {
   if [[ $dir != "$ROOT" ]]; then
     git -C "$ROOT" worktree remove --force "$dir" || true
   fi
+  RUSTLET_SHA=$(sha256sum "$SITTING/rustlet" | cut -c1-12)
 }
 
 # pin_rustlet: the sitting's rustlet, built (release) from the checked-out
@@ -157,7 +159,7 @@ build_rustlet() {
 # in a checkout that goes on with a kept sitting, built again from the
 # commit the sitting names.
 pin_rustlet() {
-  local rev sha
+  local rev pinned_sha
   rev=$(sed -n 's/^rustlet: //p' "$SITTING/info")
   if [[ -z $rev ]]; then
     git -C "$ROOT" diff --quiet HEAD -- "${RUSTLET_SOURCE[@]}" &&
@@ -165,17 +167,15 @@ pin_rustlet() {
       die "the rustlet source (${RUSTLET_SOURCE[*]}) has changes not committed: a sitting's rustlet is named by its commit"
     rev=$(git -C "$ROOT" rev-parse --short=12 HEAD)
     build_rustlet "$rev"
-    sha=$(sha256sum "$SITTING/rustlet" | cut -c1-12)
-    printf 'rustlet: %s\nrustlet sha256: %s\n' "$rev" "$sha" >>"$SITTING/info"
+    printf 'rustlet: %s\nrustlet sha256: %s\n' "$rev" "$RUSTLET_SHA" >>"$SITTING/info"
     keep_info
   elif [[ ! -x $SITTING/rustlet ]]; then
     [[ $rev != *modified* ]] ||
       die "the sitting's rustlet ($rev) was built from source not committed and cannot be built again: pin a new one with --rustlet-again"
     build_rustlet "$rev"
-    sha=$(sha256sum "$SITTING/rustlet" | cut -c1-12)
-    if [[ $sha != "$(sed -n 's/^rustlet sha256: //p' "$SITTING/info")" ]]; then
-      warn "the rustlet built again from $rev has sha256 $sha, not the sitting's $(sed -n 's/^rustlet sha256: //p' "$SITTING/info"): the table shows each run's"
-    fi
+    pinned_sha=$(sed -n 's/^rustlet sha256: //p' "$SITTING/info")
+    [[ $RUSTLET_SHA == "$pinned_sha" ]] ||
+      warn "the rustlet built again from $rev has sha256 $RUSTLET_SHA, not the sitting's $pinned_sha: the table shows each run's"
   fi
   export RUSTLET_BIN=$SITTING/rustlet
   RUSTLET_REV=$(sed -n 's/^rustlet: //p' "$SITTING/info")

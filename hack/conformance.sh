@@ -269,7 +269,7 @@ write_summary() {
       echo "rustlet: $rustlet_rev (sha256 $rustlet_sha)"
     fi
     if [[ $suite == storage-csi ]]; then
-      echo "csi driver: csi-hostpath (sha256 $(sha256sum "${CSI_HOSTPATH_BIN:-$CARGO_TARGET_DIR/debug/csi-hostpath}" | cut -c1-12))"
+      echo "csi driver: csi-hostpath (sha256 $(sha256sum "$CSI_HOSTPATH_BIN" | cut -c1-12))"
     fi
   } >"$OUT/summary.txt"
   local expect_args=()

@@ -59,7 +59,7 @@ up() {
   running_pid kube-apiserver >/dev/null || die "no local cluster runs (hack/local-up.sh first)"
   running_pid "$agent" >/dev/null || die "the local cluster's agent is not $agent"
   build_if_missing csi csi-provisioner csi-attacher csi-registrar
-  local driver=${CSI_HOSTPATH_BIN:-$CARGO_TARGET_DIR/debug/csi-hostpath}
+  local driver=$CSI_HOSTPATH_BIN
   if [[ ! -x $driver ]]; then
     log "building the test driver (cargo build --bin csi-hostpath)"
     (cd "$ROOT" && cargo build --bin csi-hostpath) || die "cargo build --bin csi-hostpath failed"

@@ -250,6 +250,10 @@ binaries_id() {
     xargs -d '\n' sha256sum) | sha256sum | cut -c1-12
 }
 
+# The storage tests' CSI driver (src/bin/csi-hostpath.rs): this checkout's
+# debug build unless CSI_HOSTPATH_BIN names another (hack/csi-stack.sh).
+CSI_HOSTPATH_BIN=${CSI_HOSTPATH_BIN:-$CARGO_TARGET_DIR/debug/csi-hostpath}
+
 # A conformance sitting keeps its runs in the repository, so that it goes on
 # from another checkout or machine with the same binaries (hack/conformance-
 # sitting.sh): KEPT_CONFORMANCE/<set>/<agent>/ holds what the table reads of
