@@ -25,18 +25,29 @@ quick=false
 passed=0
 failed=0
 results=()
+# Why each failed step failed, in a few lines: the end of this script's
+# output is often all a reader of a CI run gets.
+why=()
+step_logs=$(mktemp -d)
+trap 'rm -rf "$step_logs"' EXIT
 # step NAME COMMAND...: runs one step, records its result, goes on after a failure.
 step() {
-  local name=$1 start
+  local name=$1 start step_log
   shift
   start=$(now_ms)
   log "== $name"
-  if "$@"; then
+  step_log=$step_logs/$((passed + failed)).log
+  if "$@" > >(tee "$step_log") 2>&1; then
     passed=$((passed + 1))
     results+=("PASS $name ($(since "$start"))")
   else
     failed=$((failed + 1))
     results+=("FAIL $name ($(since "$start"))")
+    sleep 0.2 # tee's last lines
+    local line
+    while IFS= read -r line; do why+=("  $name: ${line:0:240}"); done < <(
+      grep -aE 'FAIL|[Ff]ailed|[Ee]rror|panicked|timed out' "$step_log" | grep -aviE 'deprecat|0 failed' | tail -6
+    )
   fi
 }
 
@@ -100,5 +111,6 @@ if ! $quick; then
     --expect hack/conformance-ci-csi.txt
 fi
 printf '%s\n' "${results[@]}"
+((${#why[@]} == 0)) || printf '%s\n' "why:" "${why[@]}"
 echo "$passed passed, $failed failed"
 ((failed == 0))
