@@ -1,6 +1,6 @@
 //! Generates the gRPC code of the APIs in `proto/` (plugin registration, the
-//! CSI Identity, Controller and Node services), clients and servers, with
-//! protoc.
+//! CSI Identity, Controller and Node services, the CRI fields newer than the
+//! runtime API bindings), clients and servers, with protoc.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &[
             "proto/pluginregistration/v1/registration.proto",
             "proto/csi/v1/csi.proto",
+            "proto/cri/v1/extension.proto",
         ],
         &["proto"],
     )?;

@@ -91,7 +91,10 @@ async fn start_pod(rt: &Runtime, image: &str, logs: &Path, uid: String) -> anyho
         ..Default::default()
     };
     let sid = rt.run_pod_sandbox(sandbox.clone(), "", &uid).await?;
-    let cid = rt.create_container(&sid, container, sandbox, &uid).await?;
+    let no_sub_paths = rustlet::cri::extension::ImageSubPaths::new();
+    let cid = rt
+        .create_container(&sid, container, sandbox, &no_sub_paths, &uid)
+        .await?;
     rt.start_container(&cid).await?;
     Ok(sid)
 }

@@ -15,3 +15,11 @@ pub mod pluginregistration {
 pub mod csi {
     tonic::include_proto!("csi.v1");
 }
+
+/// The CRI runtime API fields newer than the `k8s-cri` bindings (the image
+/// volume's `image_sub_path`), as messages whose encoding is appended to a
+/// request encoded with the bindings ([`crate::cri::extension`]).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod cri_extension {
+    tonic::include_proto!("rustlet.cri.v1");
+}

@@ -8,8 +8,9 @@
 //! kubelet's Event while the agent serves every other pod; a `local`
 //! PersistentVolume of `volumeMode: Block` (a loop device) is passed to the
 //! container that names it in `volumeDevices`; an image volume
-//! serves the image's files read-only, and one whose image may not be
-//! pulled keeps its container waiting.
+//! serves the image's files read-only, a subPath of it that directory of
+//! the image (one the image lacks fails the container's creation), and one
+//! whose image may not be pulled keeps its container waiting.
 
 mod common;
 
@@ -371,6 +372,48 @@ async fn an_image_volume_serves_the_image_read_only() {
     );
     create(&client, &ns, &reader).await;
     assert_eq!(succeeded(&client, &ns, "reader").await.trim(), "served");
+
+    // A subPath of an image volume: the runtime mounts that directory of
+    // the image (busybox's /bin) instead of its root.
+    let busybox =
+        serde_json::json!({"image": {"reference": BUSYBOX, "pullPolicy": "IfNotPresent"}});
+    let with_sub_path = |name: &str, sub: &str, script: &str| -> Pod {
+        let mut pod = user(name, busybox.clone(), script, None);
+        let mount = pod
+            .spec
+            .as_mut()
+            .and_then(|s| s.containers.first_mut())
+            .and_then(|c| c.volume_mounts.as_mut())
+            .and_then(|m| m.first_mut());
+        if let Some(m) = mount {
+            m.sub_path = Some(sub.into());
+        }
+        pod
+    };
+    let sub = with_sub_path(
+        "sub",
+        "bin",
+        "test -x /data/busybox && test ! -e /data/bin && echo sub",
+    );
+    create(&client, &ns, &sub).await;
+    assert_eq!(succeeded(&client, &ns, "sub").await.trim(), "sub");
+    // A subPath the image does not have: the runtime refuses the container.
+    create(
+        &client,
+        &ns,
+        &with_sub_path("no-sub", "no/such/dir", "true"),
+    )
+    .await;
+    let p = wait_for(
+        &client,
+        &ns,
+        "no-sub",
+        60,
+        "CreateContainerError",
+        waiting_reason("CreateContainerError"),
+    )
+    .await;
+    assert_eq!(p.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
 
     // An image that is not on the node, under pull policy Never: the
     // container waits, as one whose own image may not be pulled.

@@ -1731,7 +1731,13 @@ mod tests {
             .await
             .unwrap();
         let container = runtime
-            .create_container(&sandbox, container_config(uid, name, 0), config, name)
+            .create_container(
+                &sandbox,
+                container_config(uid, name, 0),
+                config,
+                &no_sub_paths(),
+                name,
+            )
             .await
             .unwrap();
         runtime.start_container(&container).await.unwrap();
@@ -1879,6 +1885,56 @@ mod tests {
         );
     }
 
+    fn no_sub_paths() -> crate::cri::extension::ImageSubPaths {
+        crate::cri::extension::ImageSubPaths::new()
+    }
+
+    #[tokio::test]
+    async fn a_create_with_image_sub_paths_reaches_the_runtime_whole() {
+        // The request goes out encoded by the extension (the bindings' bytes
+        // and the mounts appended); the server, decoding with the bindings,
+        // reads every mount in order, each sub path skipped as an unknown
+        // field.
+        let (_dir, _fake, runtime) = served().await;
+        let config = sandbox_config("default", "web", "uid-web");
+        let sandbox = runtime
+            .run_pod_sandbox(config.clone(), "", "web")
+            .await
+            .unwrap();
+        let image = runtime
+            .pull_image(BUSYBOX, config.clone(), None)
+            .await
+            .unwrap();
+        let mut container = container_config("uid-web", "app", 0);
+        container.mounts = vec![
+            cri::Mount {
+                container_path: "/etc/hosts".into(),
+                host_path: "/pods/uid-web/etc-hosts".into(),
+                ..Default::default()
+            },
+            cri::Mount {
+                container_path: "/data".into(),
+                readonly: true,
+                image: Some(cri::ImageSpec {
+                    image,
+                    user_specified_image: BUSYBOX.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ];
+        let subs: crate::cri::extension::ImageSubPaths =
+            [("/data".to_string(), "bin".to_string())].into();
+        let id = runtime
+            .create_container(&sandbox, container.clone(), config, &subs, "app")
+            .await
+            .unwrap();
+        let created = runtime.container_status(&id).await.unwrap().unwrap();
+        assert_eq!(created.mounts, container.mounts);
+        assert_eq!(created.metadata, container.metadata);
+        assert_eq!(created.image.unwrap().image, BUSYBOX);
+    }
+
     #[tokio::test]
     async fn container_lifecycle_through_the_client() {
         let (_dir, fake, runtime) = served().await;
@@ -1898,6 +1954,7 @@ mod tests {
                 &sandbox,
                 container_config("uid-web", "app", 0),
                 config,
+                &no_sub_paths(),
                 "app",
             )
             .await
@@ -1963,6 +2020,7 @@ mod tests {
                 &sandbox,
                 container_config("uid-web", "app", 0),
                 config.clone(),
+                &no_sub_paths(),
                 "app",
             )
             .await
@@ -1976,6 +2034,7 @@ mod tests {
                 &sandbox,
                 container_config("uid-web", "app", 0),
                 config.clone(),
+                &no_sub_paths(),
                 "app",
             )
             .await
@@ -1987,6 +2046,7 @@ mod tests {
                     &sandbox,
                     container_config("uid-web", "app", 0),
                     config.clone(),
+                    &no_sub_paths(),
                     "app"
                 )
                 .await
@@ -1997,6 +2057,7 @@ mod tests {
                 &sandbox,
                 container_config("uid-web", "app", 1),
                 config.clone(),
+                &no_sub_paths(),
                 "app",
             )
             .await
@@ -2009,6 +2070,7 @@ mod tests {
                     &sandbox,
                     container_config("uid-web", "app", 2),
                     config,
+                    &no_sub_paths(),
                     "app"
                 )
                 .await
@@ -2200,6 +2262,7 @@ mod tests {
                 &sandbox,
                 container_config("uid-web", "app", 0),
                 config,
+                &no_sub_paths(),
                 "app",
             )
             .await

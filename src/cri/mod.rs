@@ -5,6 +5,7 @@
 //! by default) and fails with an [`Error`] that names the CRI call and the object
 //! (pod or container) it was made for.
 
+pub mod extension;
 pub mod fake;
 pub mod log;
 
@@ -117,6 +118,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Cheap to clone; every clone shares the channel.
 #[derive(Clone)]
 pub struct Runtime {
+    channel: Channel,
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
     timeout: Duration,
@@ -179,7 +181,8 @@ impl Runtime {
         })?;
         Ok(Self {
             runtime: RuntimeServiceClient::new(channel.clone()),
-            images: ImageServiceClient::new(channel),
+            images: ImageServiceClient::new(channel.clone()),
+            channel,
             timeout,
         })
     }
@@ -193,7 +196,8 @@ impl Runtime {
         let channel = unix_channel_lazy(socket_path(endpoint)?);
         Ok(Self {
             runtime: RuntimeServiceClient::new(channel.clone()),
-            images: ImageServiceClient::new(channel),
+            images: ImageServiceClient::new(channel.clone()),
+            channel,
             timeout,
         })
     }
@@ -540,6 +544,10 @@ impl Runtime {
     }
 
     /// CRI `CreateContainer` in a sandbox; returns the container's ID.
+    /// `image_sub_paths` gives the image-volume mounts of `config` that
+    /// mount a directory of their image (`Mount.image_sub_path`, sent as
+    /// [`extension`] encodes it); the runtime fails the call when the image
+    /// has no such directory.
     ///
     /// # Errors
     /// As every call.
@@ -548,16 +556,35 @@ impl Runtime {
         sandbox_id: &str,
         config: cri::ContainerConfig,
         sandbox_config: cri::PodSandboxConfig,
+        image_sub_paths: &extension::ImageSubPaths,
         target: &str,
     ) -> Result<String> {
-        let mut c = self.runtime.clone();
         let req = cri::CreateContainerRequest {
             pod_sandbox_id: sandbox_id.into(),
             config: Some(config),
             sandbox_config: Some(sandbox_config),
         };
+        if image_sub_paths.is_empty() {
+            let mut c = self.runtime.clone();
+            return Ok(self
+                .call("CreateContainer", target, c.create_container(req))
+                .await?
+                .container_id);
+        }
+        let wire = extension::encode_create_container(&req, image_sub_paths);
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let call = async move {
+            grpc.ready()
+                .await
+                .map_err(|e| tonic::Status::unavailable(format!("runtime not ready: {e}")))?;
+            let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+                "/runtime.v1.RuntimeService/CreateContainer",
+            );
+            let codec = extension::EncodedCodec::<cri::CreateContainerResponse>::default();
+            grpc.unary(tonic::Request::new(wire), path, codec).await
+        };
         Ok(self
-            .call("CreateContainer", target, c.create_container(req))
+            .call("CreateContainer", target, call)
             .await?
             .container_id)
     }

@@ -25,6 +25,7 @@ use super::translate::{self, Isolation, NodeContext, PodFacts, UserNamespaceNeed
 use super::userns::UsernsManager;
 use crate::container::PodRuntime;
 use crate::cri::Runtime;
+use crate::cri::extension::ImageSubPaths;
 use crate::events::{EventType, Recorder};
 use crate::reasons::{event, waiting};
 use crate::volume::PodVolumes;
@@ -687,7 +688,7 @@ impl RuntimeManager {
             .await?;
         // Step 2: the config, then the container.
         let pod_ips = self.pod_ips(pod, &at.pod_ips);
-        let mut config = self
+        let (mut config, image_sub_paths) = self
             .container_config(pod, c, attempt, &image, &at.config, &pod_ips, volumes)
             .await?;
         translate::join_user_namespace(&mut config, &at.isolation);
@@ -698,7 +699,13 @@ impl RuntimeManager {
         let log = std::path::Path::new(&at.config.log_directory).join(&config.log_path);
         let created = self
             .runtime
-            .create_container(&at.sandbox_id, config, at.config.clone(), &target)
+            .create_container(
+                &at.sandbox_id,
+                config,
+                at.config.clone(),
+                &image_sub_paths,
+                &target,
+            )
             .await;
         let id = created.map_err(|e| {
             let note = format!("Error: {e}");
@@ -824,7 +831,7 @@ impl RuntimeManager {
         sandbox_config: &cri::PodSandboxConfig,
         pod_ips: &[String],
         volumes: &PodVolumes,
-    ) -> std::result::Result<cri::ContainerConfig, Waiting> {
+    ) -> std::result::Result<(cri::ContainerConfig, ImageSubPaths), Waiting> {
         let (_, _, uid) = pod_identity(pod);
         let name = c.name.as_str();
         let log_dir = std::path::Path::new(&sandbox_config.log_directory).join(name);
@@ -859,7 +866,10 @@ impl RuntimeManager {
             move || crate::volume::container_mounts(&c, &volumes, &images, &env, &pod_dir)
         })
         .await;
-        let mut mounts = match made {
+        let crate::volume::ContainerMounts {
+            mut mounts,
+            image_sub_paths,
+        } = match made {
             Ok(m) => m.map_err(|e| config_error(e.to_string()))?,
             Err(e) => return Err(config_error(format!("prepare volume mounts: {e}"))),
         };
@@ -890,7 +900,7 @@ impl RuntimeManager {
                 return Err(self.failed(pod, name, waiting::CREATE_CONTAINER_ERROR, message));
             }
         }
-        Ok(config)
+        Ok((config, image_sub_paths))
     }
 
     /// Runs container `c`'s postStart hook, if it has one; on failure the

@@ -47,7 +47,9 @@ use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
-pub use mounts::{ImageVolumes, MountedVolume, PodVolumes, container_devices, container_mounts};
+pub use mounts::{
+    ContainerMounts, ImageVolumes, MountedVolume, PodVolumes, container_devices, container_mounts,
+};
 
 use atomic_writer::Payload;
 use empty_dir::Medium;

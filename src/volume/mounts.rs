@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Container, VolumeMount};
 use tracing::warn;
 
 use super::{Error, Result, subpath};
+use crate::cri::extension::ImageSubPaths;
 
 /// A pod volume ready to be mounted into its containers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -160,7 +161,9 @@ pub fn prepare_sub_path(
 /// Blocking: makes directories and mounts for subPaths.
 ///
 /// `recursiveReadOnly: Enabled` asks the runtime for a recursive read-only
-/// mount; `IfPossible` stays a plain read-only mount.
+/// mount; `IfPossible` stays a plain read-only mount. The subPath of an
+/// image volume is the runtime's to resolve (`Mount.image_sub_path`, in
+/// [`ContainerMounts::image_sub_paths`]), as the kubelet's `makeMounts`.
 ///
 /// # Errors
 /// [`Error::Mount`] for a mount of a volume that is not set up, a bad sub
@@ -171,9 +174,10 @@ pub fn container_mounts(
     images: &ImageVolumes,
     env: &[(String, String)],
     pod_dir: &Path,
-) -> Result<Vec<cri::Mount>> {
+) -> Result<ContainerMounts> {
     let env: BTreeMap<String, String> = env.iter().cloned().collect();
     let mut mounts = Vec::new();
+    let mut image_sub_paths = ImageSubPaths::new();
     for (index, m) in c.volume_mounts.iter().flatten().enumerate() {
         let Some(vol) = volumes.get(&m.name) else {
             return Err(Error::Mount(format!(
@@ -190,27 +194,23 @@ pub fn container_mounts(
                         m.name
                     )));
                 };
-                if sub.is_some() {
-                    // CRI's Mount.image_sub_path is not in the runtime API
-                    // this agent speaks.
-                    return Err(Error::Unsupported(format!(
-                        "volume {:?}: a subPath of an image volume is not supported by this node",
-                        m.name
-                    )));
-                }
                 Some(spec.clone())
             }
             None => None,
-        };
-        let host_path = match (&image, sub) {
-            (Some(_), _) => PathBuf::new(),
-            (None, Some(sub)) => prepare_sub_path(vol, &sub, pod_dir, m, &c.name, index)?,
-            (None, None) => vol.host_path.clone(),
         };
         let container_path = if m.mount_path.starts_with('/') {
             m.mount_path.clone()
         } else {
             format!("/{}", m.mount_path)
+        };
+        let host_path = match (&image, sub) {
+            (Some(_), Some(sub)) => {
+                image_sub_paths.insert(container_path.clone(), sub);
+                PathBuf::new()
+            }
+            (Some(_), None) => PathBuf::new(),
+            (None, Some(sub)) => prepare_sub_path(vol, &sub, pod_dir, m, &c.name, index)?,
+            (None, None) => vol.host_path.clone(),
         };
         let read_only = m.read_only.unwrap_or(false) || vol.read_only;
         mounts.push(cri::Mount {
@@ -223,7 +223,19 @@ pub fn container_mounts(
             ..Default::default()
         });
     }
-    Ok(mounts)
+    Ok(ContainerMounts {
+        mounts,
+        image_sub_paths,
+    })
+}
+
+/// A container's volume mounts for the runtime ([`container_mounts`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerMounts {
+    /// The CRI mounts, in the order of the container's `volumeMounts`.
+    pub mounts: Vec<cri::Mount>,
+    /// The subPath of each image-volume mount that has one, by container path.
+    pub image_sub_paths: ImageSubPaths,
 }
 
 /// A container's `volumeDevices` as CRI devices, as the kubelet's
@@ -391,7 +403,9 @@ mod tests {
         let kv = [("POD_NAME".to_string(), "web-0".to_string())];
         let m = container_mounts(&c, &volumes, &ImageVolumes::new(), &kv, &pod_dir);
         let cleaned = subpath::clean_sub_paths(&pod_dir);
-        let m = m.unwrap();
+        let all = m.unwrap();
+        assert!(all.image_sub_paths.is_empty());
+        let m = all.mounts;
         assert_eq!(cleaned.unwrap(), 1, "the subPathExpr mount");
         assert_eq!(m.len(), 4);
         assert_eq!(
@@ -459,7 +473,9 @@ mod tests {
             ..Default::default()
         };
         let pod_dir = Path::new("/nonexistent/pod");
-        let m = container_mounts(&c, &volumes, &images, &[], pod_dir).unwrap();
+        let all = container_mounts(&c, &volumes, &images, &[], pod_dir).unwrap();
+        assert!(all.image_sub_paths.is_empty());
+        let m = all.mounts;
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].image, Some(spec));
         assert_eq!(m[0].host_path, "");
@@ -468,15 +484,46 @@ mod tests {
 
         let err = container_mounts(&c, &volumes, &ImageVolumes::new(), &[], pod_dir).unwrap_err();
         assert!(err.to_string().contains("is not pulled"), "{err}");
-        let mut sub = vm("img", "/data");
-        sub.sub_path = Some("dir".into());
+        // A subPath (or subPathExpr) of an image volume is the runtime's to
+        // resolve: the mount names the image, and the sub path goes beside.
+        let mut sub = vm("img", "data");
+        sub.sub_path = Some("dir/sub".into());
+        let mut expr = vm("img", "/by-pod");
+        expr.sub_path_expr = Some("pods/$(POD)".into());
+        let mut escape = vm("img", "/up");
+        escape.sub_path = Some("../etc".into());
         let with_sub = Container {
             name: "c".into(),
-            volume_mounts: Some(vec![sub]),
+            volume_mounts: Some(vec![sub, expr, vm("img", "/whole")]),
             ..Default::default()
         };
-        let err = container_mounts(&with_sub, &volumes, &images, &[], pod_dir).unwrap_err();
-        assert!(matches!(err, Error::Unsupported(_)), "{err}");
+        let env = [("POD".to_string(), "web-1".to_string())];
+        let all = container_mounts(&with_sub, &volumes, &images, &env, pod_dir).unwrap();
+        let paths: Vec<&str> = all
+            .mounts
+            .iter()
+            .map(|m| m.container_path.as_str())
+            .collect();
+        assert_eq!(paths, ["/data", "/by-pod", "/whole"]);
+        assert!(
+            all.mounts
+                .iter()
+                .all(|m| m.host_path.is_empty() && m.image.is_some())
+        );
+        let subs: Vec<(&str, &str)> = all
+            .image_sub_paths
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(subs, [("/by-pod", "pods/web-1"), ("/data", "dir/sub")]);
+        // The kubelet's checks of any subPath hold for image volumes too.
+        let escaping = Container {
+            name: "c".into(),
+            volume_mounts: Some(vec![escape]),
+            ..Default::default()
+        };
+        let err = container_mounts(&escaping, &volumes, &images, &[], pod_dir).unwrap_err();
+        assert!(err.to_string().contains("must not contain '..'"), "{err}");
     }
 
     #[test]
