@@ -145,6 +145,17 @@ MACHINE_REASONS = [
     ),
 ]
 
+EXEC_404 = "(the test's log shows exec refused by the node API with 404)"
+HOSTEXEC_NSENTER = "(the test's log shows hostexec's nsenter refused: can't open /rootfs/proc/1/ns/mnt)"
+
+# Lines of a spec's log (its system-err) that show a failure's cause where
+# its failure message does not: (line, what `failure_text` adds). The line
+# is kept with a kept report (`compact_report`).
+LOG_MARKERS = [
+    ("unable to upgrade connection: 404", EXEC_404),
+    ("nsenter: can't open '/rootfs/proc/1/ns/mnt': Permission denied", HOSTEXEC_NSENTER),
+]
+
 # Failures this machine causes, recognised by their failure text: (regular expression on the failure message, reason).
 MACHINE_TEXT_REASONS = [
     (
@@ -156,6 +167,12 @@ MACHINE_TEXT_REASONS = [
         r"nmeter: command not found|parsing time \"\d{4}-\d\d-\d\dTZ",
         "times its events with busybox's nmeter applet, which the local e2e busybox image (Debian's "
         "busybox) does not have",
+    ),
+    (
+        re.escape(HOSTEXEC_NSENTER),
+        "sets its volume up on the node through a hostexec pod, which runs `nsenter` into the mount "
+        "namespace of the host's pid 1 (/rootfs/proc/1/ns/mnt); this machine's pid 1 (the VM's agent) "
+        "refuses that to root on the host too",
     ),
     (
         r"error checking directory /var/lib/kubelet/pods/",
@@ -210,7 +227,6 @@ IMAGE_NOTES = [
 
 # Added to a failure's text when the test's log shows exec requests that the
 # node API refused: a generic failure message then has that cause.
-EXEC_404 = "(the test's log shows exec refused by the node API with 404)"
 
 
 # Causes of failures: (regular expression on the failure text, cause). The
@@ -257,13 +273,25 @@ def spec_name(tc):
 
 
 def failure_text(tc):
+    """The failure message of testcase `tc`, with what its log shows of the
+    cause (LOG_MARKERS).
+
+    >>> tc = ET.fromstring('<testcase><failure>command terminated with exit code 1</failure><system-err>'
+    ...     "exec local-node: stderr: nsenter: can't open '/rootfs/proc/1/ns/mnt': Permission denied"
+    ...     '</system-err></testcase>')
+    >>> machine_reason("[sig-storage] In-tree Volumes volumes should store data", failure_text(tc))[:36]
+    'sets its volume up on the node throu'
+    >>> machine_reason("x", "command terminated with exit code 1") is None
+    True
+    """
     for tag in ("failure", "error"):
         el = tc.find(tag)
         if el is not None:
             text = (el.text or el.get("message") or "").strip()
             log = tc.findtext("system-err") or ""
-            if "unable to upgrade connection: 404" in log:
-                text += "\n" + EXEC_404
+            for line, added in LOG_MARKERS:
+                if line in log:
+                    text += "\n" + added
             return text
     return ""
 
@@ -452,7 +480,7 @@ def compact_report(source, focus):
     """The part of one JUnit report the table reads, as a new XML tree: the
     specs the run's focus selects (name, status, time, skip message, failure
     text cut to KEPT_FAILURE_CHARS) and the suite-level entries that failed;
-    of a spec's log only the exec-refused marker `failure_text` looks for.
+    of a spec's log only the lines `failure_text` looks for (LOG_MARKERS).
     The specs a focus does not select (every other spec of the suite, which
     a report lists as skipped) and the logs are left out: a kept report is
     a few kilobytes where the full one is megabytes, and reads the same.
@@ -487,8 +515,10 @@ def compact_report(source, focus):
             if el is not None:
                 kept = ET.SubElement(out, tag, {"message": (el.get("message") or "")[:KEPT_FAILURE_CHARS]})
                 kept.text = (el.text or "")[:KEPT_FAILURE_CHARS]
-        if "unable to upgrade connection: 404" in (tc.findtext("system-err") or ""):
-            ET.SubElement(out, "system-err").text = "unable to upgrade connection: 404"
+        log = tc.findtext("system-err") or ""
+        markers = [line for line, _ in LOG_MARKERS if line in log]
+        if markers:
+            ET.SubElement(out, "system-err").text = "\n".join(markers)
     root = ET.Element("testsuites")
     root.append(suite)
     return root
