@@ -72,8 +72,10 @@ SETS = [
     ("storage", "e2e.test [sig-storage] local and hostPath volumes",
      "`e2e.test`'s `[sig-storage]` tests that need no storage driver: the in-tree `hostPath`, "
      "`hostPathSymlink` and `local` volume test suites and `PersistentVolumes-local` (claims bound "
-     "to local PersistentVolumes of each local volume type, subPaths, fsGroup), not `[Slow]` "
-     "(`hack/conformance.sh --suite storage`)"),
+     "to local PersistentVolumes of each local volume type, subPaths, fsGroup), not `[Slow]`; "
+     "containerd runs as pid 1 of a pid namespace of its own, so that the tests' hostexec pods can "
+     "enter the node's mount namespace through /proc/1 (`hack/conformance.sh --suite storage`, "
+     "`hack/local-up.sh --runtime-pid-ns`)"),
     ("storage-csi", "e2e.test storage suites on a CSI driver (External Storage)",
      "`e2e.test`'s storage test suites (provisioning, volumes, subPath, multiVolume, ephemeral, fsGroup, "
      "...) run against an installed CSI driver, as the suite runs them for any driver (External Storage, "

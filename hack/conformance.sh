@@ -408,6 +408,9 @@ log "bringing up the local cluster with $agent"
 # came up is taken down here.
 local_up_args=(--agent "$agent")
 ! $node_suite || local_up_args+=(--node-e2e)
+# The storage tests' hostexec pods enter the mount namespace of the pid 1
+# they see (hack/local-up.sh --runtime-pid-ns).
+[[ $suite != storage ]] || local_up_args+=(--runtime-pid-ns)
 "$ROOT/hack/local-up.sh" "${local_up_args[@]}"
 cluster_started=true
 # Every image the tests need, or stop here (local-up.sh only warns).

@@ -5,6 +5,7 @@
 # the local images, and a node agent.
 #
 #   hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e]
+#                    [--runtime-pid-ns]
 #   hack/local-up.sh --self-hosted
 #
 # --agent picks the node agent (default rustlet). --metrics-server also runs
@@ -18,6 +19,17 @@
 # evictionPressureTransitionPeriod, and no node lifecycle
 # controller (nothing taints the node under pressure, as in the suite's own
 # harness, which runs no controller-manager).
+#
+# --runtime-pid-ns runs containerd as pid 1 of a pid namespace of its own,
+# with a /proc of that namespace in a mount namespace that shares every
+# other mount with the host's (`/` made rshared). The upstream storage tests
+# set volumes up on the node from a privileged pod that enters the mount
+# namespace of the /proc/1 it sees through a hostPath of `/` (test/e2e
+# hostexec: nsenter --mount=/rootfs/proc/1/ns/mnt); this machine's own
+# pid 1 refuses that to root, and containerd's namespace is the host's
+# mounts (hack/conformance.sh --suite storage). The pids the runtime reports
+# are then of its namespace: rustlet's per-container stats, which read
+# /proc/<pid>/cgroup, are missing.
 #
 # --self-hosted runs the control plane as kubeadm does: etcd,
 # kube-apiserver, kube-controller-manager and kube-scheduler are static pods
@@ -59,16 +71,18 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; }
 agent=rustlet
 metrics_server=false
 node_e2e=false
+runtime_pid_ns=false
 self_hosted=false
 while (($#)); do
   case $1 in
     --self-hosted) self_hosted=true; shift ;;
     --metrics-server) metrics_server=true; shift ;;
     --node-e2e) node_e2e=true; shift ;;
+    --runtime-pid-ns) runtime_pid_ns=true; shift ;;
     --agent) agent=${2:-}; shift 2 || die "--agent needs a value" ;;
     --agent=*) agent=${1#*=}; shift ;;
     -h | --help) usage; exit 0 ;;
-    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e] | --self-hosted)" ;;
+    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e] [--runtime-pid-ns] | --self-hosted)" ;;
   esac
 done
 case $agent in
@@ -79,6 +93,7 @@ if $self_hosted; then
   [[ $agent == rustlet ]] || die "--self-hosted runs the control plane under rustlet, not --agent $agent"
   ! $metrics_server || die "--self-hosted runs no metrics-server"
   ! $node_e2e || die "--self-hosted and --node-e2e do not go together"
+  ! $runtime_pid_ns || die "--self-hosted and --runtime-pid-ns do not go together"
 fi
 # The self-hosted cluster's own state (the PKI is the shared one).
 SH=$LOCAL/self-hosted
@@ -396,6 +411,31 @@ else
 fi
 if pid=$(running_pid containerd); then
   log "containerd already running (pid $pid)"
+  ! $runtime_pid_ns || [[ $(readlink "/proc/$pid/ns/pid") != "$(readlink /proc/self/ns/pid)" ]] ||
+    warn "containerd runs in the host's pid namespace: --runtime-pid-ns needs hack/local-down.sh first"
+elif $runtime_pid_ns; then
+  rm -f "$CTRD_SOCK" "$CTRD_SOCK.ttrpc" "$CTRD_DIR/debug.sock"
+  # Mounts made on either side (the agent's volumes, the tests' loop
+  # devices and tmpfs) reach the other; only /proc is containerd's own.
+  mount --make-rshared /
+  # unshare forks containerd (pid 1 of the new namespace; --kill-child: it
+  # goes when unshare does), which is the daemon recorded and stopped.
+  start_daemon containerd "PATH=$BIN:$PATH" "$(command -v unshare)" --pid --fork --mount \
+    --propagation unchanged --kill-child -- \
+    sh -c 'mount --make-private /proc && mount -t proc proc /proc && exec "$@"' sh \
+    "$BIN/containerd" --config "$CTRD_DIR/config.toml"
+  # The daemon to record is unshare's child.
+  ns_pid=$(running_pid containerd) || die "unshare for containerd did not start: see ${LOGS#"$ROOT"/}/containerd.log"
+  pid=''
+  for _ in $(seq 1 100); do
+    pid=$(pgrep -P "$ns_pid" | head -1) || true
+    [[ -n $pid && $(readlink "/proc/$pid/exe" 2>/dev/null) == "$(readlink -f "$BIN/containerd")" ]] && break
+    pid=''
+    sleep 0.05
+  done
+  [[ -n $pid ]] || die "containerd did not start under unshare: see ${LOGS#"$ROOT"/}/containerd.log"
+  printf '%s\n%s\n' "$pid" "$(readlink -f "$BIN/containerd")" >"$RUN/containerd.pid"
+  log "containerd is pid 1 of its own pid namespace (host pid $pid)"
 else
   rm -f "$CTRD_SOCK" "$CTRD_SOCK.ttrpc" "$CTRD_DIR/debug.sock"
   start_daemon containerd "PATH=$BIN:$PATH" "$BIN/containerd" --config "$CTRD_DIR/config.toml"
