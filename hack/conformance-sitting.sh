@@ -144,7 +144,11 @@ build_rustlet() {
     git -C "$ROOT" worktree add --detach "$dir" "$rev" >/dev/null || die "git worktree add $rev failed"
   fi
   log "building the sitting's rustlet from $rev (cargo build --release --bin rustlet in ${dir#"$ROOT"/})"
-  (cd "$dir" && CARGO_TARGET_DIR=$target cargo build --release --bin rustlet) >"$SITTING/build.log" 2>&1 ||
+  # The checkout's and the build directory's paths are left out of the
+  # binary (panic locations, generated code), so that a build of the same
+  # commit in another checkout or worktree is the same.
+  local remap="--remap-path-prefix=$dir=/rustlet --remap-path-prefix=$target=/target"
+  (cd "$dir" && CARGO_TARGET_DIR=$target RUSTFLAGS="${RUSTFLAGS:-} $remap" cargo build --release --bin rustlet) >"$SITTING/build.log" 2>&1 ||
     die "cargo build --release --bin rustlet failed (log: ${SITTING#"$ROOT"/}/build.log)"
   cp "$target/release/rustlet" "$SITTING/rustlet.new"
   mv "$SITTING/rustlet.new" "$SITTING/rustlet"
