@@ -64,20 +64,24 @@ pub fn root_mismatch(path: &Path, fs_group: u32, read_only: bool) -> bool {
 /// Applies `fs_group` to the volume at `path` as [`apply`], unless
 /// `change_policy` is `OnRootMismatch` and its root already matches
 /// ([`root_mismatch`]): the kubelet's `ChangePermissions` with
-/// `skipPermissionChange`.
+/// `skipPermissionChange`. A `path` that is a symlink (a local
+/// PersistentVolume's path may be one) stands for the directory it names,
+/// as the kubelet's bind mount of it does; symlinks below it are not
+/// followed.
 ///
 /// # Errors
-/// Reading a directory of the volume.
+/// Resolving `path`; reading a directory of the volume.
 pub fn apply_with_policy(
     path: &Path,
     fs_group: u32,
     read_only: bool,
     change_policy: Option<&str>,
 ) -> io::Result<()> {
-    if change_policy == Some("OnRootMismatch") && !root_mismatch(path, fs_group, read_only) {
+    let root = fs::canonicalize(path)?;
+    if change_policy == Some("OnRootMismatch") && !root_mismatch(&root, fs_group, read_only) {
         return Ok(());
     }
-    apply(path, fs_group, read_only)
+    apply(&root, fs_group, read_only)
 }
 
 #[cfg(test)]
@@ -101,6 +105,29 @@ mod tests {
         assert_eq!(fs::metadata(&d).unwrap().mode() & 0o7777, 0o2750);
         apply(&d, gid, false).unwrap();
         assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o660);
+    }
+
+    #[test]
+    fn a_volume_root_that_is_a_symlink_stands_for_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = dir.path().join("backend");
+        fs::create_dir(&backend).unwrap();
+        fs::set_permissions(&backend, fs::Permissions::from_mode(0o700)).unwrap();
+        let f = backend.join("f");
+        fs::write(&f, "x").unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+        let outside = dir.path().join("outside");
+        fs::write(&outside, "y").unwrap();
+        fs::set_permissions(&outside, fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&outside, backend.join("escape")).unwrap();
+        let link = dir.path().join("volume");
+        std::os::unix::fs::symlink(&backend, &link).unwrap();
+        let gid = fs::metadata(dir.path()).unwrap().gid();
+        apply_with_policy(&link, gid, false, None).unwrap();
+        assert_eq!(fs::metadata(&backend).unwrap().mode() & 0o7777, 0o2770);
+        assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o660);
+        // A symlink inside the volume is not followed.
+        assert_eq!(fs::metadata(&outside).unwrap().mode() & 0o7777, 0o600);
     }
 
     #[test]
