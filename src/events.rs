@@ -17,7 +17,7 @@
 //! with one reason and different messages would show only the first message;
 //! that is why the recorder is built here on `kube::Api`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -86,6 +86,30 @@ pub fn publish(
         },
         reason: reason.to_string(),
         message: note,
+        annotations: BTreeMap::new(),
+    });
+}
+
+/// Publishes an event about `pod` as [`publish`], with `annotations` on the
+/// Event object, as the kubelet's `AnnotatedEventf` (the eviction manager's
+/// `Evicted` events name the starved resource and the offending containers).
+pub fn publish_annotated(
+    recorder: &Recorder,
+    pod: &Pod,
+    type_: EventType,
+    reason: &str,
+    note: String,
+    annotations: BTreeMap<String, String>,
+) {
+    recorder.record(Draft {
+        object: pod.object_ref(&()),
+        type_: match type_ {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        },
+        reason: reason.to_string(),
+        message: note,
+        annotations,
     });
 }
 
@@ -106,6 +130,7 @@ pub fn publish_node(recorder: &Recorder, node: &str, type_: EventType, reason: &
         },
         reason: reason.to_string(),
         message: note,
+        annotations: BTreeMap::new(),
     });
 }
 
@@ -175,6 +200,8 @@ struct Draft {
     type_: &'static str,
     reason: String,
     message: String,
+    /// The Event object's annotations (set when it is created).
+    annotations: BTreeMap<String, String>,
 }
 
 impl Draft {
@@ -378,6 +405,7 @@ async fn write_event(
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: Some(ns.to_string()),
+            annotations: (!draft.annotations.is_empty()).then(|| draft.annotations.clone()),
             ..ObjectMeta::default()
         },
         involved_object: draft.object.clone(),
@@ -429,6 +457,7 @@ mod tests {
             type_: "Normal",
             reason: reason.into(),
             message: message.into(),
+            annotations: BTreeMap::new(),
         }
     }
 

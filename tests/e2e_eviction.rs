@@ -2,7 +2,8 @@
 //! with `evictionHard: memory.available` a little below what the node has
 //! free and a 30 s `evictionPressureTransitionPeriod`; a BestEffort pod that
 //! fills a memory-backed emptyDir is evicted (Failed, `Evicted`, the
-//! kubelet's message, `DisruptionTarget`) while a Guaranteed pod keeps
+//! kubelet's message, `DisruptionTarget`, an `Evicted` event annotated with
+//! the starved resource and the offending container) while a Guaranteed pod keeps
 //! running, the Node reports MemoryPressure, then no longer once the memory
 //! is back. The agent is restarted with its usual configuration at the end.
 //! It restarts the agent, so it runs alone (hack/test.sh).
@@ -193,6 +194,40 @@ async fn a_best_effort_memory_hog_is_evicted_and_a_guaranteed_pod_stays() {
         .find(|c| c.type_ == "DisruptionTarget")
         .expect("DisruptionTarget condition");
     assert_eq!(target.reason.as_deref(), Some("TerminationByKubelet"));
+    // The Evicted event names the starved resource and the hog's container,
+    // with its usage, in its annotations (the kubelet's AnnotatedEventf).
+    let annotations = wait_for_events(
+        &client,
+        &ns,
+        Involving::Name("hog"),
+        30,
+        "an Evicted event",
+        |events| {
+            events
+                .iter()
+                .find(|e| e.reason.as_deref() == Some("Evicted"))
+                .map(|e| e.metadata.annotations.clone().unwrap_or_default())
+        },
+    )
+    .await;
+    assert_eq!(
+        annotations.get("starved_resource").map(String::as_str),
+        Some("memory"),
+        "{annotations:?}"
+    );
+    assert_eq!(
+        annotations.get("offending_containers").map(String::as_str),
+        Some("c"),
+        "{annotations:?}"
+    );
+    let usage = annotations
+        .get("offending_containers_usage")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        usage.starts_with(|c: char| c.is_ascii_digit()),
+        "a quantity: {annotations:?}"
+    );
     pressure_seen |= memory_pressure(&client).await.as_deref() == Some("True");
     assert!(pressure_seen, "the Node never reported MemoryPressure");
     let g = pods.get("guaranteed").await.expect("guaranteed");

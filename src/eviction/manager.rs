@@ -14,6 +14,7 @@
 //! ([`super::local_storage_violation`]), with or without thresholds.
 //! Critical pods (static pods, and priority at least 2000000000) are never evicted.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +24,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::{Pressure, State, Threshold, message, met, observe, rank};
-use crate::events::{EventType, publish, publish_node};
+use crate::events::{EventType, publish_annotated, publish_node};
 use crate::pod::spec::is_terminal;
 use crate::pod::worker::Context;
 use crate::stats::Provider;
@@ -133,7 +134,7 @@ pub async fn run(
             };
             if let Some(text) = super::local_storage_violation(p, stats) {
                 let grace = crate::pod::spec::EVICTION_GRACE_SECONDS;
-                evict(&ctx, p, text, false, grace).await;
+                evict(&ctx, p, text, BTreeMap::new(), false, grace).await;
                 evicted.push((uid.to_string(), grace));
             }
         }
@@ -161,14 +162,14 @@ pub async fn run(
             warn!(resource, "eviction manager: no pod to evict");
             continue;
         };
-        let text = message(
+        let (text, annotations) = message(
             &threshold,
             observations.get(&threshold.signal),
             victim,
             &summary,
         );
         let grace = super::grace_period(&threshold, cfg.max_pod_grace, victim);
-        evict(&ctx, victim, text, true, grace).await;
+        evict(&ctx, victim, text, annotations, true, grace).await;
         let uid = victim.metadata.uid.clone().unwrap_or_default();
         wait_for_cleanup(&ctx, &[(uid, grace)]).await;
     }
@@ -241,7 +242,14 @@ async fn wait_for_cleanup(ctx: &Context, evicted: &[(String, i64)]) {
 /// an `Evicted` event, and the evicting status (with the `DisruptionTarget`
 /// condition when `disruption`), written over the status last reported so
 /// it keeps the newest one.
-async fn evict(ctx: &Context, pod: &Pod, text: String, disruption: bool, grace: i64) {
+async fn evict(
+    ctx: &Context,
+    pod: &Pod,
+    text: String,
+    annotations: BTreeMap<String, String>,
+    disruption: bool,
+    grace: i64,
+) {
     let pod = ctx.status.with_sent_status(Arc::new(pod.clone()));
     let pod = pod.as_ref();
     info!(
@@ -249,13 +257,13 @@ async fn evict(ctx: &Context, pod: &Pod, text: String, disruption: bool, grace: 
         message = text,
         "evicting pod"
     );
-    publish(
+    publish_annotated(
         &ctx.runtime.recorder,
         pod,
-        None,
         EventType::Warning,
         crate::reasons::pod::EVICTED,
         text.clone(),
+        annotations,
     );
     let now = Timestamp::now();
     if let Some(uid) = pod.metadata.uid.as_deref() {

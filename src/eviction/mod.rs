@@ -545,13 +545,18 @@ fn show(signal: Signal, n: i128) -> String {
 /// `Container <name> was using <usage>, request is <request>, has larger
 /// consumption of <resource>. ` per container using more than it requested.
 /// Each piece ends with a space, as the kubelet's.
+///
+/// With it, the annotations of the `Evicted` event (none when the summary
+/// has no stats of the pod): `starved_resource` (the resource), and
+/// `offending_containers` and `offending_containers_usage`, the containers
+/// named in the message and their usage, comma-separated.
 #[must_use]
 pub fn message(
     threshold: &Threshold,
     observation: Option<&Observation>,
     pod: &Pod,
     summary: &Summary,
-) -> String {
+) -> (String, BTreeMap<String, String>) {
     let signal = threshold.signal;
     let resource = signal.resource();
     let mut out = format!("The node was low on resource: {resource}. ");
@@ -564,17 +569,20 @@ pub fn message(
     }
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let Some(stats) = summary.pods.iter().find(|s| s.pod_ref.uid == uid) else {
-        return out;
+        return (out, BTreeMap::new());
     };
-    let Some(spec) = pod.spec.as_ref() else {
-        return out;
-    };
+    let mut offending: Vec<&str> = Vec::new();
+    let mut usage: Vec<String> = Vec::new();
     let name = match signal {
-        Signal::MemoryAvailable => "memory",
-        Signal::NodefsAvailable | Signal::ImagefsAvailable => "ephemeral-storage",
-        _ => return out,
+        Signal::MemoryAvailable => Some("memory"),
+        Signal::NodefsAvailable | Signal::ImagefsAvailable => Some("ephemeral-storage"),
+        _ => None,
     };
-    for c in &stats.containers {
+    let spec = pod.spec.as_ref();
+    for c in name.map_or(&[][..], |_| &stats.containers[..]) {
+        let (Some(name), Some(spec)) = (name, spec) else {
+            break;
+        };
         let Some(container) = spec
             .containers
             .iter()
@@ -604,16 +612,31 @@ pub fn message(
         if let Some(used) = used
             && used > req
         {
+            let shown = show(Signal::MemoryAvailable, used);
             out.push_str(&format!(
-                "Container {} was using {}, request is {}, has larger consumption of {name}. ",
+                "Container {} was using {shown}, request is {}, has larger consumption of {name}. ",
                 c.name,
-                show(Signal::MemoryAvailable, used),
                 show(Signal::MemoryAvailable, req)
             ));
+            offending.push(&c.name);
+            usage.push(shown);
         }
     }
-    out
+    let annotations = BTreeMap::from([
+        (OFFENDING_CONTAINERS.to_string(), offending.join(",")),
+        (OFFENDING_CONTAINERS_USAGE.to_string(), usage.join(",")),
+        (STARVED_RESOURCE.to_string(), resource.to_string()),
+    ]);
+    (out, annotations)
 }
+
+/// The `Evicted` event's annotation naming the containers that used more
+/// than they requested (the kubelet's `OffendingContainersKey`).
+pub const OFFENDING_CONTAINERS: &str = "offending_containers";
+/// The annotation with those containers' usage (`OffendingContainersUsageKey`).
+pub const OFFENDING_CONTAINERS_USAGE: &str = "offending_containers_usage";
+/// The annotation naming the resource the node ran low on (`StarvedResourceKey`).
+pub const STARVED_RESOURCE: &str = "starved_resource";
 
 /// The first local storage limit `pod` exceeds, as the kubelet's
 /// `localStorageEviction` checks them, with the message it is evicted with:
@@ -1096,13 +1119,27 @@ mod tests {
             capacity: 0,
             time: 0,
         };
+        let (text, annotations) = message(&t[0], Some(&o), &bigger, &s);
         assert_eq!(
-            message(&t[0], Some(&o), &bigger, &s),
+            text,
             "The node was low on resource: memory. Threshold quantity: 100Mi, available: 52012Ki. Container c was using 200Mi, request is 0, has larger consumption of memory. "
         );
+        let expected = |containers: &str, usage: &str| {
+            BTreeMap::from([
+                (OFFENDING_CONTAINERS.to_string(), containers.to_string()),
+                (OFFENDING_CONTAINERS_USAGE.to_string(), usage.to_string()),
+                (STARVED_RESOURCE.to_string(), "memory".to_string()),
+            ])
+        };
+        assert_eq!(annotations, expected("c", "200Mi"));
+        let (text, annotations) = message(&t[0], Some(&o), &guaranteed, &s);
         assert_eq!(
-            message(&t[0], Some(&o), &guaranteed, &s),
+            text,
             "The node was low on resource: memory. Threshold quantity: 100Mi, available: 52012Ki. "
         );
+        assert_eq!(annotations, expected("", ""));
+        // No stats of the pod: no annotations, as the kubelet's.
+        let none = message(&t[0], Some(&o), &bigger, &Summary::default());
+        assert!(none.1.is_empty());
     }
 }
