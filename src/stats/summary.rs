@@ -352,13 +352,17 @@ pub fn network_from_net_dev(net_dev: &str, time: Time) -> Option<NetworkStats> {
     })
 }
 
-/// CRI cpu usage as `CPUStats`; `rate` is the usage rate to report when the
-/// runtime gives none ([`CpuRates`]).
+/// CRI cpu usage as `CPUStats`; `rate` is this agent's usage rate over at
+/// least [`MIN_RATE_WINDOW`] ([`CpuRates`]), reported in preference to the
+/// runtime's: containerd answers each stats call with the rate since the
+/// previous call, which is 0 for a mostly idle container asked twice within
+/// a moment (the kubelet's cAdvisor rates span its housekeeping interval).
+/// The runtime's rate stands in until this agent has one.
 #[must_use]
 pub fn cpu_from_cri(c: &cri::CpuUsage, rate: Option<u64>) -> CpuStats {
     CpuStats {
         time: Time(c.timestamp),
-        usage_nano_cores: value(c.usage_nano_cores.as_ref()).or(rate),
+        usage_nano_cores: rate.or_else(|| value(c.usage_nano_cores.as_ref())),
         usage_core_nano_seconds: value(c.usage_core_nano_seconds.as_ref()),
     }
 }

@@ -164,12 +164,15 @@ fn cri_values_are_taken_as_given() {
             usage_core_nano_seconds: Some(42),
         }
     );
-    // The runtime's rate wins (getContainerUsageNanoCores bypasses the cache).
+    // Ours, over a window of a second or more, wins over the runtime's
+    // (since its previous stats call); the runtime's stands in until we
+    // have one.
     let with_rate = cri::CpuUsage {
         usage_nano_cores: Some(cri::UInt64Value { value: 5 }),
         ..cpu
     };
-    assert_eq!(cpu_from_cri(&with_rate, Some(9)).usage_nano_cores, Some(5));
+    assert_eq!(cpu_from_cri(&with_rate, Some(9)).usage_nano_cores, Some(9));
+    assert_eq!(cpu_from_cri(&with_rate, None).usage_nano_cores, Some(5));
     assert!(cri_cpu_usable(Some(&with_rate)));
     assert!(!cri_cpu_usable(Some(&cri::CpuUsage::default())));
     assert!(!cri_cpu_usable(None));
