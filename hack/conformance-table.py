@@ -149,6 +149,7 @@ MACHINE_REASONS = [
 
 EXEC_404 = "(the test's log shows exec refused by the node API with 404)"
 HOSTEXEC_NSENTER = "(the test's log shows hostexec's nsenter refused: can't open /rootfs/proc/1/ns/mnt)"
+HOSTEXEC_BUSYBOX = "(the test's log shows busybox's losetup answering a command run through hostexec's nsenter)"
 
 # Lines of a spec's log (its system-err) that show a failure's cause where
 # its failure message does not: (line, what `failure_text` adds). The line
@@ -156,6 +157,7 @@ HOSTEXEC_NSENTER = "(the test's log shows hostexec's nsenter refused: can't open
 LOG_MARKERS = [
     ("unable to upgrade connection: 404", EXEC_404),
     ("nsenter: can't open '/rootfs/proc/1/ns/mnt': Permission denied", HOSTEXEC_NSENTER),
+    ("Usage: losetup [-rP]", HOSTEXEC_BUSYBOX),
 ]
 
 # Failures this machine causes, recognised by their failure text: (regular expression on the failure message, reason).
@@ -175,6 +177,12 @@ MACHINE_TEXT_REASONS = [
         "sets its volume up on the node through a hostexec pod, which runs `nsenter` into the mount "
         "namespace of the host's pid 1 (/rootfs/proc/1/ns/mnt); this machine's pid 1 (the VM's agent) "
         "refuses that to root on the host too",
+    ),
+    (
+        re.escape(HOSTEXEC_BUSYBOX),
+        "finds its loop device with `losetup` run through the hostexec pod's `nsenter`; the local "
+        "agnhost image's nsenter is Debian busybox's, which runs its own sh and losetup applets in the "
+        "node's mount namespace (upstream's agnhost, on Alpine with util-linux-misc, runs the node's)",
     ),
     (
         r"error checking directory /var/lib/kubelet/pods/",
