@@ -78,16 +78,7 @@ pub fn publish(
 ) {
     let mut object: ObjectReference = pod.object_ref(&());
     object.field_path = container.map(|c| field_path(pod, c));
-    recorder.record(Draft {
-        object,
-        type_: match type_ {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        },
-        reason: reason.to_string(),
-        message: note,
-        annotations: BTreeMap::new(),
-    });
+    recorder.record(Draft::new(object, type_, reason, note, BTreeMap::new()));
 }
 
 /// Publishes an event about `pod` as [`publish`], with `annotations` on the
@@ -101,37 +92,26 @@ pub fn publish_annotated(
     note: String,
     annotations: BTreeMap<String, String>,
 ) {
-    recorder.record(Draft {
-        object: pod.object_ref(&()),
-        type_: match type_ {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        },
-        reason: reason.to_string(),
-        message: note,
+    recorder.record(Draft::new(
+        pod.object_ref(&()),
+        type_,
+        reason,
+        note,
         annotations,
-    });
+    ));
 }
 
 /// Publishes an event about the Node `node` without waiting, as the kubelet
 /// refers to its node (kind `Node`, name and UID the node's name; written in
 /// `default`).
 pub fn publish_node(recorder: &Recorder, node: &str, type_: EventType, reason: &str, note: String) {
-    recorder.record(Draft {
-        object: ObjectReference {
-            kind: Some("Node".into()),
-            name: Some(node.to_string()),
-            uid: Some(node.to_string()),
-            ..Default::default()
-        },
-        type_: match type_ {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        },
-        reason: reason.to_string(),
-        message: note,
-        annotations: BTreeMap::new(),
-    });
+    let object = ObjectReference {
+        kind: Some("Node".into()),
+        name: Some(node.to_string()),
+        uid: Some(node.to_string()),
+        ..Default::default()
+    };
+    recorder.record(Draft::new(object, type_, reason, note, BTreeMap::new()));
 }
 
 /// The kubelet's event recorder for one node: a cheap handle to a queue that
@@ -205,6 +185,25 @@ struct Draft {
 }
 
 impl Draft {
+    fn new(
+        object: ObjectReference,
+        type_: EventType,
+        reason: &str,
+        message: String,
+        annotations: BTreeMap<String, String>,
+    ) -> Self {
+        Self {
+            object,
+            type_: match type_ {
+                EventType::Normal => "Normal",
+                EventType::Warning => "Warning",
+            },
+            reason: reason.to_string(),
+            message,
+            annotations,
+        }
+    }
+
     /// The object's identity (the spam filter's key).
     fn object_key(&self) -> String {
         let o = &self.object;

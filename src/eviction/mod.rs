@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 use crate::config::Threshold as Amount;
 use crate::pod::fit::pod_requests;
@@ -571,18 +571,45 @@ pub fn message(
     let Some(stats) = summary.pods.iter().find(|s| s.pod_ref.uid == uid) else {
         return (out, BTreeMap::new());
     };
+    let name = match signal {
+        Signal::MemoryAvailable => "memory",
+        Signal::NodefsAvailable | Signal::ImagefsAvailable => "ephemeral-storage",
+        _ => "",
+    };
+    let over = match pod.spec.as_ref() {
+        Some(spec) if !name.is_empty() => over_request(name, spec, stats),
+        _ => Vec::new(),
+    };
     let mut offending: Vec<&str> = Vec::new();
     let mut usage: Vec<String> = Vec::new();
-    let name = match signal {
-        Signal::MemoryAvailable => Some("memory"),
-        Signal::NodefsAvailable | Signal::ImagefsAvailable => Some("ephemeral-storage"),
-        _ => None,
-    };
-    let spec = pod.spec.as_ref();
-    for c in name.map_or(&[][..], |_| &stats.containers[..]) {
-        let (Some(name), Some(spec)) = (name, spec) else {
-            break;
-        };
+    for (container, used, req) in over {
+        let shown = show(Signal::MemoryAvailable, used);
+        out.push_str(&format!(
+            "Container {container} was using {shown}, request is {}, has larger consumption of {name}. ",
+            show(Signal::MemoryAvailable, req)
+        ));
+        offending.push(container);
+        usage.push(shown);
+    }
+    let annotations = BTreeMap::from([
+        (OFFENDING_CONTAINERS.to_string(), offending.join(",")),
+        (OFFENDING_CONTAINERS_USAGE.to_string(), usage.join(",")),
+        (STARVED_RESOURCE.to_string(), resource.to_string()),
+    ]);
+    (out, annotations)
+}
+
+/// The containers of `spec` (regular and init) whose use of `resource`
+/// (`memory`: working set; `ephemeral-storage`: writable layer and logs)
+/// in `stats` is above their request, in the order of `stats`: (name,
+/// usage, request), bytes.
+fn over_request<'a>(
+    resource: &str,
+    spec: &PodSpec,
+    stats: &'a PodStats,
+) -> Vec<(&'a str, i128, i128)> {
+    let mut out = Vec::new();
+    for c in &stats.containers {
         let Some(container) = spec
             .containers
             .iter()
@@ -591,7 +618,7 @@ pub fn message(
         else {
             continue;
         };
-        let used = if name == "memory" {
+        let used = if resource == "memory" {
             c.memory.and_then(|m| m.working_set_bytes).map(i128::from)
         } else {
             match (
@@ -606,28 +633,16 @@ pub fn message(
             .resources
             .as_ref()
             .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get(name))
+            .and_then(|r| r.get(resource))
             .and_then(|q| crate::resource::Quantity::parse(&q.0).ok())
             .map_or(0, |q| q.value());
         if let Some(used) = used
             && used > req
         {
-            let shown = show(Signal::MemoryAvailable, used);
-            out.push_str(&format!(
-                "Container {} was using {shown}, request is {}, has larger consumption of {name}. ",
-                c.name,
-                show(Signal::MemoryAvailable, req)
-            ));
-            offending.push(&c.name);
-            usage.push(shown);
+            out.push((c.name.as_str(), used, req));
         }
     }
-    let annotations = BTreeMap::from([
-        (OFFENDING_CONTAINERS.to_string(), offending.join(",")),
-        (OFFENDING_CONTAINERS_USAGE.to_string(), usage.join(",")),
-        (STARVED_RESOURCE.to_string(), resource.to_string()),
-    ]);
-    (out, annotations)
+    out
 }
 
 /// The `Evicted` event's annotation naming the containers that used more
