@@ -457,6 +457,13 @@ t1=$(now_ms)
 failed_shards=()
 for k in $(seq "$shards"); do
   shard_dir=$OUT/shard-$k
+  # A report ginkgo wrote when interrupted from outside this script (its
+  # own interrupt moves the report aside) is no finished shard either.
+  if [[ -f $shard_dir/junit_01.xml ]] &&
+    grep -q 'Interrupted by User' "$shard_dir/junit_01.xml"; then
+    warn "shard $k of $shards: the earlier run was interrupted; running it again"
+    mv "$shard_dir/junit_01.xml" "$shard_dir/junit_01.xml.interrupted"
+  fi
   if [[ -f $shard_dir/junit_01.xml ]]; then
     log "shard $k of $shards: done in an earlier run, kept"
     continue
