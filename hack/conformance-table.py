@@ -150,6 +150,8 @@ MACHINE_REASONS = [
 EXEC_404 = "(the test's log shows exec refused by the node API with 404)"
 HOSTEXEC_NSENTER = "(the test's log shows hostexec's nsenter refused: can't open /rootfs/proc/1/ns/mnt)"
 HOSTEXEC_BUSYBOX = "(the test's log shows busybox's losetup answering a command run through hostexec's nsenter)"
+PULL_BACK_OFF = "(the test's log shows a pod in ImagePullBackOff)"
+PULL_ALWAYS = "(the test's log shows a pod with imagePullPolicy Always)"
 
 # Lines of a spec's log (its system-err) that show a failure's cause where
 # its failure message does not: (line, what `failure_text` adds). The line
@@ -158,6 +160,8 @@ LOG_MARKERS = [
     ("unable to upgrade connection: 404", EXEC_404),
     ("nsenter: can't open '/rootfs/proc/1/ns/mnt': Permission denied", HOSTEXEC_NSENTER),
     ("Usage: losetup [-rP]", HOSTEXEC_BUSYBOX),
+    ("reason: ImagePullBackOff", PULL_BACK_OFF),
+    ("imagePullPolicy: Always", PULL_ALWAYS),
 ]
 
 # Failures this machine causes, recognised by their failure text: (regular expression on the failure message, reason).
@@ -166,6 +170,13 @@ MACHINE_TEXT_REASONS = [
         r"failed to resolve image: .*no such host",
         "pulls an image from its registry through CRI (PullImage, or the suite's pre-pull); this "
         "machine reaches no container registry",
+    ),
+    (
+        r"expected pod to be running and ready[\s\S]*" + re.escape(PULL_BACK_OFF) + r"[\s\S]*"
+        + re.escape(PULL_ALWAYS),
+        "waits for a pod whose image it pulls with imagePullPolicy Always (the eviction tests' "
+        "test-admit-pod, registry.k8s.io/pause, in their AfterEach); the pod stays in ImagePullBackOff: "
+        "this machine reaches no container registry",
     ),
     (
         r"nmeter: command not found|parsing time \"\d{4}-\d\d-\d\dTZ",
