@@ -383,6 +383,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let volumes = VolumeManager::new(client.clone(), &settings.root_dir, allocatable.clone())
         .with_csi(drivers.clone(), &node_name);
     let cgroups = pod_cgroups(&settings, &machine)?;
+    let pods_cgroup = cgroups.as_ref().map(|m| m.pods_root().to_path_buf());
     // Registration retries until the API server answers, in the background:
     // static pods start meanwhile, as the kubelet runs them without it.
     let registered = tokio::spawn({
@@ -595,15 +596,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 let _ = stopping.wait_for(|s| *s).await;
             }
         });
-    let stats = Arc::new(
-        crate::stats::Provider::new(
-            &node_name,
-            runtime.clone(),
-            settings.root_dir.clone(),
-            settings.pod_logs_dir.clone(),
-        )
-        .with_csi(drivers.clone()),
-    );
+    let mut stats = crate::stats::Provider::new(
+        &node_name,
+        runtime.clone(),
+        settings.root_dir.clone(),
+        settings.pod_logs_dir.clone(),
+    )
+    .with_csi(drivers.clone());
+    if let Some(rel) = pods_cgroup {
+        stats = stats.with_pods_cgroup(rel);
+    }
+    let stats = Arc::new(stats);
     let image_gc = crate::image_gc::ImageGc::new(
         runtime.clone(),
         stats.clone(),

@@ -168,6 +168,13 @@ impl CgroupManager {
         })
     }
 
+    /// The cgroup above every pod's (`<cgroupRoot>/kubepods`), relative to
+    /// the hierarchies' roots.
+    #[must_use]
+    pub fn pods_root(&self) -> &Path {
+        &self.root
+    }
+
     /// The cgroup of QoS class `qos` relative to the hierarchies' roots.
     fn qos_dir(&self, qos: Qos) -> PathBuf {
         match qos {

@@ -95,6 +95,44 @@ async fn stats_summary_and_resource_metrics_show_a_busy_pod() {
         node["startTime"].as_str().is_some_and(|t| t.ends_with('Z')),
         "{node}"
     );
+    // The runtime's writable layers are on its image filesystem.
+    assert!(
+        u64_at(node, "/runtime/containerFs/capacityBytes") > 0,
+        "{node:#}"
+    );
+    // The host's interfaces (the test runs on the node).
+    assert!(
+        node["network"]["interfaces"]
+            .as_array()
+            .is_some_and(|i| !i.is_empty()),
+        "{node:#}"
+    );
+    // The node's pressure, where the kernel keeps it.
+    if std::path::Path::new("/proc/pressure/cpu").exists() {
+        for p in [
+            "/cpu/psi/some/avg10",
+            "/memory/psi/full/avg10",
+            "/io/psi/some/avg10",
+        ] {
+            assert!(
+                node.pointer(p).is_some_and(Value::is_f64),
+                "node {p}: {node:#}"
+            );
+        }
+    }
+    // The cgroup of every pod, as the `pods` system container: it holds
+    // the burner's usage.
+    let pods = node["systemContainers"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "pods"))
+        .unwrap_or_else(|| panic!("no pods system container: {node:#}"));
+    for p in [
+        "/cpu/usageCoreNanoSeconds",
+        "/memory/workingSetBytes",
+        "/memory/availableBytes",
+    ] {
+        assert!(u64_at(pods, p) > 0, "pods {p} is not positive: {pods:#}");
+    }
 
     assert_eq!(
         pod["containers"].as_array().map(Vec::len),

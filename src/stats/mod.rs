@@ -23,8 +23,12 @@
 //!
 //! Node: cpu and memory from the root cgroup (cgroup v1: `cpuacct.usage`,
 //! `memory.usage_in_bytes` less `total_inactive_file`, as cAdvisor's root
-//! container; v2: `cpu.stat` and /proc/meminfo), filesystems from `statvfs`,
-//! the image filesystem from CRI `ImageFsInfo`, process limits from /proc.
+//! container; v2: `cpu.stat` and /proc/meminfo), their pressure and the io
+//! pressure from `/proc/pressure`, the network from the host's
+//! `/proc/net/dev`, filesystems from `statvfs`, the image filesystem (also
+//! the containers' filesystem, as the kubelet's CRI stats provider reports
+//! it) from CRI `ImageFsInfo`, process limits from /proc, and the `pods`
+//! system container from the cgroup above every pod's.
 
 pub mod summary;
 
@@ -79,6 +83,21 @@ impl Cgroups {
                 .parse()
                 .ok()
         }
+    }
+
+    /// The pressure stall information of `resource` (`cpu`, `memory` or
+    /// `io`) of the cgroup at `rel`: its `<resource>.pressure` file (on
+    /// cgroup v1, a kernel with `psi=1` has it in the resource's hierarchy).
+    fn pressure(&self, rel: &str, resource: &str) -> Option<summary::PsiStats> {
+        let rel = rel.trim_start_matches('/');
+        let file = format!("{resource}.pressure");
+        let path = if self.v2 {
+            self.root.join(rel).join(file)
+        } else {
+            let hierarchy = if resource == "io" { "blkio" } else { resource };
+            self.root.join(hierarchy).join(rel).join(file)
+        };
+        summary::psi(&read(&path)?)
     }
 
     /// Memory of the cgroup at `rel` (for v1 under `memory`) and its limit.
@@ -211,6 +230,9 @@ pub struct Provider {
     /// The registered CSI drivers, whose volumes' usage is asked of them
     /// (`None`: CSI volumes are not reported).
     csi: Option<crate::plugin_manager::Drivers>,
+    /// The cgroup above every pod's (`kubepods`), relative to the
+    /// hierarchies' roots, when this agent makes pod cgroups.
+    pods_cgroup: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Provider {
@@ -224,6 +246,9 @@ impl std::fmt::Debug for Provider {
 
 /// The previous-sample key of the node's own cpu.
 const NODE_KEY: &str = "/";
+/// The previous-sample key of the `pods` system container's cpu (no
+/// container id has a slash).
+const PODS_KEY: &str = "/pods";
 
 impl Provider {
     /// True when the node's memory working set already counts the huge
@@ -253,6 +278,7 @@ impl Provider {
             cgroups: Cgroups::detect(PathBuf::from("/sys/fs/cgroup")),
             rates: Mutex::new(CpuRates::default()),
             csi: None,
+            pods_cgroup: None,
         }
     }
 
@@ -483,6 +509,7 @@ impl Provider {
                 time: now,
                 usage_nano_cores: self.rate(id, now.0, usage),
                 usage_core_nano_seconds: Some(usage),
+                psi: None,
             });
         }
         if let Some(m) = st.memory.as_ref().filter(|_| mem_ok) {
@@ -541,6 +568,14 @@ impl Provider {
         self
     }
 
+    /// Reports `pods_cgroup` (the cgroup above every pod's, relative to the
+    /// hierarchies' roots: `kubepods`) as the `pods` system container.
+    #[must_use]
+    pub fn with_pods_cgroup(mut self, pods_cgroup: PathBuf) -> Self {
+        self.pods_cgroup = Some(pods_cgroup);
+        self
+    }
+
     /// The pod's emptyDir volumes (`<pod dir>/volumes/kubernetes.io~empty-dir/*`).
     async fn empty_dirs(&self, pod_dir: &Path, fs: Option<FsStats>, now: Time) -> Vec<VolumeStats> {
         let dir = pod_dir
@@ -581,10 +616,14 @@ impl Provider {
             .map_or(Time(0), |s| Time(s.saturating_mul(1_000_000_000)));
         let meminfo = read(Path::new("/proc/meminfo")).unwrap_or_default();
         let capacity = summary::meminfo_bytes(&meminfo, "MemTotal");
+        let pressure = |resource: &str| {
+            read(&Path::new("/proc/pressure").join(resource)).and_then(|t| summary::psi(&t))
+        };
         let cpu = self.cgroups.cpu_usage("/").map(|usage| summary::CpuStats {
             time: now,
             usage_nano_cores: self.rate(NODE_KEY, now.0, usage),
             usage_core_nano_seconds: Some(usage),
+            psi: pressure("cpu"),
         });
         let memory = if self.cgroups.v2 {
             // The v2 root has no memory.current: the machine's own counters.
@@ -607,20 +646,33 @@ impl Provider {
             self.cgroups
                 .memory("/")
                 .map(|(m, _)| m.stats(now, capacity))
-        };
+        }
+        .map(|m| MemoryStats {
+            psi: pressure("memory"),
+            ..m
+        });
         let mut node = NodeStats {
             node_name: self.node_name.clone(),
             start_time: start,
             cpu,
             memory,
+            system_containers: self.system_containers(now),
             ..NodeStats::default()
         };
         if only_cpu_and_memory {
             return node;
         }
+        node.io = pressure("io").map(|psi| summary::IoStats {
+            time: now,
+            psi: Some(psi),
+        });
+        node.network =
+            read(Path::new("/proc/net/dev")).map(|t| summary::node_network_from_net_dev(&t, now));
         node.fs = root_fs;
+        let image_fs = self.image_fs(now).await;
         node.runtime = Some(RuntimeStats {
-            image_fs: self.image_fs(now).await,
+            image_fs,
+            container_fs: image_fs,
         });
         let limit = |f: &str| read(Path::new(f)).and_then(|s| s.trim().parse::<i64>().ok());
         node.rlimit = Some(RlimitStats {
@@ -635,6 +687,52 @@ impl Provider {
             curproc: read(Path::new("/proc/loadavg")).and_then(|s| summary::loadavg_tasks(&s)),
         });
         node
+    }
+
+    /// The node's own cgroups as containers (the kubelet's
+    /// `GetSystemContainersStats`): `pods`, the cgroup above every pod's,
+    /// when this agent makes pod cgroups. Its start is the cgroup
+    /// directory's change time (set when the cgroup was made); its cpu rate
+    /// is kept as a container's. Its pressure is the cgroup's pressure files
+    /// or, where the cgroup has none (cgroup v1), zero: the kubelet reads
+    /// system containers through cAdvisor, which reports a zero pressure
+    /// for such a cgroup.
+    fn system_containers(&self, now: Time) -> Vec<ContainerStats> {
+        let Some(rel) = &self.pods_cgroup else {
+            return Vec::new();
+        };
+        let rel = rel.to_string_lossy();
+        let dir = if self.cgroups.v2 {
+            self.cgroups.root.join(rel.as_ref())
+        } else {
+            self.cgroups.root.join("cpuacct").join(rel.as_ref())
+        };
+        let Ok(meta) = std::fs::metadata(&dir) else {
+            return Vec::new();
+        };
+        let start = Time(meta.ctime().saturating_mul(1_000_000_000));
+        let pressure = |resource| Some(self.cgroups.pressure(&rel, resource).unwrap_or_default());
+        let cpu = self.cgroups.cpu_usage(&rel).map(|usage| summary::CpuStats {
+            time: now,
+            usage_nano_cores: self.rate(PODS_KEY, now.0, usage),
+            usage_core_nano_seconds: Some(usage),
+            psi: pressure("cpu"),
+        });
+        let memory = self.cgroups.memory(&rel).map(|(m, limit)| MemoryStats {
+            psi: pressure("memory"),
+            ..m.stats(now, limit)
+        });
+        vec![ContainerStats {
+            name: "pods".to_string(),
+            start_time: start,
+            cpu,
+            memory,
+            io: Some(summary::IoStats {
+                time: now,
+                psi: pressure("io"),
+            }),
+            ..ContainerStats::default()
+        }]
     }
 
     /// The image filesystem: the runtime's usage, the filesystem's size.

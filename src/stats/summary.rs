@@ -72,6 +72,18 @@ pub struct NodeStats {
     /// Memory of the node (the root cgroup).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// The node's io pressure (`/proc/pressure/io`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
+    /// The host's network interfaces (`/proc/net/dev` of the agent's
+    /// network namespace, the host's), `eth0` the default when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkStats>,
+    /// The node's own cgroups as containers: `pods`, the cgroup of every
+    /// pod (`<cgroupRoot>/kubepods`) when the agent makes pod cgroups
+    /// (the kubelet's `GetSystemContainersStats`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub system_containers: Vec<ContainerStats>,
     /// The filesystem of the agent's root directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fs: Option<FsStats>,
@@ -90,6 +102,11 @@ pub struct RuntimeStats {
     /// The filesystem that holds images (and, on one filesystem, writable layers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_fs: Option<FsStats>,
+    /// The filesystem of the containers' writable layers: the image
+    /// filesystem, as the kubelet's CRI stats provider reports it
+    /// (`ImageFsStats` returns the first image filesystem for both).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_fs: Option<FsStats>,
 }
 
 /// `RlimitStats`.
@@ -157,6 +174,10 @@ pub struct ContainerStats {
     /// Memory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// Io pressure (system containers only: the runtime reports none for
+    /// containers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     /// The writable layer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<FsStats>,
@@ -165,8 +186,71 @@ pub struct ContainerStats {
     pub logs: Option<FsStats>,
 }
 
+/// `PSIData`: one line (`some` or `full`) of a pressure stall file
+/// (`/proc/pressure/<resource>`, `<resource>.pressure` of a cgroup v2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct PsiData {
+    /// Total stalled time, microseconds.
+    pub total: u64,
+    /// Percentage of the last 10 seconds stalled (0 to 100).
+    pub avg10: f64,
+    /// Percentage of the last 60 seconds stalled (0 to 100).
+    pub avg60: f64,
+    /// Percentage of the last 300 seconds stalled (0 to 100).
+    pub avg300: f64,
+}
+
+/// `PSIStats`: the `some` line (some tasks stalled) and the `full` line
+/// (all non-idle tasks stalled) of a pressure stall file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct PsiStats {
+    /// All non-idle tasks stalled at once.
+    pub full: PsiData,
+    /// At least one task stalled.
+    pub some: PsiData,
+}
+
+/// `IOStats`: io pressure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct IoStats {
+    /// When sampled.
+    pub time: Time,
+    /// Io pressure stall information.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
+}
+
+/// A pressure stall file's text (`some avg10=0.00 avg60=0.00 avg300=0.00
+/// total=0` and the same for `full`) as `PSIStats`. A file with no `full`
+/// line (cpu, before Linux 5.13) has `full` zero, as cAdvisor reads it;
+/// `None` without a readable `some` line.
+#[must_use]
+pub fn psi(text: &str) -> Option<PsiStats> {
+    let line = |kind: &str| -> Option<PsiData> {
+        let rest = text
+            .lines()
+            .find_map(|l| l.strip_prefix(kind)?.strip_prefix(' '))?;
+        let mut d = PsiData::default();
+        for field in rest.split_whitespace() {
+            let (k, v) = field.split_once('=')?;
+            match k {
+                "total" => d.total = v.parse().ok()?,
+                "avg10" => d.avg10 = v.parse().ok()?,
+                "avg60" => d.avg60 = v.parse().ok()?,
+                "avg300" => d.avg300 = v.parse().ok()?,
+                _ => {}
+            }
+        }
+        Some(d)
+    };
+    Some(PsiStats {
+        some: line("some")?,
+        full: line("full").unwrap_or_default(),
+    })
+}
+
 /// `CPUStats`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CpuStats {
     /// When sampled.
@@ -177,10 +261,13 @@ pub struct CpuStats {
     /// Cumulative usage, core-nanoseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage_core_nano_seconds: Option<u64>,
+    /// Cpu pressure stall information.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
 }
 
 /// `MemoryStats`, bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemoryStats {
     /// When sampled.
@@ -203,6 +290,9 @@ pub struct MemoryStats {
     /// Cumulative major page faults.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub major_page_faults: Option<u64>,
+    /// Memory pressure stall information.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
 }
 
 /// `FsStats`, bytes and inodes.
@@ -322,12 +412,52 @@ pub fn network_from_cri(n: &cri::NetworkUsage) -> Option<NetworkStats> {
 /// `None` without `eth0`.
 #[must_use]
 pub fn network_from_net_dev(net_dev: &str, time: Time) -> Option<NetworkStats> {
-    let interfaces: Vec<InterfaceStats> = net_dev
+    let interfaces = interfaces_from_net_dev(net_dev);
+    let default = interfaces.iter().find(|i| i.name == "eth0")?.clone();
+    Some(NetworkStats {
+        time,
+        default,
+        interfaces,
+    })
+}
+
+/// The node's network from the host's `/proc/net/dev`: every interface but
+/// those cAdvisor ignores, with `eth0` as the default interface when there
+/// is one, else a default with no name and no counters (the kubelet's node
+/// network, from cAdvisor's root container).
+#[must_use]
+pub fn node_network_from_net_dev(net_dev: &str, time: Time) -> NetworkStats {
+    let interfaces = interfaces_from_net_dev(net_dev);
+    let default = interfaces
+        .iter()
+        .find(|i| i.name == "eth0")
+        .cloned()
+        .unwrap_or_default();
+    NetworkStats {
+        time,
+        default,
+        interfaces,
+    }
+}
+
+/// Interface name prefixes cAdvisor leaves out of network stats
+/// (loopback, the host ends of pods' veth pairs, docker's and nerdctl's
+/// bridges).
+const IGNORED_INTERFACE_PREFIXES: [&str; 4] = ["lo", "veth", "docker", "nerdctl"];
+
+/// The interfaces of a `/proc/<pid>/net/dev` text, those cAdvisor ignores
+/// left out; a line that does not parse is skipped.
+fn interfaces_from_net_dev(net_dev: &str) -> Vec<InterfaceStats> {
+    net_dev
         .lines()
         .filter_map(|l| {
             let (name, rest) = l.split_once(':')?;
             let name = name.trim();
-            if name == "lo" || name.contains('|') {
+            if name.contains('|')
+                || IGNORED_INTERFACE_PREFIXES
+                    .iter()
+                    .any(|p| name.starts_with(p))
+            {
                 return None;
             }
             let f: Vec<u64> = rest
@@ -343,13 +473,7 @@ pub fn network_from_net_dev(net_dev: &str, time: Time) -> Option<NetworkStats> {
                 tx_errors: Some(f[10]),
             })
         })
-        .collect();
-    let default = interfaces.iter().find(|i| i.name == "eth0")?.clone();
-    Some(NetworkStats {
-        time,
-        default,
-        interfaces,
-    })
+        .collect()
 }
 
 /// CRI cpu usage as `CPUStats`; `rate` is this agent's usage rate over at
@@ -364,6 +488,7 @@ pub fn cpu_from_cri(c: &cri::CpuUsage, rate: Option<u64>) -> CpuStats {
         time: Time(c.timestamp),
         usage_nano_cores: rate.or_else(|| value(c.usage_nano_cores.as_ref())),
         usage_core_nano_seconds: value(c.usage_core_nano_seconds.as_ref()),
+        psi: None,
     }
 }
 
@@ -378,6 +503,7 @@ pub fn memory_from_cri(m: &cri::MemoryUsage) -> MemoryStats {
         rss_bytes: value(m.rss_bytes.as_ref()),
         page_faults: value(m.page_faults.as_ref()),
         major_page_faults: value(m.major_page_faults.as_ref()),
+        psi: None,
     }
 }
 
@@ -422,9 +548,11 @@ pub struct CgroupMemory {
     pub inactive_file: u64,
     /// Anonymous memory and swap cache (`total_rss` on v1, `anon` on v2).
     pub rss: u64,
-    /// `total_pgfault` / `pgfault`.
+    /// `pgfault`: on cgroup v1 the cgroup's own, not its descendants' (as
+    /// cAdvisor's `ContainerData`, which the kubelet reports); on v2 the
+    /// file is hierarchical.
     pub page_faults: u64,
-    /// `total_pgmajfault` / `pgmajfault`.
+    /// `pgmajfault`, as `page_faults`.
     pub major_page_faults: u64,
 }
 
@@ -447,8 +575,8 @@ impl CgroupMemory {
             } else {
                 get("", "anon")
             },
-            page_faults: get("total_pgfault", "pgfault"),
-            major_page_faults: get("total_pgmajfault", "pgmajfault"),
+            page_faults: get("pgfault", "pgfault"),
+            major_page_faults: get("pgmajfault", "pgmajfault"),
         }
     }
 
@@ -466,6 +594,7 @@ impl CgroupMemory {
             rss_bytes: Some(self.rss),
             page_faults: Some(self.page_faults),
             major_page_faults: Some(self.major_page_faults),
+            psi: None,
         }
     }
 }

@@ -20,7 +20,7 @@ fn working_set_is_usage_minus_inactive_file() {
 #[test]
 fn memory_stat_v1_and_v2() {
     let v1 = "cache 10\nrss 5\ntotal_cache 400\ntotal_rss 300\ntotal_inactive_file 150\n\
-              inactive_file 1\ntotal_pgfault 77\ntotal_pgmajfault 3\npgfault 9\n";
+              inactive_file 1\ntotal_pgfault 77\ntotal_pgmajfault 3\npgfault 9\npgmajfault 1\n";
     let v2 = "anon 300\nfile 400\ninactive_file 150\npgfault 77\npgmajfault 3\n";
     for (usage, text, is_v1, limit, want) in [
         (
@@ -34,8 +34,9 @@ fn memory_stat_v1_and_v2() {
                 usage_bytes: Some(1000),
                 working_set_bytes: Some(850),
                 rss_bytes: Some(300),
-                page_faults: Some(77),
-                major_page_faults: Some(3),
+                page_faults: Some(9),
+                major_page_faults: Some(1),
+                psi: None,
             },
         ),
         (
@@ -51,6 +52,7 @@ fn memory_stat_v1_and_v2() {
                 rss_bytes: Some(300),
                 page_faults: Some(77),
                 major_page_faults: Some(3),
+                psi: None,
             },
         ),
         // A limit below the working set leaves nothing available.
@@ -67,6 +69,7 @@ fn memory_stat_v1_and_v2() {
                 rss_bytes: Some(0),
                 page_faults: Some(0),
                 major_page_faults: Some(0),
+                psi: None,
             },
         ),
     ] {
@@ -162,6 +165,7 @@ fn cri_values_are_taken_as_given() {
             time: Time(7 * SEC),
             usage_nano_cores: Some(9),
             usage_core_nano_seconds: Some(42),
+            psi: None,
         }
     );
     // Ours, over a window of a second or more, wins over the runtime's
@@ -199,6 +203,7 @@ fn container(name: &str, cpu: Option<(i64, u64, u64)>, ws: Option<u64>) -> Conta
             time: Time(t),
             usage_nano_cores: Some(rate),
             usage_core_nano_seconds: Some(total),
+            psi: None,
         }),
         memory: ws.map(|w| MemoryStats {
             time: Time(3),
@@ -223,6 +228,7 @@ fn pod_cpu_and_memory_sum_the_containers() {
             time: Time(9),
             usage_nano_cores: Some(30),
             usage_core_nano_seconds: Some(300),
+            psi: None,
         })
     );
     let mem = mem.expect("memory");
@@ -344,9 +350,21 @@ fn summary_json_has_the_kubelets_shape() {
                 time: Time(2 * SEC),
                 usage_nano_cores: None,
                 usage_core_nano_seconds: Some(11),
+                psi: None,
             }),
+            memory: Some(MemoryStats {
+                psi: psi("some avg10=1.50 avg60=0.00 avg300=0.00 total=7\n"),
+                ..MemoryStats::default()
+            }),
+            io: Some(IoStats {
+                time: Time(0),
+                psi: Some(PsiStats::default()),
+            }),
+            network: Some(NetworkStats::default()),
+            system_containers: vec![container("pods", None, Some(3))],
             runtime: Some(RuntimeStats {
                 image_fs: Some(FsStats::default()),
+                container_fs: Some(FsStats::default()),
             }),
             rlimit: Some(RlimitStats {
                 time: Time(0),
@@ -396,7 +414,21 @@ fn summary_json_has_the_kubelets_shape() {
                 "nodeName": "n1",
                 "startTime": "2024-05-01T10:00:00Z",
                 "cpu": {"time": "1970-01-01T00:00:02Z", "usageCoreNanoSeconds": 11},
-                "runtime": {"imageFs": {"time": epoch}},
+                "memory": {"time": epoch, "psi": {
+                    "some": {"total": 7, "avg10": 1.5, "avg60": 0.0, "avg300": 0.0},
+                    "full": {"total": 0, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0},
+                }},
+                "io": {"time": epoch, "psi": {
+                    "some": {"total": 0, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0},
+                    "full": {"total": 0, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0},
+                }},
+                "network": {"time": epoch, "name": ""},
+                "systemContainers": [{
+                    "name": "pods",
+                    "startTime": "1970-01-01T00:00:01Z",
+                    "memory": {"time": epoch, "usageBytes": 4, "workingSetBytes": 3},
+                }],
+                "runtime": {"imageFs": {"time": epoch}, "containerFs": {"time": epoch}},
                 "rlimit": {"time": epoch, "maxpid": 4_194_304, "curproc": 300},
             },
             "pods": [{
@@ -427,6 +459,7 @@ fn resource_metrics_under_the_kubelets_names() {
                 time: Time(SEC),
                 usage_nano_cores: None,
                 usage_core_nano_seconds: Some(2_500_000_000),
+                psi: None,
             }),
             memory: Some(MemoryStats {
                 time: Time(SEC),
@@ -450,6 +483,7 @@ fn resource_metrics_under_the_kubelets_names() {
                 time: Time(SEC),
                 usage_nano_cores: None,
                 usage_core_nano_seconds: Some(500_000_000),
+                psi: None,
             }),
             memory: Some(MemoryStats {
                 time: Time(SEC),
@@ -520,4 +554,57 @@ net1:       5       1    0    0    0     0          0         0        6       1
     );
     assert_eq!(network_from_net_dev("eth0: x y\n", Time(0)), None);
     assert_eq!(network_from_net_dev("", Time(0)), None);
+}
+
+#[test]
+fn node_network_keeps_the_hosts_interfaces_but_cadvisors_ignored_ones() {
+    let text = "Inter-|   Receive                                                |  Transmit\n \
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n  \
+ens4:    1296      16    2    0    0     0          0         0      936      12    3    0    0     0       0          0\n  \
+vethab12cd34:       5       1    0    0    0     0          0         0        6       1    0    0    0     0       0          0\n  \
+docker0:       5       1    0    0    0     0          0         0        6       1    0    0    0     0       0          0\n  \
+cni0:       5       1    0    0    0     0          0         0        6       1    0    0    0     0       0          0\n";
+    let got = node_network_from_net_dev(text, Time(9));
+    let names: Vec<&str> = got.interfaces.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["ens4", "cni0"]);
+    // No eth0: the default interface has no name and no counters, as the
+    // kubelet's node network on such a host.
+    assert_eq!(got.default, InterfaceStats::default());
+    assert_eq!(got.time, Time(9));
+    let with_eth0 =
+        node_network_from_net_dev("eth0: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n", Time(0));
+    assert_eq!(with_eth0.default.name, "eth0");
+    assert_eq!(with_eth0.default.tx_bytes, Some(9));
+    // Pods' networks leave the ignored interfaces out too.
+    assert_eq!(
+        network_from_net_dev("veth0: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n", Time(0)),
+        None
+    );
+}
+
+#[test]
+fn pressure_files_parse_as_the_kubelets_psi() {
+    let memory = "some avg10=0.09 avg60=0.02 avg300=0.00 total=8990221\n\
+                  full avg10=0.00 avg60=0.01 avg300=0.00 total=5593413\n";
+    let got = psi(memory).expect("psi");
+    assert_eq!(got.some.total, 8_990_221);
+    assert!((got.some.avg10 - 0.09).abs() < 1e-9);
+    assert!((got.some.avg60 - 0.02).abs() < 1e-9);
+    assert_eq!(got.full.total, 5_593_413);
+    assert!((got.full.avg60 - 0.01).abs() < 1e-9);
+    // cpu before Linux 5.13 has no full line: zero, as cAdvisor reads it.
+    let cpu = psi("some avg10=13.86 avg60=7.56 avg300=8.02 total=2704629086\n").expect("cpu");
+    assert_eq!(cpu.full, PsiData::default());
+    assert_eq!(cpu.some.total, 2_704_629_086);
+    // Garbage, an empty file, a bad number: nothing, never a panic.
+    for bad in [
+        "",
+        "full avg10=0 total=1\n",
+        "some avg10=x total=1\n",
+        "some total\n",
+        "somewhat avg10=1\n",
+    ] {
+        assert_eq!(psi(bad), None, "{bad:?}");
+    }
 }
