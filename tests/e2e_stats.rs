@@ -185,6 +185,13 @@ async fn stats_summary_and_resource_metrics_show_a_busy_pod() {
         pod["podRef"]["uid"].as_str().is_some_and(|u| !u.is_empty()),
         "{pod}"
     );
+    // The pod cgroup's pressure (zero on cgroup v1, as the kubelet's).
+    for p in ["/cpu/psi/some/avg10", "/memory/psi/full/avg10"] {
+        assert!(
+            pod.pointer(p).is_some_and(Value::is_f64),
+            "pod {p}: {pod:#}"
+        );
+    }
     // The sandbox's network namespace: its eth0.
     assert_eq!(pod["network"]["name"], "eth0", "{pod:#}");
     assert!(pod["network"]["rxBytes"].is_u64(), "{pod:#}");

@@ -443,6 +443,17 @@ impl Provider {
             let (sum_cpu, sum_memory) = summary::pod_cpu_memory(&p.containers);
             let (cpu, memory) = pod_usage.remove(&sandbox_id).unwrap_or_default();
             (p.cpu, p.memory) = (cpu.or(sum_cpu), memory.or(sum_memory));
+            // The pod cgroup's pressure, zero where the cgroup has none, as
+            // the kubelet reports it from cAdvisor's pod cgroup.
+            if let Some(dir) = self.pod_cgroup(&p.pod_ref.uid) {
+                let pressure = |r| Some(self.cgroups.pressure(&dir, r).unwrap_or_default());
+                if let Some(c) = p.cpu.as_mut() {
+                    c.psi = pressure("cpu");
+                }
+                if let Some(m) = p.memory.as_mut() {
+                    m.psi = pressure("memory");
+                }
+            }
             if !only_cpu_and_memory {
                 p.network = match networks.get(&sandbox_id) {
                     Some(n) => Some(n.clone()),
@@ -733,6 +744,28 @@ impl Provider {
             }),
             ..ContainerStats::default()
         }]
+    }
+
+    /// The cgroup of pod `uid` relative to the hierarchies' roots
+    /// (`pod<uid>` under the `pods` cgroup or its `burstable` or
+    /// `besteffort` child), when this agent makes pod cgroups and the pod
+    /// has one. A UID that is not a plain name (API server UIDs are UUIDs)
+    /// has none.
+    fn pod_cgroup(&self, uid: &str) -> Option<String> {
+        let root = self.pods_cgroup.as_ref()?;
+        if uid.is_empty() || !uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return None;
+        }
+        let hierarchy = if self.cgroups.v2 {
+            self.cgroups.root.clone()
+        } else {
+            self.cgroups.root.join("cpuacct")
+        };
+        ["", "burstable", "besteffort"]
+            .iter()
+            .map(|qos| root.join(qos).join(format!("pod{uid}")))
+            .find(|rel| hierarchy.join(rel).is_dir())
+            .map(|rel| rel.to_string_lossy().into_owned())
     }
 
     /// The image filesystem: the runtime's usage, the filesystem's size.
