@@ -770,8 +770,12 @@ case $agent in
       # enforceNodeAllocatable [pods]), as rustlet makes them: both agents
       # are measured alike. The node suite's eviction tests use the
       # kubepods cgroup too.
-      node_e2e_config='' read_only_port=0
+      node_e2e_config='' read_only_port=0 kubelet_address=$NODE_IP
       if $node_e2e; then
+        # The node suite's harness leaves the kubelet on its default
+        # address, 0.0.0.0 (rustlet's): its endpoint and certificate
+        # reload tests call https://127.0.0.1:10250.
+        kubelet_address=0.0.0.0
         mkdir -p "$LOCAL/kubelet/manifests"
         read_only_port=10255
         node_e2e_config="# --node-e2e: as the upstream node suite's harness runs the kubelet.
@@ -782,7 +786,7 @@ evictionPressureTransitionPeriod: 30s"
       cat >"$LOCAL/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $NODE_IP
+address: $kubelet_address
 port: 10250
 readOnlyPort: $read_only_port
 healthzBindAddress: 127.0.0.1
