@@ -85,6 +85,16 @@ impl Cgroups {
         }
     }
 
+    /// The directory of the cgroup at `rel` in the hierarchy that counts
+    /// its cpu (for v1 `cpuacct`).
+    fn cpu_dir(&self, rel: &Path) -> PathBuf {
+        if self.v2 {
+            self.root.join(rel)
+        } else {
+            self.root.join("cpuacct").join(rel)
+        }
+    }
+
     /// The pressure stall information of `resource` (`cpu`, `memory` or
     /// `io`) of the cgroup at `rel`: its `<resource>.pressure` file (on
     /// cgroup v1, a kernel with `psi=1` has it in the resource's hierarchy).
@@ -712,15 +722,10 @@ impl Provider {
         let Some(rel) = &self.pods_cgroup else {
             return Vec::new();
         };
-        let rel = rel.to_string_lossy();
-        let dir = if self.cgroups.v2 {
-            self.cgroups.root.join(rel.as_ref())
-        } else {
-            self.cgroups.root.join("cpuacct").join(rel.as_ref())
-        };
-        let Ok(meta) = std::fs::metadata(&dir) else {
+        let Ok(meta) = std::fs::metadata(self.cgroups.cpu_dir(rel)) else {
             return Vec::new();
         };
+        let rel = rel.to_string_lossy();
         let start = Time(meta.ctime().saturating_mul(1_000_000_000));
         let pressure = |resource| Some(self.cgroups.pressure(&rel, resource).unwrap_or_default());
         let cpu = self.cgroups.cpu_usage(&rel).map(|usage| summary::CpuStats {
@@ -756,15 +761,10 @@ impl Provider {
         if uid.is_empty() || !uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
             return None;
         }
-        let hierarchy = if self.cgroups.v2 {
-            self.cgroups.root.clone()
-        } else {
-            self.cgroups.root.join("cpuacct")
-        };
         ["", "burstable", "besteffort"]
             .iter()
             .map(|qos| root.join(qos).join(format!("pod{uid}")))
-            .find(|rel| hierarchy.join(rel).is_dir())
+            .find(|rel| self.cgroups.cpu_dir(rel).is_dir())
             .map(|rel| rel.to_string_lossy().into_owned())
     }
 
