@@ -192,6 +192,8 @@ async fn stats_summary_and_resource_metrics_show_a_busy_pod() {
             "pod {p}: {pod:#}"
         );
     }
+    // The processes of its pod cgroup: the sandbox's pause and the burner.
+    assert!(u64_at(&pod, "/process_stats/process_count") >= 2, "{pod:#}");
     // The sandbox's network namespace: its eth0.
     assert_eq!(pod["network"]["name"], "eth0", "{pod:#}");
     assert!(pod["network"]["rxBytes"].is_u64(), "{pod:#}");

@@ -95,6 +95,34 @@ impl Cgroups {
         }
     }
 
+    /// The processes of the cgroup at `rel` and of the cgroups below it
+    /// (each one's `cgroup.procs`, in the cpu hierarchy), as cAdvisor's
+    /// process count of a pod cgroup; at most [`MAX_CGROUPS_WALKED`]
+    /// cgroups are read. `None` when the cgroup is gone.
+    fn process_count(&self, rel: &Path) -> Option<u64> {
+        let mut dirs = vec![self.cpu_dir(rel)];
+        let mut count: u64 = 0;
+        let mut walked = 0;
+        while let Some(dir) = dirs.pop() {
+            walked += 1;
+            if walked > MAX_CGROUPS_WALKED {
+                break;
+            }
+            let procs = read(&dir.join("cgroup.procs"))?;
+            let n = procs.lines().filter(|l| !l.trim().is_empty()).count();
+            count = count.saturating_add(u64::try_from(n).unwrap_or(u64::MAX));
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                dirs.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        Some(count)
+    }
+
     /// The pressure stall information of `resource` (`cpu`, `memory` or
     /// `io`) of the cgroup at `rel`: its `<resource>.pressure` file (on
     /// cgroup v1, a kernel with `psi=1` has it in the resource's hierarchy).
@@ -253,6 +281,10 @@ impl std::fmt::Debug for Provider {
             .finish_non_exhaustive()
     }
 }
+
+/// The most cgroups [`Cgroups::process_count`] reads for one pod (its pod
+/// cgroup and its containers' are a handful).
+const MAX_CGROUPS_WALKED: usize = 256;
 
 /// The previous-sample key of the node's own cpu.
 const NODE_KEY: &str = "/";
@@ -455,8 +487,9 @@ impl Provider {
             (p.cpu, p.memory) = (cpu.or(sum_cpu), memory.or(sum_memory));
             // The pod cgroup's pressure, zero where the cgroup has none, as
             // the kubelet reports it from cAdvisor's pod cgroup.
-            if let Some(dir) = self.pod_cgroup(&p.pod_ref.uid) {
-                let pressure = |r| Some(self.cgroups.pressure(&dir, r).unwrap_or_default());
+            let pod_cgroup = self.pod_cgroup(&p.pod_ref.uid);
+            if let Some(dir) = &pod_cgroup {
+                let pressure = |r| Some(self.cgroups.pressure(dir, r).unwrap_or_default());
                 if let Some(c) = p.cpu.as_mut() {
                     c.psi = pressure("cpu");
                 }
@@ -465,6 +498,12 @@ impl Provider {
                 }
             }
             if !only_cpu_and_memory {
+                p.process_stats = pod_cgroup
+                    .as_deref()
+                    .and_then(|d| self.cgroups.process_count(Path::new(d)))
+                    .map(|n| summary::ProcessStats {
+                        process_count: Some(n),
+                    });
                 p.network = match networks.get(&sandbox_id) {
                     Some(n) => Some(n.clone()),
                     None => self.sandbox_network(&sandbox_id, now).await,

@@ -158,6 +158,17 @@ pub struct PodStats {
     /// Writable layers, logs and local volumes together.
     #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
     pub ephemeral_storage: Option<FsStats>,
+    /// Its processes, when it has a pod cgroup.
+    #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
+    pub process_stats: Option<ProcessStats>,
+}
+
+/// `ProcessStats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessStats {
+    /// Processes in the pod cgroup and the cgroups below it.
+    #[serde(rename = "process_count", skip_serializing_if = "Option::is_none")]
+    pub process_count: Option<u64>,
 }
 
 /// `ContainerStats`.

@@ -402,6 +402,9 @@ fn summary_json_has_the_kubelets_shape() {
                 }),
             }],
             ephemeral_storage: Some(FsStats::default()),
+            process_stats: Some(ProcessStats {
+                process_count: Some(2),
+            }),
             ..PodStats::default()
         }],
     };
@@ -445,6 +448,7 @@ fn summary_json_has_the_kubelets_shape() {
                 "volume": [{"time": epoch, "usedBytes": 4, "name": "v",
                     "pvcRef": {"name": "data-0", "namespace": "ns"}}],
                 "ephemeral-storage": {"time": epoch},
+                "process_stats": {"process_count": 2},
             }],
         })
     );
