@@ -383,7 +383,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let volumes = VolumeManager::new(client.clone(), &settings.root_dir, allocatable.clone())
         .with_csi(drivers.clone(), &node_name);
     let cgroups = pod_cgroups(&settings, &machine)?;
-    let pods_cgroup = cgroups.as_ref().map(|m| m.pods_root().to_path_buf());
+    let stats_cgroups = cgroups.clone();
     // Registration retries until the API server answers, in the background:
     // static pods start meanwhile, as the kubelet runs them without it.
     let registered = tokio::spawn({
@@ -603,8 +603,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         settings.pod_logs_dir.clone(),
     )
     .with_csi(drivers.clone());
-    if let Some(rel) = pods_cgroup {
-        stats = stats.with_pods_cgroup(rel);
+    if let Some(manager) = stats_cgroups {
+        stats = stats.with_pod_cgroups(manager);
     }
     let stats = Arc::new(stats);
     let image_gc = crate::image_gc::ImageGc::new(

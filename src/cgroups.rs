@@ -370,6 +370,17 @@ impl CgroupManager {
         }
     }
 
+    /// The cgroup of pod `uid` relative to the hierarchies' roots, whatever
+    /// its class, when it has one (none for a UID that is not one directory
+    /// name).
+    #[must_use]
+    pub fn find_pod(&self, uid: &str) -> Option<PathBuf> {
+        [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort]
+            .into_iter()
+            .find(|&qos| self.has_pod(qos, uid))
+            .and_then(|qos| self.pod_dir(qos, uid).ok())
+    }
+
     /// The UIDs of the pods that have a cgroup.
     #[must_use]
     pub fn pods(&self) -> Vec<(Qos, String)> {
@@ -638,6 +649,10 @@ mod tests {
             m.ensure_qos(None).unwrap();
             let limits = SMALL;
             m.ensure_pod(Qos::BestEffort, "u1", limits).unwrap();
+            assert_eq!(m.find_pod("u1"), Some(m.root.join("besteffort/podu1")));
+            for hostile in ["u2", "../u1", "", "u1/..", "besteffort/podu1"] {
+                assert_eq!(m.find_pod(hostile), None, "{hostile:?}");
+            }
             // Not while the QoS hierarchy is below it.
             assert!(!m.remove_root());
             assert!(m.memory.as_ref().unwrap().join(&m.root).exists());

@@ -126,8 +126,7 @@ impl Cgroups {
     /// The pressure stall information of `resource` (`cpu`, `memory` or
     /// `io`) of the cgroup at `rel`: its `<resource>.pressure` file (on
     /// cgroup v1, a kernel with `psi=1` has it in the resource's hierarchy).
-    fn pressure(&self, rel: &str, resource: &str) -> Option<summary::PsiStats> {
-        let rel = rel.trim_start_matches('/');
+    fn pressure(&self, rel: &Path, resource: &str) -> Option<summary::PsiStats> {
         let file = format!("{resource}.pressure");
         let path = if self.v2 {
             self.root.join(rel).join(file)
@@ -268,9 +267,8 @@ pub struct Provider {
     /// The registered CSI drivers, whose volumes' usage is asked of them
     /// (`None`: CSI volumes are not reported).
     csi: Option<crate::plugin_manager::Drivers>,
-    /// The cgroup above every pod's (`kubepods`), relative to the
-    /// hierarchies' roots, when this agent makes pod cgroups.
-    pods_cgroup: Option<PathBuf>,
+    /// The pod cgroups, when this agent makes them.
+    pod_cgroups: Option<crate::cgroups::CgroupManager>,
 }
 
 impl std::fmt::Debug for Provider {
@@ -320,7 +318,7 @@ impl Provider {
             cgroups: Cgroups::detect(PathBuf::from("/sys/fs/cgroup")),
             rates: Mutex::new(CpuRates::default()),
             csi: None,
-            pods_cgroup: None,
+            pod_cgroups: None,
         }
     }
 
@@ -487,7 +485,10 @@ impl Provider {
             (p.cpu, p.memory) = (cpu.or(sum_cpu), memory.or(sum_memory));
             // The pod cgroup's pressure, zero where the cgroup has none, as
             // the kubelet reports it from cAdvisor's pod cgroup.
-            let pod_cgroup = self.pod_cgroup(&p.pod_ref.uid);
+            let pod_cgroup = self
+                .pod_cgroups
+                .as_ref()
+                .and_then(|m| m.find_pod(&p.pod_ref.uid));
             if let Some(dir) = &pod_cgroup {
                 let pressure = |r| Some(self.cgroups.pressure(dir, r).unwrap_or_default());
                 if let Some(c) = p.cpu.as_mut() {
@@ -500,7 +501,7 @@ impl Provider {
             if !only_cpu_and_memory {
                 p.process_stats = pod_cgroup
                     .as_deref()
-                    .and_then(|d| self.cgroups.process_count(Path::new(d)))
+                    .and_then(|d| self.cgroups.process_count(d))
                     .map(|n| summary::ProcessStats {
                         process_count: Some(n),
                     });
@@ -628,11 +629,12 @@ impl Provider {
         self
     }
 
-    /// Reports `pods_cgroup` (the cgroup above every pod's, relative to the
-    /// hierarchies' roots: `kubepods`) as the `pods` system container.
+    /// Reports the pods' cgroups of `pod_cgroups`: the cgroup above them
+    /// (`kubepods`) as the `pods` system container, and each pod's pressure
+    /// and processes.
     #[must_use]
-    pub fn with_pods_cgroup(mut self, pods_cgroup: PathBuf) -> Self {
-        self.pods_cgroup = Some(pods_cgroup);
+    pub fn with_pod_cgroups(mut self, pod_cgroups: crate::cgroups::CgroupManager) -> Self {
+        self.pod_cgroups = Some(pod_cgroups);
         self
     }
 
@@ -758,15 +760,15 @@ impl Provider {
     /// system containers through cAdvisor, which reports a zero pressure
     /// for such a cgroup.
     fn system_containers(&self, now: Time) -> Vec<ContainerStats> {
-        let Some(rel) = &self.pods_cgroup else {
+        let Some(rel) = self.pod_cgroups.as_ref().map(|m| m.pods_root()) else {
             return Vec::new();
         };
         let Ok(meta) = std::fs::metadata(self.cgroups.cpu_dir(rel)) else {
             return Vec::new();
         };
-        let rel = rel.to_string_lossy();
         let start = Time(meta.ctime().saturating_mul(1_000_000_000));
-        let pressure = |resource| Some(self.cgroups.pressure(&rel, resource).unwrap_or_default());
+        let pressure = |resource| Some(self.cgroups.pressure(rel, resource).unwrap_or_default());
+        let rel = rel.to_string_lossy();
         let cpu = self.cgroups.cpu_usage(&rel).map(|usage| summary::CpuStats {
             time: now,
             usage_nano_cores: self.rate(PODS_KEY, now.0, usage),
@@ -788,23 +790,6 @@ impl Provider {
             }),
             ..ContainerStats::default()
         }]
-    }
-
-    /// The cgroup of pod `uid` relative to the hierarchies' roots
-    /// (`pod<uid>` under the `pods` cgroup or its `burstable` or
-    /// `besteffort` child), when this agent makes pod cgroups and the pod
-    /// has one. A UID that is not a plain name (API server UIDs are UUIDs)
-    /// has none.
-    fn pod_cgroup(&self, uid: &str) -> Option<String> {
-        let root = self.pods_cgroup.as_ref()?;
-        if uid.is_empty() || !uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-            return None;
-        }
-        ["", "burstable", "besteffort"]
-            .iter()
-            .map(|qos| root.join(qos).join(format!("pod{uid}")))
-            .find(|rel| self.cgroups.cpu_dir(rel).is_dir())
-            .map(|rel| rel.to_string_lossy().into_owned())
     }
 
     /// The image filesystem: the runtime's usage, the filesystem's size.

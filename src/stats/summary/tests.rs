@@ -532,13 +532,18 @@ fn resource_metrics_under_the_kubelets_names() {
     assert!(!failed.contains("node_cpu_usage_seconds_total"), "{failed}");
 }
 
+/// The two header lines of `/proc/net/dev` and its loopback line.
+const NET_DEV_HEAD: &str = "Inter-|   Receive                                                |  Transmit\n \
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n";
+
 #[test]
 fn network_from_proc_net_dev() {
-    let text = "Inter-|   Receive                                                |  Transmit\n \
- face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
-lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n  \
+    let text = &format!(
+        "{NET_DEV_HEAD}  \
 eth0:    1296      16    2    0    0     0          0         0      936      12    3    0    0     0       0          0\n  \
-net1:       5       1    0    0    0     0          0         0        6       1    0    0    0     0       0          0\n";
+net1:       5       1    0    0    0     0          0         0        6       1    0    0    0     0       0          0\n"
+    );
     let got = network_from_net_dev(text, Time(4)).expect("eth0");
     let eth0 = InterfaceStats {
         name: "eth0".into(),
@@ -562,13 +567,13 @@ net1:       5       1    0    0    0     0          0         0        6       1
 
 #[test]
 fn node_network_keeps_the_hosts_interfaces_but_cadvisors_ignored_ones() {
-    let text = "Inter-|   Receive                                                |  Transmit\n \
- face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
-lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n  \
+    let text = &format!(
+        "{NET_DEV_HEAD}  \
 ens4:    1296      16    2    0    0     0          0         0      936      12    3    0    0     0       0          0\n  \
 vethab12cd34:       5       1    0    0    0     0          0         0        6       1    0    0    0     0       0          0\n  \
 docker0:       5       1    0    0    0     0          0         0        6       1    0    0    0     0       0          0\n  \
-cni0:       5       1    0    0    0     0          0         0        6       1    0    0    0     0       0          0\n";
+cni0:       5       1    0    0    0     0          0         0        6       1    0    0    0     0       0          0\n"
+    );
     let got = node_network_from_net_dev(text, Time(9));
     let names: Vec<&str> = got.interfaces.iter().map(|i| i.name.as_str()).collect();
     assert_eq!(names, ["ens4", "cni0"]);
