@@ -14,7 +14,8 @@
 # the agent's /metrics/resource: `kubectl top` works. --node-e2e configures
 # the agent as the upstream node suite's own harness does
 # (test/e2e_node/services/kubelet.go), for hack/conformance.sh --suite node:
-# the read-only port 10255, a static pod directory,
+# the node API on 0.0.0.0 (the suite calls 127.0.0.1:10250), the read-only
+# port 10255, a static pod directory,
 # _output/local/<agent>/manifests, read every 10 s, a 30 s
 # evictionPressureTransitionPeriod, and no node lifecycle
 # controller (nothing taints the node under pressure, as in the suite's own
