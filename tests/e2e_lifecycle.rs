@@ -610,3 +610,68 @@ async fn a_restart_all_containers_rule_restarts_every_container_in_the_same_sand
     assert_eq!(out.lines().count(), 2, "{out}");
     drop_namespace(&client, &ns).await;
 }
+
+/// When the rest of a pod finished, its sidecars stop as the kubelet's
+/// `killContainersWithSyncResult` stops them: every preStop hook at once,
+/// then each sidecar in its turn, the later-started first; the pod then
+/// succeeds (it is not held `Pending` by its stopped sidecars).
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn sidecars_stop_together_in_reverse_order_once_the_pod_finished() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-sidecar-stop").await;
+    // A sidecar logs "exit" when its TERM comes; its preStop hook logs
+    // "prestop" to its output, then takes `hook_secs`.
+    let sidecar = |name: &str, hook_secs: u32| {
+        serde_json::json!({
+            "name": name, "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+            "restartPolicy": "Always",
+            "command": ["sh", "-c", "trap 'echo exit; exit 0' TERM; while true; do sleep 0.1; done"],
+            "lifecycle": { "preStop": { "exec": { "command": [
+                "sh", "-c", format!("echo prestop > /proc/1/fd/1; sleep {hook_secs}"),
+            ] } } },
+        })
+    };
+    let p: Pod = from_json(serde_json::json!({
+        "metadata": { "name": "done" },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
+            "initContainers": [sidecar("side-1", 1), sidecar("side-2", 4)],
+            "containers": [{
+                "name": "main", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "2"],
+            }],
+        }
+    }));
+    let created = create(&client, &ns, &p).await;
+    let done = wait_for(&client, &ns, "done", 90, "Succeeded", phase("Succeeded")).await;
+    let st = done.status.unwrap_or_default();
+    for s in st.init_container_statuses.iter().flatten() {
+        let t = s.state.as_ref().and_then(|s| s.terminated.as_ref());
+        assert_eq!(t.map(|t| t.exit_code), Some(0), "{} stopped: {s:?}", s.name);
+    }
+    // When each sidecar logged `what`, from the CRI log's own timestamps.
+    let uid = created.uid().unwrap();
+    let when = |container: &str, what: &str| {
+        let text = std::fs::read_to_string(log_path(&ns, "done", &uid, container)).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.ends_with(&format!(" {what}")))
+            .unwrap_or_else(|| panic!("{container} logged no {what:?}: {text:?}"));
+        let ts = line.split(' ').next().unwrap();
+        ts.parse::<k8s_openapi::jiff::Timestamp>().unwrap()
+    };
+    let apart = when("side-1", "prestop").duration_since(when("side-2", "prestop"));
+    assert!(
+        apart.abs() < k8s_openapi::jiff::SignedDuration::from_secs(1),
+        "the preStop hooks ran {apart:?} apart"
+    );
+    // side-1's hook ends first, but it stops only after side-2, which started
+    // after it.
+    assert!(
+        when("side-2", "exit") < when("side-1", "exit"),
+        "side-2 stopped before side-1"
+    );
+    drop_namespace(&client, &ns).await;
+}

@@ -112,6 +112,10 @@ pub struct Plan {
     /// The pod ran past `spec.activeDeadlineSeconds`: its containers are killed
     /// and its phase becomes `Failed` with reason `DeadlineExceeded`.
     pub deadline_exceeded: bool,
+    /// The plan stops the whole pod (deleted, evicted, finished or past its
+    /// deadline): its leading [`Step::KillContainer`] steps are the kubelet's
+    /// `killPodWithSyncResult`, run together ([`Plan::leading_kills`]).
+    pub stops_pod: bool,
 }
 
 impl Plan {
@@ -570,7 +574,7 @@ fn plan_ready(
     }
     if is_evicted(pod) {
         // Evicted: every container stops at once, as the kubelet's evictPod.
-        kill_running(pod, rt, eviction_grace, "pod was evicted", &mut plan);
+        plan.stops_pod = kill_running(pod, rt, eviction_grace, "pod was evicted", &mut plan);
         for s in rt.sandboxes.iter().filter(|s| s.ready) {
             plan.steps.push(Step::StopSandbox { id: s.id.clone() });
         }
@@ -579,7 +583,7 @@ fn plan_ready(
     if plan.deadline_exceeded || is_terminal(pod) || all_done(pod, rt) {
         // A finished pod keeps its exited containers (for status and logs) but not its
         // sandbox; sidecars still running are stopped.
-        kill_running(pod, rt, grace_period(pod), "pod has completed", &mut plan);
+        plan.stops_pod = kill_running(pod, rt, grace_period(pod), "pod has completed", &mut plan);
         for s in rt.sandboxes.iter().filter(|s| s.ready) {
             plan.steps.push(Step::StopSandbox { id: s.id.clone() });
         }
@@ -993,6 +997,7 @@ fn terminate(pod: &Pod, rt: &PodRuntime, plan: &mut Plan) {
         }
     };
     if kill_running(pod, rt, grace_period(pod), "", plan) {
+        plan.stops_pod = true;
         stop_sandboxes(plan);
         return;
     }

@@ -962,40 +962,75 @@ impl RuntimeManager {
     }
 
     /// Stops the containers of a terminating pod (its plan's leading
-    /// [`Step::KillContainer`] steps, [`Plan::leading_kills`]): the main
-    /// containers all at once, as the kubelet's `killContainersWithSyncResult`,
-    /// then the sidecars one at a time in the plan's order (reverse start order).
+    /// [`Step::KillContainer`] steps, [`Plan::leading_kills`]) all at once, as
+    /// the kubelet's `killContainersWithSyncResult` with its termination
+    /// ordering: every container's preStop hook starts together; a sidecar
+    /// then waits for its turn (every main container stopped, and every
+    /// sidecar started after it, the ones before it in the plan's reverse
+    /// start order) for at most what is left of its grace period and one
+    /// second, and is stopped with what is left after that.
     ///
     /// # Errors
-    /// The first `StopContainer` that failed.
+    /// The first `StopContainer` that failed (every other container is still
+    /// stopped).
     pub async fn kill_pod_containers(&self, pod: &Pod, rt: &PodRuntime, plan: &Plan) -> Result<()> {
         let sidecar = |c: &str| {
             spec::init_containers(pod)
                 .iter()
                 .any(|i| i.name == c && spec::is_sidecar(i))
         };
-        let targets = plan.leading_kills().iter().filter_map(|step| match step {
-            Step::KillContainer {
-                id,
-                name,
-                grace_seconds,
-                reason,
-            } => {
-                debug!(container = name, reason, "kill container");
-                Some((name.as_str(), id.as_str(), *grace_seconds))
-            }
-            _ => None,
-        });
-        let (sidecars, mains): (Vec<_>, Vec<_>) = targets.partition(|(c, _, _)| sidecar(c));
-        let ip = pod_ip(rt);
-        let all_mains = mains
+        let targets: Vec<_> = plan
+            .leading_kills()
             .iter()
-            .map(|(c, id, grace)| self.kill_container(pod, c, id, *grace, ip, ""));
-        futures::future::try_join_all(all_mains).await?;
-        for (c, id, grace) in &sidecars {
-            self.kill_container(pod, c, id, *grace, ip, "").await?;
-        }
-        Ok(())
+            .filter_map(|step| match step {
+                Step::KillContainer {
+                    id,
+                    name,
+                    grace_seconds,
+                    reason,
+                } => {
+                    debug!(container = name, reason, "kill container");
+                    Some((name.as_str(), id.as_str(), *grace_seconds))
+                }
+                _ => None,
+            })
+            .collect();
+        let ip = pod_ip(rt);
+        // One "stopped" signal per target; a sidecar's turn comes when every
+        // target before it has sent its own (or dropped it, having failed).
+        let (done, stopped): (Vec<_>, Vec<_>) = targets
+            .iter()
+            .map(|_| tokio::sync::watch::channel(false))
+            .unzip();
+        let kills = targets
+            .iter()
+            .zip(done)
+            .enumerate()
+            .map(|(i, ((c, id, grace), done))| {
+                let before: Vec<_> = if sidecar(c) {
+                    stopped[..i].to_vec()
+                } else {
+                    Vec::new()
+                };
+                let turn = async move {
+                    for mut rx in before {
+                        // An error: that kill ended without a signal.
+                        let _ = rx.wait_for(|s| *s).await;
+                    }
+                };
+                async move {
+                    let r = self
+                        .kill_container_in_turn(pod, c, id, *grace, ip, "", turn)
+                        .await;
+                    let _ = done.send(true);
+                    r
+                }
+            });
+        futures::future::join_all(kills)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>>>()
+            .map(|_| ())
     }
 
     /// True when `pod` is being deleted now: the reflector's store holds it
@@ -1045,6 +1080,29 @@ impl RuntimeManager {
         pod_ip: Option<IpAddr>,
         message: &str,
     ) -> Result<()> {
+        let now = std::future::ready(());
+        self.kill_container_in_turn(pod, name, id, grace_seconds, pod_ip, message, now)
+            .await
+    }
+
+    /// [`Self::kill_container`], where the container is stopped only once
+    /// `turn` completed after its preStop hook (the kubelet's
+    /// `terminationOrdering.waitForTurn`), waiting at most until its grace
+    /// period and one second more have gone by.
+    ///
+    /// # Errors
+    /// `StopContainer` failed.
+    #[allow(clippy::too_many_arguments)]
+    async fn kill_container_in_turn(
+        &self,
+        pod: &Pod,
+        name: &str,
+        id: &str,
+        grace_seconds: i64,
+        pod_ip: Option<IpAddr>,
+        message: &str,
+        turn: impl std::future::Future<Output = ()>,
+    ) -> Result<()> {
         let note = if message.is_empty() {
             format!("Stopping container {name}")
         } else {
@@ -1080,6 +1138,18 @@ impl RuntimeManager {
                     }
                 }
             }
+        }
+        match budget.deadline() {
+            Some(end) => {
+                let end = end + Duration::from_secs(1);
+                if tokio::time::timeout_at(end, turn).await.is_err() {
+                    debug!(
+                        container = name,
+                        "stopped before its turn: its grace period ran out"
+                    );
+                }
+            }
+            None => turn.await,
         }
         let grace = budget.stop_grace(tokio::time::Instant::now());
         self.runtime.stop_container(id, grace).await

@@ -709,7 +709,8 @@ pub fn status(
         }
     }
     let ephemeral_statuses = ephemeral_statuses(pod, rt, waiting, ctx);
-    let (pod_phase, reason_message) = pod_phase(pod, &current, &progress, &statuses, now);
+    let (pod_phase, reason_message) =
+        pod_phase(pod, &current, &progress, &init_statuses, &statuses, now);
     let sandbox = rt.latest_sandbox().filter(|s| s.ready);
     let ips = pod_ips(pod, sandbox, ctx);
     let mut conditions = conditions(&Facts {
@@ -915,11 +916,16 @@ fn init_statuses(
 /// progress), with the pod-level reason and message when the node sets them:
 /// a terminal phase stays; a deleted pod whose containers all stopped settles
 /// (`podIsTerminal`); past its active deadline it is `Failed` with
-/// `DeadlineExceeded`.
+/// `DeadlineExceeded`. Once the pod initialized (a main container of the
+/// current sandbox exists: `podHasInitialized`), a sidecar that stopped or
+/// restarts no longer holds it `Pending`; a sidecar that runs keeps it
+/// `Running`, so a pod whose main containers finished is terminal only when
+/// its sidecars stopped too.
 fn pod_phase(
     pod: &Pod,
     rt: &PodRuntime,
     progress: &InitProgress,
+    init_statuses: &[ContainerStatus],
     statuses: &[ContainerStatus],
     now: Timestamp,
 ) -> (String, Option<(String, String)>) {
@@ -930,12 +936,24 @@ fn pod_phase(
             .find(|c| c.name == name)
             .is_some_and(|c| container_should_restart(c, policy, code))
     };
+    let initialized = rt
+        .latest_sandbox()
+        .is_some_and(|s| super::plan::initialized_in(pod, rt, &s.id));
+    let running_sidecars = init_statuses.iter().filter(|st| {
+        init_containers(pod)
+            .iter()
+            .any(|c| c.name == st.name && is_sidecar(c))
+            && st.state.as_ref().is_some_and(|s| s.running.is_some())
+    });
+    let counted: Vec<ContainerStatus> = statuses.iter().chain(running_sidecars).cloned().collect();
     let old_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let mut pod_phase = match (old_phase, progress) {
         (Some(p @ (phase::SUCCEEDED | phase::FAILED)), _) => p.to_string(),
         (_, InitProgress::Failed(_)) => phase::FAILED.to_string(),
-        (_, InitProgress::Pending(_)) => phase::PENDING.to_string(),
-        (_, InitProgress::Done) => phase(statuses, restartable).to_string(),
+        (_, InitProgress::Pending(_)) if !initialized => phase::PENDING.to_string(),
+        (_, InitProgress::Pending(_) | InitProgress::Done) => {
+            phase(&counted, restartable).to_string()
+        }
     };
     // A deleted pod whose containers all stopped is terminal: they will not
     // restart whatever the restart policy (the kubelet's `podIsTerminal`).
@@ -1511,6 +1529,39 @@ mod tests {
         assert_eq!(cond(&unready, "ContainersReady").0, "False");
         let ready = status(&p, &rt, &BTreeMap::new(), &probes(true), &ctx(), t(20));
         assert_eq!(cond(&ready, "Ready").0, "True");
+    }
+
+    #[test]
+    fn sidecars_after_initialization_neither_hold_the_pod_pending_nor_let_it_end_early() {
+        let p = pod("job")
+            .sidecar("side", "busybox")
+            .container("a", "busybox")
+            .restart_policy("Never")
+            .build();
+        let phase_of = |containers: Vec<Container>| {
+            let rt = runtime(vec![sandbox("s0", 0, true)], containers);
+            let st = status(&p, &rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(90));
+            st.phase.unwrap()
+        };
+        let side = || ctr("c0", "side", 0, "s0", Running);
+        let main = || ctr("c1", "a", 0, "s0", Running);
+        // The main container finished; the sidecar still runs: Running, as
+        // the kubelet counts a running sidecar.
+        assert_eq!(phase_of(vec![side(), exited(main(), 0, t(60))]), "Running");
+        // The sidecar was stopped after it: the pod succeeded, not Pending.
+        assert_eq!(
+            phase_of(vec![exited(side(), 137, t(70)), exited(main(), 0, t(60))]),
+            "Succeeded"
+        );
+        assert_eq!(
+            phase_of(vec![exited(side(), 0, t(70)), exited(main(), 1, t(60))]),
+            "Failed"
+        );
+        // A sidecar that crashed while the main container runs: still Running.
+        assert_eq!(phase_of(vec![exited(side(), 1, t(70)), main()]), "Running");
+        // Before any main container exists, a sidecar not yet running is
+        // initialization: Pending.
+        assert_eq!(phase_of(vec![exited(side(), 1, t(70))]), "Pending");
     }
 
     #[test]

@@ -252,10 +252,10 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         debug!(steps = ?plan.steps, "plan");
     }
     plan_events(&pod, &plan, &ctx);
-    // Step 5: execute it; a terminating pod's containers stop together while
-    // its status stays current.
+    // Step 5: execute it; the containers of a pod that stops (deleted,
+    // evicted, finished) stop together while its status stays current.
     let mut rest = plan.steps.as_slice();
-    if pod.metadata.deletion_timestamp.is_some() && !plan.leading_kills().is_empty() {
+    if plan.stops_pod && !plan.leading_kills().is_empty() {
         kill_reporting(&pod, &rt, &plan, &ctx).await?;
         rest = &rest[plan.leading_kills().len()..];
     }
