@@ -955,7 +955,9 @@ fn server_config(
             cert: cert.clone(),
             key: key.clone(),
         };
-    } else if settings.server_tls_bootstrap || args.rotate_server_certificates {
+    } else if (settings.server_tls_bootstrap || args.rotate_server_certificates)
+        && settings.rotate_server_certificate
+    {
         // As the kubelet: given files win over bootstrapping.
         let slot = crate::server::csr::CertSlot::default();
         tokio::spawn(
@@ -975,6 +977,10 @@ fn server_config(
         .client_ca_file
         .clone()
         .or_else(|| settings.client_ca_file.clone());
+    cfg.reload = crate::server::tls::Reload {
+        serving_files: settings.reload_server_certificate_file,
+        client_ca: settings.reload_client_ca_file,
+    };
     cfg.kubelet_config = settings.kubelet_configuration();
     cfg.auth_ttls = crate::server::auth::CacheTtls {
         token: settings.authentication_cache_ttl,

@@ -136,6 +136,16 @@ pub struct Settings {
     /// `featureGates.UserNamespacesSupport` (true, as the kubelet since
     /// 1.33): pods may ask for their own user namespace (`hostUsers: false`).
     pub user_namespaces_support: bool,
+    /// `featureGates.ReloadKubeletClientCAFile` (true, as the kubelet since
+    /// 1.36): the client CA bundle is reloaded when its file changes.
+    pub reload_client_ca_file: bool,
+    /// `featureGates.ReloadKubeletServerCertificateFile` (true, as the
+    /// kubelet): the serving certificate and key files are reloaded when
+    /// they change.
+    pub reload_server_certificate_file: bool,
+    /// `featureGates.RotateKubeletServerCertificate` (true, as the kubelet):
+    /// `serverTLSBootstrap` takes effect only with it.
+    pub rotate_server_certificate: bool,
     /// `failSwapOn` as set in the file: true makes the agent refuse to start
     /// on a node with swap enabled (unset: not checked).
     pub fail_swap_on: Option<bool>,
@@ -351,6 +361,9 @@ impl Default for Settings {
             authorization_cache_unauthorized_ttl: Duration::from_secs(30),
             seccomp_default: false,
             user_namespaces_support: true,
+            reload_client_ca_file: true,
+            reload_server_certificate_file: true,
+            rotate_server_certificate: true,
             fail_swap_on: None,
             reservations: Reservations::default(),
             eviction: EvictionSettings::default(),
@@ -482,7 +495,12 @@ impl Settings {
             "serializeImagePulls": self.serialize_image_pulls,
             "maxParallelImagePulls": self.max_parallel_image_pulls,
             "seccompDefault": self.seccomp_default,
-            "featureGates": {"UserNamespacesSupport": self.user_namespaces_support},
+            "featureGates": {
+                "UserNamespacesSupport": self.user_namespaces_support,
+                "ReloadKubeletClientCAFile": self.reload_client_ca_file,
+                "ReloadKubeletServerCertificateFile": self.reload_server_certificate_file,
+                "RotateKubeletServerCertificate": self.rotate_server_certificate,
+            },
             "failSwapOn": self.fail_swap_on,
             "kubeReserved": self.reservations.kube_reserved,
             "systemReserved": self.reservations.system_reserved,
@@ -522,6 +540,14 @@ pub fn binary_quantity(bytes: u64) -> String {
 /// behaviour this agent has: accepted when set to true (the kubelet refuses
 /// them set to false).
 pub const LOCKED_ON_GATES: &[&str] = &["ImageMaximumGCAge"];
+
+/// Feature gates of the kubelet this agent can turn on and off.
+pub const SETTABLE_GATES: &[&str] = &[
+    "UserNamespacesSupport",
+    "ReloadKubeletClientCAFile",
+    "ReloadKubeletServerCertificateFile",
+    "RotateKubeletServerCertificate",
+];
 
 /// KubeletConfiguration fields this agent reads; every other field is reported as ignored.
 pub const SUPPORTED_FIELDS: &[&str] = &[
@@ -1020,6 +1046,11 @@ pub fn apply_file_text(
                         .ok_or_else(|| bad(&format!("featureGates.{gate}"), "true or false"))?;
                     match gate.as_str() {
                         "UserNamespacesSupport" => settings.user_namespaces_support = on,
+                        "ReloadKubeletClientCAFile" => settings.reload_client_ca_file = on,
+                        "ReloadKubeletServerCertificateFile" => {
+                            settings.reload_server_certificate_file = on;
+                        }
+                        "RotateKubeletServerCertificate" => settings.rotate_server_certificate = on,
                         // GA and locked on in the kubelet; this agent has it.
                         g if LOCKED_ON_GATES.contains(&g) && on => {}
                         // As the kubelet, which refuses a gate it does not know.
@@ -1028,7 +1059,8 @@ pub fn apply_file_text(
                                 path: path.to_path_buf(),
                                 field: format!("featureGates.{gate}"),
                                 message: format!(
-                                    "unrecognized feature gate, or a locked one turned off (supported: UserNamespacesSupport, and {} locked on)",
+                                    "unrecognized feature gate, or a locked one turned off (supported: {}, and {} locked on)",
+                                    SETTABLE_GATES.join(", "),
                                     LOCKED_ON_GATES.join(", ")
                                 ),
                             });
@@ -1803,6 +1835,10 @@ volumeStatsAggPeriod: 0s
                 None,
             ),
             ("featureGates: {UserNamespacesSupport: false}\n", None),
+            (
+                "featureGates: {ReloadKubeletClientCAFile: true, ReloadKubeletServerCertificateFile: false, RotateKubeletServerCertificate: false}\n",
+                None,
+            ),
             ("tlsMinVersion: VersionTLS12\ntlsCipherSuites: []\n", None),
             ("userNamespaces: {idsPerPod: 65536}\n", None),
             ("featureGates: {ImageMaximumGCAge: true}\n", None),
@@ -1884,5 +1920,16 @@ volumeStatsAggPeriod: 0s
         );
         assert!(s.seccomp_default && !s.user_namespaces_support);
         assert_eq!(s.fail_swap_on, Some(true));
+        let reloads = |s: &Settings| {
+            (
+                s.reload_client_ca_file,
+                s.reload_server_certificate_file,
+                s.rotate_server_certificate,
+            )
+        };
+        assert_eq!(reloads(&s), (true, true, true), "the kubelet's defaults");
+        let text = "featureGates: {ReloadKubeletClientCAFile: false, ReloadKubeletServerCertificateFile: false, RotateKubeletServerCertificate: false}\n";
+        apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert_eq!(reloads(&s), (false, false, false));
     }
 }

@@ -117,6 +117,8 @@ pub struct ServerConfig {
     /// PEM bundle of CAs that client certificates are verified against
     /// (`authentication.x509.clientCAFile`); without it only bearer tokens authenticate.
     pub client_ca_file: Option<PathBuf>,
+    /// Which of the certificate files are reloaded when they change.
+    pub reload: tls::Reload,
     /// Directory of pod logs (`podLogsDir`, `/var/log/pods`).
     pub pod_logs_dir: PathBuf,
     /// The agent's other effective KubeletConfiguration fields (a JSON object),
@@ -192,6 +194,7 @@ impl ServerConfig {
                 ips: node_ips,
             },
             client_ca_file: None,
+            reload: tls::Reload::default(),
             pod_logs_dir,
             kubelet_config: serde_json::json!({}),
             auth_ttls: auth::CacheTtls::default(),
@@ -308,7 +311,8 @@ pub struct Server {
     healthz: Option<TcpListener>,
     /// The read-only API's socket and routes.
     read_only: Option<(TcpListener, Router)>,
-    acceptor: tokio_rustls::TlsAcceptor,
+    /// The TLS configuration, reloaded from its files as they change.
+    tls: Arc<tls::ReloadingConfig>,
     router: Router,
     limits: Limits,
 }
@@ -334,7 +338,12 @@ impl Server {
     /// # Errors
     /// [`Error::Tls`] for unusable certificate files, [`Error::Bind`] for a port in use.
     pub async fn bind(cfg: ServerConfig, deps: Deps) -> Result<Self> {
-        let tls = tls::server_config(&cfg.serving_cert, cfg.client_ca_file.as_deref())?;
+        let tls = Arc::new(tls::ReloadingConfig::new(
+            cfg.serving_cert.clone(),
+            cfg.client_ca_file.clone(),
+            cfg.reload,
+        )?);
+        tokio::spawn(tls::ReloadingConfig::watch(Arc::downgrade(&tls)));
         let listener = bind(SocketAddr::new(cfg.address, cfg.port)).await?;
         let healthz = match cfg.healthz_port {
             Some(port) => Some(bind(SocketAddr::new(cfg.healthz_address, port)).await?),
@@ -419,7 +428,7 @@ impl Server {
             listener,
             healthz,
             read_only,
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
+            tls,
             router,
             limits,
         })
@@ -462,7 +471,7 @@ impl Server {
             listener,
             healthz,
             read_only,
-            acceptor,
+            tls,
             router,
             limits,
         } = self;
@@ -513,7 +522,7 @@ impl Server {
                             continue;
                         };
                         tokio::spawn(connection(
-                            acceptor.clone(),
+                            tokio_rustls::TlsAcceptor::from(tls.current()),
                             router.clone(),
                             tcp,
                             peer,

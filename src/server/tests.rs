@@ -241,9 +241,12 @@ async fn start_until_with(
             .await
     });
 
+    // The self-signed serving certificate, unless `tweak` gave another.
     let mut roots = RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(dir.path().join("pki/kubelet.crt")).unwrap() {
-        roots.add(c.unwrap()).unwrap();
+    if let Ok(certs) = CertificateDer::pem_file_iter(dir.path().join("pki/kubelet.crt")) {
+        for c in certs {
+            roots.add(c.unwrap()).unwrap();
+        }
     }
     (
         Fixture {
@@ -478,6 +481,96 @@ async fn a_certificate_from_another_ca_fails_the_handshake() {
     let other = ca("other-ca");
     let stranger = client_cert(&other, "tester", "testers");
     assert!(f.get("/healthz", Some(stranger), None).await.is_err());
+}
+
+/// The serving certificate files and the client CA bundle are read again
+/// when they change (`ReloadKubeletServerCertificateFile`,
+/// `ReloadKubeletClientCAFile`): new connections get the new certificate,
+/// and client certificates of the new CA authenticate.
+#[tokio::test]
+async fn serving_certificate_files_and_the_client_ca_are_reloaded_when_they_change() {
+    let files = tempfile::tempdir().unwrap();
+    let (cert, key, ca_file) = (
+        files.path().join("serving.crt"),
+        files.path().join("serving.key"),
+        files.path().join("client-ca.crt"),
+    );
+    let write_pair = || {
+        let (c, k) = tls::self_signed(&["n1".into()], &[IpAddr::V4(Ipv4Addr::LOCALHOST)]).unwrap();
+        std::fs::write(&cert, &c).unwrap();
+        std::fs::write(&key, k).unwrap();
+        c
+    };
+    let first_pem = write_pair();
+    let first_ca = ca("first-ca");
+    std::fs::write(&ca_file, &first_ca.pem).unwrap();
+    let f = start_with(|cfg| {
+        cfg.serving_cert = ServingCert::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        };
+        cfg.client_ca_file = Some(ca_file.clone());
+    })
+    .await;
+    // A client that trusts only `serving` (PEM), presenting `identity`.
+    let addr = f.addr;
+    let healthz = |serving: String, identity: Identity| async move {
+        let mut roots = RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(serving.as_bytes()) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(identity.0, identity.1)
+            .unwrap();
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(ServerName::IpAddress(Ipv4Addr::LOCALHOST.into()), tcp)
+            .await?;
+        request(TokioIo::new(tls), "/healthz", None).await
+    };
+    let ok = (StatusCode::OK, "ok".to_string());
+    let first_tester = || client_cert(&first_ca, "tester", "testers");
+    assert_eq!(
+        healthz(first_pem.clone(), first_tester()).await.unwrap(),
+        ok
+    );
+
+    let second_pem = write_pair();
+    let second_ca = ca("second-ca");
+    std::fs::write(&ca_file, &second_ca.pem).unwrap();
+    let second_tester = || client_cert(&second_ca, "tester", "testers");
+    let deadline = tokio::time::Instant::now() + tls::RELOAD_PERIOD * 5;
+    loop {
+        match healthz(second_pem.clone(), second_tester()).await {
+            Ok(got) => {
+                assert_eq!(got, ok);
+                break;
+            }
+            Err(e) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "not reloaded within {:?}: {e}",
+                tls::RELOAD_PERIOD * 5
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        healthz(first_pem, second_tester()).await.is_err(),
+        "the old serving certificate is gone"
+    );
+    assert!(
+        healthz(second_pem.clone(), first_tester()).await.is_err(),
+        "the old CA no longer verifies"
+    );
+
+    // A half-written key does not take the server down: the pair in use stays.
+    std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\n").unwrap();
+    tokio::time::sleep(tls::RELOAD_PERIOD * 2).await;
+    assert_eq!(healthz(second_pem, second_tester()).await.unwrap(), ok);
 }
 
 #[tokio::test]

@@ -7,6 +7,11 @@
 //! directory it is given. Clients without a certificate are accepted at the TLS
 //! layer (they may still bring a bearer token); a certificate that does not
 //! verify against the client CA fails the handshake.
+//!
+//! Given serving certificate files and the client CA bundle are read again
+//! when they change ([`ReloadingConfig`]), as the kubelet's
+//! `ReloadKubeletServerCertificateFile` and `ReloadKubeletClientCAFile`
+//! feature gates (both on by default) do.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -211,6 +216,138 @@ pub fn server_config(
     };
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(cfg)
+}
+
+/// What the node API reloads from disk when it changes, as the kubelet's
+/// dynamic certificate controllers do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reload {
+    /// The serving certificate and key files ([`ServingCert::Files`]): the
+    /// `ReloadKubeletServerCertificateFile` feature gate (on by default).
+    pub serving_files: bool,
+    /// The client CA bundle: the `ReloadKubeletClientCAFile` feature gate
+    /// (on by default).
+    pub client_ca: bool,
+}
+
+impl Default for Reload {
+    fn default() -> Self {
+        Self {
+            serving_files: true,
+            client_ca: true,
+        }
+    }
+}
+
+/// How often [`ReloadingConfig::watch`] looks at the files (the kubelet's
+/// controllers react to file events, and check once a minute besides).
+pub const RELOAD_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The node API's TLS configuration ([`server_config`]), built again when the
+/// files it came from change: each new connection takes the current one
+/// ([`Self::current`]). A change that does not build (a file half written,
+/// a key that does not match) keeps the configuration in use until the files
+/// are whole again.
+#[derive(Debug)]
+pub struct ReloadingConfig {
+    serving: ServingCert,
+    client_ca: Option<PathBuf>,
+    /// The files reloaded, in a fixed order.
+    paths: Vec<PathBuf>,
+    /// What those files held at the last build, and what was built.
+    current: std::sync::RwLock<(Contents, Arc<rustls::ServerConfig>)>,
+}
+
+/// What each watched file holds (`None`: unreadable), in order.
+type Contents = Vec<Option<Vec<u8>>>;
+
+impl ReloadingConfig {
+    /// The configuration of `serving` and `client_ca` as it is now.
+    ///
+    /// # Errors
+    /// As [`server_config`].
+    pub fn new(
+        serving: ServingCert,
+        client_ca: Option<PathBuf>,
+        reload: Reload,
+    ) -> Result<Self, Error> {
+        let mut paths = Vec::new();
+        if let (ServingCert::Files { cert, key }, true) = (&serving, reload.serving_files) {
+            paths.extend([cert.clone(), key.clone()]);
+        }
+        if let (Some(ca), true) = (&client_ca, reload.client_ca) {
+            paths.push(ca.clone());
+        }
+        // Read before the build: a change in between is seen at the next look.
+        let seen = read_all(&paths);
+        let cfg = Arc::new(server_config(&serving, client_ca.as_deref())?);
+        Ok(Self {
+            serving,
+            client_ca,
+            paths,
+            current: std::sync::RwLock::new((seen, cfg)),
+        })
+    }
+
+    /// The configuration a new connection uses.
+    #[must_use]
+    pub fn current(&self) -> Arc<rustls::ServerConfig> {
+        let held = self
+            .current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.1.clone()
+    }
+
+    /// Builds the configuration again when a reloaded file changed since the
+    /// last build: `Ok(true)` when it was replaced.
+    ///
+    /// # Errors
+    /// The changed files do not build; the configuration in use stays.
+    pub fn reload(&self) -> Result<bool, Error> {
+        let now = read_all(&self.paths);
+        {
+            let held = self
+                .current
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if held.0 == now {
+                return Ok(false);
+            }
+        }
+        let cfg = server_config(&self.serving, self.client_ca.as_deref())?;
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = (now, Arc::new(cfg));
+        Ok(true)
+    }
+
+    /// Reloads every [`RELOAD_PERIOD`] for as long as `this` is in use
+    /// elsewhere; nothing to watch, it returns at once.
+    pub async fn watch(this: std::sync::Weak<Self>) {
+        let mut tick = tokio::time::interval(RELOAD_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(cfg) = this.upgrade() else { return };
+            if cfg.paths.is_empty() {
+                return;
+            }
+            match cfg.reload() {
+                Ok(true) => tracing::info!("node API certificates reloaded from disk"),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "node API certificates not reloaded; the ones in use stay")
+                }
+            }
+        }
+    }
+}
+
+/// What each of `paths` holds now (`None`: unreadable).
+fn read_all(paths: &[PathBuf]) -> Contents {
+    paths.iter().map(|p| std::fs::read(p).ok()).collect()
 }
 
 #[cfg(test)]
