@@ -542,7 +542,6 @@ start_rustlet() {
     --container-runtime-endpoint "unix://$CTRD_SOCK" \
     --root-dir "$LOCAL/rustlet" \
     --pod-logs-dir "$LOCAL/pod-logs" \
-    --client-ca-file "$PKI/ca.crt" \
     --rotate-server-certificates
 }
 
@@ -690,6 +689,9 @@ kind: KubeletConfiguration
 staticPodPath: $SH/manifests
 # The TLS bootstrap runs in the background, the static pods meanwhile.
 rotateCertificates: true
+authentication:
+  x509:
+    clientCAFile: $PKI/ca.crt
 $LOCAL_NODE_PROTECTION
 EOF
     touch "$RUN/self-hosted"
@@ -861,6 +863,11 @@ staticPodPath: $LOCAL/rustlet/manifests
 # The client certificate is renewed from the certificates API, kept in
 # $LOCAL/rustlet/pki (tests/e2e_client_cert.rs).
 rotateCertificates: true
+# In the file, as the kubelet's: a configuration that replaces this one
+# (the node suite's) names its own client CA.
+authentication:
+  x509:
+    clientCAFile: $PKI/ca.crt
 $LOCAL_NODE_PROTECTION
 $rustlet_node_e2e
 EOF

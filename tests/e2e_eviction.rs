@@ -105,7 +105,9 @@ async fn a_best_effort_memory_hog_is_evicted_and_a_guaranteed_pod_stays() {
              evictionHard:\n  memory.available: \"{threshold}\"\n  nodefs.available: \"0%\"\n  \
              nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n  imagefs.inodesFree: \"0%\"\n\
              imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
-             evictionPressureTransitionPeriod: 30s\n"
+             evictionPressureTransitionPeriod: 30s\n\
+             authentication:\n  x509:\n    clientCAFile: {}\n",
+            local().join("pki/ca.crt").display()
         ),
     )
     .expect("config");

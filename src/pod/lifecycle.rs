@@ -21,6 +21,12 @@ pub const MIN_GRACE_SECONDS: i64 = 2;
 /// pod's worker forever.
 pub const POST_START_EXEC_LIMIT: Duration = Duration::from_secs(3600);
 
+/// How long an exec preStop hook may run. The kubelet gives `ExecSync` no
+/// timeout and stops only waiting for the hook when the grace period is over:
+/// the hook goes on until its container stops (at most 2 s later). This bound
+/// only keeps a runtime that never answers from holding the kill forever.
+pub const PRE_STOP_EXEC_LIMIT: Duration = Duration::from_secs(3600);
+
 /// Runs `handler` for container `c` (CRI ID `container_id`) of `pod`, whose IP
 /// is `pod_ip`: exec through CRI `ExecSync` (bounded by `exec_timeout`), an
 /// HTTP(S) GET (host defaults to the pod IP; any response counts as success,

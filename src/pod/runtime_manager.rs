@@ -1066,7 +1066,9 @@ impl RuntimeManager {
     /// any and the grace period is not 0) within `grace_seconds`, then
     /// `StopContainer` with what is left of the grace period, at least 2 s.
     /// While the hook runs, a shorter grace period set by a new deletion of
-    /// the pod cuts it short ([`lifecycle::KillBudget`]). A failed hook is a
+    /// the pod cuts the wait for it short ([`lifecycle::KillBudget`]); a hook
+    /// still running then goes on until the container stops, as the
+    /// kubelet's `executePreStopHook` leaves it. A failed hook is a
     /// `FailedPreStopHook` event; the container is stopped anyway.
     ///
     /// # Errors
@@ -1088,7 +1090,8 @@ impl RuntimeManager {
     /// [`Self::kill_container`], where the container is stopped only once
     /// `turn` completed after its preStop hook (the kubelet's
     /// `terminationOrdering.waitForTurn`), waiting at most until its grace
-    /// period and one second more have gone by.
+    /// period and one second more have gone by, and not at all when the hook
+    /// used the whole grace period.
     ///
     /// # Errors
     /// `StopContainer` failed.
@@ -1111,20 +1114,36 @@ impl RuntimeManager {
         self.event(pod, Some(name), EventType::Normal, event::KILLING, note);
         let spec = spec::find_container(pod, name);
         let hook = spec.and_then(|c| Some((c, c.lifecycle.as_ref()?.pre_stop.as_ref()?)));
+        let failed_hook = |msg: String| {
+            let reason = event::FAILED_PRE_STOP_HOOK;
+            self.event(pod, Some(name), EventType::Warning, reason, msg);
+        };
         let mut budget = lifecycle::KillBudget::new(tokio::time::Instant::now(), grace_seconds);
-        if let Some((c, handler)) = hook.filter(|_| grace_seconds > 0) {
-            let exec_timeout = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0));
-            let run =
-                lifecycle::run_handler(&self.runtime, pod, c, id, handler, pod_ip, exec_timeout);
-            tokio::pin!(run);
+        // The preStop hook. One still running when the grace period is over
+        // goes on (the kubelet stops waiting for it, not the hook) until its
+        // container stops.
+        let mut hook_run = hook.filter(|_| grace_seconds > 0).map(|(c, handler)| {
+            let limit = lifecycle::PRE_STOP_EXEC_LIMIT;
+            Box::pin(lifecycle::run_handler(
+                &self.runtime,
+                pod,
+                c,
+                id,
+                handler,
+                pod_ip,
+                limit,
+            ))
+        });
+        let mut hook_done = hook_run.is_none();
+        if let Some(run) = hook_run.as_mut() {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             loop {
                 tokio::select! {
-                    ran = &mut run => {
+                    ran = run.as_mut() => {
                         if let Err(msg) = ran {
-                            let reason = event::FAILED_PRE_STOP_HOOK;
-                            self.event(pod, Some(name), EventType::Warning, reason, msg);
+                            failed_hook(msg);
                         }
+                        hook_done = true;
                         break;
                     }
                     () = budget.expired() => {
@@ -1139,20 +1158,40 @@ impl RuntimeManager {
                 }
             }
         }
-        match budget.deadline() {
-            Some(end) => {
-                let end = end + Duration::from_secs(1);
-                if tokio::time::timeout_at(end, turn).await.is_err() {
-                    debug!(
-                        container = name,
-                        "stopped before its turn: its grace period ran out"
-                    );
+        let budget = budget;
+        let stop = async {
+            // A grace period the hook used up leaves no wait for the turn.
+            match budget.deadline() {
+                Some(end) if end <= tokio::time::Instant::now() => {}
+                Some(end) => {
+                    let end = end + Duration::from_secs(1);
+                    if tokio::time::timeout_at(end, turn).await.is_err() {
+                        debug!(
+                            container = name,
+                            "stopped before its turn: its grace period ran out"
+                        );
+                    }
+                }
+                None => turn.await,
+            }
+            let grace = budget.stop_grace(tokio::time::Instant::now());
+            self.runtime.stop_container(id, grace).await
+        };
+        let Some(mut run) = hook_run.filter(|_| !hook_done) else {
+            return stop.await;
+        };
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                stopped = &mut stop => return stopped,
+                ran = run.as_mut(), if !hook_done => {
+                    hook_done = true;
+                    if let Err(msg) = ran {
+                        failed_hook(msg);
+                    }
                 }
             }
-            None => turn.await,
         }
-        let grace = budget.stop_grace(tokio::time::Instant::now());
-        self.runtime.stop_container(id, grace).await
     }
 }
 

@@ -673,6 +673,11 @@ async fn kill_reporting(pod: &Pod, rt: &PodRuntime, plan: &Plan, ctx: &Context) 
                 let probes = ctx.prober.results(pod, rt);
                 let now = Timestamp::now();
                 let new = status::status(&shown, rt, &no_waiting, &probes, &ctx.status_context, now);
+                // A terminal phase (a pod past its deadline, evicted) is final:
+                // it is written once the containers stopped, not while they stop.
+                if new.phase.as_deref().is_some_and(crate::reasons::phase::is_terminal) {
+                    continue;
+                }
                 if let Err(e) = ctx.status.set_status(&shown, new).await {
                     debug!(error = %e, "status of a terminating pod");
                 }
