@@ -612,6 +612,39 @@ impl RuntimeManager {
         })
     }
 
+    /// Whether the runtime handler of `pod` (its RuntimeClass's, else the
+    /// default) mounts recursively read-only: its `recursive_read_only_mounts`
+    /// feature in the runtime's status, as the kubelet's `runtimeSupportsRRO`.
+    /// False when the RuntimeClass or the status cannot be read.
+    async fn runtime_supports_rro(&self, pod: &Pod) -> bool {
+        let class = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.as_deref())
+            .filter(|c| !c.is_empty());
+        let handler = match class {
+            None => String::new(),
+            Some(name) => match kube::Api::<k8s_openapi::api::node::v1::RuntimeClass>::all(
+                self.client.clone(),
+            )
+            .get_opt(name)
+            .await
+            {
+                Ok(Some(rc)) => rc.handler,
+                _ => return false,
+            },
+        };
+        let Ok(status) = self.runtime.status().await else {
+            return false;
+        };
+        status
+            .runtime_handlers
+            .iter()
+            .find(|h| h.name == handler)
+            .and_then(|h| h.features.as_ref())
+            .is_some_and(|f| f.recursive_read_only_mounts)
+    }
+
     /// Creates the pod's log directory and sandbox (attempt `attempt`) with
     /// its [`Isolation`].
     ///
@@ -859,11 +892,19 @@ impl RuntimeManager {
             .map_err(config_error)?;
         let images = self.image_volumes(pod, c, sandbox_config, volumes).await?;
         let pod_dir = crate::volume::pod_dir(&self.node.root_dir, &uid);
+        let asks_rro = c.volume_mounts.iter().flatten().any(|m| {
+            m.recursive_read_only
+                .as_deref()
+                .is_some_and(|r| r != "Disabled")
+        });
+        let runtime_rro = asks_rro && self.runtime_supports_rro(pod).await;
         // SubPaths are opened, made and bind-mounted here: blocking work.
         let made = tokio::task::spawn_blocking({
             let (c, volumes, env, pod_dir) =
                 (c.clone(), volumes.clone(), env.clone(), pod_dir.clone());
-            move || crate::volume::container_mounts(&c, &volumes, &images, &env, &pod_dir)
+            move || {
+                crate::volume::container_mounts(&c, &volumes, &images, &env, &pod_dir, runtime_rro)
+            }
         })
         .await;
         let crate::volume::ContainerMounts {

@@ -496,16 +496,7 @@ pub fn sandbox_config(
                 namespace_options: Some(namespace_options(pod, isolation)),
                 selinux_options: psc.and_then(|p| p.se_linux_options.as_ref()).map(selinux),
                 supplemental_groups_policy: supplemental_groups_policy(psc)?,
-                privileged: spec
-                    .map(|s| s.containers.iter())
-                    .into_iter()
-                    .flatten()
-                    .any(|c| {
-                        c.security_context
-                            .as_ref()
-                            .and_then(|sc| sc.privileged)
-                            .unwrap_or(false)
-                    }),
+                privileged: has_privileged_container(pod),
                 run_as_user: psc
                     .and_then(|p| p.run_as_user)
                     .map(|value| cri::Int64Value { value }),
@@ -755,6 +746,23 @@ fn pod_level_set(r: &k8s_openapi::api::core::v1::ResourceRequirements) -> bool {
         .into_iter()
         .flatten()
         .any(|m| m.contains_key("cpu") || m.contains_key("memory"))
+}
+
+/// True when any container of the pod, init and ephemeral ones included, is
+/// privileged: its sandbox is then privileged too, as the kubelet's
+/// `HasPrivilegedContainer` (a runtime refuses a privileged container in an
+/// unprivileged sandbox).
+fn has_privileged_container(pod: &Pod) -> bool {
+    super::spec::init_containers(pod)
+        .iter()
+        .chain(super::spec::main_containers(pod))
+        .chain(&super::spec::ephemeral_containers(pod))
+        .any(|c| {
+            c.security_context
+                .as_ref()
+                .and_then(|sc| sc.privileged)
+                .unwrap_or(false)
+        })
 }
 
 /// Paths of /proc and /sys the runtime masks or makes read-only in every
@@ -1260,6 +1268,28 @@ mod tests {
         assert_eq!(cfg.labels["app"], "web");
         assert_eq!(cfg.log_directory, "/var/log/pods/default_web_uid-web");
         assert_eq!(cfg.hostname, "web");
+    }
+
+    #[test]
+    fn a_privileged_init_container_makes_the_sandbox_privileged() {
+        let privileged_sandbox = |p: &Pod| {
+            let cfg = sandbox_config(p, 0, &node(), &Isolation::default()).unwrap();
+            cfg.linux.unwrap().security_context.unwrap().privileged
+        };
+        let mut p = pod("web")
+            .init_container("mount", "busybox")
+            .container("c", "busybox")
+            .build();
+        assert!(!privileged_sandbox(&p));
+        let spec = p.spec.as_mut().unwrap();
+        spec.init_containers.as_mut().unwrap()[0].security_context = Some(SecurityContext {
+            privileged: Some(true),
+            ..Default::default()
+        });
+        assert!(
+            privileged_sandbox(&p),
+            "as the kubelet's HasPrivilegedContainer"
+        );
     }
 
     #[test]

@@ -174,6 +174,7 @@ pub fn container_mounts(
     images: &ImageVolumes,
     env: &[(String, String)],
     pod_dir: &Path,
+    runtime_rro: bool,
 ) -> Result<ContainerMounts> {
     let env: BTreeMap<String, String> = env.iter().cloned().collect();
     let mut mounts = Vec::new();
@@ -218,7 +219,7 @@ pub fn container_mounts(
             host_path: host_path.to_string_lossy().into_owned(),
             readonly: read_only,
             propagation: propagation(m.mount_propagation.as_deref())? as i32,
-            recursive_read_only: read_only && m.recursive_read_only.as_deref() == Some("Enabled"),
+            recursive_read_only: recursive_read_only(m, read_only, runtime_rro)?,
             image,
             ..Default::default()
         });
@@ -227,6 +228,43 @@ pub fn container_mounts(
         mounts,
         image_sub_paths,
     })
+}
+
+/// Whether mount `m` (read-only when `read_only`) is recursively read-only,
+/// as the kubelet's `resolveRecursiveReadOnly`: `Enabled` needs the runtime's
+/// support (`runtime_rro`, its handler's `recursive_read_only_mounts`
+/// feature), `IfPossible` takes it when there is some, `Disabled` or unset
+/// never; only a read-only mount without propagation may ask.
+///
+/// # Errors
+/// The kubelet's messages for a mount that may not ask, or for `Enabled`
+/// without the runtime's support.
+fn recursive_read_only(m: &VolumeMount, read_only: bool, runtime_rro: bool) -> Result<bool> {
+    let mode = match m.recursive_read_only.as_deref() {
+        None | Some("Disabled") => return Ok(false),
+        Some(mode) => mode,
+    };
+    let name = &m.name;
+    if !read_only {
+        return Err(Error::Mount(format!(
+            "volume {name:?} requested recursive read-only mode, but it is not read-only"
+        )));
+    }
+    if let Some(p) = m.mount_propagation.as_deref().filter(|p| *p != "None") {
+        return Err(Error::Mount(format!(
+            "volume {name:?} requested recursive read-only mode, but it is not compatible with propagation {p:?}"
+        )));
+    }
+    match mode {
+        "IfPossible" => Ok(runtime_rro),
+        "Enabled" if runtime_rro => Ok(true),
+        "Enabled" => Err(Error::Mount(format!(
+            "volume {name:?} requested recursive read-only mode, but it is not supported by the runtime"
+        ))),
+        other => Err(Error::Mount(format!(
+            "unknown recursive read-only mode {other:?}"
+        ))),
+    }
 }
 
 /// A container's volume mounts for the runtime ([`container_mounts`]).
@@ -360,6 +398,64 @@ mod tests {
     }
 
     #[test]
+    fn recursive_read_only_follows_the_mode_and_the_runtime() {
+        let mount = |mode: Option<&str>, propagation: Option<&str>| {
+            let mut m = vm("v", "/m");
+            m.recursive_read_only = mode.map(str::to_string);
+            m.mount_propagation = propagation.map(str::to_string);
+            m
+        };
+        let rro = |m: &VolumeMount, ro: bool, runtime: bool| {
+            recursive_read_only(m, ro, runtime).map_err(|e| e.to_string())
+        };
+        for runtime in [true, false] {
+            assert_eq!(rro(&mount(None, None), true, runtime), Ok(false));
+            assert_eq!(
+                rro(&mount(Some("Disabled"), None), false, runtime),
+                Ok(false)
+            );
+            assert_eq!(
+                rro(&mount(Some("IfPossible"), None), true, runtime),
+                Ok(runtime)
+            );
+        }
+        assert_eq!(
+            rro(&mount(Some("Enabled"), Some("None")), true, true),
+            Ok(true)
+        );
+        let refused = [
+            (
+                mount(Some("Enabled"), None),
+                true,
+                false,
+                "not supported by the runtime",
+            ),
+            (
+                mount(Some("IfPossible"), None),
+                false,
+                true,
+                "it is not read-only",
+            ),
+            (
+                mount(Some("Enabled"), Some("HostToContainer")),
+                true,
+                true,
+                "propagation",
+            ),
+            (
+                mount(Some("Sometimes"), None),
+                true,
+                true,
+                "unknown recursive read-only mode",
+            ),
+        ];
+        for (m, ro, runtime, want) in refused {
+            let err = rro(&m, ro, runtime).unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
     fn mounts_carry_paths_read_only_and_propagation() {
         let dir = subpath::tests::TestDir::new();
         let data = dir.path().join("data");
@@ -401,7 +497,7 @@ mod tests {
         }
         let pod_dir = dir.path().join("pod");
         let kv = [("POD_NAME".to_string(), "web-0".to_string())];
-        let m = container_mounts(&c, &volumes, &ImageVolumes::new(), &kv, &pod_dir);
+        let m = container_mounts(&c, &volumes, &ImageVolumes::new(), &kv, &pod_dir, true);
         let cleaned = subpath::clean_sub_paths(&pod_dir);
         let all = m.unwrap();
         assert!(all.image_sub_paths.is_empty());
@@ -439,9 +535,16 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            container_mounts(&missing, &volumes, &ImageVolumes::new(), &kv, &pod_dir)
-                .unwrap_err()
-                .to_string(),
+            container_mounts(
+                &missing,
+                &volumes,
+                &ImageVolumes::new(),
+                &kv,
+                &pod_dir,
+                true
+            )
+            .unwrap_err()
+            .to_string(),
             "cannot find volume \"nope\" to mount into container \"c\""
         );
     }
@@ -473,7 +576,7 @@ mod tests {
             ..Default::default()
         };
         let pod_dir = Path::new("/nonexistent/pod");
-        let all = container_mounts(&c, &volumes, &images, &[], pod_dir).unwrap();
+        let all = container_mounts(&c, &volumes, &images, &[], pod_dir, true).unwrap();
         assert!(all.image_sub_paths.is_empty());
         let m = all.mounts;
         assert_eq!(m.len(), 1);
@@ -482,7 +585,8 @@ mod tests {
         assert_eq!(m[0].container_path, "/data");
         assert!(m[0].readonly, "image volumes are read-only");
 
-        let err = container_mounts(&c, &volumes, &ImageVolumes::new(), &[], pod_dir).unwrap_err();
+        let err =
+            container_mounts(&c, &volumes, &ImageVolumes::new(), &[], pod_dir, true).unwrap_err();
         assert!(err.to_string().contains("is not pulled"), "{err}");
         // A subPath (or subPathExpr) of an image volume is the runtime's to
         // resolve: the mount names the image, and the sub path goes beside.
@@ -498,7 +602,7 @@ mod tests {
             ..Default::default()
         };
         let env = [("POD".to_string(), "web-1".to_string())];
-        let all = container_mounts(&with_sub, &volumes, &images, &env, pod_dir).unwrap();
+        let all = container_mounts(&with_sub, &volumes, &images, &env, pod_dir, true).unwrap();
         let paths: Vec<&str> = all
             .mounts
             .iter()
@@ -522,7 +626,7 @@ mod tests {
             volume_mounts: Some(vec![escape]),
             ..Default::default()
         };
-        let err = container_mounts(&escaping, &volumes, &images, &[], pod_dir).unwrap_err();
+        let err = container_mounts(&escaping, &volumes, &images, &[], pod_dir, true).unwrap_err();
         assert!(err.to_string().contains("must not contain '..'"), "{err}");
     }
 
