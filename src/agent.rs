@@ -331,6 +331,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             settings.container_runtime_endpoint
         )
     })?;
+    // The default handler's recursive read-only mounts, for the
+    // containers' volumeMounts status; unknown counts as none.
+    let runtime_rro = match runtime.status().await {
+        Ok(status) => status
+            .runtime_handlers
+            .iter()
+            .find(|h| h.name.is_empty())
+            .and_then(|h| h.features.as_ref())
+            .is_some_and(|f| f.recursive_read_only_mounts),
+        Err(e) => {
+            warn!(error = %e, "runtime status: recursive read-only mounts taken as unsupported");
+            false
+        }
+    };
     let runtime_version = format!(
         "{}://{}",
         version.runtime_name,
@@ -567,6 +581,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         status_context: StatusContext {
             host_ips: vec![node_ip.clone()],
             runtime_name: version.runtime_name.clone(),
+            runtime_rro,
         },
         volumes: Arc::new(volumes),
         prober,

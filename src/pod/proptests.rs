@@ -1619,6 +1619,7 @@ fn check_sync(c: &Case) {
     let ctx = StatusContext {
         host_ips: vec!["10.0.0.1".into()],
         runtime_name: "containerd".into(),
+        runtime_rro: true,
     };
     let st = status::status(pod, &c.rt, &p.waiting, &c.probes, &ctx, c.now);
     check_status(pod, &st);

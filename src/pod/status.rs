@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Container as ApiContainer, ContainerState as ApiState, ContainerStateRunning,
     ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition,
-    PodIP, PodStatus, ResourceRequirements,
+    PodIP, PodStatus, ResourceRequirements, VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -30,6 +30,41 @@ pub struct StatusContext {
     pub host_ips: Vec<String>,
     /// Runtime name for container IDs (`containerd` → `containerd://<id>`).
     pub runtime_name: String,
+    /// The runtime's default handler mounts recursively read-only (its
+    /// `recursive_read_only_mounts` feature, read at start): what a
+    /// container's `volumeMounts` status says of `recursiveReadOnly:
+    /// IfPossible`. Pods of another RuntimeClass are shown as the default
+    /// handler would mount them.
+    pub runtime_rro: bool,
+}
+
+/// A container's `volumeMounts` status, as the kubelet's
+/// `convertToAPIContainerStatuses`: each mount's name, path and read-only
+/// flag, and for a read-only mount its resolved `recursiveReadOnly`
+/// (`Enabled` or `Disabled`, [`crate::volume::recursive_read_only`] with
+/// `runtime_rro`); `None` for a container without mounts.
+fn volume_mount_statuses(spec: &ApiContainer, runtime_rro: bool) -> Option<Vec<VolumeMountStatus>> {
+    let mounts = spec.volume_mounts.as_deref().filter(|m| !m.is_empty())?;
+    Some(
+        mounts
+            .iter()
+            .map(|m| {
+                let read_only = m.read_only.unwrap_or(false);
+                let rro = read_only.then(|| {
+                    let on =
+                        crate::volume::recursive_read_only(m, true, runtime_rro).unwrap_or(false);
+                    if on { "Enabled" } else { "Disabled" }.to_string()
+                });
+                VolumeMountStatus {
+                    name: m.name.clone(),
+                    mount_path: m.mount_path.clone(),
+                    read_only: m.read_only,
+                    recursive_read_only: rro,
+                    ..Default::default()
+                }
+            })
+            .collect(),
+    )
 }
 
 fn terminated(c: &Container, runtime: &str) -> ContainerStateTerminated {
@@ -71,6 +106,7 @@ fn container_status(
     let mut st = ContainerStatus {
         name: spec.name.clone(),
         image: spec.image.clone().unwrap_or_default(),
+        volume_mounts: volume_mount_statuses(spec, ctx.runtime_rro),
         ..Default::default()
     };
     let wait = |reason: &str, message: Option<String>| ApiState {
@@ -1380,11 +1416,13 @@ mod tests {
     use super::*;
     use crate::fixtures::{ctr, exited, pod, runtime, sandbox, t};
     use ContainerState::Running;
+    use k8s_openapi::api::core::v1::VolumeMount;
 
     fn ctx() -> StatusContext {
         StatusContext {
             host_ips: vec!["127.0.0.1".into()],
             runtime_name: "containerd".into(),
+            runtime_rro: true,
         }
     }
 
@@ -1529,6 +1567,51 @@ mod tests {
         assert_eq!(cond(&unready, "ContainersReady").0, "False");
         let ready = status(&p, &rt, &BTreeMap::new(), &probes(true), &ctx(), t(20));
         assert_eq!(cond(&ready, "Ready").0, "True");
+    }
+
+    #[test]
+    fn volume_mounts_show_their_resolved_recursive_read_only_mode() {
+        let mount = |path: &str, ro: Option<bool>, rro: Option<&str>| VolumeMount {
+            name: "mnt".into(),
+            mount_path: path.into(),
+            read_only: ro,
+            recursive_read_only: rro.map(str::to_string),
+            ..Default::default()
+        };
+        let c = ApiContainer {
+            name: "c".into(),
+            volume_mounts: Some(vec![
+                mount("/rro", Some(true), Some("Enabled")),
+                mount("/if-possible", Some(true), Some("IfPossible")),
+                mount("/ro", Some(true), None),
+                mount("/rw", None, None),
+            ]),
+            ..Default::default()
+        };
+        let modes = |runtime_rro: bool| {
+            volume_mount_statuses(&c, runtime_rro)
+                .unwrap()
+                .into_iter()
+                .map(|v| (v.mount_path, v.recursive_read_only))
+                .collect::<Vec<_>>()
+        };
+        let on = |m: &str| Some(m.to_string());
+        assert_eq!(
+            modes(true),
+            vec![
+                ("/rro".to_string(), on("Enabled")),
+                ("/if-possible".to_string(), on("Enabled")),
+                ("/ro".to_string(), on("Disabled")),
+                ("/rw".to_string(), None),
+            ]
+        );
+        assert_eq!(
+            modes(false)[1].1,
+            on("Disabled"),
+            "IfPossible without the runtime's support"
+        );
+        let bare = ApiContainer::default();
+        assert_eq!(volume_mount_statuses(&bare, true), None);
     }
 
     #[test]

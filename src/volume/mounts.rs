@@ -239,7 +239,7 @@ pub fn container_mounts(
 /// # Errors
 /// The kubelet's messages for a mount that may not ask, or for `Enabled`
 /// without the runtime's support.
-fn recursive_read_only(m: &VolumeMount, read_only: bool, runtime_rro: bool) -> Result<bool> {
+pub fn recursive_read_only(m: &VolumeMount, read_only: bool, runtime_rro: bool) -> Result<bool> {
     let mode = match m.recursive_read_only.as_deref() {
         None | Some("Disabled") => return Ok(false),
         Some(mode) => mode,

@@ -184,6 +184,7 @@ impl Node {
             status_context: StatusContext {
                 host_ips: vec!["10.0.0.1".into()],
                 runtime_name: "fake".into(),
+                runtime_rro: true,
             },
             volumes: Arc::new(VolumeManager::new(client, &root, BTreeMap::new())),
             prober,
