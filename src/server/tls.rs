@@ -256,6 +256,9 @@ pub struct ReloadingConfig {
     paths: Vec<PathBuf>,
     /// What those files held at the last build, and what was built.
     current: std::sync::RwLock<(Contents, Arc<rustls::ServerConfig>)>,
+    /// What the files held when they last failed to build (tried again only
+    /// once they change).
+    failed: std::sync::Mutex<Option<Contents>>,
 }
 
 /// What each watched file holds (`None`: unreadable), in order.
@@ -286,6 +289,7 @@ impl ReloadingConfig {
             client_ca,
             paths,
             current: std::sync::RwLock::new((seen, cfg)),
+            failed: std::sync::Mutex::new(None),
         })
     }
 
@@ -300,7 +304,8 @@ impl ReloadingConfig {
     }
 
     /// Builds the configuration again when a reloaded file changed since the
-    /// last build: `Ok(true)` when it was replaced.
+    /// last build: `Ok(true)` when it was replaced. Files that did not build
+    /// are tried again only once they change again.
     ///
     /// # Errors
     /// The changed files do not build; the configuration in use stays.
@@ -315,7 +320,21 @@ impl ReloadingConfig {
                 return Ok(false);
             }
         }
-        let cfg = server_config(&self.serving, self.client_ca.as_deref())?;
+        let mut failed = self
+            .failed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if failed.as_ref() == Some(&now) {
+            return Ok(false);
+        }
+        let cfg = match server_config(&self.serving, self.client_ca.as_deref()) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                *failed = Some(now);
+                return Err(e);
+            }
+        };
+        *failed = None;
         *self
             .current
             .write()
@@ -376,6 +395,32 @@ mod tests {
         );
         assert_eq!(mode & 0o777, 0o600);
         server_config(&s, None).unwrap();
+    }
+
+    #[test]
+    fn files_that_do_not_build_are_tried_again_only_once_they_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("c.crt"), dir.path().join("c.key"));
+        let write = || {
+            let (c, k) = self_signed(&["n1".into()], &[]).unwrap();
+            std::fs::write(&cert, c).unwrap();
+            std::fs::write(&key, k).unwrap();
+        };
+        write();
+        let files = ServingCert::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        };
+        let cfg = ReloadingConfig::new(files, None, Reload::default()).unwrap();
+        assert!(!cfg.reload().unwrap(), "nothing changed");
+        std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\n").unwrap();
+        assert!(cfg.reload().is_err(), "a half-written key");
+        assert!(
+            !cfg.reload().unwrap(),
+            "the same broken files: not tried again"
+        );
+        write();
+        assert!(cfg.reload().unwrap(), "whole again: reloaded");
     }
 
     #[test]
