@@ -334,12 +334,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The default handler's recursive read-only mounts, for the
     // containers' volumeMounts status; unknown counts as none.
     let runtime_rro = match runtime.status().await {
-        Ok(status) => status
-            .runtime_handlers
-            .iter()
-            .find(|h| h.name.is_empty())
-            .and_then(|h| h.features.as_ref())
-            .is_some_and(|f| f.recursive_read_only_mounts),
+        Ok(status) => crate::pod::translate::handler_supports_rro(&status.runtime_handlers, ""),
         Err(e) => {
             warn!(error = %e, "runtime status: recursive read-only mounts taken as unsupported");
             false

@@ -112,10 +112,11 @@ pub struct Plan {
     /// The pod ran past `spec.activeDeadlineSeconds`: its containers are killed
     /// and its phase becomes `Failed` with reason `DeadlineExceeded`.
     pub deadline_exceeded: bool,
-    /// The plan stops the whole pod (deleted, evicted, finished or past its
-    /// deadline): its leading [`Step::KillContainer`] steps are the kubelet's
-    /// `killPodWithSyncResult`, run together ([`Plan::leading_kills`]).
-    pub stops_pod: bool,
+    /// The plan kills the whole pod (deleted, evicted, finished or past its
+    /// deadline; the kubelet's `PodActions.KillPod`): its leading
+    /// [`Step::KillContainer`] steps are `killPodWithSyncResult`'s, run
+    /// together ([`Plan::leading_kills`]).
+    pub kill_pod: bool,
 }
 
 impl Plan {
@@ -574,7 +575,7 @@ fn plan_ready(
     }
     if is_evicted(pod) {
         // Evicted: every container stops at once, as the kubelet's evictPod.
-        plan.stops_pod = kill_running(pod, rt, eviction_grace, "pod was evicted", &mut plan);
+        plan.kill_pod = kill_running(pod, rt, eviction_grace, "pod was evicted", &mut plan);
         for s in rt.sandboxes.iter().filter(|s| s.ready) {
             plan.steps.push(Step::StopSandbox { id: s.id.clone() });
         }
@@ -583,7 +584,7 @@ fn plan_ready(
     if plan.deadline_exceeded || is_terminal(pod) || all_done(pod, rt) {
         // A finished pod keeps its exited containers (for status and logs) but not its
         // sandbox; sidecars still running are stopped.
-        plan.stops_pod = kill_running(pod, rt, grace_period(pod), "pod has completed", &mut plan);
+        plan.kill_pod = kill_running(pod, rt, grace_period(pod), "pod has completed", &mut plan);
         for s in rt.sandboxes.iter().filter(|s| s.ready) {
             plan.steps.push(Step::StopSandbox { id: s.id.clone() });
         }
@@ -997,7 +998,7 @@ fn terminate(pod: &Pod, rt: &PodRuntime, plan: &mut Plan) {
         }
     };
     if kill_running(pod, rt, grace_period(pod), "", plan) {
-        plan.stops_pod = true;
+        plan.kill_pod = true;
         stop_sandboxes(plan);
         return;
     }

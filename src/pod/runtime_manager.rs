@@ -571,22 +571,9 @@ impl RuntimeManager {
     /// does not exist, the runtime does not know its handler, or cannot give
     /// the pod the user namespace it asks for. Never a fallback.
     async fn isolation(&self, pod: &Pod) -> std::result::Result<Isolation, String> {
-        use k8s_openapi::api::node::v1::RuntimeClass;
         let spec = pod.spec.as_ref();
-        let class = spec
-            .and_then(|s| s.runtime_class_name.as_deref())
-            .filter(|c| !c.is_empty());
-        let runtime_handler = match class {
-            None => String::new(),
-            Some(name) => {
-                let api = kube::Api::<RuntimeClass>::all(self.client.clone());
-                match api.get_opt(name).await {
-                    Ok(Some(rc)) => rc.handler,
-                    Ok(None) => return Err(format!("runtimeclass.node.k8s.io {name:?} not found")),
-                    Err(e) => return Err(format!("failed to lookup RuntimeClass {name}: {e}")),
-                }
-            }
-        };
+        let class = runtime_class(pod);
+        let runtime_handler = self.runtime_handler(pod).await?;
         let own_userns = spec.and_then(|s| s.host_users) == Some(false);
         let handlers = if class.is_some() || own_userns {
             let status = self.runtime.status().await.map_err(|e| e.to_string())?;
@@ -612,37 +599,39 @@ impl RuntimeManager {
         })
     }
 
-    /// Whether the runtime handler of `pod` (its RuntimeClass's, else the
-    /// default) mounts recursively read-only: its `recursive_read_only_mounts`
-    /// feature in the runtime's status, as the kubelet's `runtimeSupportsRRO`.
-    /// False when the RuntimeClass or the status cannot be read.
-    async fn runtime_supports_rro(&self, pod: &Pod) -> bool {
-        let class = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.runtime_class_name.as_deref())
-            .filter(|c| !c.is_empty());
-        let handler = match class {
-            None => String::new(),
-            Some(name) => match kube::Api::<k8s_openapi::api::node::v1::RuntimeClass>::all(
-                self.client.clone(),
-            )
+    /// The runtime handler of `pod`: its RuntimeClass's `handler`, read from
+    /// the API, else the runtime's default (`""`), as the kubelet's
+    /// `RuntimeClassManager.LookupRuntimeHandler`.
+    ///
+    /// # Errors
+    /// The kubelet's words when the RuntimeClass does not exist or cannot be read.
+    async fn runtime_handler(&self, pod: &Pod) -> std::result::Result<String, String> {
+        use k8s_openapi::api::node::v1::RuntimeClass;
+        let Some(name) = runtime_class(pod) else {
+            return Ok(String::new());
+        };
+        match kube::Api::<RuntimeClass>::all(self.client.clone())
             .get_opt(name)
             .await
-            {
-                Ok(Some(rc)) => rc.handler,
-                _ => return false,
-            },
-        };
-        let Ok(status) = self.runtime.status().await else {
+        {
+            Ok(Some(rc)) => Ok(rc.handler),
+            Ok(None) => Err(format!("runtimeclass.node.k8s.io {name:?} not found")),
+            Err(e) => Err(format!("failed to lookup RuntimeClass {name}: {e}")),
+        }
+    }
+
+    /// Whether the runtime handler of `pod` mounts recursively read-only
+    /// ([`translate::handler_supports_rro`]), as the kubelet's
+    /// `runtimeSupportsRRO`. False when the RuntimeClass or the runtime's
+    /// status cannot be read.
+    async fn runtime_supports_rro(&self, pod: &Pod) -> bool {
+        let Ok(handler) = self.runtime_handler(pod).await else {
             return false;
         };
-        status
-            .runtime_handlers
-            .iter()
-            .find(|h| h.name == handler)
-            .and_then(|h| h.features.as_ref())
-            .is_some_and(|f| f.recursive_read_only_mounts)
+        self.runtime
+            .status()
+            .await
+            .is_ok_and(|s| translate::handler_supports_rro(&s.runtime_handlers, &handler))
     }
 
     /// Creates the pod's log directory and sandbox (attempt `attempt`) with
@@ -1234,6 +1223,14 @@ impl RuntimeManager {
             }
         }
     }
+}
+
+/// The pod's `runtimeClassName`, when it names one.
+fn runtime_class(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.runtime_class_name.as_deref())
+        .filter(|c| !c.is_empty())
 }
 
 /// The pod's primary IP from its newest sandbox.

@@ -748,6 +748,18 @@ fn pod_level_set(r: &k8s_openapi::api::core::v1::ResourceRequirements) -> bool {
         .any(|m| m.contains_key("cpu") || m.contains_key("memory"))
 }
 
+/// Whether runtime handler `name` (`""`: the default) of `handlers` (CRI
+/// `Status.runtime_handlers`) mounts recursively read-only: its
+/// `recursive_read_only_mounts` feature; false for a handler not listed.
+#[must_use]
+pub fn handler_supports_rro(handlers: &[cri::RuntimeHandler], name: &str) -> bool {
+    handlers
+        .iter()
+        .find(|h| h.name == name)
+        .and_then(|h| h.features.as_ref())
+        .is_some_and(|f| f.recursive_read_only_mounts)
+}
+
 /// True when any container of the pod, init and ephemeral ones included, is
 /// privileged: its sandbox is then privileged too, as the kubelet's
 /// `HasPrivilegedContainer` (a runtime refuses a privileged container in an

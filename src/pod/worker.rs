@@ -255,7 +255,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     // Step 5: execute it; the containers of a pod that stops (deleted,
     // evicted, finished) stop together while its status stays current.
     let mut rest = plan.steps.as_slice();
-    if plan.stops_pod && !plan.leading_kills().is_empty() {
+    if plan.kill_pod && !plan.leading_kills().is_empty() {
         kill_reporting(&pod, &rt, &plan, &ctx).await?;
         rest = &rest[plan.leading_kills().len()..];
     }
