@@ -291,3 +291,176 @@ async fn kubectl_top_shows_a_busy_pod_through_metrics_server() {
 
     drop_namespace(&client, &ns).await;
 }
+
+/// Whether this machine's kernel accounts block I/O to cgroups: its root
+/// blkio cgroup (v1) lists a device, or the root's `io.stat` (v2) has a line.
+fn blkio_accounted() -> bool {
+    let device_line = |path: &str| {
+        std::fs::read_to_string(path).is_ok_and(|t| {
+            t.lines()
+                .any(|l| l.split_whitespace().next().is_some_and(|d| d.contains(':')))
+        })
+    };
+    device_line("/sys/fs/cgroup/blkio/blkio.throttle.io_service_bytes_recursive")
+        || device_line("/sys/fs/cgroup/io.stat")
+}
+
+/// The values of every `name` series whose labels include all of `labels`
+/// (`key="value"` as the exposition writes them).
+fn series(text: &str, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix('{')?;
+            let (set, value) = rest.rsplit_once("} ")?;
+            labels
+                .iter()
+                .all(|(k, v)| set.contains(&format!("{k}=\"{v}\"")))
+                .then(|| value.parse().ok())
+                .flatten()
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn cadvisor_metrics_show_a_containers_cgroup() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-cadvisor").await;
+    // As the node suite's ContainerMetrics pod: an 80M memory limit, a few
+    // direct (uncached) block writes and reads, then idle.
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "meter" },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "meter",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c",
+                    "dd if=/dev/zero of=/f oflag=direct bs=4096 count=2 2>/dev/null; \
+                     dd if=/f of=/dev/null iflag=direct bs=4096 count=2 2>/dev/null; sleep 600"],
+                "resources": { "limits": { "memory": "80M" } }
+            }]
+        }
+    }))
+    .unwrap();
+    create(&client, &ns, &pod).await;
+    wait_for(&client, &ns, "meter", 60, "Running", phase("Running")).await;
+
+    let ctr = [
+        ("namespace", ns.as_str()),
+        ("pod", "meter"),
+        ("container", "meter"),
+    ];
+    // Block I/O is counted only where the kernel accounts it to cgroups:
+    // the node's own root blkio cgroup shows whether it does.
+    let accounted = blkio_accounted();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = get(&client, "metrics/cadvisor").await;
+        let written: f64 = series(&text, "container_fs_writes_total", &ctr)
+            .iter()
+            .sum();
+        // The writable layer's usage as the runtime last measured it.
+        let layer: f64 = series(&text, "container_fs_usage_bytes", &ctr).iter().sum();
+        if layer >= 8192.0 && (!accounted || written >= 2.0) {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no series (or block writes) of {ns}/meter in /metrics/cadvisor:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    let one = |name: &str| {
+        let v = series(&text, name, &ctr);
+        assert_eq!(v.len(), 1, "{name} of {ns}/meter: {v:?} in\n{text}");
+        v[0]
+    };
+    // The limits runc wrote: 80M rounded down to a page; no cpu request,
+    // so the minimum shares; the default period.
+    let limit = one("container_spec_memory_limit_bytes");
+    assert!(
+        (79_953_920.0..=79_998_976.0).contains(&limit),
+        "limit {limit}"
+    );
+    assert!((one("container_spec_cpu_shares") - 2.0).abs() < f64::EPSILON);
+    assert!((one("container_spec_cpu_period") - 100_000.0).abs() < f64::EPSILON);
+    assert!(one("container_spec_memory_reservation_limit_bytes").abs() < f64::EPSILON);
+    // Its usage: a running shell and sleep.
+    let rss = one("container_memory_rss");
+    assert!((1024.0..80e6).contains(&rss), "rss {rss}");
+    let ws = one("container_memory_working_set_bytes");
+    assert!(
+        ws > 0.0 && ws <= one("container_memory_usage_bytes"),
+        "working set {ws}"
+    );
+    assert!(one("container_memory_failcnt").abs() < f64::EPSILON);
+    assert!(one("container_oom_events_total").abs() < f64::EPSILON);
+    let cpu = series(
+        &text,
+        "container_cpu_usage_seconds_total",
+        &[("cpu", "total"), ctr[0], ctr[1], ctr[2]],
+    );
+    assert!(
+        cpu.len() == 1 && cpu[0] > 0.0 && cpu[0] < 100.0,
+        "cpu {cpu:?}"
+    );
+    let processes = one("container_processes");
+    assert!((1.0..=10.0).contains(&processes), "processes {processes}");
+    assert!(one("container_threads") >= processes, "threads");
+    assert!(
+        one("container_file_descriptors") >= 3.0,
+        "stdin, stdout, stderr"
+    );
+    assert!(one("container_ulimits_soft") > 0.0, "max open files");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = one("container_start_time_seconds");
+    assert!(
+        now - started < 300.0 && started <= now + 1.0,
+        "started {started}, now {now}"
+    );
+    assert!((one("container_last_seen") - now).abs() < 60.0, "last seen");
+    // The direct I/O: 8 KiB each way through the block layer; none reported
+    // (rather than zeros) where the kernel does not count it.
+    let read: f64 = series(&text, "container_fs_reads_bytes_total", &ctr)
+        .iter()
+        .sum();
+    let blkio_writes: f64 = series(
+        &text,
+        "container_blkio_device_usage_total",
+        &[("operation", "Write"), ctr[0], ctr[1], ctr[2]],
+    )
+    .iter()
+    .sum();
+    if accounted {
+        assert!(read >= 8192.0, "read {read}");
+        assert!(blkio_writes >= 8192.0, "blkio writes {blkio_writes}");
+    } else {
+        assert!(
+            series(&text, "container_fs_reads_bytes_total", &ctr).is_empty(),
+            "block reads reported by a kernel that does not count them:\n{text}"
+        );
+    }
+    // Its writable layer holds the 8 KiB file.
+    assert!(one("container_fs_usage_bytes") >= 8192.0, "fs usage");
+    // The sandbox, as container POD: its network namespace's eth0.
+    let rx = series(
+        &text,
+        "container_network_receive_packets_total",
+        &[
+            ("namespace", ns.as_str()),
+            ("pod", "meter"),
+            ("container", "POD"),
+            ("interface", "eth0"),
+        ],
+    );
+    assert_eq!(rx.len(), 1, "POD eth0 of {ns}/meter in\n{text}");
+    assert_eq!(sample(&text, "container_scrape_error"), Some(0.0), "{text}");
+
+    drop_namespace(&client, &ns).await;
+}

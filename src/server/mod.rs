@@ -18,7 +18,8 @@
 //!   ([`crate::stats`]); `?only_cpu_and_memory=true` leaves out the rest.
 //! - `/metrics`, `/metrics/probes`: the agent's metrics ([`crate::metrics`]);
 //!   `/metrics/resource`: node, pod and container cpu and memory under the
-//!   kubelet's resource metric names, which metrics-server scrapes.
+//!   kubelet's resource metric names, which metrics-server scrapes;
+//!   `/metrics/cadvisor`: containers' cgroups in cAdvisor's names.
 //!
 //! Any other path answers 404 `404 page not found` after authorization, as the
 //! kubelet's router does.
@@ -376,6 +377,7 @@ impl Server {
                     .route("/metrics", get(metrics))
                     .route("/metrics/probes", get(probe_metrics))
                     .route("/metrics/resource", get(resource_metrics))
+                    .route("/metrics/cadvisor", get(cadvisor_metrics))
                     .route("/stats/summary", get(stats_summary))
                     .fallback(not_found)
                     .with_state(app.clone());
@@ -391,6 +393,7 @@ impl Server {
             .route("/metrics", get(metrics))
             .route("/metrics/probes", get(probe_metrics))
             .route("/metrics/resource", get(resource_metrics))
+            .route("/metrics/cadvisor", get(cadvisor_metrics))
             .route("/stats/summary", get(stats_summary))
             .route(
                 "/containerLogs/{namespace}/{pod}/{container}",
@@ -987,6 +990,18 @@ async fn resource_metrics(State(app): State<Arc<App>>) -> Response {
         }
     };
     match crate::stats::summary::resource_metrics(summary.as_ref()) {
+        Ok(body) => ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response(),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics: {e}"),
+        ),
+    }
+}
+
+/// `/metrics/cadvisor`: each running container's and sandbox's cgroup in
+/// cAdvisor's metric names ([`crate::stats::Provider::cadvisor_metrics`]).
+async fn cadvisor_metrics(State(app): State<Arc<App>>) -> Response {
+    match app.stats.cadvisor_metrics().await {
         Ok(body) => ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response(),
         Err(e) => text(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -784,6 +784,13 @@ async fn stats_without_a_runtime_answer_the_kubelets_errors() {
         body.lines().any(|l| l == "resource_scrape_error 1"),
         "{body}"
     );
+    // So do the cAdvisor metrics.
+    let (status, body) = f.get("/metrics/cadvisor", tester(), None).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body.lines().any(|l| l == "container_scrape_error 1"),
+        "{body}"
+    );
     // Authorized as nodes/stats and nodes/metrics.
     let seen = f.seen.lock().unwrap().clone();
     let subresources: Vec<&str> = seen

@@ -30,6 +30,7 @@
 //! it) from CRI `ImageFsInfo`, process limits from /proc, and the `pods`
 //! system container from the cgroup above every pod's.
 
+pub mod cadvisor;
 pub mod summary;
 
 use std::collections::HashMap;
@@ -154,10 +155,221 @@ impl Cgroups {
         let limit = read(&dir.join(limit)).and_then(|l| summary::memory_limit(&l));
         Some((CgroupMemory::parse(usage, &stat, !self.v2), limit))
     }
+
+    /// The directory of a process's cgroup (`proc_cgroup`, its
+    /// /proc/<pid>/cgroup text) in `controller`'s hierarchy (v2: the
+    /// unified one).
+    fn controller_dir(&self, proc_cgroup: &str, controller: &str) -> Option<PathBuf> {
+        let rel = summary::proc_cgroup_path(proc_cgroup, if self.v2 { "" } else { controller })?;
+        let rel = rel.trim_start_matches('/');
+        Some(if self.v2 {
+            self.root.join(rel)
+        } else {
+            self.root.join(controller).join(rel)
+        })
+    }
+
+    /// Process `pid`'s cgroups (`proc_cgroup`, its /proc/<pid>/cgroup
+    /// text) read as cAdvisor's libcontainer handler reads a container's:
+    /// cpu, memory, limits, block I/O by device, processes and their file
+    /// descriptors; the identity's `id` is the cgroup's path. Blocking.
+    fn cadvisor_sample(&self, proc_cgroup: &str, pid: u64) -> cadvisor::Sample {
+        let v1 = !self.v2;
+        let dir = |c: &str| self.controller_dir(proc_cgroup, c);
+        let (cpuacct, cpu, memory, blkio, pids) = (
+            dir("cpuacct"),
+            dir("cpu"),
+            dir("memory"),
+            dir("blkio"),
+            dir("pids"),
+        );
+        let text = |d: &Option<PathBuf>, name: &str| d.as_ref().and_then(|d| read(&d.join(name)));
+        let num = |d: &Option<PathBuf>, name: &str| {
+            text(d, name).and_then(|t| t.trim().parse::<u64>().ok())
+        };
+        let limit =
+            |d: &Option<PathBuf>, name: &str| text(d, name).and_then(|t| cadvisor::limit_value(&t));
+        let id = summary::proc_cgroup_path(proc_cgroup, if v1 { "cpu" } else { "" })
+            .unwrap_or_default()
+            .to_string();
+
+        let cpu_usage = if v1 {
+            num(&cpuacct, "cpuacct.usage").map(|usage| {
+                let (user, system) =
+                    cadvisor::cpuacct_stat(&text(&cpuacct, "cpuacct.stat").unwrap_or_default());
+                cadvisor::Cpu {
+                    usage,
+                    user,
+                    system,
+                }
+            })
+        } else {
+            text(&cpu, "cpu.stat").and_then(|t| {
+                let (user, system) = cadvisor::cpu_stat_v2_user_system(&t);
+                Some(cadvisor::Cpu {
+                    usage: summary::cpu_stat_v2_nanos(&t)?,
+                    user,
+                    system,
+                })
+            })
+        };
+
+        let (usage_file, events_file) = if v1 {
+            ("memory.usage_in_bytes", "memory.oom_control")
+        } else {
+            ("memory.current", "memory.events")
+        };
+        let memory_stats = num(&memory, usage_file).map(|usage| {
+            let mut m = cadvisor::Memory::parse(
+                usage,
+                &text(&memory, "memory.stat").unwrap_or_default(),
+                &text(&memory, events_file).unwrap_or_default(),
+                v1,
+            );
+            if v1 {
+                m.max_usage = num(&memory, "memory.max_usage_in_bytes").unwrap_or(0);
+                m.failcnt = num(&memory, "memory.failcnt").unwrap_or(0);
+            } else {
+                m.max_usage = num(&memory, "memory.peak").unwrap_or(0);
+                m.swap = num(&memory, "memory.swap.current").unwrap_or(0);
+            }
+            m
+        });
+
+        let spec = if v1 {
+            cadvisor::Spec {
+                cpu_period: num(&cpu, "cpu.cfs_period_us"),
+                cpu_quota: limit(&cpu, "cpu.cfs_quota_us").filter(|q| *q != u64::MAX),
+                cpu_shares: num(&cpu, "cpu.shares"),
+                memory_limit: limit(&memory, "memory.limit_in_bytes"),
+                memory_swap_limit: limit(&memory, "memory.memsw.limit_in_bytes"),
+                memory_reservation: limit(&memory, "memory.soft_limit_in_bytes"),
+            }
+        } else {
+            let cpu_max = text(&cpu, "cpu.max").and_then(|t| cadvisor::cpu_max_v2(&t));
+            cadvisor::Spec {
+                cpu_period: cpu_max.map(|(_, p)| p),
+                cpu_quota: cpu_max.and_then(|(q, _)| q),
+                cpu_shares: num(&cpu, "cpu.weight").map(cadvisor::weight_to_shares),
+                memory_limit: limit(&memory, "memory.max"),
+                memory_swap_limit: limit(&memory, "memory.swap.max"),
+                memory_reservation: limit(&memory, "memory.low"),
+            }
+        };
+
+        let mut io = if v1 {
+            cadvisor::blkio_v1(
+                &text(&blkio, "blkio.throttle.io_service_bytes_recursive").unwrap_or_default(),
+                &text(&blkio, "blkio.throttle.io_serviced_recursive").unwrap_or_default(),
+            )
+        } else {
+            cadvisor::io_stat_v2(&text(&blkio, "io.stat").unwrap_or_default())
+        };
+        for d in &mut io {
+            d.device = device_name(d.major, d.minor);
+        }
+
+        let procs_dir = if v1 { &cpuacct } else { &cpu };
+        let processes = text(procs_dir, "cgroup.procs").map(|procs| {
+            let pids_in: Vec<u64> = procs
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            let (file_descriptors, sockets) = open_files(&pids_in);
+            let threads = num(&pids, "pids.current").unwrap_or_else(|| {
+                text(procs_dir, "tasks").map_or(0, |t| {
+                    u64::try_from(t.lines().filter(|l| !l.trim().is_empty()).count())
+                        .unwrap_or(u64::MAX)
+                })
+            });
+            cadvisor::Processes {
+                processes: u64::try_from(pids_in.len()).unwrap_or(u64::MAX),
+                threads,
+                threads_max: limit(&pids, "pids.max")
+                    .filter(|m| *m != u64::MAX)
+                    .unwrap_or(0),
+                file_descriptors,
+                sockets,
+                max_open_files: read(&PathBuf::from(format!("/proc/{pid}/limits")))
+                    .and_then(|t| cadvisor::max_open_files_soft(&t)),
+            }
+        });
+
+        cadvisor::Sample {
+            identity: cadvisor::Identity {
+                id,
+                ..cadvisor::Identity::default()
+            },
+            cpu: cpu_usage,
+            memory: memory_stats,
+            spec,
+            io,
+            processes,
+            ..cadvisor::Sample::default()
+        }
+    }
 }
 
 fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
+}
+
+/// The most processes of one container whose file descriptors are counted.
+const MAX_PROCESSES_READ: usize = 1024;
+/// The most file descriptors examined for one container.
+const MAX_FDS_READ: u64 = 1 << 20;
+
+/// Open file descriptors of `pids` and how many of them are sockets, from
+/// /proc/<pid>/fd; at most [`MAX_PROCESSES_READ`] processes and
+/// [`MAX_FDS_READ`] descriptors are examined.
+fn open_files(pids: &[u64]) -> (u64, u64) {
+    let (mut fds, mut sockets) = (0u64, 0u64);
+    for pid in pids.iter().take(MAX_PROCESSES_READ) {
+        let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if fds >= MAX_FDS_READ {
+                return (fds, sockets);
+            }
+            fds += 1;
+            if std::fs::read_link(e.path())
+                .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
+            {
+                sockets += 1;
+            }
+        }
+    }
+    (fds, sockets)
+}
+
+/// The process id in a runtime's verbose status `info` (its JSON `pid`).
+fn info_pid(info: &HashMap<String, String>) -> Option<u64> {
+    let info: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
+    info.get("pid")?.as_u64().filter(|p| *p > 0)
+}
+
+/// The block device holding `path` (`/dev/vda`), from its device number and
+/// `/sys/dev/block`; `major:minor` when the device has no entry there
+/// (overlay and tmpfs mounts), empty when `path` cannot be read.
+fn mount_device(path: &str) -> String {
+    let Ok(md) = std::fs::metadata(path) else {
+        return String::new();
+    };
+    device_name(
+        u64::from(rustix::fs::major(md.dev())),
+        u64::from(rustix::fs::minor(md.dev())),
+    )
+}
+
+/// A block device's path from its numbers, through
+/// `/sys/dev/block/<major>:<minor>/uevent`; `major:minor` when unknown.
+fn device_name(major: u64, minor: u64) -> String {
+    read(&PathBuf::from(format!(
+        "/sys/dev/block/{major}:{minor}/uevent"
+    )))
+    .and_then(|u| cadvisor::uevent_device(&u))
+    .unwrap_or_else(|| format!("{major}:{minor}"))
 }
 
 /// Size, free space and inodes of the filesystem holding `path` (`statvfs`),
@@ -585,15 +797,7 @@ impl Provider {
 
     /// The cpu and memory cgroup paths of a container's process.
     async fn container_cgroup(&self, id: &str) -> Option<(String, String)> {
-        let resp = match self.runtime.container_status_verbose(id).await {
-            Ok(r) => r,
-            Err(e) => {
-                debug!(container = id, error = %e, "container status for its cgroup");
-                return None;
-            }
-        };
-        let info: serde_json::Value = serde_json::from_str(resp.info.get("info")?).ok()?;
-        let pid = info.get("pid")?.as_u64().filter(|p| *p > 0)?;
+        let pid = self.container_pid(id).await?;
         let text = read(&PathBuf::from(format!("/proc/{pid}/cgroup")))?;
         if self.cgroups.v2 {
             let p = summary::proc_cgroup_path(&text, "")?.to_string();
@@ -609,16 +813,174 @@ impl Provider {
     /// A sandbox's network namespace counters, read through its process
     /// (`/proc/<pid>/net/dev`), when the runtime's sandbox stats have none.
     async fn sandbox_network(&self, id: &str, now: Time) -> Option<summary::NetworkStats> {
-        let resp = match self.runtime.pod_sandbox_status_verbose(id).await {
+        let pid = self.sandbox_pid(id).await?;
+        summary::network_from_net_dev(&read(&PathBuf::from(format!("/proc/{pid}/net/dev")))?, now)
+    }
+
+    /// The `/metrics/cadvisor` exposition ([`cadvisor::render`]): every
+    /// running container of a live sandbox, and each such sandbox as
+    /// container `POD` with its network, read from their cgroups and /proc;
+    /// `container_scrape_error 1` alone when the runtime cannot list them.
+    pub async fn cadvisor_metrics(&self) -> Result<String, std::fmt::Error> {
+        let now = Time::now();
+        let listed = tokio::try_join!(
+            self.runtime.list_pod_sandboxes(HashMap::new()),
+            self.runtime.list_containers(HashMap::new()),
+            self.runtime.list_container_stats(),
+        );
+        let (sandboxes, containers, stats) = match listed {
+            Ok(l) => l,
+            Err(e) => {
+                debug!(error = %e, "list containers for cadvisor metrics");
+                return cadvisor::render(&[], now.0 / 1_000_000_000, true);
+            }
+        };
+        let sandboxes: HashMap<String, cri::PodSandbox> = summary::live_sandboxes(sandboxes)
+            .into_iter()
+            .map(|s| (s.id.clone(), s))
+            .collect();
+        let layers: HashMap<&str, &cri::FilesystemUsage> = stats
+            .iter()
+            .filter_map(|s| {
+                Some((
+                    s.attributes.as_ref()?.id.as_str(),
+                    s.writable_layer.as_ref()?,
+                ))
+            })
+            .collect();
+        let running = cri::ContainerState::ContainerRunning as i32;
+        let mut samples = Vec::new();
+        let mut pods_seen: Vec<&str> = Vec::new();
+        for c in containers.iter().filter(|c| c.state == running) {
+            let Some(sandbox) = sandboxes.get(&c.pod_sandbox_id) else {
+                continue;
+            };
+            let meta = sandbox.metadata.clone().unwrap_or_default();
+            let identity = cadvisor::Identity {
+                container: c
+                    .metadata
+                    .as_ref()
+                    .map(|m| m.name.clone())
+                    .unwrap_or_default(),
+                id: String::new(),
+                // The image as the pod names it, where the runtime kept it.
+                image: c
+                    .image
+                    .as_ref()
+                    .map(|i| {
+                        if i.user_specified_image.is_empty() {
+                            i.image.clone()
+                        } else {
+                            i.user_specified_image.clone()
+                        }
+                    })
+                    .unwrap_or_default(),
+                name: c.id.clone(),
+                namespace: meta.namespace.clone(),
+                pod: meta.name.clone(),
+            };
+            let pid = self.container_pid(&c.id).await;
+            let fs_usage = layers.get(c.id.as_str()).and_then(|w| {
+                let used = w.used_bytes.as_ref()?.value;
+                Some((mount_device(&w.fs_id.as_ref()?.mountpoint), used))
+            });
+            let mut sample = self.cgroup_sample(pid, identity, c.created_at, false).await;
+            sample.fs_usage = fs_usage;
+            samples.push(sample);
+            if !pods_seen.contains(&c.pod_sandbox_id.as_str()) {
+                pods_seen.push(&c.pod_sandbox_id);
+            }
+        }
+        for id in pods_seen {
+            let Some(sandbox) = sandboxes.get(id) else {
+                continue;
+            };
+            let meta = sandbox.metadata.clone().unwrap_or_default();
+            let identity = cadvisor::Identity {
+                container: cadvisor::POD_INFRA_CONTAINER.to_string(),
+                id: String::new(),
+                image: String::new(),
+                name: sandbox.id.clone(),
+                namespace: meta.namespace.clone(),
+                pod: meta.name.clone(),
+            };
+            let pid = self.sandbox_pid(&sandbox.id).await;
+            samples.push(
+                self.cgroup_sample(pid, identity, sandbox.created_at, true)
+                    .await,
+            );
+        }
+        cadvisor::render(&samples, now.0 / 1_000_000_000, false)
+    }
+
+    /// One container's (or sandbox's) [`cadvisor::Sample`] from its process
+    /// `pid`'s cgroups; with `network`, also its network namespace's
+    /// interfaces. Only the identity and start time when `pid` is unknown
+    /// or gone.
+    async fn cgroup_sample(
+        &self,
+        pid: Option<u64>,
+        identity: cadvisor::Identity,
+        created_at: i64,
+        network: bool,
+    ) -> cadvisor::Sample {
+        let mut sample = cadvisor::Sample {
+            identity,
+            start_time: created_at / 1_000_000_000,
+            ..cadvisor::Sample::default()
+        };
+        let Some(pid) = pid else {
+            return sample;
+        };
+        let cgroups = self.cgroups.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let proc_cgroup = read(&PathBuf::from(format!("/proc/{pid}/cgroup")))?;
+            let mut s = cgroups.cadvisor_sample(&proc_cgroup, pid);
+            if network {
+                s.network = read(&PathBuf::from(format!("/proc/{pid}/net/dev")))
+                    .map(|t| cadvisor::net_dev(&t))
+                    .unwrap_or_default();
+            }
+            Some(s)
+        })
+        .await
+        .ok()
+        .flatten();
+        if let Some(r) = read {
+            sample = cadvisor::Sample {
+                identity: cadvisor::Identity {
+                    id: r.identity.id,
+                    ..sample.identity
+                },
+                start_time: sample.start_time,
+                ..r
+            };
+        }
+        sample
+    }
+
+    /// The pid of a container's process, from the runtime's verbose status.
+    async fn container_pid(&self, id: &str) -> Option<u64> {
+        let resp = match self.runtime.container_status_verbose(id).await {
             Ok(r) => r,
             Err(e) => {
-                debug!(sandbox = id, error = %e, "sandbox status for its network");
+                debug!(container = id, error = %e, "container status for its pid");
                 return None;
             }
         };
-        let info: serde_json::Value = serde_json::from_str(resp.info.get("info")?).ok()?;
-        let pid = info.get("pid")?.as_u64().filter(|p| *p > 0)?;
-        summary::network_from_net_dev(&read(&PathBuf::from(format!("/proc/{pid}/net/dev")))?, now)
+        info_pid(&resp.info)
+    }
+
+    /// The pid of a sandbox's process, from the runtime's verbose status.
+    async fn sandbox_pid(&self, id: &str) -> Option<u64> {
+        let resp = match self.runtime.pod_sandbox_status_verbose(id).await {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(sandbox = id, error = %e, "sandbox status for its pid");
+                return None;
+            }
+        };
+        info_pid(&resp.info)
     }
 
     /// This provider, also reporting the pods' CSI volumes through the

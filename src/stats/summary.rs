@@ -454,35 +454,19 @@ pub fn node_network_from_net_dev(net_dev: &str, time: Time) -> NetworkStats {
 /// Interface name prefixes cAdvisor leaves out of network stats
 /// (loopback, the host ends of pods' veth pairs, docker's and nerdctl's
 /// bridges).
-const IGNORED_INTERFACE_PREFIXES: [&str; 4] = ["lo", "veth", "docker", "nerdctl"];
+pub(super) const IGNORED_INTERFACE_PREFIXES: [&str; 4] = ["lo", "veth", "docker", "nerdctl"];
 
 /// The interfaces of a `/proc/<pid>/net/dev` text, those cAdvisor ignores
-/// left out; a line that does not parse is skipped.
+/// left out, as `InterfaceStats` ([`super::cadvisor::net_dev`]).
 fn interfaces_from_net_dev(net_dev: &str) -> Vec<InterfaceStats> {
-    net_dev
-        .lines()
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            let name = name.trim();
-            if name.contains('|')
-                || IGNORED_INTERFACE_PREFIXES
-                    .iter()
-                    .any(|p| name.starts_with(p))
-            {
-                return None;
-            }
-            let f: Vec<u64> = rest
-                .split_whitespace()
-                .map(str::parse)
-                .collect::<Result<_, _>>()
-                .ok()?;
-            (f.len() >= 11).then(|| InterfaceStats {
-                name: name.to_string(),
-                rx_bytes: Some(f[0]),
-                rx_errors: Some(f[2]),
-                tx_bytes: Some(f[8]),
-                tx_errors: Some(f[10]),
-            })
+    super::cadvisor::net_dev(net_dev)
+        .into_iter()
+        .map(|i| InterfaceStats {
+            name: i.name,
+            rx_bytes: Some(i.rx_bytes),
+            rx_errors: Some(i.rx_errors),
+            tx_bytes: Some(i.tx_bytes),
+            tx_errors: Some(i.tx_errors),
         })
         .collect()
 }
