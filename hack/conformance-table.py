@@ -146,13 +146,6 @@ MACHINE_REASONS = [
         "dummy network device (\"Operation not supported\" on the host too)",
     ),
     (
-        r"Kubelet PodOverhead handling .*Pod cgroup should be sum of overhead",
-        "runs its pod with the RuntimeClass handler `test-handler`, which the node suite's own hosts "
-        "configure in containerd and the local cluster's containerd does not; a run where it failed "
-        "also leaves its RuntimeClass in etcd, which the local cluster keeps between runs, so the next "
-        "run fails creating it (\"already exists\")",
-    ),
-    (
         r"ReloadKubeletClientCAFileTest certificate reload",
         "gives the agent a client CA of its own, then reads /configz through the API server; the node "
         "suite's own harness runs the kubelet with anonymous requests allowed (AlwaysAllow), the local "

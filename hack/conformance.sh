@@ -403,6 +403,11 @@ fi
 [[ -z $keep ]] || keep_run "$OUT" "$keep" "$effective_focus" || die "could not keep the run in $keep"
 
 t0=$(now_ms)
+# Each run on a fresh etcd: nothing a failed test of an earlier run left
+# (namespaces, RuntimeClasses) is there to collide with this one's objects;
+# local-up.sh makes its own objects anew on every start.
+log "a fresh etcd for this run"
+rm -rf "$LOCAL/etcd"
 log "bringing up the local cluster with $agent"
 # On failure local-up.sh stops what it started itself; only a cluster that
 # came up is taken down here.
