@@ -1,5 +1,5 @@
 //! Generates the gRPC code of the APIs in `proto/` (plugin registration, the
-//! CSI Identity, Controller and Node services, the CRI fields newer than the
+//! device plugin API, the CSI Identity, Controller and Node services, the CRI fields newer than the
 //! runtime API bindings), clients and servers, with protoc.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure().compile_protos(
         &[
             "proto/pluginregistration/v1/registration.proto",
+            "proto/deviceplugin/v1beta1/api.proto",
             "proto/csi/v1/csi.proto",
             "proto/cri/v1/extension.proto",
         ],

@@ -409,11 +409,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     });
     let node_store = crate::node::registration::watch_node(client.clone(), &node_name);
+    // Device plugins register on <device-plugins-dir>/kubelet.sock.
+    let devices = crate::device_manager::DeviceManager::new(
+        args.device_plugins_dir
+            .as_deref()
+            .unwrap_or(Path::new(crate::device_manager::DEFAULT_DIR)),
+    );
+    devices.serve()?;
     tokio::spawn(crate::node::registration::status_loop(
         client.clone(),
         crate::node::registration::Observed {
             store: node_store.clone(),
             pressures: pressures.clone(),
+            devices: Some(devices.clone()),
         },
         runtime.clone(),
         node_cfg.clone(),
@@ -571,6 +579,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             ),
             log_links_dir: crate::paths::CONTAINER_LOGS_DIR.into(),
             cgroups: cgroups.clone(),
+            devices: Some(devices),
         },
         status: Arc::new(StatusManager::new(client.clone(), sources.clone())),
         status_context: StatusContext {

@@ -93,6 +93,10 @@ pub struct RunArgs {
     /// Directory of pod logs [default: /var/log/pods].
     #[arg(long)]
     pub pod_logs_dir: Option<PathBuf>,
+    /// Where device plugins register and keep their sockets (the kubelet's
+    /// fixed device plugin directory) [default: /var/lib/kubelet/device-plugins].
+    #[arg(long)]
+    pub device_plugins_dir: Option<PathBuf>,
     /// A KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file.
     #[arg(long)]
     pub config: Option<PathBuf>,

@@ -12,6 +12,7 @@ pub mod config;
 pub mod container;
 pub mod container_gc;
 pub mod cri;
+pub mod device_manager;
 pub mod events;
 pub mod eviction;
 pub mod expansion;

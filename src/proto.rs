@@ -8,6 +8,14 @@ pub mod pluginregistration {
     tonic::include_proto!("pluginregistration");
 }
 
+/// The device plugin API, as the kubelet's deviceplugin v1beta1
+/// (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1): the agent's
+/// `Registration` service and the plugins' `DevicePlugin` service.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod deviceplugin {
+    tonic::include_proto!("v1beta1");
+}
+
 /// The Container Storage Interface v1: the Identity service's plugin info
 /// and the Node service the agent calls, and the Identity and Controller
 /// parts the test driver (`src/bin/csi-hostpath.rs`) serves.

@@ -244,4 +244,8 @@ pub mod admission {
     /// predicate). Resource shortages are `OutOf<resource>`, built from the
     /// resource's name.
     pub const TAINT_TOLERATION: &str = "TaintToleration";
+    /// An admit handler failed where it should not (the kubelet's
+    /// `UnexpectedAdmissionError`: the device manager could not give a pod
+    /// the devices it asks for).
+    pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
 }

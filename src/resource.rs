@@ -14,6 +14,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
+/// True for an extended resource name (`example.com/dongle`): one with a
+/// domain other than `kubernetes.io`, as the kubelet's
+/// `v1helper.IsExtendedResourceName` (the API server validates the syntax).
+#[must_use]
+pub fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
+}
+
 /// Nano-units per unit.
 const NANO: i128 = 1_000_000_000;
 

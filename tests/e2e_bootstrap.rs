@@ -114,6 +114,8 @@ async fn a_node_joins_with_a_bootstrap_token() {
         .args(["--node-name", &node, "--node-ip", "127.0.0.1"])
         .arg("--root-dir")
         .arg(dir.path().join("root"))
+        .arg("--device-plugins-dir")
+        .arg(dir.path().join("device-plugins"))
         .arg("--container-runtime-endpoint")
         .arg(format!("unix://{}", dir.path().join("no.sock").display()))
         .args(["--port", "11352", "--healthz-port", "0"])

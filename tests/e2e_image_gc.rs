@@ -185,6 +185,10 @@ impl Scratch {
             .arg(self.base.join("rustlet"))
             .arg("--pod-logs-dir")
             .arg(self.pod_logs())
+            // Its own device plugin directory: the node's agent keeps the
+            // default one.
+            .arg("--device-plugins-dir")
+            .arg(self.base.join("device-plugins"))
             .arg("--config")
             .arg(&file)
             .args(["--port", &self.port.to_string(), "--healthz-port", "0"])

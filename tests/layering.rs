@@ -49,6 +49,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "certificate",
             "cgroups",
             "plugin_manager",
+            "device_manager",
         ],
     ),
     (
@@ -68,6 +69,8 @@ const SKIPPED: &[&str] = &[
     "src/fake_csi.rs",
     "src/server/tests.rs",
     "src/stats/summary/tests.rs",
+    "src/stats/cadvisor/tests.rs",
+    "src/device_manager/tests.rs",
 ];
 
 /// The layer of top-level module `module`, if the table has it.

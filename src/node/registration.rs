@@ -139,10 +139,13 @@ pub struct Observed {
     pub store: Store<Node>,
     /// The eviction manager's pressure conditions.
     pub pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
+    /// The device plugins' resources (None: no device manager).
+    pub devices: Option<crate::device_manager::DeviceManager>,
 }
 
 /// Computes node status every `nodeStatusUpdateFrequency`, and at once when
-/// the eviction manager's pressure conditions change, and patches it when it
+/// the eviction manager's pressure conditions or a device plugin's devices
+/// change, and patches it when it
 /// changed or `nodeStatusReportFrequency` passed, as `syncNodeStatus`. The
 /// status it compares with comes from the watch ([`watch_node`]): what other
 /// writers add (an administrator's extended resources) is seen at the next
@@ -159,7 +162,12 @@ pub async fn status_loop(
     let Observed {
         store,
         mut pressures,
+        devices,
     } = seen;
+    let mut device_changes = devices
+        .as_ref()
+        .map(crate::device_manager::DeviceManager::subscribe);
+    let mut devices_open = device_changes.is_some();
     let api: Api<Node> = Api::all(client);
     let key = ObjectRef::<Node>::new(&cfg.name);
     let mut last_report: Option<Instant> = None;
@@ -177,6 +185,16 @@ pub async fn status_loop(
             _ = tick.tick() => {}
             changed = pressures.changed(), if pressures_open => {
                 pressures_open = changed.is_ok();
+            }
+            // A device plugin's devices changed (the kubelet's device
+            // manager calls for a node status update).
+            changed = async {
+                match device_changes.as_mut() {
+                    Some(rx) => rx.changed().await,
+                    None => std::future::pending().await,
+                }
+            }, if devices_open => {
+                devices_open = changed.is_ok();
             }
         }
         sync_pod_cidr(&runtime, store.get(&key).as_deref(), &mut runtime_cidr).await;
@@ -203,6 +221,9 @@ pub async fn status_loop(
         );
         if starting {
             super::status::zero_extended_resources(&mut new);
+        }
+        if let Some(d) = &devices {
+            super::status::set_device_resources(&mut new, &d.resources(Instant::now()));
         }
         super::status::set_volumes_in_use(
             &mut new,

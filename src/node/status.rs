@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::info::{MachineInfo, go_arch};
 use crate::config::{Reservations, Threshold};
+use crate::device_manager::DeviceResources;
 use crate::eviction::Pressure;
 use crate::reasons::node::{DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE, READY, reason};
 
@@ -295,13 +296,7 @@ pub fn check_reservations(
     Ok(())
 }
 
-/// True for an extended resource name (`example.com/dongle`): one with a
-/// domain other than `kubernetes.io`, as the kubelet's
-/// `v1helper.IsExtendedResourceName` (the API server validates the syntax).
-#[must_use]
-pub fn is_extended_resource(name: &str) -> bool {
-    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
-}
+pub use crate::resource::is_extended_resource;
 
 /// Adds to rustlet's own `capacity` and `allocatable` the resources other
 /// writers put on the Node (`old`): extended resources advertised by a cluster
@@ -334,7 +329,7 @@ fn keep_others(
 /// Sets every extended resource of `status` to zero in capacity and
 /// allocatable: at start on an existing Node, until a device plugin
 /// advertises it again, as the kubelet's `reconcileExtendedResource` when its
-/// device manager has no checkpoint (rustlet has no device manager).
+/// device manager has no checkpoint (rustlet's keeps none).
 pub fn zero_extended_resources(status: &mut NodeStatus) {
     for map in [status.capacity.as_mut(), status.allocatable.as_mut()]
         .into_iter()
@@ -345,6 +340,28 @@ pub fn zero_extended_resources(status: &mut NodeStatus) {
                 *v = Quantity("0".into());
             }
         }
+    }
+}
+
+/// Writes the device plugins' resources into `status`, as the kubelet's
+/// `MachineInfo` setter with its device manager's `GetCapacity`: each
+/// resource's devices as capacity and its healthy devices as allocatable, and
+/// zero for each resource dropped since (its plugin gone for good).
+pub fn set_device_resources(status: &mut NodeStatus, devices: &DeviceResources) {
+    let zero = || Quantity("0".into());
+    let capacity = status.capacity.get_or_insert_with(BTreeMap::new);
+    for (k, v) in &devices.capacity {
+        capacity.insert(k.clone(), Quantity(v.to_string()));
+    }
+    for k in &devices.removed {
+        capacity.insert(k.clone(), zero());
+    }
+    let allocatable = status.allocatable.get_or_insert_with(BTreeMap::new);
+    for (k, v) in &devices.allocatable {
+        allocatable.insert(k.clone(), Quantity(v.to_string()));
+    }
+    for k in &devices.removed {
+        allocatable.insert(k.clone(), zero());
     }
 }
 
@@ -813,6 +830,29 @@ mod tests {
         assert!(!is_extended_resource("cpu"));
         assert!(!is_extended_resource("hugepages-2Mi"));
         assert!(!is_extended_resource("requests.example.com/x"));
+    }
+
+    #[test]
+    fn device_plugin_resources_count_devices_and_healthy_ones_and_zero_the_dropped() {
+        let mut st = NodeStatus {
+            capacity: Some(BTreeMap::from([(
+                "example.com/old".to_string(),
+                Quantity("3".into()),
+            )])),
+            ..NodeStatus::default()
+        };
+        let devices = DeviceResources {
+            capacity: BTreeMap::from([("example.com/gpu".to_string(), 4)]),
+            allocatable: BTreeMap::from([("example.com/gpu".to_string(), 3)]),
+            removed: ["example.com/old".to_string()].into(),
+        };
+        set_device_resources(&mut st, &devices);
+        let cap = st.capacity.as_ref().unwrap();
+        let alloc = st.allocatable.as_ref().unwrap();
+        assert_eq!(cap["example.com/gpu"].0, "4");
+        assert_eq!(alloc["example.com/gpu"].0, "3");
+        assert_eq!(cap["example.com/old"].0, "0");
+        assert_eq!(alloc["example.com/old"].0, "0");
     }
 
     #[test]

@@ -120,6 +120,16 @@ impl AdmissionManager {
         v
     }
 
+    /// Replaces the verdict on pod `uid` with `rejection`: an admit handler
+    /// that runs after [`AdmissionManager::admit`] (the device manager's)
+    /// refused the pod it admitted.
+    pub fn overrule(&self, uid: &str, rejection: Rejection) {
+        self.verdicts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uid.to_string(), Some(rejection));
+    }
+
     /// The verdict already decided on the pod `uid`, if any (None inside:
     /// admitted).
     #[must_use]

@@ -305,6 +305,9 @@ pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
         .retain(|uid, _| keep(uid));
     ctx.runtime.images.retain(keep);
     ctx.allocations.retain(keep);
+    if let Some(devices) = &ctx.runtime.devices {
+        devices.release(keep);
+    }
     for uid in ctx.prober.pods().into_iter().filter(|u| !keep(u)) {
         debug!(pod_uid = uid, "housekeeping: stop the probes of a pod gone");
         ctx.prober.forget(&uid);

@@ -55,6 +55,9 @@ pub struct RuntimeManager {
     /// The pod and QoS cgroups (`cgroupsPerQOS`); None: pods run in the
     /// runtime's own cgroups.
     pub cgroups: Option<crate::cgroups::CgroupManager>,
+    /// The device manager: what containers get of the devices they were
+    /// given (None: no device plugins).
+    pub devices: Option<crate::device_manager::DeviceManager>,
 }
 
 /// What carrying out a plan left behind.
@@ -918,6 +921,20 @@ impl RuntimeManager {
         let mut config =
             translate::container_config(pod, c, attempt, &image.id, &env, &self.node, mounts)
                 .map_err(|e| config_error(e.to_string()))?;
+        // What device plugins gave it (the kubelet's
+        // GetDeviceRunContainerOptions): environment, mounts, devices.
+        if let Some(devices) = &self.devices {
+            let pods = self.pods.state();
+            let active = |uid: &str| {
+                pods.iter()
+                    .any(|p| p.metadata.uid.as_deref() == Some(uid) && !spec::is_terminal(p))
+            };
+            devices
+                .run_options(pod, c, active)
+                .await
+                .map_err(config_error)?
+                .apply(&mut config);
+        }
         // Block volumes, as devices (makeBlockVolumes).
         config.devices.extend(
             crate::volume::container_devices(c, volumes)

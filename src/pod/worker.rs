@@ -501,7 +501,31 @@ async fn admission(
     let verdict = ctx
         .admission
         .admit(pod, &bound, &view, |p| admit::admit(p, &abilities).err());
-    Ok(verdict.map_or(Verdict::Admit, Verdict::Reject))
+    if let Some(rejection) = verdict {
+        return Ok(Verdict::Reject(rejection));
+    }
+    // The devices its containers ask of device plugins, given now (the
+    // kubelet's device manager admit handler).
+    if let Some(devices) = &ctx.runtime.devices {
+        let active = |uid: &str| {
+            bound
+                .iter()
+                .any(|p| p.metadata.uid.as_deref() == Some(uid) && !super::spec::is_terminal(p))
+                || pod.metadata.uid.as_deref() == Some(uid)
+        };
+        if let Err(e) = devices.allocate_pod(pod, active).await {
+            let rejection = Rejection {
+                reason: crate::reasons::admission::UNEXPECTED_ADMISSION_ERROR.into(),
+                message: format!("Allocate failed due to {e}, which is unexpected"),
+            };
+            ctx.admission.overrule(
+                pod.metadata.uid.as_deref().unwrap_or_default(),
+                rejection.clone(),
+            );
+            return Ok(Verdict::Reject(rejection));
+        }
+    }
+    Ok(Verdict::Admit)
 }
 
 /// What admission reads of the Node in `store`; None until it is listed
@@ -742,6 +766,9 @@ async fn teardown(pod: &Pod, ctx: &Context) -> Result<()> {
 
 /// The managers forget pod `uid`, which has ended here.
 fn forget(uid: &str, ctx: &Context) {
+    if let Some(devices) = &ctx.runtime.devices {
+        devices.release(|u| u != uid);
+    }
     ctx.runtime.images.forget(uid);
     ctx.runtime.userns.release(uid);
     ctx.prober.forget(uid);

@@ -179,6 +179,7 @@ impl Node {
                 userns: crate::pod::userns::UsernsManager::new(&root, 110),
                 log_links_dir: root.join("containers"),
                 cgroups,
+                devices: None,
             },
             status: Arc::new(StatusManager::new(client.clone(), pods.clone())),
             status_context: StatusContext {

@@ -1,0 +1,448 @@
+//! The device manager's bookkeeping, pure: each device plugin resource's
+//! devices and their health, whether its plugin is still connected, and which
+//! devices each container was given (the kubelet's `ManagerImpl`:
+//! `healthyDevices`, `unhealthyDevices`, `endpoints` with their stop time,
+//! `podDevices`). Time comes in as a parameter.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// How long the devices of a plugin that went away stay in the node's
+/// capacity (as unhealthy) before the resource is dropped (the kubelet's
+/// `endpointStopGracePeriod`).
+pub const STOP_GRACE: Duration = Duration::from_secs(5 * 60);
+
+/// The most resources tracked at once, and the most dropped resources
+/// remembered (each is reported as zero on the Node); a plugin registering
+/// more is refused.
+pub const MAX_RESOURCES: usize = 256;
+
+/// The most devices one plugin may advertise; the rest of a longer list is
+/// ignored.
+pub const MAX_DEVICES: usize = 4096;
+
+/// What a plugin asked for at registration (`DevicePluginOptions`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Call `PreStartContainer` before each container with its devices starts.
+    pub pre_start_required: bool,
+    /// The plugin answers `GetPreferredAllocation`.
+    pub preferred_allocation: bool,
+}
+
+/// One resource's plugin and devices.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Resource {
+    /// Device ID → healthy.
+    devices: BTreeMap<String, bool>,
+    /// When its plugin went away (None: connected).
+    stopped_at: Option<Instant>,
+    /// The registration its plugin made (a newer one replaces it).
+    generation: u64,
+    /// The plugin's options.
+    options: Options,
+}
+
+/// What the Node reports of the device plugins' resources: devices
+/// (capacity) and healthy devices (allocatable) per resource, and the
+/// resources dropped since, each reported as zero (the kubelet's
+/// `GetCapacity`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceResources {
+    /// Resource name → devices.
+    pub capacity: BTreeMap<String, u64>,
+    /// Resource name → healthy devices.
+    pub allocatable: BTreeMap<String, u64>,
+    /// Resources whose plugin went away more than [`STOP_GRACE`] ago.
+    pub removed: BTreeSet<String>,
+}
+
+/// The devices one container was given of one resource, and what the plugin
+/// said the container needs to use them (`ContainerAllocateResponse`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Allocation {
+    /// The device IDs, sorted.
+    pub devices: Vec<String>,
+    /// The plugin's answer for the container.
+    pub response: crate::proto::deviceplugin::ContainerAllocateResponse,
+}
+
+/// A container: (pod UID, container name).
+pub type ContainerKey = (String, String);
+
+/// The device manager's state.
+#[derive(Debug, Default)]
+pub struct State {
+    resources: BTreeMap<String, Resource>,
+    removed: BTreeSet<String>,
+    allocations: BTreeMap<ContainerKey, BTreeMap<String, Allocation>>,
+    generation: u64,
+}
+
+impl State {
+    /// A registration of `resource`'s plugin with `options`: it replaces the
+    /// previous plugin of the resource (whose devices stay until the new one
+    /// lists its own). Returns the registration's generation, which its
+    /// later updates carry; `None` when [`MAX_RESOURCES`] other resources
+    /// are tracked.
+    pub fn register(&mut self, resource: &str, options: Options) -> Option<u64> {
+        if !self.resources.contains_key(resource) && self.resources.len() >= MAX_RESOURCES {
+            return None;
+        }
+        self.generation += 1;
+        let r = self.resources.entry(resource.to_string()).or_default();
+        r.generation = self.generation;
+        r.stopped_at = None;
+        r.options = options;
+        self.removed.remove(resource);
+        Some(self.generation)
+    }
+
+    /// The options of `resource`'s plugin, while it is registered.
+    #[must_use]
+    pub fn options(&self, resource: &str) -> Option<Options> {
+        self.resources.get(resource).map(|r| r.options)
+    }
+
+    /// True while `generation` is `resource`'s current registration.
+    #[must_use]
+    pub fn is_current(&self, resource: &str, generation: u64) -> bool {
+        self.resources
+            .get(resource)
+            .is_some_and(|r| r.generation == generation)
+    }
+
+    /// A `ListAndWatch` answer of registration `generation`: `devices` (ID,
+    /// healthy) become the resource's devices, at most [`MAX_DEVICES`] of
+    /// them (the kubelet's `genericDeviceUpdateCallback`). Ignored when a
+    /// newer registration replaced it. True when something changed.
+    pub fn update(&mut self, resource: &str, generation: u64, devices: &[(String, bool)]) -> bool {
+        let Some(r) = self
+            .resources
+            .get_mut(resource)
+            .filter(|r| r.generation == generation)
+        else {
+            return false;
+        };
+        let new: BTreeMap<String, bool> = devices.iter().take(MAX_DEVICES).cloned().collect();
+        let changed = new != r.devices;
+        r.devices = new;
+        changed
+    }
+
+    /// Registration `generation`'s plugin went away at `now` (its
+    /// `ListAndWatch` ended): every device of the resource turns unhealthy,
+    /// and the resource is dropped [`STOP_GRACE`] later unless its plugin
+    /// registers again (`PluginDisconnected`, `markResourceUnhealthy`).
+    /// Ignored when a newer registration replaced it.
+    pub fn disconnected(&mut self, resource: &str, generation: u64, now: Instant) -> bool {
+        let Some(r) = self
+            .resources
+            .get_mut(resource)
+            .filter(|r| r.generation == generation)
+        else {
+            return false;
+        };
+        r.stopped_at = Some(now);
+        r.devices.values_mut().for_each(|h| *h = false);
+        true
+    }
+
+    /// The Node's view at `now` ([`DeviceResources`]); resources whose plugin
+    /// went away [`STOP_GRACE`] or more before `now` are dropped first.
+    pub fn resources(&mut self, now: Instant) -> DeviceResources {
+        let expired: Vec<String> = self
+            .resources
+            .iter()
+            .filter(|(_, r)| {
+                r.stopped_at
+                    .is_some_and(|t| now.saturating_duration_since(t) >= STOP_GRACE)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in expired {
+            self.resources.remove(&k);
+            if self.removed.len() < MAX_RESOURCES {
+                self.removed.insert(k);
+            }
+        }
+        let mut out = DeviceResources {
+            removed: self.removed.clone(),
+            ..DeviceResources::default()
+        };
+        for (name, r) in &self.resources {
+            let healthy = r.devices.values().filter(|h| **h).count();
+            out.capacity.insert(name.clone(), count(r.devices.len()));
+            out.allocatable.insert(name.clone(), count(healthy));
+        }
+        out
+    }
+
+    /// True when `resource` is advertised by a device plugin (registered, or
+    /// within its grace period).
+    #[must_use]
+    pub fn is_device_resource(&self, resource: &str) -> bool {
+        self.resources.contains_key(resource)
+    }
+
+    /// What container `key` was given.
+    #[must_use]
+    pub fn allocated(&self, key: &ContainerKey) -> Option<&BTreeMap<String, Allocation>> {
+        self.allocations.get(key)
+    }
+
+    /// The devices of `resource` to give container `key`, which asks for
+    /// `needed` of them: those it already has, else `needed` healthy devices
+    /// no container of an active pod (`active` on its UID) holds, the
+    /// plugin's `preferred` ones first (the kubelet's `devicesToAllocate`).
+    ///
+    /// # Errors
+    /// The kubelet's messages: the resource has no plugin, a container asks
+    /// for another number than it was given, no device is healthy, devices
+    /// it was given are no longer healthy, or too few healthy devices are
+    /// free.
+    pub fn choose(
+        &self,
+        key: &ContainerKey,
+        resource: &str,
+        needed: usize,
+        active: impl Fn(&str) -> bool,
+        preferred: &[String],
+    ) -> Result<Vec<String>, String> {
+        let Some(r) = self.resources.get(resource) else {
+            return Err(format!("cannot allocate unregistered device {resource}"));
+        };
+        let had = self.allocations.get(key).and_then(|a| a.get(resource));
+        if let Some(had) = had
+            && had.devices.len() != needed
+        {
+            return Err(format!(
+                "pod {:?} container {:?} changed request for resource {resource:?} from {} to {needed}",
+                key.0,
+                key.1,
+                had.devices.len()
+            ));
+        }
+        if !r.devices.values().any(|h| *h) {
+            return Err(format!(
+                "no healthy devices present; cannot allocate unhealthy devices {resource}"
+            ));
+        }
+        if let Some(had) = had {
+            if !had.devices.iter().all(|d| r.devices.get(d) == Some(&true)) {
+                return Err(format!(
+                    "previously allocated devices are no longer healthy; cannot allocate unhealthy devices {resource}"
+                ));
+            }
+            return Ok(had.devices.clone());
+        }
+        let available = self.available(resource, active);
+        if available.len() < needed {
+            return Err(format!(
+                "requested number of devices unavailable for {resource}. Requested: {needed}, Available: {}",
+                available.len()
+            ));
+        }
+        let mut chosen: Vec<String> = preferred
+            .iter()
+            .filter(|d| available.contains(*d))
+            .take(needed)
+            .cloned()
+            .collect();
+        for d in &available {
+            if chosen.len() >= needed {
+                break;
+            }
+            if !chosen.contains(d) {
+                chosen.push(d.clone());
+            }
+        }
+        chosen.sort();
+        Ok(chosen)
+    }
+
+    /// The healthy devices of `resource` that no container of an active pod
+    /// holds, sorted.
+    #[must_use]
+    pub fn available(&self, resource: &str, active: impl Fn(&str) -> bool) -> Vec<String> {
+        let Some(r) = self.resources.get(resource) else {
+            return Vec::new();
+        };
+        let held: BTreeSet<&str> = self
+            .allocations
+            .iter()
+            .filter(|((uid, _), _)| active(uid))
+            .filter_map(|(_, by_resource)| by_resource.get(resource))
+            .flat_map(|a| a.devices.iter().map(String::as_str))
+            .collect();
+        r.devices
+            .iter()
+            .filter(|(id, healthy)| **healthy && !held.contains(id.as_str()))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Records what container `key` was given of `resource`.
+    pub fn record(&mut self, key: ContainerKey, resource: &str, allocation: Allocation) {
+        self.allocations
+            .entry(key)
+            .or_default()
+            .insert(resource.to_string(), allocation);
+    }
+
+    /// Forgets what the containers of pods `keep` rejects (by UID) were
+    /// given; returns how many containers were forgotten.
+    pub fn release(&mut self, keep: impl Fn(&str) -> bool) -> usize {
+        let before = self.allocations.len();
+        self.allocations.retain(|(uid, _), _| keep(uid));
+        before - self.allocations.len()
+    }
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn devs(list: &[(&str, bool)]) -> Vec<(String, bool)> {
+        list.iter().map(|(d, h)| ((*d).to_string(), *h)).collect()
+    }
+
+    fn counts(r: &DeviceResources, name: &str) -> (Option<u64>, Option<u64>) {
+        (
+            r.allocatable.get(name).copied(),
+            r.capacity.get(name).copied(),
+        )
+    }
+
+    const GPU: &str = "example.com/gpu";
+
+    #[test]
+    fn health_sets_allocatable_and_capacity_counts_every_device() {
+        let t0 = Instant::now();
+        let mut s = State::default();
+        let g = s.register(GPU, Options::default()).unwrap();
+        // Registered, nothing listed yet: 0 of 0.
+        assert_eq!(counts(&s.resources(t0), GPU), (Some(0), Some(0)));
+        assert!(s.update(
+            GPU,
+            g,
+            &devs(&[("0", true), ("1", true), ("2", true), ("3", true)])
+        ));
+        assert_eq!(counts(&s.resources(t0), GPU), (Some(4), Some(4)));
+        assert!(s.update(
+            GPU,
+            g,
+            &devs(&[("0", false), ("1", true), ("2", false), ("3", true)])
+        ));
+        assert_eq!(counts(&s.resources(t0), GPU), (Some(2), Some(4)));
+        // The same list again changes nothing.
+        assert!(!s.update(
+            GPU,
+            g,
+            &devs(&[("0", false), ("1", true), ("2", false), ("3", true)])
+        ));
+    }
+
+    #[test]
+    fn a_plugin_that_goes_keeps_its_capacity_for_the_grace_period_then_reads_zero() {
+        let t0 = Instant::now();
+        let mut s = State::default();
+        let g = s.register(GPU, Options::default()).unwrap();
+        s.update(GPU, g, &devs(&[("0", true), ("1", true)]));
+        assert!(s.disconnected(GPU, g, t0));
+        assert_eq!(counts(&s.resources(t0), GPU), (Some(0), Some(2)));
+        let almost = t0 + STOP_GRACE - Duration::from_secs(1);
+        assert_eq!(counts(&s.resources(almost), GPU), (Some(0), Some(2)));
+        let r = s.resources(t0 + STOP_GRACE);
+        assert_eq!(counts(&r, GPU), (None, None));
+        assert!(r.removed.contains(GPU), "{r:?}");
+        assert!(!s.is_device_resource(GPU));
+        // Registering again brings it back.
+        let g2 = s.register(GPU, Options::default()).unwrap();
+        s.update(GPU, g2, &devs(&[("0", true)]));
+        let r = s.resources(t0 + STOP_GRACE * 2);
+        assert_eq!(counts(&r, GPU), (Some(1), Some(1)));
+        assert!(r.removed.is_empty());
+    }
+
+    #[test]
+    fn a_replaced_registrations_late_news_is_ignored() {
+        let t0 = Instant::now();
+        let mut s = State::default();
+        let old = s.register(GPU, Options::default()).unwrap();
+        s.update(GPU, old, &devs(&[("0", true)]));
+        let new = s.register(GPU, Options::default()).unwrap();
+        assert!(!s.disconnected(GPU, old, t0), "the old stream ending");
+        assert!(!s.update(GPU, old, &devs(&[])));
+        assert_eq!(counts(&s.resources(t0), GPU), (Some(1), Some(1)));
+        assert!(s.is_current(GPU, new) && !s.is_current(GPU, old));
+    }
+
+    #[test]
+    fn hostile_plugins_are_bounded() {
+        let mut s = State::default();
+        for i in 0..MAX_RESOURCES {
+            assert!(
+                s.register(&format!("example.com/r{i}"), Options::default())
+                    .is_some()
+            );
+        }
+        assert_eq!(s.register("example.com/one-more", Options::default()), None);
+        // An existing one may register again.
+        let g = s.register("example.com/r0", Options::default()).unwrap();
+        let many: Vec<(String, bool)> = (0..MAX_DEVICES + 10)
+            .map(|i| (i.to_string(), true))
+            .collect();
+        s.update("example.com/r0", g, &many);
+        let r = s.resources(Instant::now());
+        assert_eq!(r.capacity["example.com/r0"], MAX_DEVICES as u64);
+    }
+
+    #[test]
+    fn choosing_devices_skips_unhealthy_and_held_ones_and_keeps_a_containers_own() {
+        let mut s = State::default();
+        let g = s.register(GPU, Options::default()).unwrap();
+        s.update(
+            GPU,
+            g,
+            &devs(&[("a", true), ("b", false), ("c", true), ("d", true)]),
+        );
+        let k1: ContainerKey = ("u1".into(), "c".into());
+        let k2: ContainerKey = ("u2".into(), "c".into());
+        let all = |_: &str| true;
+        assert_eq!(s.choose(&k1, GPU, 2, all, &[]).unwrap(), ["a", "c"]);
+        // The plugin's preference first.
+        assert_eq!(
+            s.choose(&k1, GPU, 2, all, &["d".into()]).unwrap(),
+            ["a", "d"]
+        );
+        s.record(
+            k1.clone(),
+            GPU,
+            Allocation {
+                devices: vec!["a".into(), "c".into()],
+                ..Allocation::default()
+            },
+        );
+        assert_eq!(s.available(GPU, all), ["d"]);
+        assert_eq!(
+            s.choose(&k2, GPU, 2, all, &[]).unwrap_err(),
+            "requested number of devices unavailable for example.com/gpu. Requested: 2, Available: 1"
+        );
+        // The container's own devices again (a restart).
+        assert_eq!(s.choose(&k1, GPU, 2, all, &[]).unwrap(), ["a", "c"]);
+        // A pod no longer active holds nothing.
+        let not_u1 = |u: &str| u != "u1";
+        assert_eq!(s.choose(&k2, GPU, 3, not_u1, &[]).unwrap(), ["a", "c", "d"]);
+        assert_eq!(s.release(|u| u != "u1"), 1);
+        assert_eq!(s.available(GPU, all), ["a", "c", "d"]);
+        assert_eq!(
+            s.choose(&k1, "example.com/none", 1, all, &[]).unwrap_err(),
+            "cannot allocate unregistered device example.com/none"
+        );
+    }
+}

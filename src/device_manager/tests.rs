@@ -1,0 +1,483 @@
+//! The device manager against a device plugin served over gRPC on a unix
+//! socket, registering through the manager's own socket.
+
+use super::*;
+use crate::proto::deviceplugin::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use crate::proto::deviceplugin::registration_client::RegistrationClient;
+use crate::proto::deviceplugin::{
+    AllocateResponse, ContainerAllocateResponse, ContainerPreferredAllocationResponse, Device,
+    DevicePluginOptions, DeviceSpec, ListAndWatchResponse, Mount, PreStartContainerResponse,
+    PreferredAllocationResponse,
+};
+use std::pin::Pin;
+
+/// What the test plugin's `ListAndWatch` sends next: devices, or an error
+/// that ends the stream.
+type Next = Option<Vec<Device>>;
+
+#[derive(Clone)]
+struct TestPlugin {
+    calls: Arc<Mutex<Vec<String>>>,
+    devices: watch::Receiver<Next>,
+    fail_options: bool,
+    options: DevicePluginOptions,
+    preferred: Vec<String>,
+}
+
+impl TestPlugin {
+    fn record(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+}
+
+#[tonic::async_trait]
+impl DevicePlugin for TestPlugin {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<DevicePluginOptions>, Status> {
+        self.record("GetDevicePluginOptions".into());
+        if self.fail_options {
+            return Err(Status::unknown("GetDevicePluginOptions failed"));
+        }
+        Ok(Response::new(self.options))
+    }
+
+    type ListAndWatchStream =
+        Pin<Box<dyn futures::Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
+
+    async fn list_and_watch(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        self.record("ListAndWatch".into());
+        let rx = self.devices.clone();
+        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+            if !first && rx.changed().await.is_err() {
+                return None;
+            }
+            let next = rx.borrow_and_update().clone();
+            let item = match next {
+                Some(devices) => Ok(ListAndWatchResponse { devices }),
+                None => Err(Status::internal("ListAndWatch failed")),
+            };
+            Some((item, (rx, false)))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        r: Request<PreferredAllocationRequest>,
+    ) -> Result<Response<PreferredAllocationResponse>, Status> {
+        let r = r.into_inner();
+        let c = &r.container_requests[0];
+        self.record(format!(
+            "GetPreferredAllocation {} of {}",
+            c.allocation_size,
+            c.available_device_i_ds.join(",")
+        ));
+        Ok(Response::new(PreferredAllocationResponse {
+            container_responses: vec![ContainerPreferredAllocationResponse {
+                device_i_ds: self.preferred.clone(),
+            }],
+        }))
+    }
+
+    async fn allocate(
+        &self,
+        r: Request<AllocateRequest>,
+    ) -> Result<Response<AllocateResponse>, Status> {
+        let r = r.into_inner();
+        let ids = r.container_requests[0].devices_ids.join(",");
+        self.record(format!("Allocate {ids}"));
+        Ok(Response::new(AllocateResponse {
+            container_responses: vec![ContainerAllocateResponse {
+                envs: [("TEST_DEVICES".to_string(), ids.clone())].into(),
+                mounts: vec![Mount {
+                    container_path: "/dev-info".into(),
+                    host_path: format!("/run/test-devices/{ids}"),
+                    read_only: true,
+                }],
+                devices: vec![DeviceSpec {
+                    container_path: "/dev/test0".into(),
+                    host_path: "/dev/null".into(),
+                    permissions: "rw".into(),
+                }],
+                annotations: [("example.com/devices".to_string(), ids)].into(),
+                cdi_devices: Vec::new(),
+            }],
+        }))
+    }
+
+    async fn pre_start_container(
+        &self,
+        r: Request<PreStartContainerRequest>,
+    ) -> Result<Response<PreStartContainerResponse>, Status> {
+        self.record(format!(
+            "PreStartContainer {}",
+            r.into_inner().devices_ids.join(",")
+        ));
+        Ok(Response::new(PreStartContainerResponse {}))
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+    manager: DeviceManager,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("device-plugins");
+    let manager = DeviceManager::new(&path);
+    let server = manager.serve().unwrap();
+    Setup {
+        _dir: dir,
+        dir: path,
+        manager,
+        _server: server,
+    }
+}
+
+fn device(id: &str, healthy: bool) -> Device {
+    Device {
+        id: id.into(),
+        health: if healthy { HEALTHY } else { "Unhealthy" }.into(),
+        topology: None,
+    }
+}
+
+/// Serves `plugin` on `<dir>/<endpoint>`.
+fn serve_plugin(dir: &Path, endpoint: &str, plugin: TestPlugin) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::UnixListener::bind(dir.join(endpoint)).unwrap();
+    let router = tonic::transport::Server::builder().add_service(DevicePluginServer::new(plugin));
+    tokio::spawn(async move {
+        let _ = router
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+            .await;
+    })
+}
+
+async fn register(dir: &Path, endpoint: &str, resource: &str) -> Result<(), Status> {
+    let channel = crate::cri::unix_channel(dir.join(SOCKET)).await.unwrap();
+    RegistrationClient::new(channel)
+        .register(RegisterRequest {
+            version: VERSION.into(),
+            endpoint: endpoint.into(),
+            resource_name: resource.into(),
+            options: None,
+        })
+        .await
+        .map(|_| ())
+}
+
+fn plugin(devices: watch::Receiver<Next>) -> TestPlugin {
+    TestPlugin {
+        calls: Arc::default(),
+        devices,
+        fail_options: false,
+        options: DevicePluginOptions::default(),
+        preferred: Vec::new(),
+    }
+}
+
+/// Waits (at most 5 s) until the manager reports `want` (allocatable,
+/// capacity) for `resource` (None: not reported).
+async fn wait_counts(m: &DeviceManager, resource: &str, want: Option<(u64, u64)>) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = m.resources(Instant::now());
+        let got = r
+            .capacity
+            .get(resource)
+            .map(|c| (r.allocatable[resource], *c));
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{resource}: {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const RES: &str = "example.com/dev";
+
+#[tokio::test]
+async fn a_plugin_whose_options_fail_is_refused_and_never_watched() {
+    let s = setup();
+    let (_tx, rx) = watch::channel(Some(vec![device("d", true)]));
+    let p = TestPlugin {
+        fail_options: true,
+        ..plugin(rx)
+    };
+    let calls = p.calls.clone();
+    let _srv = serve_plugin(&s.dir, "p.sock", p);
+    let err = register(&s.dir, "p.sock", RES).await.unwrap_err();
+    assert!(
+        err.message()
+            .contains("failed to get device plugin options")
+            && err.message().contains("GetDevicePluginOptions failed"),
+        "{err:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(*calls.lock().unwrap(), ["GetDevicePluginOptions"]);
+    assert!(s.manager.resources(Instant::now()).capacity.is_empty());
+}
+
+#[tokio::test]
+async fn bad_registrations_are_refused_with_the_kubelets_messages() {
+    let s = setup();
+    let channel = crate::cri::unix_channel(s.dir.join(SOCKET)).await.unwrap();
+    let mut client = RegistrationClient::new(channel);
+    for (version, endpoint, resource, want) in [
+        (
+            "v1alpha",
+            "p.sock",
+            RES,
+            "requested API version \"v1alpha\" is not supported by kubelet. Supported version is [\"v1beta1\"]",
+        ),
+        (
+            VERSION,
+            "p.sock",
+            "cpu",
+            "the ResourceName \"cpu\" is invalid",
+        ),
+        (
+            VERSION,
+            "p.sock",
+            "kubernetes.io/dev",
+            "the ResourceName \"kubernetes.io/dev\" is invalid",
+        ),
+        (
+            VERSION,
+            "p.sock",
+            "example.com/a b",
+            "the ResourceName \"example.com/a b\" is invalid",
+        ),
+        // The socket must be a file of the directory.
+        (
+            VERSION,
+            "../../etc/x.sock",
+            RES,
+            "is not a socket file name",
+        ),
+        (VERSION, "", RES, "is not a socket file name"),
+        (VERSION, SOCKET, RES, "is not a socket file name"),
+        // Nothing listens there.
+        (VERSION, "absent.sock", RES, "failed to dial device plugin"),
+    ] {
+        let err = client
+            .register(RegisterRequest {
+                version: version.into(),
+                endpoint: endpoint.into(),
+                resource_name: resource.into(),
+                options: None,
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            err.message().contains(want),
+            "{resource} {endpoint}: {err:?}"
+        );
+    }
+    assert!(s.manager.resources(Instant::now()).capacity.is_empty());
+}
+
+#[tokio::test]
+async fn devices_and_their_health_follow_list_and_watch_until_it_fails() {
+    let s = setup();
+    let mut changes = s.manager.subscribe();
+    let (tx, rx) = watch::channel(Some(vec![device("0", true), device("1", true)]));
+    let p = plugin(rx);
+    let calls = p.calls.clone();
+    let _srv = serve_plugin(&s.dir, "p.sock", p);
+    register(&s.dir, "p.sock", RES).await.unwrap();
+    wait_counts(&s.manager, RES, Some((2, 2))).await;
+    assert!(changes.has_changed().unwrap(), "the node status is told");
+    changes.mark_unchanged();
+    tx.send(Some(vec![device("0", false), device("1", true)]))
+        .unwrap();
+    wait_counts(&s.manager, RES, Some((1, 2))).await;
+    tx.send(Some(vec![device("0", true), device("1", true)]))
+        .unwrap();
+    wait_counts(&s.manager, RES, Some((2, 2))).await;
+    // The stream fails: every device unhealthy, capacity kept, never asked again.
+    tx.send(None).unwrap();
+    wait_counts(&s.manager, RES, Some((0, 2))).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        *calls.lock().unwrap(),
+        ["GetDevicePluginOptions", "ListAndWatch"]
+    );
+    // Dropped after the grace period, then reported as zero.
+    let later = s.manager.resources(Instant::now() + STOP_GRACE);
+    assert!(
+        later.capacity.is_empty() && later.removed.contains(RES),
+        "{later:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stopped_plugin_leaves_its_devices_unhealthy() {
+    let s = setup();
+    let (tx, rx) = watch::channel(Some(vec![device("0", true), device("1", true)]));
+    let srv = serve_plugin(&s.dir, "p.sock", plugin(rx));
+    register(&s.dir, "p.sock", RES).await.unwrap();
+    wait_counts(&s.manager, RES, Some((2, 2))).await;
+    // The plugin stops: its stream ends.
+    drop(tx);
+    srv.abort();
+    wait_counts(&s.manager, RES, Some((0, 2))).await;
+}
+
+fn pod_asking(uid: &str, n: u32) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": { "name": uid, "namespace": "ns", "uid": uid },
+        "spec": { "containers": [
+            { "name": "c", "image": "busybox",
+              "resources": { "limits": { RES: n.to_string() }, "requests": { RES: n.to_string() } } },
+            { "name": "plain", "image": "busybox" }
+        ] }
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn pods_are_given_free_healthy_devices_and_containers_get_the_plugins_answer() {
+    let s = setup();
+    let (_tx, rx) = watch::channel(Some(vec![
+        device("a", true),
+        device("b", false),
+        device("c", true),
+        device("d", true),
+    ]));
+    let p = TestPlugin {
+        options: DevicePluginOptions {
+            pre_start_required: true,
+            get_preferred_allocation_available: true,
+        },
+        preferred: vec!["d".into()],
+        ..plugin(rx)
+    };
+    let calls = p.calls.clone();
+    let _srv = serve_plugin(&s.dir, "p.sock", p);
+    register(&s.dir, "p.sock", RES).await.unwrap();
+    wait_counts(&s.manager, RES, Some((3, 4))).await;
+    calls.lock().unwrap().clear();
+
+    let all = |_: &str| true;
+    let p1 = pod_asking("u1", 2);
+    s.manager.allocate_pod(&p1, all).await.unwrap();
+    assert_eq!(
+        *calls.lock().unwrap(),
+        ["GetPreferredAllocation 2 of a,c,d", "Allocate a,d"]
+    );
+    // Allocatable counts healthy devices, held or not (as the kubelet's).
+    wait_counts(&s.manager, RES, Some((3, 4))).await;
+    // Admitting the pod again asks nothing more.
+    s.manager.allocate_pod(&p1, all).await.unwrap();
+    let c = &p1.spec.as_ref().unwrap().containers[0];
+    let opts = s.manager.run_options(&p1, c, all).await.unwrap();
+    assert_eq!(opts.envs["TEST_DEVICES"], "a,d");
+    assert_eq!(opts.mounts[0].host_path, "/run/test-devices/a,d");
+    assert!(opts.mounts[0].readonly);
+    assert_eq!(opts.devices[0].host_path, "/dev/null");
+    assert_eq!(opts.annotations["example.com/devices"], "a,d");
+    // A container without devices gets nothing, and no call is made.
+    let plain = &p1.spec.as_ref().unwrap().containers[1];
+    assert_eq!(
+        s.manager.run_options(&p1, plain, all).await.unwrap(),
+        RunOptions::default()
+    );
+    assert_eq!(
+        calls.lock().unwrap()[2..],
+        ["PreStartContainer a,d".to_string()]
+    );
+
+    // One device is left: a pod asking for two is refused.
+    let err = s
+        .manager
+        .allocate_pod(&pod_asking("u2", 2), all)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        "requested number of devices unavailable for example.com/dev. Requested: 2, Available: 1"
+    );
+    // Once the first pod is gone, its devices are free again.
+    s.manager.release(|u| u != "u1");
+    s.manager
+        .allocate_pod(&pod_asking("u2", 2), all)
+        .await
+        .unwrap();
+}
+
+#[test]
+fn run_options_merge_into_a_container_config() {
+    let mut config = cri::ContainerConfig {
+        envs: vec![cri::KeyValue {
+            key: "TEST_DEVICES".into(),
+            value: "mine".into(),
+        }],
+        mounts: vec![cri::Mount {
+            container_path: "/data".into(),
+            host_path: "/pod/volume".into(),
+            ..cri::Mount::default()
+        }],
+        ..cri::ContainerConfig::default()
+    };
+    let opts = RunOptions {
+        envs: [("TEST_DEVICES".to_string(), "a".to_string())].into(),
+        mounts: vec![
+            cri::Mount {
+                container_path: "/data".into(),
+                host_path: "/elsewhere".into(),
+                ..cri::Mount::default()
+            },
+            cri::Mount {
+                container_path: "/dev-info".into(),
+                host_path: "/run/x".into(),
+                ..cri::Mount::default()
+            },
+        ],
+        devices: vec![cri::Device {
+            container_path: "/dev/test0".into(),
+            host_path: "/dev/null".into(),
+            permissions: "rw".into(),
+        }],
+        annotations: [("k".to_string(), "v".to_string())].into(),
+        cdi_devices: vec!["vendor.com/gpu=0".into()],
+    };
+    opts.apply(&mut config);
+    assert_eq!(config.envs.len(), 1);
+    assert_eq!(config.envs[0].value, "a", "the plugin's value wins");
+    // The pod's own mount at /data stays; the plugin's other mount is added.
+    assert_eq!(config.mounts.len(), 2);
+    assert_eq!(config.mounts[0].host_path, "/pod/volume");
+    assert_eq!(config.devices.len(), 1);
+    assert_eq!(config.annotations["k"], "v");
+    assert_eq!(config.cdi_devices[0].name, "vendor.com/gpu=0");
+}
+
+#[test]
+fn resource_names_a_plugin_may_register() {
+    for ok in ["example.com/gpu", "nvidia.com/gpu", "test.device/e2e-abc_1"] {
+        assert!(valid_resource_name(ok), "{ok}");
+    }
+    for bad in [
+        "gpu",
+        "kubernetes.io/gpu",
+        "requests.example.com/gpu",
+        "example.com/",
+        "example.com/-x",
+        "Example_.com/x",
+        "example.com/a/b",
+    ] {
+        assert!(!valid_resource_name(bad), "{bad}");
+    }
+}

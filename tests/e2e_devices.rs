@@ -1,0 +1,250 @@
+//! Device plugins on the local cluster: this test is the device plugin, as
+//! the node suite's device plugin tests are. It serves the device plugin API
+//! on a socket in the agent's device plugin directory, registers on the
+//! agent's `kubelet.sock`, and checks the Node's capacity and allocatable,
+//! a pod given a device (its environment and mount from `Allocate`), and
+//! what happens when a device turns unhealthy and when the plugin stops.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use rustlet::proto::deviceplugin::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use rustlet::proto::deviceplugin::registration_client::RegistrationClient;
+use rustlet::proto::deviceplugin::{
+    AllocateRequest, AllocateResponse, ContainerAllocateResponse, Device, DevicePluginOptions,
+    Empty, ListAndWatchResponse, Mount, PreStartContainerRequest, PreStartContainerResponse,
+    PreferredAllocationRequest, PreferredAllocationResponse, RegisterRequest,
+};
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+
+/// The agent's device plugin directory (`--device-plugins-dir`, default).
+fn plugins_dir() -> PathBuf {
+    std::env::var_os("RUSTLET_DEVICE_PLUGINS_DIR").map_or_else(
+        || rustlet::device_manager::DEFAULT_DIR.into(),
+        PathBuf::from,
+    )
+}
+
+#[derive(Clone)]
+struct Plugin {
+    devices: watch::Receiver<Vec<Device>>,
+    /// The host file each allocation mounts at /device-info.
+    info_file: PathBuf,
+    allocated: Arc<Mutex<Vec<String>>>,
+}
+
+#[tonic::async_trait]
+impl DevicePlugin for Plugin {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<DevicePluginOptions>, Status> {
+        Ok(Response::new(DevicePluginOptions::default()))
+    }
+
+    type ListAndWatchStream =
+        Pin<Box<dyn futures::Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
+
+    async fn list_and_watch(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        let rx = self.devices.clone();
+        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+            if !first && rx.changed().await.is_err() {
+                return None;
+            }
+            let devices = rx.borrow_and_update().clone();
+            Some((Ok(ListAndWatchResponse { devices }), (rx, false)))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        _: Request<PreferredAllocationRequest>,
+    ) -> Result<Response<PreferredAllocationResponse>, Status> {
+        Err(Status::unimplemented("not offered"))
+    }
+
+    async fn allocate(
+        &self,
+        r: Request<AllocateRequest>,
+    ) -> Result<Response<AllocateResponse>, Status> {
+        let mut out = AllocateResponse::default();
+        for c in r.into_inner().container_requests {
+            let ids = c.devices_ids.join(",");
+            self.allocated.lock().unwrap().push(ids.clone());
+            out.container_responses.push(ContainerAllocateResponse {
+                envs: [("E2E_DEVICES".to_string(), ids)].into(),
+                mounts: vec![Mount {
+                    container_path: "/device-info".into(),
+                    host_path: self.info_file.display().to_string(),
+                    read_only: true,
+                }],
+                ..ContainerAllocateResponse::default()
+            });
+        }
+        Ok(Response::new(out))
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: Request<PreStartContainerRequest>,
+    ) -> Result<Response<PreStartContainerResponse>, Status> {
+        Ok(Response::new(PreStartContainerResponse {}))
+    }
+}
+
+fn device(id: &str, healthy: bool) -> Device {
+    Device {
+        id: id.into(),
+        health: if healthy { "Healthy" } else { "Unhealthy" }.into(),
+        topology: None,
+    }
+}
+
+/// The Node's (allocatable, capacity) of `resource`, None where absent.
+async fn counts(nodes: &Api<Node>, resource: &str) -> (Option<i64>, Option<i64>) {
+    let node = nodes.get(&node_name()).await.unwrap();
+    let st = node.status.unwrap_or_default();
+    let get = |m: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >| {
+        m.and_then(|m| m.get(resource))
+            .and_then(|q| q.0.parse().ok())
+    };
+    (get(st.allocatable.as_ref()), get(st.capacity.as_ref()))
+}
+
+async fn wait_counts(nodes: &Api<Node>, resource: &str, want: (i64, i64)) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = counts(nodes, resource).await;
+        if got == (Some(want.0), Some(want.1)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{resource} on the Node: (allocatable, capacity) {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn serve(socket: &Path, plugin: Plugin) -> tokio::task::JoinHandle<()> {
+    let _ = std::fs::remove_file(socket);
+    let listener = tokio::net::UnixListener::bind(socket).expect("bind the plugin socket");
+    let router = tonic::transport::Server::builder().add_service(DevicePluginServer::new(plugin));
+    tokio::spawn(async move {
+        let _ = router
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+            .await;
+    })
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_device_plugins_devices_reach_the_node_and_a_pod() {
+    let client = client().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let ns = namespace(&client, "e2e-devices").await;
+    let suffix = ns.rsplit('-').next().unwrap_or("x").to_string();
+    let resource = format!("e2e.rustlet.dev/dev-{suffix}");
+    let dir = plugins_dir();
+    let endpoint = format!("e2e-{suffix}.sock");
+    let socket = dir.join(&endpoint);
+    let info = tempfile::NamedTempFile::new_in("/tmp").unwrap();
+    std::fs::write(info.path(), "device info from the plugin\n").unwrap();
+
+    let (devices, rx) = watch::channel(vec![device("d0", true), device("d1", true)]);
+    let allocated = Arc::new(Mutex::new(Vec::new()));
+    let server = serve(
+        &socket,
+        Plugin {
+            devices: rx,
+            info_file: info.path().to_path_buf(),
+            allocated: allocated.clone(),
+        },
+    );
+    let channel = rustlet::cri::unix_channel(dir.join(rustlet::device_manager::SOCKET))
+        .await
+        .expect("the agent's kubelet.sock");
+    RegistrationClient::new(channel)
+        .register(RegisterRequest {
+            version: "v1beta1".into(),
+            endpoint: endpoint.clone(),
+            resource_name: resource.clone(),
+            options: None,
+        })
+        .await
+        .expect("registered");
+    wait_counts(&nodes, &resource, (2, 2)).await;
+
+    // A pod asking for one device gets it: the plugin's environment and mount.
+    let pod: k8s_openapi::api::core::v1::Pod = from_json(serde_json::json!({
+        "metadata": { "name": "user" },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "user",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "echo devices=$E2E_DEVICES; cat /device-info; sleep 600"],
+                "resources": { "limits": { resource.as_str(): "1" } }
+            }]
+        }
+    }));
+    let created = create(&client, &ns, &pod).await;
+    wait_for(&client, &ns, "user", 60, "Running", phase("Running")).await;
+    let given = allocated.lock().unwrap().clone();
+    assert_eq!(given.len(), 1, "one Allocate call: {given:?}");
+    assert!(given[0] == "d0" || given[0] == "d1", "{given:?}");
+    let uid = created.metadata.uid.clone().unwrap();
+    let log = log_path(&ns, "user", &uid, "user");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("device info from the plugin") {
+            assert!(text.contains(&format!("devices={}", given[0])), "{text}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "container log {}: {text}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Held devices still count as allocatable (as the kubelet's).
+    wait_counts(&nodes, &resource, (2, 2)).await;
+
+    // A device turns unhealthy: allocatable drops, capacity stays.
+    devices
+        .send(vec![device("d0", false), device("d1", true)])
+        .unwrap();
+    wait_counts(&nodes, &resource, (1, 2)).await;
+
+    // The plugin stops (its stream ends): every device unhealthy, capacity
+    // kept; the pod runs on.
+    drop(devices);
+    server.abort();
+    wait_counts(&nodes, &resource, (0, 2)).await;
+    let p = wait_for(&client, &ns, "user", 10, "Running", phase("Running")).await;
+    assert_eq!(container_status(&p).restart_count, 0);
+
+    let _ = std::fs::remove_file(&socket);
+    drop_namespace(&client, &ns).await;
+}
