@@ -114,6 +114,10 @@ start_daemon() {
   # No job control here, so the child is not a process-group leader and
   # setsid does not fork: $! is the daemon's own pid (nohup, setsid and env
   # each exec the next).
+  # The start time is taken before the daemon runs: what it reports (a
+  # node's first heartbeat, whole seconds) is never older than it.
+  local started
+  started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   nohup setsid env "${envs[@]}" "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
   local pid=$! i
   # Until nohup, setsid and env have exec'd the daemon, /proc/PID/exe names
@@ -125,7 +129,7 @@ start_daemon() {
     sleep 0.02
   done
   printf '%s\n%s\n' "$pid" "$exe" >"$RUN/$name.pid"
-  date -u +%Y-%m-%dT%H:%M:%SZ >"$RUN/$name.started"
+  echo "$started" >"$RUN/$name.started"
   STARTED+=("$name")
   log "started $name (pid $pid, log ${LOGS#"$ROOT"/}/$name.log)"
 }
