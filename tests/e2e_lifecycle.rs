@@ -675,3 +675,50 @@ async fn sidecars_stop_together_in_reverse_order_once_the_pod_finished() {
     );
     drop_namespace(&client, &ns).await;
 }
+
+/// restartPolicy Never: a sidecar that keeps failing and an init container
+/// after it that fails. The pod fails (as the kubelet's `getPhase`: failed
+/// initialization with Never), whatever the sidecar before it does, and
+/// nothing of it runs any more.
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn an_init_container_that_fails_fails_the_pod_behind_a_failing_sidecar() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-init-fails").await;
+    let p: Pod = from_json(serde_json::json!({
+        "metadata": { "name": "fails" },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "initContainers": [
+                { "name": "side", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                  "restartPolicy": "Always", "command": ["sh", "-c", "sleep 5; exit 1"] },
+                { "name": "init", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                  "command": ["sh", "-c", "sleep 1; exit 1"] },
+            ],
+            "containers": [{
+                "name": "main", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "600"],
+            }],
+        }
+    }));
+    create(&client, &ns, &p).await;
+    let failed = wait_for(&client, &ns, "fails", 60, "Failed", phase("Failed")).await;
+    let st = failed.status.unwrap_or_default();
+    let init = st
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .find(|s| s.name == "init")
+        .expect("init's status");
+    let t = init.state.as_ref().and_then(|s| s.terminated.as_ref());
+    assert_eq!(t.map(|t| t.exit_code), Some(1), "{init:?}");
+    // The main container never started.
+    for s in st.container_statuses.iter().flatten() {
+        assert!(
+            s.state.as_ref().is_some_and(|x| x.running.is_none()),
+            "{s:?}"
+        );
+    }
+    drop_namespace(&client, &ns).await;
+}

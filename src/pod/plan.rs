@@ -285,15 +285,36 @@ pub fn init_progress(pod: &Pod, rt: &PodRuntime) -> InitProgress {
         };
     };
     let initialized = initialized_in(pod, rt, &sandbox.id);
+    let latest = |c: &Container| {
+        rt.containers
+            .iter()
+            .find(|x| x.name == c.name && x.sandbox_id == sandbox.id)
+    };
+    // A regular init container that failed for good fails the pod whatever
+    // the init containers before it do (a sidecar that exited and is to
+    // restart): the kubelet's `getPhase` counts failed initialization over
+    // all of them, and `computeInitContainerActions` kills such a pod.
+    if !initialized {
+        let policy = restart_policy(pod);
+        let failed = init_containers(pod)
+            .iter()
+            .filter(|c| !is_sidecar(c))
+            .find_map(|c| {
+                latest(c).filter(|x| {
+                    x.state == ContainerState::Exited
+                        && x.exit_code != 0
+                        && !init_container_should_restart(c, policy, x.exit_code)
+                })
+            });
+        if let Some(x) = failed {
+            return InitProgress::Failed(x.name.clone());
+        }
+    }
     for c in init_containers(pod) {
         if initialized && !is_sidecar(c) {
             continue;
         }
-        let latest = rt
-            .containers
-            .iter()
-            .find(|x| x.name == c.name && x.sandbox_id == sandbox.id);
-        match latest {
+        match latest(c) {
             Some(x) if is_sidecar(c) && x.state == ContainerState::Running => {}
             Some(x) if !is_sidecar(c) && x.state == ContainerState::Exited && x.exit_code == 0 => {}
             Some(x)
@@ -2032,6 +2053,41 @@ mod tests {
         )
         .steps;
         assert!(matches!(steps.as_slice(), [Step::KillContainer { .. }]));
+    }
+
+    #[test]
+    fn a_failed_init_container_fails_the_pod_while_the_sidecar_before_it_is_down() {
+        // restartPolicy Never: the sidecar and the init container after it
+        // both exited 1. The sidecar would restart, but the init container
+        // failed for good: the pod fails and is stopped, as the kubelet's
+        // getPhase and computeInitContainerActions.
+        let p = pod("job")
+            .restart_policy("Never")
+            .sidecar("proxy", "busybox")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .build();
+        let rt = runtime(
+            vec![sandbox("s0", 0, true)],
+            vec![
+                exited(ctr("p1", "proxy", 0, "s0", Running), 1, t(20)),
+                exited(ctr("x1", "i1", 0, "s0", Running), 1, t(20)),
+            ],
+        );
+        assert_eq!(init_progress(&p, &rt), InitProgress::Failed("i1".into()));
+        assert!(all_done(&p, &rt));
+        // With OnFailure the init container runs again: still pending, at
+        // the sidecar first.
+        let again = pod("job")
+            .restart_policy("OnFailure")
+            .sidecar("proxy", "busybox")
+            .init_container("i1", "busybox")
+            .container("a", "busybox")
+            .build();
+        assert_eq!(
+            init_progress(&again, &rt),
+            InitProgress::Pending("proxy".into())
+        );
     }
 
     #[test]
