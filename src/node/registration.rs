@@ -20,8 +20,9 @@ use super::status::{NodeConfig, RuntimeFacts};
 use crate::config::Settings;
 use crate::cri::Runtime;
 
-/// The runtime's version, readiness and images, as the node status reports
-/// them (CRI `Status`: the `RuntimeReady` and `NetworkReady` conditions; CRI
+/// The runtime's version, readiness, handlers and images, as the node status
+/// reports them (CRI `Status`: the `RuntimeReady` and `NetworkReady`
+/// conditions and the runtime handlers with their features; CRI
 /// `ListImages`, at most `max_images` of them).
 async fn runtime_facts(runtime: &Runtime, version: &str, max_images: i32) -> RuntimeFacts {
     let mut facts = RuntimeFacts {
@@ -30,6 +31,7 @@ async fn runtime_facts(runtime: &Runtime, version: &str, max_images: i32) -> Run
     };
     match runtime.status().await {
         Ok(st) => {
+            facts.runtime_handlers = Some(super::status::runtime_handlers(&st.runtime_handlers));
             for c in st.status.map(|s| s.conditions).unwrap_or_default() {
                 if c.status {
                     continue;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
-    NodeSpec, NodeStatus, NodeSystemInfo,
+    NodeRuntimeHandler, NodeRuntimeHandlerFeatures, NodeSpec, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -30,6 +30,33 @@ pub struct RuntimeFacts {
     /// The node's images as `status.images` lists them ([`node_images`]);
     /// None keeps the list the Node has.
     pub images: Option<Vec<ContainerImage>>,
+    /// The runtime's handlers as `status.runtimeHandlers` lists them
+    /// ([`runtime_handlers`]); None keeps the list the Node has.
+    pub runtime_handlers: Option<Vec<NodeRuntimeHandler>>,
+}
+
+/// The runtime's handlers (CRI `StatusResponse.runtime_handlers`) as the
+/// Node's `status.runtimeHandlers`, in the runtime's order, each with its
+/// recursive read-only mounts and user namespaces support (the kubelet's
+/// `RuntimeHandlers` setter, with `toKubeRuntimeStatus`): how the control
+/// plane and tests learn what the node's runtime can do.
+#[must_use]
+pub fn runtime_handlers(handlers: &[k8s_cri::v1::RuntimeHandler]) -> Vec<NodeRuntimeHandler> {
+    handlers
+        .iter()
+        .map(|h| {
+            let (rro, userns) = h.features.as_ref().map_or((false, false), |f| {
+                (f.recursive_read_only_mounts, f.user_namespaces)
+            });
+            NodeRuntimeHandler {
+                name: Some(h.name.clone()),
+                features: Some(NodeRuntimeHandlerFeatures {
+                    recursive_read_only_mounts: Some(rro),
+                    user_namespaces: Some(userns),
+                }),
+            }
+        })
+        .collect()
 }
 
 /// The node declared features (`status.declaredFeatures`, KEP-5328) this
@@ -562,6 +589,10 @@ pub fn status(
             .images
             .clone()
             .or_else(|| old.and_then(|o| o.images.clone())),
+        runtime_handlers: rt
+            .runtime_handlers
+            .clone()
+            .or_else(|| old.and_then(|o| o.runtime_handlers.clone())),
         declared_features: Some(DECLARED_FEATURES.iter().map(|f| (*f).to_string()).collect()),
         ..Default::default()
     }
@@ -830,6 +861,49 @@ mod tests {
         assert!(!is_extended_resource("cpu"));
         assert!(!is_extended_resource("hugepages-2Mi"));
         assert!(!is_extended_resource("requests.example.com/x"));
+    }
+
+    #[test]
+    fn runtime_handlers_carry_their_features() {
+        use k8s_cri::v1 as cri;
+        let handlers = [
+            cri::RuntimeHandler {
+                name: String::new(),
+                features: Some(cri::RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: true,
+                    user_namespaces: true,
+                }),
+            },
+            cri::RuntimeHandler {
+                name: "test-handler".into(),
+                features: None,
+            },
+        ];
+        let got = runtime_handlers(&handlers);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].name.as_deref(), Some(""));
+        let f0 = got[0].features.as_ref().unwrap();
+        assert_eq!(f0.recursive_read_only_mounts, Some(true));
+        assert_eq!(f0.user_namespaces, Some(true));
+        assert_eq!(got[1].name.as_deref(), Some("test-handler"));
+        let f1 = got[1].features.as_ref().unwrap();
+        assert_eq!(f1.recursive_read_only_mounts, Some(false));
+        // Into the status, and kept from the Node when the runtime was not asked.
+        let rt = RuntimeFacts {
+            runtime_handlers: Some(got.clone()),
+            ..RuntimeFacts::default()
+        };
+        let st = status(&cfg(), &machine(), &rt, None, Timestamp::now(), &[]);
+        assert_eq!(st.runtime_handlers.as_ref(), Some(&got));
+        let again = status(
+            &cfg(),
+            &machine(),
+            &RuntimeFacts::default(),
+            Some(&st),
+            Timestamp::now(),
+            &[],
+        );
+        assert_eq!(again.runtime_handlers.as_ref(), Some(&got));
     }
 
     #[test]
