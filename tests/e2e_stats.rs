@@ -460,6 +460,20 @@ async fn cadvisor_metrics_show_a_containers_cgroup() {
         ],
     );
     assert_eq!(rx.len(), 1, "POD eth0 of {ns}/meter in\n{text}");
+    // The node's root cgroup, as cAdvisor's root container: its memory and
+    // the node's root filesystem with its I/O counters.
+    let root = [("id", "/")];
+    let ws = series(&text, "container_memory_working_set_bytes", &root);
+    assert!(ws.len() == 1 && ws[0] > 0.0, "root working set {ws:?}");
+    let limit = series(&text, "container_fs_limit_bytes", &root);
+    assert!(
+        !limit.is_empty() && limit.iter().all(|l| *l > 0.0),
+        "root filesystems {limit:?}"
+    );
+    assert!(
+        !series(&text, "container_fs_io_time_seconds_total", &root).is_empty(),
+        "root device counters in\n{text}"
+    );
     assert_eq!(sample(&text, "container_scrape_error"), Some(0.0), "{text}");
 
     drop_namespace(&client, &ns).await;

@@ -112,16 +112,19 @@ impl State {
             .is_some_and(|r| r.generation == generation)
     }
 
+    /// `resource`, while `generation` is its current registration.
+    fn current_mut(&mut self, resource: &str, generation: u64) -> Option<&mut Resource> {
+        self.resources
+            .get_mut(resource)
+            .filter(|r| r.generation == generation)
+    }
+
     /// A `ListAndWatch` answer of registration `generation`: `devices` (ID,
     /// healthy) become the resource's devices, at most [`MAX_DEVICES`] of
     /// them (the kubelet's `genericDeviceUpdateCallback`). Ignored when a
     /// newer registration replaced it. True when something changed.
     pub fn update(&mut self, resource: &str, generation: u64, devices: &[(String, bool)]) -> bool {
-        let Some(r) = self
-            .resources
-            .get_mut(resource)
-            .filter(|r| r.generation == generation)
-        else {
+        let Some(r) = self.current_mut(resource, generation) else {
             return false;
         };
         let new: BTreeMap<String, bool> = devices.iter().take(MAX_DEVICES).cloned().collect();
@@ -136,11 +139,7 @@ impl State {
     /// registers again (`PluginDisconnected`, `markResourceUnhealthy`).
     /// Ignored when a newer registration replaced it.
     pub fn disconnected(&mut self, resource: &str, generation: u64, now: Instant) -> bool {
-        let Some(r) = self
-            .resources
-            .get_mut(resource)
-            .filter(|r| r.generation == generation)
-        else {
+        let Some(r) = self.current_mut(resource, generation) else {
             return false;
         };
         r.stopped_at = Some(now);

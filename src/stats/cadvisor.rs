@@ -1,5 +1,6 @@
-//! `/metrics/cadvisor` of the node API: each running container's cgroup in
-//! cAdvisor's metric names and labels (cadvisor `metrics/prometheus.go`, as
+//! `/metrics/cadvisor` of the node API: the node's root cgroup (container
+//! `id="/"`, with the node's block devices) and each running container's
+//! cgroup in cAdvisor's metric names and labels (cadvisor `metrics/prometheus.go`, as
 //! the kubelet serves it with `container`, `id`, `image`, `name`,
 //! `namespace` and `pod` labels), and the pure parts of reading it: the
 //! cgroup and /proc files as cAdvisor's libcontainer handler reads them.
@@ -426,6 +427,116 @@ pub struct Sample {
     pub processes: Option<Processes>,
     /// Its network interfaces (the sandbox's).
     pub network: Vec<Interface>,
+    /// The filesystems it sees (the root container's: the node's block
+    /// devices), with their I/O counters.
+    pub filesystems: Vec<Filesystem>,
+}
+
+/// The I/O counters of a block device, from `/proc/diskstats`: operations
+/// and sectors since boot, times in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskStats {
+    /// Major number.
+    pub major: u64,
+    /// Minor number.
+    pub minor: u64,
+    /// Reads completed.
+    pub reads: u64,
+    /// Reads merged.
+    pub reads_merged: u64,
+    /// Sectors read.
+    pub sectors_read: u64,
+    /// Time spent reading, ms.
+    pub read_ms: u64,
+    /// Writes completed.
+    pub writes: u64,
+    /// Writes merged.
+    pub writes_merged: u64,
+    /// Sectors written.
+    pub sectors_written: u64,
+    /// Time spent writing, ms.
+    pub write_ms: u64,
+    /// I/Os in progress.
+    pub in_progress: u64,
+    /// Time spent doing I/O, ms.
+    pub io_ms: u64,
+    /// Weighted time spent doing I/O, ms.
+    pub weighted_io_ms: u64,
+}
+
+/// The devices of a `/proc/diskstats` text (`major minor name` and at least
+/// eleven counters); a line that does not parse is skipped.
+#[must_use]
+pub fn diskstats(text: &str) -> Vec<DiskStats> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 14 {
+                return None;
+            }
+            let n = |i: usize| f[i].parse::<u64>().ok();
+            Some(DiskStats {
+                major: n(0)?,
+                minor: n(1)?,
+                reads: n(3)?,
+                reads_merged: n(4)?,
+                sectors_read: n(5)?,
+                read_ms: n(6)?,
+                writes: n(7)?,
+                writes_merged: n(8)?,
+                sectors_written: n(9)?,
+                write_ms: n(10)?,
+                in_progress: n(11)?,
+                io_ms: n(12)?,
+                weighted_io_ms: n(13)?,
+            })
+        })
+        .collect()
+}
+
+/// The block devices mounted on the node, from a `/proc/self/mountinfo`
+/// text: (major, minor, mount point) of each mount whose source is a
+/// `/dev/` path, one per device (its first mount).
+#[must_use]
+pub fn mounted_devices(mountinfo: &str) -> Vec<(u64, u64, String)> {
+    let mut out: Vec<(u64, u64, String)> = Vec::new();
+    for l in mountinfo.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let Some(dash) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
+        let (Some(dev), Some(point), Some(source)) = (f.get(2), f.get(4), f.get(dash + 2)) else {
+            continue;
+        };
+        let Some((major, minor)) = device_numbers(dev) else {
+            continue;
+        };
+        if major == 0 || !source.starts_with("/dev/") {
+            continue;
+        }
+        if !out.iter().any(|(a, b, _)| (*a, *b) == (major, minor)) {
+            out.push((major, minor, (*point).to_string()));
+        }
+    }
+    out
+}
+
+/// A filesystem the root container reports: its device, size and use
+/// (bytes, inodes) and its device's I/O counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filesystem {
+    /// The device (`/dev/vda`).
+    pub device: String,
+    /// Size, bytes.
+    pub limit: u64,
+    /// Used, bytes.
+    pub usage: u64,
+    /// Inodes.
+    pub inodes: u64,
+    /// Free inodes.
+    pub inodes_free: u64,
+    /// The device's counters, when `/proc/diskstats` has it.
+    pub stats: Option<DiskStats>,
 }
 
 type FloatCounter = Counter<f64, std::sync::atomic::AtomicU64>;
@@ -720,6 +831,12 @@ pub fn render(samples: &[Sample], now: i64, scrape_error: bool) -> Result<String
                     d.writes,
                 ),
             ] {
+                // A device whose filesystem the sample reports has its
+                // operation counts from /proc/diskstats (the root container).
+                let counted = s.filesystems.iter().any(|fs| fs.device == d.device);
+                if counted && (name == "container_fs_reads" || name == "container_fs_writes") {
+                    continue;
+                }
                 m.counter(name, help, with(id, &dev), f(v));
             }
             let (major, minor) = (d.major.to_string(), d.minor.to_string());
@@ -786,6 +903,93 @@ pub fn render(samples: &[Sample], now: i64, scrape_error: bool) -> Result<String
                     fi(v),
                 );
             }
+        }
+        for fs in &s.filesystems {
+            let dev = [("device", fs.device.as_str())];
+            for (name, help, v) in [
+                (
+                    "container_fs_limit_bytes",
+                    "Number of bytes that can be consumed by the container on this filesystem.",
+                    fs.limit,
+                ),
+                (
+                    "container_fs_usage_bytes",
+                    "Number of bytes that are consumed by the container on this filesystem.",
+                    fs.usage,
+                ),
+                ("container_fs_inodes_total", "Number of Inodes", fs.inodes),
+                (
+                    "container_fs_inodes_free",
+                    "Number of available Inodes",
+                    fs.inodes_free,
+                ),
+            ] {
+                m.gauge(name, help, with(id, &dev), f(v));
+            }
+            let Some(d) = &fs.stats else {
+                continue;
+            };
+            let ms = |v: u64| f(v) / 1000.0;
+            for (name, help, v) in [
+                (
+                    "container_fs_reads",
+                    "Cumulative count of reads completed",
+                    f(d.reads),
+                ),
+                (
+                    "container_fs_reads_merged",
+                    "Cumulative count of reads merged",
+                    f(d.reads_merged),
+                ),
+                (
+                    "container_fs_sector_reads",
+                    "Cumulative count of sector reads completed",
+                    f(d.sectors_read),
+                ),
+                (
+                    "container_fs_read_seconds",
+                    "Cumulative count of seconds spent reading",
+                    ms(d.read_ms),
+                ),
+                (
+                    "container_fs_writes",
+                    "Cumulative count of writes completed",
+                    f(d.writes),
+                ),
+                (
+                    "container_fs_writes_merged",
+                    "Cumulative count of writes merged",
+                    f(d.writes_merged),
+                ),
+                (
+                    "container_fs_sector_writes",
+                    "Cumulative count of sector writes completed",
+                    f(d.sectors_written),
+                ),
+                (
+                    "container_fs_write_seconds",
+                    "Cumulative count of seconds spent writing",
+                    ms(d.write_ms),
+                ),
+                (
+                    "container_fs_io_time_seconds",
+                    "Cumulative count of seconds spent doing I/Os",
+                    ms(d.io_ms),
+                ),
+                (
+                    "container_fs_io_time_weighted_seconds",
+                    "Cumulative weighted I/O time in seconds",
+                    ms(d.weighted_io_ms),
+                ),
+            ] {
+                m.counter(name, help, with(id, &dev), v);
+            }
+            m.gauge(
+                "container_fs_io_current",
+                "Number of I/Os currently in progress",
+                with(id, &dev),
+                f(d.in_progress),
+            );
         }
         for i in &s.network {
             let l = || with(id, &[("interface", i.name.as_str())]);

@@ -171,9 +171,11 @@ impl Cgroups {
 
     /// Process `pid`'s cgroups (`proc_cgroup`, its /proc/<pid>/cgroup
     /// text) read as cAdvisor's libcontainer handler reads a container's:
-    /// cpu, memory, limits, block I/O by device, processes and their file
-    /// descriptors; the identity's `id` is the cgroup's path. Blocking.
-    fn cadvisor_sample(&self, proc_cgroup: &str, pid: u64) -> cadvisor::Sample {
+    /// cpu, memory, limits, block I/O by device, and (with `pid`, the
+    /// container's first process) its processes, their file descriptors and
+    /// the first one's open-file limit; the identity's `id` is the cgroup's
+    /// path. Blocking.
+    fn cadvisor_sample(&self, proc_cgroup: &str, pid: Option<u64>) -> cadvisor::Sample {
         let v1 = !self.v2;
         let dir = |c: &str| self.controller_dir(proc_cgroup, c);
         let (cpuacct, cpu, memory, blkio, pids) = (
@@ -270,7 +272,9 @@ impl Cgroups {
         }
 
         let procs_dir = if v1 { &cpuacct } else { &cpu };
-        let processes = text(procs_dir, "cgroup.procs").map(|procs| {
+        let processes =
+            pid.and_then(|pid| text(procs_dir, "cgroup.procs").map(|procs| (pid, procs)));
+        let processes = processes.map(|(pid, procs)| {
             let pids_in: Vec<u64> = procs
                 .lines()
                 .filter_map(|l| l.trim().parse().ok())
@@ -817,7 +821,8 @@ impl Provider {
         summary::network_from_net_dev(&read(&PathBuf::from(format!("/proc/{pid}/net/dev")))?, now)
     }
 
-    /// The `/metrics/cadvisor` exposition ([`cadvisor::render`]): every
+    /// The `/metrics/cadvisor` exposition ([`cadvisor::render`]): the node's
+    /// root cgroup with its block devices ([`Provider::root_sample`]), every
     /// running container of a live sandbox, and each such sandbox as
     /// container `POD` with its network, read from their cgroups and /proc;
     /// `container_scrape_error 1` alone when the runtime cannot list them.
@@ -910,7 +915,49 @@ impl Provider {
                     .await,
             );
         }
+        samples.insert(0, self.root_sample().await);
         cadvisor::render(&samples, now.0 / 1_000_000_000, false)
+    }
+
+    /// The node's root cgroup as cAdvisor's root container (`id="/"`): its
+    /// cpu, memory and limits, started at boot, with the node's mounted
+    /// block devices (size, use, inodes and `/proc/diskstats` counters).
+    async fn root_sample(&self) -> cadvisor::Sample {
+        let cgroups = self.cgroups.clone();
+        tokio::task::spawn_blocking(move || {
+            // Every hierarchy's own root (v2: the unified one).
+            let mut s = cgroups.cadvisor_sample("0:cpu,cpuacct,memory,blkio,pids:/\n0::/\n", None);
+            s.start_time = read(Path::new("/proc/stat"))
+                .and_then(|t| summary::boot_time(&t))
+                .unwrap_or(0);
+            let stats = read(Path::new("/proc/diskstats"))
+                .map(|t| cadvisor::diskstats(&t))
+                .unwrap_or_default();
+            let mounts = read(Path::new("/proc/self/mountinfo"))
+                .map(|t| cadvisor::mounted_devices(&t))
+                .unwrap_or_default();
+            s.filesystems = mounts
+                .into_iter()
+                .filter_map(|(major, minor, point)| {
+                    let st = rustix::fs::statvfs(point.as_str()).ok()?;
+                    let unit = st.f_frsize;
+                    Some(cadvisor::Filesystem {
+                        device: device_name(major, minor),
+                        limit: st.f_blocks.saturating_mul(unit),
+                        usage: st.f_blocks.saturating_sub(st.f_bfree).saturating_mul(unit),
+                        inodes: st.f_files,
+                        inodes_free: st.f_ffree,
+                        stats: stats
+                            .iter()
+                            .find(|d| (d.major, d.minor) == (major, minor))
+                            .cloned(),
+                    })
+                })
+                .collect();
+            s
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// One container's (or sandbox's) [`cadvisor::Sample`] from its process
@@ -935,7 +982,7 @@ impl Provider {
         let cgroups = self.cgroups.clone();
         let read = tokio::task::spawn_blocking(move || {
             let proc_cgroup = read(&PathBuf::from(format!("/proc/{pid}/cgroup")))?;
-            let mut s = cgroups.cadvisor_sample(&proc_cgroup, pid);
+            let mut s = cgroups.cadvisor_sample(&proc_cgroup, Some(pid));
             if network {
                 s.network = read(&PathBuf::from(format!("/proc/{pid}/net/dev")))
                     .map(|t| cadvisor::net_dev(&t))

@@ -215,6 +215,7 @@ fn busybox() -> Sample {
             max_open_files: Some(1_048_576),
         }),
         network: Vec::new(),
+        filesystems: Vec::new(),
     }
 }
 
@@ -342,4 +343,88 @@ fn render_reports_a_sandbox_network_and_scrape_errors() {
     let failed = render(&[], 5, true).unwrap();
     assert_eq!(value(&failed, "container_scrape_error"), Some(1.0));
     assert!(!failed.contains("container_last_seen{"), "{failed}");
+}
+
+#[test]
+fn diskstats_and_mounted_block_devices() {
+    let text = " 254       0 vda 4914413 187748 342382946 18709218 3061679 1343903 1085644856 6554247 0 995780 25458249 781178 50 942628696 152112\n\
+                  7       0 loop0 1 2 3\n";
+    assert_eq!(
+        diskstats(text),
+        vec![DiskStats {
+            major: 254,
+            minor: 0,
+            reads: 4_914_413,
+            reads_merged: 187_748,
+            sectors_read: 342_382_946,
+            read_ms: 18_709_218,
+            writes: 3_061_679,
+            writes_merged: 1_343_903,
+            sectors_written: 1_085_644_856,
+            write_ms: 6_554_247,
+            in_progress: 0,
+            io_ms: 995_780,
+            weighted_io_ms: 25_458_249,
+        }]
+    );
+    let mountinfo = "22 27 0:21 / /proc rw,relatime shared:3 - proc proc rw\n\
+                     27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,discard\n\
+                     40 27 254:0 /var/lib/x /data rw - ext4 /dev/vda rw\n\
+                     41 27 8:1 / /mnt rw - xfs /dev/sdb1 rw\n\
+                     42 27 0:50 / /run/x rw - tmpfs tmpfs rw\n\
+                     bad line\n";
+    assert_eq!(
+        mounted_devices(mountinfo),
+        vec![(254, 0, "/".to_string()), (8, 1, "/mnt".to_string())]
+    );
+}
+
+#[test]
+fn the_root_container_reports_its_filesystems_and_their_counters() {
+    let root = Sample {
+        identity: Identity {
+            id: "/".into(),
+            ..Identity::default()
+        },
+        io: vec![DeviceIo {
+            device: "/dev/vda".into(),
+            major: 254,
+            minor: 0,
+            read_bytes: 4096,
+            reads: 999,
+            ..DeviceIo::default()
+        }],
+        filesystems: vec![Filesystem {
+            device: "/dev/vda".into(),
+            limit: 1000,
+            usage: 400,
+            inodes: 50,
+            inodes_free: 20,
+            stats: Some(DiskStats {
+                reads: 7,
+                read_ms: 1500,
+                in_progress: 2,
+                weighted_io_ms: 250,
+                ..DiskStats::default()
+            }),
+        }],
+        ..Sample::default()
+    };
+    let text = render(&[root], 5, false).unwrap();
+    let l = r#"container="",id="/",image="",name="",namespace="",pod="",device="/dev/vda""#;
+    let at = |name: &str| value(&text, &format!("{name}{{{l}}}"));
+    assert_eq!(at("container_fs_limit_bytes"), Some(1000.0));
+    assert_eq!(at("container_fs_usage_bytes"), Some(400.0));
+    assert_eq!(at("container_fs_inodes_total"), Some(50.0));
+    assert_eq!(at("container_fs_inodes_free"), Some(20.0));
+    // Operation counts from /proc/diskstats, not added to the cgroup's.
+    assert_eq!(at("container_fs_reads_total"), Some(7.0));
+    assert_eq!(at("container_fs_read_seconds_total"), Some(1.5));
+    assert_eq!(at("container_fs_io_current"), Some(2.0));
+    assert_eq!(
+        at("container_fs_io_time_weighted_seconds_total"),
+        Some(0.25)
+    );
+    // Bytes still from the cgroup's block I/O.
+    assert_eq!(at("container_fs_reads_bytes_total"), Some(4096.0));
 }
