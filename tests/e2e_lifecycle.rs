@@ -722,3 +722,42 @@ async fn an_init_container_that_fails_fails_the_pod_behind_a_failing_sidecar() {
     }
     drop_namespace(&client, &ns).await;
 }
+
+/// An init container with a memory limit (the only limit of the pod) that
+/// the OOM killer ends: the pod is Burstable (init containers count, as the
+/// API server classed it), and with restartPolicy Never it fails with the
+/// init container `OOMKilled`.
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn an_oom_killed_init_container_fails_its_burstable_pod() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-init-oom").await;
+    let p: Pod = from_json(serde_json::json!({
+        "metadata": { "name": "oom" },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "initContainers": [{
+                "name": "oom", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1"],
+                "resources": { "limits": { "memory": "15Mi" } },
+            }],
+            "containers": [{
+                "name": "main", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "600"],
+            }],
+        }
+    }));
+    create(&client, &ns, &p).await;
+    let failed = wait_for(&client, &ns, "oom", 60, "Failed", phase("Failed")).await;
+    let st = failed.status.unwrap_or_default();
+    assert_eq!(st.qos_class.as_deref(), Some("Burstable"));
+    let init = &st.init_container_statuses.unwrap_or_default()[0];
+    let t = init.state.as_ref().and_then(|s| s.terminated.as_ref());
+    assert_eq!(
+        t.and_then(|t| t.reason.as_deref()),
+        Some("OOMKilled"),
+        "{init:?}"
+    );
+    drop_namespace(&client, &ns).await;
+}

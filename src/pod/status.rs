@@ -315,11 +315,14 @@ pub fn qos_class(pod: &Pod) -> &'static str {
             "Burstable"
         };
     }
-    let containers = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
-        .unwrap_or_default();
+    // Init containers count as the others do (`ComputePodQOS` goes
+    // through both): a pod the API server classed with them must not be
+    // reported otherwise (`status.qosClass` is immutable).
+    let spec = pod.spec.as_ref();
+    let containers: Vec<&k8s_openapi::api::core::v1::Container> = spec
+        .into_iter()
+        .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+        .collect();
     let mut any = false;
     let mut guaranteed = !containers.is_empty();
     for c in containers {
@@ -2185,6 +2188,24 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(qos_class(&p), "Burstable");
+        // An init container's limits count: a memory limit on it alone
+        // makes the pod Burstable (the node suite's OOM-killed init
+        // container pod).
+        let mut init = pod("i")
+            .init_container("oom", "busybox")
+            .container("a", "busybox")
+            .build();
+        init.spec
+            .as_mut()
+            .unwrap()
+            .init_containers
+            .as_mut()
+            .unwrap()[0]
+            .resources = Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([("memory".to_string(), q("15Mi"))])),
+            ..Default::default()
+        });
+        assert_eq!(qos_class(&init), "Burstable");
         // Pod-level resources decide alone: limits alone are Guaranteed,
         // whatever the containers ask.
         p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
