@@ -842,7 +842,12 @@ def headline(run):
     if run is None:
         return "not run", ""
     passed, ran = run.count("passed"), run.ran()
-    return f"{passed} / {ran} ({percent(passed, ran)})", str(len(run.machine_failures()))
+    text = f"{passed} / {ran} ({percent(passed, ran)})"
+    # A run still going (or stopped, to be resumed) has no summary yet: its
+    # figures cover the shards that finished, and the rest is not reached.
+    if not run.info.get("date") and run.count("not reached"):
+        text += f", unfinished: {run.count('not reached')} not reached yet"
+    return text, str(len(run.machine_failures()))
 
 
 def section_header(s):
