@@ -208,7 +208,8 @@ fn run_options(allocations: &BTreeMap<String, Allocation>) -> RunOptions {
 }
 
 /// The device counts container `c` asks for: its limits of extended
-/// resources (for which requests equal limits), whole units, positive.
+/// resources (for which requests equal limits), whole units, positive;
+/// a count too large to hold is `usize::MAX`.
 fn device_requests(c: &Container) -> Vec<(String, usize)> {
     c.resources
         .as_ref()
@@ -217,9 +218,12 @@ fn device_requests(c: &Container) -> Vec<(String, usize)> {
         .flatten()
         .filter(|(name, _)| crate::resource::is_extended_resource(name))
         .filter_map(|(name, q)| {
-            let n = crate::resource::Quantity::parse(&q.0).ok()?.value();
-            let n = usize::try_from(n).ok().filter(|n| *n > 0)?;
-            Some((name.clone(), n))
+            // A count beyond any node's is asked as such (and refused), not
+            // dropped: `1e30` devices is never zero devices.
+            let n = crate::resource::Quantity::parse_saturating(&q.0)
+                .ok()?
+                .value();
+            (n > 0).then(|| (name.clone(), usize::try_from(n).unwrap_or(usize::MAX)))
         })
         .collect()
 }

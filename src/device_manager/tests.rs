@@ -481,3 +481,33 @@ fn resource_names_a_plugin_may_register() {
         assert!(!valid_resource_name(bad), "{bad}");
     }
 }
+
+#[tokio::test]
+async fn a_pod_asking_for_more_devices_than_exist_is_refused_not_given_none() {
+    let s = setup();
+    let (_tx, rx) = watch::channel(Some(vec![device("a", true)]));
+    let _srv = serve_plugin(&s.dir, "p.sock", plugin(rx));
+    register(&s.dir, "p.sock", RES).await.unwrap();
+    wait_counts(&s.manager, RES, Some((1, 1))).await;
+    for huge in ["1e30", "99999999999999999999999", "9223372036854775807"] {
+        let mut p = pod_asking("u9", 1);
+        let limits = p.spec.as_mut().unwrap().containers[0]
+            .resources
+            .as_mut()
+            .unwrap()
+            .limits
+            .as_mut()
+            .unwrap();
+        limits.insert(
+            RES.into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(huge.into()),
+        );
+        let err = s.manager.allocate_pod(&p, |_| true).await.unwrap_err();
+        assert!(
+            err.starts_with("requested number of devices unavailable"),
+            "{huge}: {err}"
+        );
+    }
+    // Nothing was given.
+    assert_eq!(s.manager.state().available(RES, |_| true), ["a"]);
+}

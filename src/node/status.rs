@@ -323,7 +323,7 @@ pub fn check_reservations(
     Ok(())
 }
 
-pub use crate::resource::is_extended_resource;
+use crate::resource::is_extended_resource;
 
 /// Adds to rustlet's own `capacity` and `allocatable` the resources other
 /// writers put on the Node (`old`): extended resources advertised by a cluster

@@ -244,7 +244,7 @@ fn resource_fit(pod: &Pod, admitted: &[&Pod], node: &NodeView) -> Option<Rejecti
         if request <= Quantity::default() || name == "pods" {
             continue;
         }
-        if crate::node::status::is_extended_resource(&name) && !allocatable.contains_key(&name) {
+        if crate::resource::is_extended_resource(&name) && !allocatable.contains_key(&name) {
             continue;
         }
         let have = allocatable.get(&name).copied().unwrap_or_default();
