@@ -1,6 +1,6 @@
 //! Generates the gRPC code of the APIs in `proto/` (plugin registration, the
 //! device plugin API, the CSI Identity, Controller and Node services, the CRI fields newer than the
-//! runtime API bindings), clients and servers, with protoc.
+//! runtime API bindings, the pod resources API), clients and servers, with protoc.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "proto/deviceplugin/v1beta1/api.proto",
             "proto/csi/v1/csi.proto",
             "proto/cri/v1/extension.proto",
+            "proto/podresources/v1/api.proto",
+            "proto/podresources/v1alpha1/api.proto",
         ],
         &["proto"],
     )?;

@@ -186,6 +186,13 @@ MACHINE_TEXT_REASONS = [
         "this machine reaches no container registry",
     ),
     (
+        r"Expected Pod to be in <v1\.PodPhase>: Running[\s\S]*imagePullPolicy: Always[\s\S]*"
+        r"reason: (ErrImagePull|ImagePullBackOff)",
+        "waits for a pod to run whose image it pulls with imagePullPolicy Always (agnhost, in the "
+        "container lifecycle tests of a regular container's image update); the pull fails "
+        "(ErrImagePull, ImagePullBackOff): this machine reaches no container registry",
+    ),
+    (
         r"nmeter: (command )?not found|parsing time \"\d{4}-\d\d-\d\dTZ",
         "times its events with busybox's nmeter applet, which a local image does not have: Debian's "
         "busybox (in the e2e busybox image of earlier sittings, and in agnhost, which the container "

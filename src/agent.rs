@@ -597,6 +597,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         sources: sources.clone(),
         allocations: crate::pod::allocation::Allocations::load(&settings.root_dir),
     });
+    // The pod resources API on <root-dir>/pod-resources/kubelet.sock: the
+    // active pods are those whose phase, as last sent, is not terminal.
+    let lister: crate::pod_resources::PodLister = {
+        let (store, status) = (store.clone(), ctx.status.clone());
+        Arc::new(move |which| {
+            store
+                .state()
+                .into_iter()
+                .filter(|p| {
+                    which == crate::pod_resources::Pods::All
+                        || !crate::pod::spec::is_terminal(&status.with_sent_status(p.clone()))
+                })
+                .collect()
+        })
+    };
+    crate::pod_resources::serve(&settings.root_dir, lister, ctx.runtime.devices.clone())?;
     // SIGTERM or SIGINT: the pod workers finish what they do (at most
     // WORKER_GRACE), then the node API drains.
     let (stop_tx, stopping) = tokio::sync::watch::channel(false);

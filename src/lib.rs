@@ -26,6 +26,7 @@ pub mod node_selector;
 pub mod paths;
 pub mod plugin_manager;
 pub mod pod;
+pub mod pod_resources;
 pub mod prober;
 pub mod proto;
 pub mod reasons;

@@ -10,11 +10,12 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 /// The Prometheus client's default buckets (`prometheus.DefBuckets`), seconds.
@@ -96,6 +97,61 @@ pub struct PodCounts {
     pub mirrors: usize,
 }
 
+/// Label `server_api_version` of the pod resources API's metrics: `v1` or
+/// `v1alpha1`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiVersion {
+    /// The API version the call was made to.
+    pub server_api_version: String,
+}
+
+/// A call of the pod resources API v1 with counters of its own
+/// ([`Metrics::pod_resources_request`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodResourcesCall {
+    /// `List` (`kubelet_pod_resources_endpoint_requests_list`).
+    List,
+    /// `GetAllocatableResources`
+    /// (`kubelet_pod_resources_endpoint_requests_get_allocatable`).
+    GetAllocatable,
+    /// `Get` (`kubelet_pod_resources_endpoint_requests_get`).
+    Get,
+}
+
+/// A counter exposed under its name as it is, without the `_total` suffix
+/// the text encoder gives counters: the kubelet's counters whose name does
+/// not end in `_total` (`kubelet_pod_resources_endpoint_requests_list`)
+/// keep that name, with the type `counter`.
+#[derive(Clone, Debug, Default)]
+pub struct PlainCounter(Counter);
+
+impl PlainCounter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.0.inc();
+    }
+
+    /// The count.
+    #[must_use]
+    pub fn get(&self) -> u64 {
+        self.0.get()
+    }
+}
+
+impl TypedMetric for PlainCounter {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for PlainCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_gauge(&self.0.get())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
 /// The `(config, static)` pairs of `kubelet_working_pods` the kubelet
 /// reports, each for every lifecycle.
 const WORKING_CONFIGS: [(&str, &str); 5] = [
@@ -141,6 +197,18 @@ pub struct Metrics {
     pub active_pods: Family<StaticLabel, Gauge>,
     /// `kubelet_mirror_pods`: mirror pods in the API server.
     pub mirror_pods: Gauge,
+    /// `kubelet_pod_resources_endpoint_requests_total{server_api_version}`:
+    /// calls of the pod resources API.
+    pub pod_resources_requests: Family<ApiVersion, Counter>,
+    /// `kubelet_pod_resources_endpoint_requests_list{server_api_version}`.
+    pub pod_resources_requests_list: Family<ApiVersion, PlainCounter>,
+    /// `kubelet_pod_resources_endpoint_requests_get_allocatable{server_api_version}`.
+    pub pod_resources_requests_get_allocatable: Family<ApiVersion, PlainCounter>,
+    /// `kubelet_pod_resources_endpoint_requests_get{server_api_version}`.
+    pub pod_resources_requests_get: Family<ApiVersion, PlainCounter>,
+    /// `kubelet_pod_resources_endpoint_errors_get{server_api_version}`:
+    /// `Get` calls that failed (the pod was not found).
+    pub pod_resources_errors_get: Family<ApiVersion, PlainCounter>,
     /// Pod UID → when the pod worker first saw it, and whether its start was recorded.
     first_seen: Mutex<HashMap<String, (Instant, bool)>>,
     /// The registry of `/metrics/probes`.
@@ -181,6 +249,11 @@ impl Metrics {
             desired_pods: Family::default(),
             active_pods: Family::default(),
             mirror_pods: Gauge::default(),
+            pod_resources_requests: Family::default(),
+            pod_resources_requests_list: Family::default(),
+            pod_resources_requests_get_allocatable: Family::default(),
+            pod_resources_requests_get: Family::default(),
+            pod_resources_errors_get: Family::default(),
             first_seen: Mutex::default(),
             probes_registry: Registry::default(),
             probe_total: Family::default(),
@@ -253,6 +326,31 @@ impl Metrics {
             "Number of mirror pods of this node in the API server",
             m.mirror_pods.clone(),
         );
+        registry.register(
+            "pod_resources_endpoint_requests",
+            "Cumulative number of requests to the PodResource endpoint. Broken down by server api version.",
+            m.pod_resources_requests.clone(),
+        );
+        registry.register(
+            "pod_resources_endpoint_requests_list",
+            "Number of requests to the PodResource List endpoint. Broken down by server api version.",
+            m.pod_resources_requests_list.clone(),
+        );
+        registry.register(
+            "pod_resources_endpoint_requests_get_allocatable",
+            "Number of requests to the PodResource GetAllocatableResources endpoint. Broken down by server api version.",
+            m.pod_resources_requests_get_allocatable.clone(),
+        );
+        registry.register(
+            "pod_resources_endpoint_requests_get",
+            "Number of requests to the PodResource Get endpoint. Broken down by server api version.",
+            m.pod_resources_requests_get.clone(),
+        );
+        registry.register(
+            "pod_resources_endpoint_errors_get",
+            "Number of requests to the PodResource Get endpoint which returned error. Broken down by server api version.",
+            m.pod_resources_errors_get.clone(),
+        );
         let m = Self {
             registry,
             probes_registry,
@@ -261,6 +359,32 @@ impl Metrics {
         // Every series exists from the start, at 0, as the kubelet sets them all.
         m.set_pod_counts(&PodCounts::default());
         m
+    }
+
+    /// Counts one call of the pod resources API `version` (`v1`,
+    /// `v1alpha1`), and `call` on its own counter when given, as the
+    /// kubelet's pod resources servers count their calls.
+    pub fn pod_resources_request(&self, version: &str, call: Option<PodResourcesCall>) {
+        let label = ApiVersion {
+            server_api_version: version.to_string(),
+        };
+        self.pod_resources_requests.get_or_create(&label).inc();
+        let family = match call {
+            Some(PodResourcesCall::List) => &self.pod_resources_requests_list,
+            Some(PodResourcesCall::GetAllocatable) => &self.pod_resources_requests_get_allocatable,
+            Some(PodResourcesCall::Get) => &self.pod_resources_requests_get,
+            None => return,
+        };
+        family.get_or_create(&label).inc();
+    }
+
+    /// Counts one failed `Get` call of the pod resources API `version`.
+    pub fn pod_resources_get_failed(&self, version: &str) {
+        self.pod_resources_errors_get
+            .get_or_create(&ApiVersion {
+                server_api_version: version.to_string(),
+            })
+            .inc();
     }
 
     /// Records one CRI call: its count, its latency and, if it failed, an error.

@@ -31,3 +31,19 @@ pub mod csi {
 pub mod cri_extension {
     tonic::include_proto!("rustlet.cri.v1");
 }
+
+/// The pod resources API the agent serves (module `pod_resources`), as
+/// the kubelet's podresources v1 and v1alpha1
+/// (k8s.io/kubelet/pkg/apis/podresources).
+pub mod podresources {
+    /// podresources v1.
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod v1 {
+        tonic::include_proto!("v1");
+    }
+    /// podresources v1alpha1.
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod v1alpha1 {
+        tonic::include_proto!("v1alpha1");
+    }
+}

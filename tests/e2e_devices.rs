@@ -3,7 +3,8 @@
 //! on a socket in the agent's device plugin directory, registers on the
 //! agent's `kubelet.sock`, and checks the Node's capacity and allocatable,
 //! a pod given a device (its environment and mount from `Allocate`), and
-//! what happens when a device turns unhealthy and when the plugin stops.
+//! what happens when a device turns unhealthy and when the plugin stops;
+//! and the pod resources API's view of the same devices.
 
 mod common;
 
@@ -22,7 +23,12 @@ use rustlet::proto::deviceplugin::{
     Empty, ListAndWatchResponse, Mount, PreStartContainerRequest, PreStartContainerResponse,
     PreferredAllocationRequest, PreferredAllocationResponse, RegisterRequest,
 };
+use rustlet::proto::podresources::v1::pod_resources_lister_client::PodResourcesListerClient;
+use rustlet::proto::podresources::v1::{
+    AllocatableResourcesRequest, ContainerDevices, GetPodResourcesRequest, ListPodResourcesRequest,
+};
 use tokio::sync::watch;
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 /// The agent's device plugin directory (`--device-plugins-dir`, default).
@@ -31,6 +37,39 @@ fn plugins_dir() -> PathBuf {
         || rustlet::device_manager::DEFAULT_DIR.into(),
         PathBuf::from,
     )
+}
+
+/// The agent's pod resources socket, under its root directory
+/// (`RUSTLET_ROOT_DIR`, else the local cluster's agent's).
+fn pod_resources_socket() -> PathBuf {
+    std::env::var_os("RUSTLET_ROOT_DIR")
+        .map_or_else(|| local().join("rustlet"), PathBuf::from)
+        .join(rustlet::pod_resources::DIR_NAME)
+        .join(rustlet::pod_resources::SOCKET)
+}
+
+/// The IDs of `resource`'s devices among `devices`, sorted.
+fn ids_of(devices: &[ContainerDevices], resource: &str) -> Vec<String> {
+    let mut ids: Vec<String> = devices
+        .iter()
+        .filter(|d| d.resource_name == resource)
+        .flat_map(|d| d.device_ids.clone())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The node's allocatable devices of `resource`, by the pod resources API.
+async fn allocatable_ids(
+    pr: &mut PodResourcesListerClient<Channel>,
+    resource: &str,
+) -> Vec<String> {
+    let r = pr
+        .get_allocatable_resources(AllocatableResourcesRequest {})
+        .await
+        .expect("GetAllocatableResources")
+        .into_inner();
+    ids_of(&r.devices, resource)
 }
 
 #[derive(Clone)]
@@ -231,11 +270,53 @@ async fn a_device_plugins_devices_reach_the_node_and_a_pod() {
     // Held devices still count as allocatable (as the kubelet's).
     wait_counts(&nodes, &resource, (2, 2)).await;
 
+    // The pod resources API: the pod's container with its device, by List
+    // and by Get, and both healthy devices as allocatable.
+    let channel = rustlet::cri::unix_channel(pod_resources_socket())
+        .await
+        .expect("the agent's pod resources socket");
+    let mut pr = PodResourcesListerClient::new(channel);
+    let listed = pr
+        .list(ListPodResourcesRequest {})
+        .await
+        .expect("List")
+        .into_inner();
+    let mine = listed
+        .pod_resources
+        .iter()
+        .find(|p| p.namespace == ns && p.name == "user")
+        .unwrap_or_else(|| panic!("the pod in List: {listed:?}"));
+    assert_eq!(mine.containers.len(), 1, "{mine:?}");
+    assert_eq!(mine.containers[0].name, "user");
+    assert_eq!(ids_of(&mine.containers[0].devices, &resource), given);
+    let got = pr
+        .get(GetPodResourcesRequest {
+            pod_name: "user".into(),
+            pod_namespace: ns.clone(),
+        })
+        .await
+        .expect("Get")
+        .into_inner()
+        .pod_resources
+        .expect("the pod's resources");
+    assert_eq!(&got, mine);
+    assert_eq!(allocatable_ids(&mut pr, &resource).await, ["d0", "d1"]);
+    let metrics = scrape(&client, "metrics").await;
+    for name in ["list", "get", "get_allocatable"] {
+        let line =
+            format!("kubelet_pod_resources_endpoint_requests_{name}{{server_api_version=\"v1\"}}");
+        assert!(
+            sample(&metrics, &line).is_some_and(|v| v >= 1.0),
+            "{line} in /metrics"
+        );
+    }
+
     // A device turns unhealthy: allocatable drops, capacity stays.
     devices
         .send(vec![device("d0", false), device("d1", true)])
         .unwrap();
     wait_counts(&nodes, &resource, (1, 2)).await;
+    assert_eq!(allocatable_ids(&mut pr, &resource).await, ["d1"]);
 
     // The plugin stops (its stream ends): every device unhealthy, capacity
     // kept; the pod runs on.

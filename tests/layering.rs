@@ -56,7 +56,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "the pod worker and the node object",
         &["pod", "node", "eviction"],
     ),
-    ("the node API", &["server"]),
+    ("the node API", &["server", "pod_resources"]),
     // `bin`: the other programs built on the library (the test CSI driver).
     ("wiring", &["agent", "cli", "main", "bin"]),
 ];

@@ -47,7 +47,7 @@ use crate::proto::deviceplugin::{
     device_plugin_client::DevicePluginClient,
     registration_server::{Registration, RegistrationServer},
 };
-pub use state::{Allocation, DeviceResources, Options, STOP_GRACE};
+pub use state::{Allocation, DeviceResources, DevicesByResource, Options, STOP_GRACE, Topology};
 use state::{ContainerKey, State};
 
 /// Where device plugins and the agent's registration socket live (the
@@ -330,6 +330,21 @@ impl DeviceManager {
         self.state().resources(now)
     }
 
+    /// The healthy devices of every resource, with their NUMA nodes (the
+    /// pod resources API's allocatable devices).
+    #[must_use]
+    pub fn healthy_devices(&self) -> DevicesByResource {
+        self.state().healthy_devices()
+    }
+
+    /// The devices container `container` of the pod with UID `uid` was
+    /// given, by resource, with their NUMA nodes.
+    #[must_use]
+    pub fn container_devices(&self, uid: &str, container: &str) -> DevicesByResource {
+        self.state()
+            .container_devices(&(uid.to_string(), container.to_string()))
+    }
+
     /// A registration (`Register`), checked and connected as the kubelet's
     /// plugin server does it.
     async fn register(&self, r: RegisterRequest) -> Result<(), Status> {
@@ -435,11 +450,20 @@ impl DeviceManager {
                             if !self.state().is_current(&resource, generation) {
                                 return;
                             }
-                            let devices: Vec<(String, bool)> = m
+                            let devices: Vec<state::Device> = m
                                 .devices
                                 .iter()
                                 .take(state::MAX_DEVICES)
-                                .map(|d| (d.id.clone(), d.health == HEALTHY))
+                                .map(|d| state::Device {
+                                    id: d.id.clone(),
+                                    healthy: d.health == HEALTHY,
+                                    numa: d
+                                        .topology
+                                        .iter()
+                                        .flat_map(|t| &t.nodes)
+                                        .map(|n| n.id)
+                                        .collect(),
+                                })
                                 .collect();
                             if self.state().update(&resource, generation, &devices) {
                                 self.notify();

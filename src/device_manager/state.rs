@@ -7,6 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+/// The most NUMA nodes kept for one device; the rest are ignored.
+pub const MAX_NUMA_NODES: usize = 64;
+
 /// How long the devices of a plugin that went away stay in the node's
 /// capacity (as unhealthy) before the resource is dropped (the kubelet's
 /// `endpointStopGracePeriod`).
@@ -20,6 +23,25 @@ pub const MAX_RESOURCES: usize = 256;
 /// The most devices one plugin may advertise; the rest of a longer list is
 /// ignored.
 pub const MAX_DEVICES: usize = 4096;
+
+/// The NUMA nodes a device sits on, as its plugin reported them (empty:
+/// none reported).
+pub type Topology = Vec<i64>;
+
+/// One device as a plugin lists it (`v1beta1.Device`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Device {
+    /// Its ID, unique for the plugin.
+    pub id: String,
+    /// True when the plugin reports it `Healthy`.
+    pub healthy: bool,
+    /// Its NUMA nodes.
+    pub numa: Topology,
+}
+
+/// Devices by resource: resource name → (device ID, its NUMA nodes), both
+/// sorted, as the pod resources API reads them.
+pub type DevicesByResource = Vec<(String, Vec<(String, Topology)>)>;
 
 /// What a plugin asked for at registration (`DevicePluginOptions`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,6 +57,8 @@ pub struct Options {
 struct Resource {
     /// Device ID → healthy.
     devices: BTreeMap<String, bool>,
+    /// Device ID → its NUMA nodes, for devices that have any.
+    numa: BTreeMap<String, Topology>,
     /// When its plugin went away (None: connected).
     stopped_at: Option<Instant>,
     /// The registration its plugin made (a newer one replaces it).
@@ -119,15 +143,26 @@ impl State {
             .filter(|r| r.generation == generation)
     }
 
-    /// A `ListAndWatch` answer of registration `generation`: `devices` (ID,
-    /// healthy) become the resource's devices, at most [`MAX_DEVICES`] of
-    /// them (the kubelet's `genericDeviceUpdateCallback`). Ignored when a
-    /// newer registration replaced it. True when something changed.
-    pub fn update(&mut self, resource: &str, generation: u64, devices: &[(String, bool)]) -> bool {
+    /// A `ListAndWatch` answer of registration `generation`: `devices`
+    /// become the resource's devices, at most [`MAX_DEVICES`] of them (the
+    /// kubelet's `genericDeviceUpdateCallback`). Ignored when a newer
+    /// registration replaced it. True when the Node's counts may change.
+    pub fn update(&mut self, resource: &str, generation: u64, devices: &[Device]) -> bool {
         let Some(r) = self.current_mut(resource, generation) else {
             return false;
         };
-        let new: BTreeMap<String, bool> = devices.iter().take(MAX_DEVICES).cloned().collect();
+        let listed = devices.iter().take(MAX_DEVICES);
+        let new: BTreeMap<String, bool> =
+            listed.clone().map(|d| (d.id.clone(), d.healthy)).collect();
+        r.numa = listed
+            .filter(|d| !d.numa.is_empty())
+            .map(|d| {
+                (
+                    d.id.clone(),
+                    d.numa.iter().take(MAX_NUMA_NODES).copied().collect(),
+                )
+            })
+            .collect();
         let changed = new != r.devices;
         r.devices = new;
         changed
@@ -182,6 +217,50 @@ impl State {
     #[must_use]
     pub fn is_device_resource(&self, resource: &str) -> bool {
         self.resources.contains_key(resource)
+    }
+
+    /// The healthy devices of every resource, as the pod resources API's
+    /// `GetAllocatableResources` lists them (the kubelet's
+    /// `GetAllocatableDevices`).
+    #[must_use]
+    pub fn healthy_devices(&self) -> DevicesByResource {
+        self.resources
+            .iter()
+            .map(|(name, r)| {
+                let healthy = r
+                    .devices
+                    .iter()
+                    .filter(|(_, h)| **h)
+                    .map(|(id, _)| (id.clone(), r.numa.get(id).cloned().unwrap_or_default()))
+                    .collect::<Vec<_>>();
+                (name.clone(), healthy)
+            })
+            .filter(|(_, d)| !d.is_empty())
+            .collect()
+    }
+
+    /// The devices container `key` was given, by resource, with their NUMA
+    /// nodes as their plugin reports them now (the kubelet's `GetDevices`).
+    #[must_use]
+    pub fn container_devices(&self, key: &ContainerKey) -> DevicesByResource {
+        let Some(given) = self.allocations.get(key) else {
+            return Vec::new();
+        };
+        given
+            .iter()
+            .filter(|(_, a)| !a.devices.is_empty())
+            .map(|(name, a)| {
+                let numa = |id: &String| {
+                    self.resources
+                        .get(name)
+                        .and_then(|r| r.numa.get(id))
+                        .cloned()
+                        .unwrap_or_default()
+                };
+                let devices = a.devices.iter().map(|id| (id.clone(), numa(id))).collect();
+                (name.clone(), devices)
+            })
+            .collect()
     }
 
     /// What container `key` was given.
@@ -306,8 +385,14 @@ fn count(n: usize) -> u64 {
 mod tests {
     use super::*;
 
-    fn devs(list: &[(&str, bool)]) -> Vec<(String, bool)> {
-        list.iter().map(|(d, h)| ((*d).to_string(), *h)).collect()
+    fn devs(list: &[(&str, bool)]) -> Vec<Device> {
+        list.iter()
+            .map(|(d, h)| Device {
+                id: (*d).to_string(),
+                healthy: *h,
+                numa: Vec::new(),
+            })
+            .collect()
     }
 
     fn counts(r: &DeviceResources, name: &str) -> (Option<u64>, Option<u64>) {
@@ -393,12 +478,59 @@ mod tests {
         assert_eq!(s.register("example.com/one-more", Options::default()), None);
         // An existing one may register again.
         let g = s.register("example.com/r0", Options::default()).unwrap();
-        let many: Vec<(String, bool)> = (0..MAX_DEVICES + 10)
-            .map(|i| (i.to_string(), true))
+        let many: Vec<Device> = (0..MAX_DEVICES + 10)
+            .map(|i| Device {
+                id: i.to_string(),
+                healthy: true,
+                numa: vec![0; MAX_NUMA_NODES + 1],
+            })
             .collect();
         s.update("example.com/r0", g, &many);
         let r = s.resources(Instant::now());
         assert_eq!(r.capacity["example.com/r0"], MAX_DEVICES as u64);
+        let healthy = s.healthy_devices();
+        assert_eq!(healthy[0].1.len(), MAX_DEVICES);
+        assert_eq!(healthy[0].1[0].1.len(), MAX_NUMA_NODES);
+    }
+
+    #[test]
+    fn the_pod_resources_view_lists_healthy_devices_and_a_containers_own_with_their_numa_nodes() {
+        let mut s = State::default();
+        let g = s.register(GPU, Options::default()).unwrap();
+        let mut listed = devs(&[("a", true), ("b", false), ("c", true)]);
+        listed[2].numa = vec![1];
+        s.update(GPU, g, &listed);
+        // A resource whose devices are all unhealthy lists nothing.
+        let g2 = s.register("example.com/nic", Options::default()).unwrap();
+        s.update("example.com/nic", g2, &devs(&[("n0", false)]));
+        assert_eq!(
+            s.healthy_devices(),
+            vec![(
+                GPU.to_string(),
+                vec![("a".to_string(), vec![]), ("c".to_string(), vec![1])]
+            )]
+        );
+        let key: ContainerKey = ("u1".into(), "c".into());
+        assert!(s.container_devices(&key).is_empty());
+        s.record(
+            key.clone(),
+            GPU,
+            Allocation {
+                devices: vec!["a".into(), "c".into()],
+                ..Allocation::default()
+            },
+        );
+        assert_eq!(
+            s.container_devices(&key),
+            vec![(
+                GPU.to_string(),
+                vec![("a".to_string(), vec![]), ("c".to_string(), vec![1])]
+            )]
+        );
+        assert!(
+            s.container_devices(&("u1".into(), "other".into()))
+                .is_empty()
+        );
     }
 
     #[test]
