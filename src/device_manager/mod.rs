@@ -23,9 +23,11 @@
 //!   annotations and CDI devices; `PreStartContainer` first when the plugin
 //!   asked for it.
 //!
-//! Allocations live in memory: after an agent restart a container that is
-//! created again is given devices anew (the kubelet keeps them in a
-//! checkpoint file).
+//! What each container was given is kept in a checkpoint file in the
+//! directory ([`CHECKPOINT`], as the kubelet's `kubelet_internal_checkpoint`),
+//! written on every change: an agent started again knows which devices its
+//! running containers hold, gives them to no other pod, and creates a
+//! container again with the same devices and the plugin's same answer.
 
 pub mod state;
 
@@ -55,6 +57,10 @@ use state::{ContainerKey, State};
 pub const DEFAULT_DIR: &str = "/var/lib/kubelet/device-plugins";
 /// The file name of the agent's registration socket (`KubeletSocket`).
 pub const SOCKET: &str = "kubelet.sock";
+/// The file name of the checkpoint of the devices given to containers.
+pub const CHECKPOINT: &str = "rustlet_internal_checkpoint";
+/// The largest checkpoint file read, bytes; a larger one is ignored.
+pub const MAX_CHECKPOINT_BYTES: u64 = 64 << 20;
 /// The device plugin API version the agent speaks.
 pub const VERSION: &str = "v1beta1";
 /// How long a call to a plugin may take (connection, options, allocation).
@@ -106,6 +112,9 @@ struct Inner {
     allocating: tokio::sync::Mutex<()>,
     /// Bumped on every change of the resources the Node reports.
     changed: watch::Sender<u64>,
+    /// Serializes checkpoint writes, so that the last write holds the
+    /// latest state.
+    saving: Mutex<()>,
 }
 
 /// The device manager; cheap to clone, shared by the node status loop, the
@@ -257,18 +266,58 @@ fn rpc_error(s: &Status) -> String {
 
 impl DeviceManager {
     /// A manager of the device plugins in `dir` (normally [`DEFAULT_DIR`]),
-    /// serving nothing yet ([`DeviceManager::serve`]).
+    /// serving nothing yet ([`DeviceManager::serve`]), with the devices its
+    /// checkpoint there says containers hold (none when it is missing,
+    /// larger than [`MAX_CHECKPOINT_BYTES`] or unreadable: logged).
     #[must_use]
     pub fn new(dir: &Path) -> Self {
         let (changed, _) = watch::channel(0);
+        let mut state = State::default();
+        let path = dir.join(CHECKPOINT);
+        let read = std::fs::File::open(&path).and_then(|f| {
+            use std::io::Read as _;
+            let mut text = String::new();
+            f.take(MAX_CHECKPOINT_BYTES).read_to_string(&mut text)?;
+            Ok(text)
+        });
+        match read {
+            Ok(text) => match state.restore(&text) {
+                Ok(n) => info!(containers = n, "devices given before the restart"),
+                Err(e) => {
+                    warn!(path = %path.display(), error = %e, "device checkpoint unreadable; no devices are held");
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "device checkpoint unreadable; no devices are held")
+            }
+        }
         Self {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
-                state: Mutex::new(State::default()),
+                state: Mutex::new(state),
                 plugins: Mutex::new(HashMap::new()),
                 allocating: tokio::sync::Mutex::new(()),
                 changed,
+                saving: Mutex::new(()),
             }),
+        }
+    }
+
+    /// Writes the checkpoint of what containers were given; a failure is
+    /// logged (the allocations stay in memory).
+    fn save(&self) {
+        let _serial = self
+            .inner
+            .saving
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let text = self.state().checkpoint();
+        let path = self.inner.dir.join(CHECKPOINT);
+        let written = std::fs::create_dir_all(&self.inner.dir)
+            .and_then(|()| crate::certificate::write_private(&path, &text, 0o600));
+        if let Err(e) = written {
+            warn!(path = %path.display(), error = %e, "device checkpoint not written");
         }
     }
 
@@ -595,6 +644,7 @@ impl DeviceManager {
             info!(pod = %key.0, container = %key.1, resource = %resource, ?devices, "devices allocated");
             self.state()
                 .record(key.clone(), &resource, Allocation { devices, response });
+            self.save();
         }
         Ok(())
     }
@@ -692,6 +742,7 @@ impl DeviceManager {
         let n = self.state().release(keep);
         if n > 0 {
             info!(containers = n, "devices released");
+            self.save();
         }
     }
 }

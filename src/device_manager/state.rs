@@ -7,6 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
+use prost::Message as _;
+
 /// The most NUMA nodes kept for one device; the rest are ignored.
 pub const MAX_NUMA_NODES: usize = 64;
 
@@ -89,6 +92,31 @@ pub struct Allocation {
     pub devices: Vec<String>,
     /// The plugin's answer for the container.
     pub response: crate::proto::deviceplugin::ContainerAllocateResponse,
+}
+
+/// The version of the checkpoint's format ([`State::checkpoint`]).
+pub const CHECKPOINT_VERSION: u32 = 1;
+
+/// The most entries a checkpoint is read with; the rest are ignored.
+pub const MAX_CHECKPOINT_ENTRIES: usize = 1 << 16;
+
+/// The devices one container was given of one resource, as the checkpoint
+/// keeps them (the kubelet's `PodDevicesEntry`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct CheckpointEntry {
+    pod_uid: String,
+    container_name: String,
+    resource_name: String,
+    device_ids: Vec<String>,
+    /// The plugin's `ContainerAllocateResponse`, protobuf, base64.
+    alloc_resp: String,
+}
+
+/// The checkpoint file's content.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Checkpoint {
+    version: u32,
+    entries: Vec<CheckpointEntry>,
 }
 
 /// A container: (pod UID, container name).
@@ -368,6 +396,69 @@ impl State {
             .insert(resource.to_string(), allocation);
     }
 
+    /// What every container was given, as the checkpoint file keeps it
+    /// (JSON), so that an agent started again knows which devices running
+    /// containers hold (the kubelet's `kubelet_internal_checkpoint`).
+    #[must_use]
+    pub fn checkpoint(&self) -> String {
+        let entries = self
+            .allocations
+            .iter()
+            .flat_map(|((uid, container), by_resource)| {
+                by_resource
+                    .iter()
+                    .map(move |(resource, a)| CheckpointEntry {
+                        pod_uid: uid.clone(),
+                        container_name: container.clone(),
+                        resource_name: resource.clone(),
+                        device_ids: a.devices.clone(),
+                        alloc_resp: base64::engine::general_purpose::STANDARD
+                            .encode(a.response.encode_to_vec()),
+                    })
+            })
+            .collect();
+        let checkpoint = Checkpoint {
+            version: CHECKPOINT_VERSION,
+            entries,
+        };
+        serde_json::to_string(&checkpoint).unwrap_or_default()
+    }
+
+    /// Takes the allocations of a checkpoint ([`State::checkpoint`]) in, at
+    /// most [`MAX_CHECKPOINT_ENTRIES`]; returns how many containers hold
+    /// devices now.
+    ///
+    /// # Errors
+    /// The text is no checkpoint of this version, or an entry's answer is
+    /// not a `ContainerAllocateResponse`; nothing is taken in then.
+    pub fn restore(&mut self, text: &str) -> Result<usize, String> {
+        let checkpoint: Checkpoint = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if checkpoint.version != CHECKPOINT_VERSION {
+            return Err(format!(
+                "checkpoint version {} is not {CHECKPOINT_VERSION}",
+                checkpoint.version
+            ));
+        }
+        let mut restored: BTreeMap<ContainerKey, BTreeMap<String, Allocation>> = BTreeMap::new();
+        for e in checkpoint.entries.into_iter().take(MAX_CHECKPOINT_ENTRIES) {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(&e.alloc_resp)
+                .map_err(|err| format!("{}/{}: {err}", e.pod_uid, e.container_name))?;
+            let response =
+                crate::proto::deviceplugin::ContainerAllocateResponse::decode(bytes.as_slice())
+                    .map_err(|err| format!("{}/{}: {err}", e.pod_uid, e.container_name))?;
+            let mut devices = e.device_ids;
+            devices.truncate(MAX_DEVICES);
+            devices.sort();
+            restored
+                .entry((e.pod_uid, e.container_name))
+                .or_default()
+                .insert(e.resource_name, Allocation { devices, response });
+        }
+        self.allocations = restored;
+        Ok(self.allocations.len())
+    }
+
     /// Forgets what the containers of pods `keep` rejects (by UID) were
     /// given; returns how many containers were forgotten.
     pub fn release(&mut self, keep: impl Fn(&str) -> bool) -> usize {
@@ -491,6 +582,50 @@ mod tests {
         let healthy = s.healthy_devices();
         assert_eq!(healthy[0].1.len(), MAX_DEVICES);
         assert_eq!(healthy[0].1[0].1.len(), MAX_NUMA_NODES);
+    }
+
+    #[test]
+    fn a_checkpoint_brings_every_containers_devices_and_answer_back() {
+        let mut s = State::default();
+        let mut response = crate::proto::deviceplugin::ContainerAllocateResponse::default();
+        response.envs.insert("GPU".into(), "a,c".into());
+        s.record(
+            ("u1".into(), "c".into()),
+            GPU,
+            Allocation {
+                devices: vec!["a".into(), "c".into()],
+                response: response.clone(),
+            },
+        );
+        s.record(
+            ("u1".into(), "c".into()),
+            "example.com/nic",
+            Allocation {
+                devices: vec!["n0".into()],
+                ..Allocation::default()
+            },
+        );
+        s.record(("u2".into(), "d".into()), GPU, Allocation::default());
+        let text = s.checkpoint();
+        let mut again = State::default();
+        assert_eq!(again.restore(&text), Ok(2));
+        assert_eq!(again.allocations, s.allocations);
+        // A restored container holds its devices: no other pod gets them.
+        let g = again.register(GPU, Options::default()).unwrap();
+        again.update(GPU, g, &devs(&[("a", true), ("b", true), ("c", true)]));
+        assert_eq!(again.available(GPU, |_| true), ["b"]);
+
+        // Garbage, another version or a bad answer take nothing in.
+        for bad in [
+            "",
+            "{",
+            r#"{"version":2,"entries":[]}"#,
+            r#"{"version":1,"entries":[{"pod_uid":"u","container_name":"c","resource_name":"r","device_ids":[],"alloc_resp":"%%"}]}"#,
+            r#"{"version":1,"entries":[{"pod_uid":"u","container_name":"c","resource_name":"r","device_ids":[],"alloc_resp":"/w=="}]}"#,
+        ] {
+            assert!(again.restore(bad).is_err(), "{bad}");
+            assert_eq!(again.allocations, s.allocations, "{bad}");
+        }
     }
 
     #[test]

@@ -409,6 +409,29 @@ async fn pods_are_given_free_healthy_devices_and_containers_get_the_plugins_answ
         err,
         "requested number of devices unavailable for example.com/dev. Requested: 2, Available: 1"
     );
+    // An agent started again reads what containers hold from the
+    // checkpoint: the container is created with the same answer, asking
+    // the plugin nothing.
+    let restarted = DeviceManager::new(&s.dir);
+    let calls_before = calls.lock().unwrap().len();
+    let again = restarted.run_options(&p1, c, all).await.unwrap();
+    assert_eq!(again.envs["TEST_DEVICES"], "a,d");
+    assert_eq!(again.mounts, opts.mounts);
+    assert_eq!(calls.lock().unwrap().len(), calls_before);
+    let held: Vec<String> = restarted
+        .container_devices("u1", &c.name)
+        .into_iter()
+        .flat_map(|(_, d)| d.into_iter().map(|(id, _)| id))
+        .collect();
+    assert_eq!(held, ["a", "d"]);
+    // Released there, the next start holds nothing.
+    restarted.release(|u| u != "u1");
+    assert!(
+        DeviceManager::new(&s.dir)
+            .container_devices("u1", &c.name)
+            .is_empty()
+    );
+
     // Once the first pod is gone, its devices are free again.
     s.manager.release(|u| u != "u1");
     s.manager
