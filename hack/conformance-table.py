@@ -200,6 +200,11 @@ MACHINE_TEXT_REASONS = [
         "where the file does not exist",
     ),
     (
+        r'Back-off pulling image "registry\.k8s\.io/e2e-test-images/volume/nfs:',
+        "runs an NFS server from registry.k8s.io/e2e-test-images/volume/nfs, an image this machine "
+        "can neither pull nor build (it needs the kernel's NFS server)",
+    ),
+    (
         r"nmeter: (command )?not found|parsing time \"\d{4}-\d\d-\d\dTZ",
         "times its events with busybox's nmeter applet, which a local image does not have: Debian's "
         "busybox (in the e2e busybox image of earlier sittings, and in agnhost, which the container "
@@ -616,16 +621,58 @@ def read_summary(path):
     return info
 
 
+# Metrics cAdvisor derives from a cgroup's block I/O accounting (blkio
+# io_service_bytes and io_serviced), which this machine's kernel leaves at 0.
+BLOCK_IO_METRICS = {
+    "container_fs_reads_total",
+    "container_fs_writes_total",
+    "container_fs_reads_bytes_total",
+    "container_fs_writes_bytes_total",
+    "container_blkio_device_usage_total",
+}
+BLOCK_IO_REASON = (
+    "wants each container's block I/O metrics (container_fs_reads_bytes_total, "
+    "container_fs_writes_bytes_total, container_blkio_device_usage_total, ...), which cAdvisor "
+    "derives from the cgroup's blkio accounting; this machine's kernel accounts no block I/O to "
+    "cgroups (blkio.throttle.io_service_bytes stays at Total 0 after direct writes)"
+)
+
+
+def block_io_only(text):
+    r"""True when `text` is a metrics match failure whose every missing metric
+    is a block I/O one (BLOCK_IO_METRICS).
+
+    >>> block_io_only('Expected\n    <string>: KubeletMetrics\nto match keys: {\n'
+    ...     '[."container_fs_reads_total":\n\tmissing expected element a::b::c]\n'
+    ...     'missing expected key container_blkio_device_usage_total\n}')
+    True
+    >>> block_io_only('Expected\n    <string>: KubeletMetrics\nto match keys: {\n'
+    ...     'missing expected key container_blkio_device_usage_total\n'
+    ...     'missing expected key container_memory_rss\n}')
+    False
+    >>> block_io_only('<string>: KubeletMetrics\nto match keys: {\nmissing expected key machine_memory_bytes\n'
+    ...     'missing expected key container_fs_reads_total\n}')
+    False
+    """
+    if not re.search(r"<string>: KubeletMetrics\s+to match keys", text):
+        return False
+    named = re.findall(r'missing expected key (\w+)|\."(\w+)":', text)
+    named = [key or element for key, element in named]
+    return bool(named) and set(named) <= BLOCK_IO_METRICS
+
+
 def machine_reason(name, text=""):
     """The reason this machine fails test `name`, from its name
-    (MACHINE_REASONS) or from its failure `text` (MACHINE_TEXT_REASONS); None
-    when the failure is the agent's."""
+    (MACHINE_REASONS) or from its failure `text` (MACHINE_TEXT_REASONS, and
+    metrics missing only for block I/O); None when the failure is the agent's."""
     for pattern, reason in MACHINE_REASONS:
         if re.search(pattern, name):
             return reason
     for pattern, reason in MACHINE_TEXT_REASONS:
         if text and re.search(pattern, text):
             return reason
+    if text and block_io_only(text):
+        return BLOCK_IO_REASON
     return None
 
 
