@@ -4,7 +4,8 @@
 //! agent's `kubelet.sock`, and checks the Node's capacity and allocatable,
 //! a pod given a device (its environment and mount from `Allocate`), and
 //! what happens when a device turns unhealthy and when the plugin stops;
-//! and the pod resources API's view of the same devices.
+//! the pod resources API's view of the same devices; and, across a kill -9
+//! of the agent, the devices a running container holds (the checkpoint).
 
 mod common;
 
@@ -182,6 +183,24 @@ async fn wait_counts(nodes: &Api<Node>, resource: &str, want: (i64, i64)) {
     }
 }
 
+/// Registers the plugin of `resource` at `endpoint` on the agent's
+/// `kubelet.sock` in `dir`, as a device plugin does when it starts and when
+/// the agent's socket is made anew.
+async fn register(dir: &Path, endpoint: &str, resource: &str) {
+    let channel = rustlet::cri::unix_channel(dir.join(rustlet::device_manager::SOCKET))
+        .await
+        .expect("the agent's kubelet.sock");
+    RegistrationClient::new(channel)
+        .register(RegisterRequest {
+            version: "v1beta1".into(),
+            endpoint: endpoint.into(),
+            resource_name: resource.into(),
+            options: None,
+        })
+        .await
+        .expect("registered");
+}
+
 fn serve(socket: &Path, plugin: Plugin) -> tokio::task::JoinHandle<()> {
     let _ = std::fs::remove_file(socket);
     let listener = tokio::net::UnixListener::bind(socket).expect("bind the plugin socket");
@@ -217,18 +236,7 @@ async fn a_device_plugins_devices_reach_the_node_and_a_pod() {
             allocated: allocated.clone(),
         },
     );
-    let channel = rustlet::cri::unix_channel(dir.join(rustlet::device_manager::SOCKET))
-        .await
-        .expect("the agent's kubelet.sock");
-    RegistrationClient::new(channel)
-        .register(RegisterRequest {
-            version: "v1beta1".into(),
-            endpoint: endpoint.clone(),
-            resource_name: resource.clone(),
-            options: None,
-        })
-        .await
-        .expect("registered");
+    register(&dir, &endpoint, &resource).await;
     wait_counts(&nodes, &resource, (2, 2)).await;
 
     // A pod asking for one device gets it: the plugin's environment and mount.
@@ -310,6 +318,60 @@ async fn a_device_plugins_devices_reach_the_node_and_a_pod() {
             "{line} in /metrics"
         );
     }
+
+    // kill -9 of the agent: started again, it knows from its checkpoint
+    // which device the running container holds. The plugin registers again
+    // (its devices come back); a pod asking for both devices is refused, as
+    // one is held; the pod resources API still lists the held device.
+    kill_and_restart_agent();
+    register(&dir, &endpoint, &resource).await;
+    wait_counts(&nodes, &resource, (2, 2)).await;
+    let greedy: k8s_openapi::api::core::v1::Pod = from_json(serde_json::json!({
+        "metadata": { "name": "greedy" },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "greedy",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "600"],
+                "resources": { "limits": { resource.as_str(): "2" } }
+            }]
+        }
+    }));
+    create(&client, &ns, &greedy).await;
+    let refused = wait_for(&client, &ns, "greedy", 60, "Failed", phase("Failed")).await;
+    let status = refused.status.unwrap_or_default();
+    assert_eq!(
+        status.reason.as_deref(),
+        Some("UnexpectedAdmissionError"),
+        "{status:?}"
+    );
+    assert!(
+        status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("Requested: 2, Available: 1")),
+        "{status:?}"
+    );
+    let channel = rustlet::cri::unix_channel(pod_resources_socket())
+        .await
+        .expect("the restarted agent's pod resources socket");
+    let mut pr = PodResourcesListerClient::new(channel);
+    let got = pr
+        .get(GetPodResourcesRequest {
+            pod_name: "user".into(),
+            pod_namespace: ns.clone(),
+        })
+        .await
+        .expect("Get after the restart")
+        .into_inner()
+        .pod_resources
+        .expect("the pod's resources");
+    assert_eq!(ids_of(&got.containers[0].devices, &resource), given);
+    let p = wait_for(&client, &ns, "user", 10, "Running", phase("Running")).await;
+    assert_eq!(container_status(&p).restart_count, 0);
 
     // A device turns unhealthy: allocatable drops, capacity stays.
     devices
