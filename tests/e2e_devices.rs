@@ -201,6 +201,30 @@ async fn register(dir: &Path, endpoint: &str, resource: &str) {
         .expect("registered");
 }
 
+/// A pod of one busybox container `name` running `command`, with `count`
+/// devices of `resource` in its limits.
+fn device_pod(
+    name: &str,
+    command: &[&str],
+    resource: &str,
+    count: u32,
+) -> k8s_openapi::api::core::v1::Pod {
+    from_json(serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": name,
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": command,
+                "resources": { "limits": { resource: count.to_string() } }
+            }]
+        }
+    }))
+}
+
 fn serve(socket: &Path, plugin: Plugin) -> tokio::task::JoinHandle<()> {
     let _ = std::fs::remove_file(socket);
     let listener = tokio::net::UnixListener::bind(socket).expect("bind the plugin socket");
@@ -240,20 +264,16 @@ async fn a_device_plugins_devices_reach_the_node_and_a_pod() {
     wait_counts(&nodes, &resource, (2, 2)).await;
 
     // A pod asking for one device gets it: the plugin's environment and mount.
-    let pod: k8s_openapi::api::core::v1::Pod = from_json(serde_json::json!({
-        "metadata": { "name": "user" },
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "user",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", "echo devices=$E2E_DEVICES; cat /device-info; sleep 600"],
-                "resources": { "limits": { resource.as_str(): "1" } }
-            }]
-        }
-    }));
+    let pod = device_pod(
+        "user",
+        &[
+            "sh",
+            "-c",
+            "echo devices=$E2E_DEVICES; cat /device-info; sleep 600",
+        ],
+        &resource,
+        1,
+    );
     let created = create(&client, &ns, &pod).await;
     wait_for(&client, &ns, "user", 60, "Running", phase("Running")).await;
     let given = allocated.lock().unwrap().clone();
@@ -326,20 +346,7 @@ async fn a_device_plugins_devices_reach_the_node_and_a_pod() {
     kill_and_restart_agent();
     register(&dir, &endpoint, &resource).await;
     wait_counts(&nodes, &resource, (2, 2)).await;
-    let greedy: k8s_openapi::api::core::v1::Pod = from_json(serde_json::json!({
-        "metadata": { "name": "greedy" },
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "greedy",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", "600"],
-                "resources": { "limits": { resource.as_str(): "2" } }
-            }]
-        }
-    }));
+    let greedy = device_pod("greedy", &["sleep", "600"], &resource, 2);
     create(&client, &ns, &greedy).await;
     let refused = wait_for(&client, &ns, "greedy", 60, "Failed", phase("Failed")).await;
     let status = refused.status.unwrap_or_default();
