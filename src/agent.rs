@@ -839,13 +839,15 @@ async fn reset_if_uninstalled(
 /// The pod and QoS cgroups of `cgroupsPerQOS` (none when it is off), with
 /// the QoS hierarchy made and, with `enforceNodeAllocatable: [pods]`,
 /// `kubepods` limited to the machine's capacity less `kubeReserved` and
-/// `systemReserved`, as the kubelet's node allocatable enforcement. Only the
-/// `cgroupfs` driver on cgroup v1 is built; elsewhere pods keep the
-/// runtime's cgroups, said once.
+/// `systemReserved`, as the kubelet's node allocatable enforcement, on
+/// cgroup v1 or v2 ([`crate::cgroups::CgroupManager::detect`]). Only the
+/// `cgroupfs` driver is built; with `systemd` pods keep the runtime's
+/// cgroups, said once.
 ///
 /// # Errors
-/// The hierarchy could not be made (the agent would run pods with less
-/// isolation than configured).
+/// Neither cgroup version offers cpu and memory, or the hierarchy could not
+/// be made (the agent would run pods with less isolation than configured),
+/// as the kubelet will not start then.
 fn pod_cgroups(
     settings: &Settings,
     machine: &MachineInfo,
@@ -860,14 +862,16 @@ fn pod_cgroups(
         );
         return Ok(None);
     }
-    let Some(manager) = crate::cgroups::CgroupManager::v1(
+    let Some(manager) = crate::cgroups::CgroupManager::detect(
         Path::new("/sys/fs/cgroup"),
         &settings.cgroup_root,
         "kubepods",
     ) else {
-        warn!("pod cgroups are built for cgroup v1 only; pods run in the runtime's cgroups");
-        return Ok(None);
+        anyhow::bail!(
+            "cgroupsPerQOS: /sys/fs/cgroup has neither cgroup v1 cpu and memory hierarchies nor a cgroup v2 root offering cpu and memory"
+        );
     };
+    info!(version = ?manager.version(), "pod cgroups (cgroupfs driver)");
     let reserved = |name: &str| -> i128 {
         [
             &settings.reservations.kube_reserved,

@@ -1,10 +1,16 @@
 //! Pod and QoS cgroups, as the kubelet's container manager with
-//! `cgroupsPerQOS` and the `cgroupfs` driver on cgroup v1 (pkg/kubelet/cm:
+//! `cgroupsPerQOS` and the `cgroupfs` driver, on cgroup v1 and v2 (pkg/kubelet/cm:
 //! `qos_container_manager_linux.go`, `pod_container_manager_linux.go`,
-//! `helpers_linux.go`'s `ResourceConfigForPod`).
+//! `helpers_linux.go`'s `ResourceConfigForPod`, `cgroup_v2_manager_linux.go`).
 //!
 //! The hierarchy is `<cgroupRoot>/kubepods` with `burstable` and
-//! `besteffort` below it, made in every cgroup v1 hierarchy of the mount.
+//! `besteffort` below it, made in every cgroup v1 hierarchy of the mount, or
+//! in the one cgroup v2 hierarchy, with the controllers the kubelet uses
+//! (`cpu`, `cpuset`, `memory`, `hugetlb`, `pids`, those the root offers)
+//! enabled in `cgroup.subtree_control` down to each new cgroup. On v2 the
+//! shares are written as `cpu.weight` (the kubelet's linear
+//! `getCPUWeight`), the quota as `cpu.max`, the memory limit as
+//! `memory.max`.
 //! Each pod gets `pod<uid>`: under `kubepods` when Guaranteed, else under its
 //! QoS class's cgroup. Its path is the CRI `cgroup_parent` of the pod's
 //! sandbox, so the runtime puts the sandbox and every container below it.
@@ -101,9 +107,48 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> Error + '_ {
     }
 }
 
+/// The cgroup version a manager writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// Hierarchies per controller (`cpu.shares`, `memory.limit_in_bytes`).
+    V1,
+    /// One unified hierarchy (`cpu.weight`, `cpu.max`, `memory.max`).
+    V2,
+}
+
+/// The controllers the kubelet enables for pod cgroups on cgroup v2
+/// (`getSupportedUnifiedControllers`), of those the root offers.
+pub const V2_CONTROLLERS: [&str; 5] = ["cpu", "cpuset", "memory", "hugetlb", "pids"];
+
+/// The largest `cpu.weight` (cgroup v2).
+pub const MAX_WEIGHT: u64 = 10_000;
+
+/// `cpu.shares` as cgroup v2's `cpu.weight`, as the kubelet's linear
+/// `getCPUWeight`: 2 shares → 1, 262144 and more → 10000; 0 stays 0.
+#[must_use]
+pub fn weight_from_shares(shares: u64) -> u64 {
+    match shares {
+        0 => 0,
+        s if s >= 262_144 => MAX_WEIGHT,
+        s => 1 + (s.max(MIN_SHARES) - MIN_SHARES) * 9999 / 262_142,
+    }
+}
+
+/// `cpu.weight` read back as shares, as the kubelet's `cpuWeightToCPUShares`
+/// (0 stays 0).
+#[must_use]
+pub fn shares_from_weight(weight: u64) -> u64 {
+    match weight {
+        0 => 0,
+        w => (w.min(MAX_WEIGHT) - 1) * 262_142 / 9999 + MIN_SHARES,
+    }
+}
+
 /// The pod and QoS cgroups of one node.
 #[derive(Clone, Debug)]
 pub struct CgroupManager {
+    /// The cgroup version of the hierarchies.
+    version: Version,
     /// The hierarchies' directories (one per cgroup v1 hierarchy mounted
     /// under the mount point, `cpu,cpuacct` once).
     hierarchies: Vec<PathBuf>,
@@ -159,6 +204,7 @@ impl CgroupManager {
         let root = Path::new(cgroup_root.trim_start_matches('/')).join(name);
         let unified = Some(mount.join("unified")).filter(|u| u.join("cgroup.procs").is_file());
         Some(Self {
+            version: Version::V1,
             hierarchies,
             cpu,
             memory,
@@ -166,6 +212,60 @@ impl CgroupManager {
             root,
             unified,
         })
+    }
+
+    /// The manager of the cgroup v2 hierarchy mounted at `mount`
+    /// (`/sys/fs/cgroup`), with the pods' cgroups under `<cgroup_root>/<name>`.
+    /// None when `mount` is no cgroup v2 root offering the `cpu` and `memory`
+    /// controllers.
+    #[must_use]
+    pub fn v2(mount: &Path, cgroup_root: &str, name: &str) -> Option<Self> {
+        let offered = controllers(&mount.join("cgroup.controllers")).ok()?;
+        if !(offered.contains("cpu") && offered.contains("memory")) {
+            return None;
+        }
+        Some(Self {
+            version: Version::V2,
+            hierarchies: vec![mount.to_path_buf()],
+            cpu: Some(mount.to_path_buf()),
+            memory: Some(mount.to_path_buf()),
+            cpuset: None,
+            root: Path::new(cgroup_root.trim_start_matches('/')).join(name),
+            unified: None,
+        })
+    }
+
+    /// The manager of the host's cgroups at `mount`: cgroup v2 when `mount`
+    /// is a unified hierarchy's root (it has `cgroup.controllers`), else the
+    /// cgroup v1 hierarchies under it ([`CgroupManager::v1`],
+    /// [`CgroupManager::v2`]).
+    #[must_use]
+    pub fn detect(mount: &Path, cgroup_root: &str, name: &str) -> Option<Self> {
+        if mount.join("cgroup.controllers").is_file() {
+            Self::v2(mount, cgroup_root, name)
+        } else {
+            Self::v1(mount, cgroup_root, name)
+        }
+    }
+
+    /// The cgroup version this manager writes.
+    #[must_use]
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// Whether limits read from a cgroup (`now`, [`CgroupManager::limits`])
+    /// are `wanted` ([`Limits::same_as`]); on cgroup v2 the wanted shares
+    /// are compared as the weight they are written as.
+    #[must_use]
+    pub fn same_limits(&self, now: &Limits, wanted: &Limits) -> bool {
+        match self.version {
+            Version::V1 => now.same_as(wanted),
+            Version::V2 => now.same_as(&Limits {
+                cpu_shares: shares_from_weight(weight_from_shares(wanted.cpu_shares)),
+                ..*wanted
+            }),
+        }
     }
 
     /// The cgroup above every pod's (`<cgroupRoot>/kubepods`), relative to
@@ -205,8 +305,23 @@ impl CgroupManager {
     }
 
     /// Makes `dir` in every hierarchy (a new cpuset cgroup gets its parent's
-    /// cpus and memory nodes, as the kernel leaves them empty).
+    /// cpus and memory nodes, as the kernel leaves them empty); on cgroup v2,
+    /// each level from the root down enables its offered controllers of
+    /// [`V2_CONTROLLERS`] for the level below (as runc's `CreateCgroupPath`).
     fn make(&self, dir: &Path) -> Result<(), Error> {
+        if self.version == Version::V2 {
+            let Some(mut at) = self.hierarchies.first().cloned() else {
+                return Ok(());
+            };
+            for part in dir.components() {
+                enable_controllers(&at)?;
+                at.push(part);
+                if !at.is_dir() {
+                    std::fs::create_dir(&at).map_err(io_err(&at))?;
+                }
+            }
+            return Ok(());
+        }
         for h in &self.hierarchies {
             let path = h.join(dir);
             if path.is_dir() {
@@ -237,6 +352,23 @@ impl CgroupManager {
 
     /// Writes `limits` to `dir`'s cgroup (the period with a quota).
     fn set(&self, dir: &Path, limits: Limits) -> Result<(), Error> {
+        if self.version == Version::V2 {
+            let Some(at) = self.hierarchies.first().map(|h| h.join(dir)) else {
+                return Ok(());
+            };
+            if limits.cpu_shares > 0 {
+                let weight = weight_from_shares(limits.cpu_shares);
+                write(&at.join("cpu.weight"), &weight.to_string())?;
+            }
+            let quota = limits
+                .cpu_quota
+                .map_or_else(|| "max".to_string(), |q| q.to_string());
+            write(&at.join("cpu.max"), &format!("{quota} {CPU_PERIOD_US}"))?;
+            let memory = limits
+                .memory
+                .map_or_else(|| "max".to_string(), |m| m.to_string());
+            return write(&at.join("memory.max"), &memory);
+        }
         if let Some(cpu) = &self.cpu {
             let at = cpu.join(dir);
             write(&at.join("cpu.shares"), &limits.cpu_shares.to_string())?;
@@ -267,6 +399,34 @@ impl CgroupManager {
                 .map_err(|e| io_err(&file)(io::Error::new(io::ErrorKind::InvalidData, e)))
         };
         let mut out = Limits::default();
+        if self.version == Version::V2 {
+            let Some(at) = self.hierarchies.first().map(|h| h.join(dir)) else {
+                return Ok(out);
+            };
+            let weight = u64::try_from(read(at.join("cpu.weight"))?).unwrap_or(0);
+            out.cpu_shares = shares_from_weight(weight);
+            let file = at.join("cpu.max");
+            let text = std::fs::read_to_string(&file).map_err(io_err(&file))?;
+            out.cpu_quota =
+                match text.split_whitespace().next() {
+                    Some("max") => None,
+                    Some(q) => Some(q.parse::<i64>().map_err(|e| {
+                        io_err(&file)(io::Error::new(io::ErrorKind::InvalidData, e))
+                    })?)
+                    .filter(|q| *q > 0),
+                    None => None,
+                };
+            let file = at.join("memory.max");
+            let text = std::fs::read_to_string(&file).map_err(io_err(&file))?;
+            out.memory =
+                match text.trim() {
+                    "max" => None,
+                    m => Some(m.parse::<i64>().map_err(|e| {
+                        io_err(&file)(io::Error::new(io::ErrorKind::InvalidData, e))
+                    })?),
+                };
+            return Ok(out);
+        }
         if let Some(cpu) = &self.cpu {
             out.cpu_shares = u64::try_from(read(cpu.join(dir).join("cpu.shares"))?).unwrap_or(0);
             out.cpu_quota = Some(read(cpu.join(dir).join("cpu.cfs_quota_us"))?).filter(|q| *q > 0);
@@ -280,8 +440,9 @@ impl CgroupManager {
     }
 
     /// The memory pod `uid`'s cgroup uses now, in bytes (`memory.usage_in_bytes`,
-    /// page cache included, as cAdvisor's usage the kubelet compares a
-    /// lowered limit with); None without a memory hierarchy.
+    /// `memory.current` on cgroup v2; page cache included, as the usage the
+    /// kubelet compares a lowered limit with); None without a memory
+    /// hierarchy.
     ///
     /// # Errors
     /// A bad UID, or a file that cannot be read or parsed.
@@ -290,7 +451,10 @@ impl CgroupManager {
         let Some(memory) = &self.memory else {
             return Ok(None);
         };
-        let file = memory.join(dir).join("memory.usage_in_bytes");
+        let file = memory.join(dir).join(match self.version {
+            Version::V1 => "memory.usage_in_bytes",
+            Version::V2 => "memory.current",
+        });
         let text = std::fs::read_to_string(&file).map_err(io_err(&file))?;
         text.trim()
             .parse::<u64>()
@@ -330,10 +494,14 @@ impl CgroupManager {
     pub fn set_burstable_shares(&self, shares: u64) -> Result<(), Error> {
         let shares = shares.max(MIN_SHARES);
         if let Some(cpu) = &self.cpu {
-            let file = cpu.join(self.qos_dir(Qos::Burstable)).join("cpu.shares");
+            let (file, value) = match self.version {
+                Version::V1 => ("cpu.shares", shares),
+                Version::V2 => ("cpu.weight", weight_from_shares(shares)),
+            };
+            let file = cpu.join(self.qos_dir(Qos::Burstable)).join(file);
             let now = std::fs::read_to_string(&file).ok();
-            if now.as_deref().map(str::trim) != Some(shares.to_string().as_str()) {
-                write(&file, &shares.to_string())?;
+            if now.as_deref().map(str::trim) != Some(value.to_string().as_str()) {
+                write(&file, &value.to_string())?;
             }
         }
         Ok(())
@@ -501,6 +669,46 @@ fn write(file: &Path, value: &str) -> Result<(), Error> {
     std::fs::write(file, value).map_err(io_err(file))
 }
 
+/// The controllers a cgroup v2 file lists (`cgroup.controllers`,
+/// `cgroup.subtree_control`).
+fn controllers(file: &Path) -> io::Result<BTreeSet<String>> {
+    Ok(std::fs::read_to_string(file)?
+        .split_whitespace()
+        .map(str::to_string)
+        .collect())
+}
+
+/// Enables, for the cgroups below cgroup v2 directory `level`, the
+/// controllers of [`V2_CONTROLLERS`] it offers and has not enabled yet: all
+/// in one write, else (the kernel refused one) each alone, as runc's
+/// `CreateCgroupPath`; `cpu` and `memory` must be enabled.
+fn enable_controllers(level: &Path) -> Result<(), Error> {
+    let offered_file = level.join("cgroup.controllers");
+    let offered = controllers(&offered_file).map_err(io_err(&offered_file))?;
+    let control = level.join("cgroup.subtree_control");
+    let enabled = controllers(&control).unwrap_or_default();
+    let wanted: Vec<&str> = V2_CONTROLLERS
+        .into_iter()
+        .filter(|c| offered.contains(*c) && !enabled.contains(*c))
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let all: Vec<String> = wanted.iter().map(|c| format!("+{c}")).collect();
+    if write(&control, &all.join(" ")).is_ok() {
+        return Ok(());
+    }
+    for c in wanted {
+        if let Err(e) = write(&control, &format!("+{c}")) {
+            if c == "cpu" || c == "memory" {
+                return Err(e);
+            }
+            debug!(controller = c, error = %e, "a cgroup v2 controller not enabled");
+        }
+    }
+    Ok(())
+}
+
 /// The smallest `cpu.shares` (the kernel's and the kubelet's `MinShares`).
 pub const MIN_SHARES: u64 = 2;
 
@@ -600,6 +808,188 @@ mod tests {
                 Err(Error::BadUid(_))
             ));
         });
+    }
+
+    #[test]
+    fn cpu_weight_is_the_kubelets_linear_conversion_of_shares() {
+        for (shares, weight) in [
+            (0, 0),
+            (1, 1),
+            (2, 1),
+            (1024, 39),
+            (262_143, 10_000 - 1),
+            (262_144, 10_000),
+            (u64::MAX, 10_000),
+        ] {
+            assert_eq!(weight_from_shares(shares), weight, "{shares} shares");
+        }
+        assert_eq!(shares_from_weight(0), 0);
+        assert_eq!(shares_from_weight(1), 2);
+        assert_eq!(shares_from_weight(39), 998);
+        assert_eq!(shares_from_weight(10_000), 262_144);
+        assert_eq!(shares_from_weight(u64::MAX), 262_144, "no overflow");
+        // Reading back is the kubelet's lossy inverse, never above the
+        // largest shares.
+        for w in 1..=MAX_WEIGHT {
+            assert!(shares_from_weight(w) <= 262_144, "weight {w}");
+        }
+    }
+
+    /// A cgroup v2 tree as the kernel shows it to a manager: the root
+    /// offers `offered`; each cgroup made below offers what its parent
+    /// enabled (made here as the kernel would, for the levels the test
+    /// names).
+    fn fake_v2(offered: &str, levels: &[&str]) -> (tempfile::TempDir, CgroupManager) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cgroup.controllers"), offered).unwrap();
+        std::fs::write(dir.path().join("cgroup.subtree_control"), "").unwrap();
+        for level in levels {
+            let at = dir.path().join(level);
+            std::fs::create_dir_all(&at).unwrap();
+            std::fs::write(at.join("cgroup.controllers"), offered).unwrap();
+            std::fs::write(at.join("cgroup.subtree_control"), "").unwrap();
+        }
+        let m = CgroupManager::detect(dir.path(), "/", "kubepods").expect("a v2 root");
+        (dir, m)
+    }
+
+    #[test]
+    fn on_cgroup_v2_limits_are_written_as_weight_max_and_memory_max_and_read_back() {
+        let (dir, m) = fake_v2(
+            "cpuset cpu io memory hugetlb pids",
+            &["kubepods", "kubepods/burstable", "kubepods/besteffort"],
+        );
+        assert_eq!(m.version(), Version::V2);
+        m.ensure_qos(Some(Limits {
+            cpu_shares: 2048,
+            cpu_quota: None,
+            memory: Some(1 << 30),
+        }))
+        .unwrap();
+        let root = dir.path();
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        assert_eq!(read("kubepods/cpu.weight"), "79");
+        assert_eq!(read("kubepods/cpu.max"), "max 100000");
+        assert_eq!(read("kubepods/memory.max"), "1073741824");
+        assert_eq!(read("kubepods/besteffort/cpu.weight"), "1");
+        // The kubelet's controllers the root offers are enabled for its
+        // children, `io` (not the kubelet's) is not.
+        // (The kernel lists them without `+`; this file keeps what was
+        // written.)
+        assert_eq!(
+            read("cgroup.subtree_control"),
+            "+cpu +cpuset +memory +hugetlb +pids"
+        );
+        m.set_burstable_shares(1024).unwrap();
+        assert_eq!(read("kubepods/burstable/cpu.weight"), "39");
+
+        let limits = Limits {
+            cpu_shares: 256,
+            cpu_quota: Some(50_000),
+            memory: Some(256 << 20),
+        };
+        let parent = m.ensure_pod(Qos::Burstable, "u1", limits).unwrap();
+        assert_eq!(parent, "/kubepods/burstable/podu1");
+        assert_eq!(read("kubepods/burstable/podu1/cpu.max"), "50000 100000");
+        let dir_u1 = m.pod_dir(Qos::Burstable, "u1").unwrap();
+        let now = m.limits(&dir_u1).unwrap();
+        assert_eq!(now.cpu_quota, Some(50_000));
+        assert_eq!(now.memory, Some(256 << 20));
+        assert_ne!(now.cpu_shares, 256, "a weight reads back approximately");
+        assert!(m.same_limits(&now, &limits));
+        assert!(!m.same_limits(
+            &now,
+            &Limits {
+                cpu_shares: 512,
+                ..limits
+            }
+        ));
+        std::fs::write(
+            root.join("kubepods/burstable/podu1/memory.current"),
+            "4096\n",
+        )
+        .unwrap();
+        assert_eq!(
+            m.pod_memory_usage(Qos::Burstable, "u1").unwrap(),
+            Some(4096)
+        );
+        let unlimited = Limits {
+            cpu_shares: 2,
+            cpu_quota: None,
+            memory: None,
+        };
+        m.update_pod(Qos::Burstable, "u1", unlimited).unwrap();
+        assert_eq!(read("kubepods/burstable/podu1/memory.max"), "max");
+        assert_eq!(m.limits(&dir_u1).unwrap(), unlimited);
+        assert_eq!(m.pods(), [(Qos::Burstable, "u1".to_string())]);
+
+        // Garbage in a file is an error, not a limit.
+        std::fs::write(root.join("kubepods/burstable/podu1/cpu.max"), "lots 100000").unwrap();
+        assert!(m.limits(&dir_u1).is_err());
+    }
+
+    #[test]
+    fn a_v2_root_without_cpu_or_memory_is_no_manager() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cgroup.controllers"), "hugetlb pids").unwrap();
+        assert!(CgroupManager::detect(dir.path(), "/", "kubepods").is_none());
+        assert!(CgroupManager::v2(Path::new("/nonexistent"), "/", "kubepods").is_none());
+    }
+
+    /// On the real cgroup v2 hierarchy of a hybrid host (where it offers only
+    /// the controllers no v1 hierarchy holds), the levels are made and their
+    /// offered controllers enabled down to the pod, as on a v2 host.
+    #[test]
+    fn on_the_real_unified_hierarchy_controllers_are_enabled_down_to_the_pod() {
+        let unified = Path::new("/sys/fs/cgroup/unified");
+        let Ok(offered) = controllers(&unified.join("cgroup.controllers")) else {
+            eprintln!("no cgroup v2 hierarchy at {}: skipped", unified.display());
+            return;
+        };
+        let kubelets: BTreeSet<String> = offered
+            .iter()
+            .filter(|c| V2_CONTROLLERS.contains(&c.as_str()))
+            .cloned()
+            .collect();
+        let name = format!("rustlet-v2-test-{}", std::process::id());
+        let m = CgroupManager {
+            version: Version::V2,
+            hierarchies: vec![unified.to_path_buf()],
+            cpu: None,
+            memory: None,
+            cpuset: None,
+            root: Path::new(&name).join("kubepods"),
+            unified: None,
+        };
+        let dir = m.pod_dir(Qos::Burstable, "u1").unwrap();
+        let made = m.make(&dir);
+        let mut levels: Vec<PathBuf> = dir
+            .ancestors()
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(|d| unified.join(d))
+            .collect();
+        let made = made.map_err(|e| e.to_string());
+        let checked = std::panic::catch_unwind(|| {
+            made.expect("made on the real hierarchy");
+            assert!(unified.join(&dir).is_dir());
+            for level in levels.iter().skip(1) {
+                let enabled = controllers(&level.join("cgroup.subtree_control")).unwrap();
+                assert!(
+                    kubelets.is_subset(&enabled),
+                    "{}: {enabled:?} of {kubelets:?}",
+                    level.display()
+                );
+            }
+            let pod_offers = controllers(&unified.join(&dir).join("cgroup.controllers")).unwrap();
+            assert!(kubelets.is_subset(&pod_offers), "{pod_offers:?}");
+        });
+        levels.sort_by_key(|l| std::cmp::Reverse(l.components().count()));
+        for level in &levels {
+            let _ = std::fs::remove_dir(level);
+        }
+        if let Err(e) = checked {
+            std::panic::resume_unwind(e);
+        }
     }
 
     #[test]

@@ -298,9 +298,11 @@ impl RuntimeManager {
                 )
             });
         running
-            && self
-                .pod_cgroup_now(pod)
-                .is_some_and(|now| !now.same_as(&translate::pod_cgroup_limits(pod)))
+            && self.cgroups.as_ref().is_some_and(|cgroups| {
+                self.pod_cgroup_now(pod).is_some_and(|now| {
+                    !cgroups.same_limits(&now, &translate::pod_cgroup_limits(pod))
+                })
+            })
     }
 
     /// Notes how a container start went: its pull back-off ends, or its
