@@ -254,17 +254,22 @@ impl CgroupManager {
         self.version
     }
 
-    /// Whether limits read from a cgroup (`now`, [`CgroupManager::limits`])
-    /// are `wanted` ([`Limits::same_as`]); on cgroup v2 the wanted shares
-    /// are compared as the weight they are written as.
+    /// Limits read from a cgroup (`now`, [`CgroupManager::limits`]) as the
+    /// allocation `wanted` would read: on cgroup v2 the shares read back
+    /// from `cpu.weight` lose precision (1024 shares are weight 39, read as
+    /// 998), so shares that are `wanted`'s after that round trip are taken
+    /// as `wanted`'s, as the kubelet's `CPUSharesEqualAfterV2RoundTrip`
+    /// keeps the allocated cpu request. Unchanged on cgroup v1.
     #[must_use]
-    pub fn same_limits(&self, now: &Limits, wanted: &Limits) -> bool {
-        match self.version {
-            Version::V1 => now.same_as(wanted),
-            Version::V2 => now.same_as(&Limits {
-                cpu_shares: shares_from_weight(weight_from_shares(wanted.cpu_shares)),
-                ..*wanted
-            }),
+    pub fn as_allocated(&self, now: Limits, wanted: &Limits) -> Limits {
+        let round_trip = shares_from_weight(weight_from_shares(wanted.cpu_shares));
+        if self.version == Version::V2 && now.cpu_shares == round_trip {
+            Limits {
+                cpu_shares: wanted.cpu_shares,
+                ..now
+            }
+        } else {
+            now
         }
     }
 
@@ -896,14 +901,12 @@ mod tests {
         assert_eq!(now.cpu_quota, Some(50_000));
         assert_eq!(now.memory, Some(256 << 20));
         assert_ne!(now.cpu_shares, 256, "a weight reads back approximately");
-        assert!(m.same_limits(&now, &limits));
-        assert!(!m.same_limits(
-            &now,
-            &Limits {
-                cpu_shares: 512,
-                ..limits
-            }
-        ));
+        assert_eq!(m.as_allocated(now, &limits), limits);
+        let other = Limits {
+            cpu_shares: 512,
+            ..limits
+        };
+        assert_eq!(m.as_allocated(now, &other), now, "another allocation");
         std::fs::write(
             root.join("kubepods/burstable/podu1/memory.current"),
             "4096\n",

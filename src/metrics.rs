@@ -121,7 +121,9 @@ pub enum PodResourcesCall {
 /// A counter exposed under its name as it is, without the `_total` suffix
 /// the text encoder gives counters: the kubelet's counters whose name does
 /// not end in `_total` (`kubelet_pod_resources_endpoint_requests_list`)
-/// keep that name, with the type `counter`.
+/// keep that name, with the type `counter`, as the kubelet's text format
+/// shows them. A strict OpenMetrics parser wants `_total` on a counter's
+/// samples; Prometheus and the Go text parsers accept the name as it is.
 #[derive(Clone, Debug, Default)]
 pub struct PlainCounter(Counter);
 

@@ -82,28 +82,30 @@ pub enum Pods {
 /// The pods of the node, as the agent's pod sources hold them.
 pub type PodLister = Arc<dyn Fn(Pods) -> Vec<Arc<Pod>> + Send + Sync>;
 
-/// Devices as the API lists them: one entry per device, with its NUMA
-/// nodes when it has any (the kubelet's
-/// `containerDevicesFromResourceDeviceInstances`), from resource → (device
-/// ID, NUMA nodes).
+/// Devices as the API lists them: one entry per device and NUMA node it
+/// sits on, each with that one node, or one without topology for a device
+/// that has none (the kubelet's `containerDevicesFromResourceDeviceInstances`),
+/// from resource → (device ID, NUMA nodes).
 fn container_devices(given: &[(String, Vec<(String, Topology)>)]) -> Vec<v1::ContainerDevices> {
     let mut out = Vec::new();
     for (resource, devices) in given {
-        for (id, topology) in devices {
-            out.push(v1::ContainerDevices {
+        for (id, numa) in devices {
+            let entry = |topology| v1::ContainerDevices {
                 resource_name: resource.clone(),
                 device_ids: vec![id.clone()],
-                topology: topology_info(topology),
-            });
+                topology,
+            };
+            if numa.is_empty() {
+                out.push(entry(None));
+            }
+            for &node in numa {
+                out.push(entry(Some(v1::TopologyInfo {
+                    nodes: vec![v1::NumaNode { id: node }],
+                })));
+            }
         }
     }
     out
-}
-
-fn topology_info(numa: &Topology) -> Option<v1::TopologyInfo> {
-    (!numa.is_empty()).then(|| v1::TopologyInfo {
-        nodes: numa.iter().map(|&id| v1::NumaNode { id }).collect(),
-    })
 }
 
 /// A pod's resources for v1 `List` and `Get`: its restartable init
@@ -406,7 +408,7 @@ mod tests {
     }
 
     #[test]
-    fn allocatable_lists_one_entry_per_healthy_device() {
+    fn allocatable_lists_one_entry_per_healthy_device_and_numa_node() {
         let healthy = vec![
             (GPU.to_string(), vec![("a".to_string(), vec![0, 1])]),
             (
@@ -415,14 +417,22 @@ mod tests {
             ),
         ];
         let r = allocatable(&healthy);
-        assert_eq!(r.devices.len(), 2);
         assert_eq!(
-            r.devices[0].topology,
-            Some(v1::TopologyInfo {
-                nodes: vec![v1::NumaNode { id: 0 }, v1::NumaNode { id: 1 }],
-            })
+            r.devices.len(),
+            3,
+            "one entry per NUMA node of `a`, one for `n`"
         );
-        assert_eq!(r.devices[1].device_ids, ["n"]);
+        for (i, node) in [0, 1].into_iter().enumerate() {
+            assert_eq!(r.devices[i].device_ids, ["a"]);
+            assert_eq!(
+                r.devices[i].topology,
+                Some(v1::TopologyInfo {
+                    nodes: vec![v1::NumaNode { id: node }],
+                })
+            );
+        }
+        assert_eq!(r.devices[2].device_ids, ["n"]);
+        assert_eq!(r.devices[2].topology, None);
         assert!(allocatable(&[]).devices.is_empty());
     }
 

@@ -341,27 +341,15 @@ async fn a_device_plugins_devices_reach_the_node_and_a_pod() {
 
     // kill -9 of the agent: started again, it knows from its checkpoint
     // which device the running container holds. The plugin registers again
-    // (its devices come back); a pod asking for both devices is refused, as
-    // one is held; the pod resources API still lists the held device.
+    // (its devices come back); a new pod asking for one device gets the
+    // other one (without the checkpoint it would get the held one, the
+    // first free in order); the pod resources API still lists the held one.
     kill_and_restart_agent();
     register(&dir, &endpoint, &resource).await;
     wait_counts(&nodes, &resource, (2, 2)).await;
-    let greedy = device_pod("greedy", &["sleep", "600"], &resource, 2);
-    create(&client, &ns, &greedy).await;
-    let refused = wait_for(&client, &ns, "greedy", 60, "Failed", phase("Failed")).await;
-    let status = refused.status.unwrap_or_default();
-    assert_eq!(
-        status.reason.as_deref(),
-        Some("UnexpectedAdmissionError"),
-        "{status:?}"
-    );
-    assert!(
-        status
-            .message
-            .as_deref()
-            .is_some_and(|m| m.contains("Requested: 2, Available: 1")),
-        "{status:?}"
-    );
+    let second = device_pod("second", &["sleep", "600"], &resource, 1);
+    create(&client, &ns, &second).await;
+    wait_for(&client, &ns, "second", 60, "Running", phase("Running")).await;
     let channel = rustlet::cri::unix_channel(pod_resources_socket())
         .await
         .expect("the restarted agent's pod resources socket");
@@ -377,6 +365,19 @@ async fn a_device_plugins_devices_reach_the_node_and_a_pod() {
         .pod_resources
         .expect("the pod's resources");
     assert_eq!(ids_of(&got.containers[0].devices, &resource), given);
+    let other = pr
+        .get(GetPodResourcesRequest {
+            pod_name: "second".into(),
+            pod_namespace: ns.clone(),
+        })
+        .await
+        .expect("Get of the second pod")
+        .into_inner()
+        .pod_resources
+        .expect("the second pod's resources");
+    let theirs = ids_of(&other.containers[0].devices, &resource);
+    assert_eq!(theirs.len(), 1, "{other:?}");
+    assert_ne!(theirs, given, "the held device was given again");
     let p = wait_for(&client, &ns, "user", 10, "Running", phase("Running")).await;
     assert_eq!(container_status(&p).restart_count, 0);
 

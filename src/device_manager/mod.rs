@@ -59,8 +59,9 @@ pub const DEFAULT_DIR: &str = "/var/lib/kubelet/device-plugins";
 pub const SOCKET: &str = "kubelet.sock";
 /// The file name of the checkpoint of the devices given to containers.
 pub const CHECKPOINT: &str = "rustlet_internal_checkpoint";
-/// The largest checkpoint file read, bytes; a larger one is ignored.
-pub const MAX_CHECKPOINT_BYTES: u64 = 64 << 20;
+/// The most of the checkpoint file read, bytes (a longer one is cut, and
+/// then unreadable: ignored). Bounds what a file planted there costs.
+pub const MAX_CHECKPOINT_BYTES: u64 = 4 << 20;
 /// The device plugin API version the agent speaks.
 pub const VERSION: &str = "v1beta1";
 /// How long a call to a plugin may take (connection, options, allocation).
@@ -267,8 +268,9 @@ fn rpc_error(s: &Status) -> String {
 impl DeviceManager {
     /// A manager of the device plugins in `dir` (normally [`DEFAULT_DIR`]),
     /// serving nothing yet ([`DeviceManager::serve`]), with the devices its
-    /// checkpoint there says containers hold (none when it is missing,
-    /// larger than [`MAX_CHECKPOINT_BYTES`] or unreadable: logged).
+    /// checkpoint there says containers hold and the resources it says were
+    /// registered (none when it is missing, longer than
+    /// [`MAX_CHECKPOINT_BYTES`] or unreadable: logged).
     #[must_use]
     pub fn new(dir: &Path) -> Self {
         let (changed, _) = watch::channel(0);
@@ -281,7 +283,7 @@ impl DeviceManager {
             Ok(text)
         });
         match read {
-            Ok(text) => match state.restore(&text) {
+            Ok(text) => match state.restore(&text, Instant::now()) {
                 Ok(n) => info!(containers = n, "devices given before the restart"),
                 Err(e) => {
                     warn!(path = %path.display(), error = %e, "device checkpoint unreadable; no devices are held");
@@ -312,10 +314,15 @@ impl DeviceManager {
             .saving
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let text = self.state().checkpoint();
         let path = self.inner.dir.join(CHECKPOINT);
-        let written = std::fs::create_dir_all(&self.inner.dir)
-            .and_then(|()| crate::certificate::write_private(&path, &text, 0o600));
+        let written = self
+            .state()
+            .checkpoint()
+            .map_err(std::io::Error::other)
+            .and_then(|text| {
+                std::fs::create_dir_all(&self.inner.dir)?;
+                crate::certificate::write_private(&path, &text, 0o600)
+            });
         if let Err(e) = written {
             warn!(path = %path.display(), error = %e, "device checkpoint not written");
         }
@@ -642,8 +649,15 @@ impl DeviceManager {
                 ));
             };
             info!(pod = %key.0, container = %key.1, resource = %resource, ?devices, "devices allocated");
-            self.state()
-                .record(key.clone(), &resource, Allocation { devices, response });
+            self.state().record(
+                key.clone(),
+                &resource,
+                Allocation {
+                    devices,
+                    response,
+                    ..Allocation::default()
+                },
+            );
             self.save();
         }
         Ok(())

@@ -92,6 +92,9 @@ pub struct Allocation {
     pub devices: Vec<String>,
     /// The plugin's answer for the container.
     pub response: crate::proto::deviceplugin::ContainerAllocateResponse,
+    /// Device ID → the NUMA nodes it sat on when it was given (those with
+    /// any), as the kubelet's pod devices keep them.
+    pub numa: BTreeMap<String, Topology>,
 }
 
 /// The version of the checkpoint's format ([`State::checkpoint`]).
@@ -110,6 +113,9 @@ struct CheckpointEntry {
     device_ids: Vec<String>,
     /// The plugin's `ContainerAllocateResponse`, protobuf, base64.
     alloc_resp: String,
+    /// Device ID → its NUMA nodes.
+    #[serde(default)]
+    numa: BTreeMap<String, Topology>,
 }
 
 /// The checkpoint file's content.
@@ -117,6 +123,10 @@ struct CheckpointEntry {
 struct Checkpoint {
     version: u32,
     entries: Vec<CheckpointEntry>,
+    /// The resources whose plugins were registered (the kubelet's
+    /// `RegisteredDevices`).
+    #[serde(default)]
+    registered: Vec<String>,
 }
 
 /// A container: (pod UID, container name).
@@ -267,8 +277,8 @@ impl State {
             .collect()
     }
 
-    /// The devices container `key` was given, by resource, with their NUMA
-    /// nodes as their plugin reports them now (the kubelet's `GetDevices`).
+    /// The devices container `key` was given, by resource, with the NUMA
+    /// nodes they sat on then (the kubelet's `GetDevices`).
     #[must_use]
     pub fn container_devices(&self, key: &ContainerKey) -> DevicesByResource {
         let Some(given) = self.allocations.get(key) else {
@@ -278,13 +288,7 @@ impl State {
             .iter()
             .filter(|(_, a)| !a.devices.is_empty())
             .map(|(name, a)| {
-                let numa = |id: &String| {
-                    self.resources
-                        .get(name)
-                        .and_then(|r| r.numa.get(id))
-                        .cloned()
-                        .unwrap_or_default()
-                };
+                let numa = |id: &String| a.numa.get(id).cloned().unwrap_or_default();
                 let devices = a.devices.iter().map(|id| (id.clone(), numa(id))).collect();
                 (name.clone(), devices)
             })
@@ -388,8 +392,16 @@ impl State {
             .collect()
     }
 
-    /// Records what container `key` was given of `resource`.
-    pub fn record(&mut self, key: ContainerKey, resource: &str, allocation: Allocation) {
+    /// Records what container `key` was given of `resource`, with the NUMA
+    /// nodes its plugin reports for those devices now.
+    pub fn record(&mut self, key: ContainerKey, resource: &str, mut allocation: Allocation) {
+        if let Some(r) = self.resources.get(resource) {
+            allocation.numa = allocation
+                .devices
+                .iter()
+                .filter_map(|id| r.numa.get(id).map(|n| (id.clone(), n.clone())))
+                .collect();
+        }
         self.allocations
             .entry(key)
             .or_default()
@@ -399,8 +411,10 @@ impl State {
     /// What every container was given, as the checkpoint file keeps it
     /// (JSON), so that an agent started again knows which devices running
     /// containers hold (the kubelet's `kubelet_internal_checkpoint`).
-    #[must_use]
-    pub fn checkpoint(&self) -> String {
+    ///
+    /// # Errors
+    /// The state cannot be encoded (never for these types).
+    pub fn checkpoint(&self) -> Result<String, serde_json::Error> {
         let entries = self
             .allocations
             .iter()
@@ -414,24 +428,29 @@ impl State {
                         device_ids: a.devices.clone(),
                         alloc_resp: base64::engine::general_purpose::STANDARD
                             .encode(a.response.encode_to_vec()),
+                        numa: a.numa.clone(),
                     })
             })
             .collect();
         let checkpoint = Checkpoint {
             version: CHECKPOINT_VERSION,
             entries,
+            registered: self.resources.keys().cloned().collect(),
         };
-        serde_json::to_string(&checkpoint).unwrap_or_default()
+        serde_json::to_string(&checkpoint)
     }
 
     /// Takes the allocations of a checkpoint ([`State::checkpoint`]) in, at
-    /// most [`MAX_CHECKPOINT_ENTRIES`]; returns how many containers hold
-    /// devices now.
+    /// most [`MAX_CHECKPOINT_ENTRIES`], and its registered resources as
+    /// plugins that went away at `now`, with no devices, until they register
+    /// again (the kubelet's `readCheckpoint`): a pod asking for one is
+    /// refused meanwhile, not run without its devices. Returns how many
+    /// containers hold devices now.
     ///
     /// # Errors
     /// The text is no checkpoint of this version, or an entry's answer is
     /// not a `ContainerAllocateResponse`; nothing is taken in then.
-    pub fn restore(&mut self, text: &str) -> Result<usize, String> {
+    pub fn restore(&mut self, text: &str, now: Instant) -> Result<usize, String> {
         let checkpoint: Checkpoint = serde_json::from_str(text).map_err(|e| e.to_string())?;
         if checkpoint.version != CHECKPOINT_VERSION {
             return Err(format!(
@@ -450,12 +469,37 @@ impl State {
             let mut devices = e.device_ids;
             devices.truncate(MAX_DEVICES);
             devices.sort();
+            let numa = e
+                .numa
+                .into_iter()
+                .filter(|(id, _)| devices.binary_search(id).is_ok())
+                .map(|(id, mut nodes)| {
+                    nodes.truncate(MAX_NUMA_NODES);
+                    (id, nodes)
+                })
+                .collect();
             restored
                 .entry((e.pod_uid, e.container_name))
                 .or_default()
-                .insert(e.resource_name, Allocation { devices, response });
+                .insert(
+                    e.resource_name,
+                    Allocation {
+                        devices,
+                        response,
+                        numa,
+                    },
+                );
         }
         self.allocations = restored;
+        for name in checkpoint.registered.into_iter().take(MAX_RESOURCES) {
+            if self.resources.len() >= MAX_RESOURCES {
+                break;
+            }
+            self.resources.entry(name).or_insert_with(|| Resource {
+                stopped_at: Some(now),
+                ..Resource::default()
+            });
+        }
         Ok(self.allocations.len())
     }
 
@@ -587,6 +631,10 @@ mod tests {
     #[test]
     fn a_checkpoint_brings_every_containers_devices_and_answer_back() {
         let mut s = State::default();
+        let g = s.register(GPU, Options::default()).unwrap();
+        let mut listed = devs(&[("a", true), ("c", true)]);
+        listed[1].numa = vec![1];
+        s.update(GPU, g, &listed);
         let mut response = crate::proto::deviceplugin::ContainerAllocateResponse::default();
         response.envs.insert("GPU".into(), "a,c".into());
         s.record(
@@ -595,6 +643,7 @@ mod tests {
             Allocation {
                 devices: vec!["a".into(), "c".into()],
                 response: response.clone(),
+                ..Allocation::default()
             },
         );
         s.record(
@@ -606,14 +655,44 @@ mod tests {
             },
         );
         s.record(("u2".into(), "d".into()), GPU, Allocation::default());
-        let text = s.checkpoint();
+        s.register("example.com/registered", Options::default())
+            .unwrap();
+        let text = s.checkpoint().unwrap();
+        let t0 = Instant::now();
         let mut again = State::default();
-        assert_eq!(again.restore(&text), Ok(2));
+        assert_eq!(again.restore(&text, t0), Ok(2));
         assert_eq!(again.allocations, s.allocations);
-        // A restored container holds its devices: no other pod gets them.
+        // A resource registered before is known, with no devices, until its
+        // plugin registers again: a container asking for it is refused.
+        assert!(again.is_device_resource("example.com/registered"));
+        assert_eq!(
+            counts(&again.resources(t0), "example.com/registered"),
+            (Some(0), Some(0))
+        );
+        assert!(
+            again
+                .choose(
+                    &("u3".into(), "c".into()),
+                    "example.com/registered",
+                    1,
+                    |_| true,
+                    &[]
+                )
+                .is_err()
+        );
+        // A restored container holds its devices: no other pod gets them;
+        // they keep the NUMA node they were given on, whatever the plugin
+        // now says.
         let g = again.register(GPU, Options::default()).unwrap();
         again.update(GPU, g, &devs(&[("a", true), ("b", true), ("c", true)]));
         assert_eq!(again.available(GPU, |_| true), ["b"]);
+        assert_eq!(
+            again.container_devices(&("u1".into(), "c".into()))[0],
+            (
+                GPU.to_string(),
+                vec![("a".to_string(), vec![]), ("c".to_string(), vec![1])]
+            )
+        );
 
         // Garbage, another version or a bad answer take nothing in.
         for bad in [
@@ -623,7 +702,7 @@ mod tests {
             r#"{"version":1,"entries":[{"pod_uid":"u","container_name":"c","resource_name":"r","device_ids":[],"alloc_resp":"%%"}]}"#,
             r#"{"version":1,"entries":[{"pod_uid":"u","container_name":"c","resource_name":"r","device_ids":[],"alloc_resp":"/w=="}]}"#,
         ] {
-            assert!(again.restore(bad).is_err(), "{bad}");
+            assert!(again.restore(bad, t0).is_err(), "{bad}");
             assert_eq!(again.allocations, s.allocations, "{bad}");
         }
     }

@@ -269,8 +269,10 @@ impl RuntimeManager {
         true
     }
 
-    /// The limits `pod`'s cgroup has now; None without one (pod cgroups
-    /// off, a pod from before them) or when it cannot be read.
+    /// The limits `pod`'s cgroup has now, its cpu shares taken as its
+    /// allocation's when cgroup v2's weight is all that differs
+    /// ([`crate::cgroups::CgroupManager::as_allocated`]); None without one
+    /// (pod cgroups off, a pod from before them) or when it cannot be read.
     pub fn pod_cgroup_now(&self, pod: &Pod) -> Option<crate::cgroups::Limits> {
         let (cgroups, qos, uid) = self.pod_cgroup(pod)?;
         if !cgroups.has_pod(qos, uid) {
@@ -280,6 +282,7 @@ impl RuntimeManager {
             .pod_dir(qos, uid)
             .and_then(|dir| cgroups.limits(&dir))
             .ok()
+            .map(|now| cgroups.as_allocated(now, &translate::pod_cgroup_limits(pod)))
     }
 
     /// Whether the running `pod`'s cgroup must be resized to its
@@ -298,11 +301,9 @@ impl RuntimeManager {
                 )
             });
         running
-            && self.cgroups.as_ref().is_some_and(|cgroups| {
-                self.pod_cgroup_now(pod).is_some_and(|now| {
-                    !cgroups.same_limits(&now, &translate::pod_cgroup_limits(pod))
-                })
-            })
+            && self
+                .pod_cgroup_now(pod)
+                .is_some_and(|now| !now.same_as(&translate::pod_cgroup_limits(pod)))
     }
 
     /// Notes how a container start went: its pull back-off ends, or its
