@@ -661,6 +661,39 @@ def block_io_only(text):
     return bool(named) and set(named) <= BLOCK_IO_METRICS
 
 
+SUMMARY_REASON = (
+    "wants pressure stall (PSI) stats of each container, which cgroup v1 does not keep per cgroup "
+    "(this machine is cgroup v1), and the kubelet, runtime and misc system containers, which an "
+    "agent reports for the cgroups it is told to keep them in (--kubelet-cgroups, --runtime-cgroups, "
+    "--system-cgroups); this machine has no systemd to give them, and the local cluster names none"
+)
+SUMMARY_SYSTEM_CONTAINERS = {"kubelet", "runtime", "misc"}
+
+
+def summary_psi_only(text):
+    r"""True when `text` is a stats summary match failure whose every
+    mismatched field is a PSI one and whose every missing element is a
+    system container of SUMMARY_SYSTEM_CONTAINERS.
+
+    >>> summary_psi_only('Expected\n    <string>: Summary\nto match fields: {\n'
+    ...     '[.Node.SystemContainers:\n\tmissing expected element misc]\n'
+    ...     '[.Pods[a::b].Containers[c].CPU:\n\tExpected\n\t    <string>: CPUStats\n'
+    ...     '\tto match fields: {\n\t.PSI:\n\t\tExpected\n\t\t    <*v1alpha1.PSIStats | 0x0>: nil\n}')
+    True
+    >>> summary_psi_only('Expected\n    <string>: Summary\nto match fields: {\n'
+    ...     '[.Pods[a::b].CPU:\n\tExpected\n\t    <string>: CPUStats\n\tto match fields: {\n'
+    ...     '\t.UsageNanoCores:\n\t\tExpected\n\t\t    <uint64>: 0\n}')
+    False
+    """
+    if not re.search(r"<string>: Summary\s+to match fields", text) or "unexpected element" in text:
+        return False
+    leaves = [field for field, kind in re.findall(r"\.(\w+):\s*Expected\s*<([^>]*)>", text)
+              if kind != "string"]
+    missing = set(re.findall(r"missing expected element ([^\s,\]]+)", text))
+    return (bool(leaves) or bool(missing)) and all(f == "PSI" for f in leaves) \
+        and missing <= SUMMARY_SYSTEM_CONTAINERS
+
+
 def machine_reason(name, text=""):
     """The reason this machine fails test `name`, from its name
     (MACHINE_REASONS) or from its failure `text` (MACHINE_TEXT_REASONS, and
@@ -673,6 +706,8 @@ def machine_reason(name, text=""):
             return reason
     if text and block_io_only(text):
         return BLOCK_IO_REASON
+    if text and summary_psi_only(text):
+        return SUMMARY_REASON
     return None
 
 
