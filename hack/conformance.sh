@@ -102,7 +102,8 @@
 #              containerd's socket
 # The suite has no flag for the agent's root directory: the few tests that
 # use one take /var/lib/kubelet (e.g. the PodResources socket), which the
-# local cluster does not use.
+# local cluster does not use; local-up.sh --node-e2e links
+# /var/lib/kubelet/pod-resources to the agent's.
 # It reads the agent's KubeletConfiguration from
 # /api/v1/nodes/<node>/proxy/configz (rustlet serves its own) and validates
 # this machine's kernel and cgroups against the default system spec. Tests

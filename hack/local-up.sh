@@ -5,7 +5,7 @@
 # the local images, and a node agent.
 #
 #   hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e]
-#                    [--runtime-pid-ns]
+#                    [--runtime-pid-ns] [--registry-mirror]
 #   hack/local-up.sh --self-hosted
 #
 # --agent picks the node agent (default rustlet). --metrics-server also runs
@@ -31,6 +31,11 @@
 # mounts (hack/conformance.sh --suite storage). The pids the runtime reports
 # are then of its namespace: rustlet's per-container stats, which read
 # /proc/<pid>/cgroup, are missing.
+#
+# --registry-mirror serves the local test images as registry.k8s.io from a
+# registry on loopback (hack/registry-mirror.sh): pods and tests that pull
+# them with imagePullPolicy Always pull them through CRI, as a node behind a
+# pull-through cache does.
 #
 # --self-hosted runs the control plane as kubeadm does: etcd,
 # kube-apiserver, kube-controller-manager and kube-scheduler are static pods
@@ -73,6 +78,7 @@ agent=rustlet
 metrics_server=false
 node_e2e=false
 runtime_pid_ns=false
+registry_mirror=false
 self_hosted=false
 while (($#)); do
   case $1 in
@@ -80,10 +86,11 @@ while (($#)); do
     --metrics-server) metrics_server=true; shift ;;
     --node-e2e) node_e2e=true; shift ;;
     --runtime-pid-ns) runtime_pid_ns=true; shift ;;
+    --registry-mirror) registry_mirror=true; shift ;;
     --agent) agent=${2:-}; shift 2 || die "--agent needs a value" ;;
     --agent=*) agent=${1#*=}; shift ;;
     -h | --help) usage; exit 0 ;;
-    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e] [--runtime-pid-ns] | --self-hosted)" ;;
+    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e] [--runtime-pid-ns] [--registry-mirror] | --self-hosted)" ;;
   esac
 done
 case $agent in
@@ -96,6 +103,11 @@ if $self_hosted; then
   ! $node_e2e || die "--self-hosted and --node-e2e do not go together"
   ! $runtime_pid_ns || die "--self-hosted and --runtime-pid-ns do not go together"
 fi
+# Where the agent keeps container logs (podLogsDir): the local cluster's own
+# directory; --node-e2e: the kubelet's default, /var/log/pods, which the node
+# suite's log path test reads from a pod.
+POD_LOGS=$LOCAL/pod-logs
+! $node_e2e || POD_LOGS=/var/log/pods
 # The self-hosted cluster's own state (the PKI is the shared one).
 SH=$LOCAL/self-hosted
 
@@ -503,6 +515,8 @@ phase "start etcd, containerd, apiserver"
 # Imported while the apiserver starts.
 wait_daemon containerd "containerd's socket" 30 "$BIN/ctr" --address "$CTRD_SOCK" version
 if $self_hosted; then "$ROOT/hack/images.sh" --control-plane; else "$ROOT/hack/images.sh"; fi
+# Left running by a start without the flag (as every component here).
+if $registry_mirror; then "$ROOT/hack/registry-mirror.sh" start; fi
 phase images
 
 # ---------------------------------------------------------------- control plane
@@ -545,7 +559,7 @@ start_rustlet() {
     --node-ip "$NODE_IP" \
     --container-runtime-endpoint "unix://$CTRD_SOCK" \
     --root-dir "$LOCAL/rustlet" \
-    --pod-logs-dir "$LOCAL/pod-logs" \
+    --pod-logs-dir "$POD_LOGS" \
     --rotate-server-certificates
 }
 
@@ -767,12 +781,23 @@ cluster_role_binding node-autoapprove-certificate-rotation \
   kubectl_admin apply -f - >/dev/null
 
 # ---------------------------------------------------------------- agent
+# --node-e2e: the node suite reaches the pod resources API at
+# /var/lib/kubelet/pod-resources/kubelet.sock, whatever the agent's root
+# directory: that path leads to the agent's own.
+if $node_e2e && [[ $agent != none ]]; then
+  mkdir -p "$LOCAL/$agent/pod-resources" /var/lib/kubelet
+  if [[ -L /var/lib/kubelet/pod-resources || ! -e /var/lib/kubelet/pod-resources ]]; then
+    ln -sfn "$LOCAL/$agent/pod-resources" /var/lib/kubelet/pod-resources
+  else
+    log "warning: /var/lib/kubelet/pod-resources is not a link; the node suite's pod resources tests will not reach the agent"
+  fi
+fi
 case $agent in
   kubelet)
     if pid=$(running_pid kubelet); then
       log "kubelet already running (pid $pid)"
     else
-      mkdir -p "$LOCAL/kubelet" "$LOCAL/pod-logs"
+      mkdir -p "$LOCAL/kubelet" "$POD_LOGS"
       # The pods' cgroups are the kubelet's defaults (cgroupsPerQOS,
       # enforceNodeAllocatable [pods]), as rustlet makes them: both agents
       # are measured alike. The node suite's eviction tests use the
@@ -799,7 +824,7 @@ readOnlyPort: $read_only_port
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 containerRuntimeEndpoint: unix://$CTRD_SOCK
-podLogsDir: $LOCAL/pod-logs
+podLogsDir: $POD_LOGS
 authentication:
   anonymous:
     enabled: false
@@ -850,7 +875,7 @@ EOF
     elif pid=$(running_pid rustlet); then
       log "rustlet already running (pid $pid)"
     else
-      mkdir -p "$LOCAL/rustlet/manifests" "$LOCAL/pod-logs"
+      mkdir -p "$LOCAL/rustlet/manifests" "$POD_LOGS"
       # The kubelet's settings of LOCAL_NODE_PROTECTION, for rustlet.
       rustlet_node_e2e=''
       if $node_e2e; then

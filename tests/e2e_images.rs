@@ -1,7 +1,9 @@
 //! End-to-end scenarios of image pulls from a private registry on the local
 //! cluster (`hack/local-up.sh --agent rustlet`): an OCI distribution registry
 //! (`_output/bin/registry`, htpasswd auth) on loopback holds a copy of
-//! busybox; pods pull it with and without `imagePullSecrets`.
+//! busybox; pods pull it with and without `imagePullSecrets`. And, with
+//! `hack/local-up.sh --registry-mirror`, pulls of registry.k8s.io images with
+//! `imagePullPolicy: Always` through the local mirror.
 
 mod common;
 
@@ -95,6 +97,36 @@ async fn image_pull_secrets_authenticate_private_pulls() {
         events
             .iter()
             .any(|(r, m)| r == "Failed" && m.contains("Failed to pull image")),
+        "{events:?}"
+    );
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet --registry-mirror"]
+async fn always_pulls_a_registry_k8s_io_image_through_the_mirror() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-mirror").await;
+    let image = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2";
+    let mut always = pod("always", "Never", image, &["sh", "-c", "true"]);
+    if let Some(spec) = always.spec.as_mut() {
+        spec.containers[0].image_pull_policy = Some("Always".into());
+    }
+    create(&client, &ns, &always).await;
+    wait_for(&client, &ns, "always", 90, "Succeeded", phase("Succeeded")).await;
+    // Pulled, not taken from the node as it was: the kubelet's events of
+    // a pull that went to the registry.
+    let events = events_of(&client, &ns, "always").await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "Pulling" && m.contains(image)),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "Pulled" && m.contains("Successfully pulled image")),
         "{events:?}"
     );
     drop_namespace(&client, &ns).await;
