@@ -60,6 +60,23 @@ fn ids_of(devices: &[ContainerDevices], resource: &str) -> Vec<String> {
     ids
 }
 
+/// Pod `ns`/`name`'s resources, by the pod resources API's `Get`.
+async fn get_pod(
+    pr: &mut PodResourcesListerClient<Channel>,
+    ns: &str,
+    name: &str,
+) -> rustlet::proto::podresources::v1::PodResources {
+    pr.get(GetPodResourcesRequest {
+        pod_name: name.into(),
+        pod_namespace: ns.into(),
+    })
+    .await
+    .unwrap_or_else(|e| panic!("Get of {ns}/{name}: {e}"))
+    .into_inner()
+    .pod_resources
+    .unwrap_or_else(|| panic!("no resources of {ns}/{name}"))
+}
+
 /// The node's allocatable devices of `resource`, by the pod resources API.
 async fn allocatable_ids(
     pr: &mut PodResourcesListerClient<Channel>,
@@ -317,16 +334,7 @@ async fn a_device_plugins_devices_reach_the_node_and_a_pod() {
     assert_eq!(mine.containers.len(), 1, "{mine:?}");
     assert_eq!(mine.containers[0].name, "user");
     assert_eq!(ids_of(&mine.containers[0].devices, &resource), given);
-    let got = pr
-        .get(GetPodResourcesRequest {
-            pod_name: "user".into(),
-            pod_namespace: ns.clone(),
-        })
-        .await
-        .expect("Get")
-        .into_inner()
-        .pod_resources
-        .expect("the pod's resources");
+    let got = get_pod(&mut pr, &ns, "user").await;
     assert_eq!(&got, mine);
     assert_eq!(allocatable_ids(&mut pr, &resource).await, ["d0", "d1"]);
     let metrics = scrape(&client, "metrics").await;
@@ -354,27 +362,9 @@ async fn a_device_plugins_devices_reach_the_node_and_a_pod() {
         .await
         .expect("the restarted agent's pod resources socket");
     let mut pr = PodResourcesListerClient::new(channel);
-    let got = pr
-        .get(GetPodResourcesRequest {
-            pod_name: "user".into(),
-            pod_namespace: ns.clone(),
-        })
-        .await
-        .expect("Get after the restart")
-        .into_inner()
-        .pod_resources
-        .expect("the pod's resources");
+    let got = get_pod(&mut pr, &ns, "user").await;
     assert_eq!(ids_of(&got.containers[0].devices, &resource), given);
-    let other = pr
-        .get(GetPodResourcesRequest {
-            pod_name: "second".into(),
-            pod_namespace: ns.clone(),
-        })
-        .await
-        .expect("Get of the second pod")
-        .into_inner()
-        .pod_resources
-        .expect("the second pod's resources");
+    let other = get_pod(&mut pr, &ns, "second").await;
     let theirs = ids_of(&other.containers[0].devices, &resource);
     assert_eq!(theirs.len(), 1, "{other:?}");
     assert_ne!(theirs, given, "the held device was given again");
