@@ -179,6 +179,21 @@ pub fn allocatable(
     }
 }
 
+/// The longest name a pod or namespace can have (a DNS subdomain): what an
+/// error message repeats of a name the caller sent, so that a caller
+/// sending megabytes does not get them back in a status header.
+const MAX_NAME_SHOWN: usize = 253;
+
+/// `name` as an error message repeats it: at most [`MAX_NAME_SHOWN`] bytes
+/// (no name that long exists, so nothing real is cut).
+fn shown(name: &str) -> &str {
+    let mut end = name.len().min(MAX_NAME_SHOWN);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
 /// The shared state of both API versions.
 struct Inner {
     pods: PodLister,
@@ -255,7 +270,8 @@ impl v1::pod_resources_lister_server::PodResourcesLister for V1Service {
             metrics().pod_resources_get_failed("v1");
             return Err(Status::unknown(format!(
                 "pod {} in namespace {} not found",
-                r.pod_name, r.pod_namespace
+                shown(&r.pod_name),
+                shown(&r.pod_namespace)
             )));
         };
         Ok(Response::new(v1::GetPodResourcesResponse {
@@ -493,6 +509,17 @@ mod tests {
             .unwrap_err();
         assert_eq!(missing.code(), tonic::Code::Unknown);
         assert_eq!(missing.message(), "pod done in namespace default not found");
+        // A name of a megabyte is not found, like any other.
+        let huge = "n".repeat(1 << 20);
+        let err = client
+            .get(v1::GetPodResourcesRequest {
+                pod_name: huge.clone(),
+                pod_namespace: huge,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unknown, "{}", err.message());
+        assert!(err.message().len() < 600, "the name is not sent back whole");
         let alloc = client
             .get_allocatable_resources(v1::AllocatableResourcesRequest {})
             .await

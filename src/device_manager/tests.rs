@@ -534,3 +534,39 @@ async fn a_pod_asking_for_more_devices_than_exist_is_refused_not_given_none() {
     // Nothing was given.
     assert_eq!(s.manager.state().available(RES, |_| true), ["a"]);
 }
+
+#[test]
+fn a_checkpoint_longer_than_the_bound_or_planted_as_garbage_holds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(super::CHECKPOINT);
+    // A valid start, then more than MAX_CHECKPOINT_BYTES of device IDs: the
+    // read is cut at the bound, so the file is unreadable and ignored.
+    let mut text = String::from(
+        r#"{"version":1,"registered":[],"entries":[{"pod_uid":"u","container_name":"c","resource_name":"example.com/dev","alloc_resp":"","device_ids":["#,
+    );
+    let id = r#""x","#;
+    let n = usize::try_from(super::MAX_CHECKPOINT_BYTES).unwrap() / id.len() + 1;
+    text.push_str(&id.repeat(n));
+    text.push_str(r#""x"]}]}"#);
+    std::fs::write(&path, &text).unwrap();
+    assert!(
+        DeviceManager::new(dir.path())
+            .container_devices("u", "c")
+            .is_empty()
+    );
+    // Unknown fields and a directory in the checkpoint's place change nothing.
+    std::fs::write(
+        &path,
+        r#"{"version":1,"extra":{"a":1},"entries":[],"registered":["example.com/dev"]}"#,
+    )
+    .unwrap();
+    let m = DeviceManager::new(dir.path());
+    assert!(m.container_devices("u", "c").is_empty());
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    assert!(
+        DeviceManager::new(dir.path())
+            .container_devices("u", "c")
+            .is_empty()
+    );
+}
