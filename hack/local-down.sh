@@ -33,8 +33,7 @@ t0=$(now_ms)
 if running_pid kube-apiserver >/dev/null; then unregister_metrics_server; fi
 stop_daemon metrics-server
 # The registry mirror (hack/registry-mirror.sh), if it runs.
-rm -f "$CTRD_DIR/certs.d/registry.k8s.io/hosts.toml"
-stop_daemon registry-mirror
+"$ROOT/hack/registry-mirror.sh" stop
 # The CSI stack (hack/csi-stack.sh), if it runs.
 for c in csi-attacher csi-provisioner csi-registrar csi-hostpath; do stop_daemon "$c"; done
 # Agents first, so nothing restarts pods while they are removed.

@@ -599,7 +599,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     // The pod resources API on <root-dir>/pod-resources/kubelet.sock: the
     // active pods are those whose phase, as last sent, is not terminal.
-    let lister: crate::pod_resources::PodLister = {
+    let lister: crate::pod_resources::PodsProvider = {
         let (store, status) = (store.clone(), ctx.status.clone());
         Arc::new(move |which| {
             store

@@ -37,7 +37,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
-use crate::device_manager::{DeviceManager, Topology};
+use crate::device_manager::{DeviceManager, DevicesByResource, Topology};
 use crate::metrics::{PodResourcesCall, metrics};
 use crate::proto::podresources::v1;
 use crate::proto::podresources::v1alpha1 as alpha;
@@ -80,7 +80,7 @@ pub enum Pods {
 }
 
 /// The pods of the node, as the agent's pod sources hold them.
-pub type PodLister = Arc<dyn Fn(Pods) -> Vec<Arc<Pod>> + Send + Sync>;
+pub type PodsProvider = Arc<dyn Fn(Pods) -> Vec<Arc<Pod>> + Send + Sync>;
 
 /// Devices as the API lists them: one entry per device and NUMA node it
 /// sits on, each with that one node, or one without topology for a device
@@ -114,16 +114,13 @@ fn container_devices(given: &[(String, Vec<(String, Topology)>)]) -> Vec<v1::Con
 /// `v1PodResourcesServer`. Pure.
 pub fn pod_resources(
     pod: &Pod,
-    devices: impl Fn(&str, &str) -> Vec<(String, Vec<(String, Topology)>)>,
+    devices: impl Fn(&str, &str) -> DevicesByResource,
 ) -> v1::PodResources {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    let spec = pod.spec.as_ref();
-    let sidecars = spec
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or_default()
+    let sidecars = crate::pod::spec::init_containers(pod)
         .iter()
         .filter(|c| crate::pod::spec::is_sidecar(c));
-    let regular = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+    let regular = crate::pod::spec::main_containers(pod);
     let container = |c: &Container| v1::ContainerResources {
         name: c.name.clone(),
         devices: container_devices(&devices(uid, &c.name)),
@@ -141,14 +138,10 @@ pub fn pod_resources(
 /// devices (one entry per device, without topology), as the kubelet's `v1alpha1PodResourcesServer`. Pure.
 pub fn alpha_pod_resources(
     pod: &Pod,
-    devices: impl Fn(&str, &str) -> Vec<(String, Vec<(String, Topology)>)>,
+    devices: impl Fn(&str, &str) -> DevicesByResource,
 ) -> alpha::PodResources {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    let regular = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
-        .unwrap_or_default();
+    let regular = crate::pod::spec::main_containers(pod);
     let container = |c: &Container| alpha::ContainerResources {
         name: c.name.clone(),
         devices: container_devices(&devices(uid, &c.name))
@@ -196,7 +189,7 @@ fn shown(name: &str) -> &str {
 
 /// The shared state of both API versions.
 struct Inner {
-    pods: PodLister,
+    pods: PodsProvider,
     devices: Option<DeviceManager>,
     limiter: governor::DefaultDirectRateLimiter,
 }
@@ -212,10 +205,10 @@ impl Inner {
         Ok(())
     }
 
-    fn devices(&self, uid: &str, container: &str) -> Vec<(String, Vec<(String, Topology)>)> {
+    fn devices(&self, uid: &str, container: &str) -> DevicesByResource {
         self.devices
             .as_ref()
-            .map(|d| d.container_devices(uid, container))
+            .map(|d| d.devices(uid, container))
             .unwrap_or_default()
     }
 }
@@ -250,7 +243,7 @@ impl v1::pod_resources_lister_server::PodResourcesLister for V1Service {
         let healthy = s
             .devices
             .as_ref()
-            .map(DeviceManager::healthy_devices)
+            .map(DeviceManager::allocatable_devices)
             .unwrap_or_default();
         Ok(Response::new(allocatable(&healthy)))
     }
@@ -311,7 +304,7 @@ impl alpha::pod_resources_lister_server::PodResourcesLister for AlphaService {
 /// The directory or the socket cannot be made.
 pub fn serve(
     root_dir: &Path,
-    pods: PodLister,
+    pods: PodsProvider,
     devices: Option<DeviceManager>,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
     let dir = root_dir.join(DIR_NAME);
@@ -468,7 +461,7 @@ mod tests {
             ..Default::default()
         });
         let (running, done) = (Arc::new(web()), Arc::new(done));
-        let lister: PodLister = Arc::new(move |which| match which {
+        let lister: PodsProvider = Arc::new(move |which| match which {
             Pods::Active => vec![running.clone()],
             Pods::All => vec![running.clone(), done.clone()],
         });

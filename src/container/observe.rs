@@ -66,7 +66,10 @@ fn bounded_text(bytes: &[u8], max: usize) -> String {
 /// `tail.ReadAtMost`): one seek and one bounded read whatever its size. Anything
 /// but a regular file (a FIFO, a device planted at the path) reads as empty,
 /// without blocking.
-fn read_at_most(path: &Path, max: usize) -> io::Result<Vec<u8>> {
+///
+/// # Errors
+/// The file cannot be opened, inspected or read.
+pub fn read_at_most(path: &Path, max: usize) -> io::Result<Vec<u8>> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut f = std::fs::OpenOptions::new()
         .read(true)

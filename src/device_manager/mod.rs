@@ -276,12 +276,11 @@ impl DeviceManager {
         let (changed, _) = watch::channel(0);
         let mut state = State::default();
         let path = dir.join(CHECKPOINT);
-        let read = std::fs::File::open(&path).and_then(|f| {
-            use std::io::Read as _;
-            let mut text = String::new();
-            f.take(MAX_CHECKPOINT_BYTES).read_to_string(&mut text)?;
-            Ok(text)
-        });
+        // At most the bound, never blocking on what is not a regular file
+        // (a FIFO planted there reads as empty).
+        let max = usize::try_from(MAX_CHECKPOINT_BYTES).unwrap_or(usize::MAX);
+        let read = crate::container::observe::read_at_most(&path, max)
+            .and_then(|bytes| String::from_utf8(bytes).map_err(std::io::Error::other));
         match read {
             Ok(text) => match state.restore(&text, Instant::now()) {
                 Ok(n) => info!(containers = n, "devices given before the restart"),
@@ -387,18 +386,18 @@ impl DeviceManager {
     }
 
     /// The healthy devices of every resource, with their NUMA nodes (the
-    /// pod resources API's allocatable devices).
+    /// kubelet's `GetAllocatableDevices`, for the pod resources API).
     #[must_use]
-    pub fn healthy_devices(&self) -> DevicesByResource {
-        self.state().healthy_devices()
+    pub fn allocatable_devices(&self) -> DevicesByResource {
+        self.state().allocatable_devices()
     }
 
     /// The devices container `container` of the pod with UID `uid` was
-    /// given, by resource, with their NUMA nodes.
+    /// given, by resource, with their NUMA nodes (the kubelet's `GetDevices`).
     #[must_use]
-    pub fn container_devices(&self, uid: &str, container: &str) -> DevicesByResource {
+    pub fn devices(&self, uid: &str, container: &str) -> DevicesByResource {
         self.state()
-            .container_devices(&(uid.to_string(), container.to_string()))
+            .devices(&(uid.to_string(), container.to_string()))
     }
 
     /// A registration (`Register`), checked and connected as the kubelet's
@@ -607,6 +606,25 @@ impl DeviceManager {
         c: &Container,
         active: &impl Fn(&str) -> bool,
     ) -> Result<(), String> {
+        // One checkpoint write for the container, whatever it was given
+        // before an error (as the kubelet writes once per allocation).
+        let mut recorded = false;
+        let result = self.allocate_resources(key, c, active, &mut recorded).await;
+        if recorded {
+            self.save();
+        }
+        result
+    }
+
+    /// [`DeviceManager::allocate_container`]'s allocations, each resource
+    /// recorded in the state (`recorded` set), none written yet.
+    async fn allocate_resources(
+        &self,
+        key: &ContainerKey,
+        c: &Container,
+        active: &impl Fn(&str) -> bool,
+        recorded: &mut bool,
+    ) -> Result<(), String> {
         for (resource, needed) in device_requests(c) {
             let (known, given) = {
                 let st = self.state();
@@ -658,7 +676,7 @@ impl DeviceManager {
                     ..Allocation::default()
                 },
             );
-            self.save();
+            *recorded = true;
         }
         Ok(())
     }

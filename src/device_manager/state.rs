@@ -261,7 +261,7 @@ impl State {
     /// `GetAllocatableResources` lists them (the kubelet's
     /// `GetAllocatableDevices`).
     #[must_use]
-    pub fn healthy_devices(&self) -> DevicesByResource {
+    pub fn allocatable_devices(&self) -> DevicesByResource {
         self.resources
             .iter()
             .map(|(name, r)| {
@@ -280,7 +280,7 @@ impl State {
     /// The devices container `key` was given, by resource, with the NUMA
     /// nodes they sat on then (the kubelet's `GetDevices`).
     #[must_use]
-    pub fn container_devices(&self, key: &ContainerKey) -> DevicesByResource {
+    pub fn devices(&self, key: &ContainerKey) -> DevicesByResource {
         let Some(given) = self.allocations.get(key) else {
             return Vec::new();
         };
@@ -491,7 +491,7 @@ impl State {
                 );
         }
         self.allocations = restored;
-        for name in checkpoint.registered.into_iter().take(MAX_RESOURCES) {
+        for name in checkpoint.registered {
             if self.resources.len() >= MAX_RESOURCES {
                 break;
             }
@@ -623,7 +623,7 @@ mod tests {
         s.update("example.com/r0", g, &many);
         let r = s.resources(Instant::now());
         assert_eq!(r.capacity["example.com/r0"], MAX_DEVICES as u64);
-        let healthy = s.healthy_devices();
+        let healthy = s.allocatable_devices();
         assert_eq!(healthy[0].1.len(), MAX_DEVICES);
         assert_eq!(healthy[0].1[0].1.len(), MAX_NUMA_NODES);
     }
@@ -687,7 +687,7 @@ mod tests {
         again.update(GPU, g, &devs(&[("a", true), ("b", true), ("c", true)]));
         assert_eq!(again.available(GPU, |_| true), ["b"]);
         assert_eq!(
-            again.container_devices(&("u1".into(), "c".into()))[0],
+            again.devices(&("u1".into(), "c".into()))[0],
             (
                 GPU.to_string(),
                 vec![("a".to_string(), vec![]), ("c".to_string(), vec![1])]
@@ -718,14 +718,14 @@ mod tests {
         let g2 = s.register("example.com/nic", Options::default()).unwrap();
         s.update("example.com/nic", g2, &devs(&[("n0", false)]));
         assert_eq!(
-            s.healthy_devices(),
+            s.allocatable_devices(),
             vec![(
                 GPU.to_string(),
                 vec![("a".to_string(), vec![]), ("c".to_string(), vec![1])]
             )]
         );
         let key: ContainerKey = ("u1".into(), "c".into());
-        assert!(s.container_devices(&key).is_empty());
+        assert!(s.devices(&key).is_empty());
         s.record(
             key.clone(),
             GPU,
@@ -735,16 +735,13 @@ mod tests {
             },
         );
         assert_eq!(
-            s.container_devices(&key),
+            s.devices(&key),
             vec![(
                 GPU.to_string(),
                 vec![("a".to_string(), vec![]), ("c".to_string(), vec![1])]
             )]
         );
-        assert!(
-            s.container_devices(&("u1".into(), "other".into()))
-                .is_empty()
-        );
+        assert!(s.devices(&("u1".into(), "other".into())).is_empty());
     }
 
     #[test]

@@ -419,18 +419,14 @@ async fn pods_are_given_free_healthy_devices_and_containers_get_the_plugins_answ
     assert_eq!(again.mounts, opts.mounts);
     assert_eq!(calls.lock().unwrap().len(), calls_before);
     let held: Vec<String> = restarted
-        .container_devices("u1", &c.name)
+        .devices("u1", &c.name)
         .into_iter()
         .flat_map(|(_, d)| d.into_iter().map(|(id, _)| id))
         .collect();
     assert_eq!(held, ["a", "d"]);
     // Released there, the next start holds nothing.
     restarted.release(|u| u != "u1");
-    assert!(
-        DeviceManager::new(&s.dir)
-            .container_devices("u1", &c.name)
-            .is_empty()
-    );
+    assert!(DeviceManager::new(&s.dir).devices("u1", &c.name).is_empty());
 
     // Once the first pod is gone, its devices are free again.
     s.manager.release(|u| u != "u1");
@@ -549,11 +545,7 @@ fn a_checkpoint_longer_than_the_bound_or_planted_as_garbage_holds_nothing() {
     text.push_str(&id.repeat(n));
     text.push_str(r#""x"]}]}"#);
     std::fs::write(&path, &text).unwrap();
-    assert!(
-        DeviceManager::new(dir.path())
-            .container_devices("u", "c")
-            .is_empty()
-    );
+    assert!(DeviceManager::new(dir.path()).devices("u", "c").is_empty());
     // Unknown fields and a directory in the checkpoint's place change nothing.
     std::fs::write(
         &path,
@@ -561,12 +553,19 @@ fn a_checkpoint_longer_than_the_bound_or_planted_as_garbage_holds_nothing() {
     )
     .unwrap();
     let m = DeviceManager::new(dir.path());
-    assert!(m.container_devices("u", "c").is_empty());
+    assert!(m.devices("u", "c").is_empty());
+    std::fs::remove_file(&path).unwrap();
+    // A FIFO in its place does not block the start.
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    assert!(DeviceManager::new(dir.path()).devices("u", "c").is_empty());
     std::fs::remove_file(&path).unwrap();
     std::fs::create_dir(&path).unwrap();
-    assert!(
-        DeviceManager::new(dir.path())
-            .container_devices("u", "c")
-            .is_empty()
-    );
+    assert!(DeviceManager::new(dir.path()).devices("u", "c").is_empty());
 }

@@ -317,13 +317,6 @@ pub fn init_progress(pod: &Pod, rt: &PodRuntime) -> InitProgress {
         match latest(c) {
             Some(x) if is_sidecar(c) && x.state == ContainerState::Running => {}
             Some(x) if !is_sidecar(c) && x.state == ContainerState::Exited && x.exit_code == 0 => {}
-            Some(x)
-                if !is_sidecar(c)
-                    && x.state == ContainerState::Exited
-                    && !init_container_should_restart(c, restart_policy(pod), x.exit_code) =>
-            {
-                return InitProgress::Failed(x.name.clone());
-            }
             _ => return InitProgress::Pending(c.name.clone()),
         }
     }

@@ -194,8 +194,7 @@ pub fn cpu_max_v2(text: &str) -> Option<(Option<u64>, u64)> {
 /// inverse of runc's conversion, as cAdvisor reports v2 cpu shares.
 #[must_use]
 pub fn weight_to_shares(weight: u64) -> u64 {
-    // shares = 2 + (weight - 1) * 262142 / 9999
-    2 + weight.saturating_sub(1).saturating_mul(262_142) / 9999
+    crate::cgroups::shares_from_weight(weight.max(1))
 }
 
 /// Block I/O of a container on one device: bytes and operations since the
