@@ -16,10 +16,7 @@ use tracing::{debug, warn};
 use crate::cri::{self, Runtime};
 use k8s_cri::v1 as api;
 
-/// The suffix of compressed rotated logs.
-const COMPRESSED: &str = ".gz";
-/// The suffix of files being written (removed when found left over).
-const TMP: &str = ".tmp";
+use crate::cri::log::{COMPRESSED_SUFFIX as COMPRESSED, TMP_SUFFIX as TMP, rotated_name};
 
 pub use crate::config::ContainerLogPolicy as Policy;
 
@@ -61,13 +58,6 @@ pub fn cleanup(rotated: &[PathBuf], max_files: usize) -> Cleanup {
         .filter(|p| !name(p).ends_with(COMPRESSED))
         .collect();
     out
-}
-
-/// The name a live log is rotated to at `now`: `<log>.<YYYYMMDD-hhmmss>` (UTC).
-#[must_use]
-pub fn rotated_name(log: &Path, now: Timestamp) -> PathBuf {
-    let stamp = now.strftime("%Y%m%d-%H%M%S");
-    PathBuf::from(format!("{}.{stamp}", log.display()))
 }
 
 /// Checks the logs of every running container every `policy.interval`,

@@ -147,31 +147,44 @@ impl TerminationSource {
         let Some(log) = self.fallback_log.as_ref().filter(|_| from_file.is_empty()) else {
             return from_file;
         };
-        let tail = std::fs::File::open(log)
-            .map_err(|e| {
-                format!(
-                    "failed to open log file {:?}: {e}",
-                    log.display().to_string()
-                )
-            })
-            .and_then(|mut f| {
-                crate::cri::log::tail_content(
-                    &mut f,
-                    MAX_TERMINATION_LOG_LINES as u64,
-                    MAX_TERMINATION_LOG_BYTES,
-                )
-                .map_err(|e| {
-                    format!(
-                        "failed to read log file {:?}: {e}",
-                        log.display().to_string()
-                    )
-                })
-            });
-        match tail {
+        match log_tail(log) {
             Ok(data) => bounded_text(&data, MAX_TERMINATION_LOG_BYTES),
             Err(e) => format!("Error on reading termination message from logs: {e}"),
         }
     }
+}
+
+/// The last [`MAX_TERMINATION_LOG_LINES`] lines of the container log `log`,
+/// at most their last [`MAX_TERMINATION_LOG_BYTES`]: the kubelet's
+/// `readLastStringFromContainerLogs`, with one difference. When the live log
+/// holds fewer lines (the log manager rotated it as the container wrote its
+/// last lines, leaving it short, empty, or for a moment absent), the rest is
+/// read from the end of the newest rotated file, so a rotation never empties
+/// the message. The error is the kubelet's text.
+fn log_tail(log: &Path) -> std::result::Result<Vec<u8>, String> {
+    use crate::cri::log::{Tail, newest_rotated, tail_content};
+    let lines = MAX_TERMINATION_LOG_LINES as u64;
+    let shown = || log.display().to_string();
+    let live = match std::fs::File::open(log) {
+        Ok(mut f) => tail_content(&mut f, lines, MAX_TERMINATION_LOG_BYTES)
+            .map_err(|e| format!("failed to read log file {:?}: {e}", shown()))?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound && newest_rotated(log).is_some() => {
+            Tail::default()
+        }
+        Err(e) => return Err(format!("failed to open log file {:?}: {e}", shown())),
+    };
+    let room = MAX_TERMINATION_LOG_BYTES.saturating_sub(live.content.len());
+    if live.lines >= lines || room == 0 {
+        return Ok(live.content);
+    }
+    let Some(older) = newest_rotated(log) else {
+        return Ok(live.content);
+    };
+    let mut out = std::fs::File::open(&older)
+        .and_then(|mut f| tail_content(&mut f, lines - live.lines, room))
+        .map_or_else(|_| Vec::new(), |t| t.content);
+    out.extend_from_slice(&live.content);
+    Ok(out)
 }
 
 /// The termination message of an exited container with status `s`, read on a
@@ -388,6 +401,41 @@ mod tests {
         let got = message(&exited(dir.path(), "FallbackToLogsOnError", 3));
         assert_eq!(got.len(), MAX_TERMINATION_LOG_BYTES);
         assert!(got.ends_with("aaa\nthe end\n"), "{got:?}");
+    }
+
+    #[test]
+    fn a_log_rotated_as_the_container_ended_still_gives_its_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("0.log");
+        let line = |i: usize| format!("2024-01-01T00:00:00Z stdout F line {i}\n");
+        let older: String = (0..100).map(line).collect();
+        // An older rotation, compressed, must not be read.
+        std::fs::write(dir.path().join("0.log.20240101-000000.gz"), "not a log").unwrap();
+        std::fs::write(dir.path().join("0.log.20240101-000010"), &older).unwrap();
+        let st = exited(dir.path(), "FallbackToLogsOnError", 3);
+        // Rotated and reopened, then the container exited without writing.
+        std::fs::write(&live, "").unwrap();
+        let got = message(&st);
+        assert!(
+            got.starts_with("line 20\n") && got.ends_with("line 99\n"),
+            "{got:?}"
+        );
+        assert_eq!(got.lines().count(), 80);
+        // Renamed, not yet reopened: the live log is absent for a moment.
+        std::fs::remove_file(&live).unwrap();
+        assert_eq!(message(&st), got);
+        // Two lines after the rotation: 78 come from the rotated file.
+        std::fs::write(&live, format!("{}{}", line(100), line(101))).unwrap();
+        let got = message(&st);
+        assert!(
+            got.starts_with("line 22\n") && got.ends_with("line 101\n"),
+            "{got:?}"
+        );
+        assert_eq!(got.lines().count(), 80);
+        // A live log of 80 lines or more is read alone.
+        let full: String = (200..300).map(line).collect();
+        std::fs::write(&live, full).unwrap();
+        assert!(message(&st).starts_with("line 220\n"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! find the last lines of a file the same way ([`tail_start`]).
 
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use k8s_openapi::jiff::Timestamp;
@@ -253,7 +254,7 @@ fn read_line_bounded<R: BufRead>(r: &mut R, line: &mut Vec<u8>, tail: usize) -> 
 ///
 /// # Errors
 /// I/O errors of seeking and reading.
-pub fn tail_content<F: Read + Seek>(f: &mut F, lines: u64, max: usize) -> io::Result<Vec<u8>> {
+pub fn tail_content<F: Read + Seek>(f: &mut F, lines: u64, max: usize) -> io::Result<Tail> {
     let end = f.seek(SeekFrom::End(0))?;
     let start = tail_start(f, lines)?;
     f.seek(SeekFrom::Start(start))?;
@@ -283,7 +284,50 @@ pub fn tail_content<F: Read + Seek>(f: &mut F, lines: u64, max: usize) -> io::Re
     if out.len() > max {
         out.drain(..out.len() - max);
     }
-    Ok(out)
+    Ok(Tail {
+        content: out,
+        lines: lines - left,
+    })
+}
+
+/// The end of a log read by [`tail_content`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tail {
+    /// The content of the lines read, at most the bytes asked for.
+    pub content: Vec<u8>,
+    /// How many lines of the file were read (a partial line counts as one).
+    pub lines: u64,
+}
+
+/// The suffix of a rotated log the container log manager compressed.
+pub const COMPRESSED_SUFFIX: &str = ".gz";
+/// The suffix of a compressed log still being written.
+pub const TMP_SUFFIX: &str = ".tmp";
+
+/// The name a live log is rotated to at `now`: `<log>.<YYYYMMDD-hhmmss>` (UTC),
+/// as the kubelet's `ContainerLogManager` names them.
+#[must_use]
+pub fn rotated_name(log: &Path, now: Timestamp) -> PathBuf {
+    let stamp = now.strftime("%Y%m%d-%H%M%S");
+    PathBuf::from(format!("{}.{stamp}", log.display()))
+}
+
+/// The newest rotated file of the live log `log` that is not compressed: the
+/// one rotated last, which the log manager leaves as it is until the next
+/// rotation. `None` when there is none or the directory cannot be read.
+#[must_use]
+pub fn newest_rotated(log: &Path) -> Option<PathBuf> {
+    let (dir, file) = (log.parent()?, log.file_name()?);
+    let prefix = format!("{}.", file.to_string_lossy());
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n.starts_with(&prefix) && !n.ends_with(COMPRESSED_SUFFIX) && !n.ends_with(TMP_SUFFIX)
+        })
+        .max()
+        .map(|n| dir.join(n))
 }
 
 #[cfg(test)]
@@ -297,7 +341,8 @@ mod tests {
                     2024-01-01T00:00:02Z stderr F o\n\
                     2024-01-01T00:00:03Z stdout F three\n";
         let tail = |log: &[u8], lines, max| {
-            String::from_utf8(tail_content(&mut io::Cursor::new(log), lines, max).unwrap()).unwrap()
+            let got = tail_content(&mut io::Cursor::new(log), lines, max).unwrap();
+            String::from_utf8(got.content).unwrap()
         };
         assert_eq!(tail(log, 80, 2048), "one\ntwo\nthree\n");
         // Lines of the file, as the kubelet counts them: a partial line is one.
@@ -350,7 +395,8 @@ mod tests {
             read: 0,
         };
         let got = tail_content(&mut f, 80, 2048).unwrap();
-        assert_eq!(got, b"0123456789\n".repeat(80));
+        assert_eq!(got.content, b"0123456789\n".repeat(80));
+        assert_eq!(got.lines, 80);
         let limit = 2 * (80 * line.len() as u64 + TAIL_BLOCK as u64);
         assert!(f.read < limit, "read {} bytes", f.read);
         // One 8 MiB line without a newline: its end, and the header still parsed.
@@ -358,8 +404,9 @@ mod tests {
         huge.extend(std::iter::repeat_n(b'x', 8 << 20));
         huge.extend_from_slice(b"END");
         let got = tail_content(&mut io::Cursor::new(&huge), 80, 2048).unwrap();
-        assert_eq!(got.len(), 2048);
-        assert!(got.ends_with(b"xxEND"));
+        assert_eq!(got.content.len(), 2048);
+        assert!(got.content.ends_with(b"xxEND"));
+        assert_eq!(got.lines, 1);
         // Lines longer than what is kept: the bound holds whatever their number.
         let mut line = Vec::new();
         let mut r = io::BufReader::with_capacity(64, io::Cursor::new(&huge));
