@@ -191,13 +191,15 @@ build_helm() {
 # external-attacher, from their own module (tests/cluster/csi), as
 # metrics-server's; and the registrar hack/csi-stack.sh registers the driver
 # with (tests/cluster/cmd/csi-registrar, on the kubelet's own registration
-# API package).
+# API package); and the kubelet's own pod resources client, which the device
+# tests call the agent with (tests/cluster/cmd/podresources-client).
 build_csi() {
   log "CSI sidecars (external-provisioner $(grep -m1 'external-provisioner/v6 v' tests/cluster/csi/go.mod | awk '{print $NF}'), external-attacher $(grep -m1 'external-attacher/v4 v' tests/cluster/csi/go.mod | awk '{print $NF}'))"
   (cd tests/cluster/csi && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$bin/" \
     github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner \
     github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher)
-  (cd tests/cluster && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$bin/" ./cmd/csi-registrar)
+  (cd tests/cluster && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$bin/" \
+    ./cmd/csi-registrar ./cmd/podresources-client)
 }
 
 case "$what" in

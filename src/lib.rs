@@ -16,6 +16,7 @@ pub mod device_manager;
 pub mod events;
 pub mod eviction;
 pub mod expansion;
+pub mod grpc_socket;
 pub mod image_gc;
 pub mod log_links;
 pub mod log_manager;

@@ -29,13 +29,12 @@
 //! NUMA topology is reported when its plugin gave one.
 
 use std::num::NonZeroU32;
-use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tonic::{Request, Response, Status};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::device_manager::{DeviceManager, DevicesByResource, Topology};
 use crate::metrics::{PodResourcesCall, metrics};
@@ -55,19 +54,8 @@ pub const BURST: u32 = 10;
 /// `ErrorLimitExceeded`).
 pub const RATE_LIMITED: &str = "rejected by rate limit";
 
-/// Errors starting the service.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The socket or its directory could not be made.
-    #[error("serve the pod resources API on {socket}: {source}")]
-    Listen {
-        /// The socket.
-        socket: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
+/// Errors starting the service: the socket could not be made.
+pub use crate::grpc_socket::Error;
 
 /// Which pods a call lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -307,24 +295,7 @@ pub fn serve(
     pods: PodsProvider,
     devices: Option<DeviceManager>,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
-    let dir = root_dir.join(DIR_NAME);
-    let socket = dir.join(SOCKET);
-    let listen_err = |source| Error::Listen {
-        socket: socket.clone(),
-        source,
-    };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o750)
-        .create(&dir)
-        .map_err(listen_err)?;
-    match std::fs::remove_file(&socket) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(listen_err(e)),
-    }
-    let listener = tokio::net::UnixListener::bind(&socket).map_err(listen_err)?;
-    info!(socket = %socket.display(), "serving the pod resources API");
+    let socket = root_dir.join(DIR_NAME).join(SOCKET);
     let burst = NonZeroU32::new(BURST).unwrap_or(NonZeroU32::MIN);
     let qps = NonZeroU32::new(QPS).unwrap_or(NonZeroU32::MIN);
     let inner = Arc::new(Inner {
@@ -341,12 +312,9 @@ pub fn serve(
         .add_service(
             alpha::pod_resources_lister_server::PodResourcesListerServer::new(AlphaService(inner)),
         );
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-    Ok(tokio::spawn(async move {
-        if let Err(e) = router.serve_with_incoming(incoming).await {
-            warn!(error = %e, "pod resources server stopped");
-        }
-    }))
+    let server = crate::grpc_socket::serve(&socket, 0o750, router, "pod resources")?;
+    info!(socket = %socket.display(), "serving the pod resources API");
+    Ok(server)
 }
 
 #[cfg(test)]

@@ -49,6 +49,21 @@ fn pod_resources_socket() -> PathBuf {
         .join(rustlet::pod_resources::SOCKET)
 }
 
+/// What the kubelet's own Go client (`_output/bin/podresources-client`, from
+/// tests/cluster/cmd) answers at `socket`: `{"list": ..., "allocatable": ...}`.
+fn upstream_client_view(socket: &Path) -> serde_json::Value {
+    let out = std::process::Command::new(registry::bin("podresources-client"))
+        .arg(socket)
+        .output()
+        .expect("run _output/bin/podresources-client (hack/build-cluster.sh csi)");
+    assert!(
+        out.status.success(),
+        "the Go client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the Go client's JSON")
+}
+
 /// The IDs of `resource`'s devices among `devices`, sorted.
 fn ids_of(devices: &[ContainerDevices], resource: &str) -> Vec<String> {
     let mut ids: Vec<String> = devices
@@ -337,6 +352,30 @@ async fn a_device_plugins_devices_reach_the_node_and_a_pod() {
     let got = get_pod(&mut pr, &ns, "user").await;
     assert_eq!(&got, mine);
     assert_eq!(allocatable_ids(&mut pr, &resource).await, ["d0", "d1"]);
+    // The kubelet's own Go client, which dials the bare socket path and
+    // sends it as the request's authority, gets the same answers.
+    let go = upstream_client_view(&pod_resources_socket());
+    let pods = go["list"]["pod_resources"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let theirs = pods
+        .iter()
+        .find(|p| p["namespace"] == ns.as_str() && p["name"] == "user")
+        .unwrap_or_else(|| panic!("the pod in the Go client's List: {go}"));
+    let held = &theirs["containers"][0]["devices"][0];
+    assert_eq!(held["resource_name"], resource.as_str(), "{theirs}");
+    assert_eq!(held["device_ids"], serde_json::json!(given), "{theirs}");
+    let alloc = go["allocatable"]["devices"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        alloc
+            .iter()
+            .any(|d| d["resource_name"] == resource.as_str()),
+        "{go}"
+    );
     let metrics = scrape(&client, "metrics").await;
     for name in ["list", "get", "get_allocatable"] {
         let line =

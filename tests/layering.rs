@@ -32,7 +32,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fake_csi",
         ],
     ),
-    ("runtime client", &["cri", "proto"]),
+    (
+        "runtime client and gRPC servers",
+        &["cri", "proto", "grpc_socket"],
+    ),
     ("runtime's view of a pod", &["container"]),
     (
         "node-side services below the pod worker",

@@ -72,28 +72,8 @@ pub const PRE_START_TIMEOUT: Duration = Duration::from_secs(30);
 /// The health a device plugin reports for a usable device.
 pub const HEALTHY: &str = "Healthy";
 
-/// Errors starting the device manager.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The device plugin directory could not be made.
-    #[error("make the device plugin directory {dir}: {source}")]
-    Dir {
-        /// The directory.
-        dir: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The registration socket could not be made.
-    #[error("listen on the device plugin registration socket {socket}: {source}")]
-    Listen {
-        /// The socket.
-        socket: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
+/// Errors starting the device manager: the registration socket could not be made.
+pub use crate::grpc_socket::Error;
 
 /// A registered plugin: its registration, its client, and the task that
 /// follows its `ListAndWatch` (aborted when a new registration replaces it).
@@ -350,33 +330,16 @@ impl DeviceManager {
     /// # Errors
     /// The directory or the socket cannot be made.
     pub fn serve(&self) -> Result<tokio::task::JoinHandle<()>, Error> {
-        let dir = &self.inner.dir;
-        std::fs::create_dir_all(dir).map_err(|source| Error::Dir {
-            dir: dir.clone(),
-            source,
-        })?;
-        let socket = dir.join(SOCKET);
-        match std::fs::remove_file(&socket) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(Error::Listen { socket, source }),
-        }
-        let listener = tokio::net::UnixListener::bind(&socket).map_err(|source| Error::Listen {
-            socket: socket.clone(),
-            source,
-        })?;
-        info!(socket = %socket.display(), "device plugin registration");
+        let socket = self.inner.dir.join(SOCKET);
         let router = tonic::transport::Server::builder().add_service(RegistrationServer::new(
             RegistrationService {
                 manager: self.clone(),
             },
         ));
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-        Ok(tokio::spawn(async move {
-            if let Err(e) = router.serve_with_incoming(incoming).await {
-                warn!(error = %e, "device plugin registration server stopped");
-            }
-        }))
+        let server =
+            crate::grpc_socket::serve(&socket, 0o755, router, "device plugin registration")?;
+        info!(socket = %socket.display(), "device plugin registration");
+        Ok(server)
     }
 
     /// The device plugins' resources as the Node reports them at `now`.
