@@ -244,9 +244,10 @@ build_if_missing() {
 # binaries_id: a short digest of every executable in _output/bin (the control
 # plane, the kubelet, containerd, the e2e binaries, and what the test images
 # are built from, the CSI sidecars of the storage-csi runs) but the tools no
-# conformance run uses (NOT_RUN_BINARIES: metrics-server serves only the
-# project's own tests). Two runs with the same id ran the same upstream parts.
-NOT_RUN_BINARIES=(helm kind kubeadm kubectl metrics-server)
+# conformance run uses (NOT_RUN_BINARIES: metrics-server and
+# podresources-client serve only the project's own tests). Two runs with the
+# same id ran the same upstream parts.
+NOT_RUN_BINARIES=(helm kind kubeadm kubectl metrics-server podresources-client)
 binaries_id() {
   local excluded=() b
   for b in "${NOT_RUN_BINARIES[@]}"; do excluded+=(! -name "$b"); done
