@@ -46,7 +46,7 @@ for p in "${IMAGE_DEBS[@]}"; do
 done
 
 command -v go >/dev/null || die "go is not installed (Go 1.26 is needed to build the control plane)"
-command -v cargo >/dev/null || die "cargo is not installed (Rust 1.89+ is needed to build rustlet)"
+command -v cargo >/dev/null || die "cargo is not installed (Rust 1.91+ is needed to build rustlet)"
 if ! command -v kubectl >/dev/null; then
   log "kubectl not found: building it from the Go module into _output/bin"
   (cd "$ROOT/tests/cluster" && go build -trimpath -o "$BIN/kubectl" k8s.io/kubernetes/cmd/kubectl)

@@ -59,18 +59,16 @@ e2e() {
   # Every tests/e2e*.rs in one run; the scenarios that restart the agent
   # (restart, eviction, devices), add a node (image GC) or take most of the
   # node's cpu (admission) run alone, last.
-  local -a targets=()
+  local -a alone=(e2e_restart e2e_eviction e2e_image_gc e2e_admission e2e_devices) targets=()
   local f
   for f in tests/e2e*.rs; do
     f=$(basename "$f" .rs)
-    case $f in e2e_restart | e2e_eviction | e2e_image_gc | e2e_admission | e2e_devices) ;; *) targets+=(--test "$f") ;; esac
+    [[ " ${alone[*]} " == *" $f "* ]] || targets+=(--test "$f")
   done
   cargo test --no-fail-fast "${targets[@]}" -- --ignored --test-threads 4 || rc=1
-  cargo test --test e2e_restart -- --ignored --test-threads 1 || rc=1
-  cargo test --test e2e_eviction -- --ignored --test-threads 1 || rc=1
-  cargo test --test e2e_image_gc -- --ignored --test-threads 1 || rc=1
-  cargo test --test e2e_admission -- --ignored --test-threads 1 || rc=1
-  cargo test --test e2e_devices -- --ignored --test-threads 1 || rc=1
+  for f in "${alone[@]}"; do
+    cargo test --test "$f" -- --ignored --test-threads 1 || rc=1
+  done
   ((rc == 0)) || tail_log rustlet 60
   "$ROOT/hack/local-down.sh" || rc=1
   return $rc

@@ -165,11 +165,7 @@ fn bound_message(message: &mut String) {
     if message.len() <= MAX_MESSAGE {
         return;
     }
-    let mut end = MAX_MESSAGE - 3;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    message.truncate(end);
+    message.truncate(message.floor_char_boundary(MAX_MESSAGE - 3));
     message.push_str("...");
 }
 

@@ -36,13 +36,7 @@ pub fn link_path(
     }
     let mut name = format!("{pod}_{namespace}_{container}-{container_id}");
     let max = MAX_FILE_NAME - SUFFIX.len();
-    if name.len() > max {
-        let mut cut = max;
-        while !name.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        name.truncate(cut);
-    }
+    name.truncate(name.floor_char_boundary(max));
     Some(dir.join(format!("{name}{SUFFIX}")))
 }
 

@@ -168,11 +168,7 @@ const MAX_NAME_SHOWN: usize = 253;
 /// `name` as an error message repeats it: at most [`MAX_NAME_SHOWN`] bytes
 /// (no name that long exists, so nothing real is cut).
 fn shown(name: &str) -> &str {
-    let mut end = name.len().min(MAX_NAME_SHOWN);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    &name[..end]
+    &name[..name.floor_char_boundary(MAX_NAME_SHOWN)]
 }
 
 /// The shared state of both API versions.

@@ -56,10 +56,7 @@ fn bounded_text(bytes: &[u8], max: usize) -> String {
     let Some(excess) = text.len().checked_sub(max).filter(|e| *e > 0) else {
         return text.into_owned();
     };
-    let cut = (excess..=text.len())
-        .find(|i| text.is_char_boundary(*i))
-        .unwrap_or(text.len());
-    text[cut..].to_string()
+    text[text.ceil_char_boundary(excess)..].to_string()
 }
 
 /// The last `max` bytes of the regular file at `path` (the kubelet's

@@ -100,9 +100,6 @@ pub struct Allocation {
 /// The version of the checkpoint's format ([`State::checkpoint`]).
 pub const CHECKPOINT_VERSION: u32 = 1;
 
-/// The most entries a checkpoint is read with; the rest are ignored.
-pub const MAX_CHECKPOINT_ENTRIES: usize = 1 << 16;
-
 /// The devices one container was given of one resource, as the checkpoint
 /// keeps them (the kubelet's `PodDevicesEntry`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -440,8 +437,9 @@ impl State {
         serde_json::to_string(&checkpoint)
     }
 
-    /// Takes the allocations of a checkpoint ([`State::checkpoint`]) in, at
-    /// most [`MAX_CHECKPOINT_ENTRIES`], and its registered resources as
+    /// Takes the allocations of a checkpoint ([`State::checkpoint`]) in (as
+    /// many as its text holds: the caller bounds the text, as
+    /// [`super::MAX_CHECKPOINT_BYTES`]), and its registered resources as
     /// plugins that went away at `now`, with no devices, until they register
     /// again (the kubelet's `readCheckpoint`): a pod asking for one is
     /// refused meanwhile, not run without its devices. Returns how many
@@ -459,7 +457,7 @@ impl State {
             ));
         }
         let mut restored: BTreeMap<ContainerKey, BTreeMap<String, Allocation>> = BTreeMap::new();
-        for e in checkpoint.entries.into_iter().take(MAX_CHECKPOINT_ENTRIES) {
+        for e in checkpoint.entries {
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(&e.alloc_resp)
                 .map_err(|err| format!("{}/{}: {err}", e.pod_uid, e.container_name))?;

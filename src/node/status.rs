@@ -35,15 +35,27 @@ pub struct RuntimeFacts {
     pub runtime_handlers: Option<Vec<NodeRuntimeHandler>>,
 }
 
+/// The most runtime handlers the Node lists ([`runtime_handlers`]).
+pub const MAX_RUNTIME_HANDLERS: usize = 100;
+
 /// The runtime's handlers (CRI `StatusResponse.runtime_handlers`) as the
 /// Node's `status.runtimeHandlers`, in the runtime's order, each with its
 /// recursive read-only mounts and user namespaces support (the kubelet's
 /// `RuntimeHandlers` setter, with `toKubeRuntimeStatus`): how the control
-/// plane and tests learn what the node's runtime can do.
+/// plane and tests learn what the node's runtime can do. Unlike the
+/// kubelet's, the list keeps only handlers a RuntimeClass can name (the
+/// default, `""`, and DNS labels, as `RuntimeClass.handler` is validated),
+/// each once, and at most [`MAX_RUNTIME_HANDLERS`] of them, so that a
+/// misconfigured runtime cannot bloat the Node object past what the API
+/// server stores.
 #[must_use]
 pub fn runtime_handlers(handlers: &[k8s_cri::v1::RuntimeHandler]) -> Vec<NodeRuntimeHandler> {
+    let mut seen = std::collections::BTreeSet::new();
     handlers
         .iter()
+        .filter(|h| h.name.is_empty() || crate::names::is_dns1123_label(&h.name))
+        .filter(|h| seen.insert(h.name.as_str()))
+        .take(MAX_RUNTIME_HANDLERS)
         .map(|h| {
             let (rro, userns) = h.features.as_ref().map_or((false, false), |f| {
                 (f.recursive_read_only_mounts, f.user_namespaces)
@@ -881,6 +893,24 @@ mod tests {
         ];
         let got = runtime_handlers(&handlers);
         assert_eq!(got.len(), 2);
+        // A runtime's hostile list: names no RuntimeClass can select,
+        // repeats, and more handlers than a Node should carry.
+        let named = |name: String| cri::RuntimeHandler {
+            name,
+            features: None,
+        };
+        let mut hostile = vec![
+            named("UPPER".into()),
+            named("a/b".into()),
+            named("x".repeat(64)),
+            named("test-handler".into()),
+        ];
+        hostile.extend((0..100_000).map(|i| named(format!("h{}", i % 150))));
+        let bounded = runtime_handlers(&hostile);
+        assert_eq!(bounded.len(), MAX_RUNTIME_HANDLERS);
+        let names: Vec<&str> = bounded.iter().filter_map(|h| h.name.as_deref()).collect();
+        assert_eq!(names[..3], ["test-handler", "h0", "h1"]);
+        assert_eq!(names.last(), Some(&"h98"));
         assert_eq!(got[0].name.as_deref(), Some(""));
         let f0 = got[0].features.as_ref().unwrap();
         assert_eq!(f0.recursive_read_only_mounts, Some(true));

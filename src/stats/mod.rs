@@ -939,14 +939,13 @@ impl Provider {
             s.filesystems = mounts
                 .into_iter()
                 .filter_map(|(major, minor, point)| {
-                    let st = rustix::fs::statvfs(point.as_str()).ok()?;
-                    let unit = st.f_frsize;
+                    let fs = fs_info(Path::new(&point), Time::default())?;
                     Some(cadvisor::Filesystem {
                         device: device_name(major, minor),
-                        limit: st.f_blocks.saturating_mul(unit),
-                        usage: st.f_blocks.saturating_sub(st.f_bfree).saturating_mul(unit),
-                        inodes: st.f_files,
-                        inodes_free: st.f_ffree,
+                        limit: fs.capacity_bytes.unwrap_or(0),
+                        usage: fs.used_bytes.unwrap_or(0),
+                        inodes: fs.inodes.unwrap_or(0),
+                        inodes_free: fs.inodes_free.unwrap_or(0),
                         stats: stats
                             .iter()
                             .find(|d| (d.major, d.minor) == (major, minor))
