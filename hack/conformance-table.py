@@ -200,6 +200,13 @@ MACHINE_TEXT_REASONS = [
         "where the file does not exist",
     ),
     (
+        r"oom_score_adj value 0 not equal to expected -\d+",
+        "checks a container's oom_score_adj, negative for a Guaranteed pod (-997) or the node's "
+        "critical pods; this host lets no process lower its OOM score (root's write of -997 to "
+        "/proc/self/oom_score_adj fails), so containerd runs with restrict_oom_score_adj and gives "
+        "the container its own, 0, whichever agent asks",
+    ),
+    (
         r'Back-off pulling image "registry\.k8s\.io/e2e-test-images/volume/nfs:',
         "runs an NFS server from registry.k8s.io/e2e-test-images/volume/nfs, an image this machine "
         "can neither pull nor build (it needs the kernel's NFS server)",
@@ -697,7 +704,13 @@ def summary_psi_only(text):
 def machine_reason(name, text=""):
     """The reason this machine fails test `name`, from its name
     (MACHINE_REASONS) or from its failure `text` (MACHINE_TEXT_REASONS, and
-    metrics missing only for block I/O); None when the failure is the agent's."""
+    metrics missing only for block I/O); None when the failure is the agent's.
+
+    >>> machine_reason("t", "oom_score_adj value 0 not equal to expected -997 for container c1 in pod p").split(";")[0]
+    "checks a container's oom_score_adj, negative for a Guaranteed pod (-997) or the node's critical pods"
+    >>> machine_reason("t", "oom_score_adj value 5 not equal to expected 1000 for container c1 in pod p") is None
+    True
+    """
     for pattern, reason in MACHINE_REASONS:
         if re.search(pattern, name):
             return reason
