@@ -1,7 +1,8 @@
 //! A CSI driver's Node service for tests, served on a real unix socket: it
 //! knows its node (`NodeGetInfo`: node ID `node-1`, 16 volumes, one
-//! topology segment), stages (`STAGE_UNSTAGE_VOLUME`), makes the target
-//! directory on publish as a driver makes its mount point, reports fixed
+//! topology segment), stages (`STAGE_UNSTAGE_VOLUME`), makes the target on
+//! publish as a driver does (a directory to mount on, a file for a raw
+//! block volume), reports fixed
 //! usage (`GET_VOLUME_STATS`: 400 of 1000 bytes used, 600 free; 90 of 100
 //! inodes free and a negative used count), and records each call with the
 //! paths and contexts it got.
@@ -94,15 +95,28 @@ impl Node for FakeDriver {
         r: Request<NodePublishVolumeRequest>,
     ) -> Result<Response<NodePublishVolumeResponse>, Status> {
         let r = r.into_inner();
-        std::fs::create_dir_all(&r.target_path).map_err(|e| Status::internal(e.to_string()))?;
+        // A raw block volume's target is a file, a mounted one's a directory.
+        let block = r.volume_capability.as_ref().is_some_and(|c| {
+            matches!(c.access_type, Some(volume_capability::AccessType::Block(_)))
+        });
+        if block {
+            std::fs::write(&r.target_path, b"")
+        } else {
+            std::fs::create_dir_all(&r.target_path)
+        }
+        .map_err(|e| Status::internal(e.to_string()))?;
         let pod = r
             .volume_context
             .get("csi.storage.k8s.io/pod.name")
             .cloned()
             .unwrap_or_default();
         self.note(format!(
-            "publish {} at {} from {} ro={} pod={pod}",
-            r.volume_id, r.target_path, r.staging_target_path, r.readonly
+            "publish {} at {} from {} ro={} pod={pod}{}",
+            r.volume_id,
+            r.target_path,
+            r.staging_target_path,
+            r.readonly,
+            if block { " block" } else { "" }
         ));
         Ok(Response::new(NodePublishVolumeResponse {}))
     }

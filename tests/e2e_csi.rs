@@ -9,10 +9,12 @@
 //! when a new pod replaces it, its fsGroup applied to the volume; the volume's usage is in `/stats/summary`
 //! with its claim; when the pods go the volume is unpublished and unstaged,
 //! detached, and deleted with its claim. An inline ephemeral CSI volume is
-//! made for its pod and goes with it.
+//! made for its pod and goes with it. A raw block claim is a device in its
+//! pod, written and read through, and unpublished with it.
 
 mod common;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::csi::*;
@@ -289,8 +291,105 @@ spec:
     })
     .await;
 
+    // A raw block claim: a device in its pod, written and read through,
+    // unpublished and its loop device detached when the pod goes.
+    apply(&format!(
+        "apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: raw, namespace: {ns}}}
+spec:
+  accessModes: [ReadWriteOnce]
+  volumeMode: Block
+  storageClassName: {class}
+  resources: {{requests: {{storage: 8Mi}}}}
+"
+    ));
+    let raw: Pod = from_json(serde_json::json!({
+        "metadata": {"name": "raw"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "dev", "persistentVolumeClaim": {"claimName": "raw"}}],
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "printf block-data | dd of=/dev/xvda bs=512 seek=8 conv=notrunc,fsync 2>/dev/null && dd if=/dev/xvda bs=512 skip=8 count=1 2>/dev/null | head -c 10 && exec sleep 3600"],
+                "volumeDevices": [{"name": "dev", "devicePath": "/dev/xvda"}],
+            }],
+        },
+    }));
+    let raw = create(&client, &ns, &raw).await;
+    wait_for(&client, &ns, "raw", 120, "Running", phase("Running")).await;
+    eventually(30, "the block pod's read-back", || async {
+        let log = logs(&ns, "raw");
+        (log.trim() == "block-data").then_some(()).ok_or(log)
+    })
+    .await;
+    let raw_uid = raw.uid().unwrap_or_default();
+    let raw_pv = claims
+        .get("raw")
+        .await
+        .expect("raw claim")
+        .spec
+        .and_then(|s| s.volume_name)
+        .expect("the raw claim is bound");
+    let device = rustlet::volume::csi::block_publish_path(&rustlet_root, &raw_pv, &raw_uid);
+    assert_eq!(times_mounted(&device), 1, "{}", device.display());
+    let raw_handle = Api::<PersistentVolume>::all(client.clone())
+        .get(&raw_pv)
+        .await
+        .expect("raw pv")
+        .spec
+        .and_then(|s| s.csi)
+        .map(|c| c.volume_handle)
+        .expect("a CSI volume");
+    let image = stack_dir()
+        .join("state/volumes")
+        .join(&raw_handle)
+        .join("block.img");
+    let bytes = std::fs::read(&image).expect("the driver's block file");
+    assert_eq!(
+        &bytes[4096..4106],
+        b"block-data",
+        "written through the device"
+    );
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete("raw", &Default::default())
+        .await
+        .expect("delete raw");
+    wait_deleted(&client, &ns, "raw", &raw_uid, 60).await;
+    eventually(30, "the block volume unpublished", || {
+        let device = device.clone();
+        async move {
+            (times_mounted(&device) == 0 && !device.exists())
+                .then_some(())
+                .ok_or_else(|| format!("{} is still there", device.display()))
+        }
+    })
+    .await;
+    let (_, loops, _) = run_cmd(
+        "losetup",
+        &["--list", "--noheadings", "--output", "BACK-FILE"],
+    );
+    assert!(
+        !loops.lines().any(|l| Path::new(l.trim()) == image),
+        "the loop device of {} detached: {loops}",
+        image.display()
+    );
+
     remove_driver_and_class(&class);
     drop_namespace(&client, &ns).await;
+}
+
+/// Runs `program` with `args`: (exit code, stdout, stderr).
+fn run_cmd(program: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The hex SHA-256 of `text` (the kubelet names an inline volume

@@ -8,12 +8,17 @@
 //! the node agent all talk to it:
 //! - `CreateVolume` makes `<state-dir>/volumes/<name>` (the request's name,
 //!   `pvc-<claim uid>` from the provisioner), reachable only from this node
-//!   (topology key [`TOPOLOGY_KEY`]); `DeleteVolume` removes it.
+//!   (topology key [`TOPOLOGY_KEY`]); `DeleteVolume` removes it. A raw block
+//!   volume (a block capability) is a sparse file of the size asked for in
+//!   that directory, [`BLOCK_FILE`].
 //! - `ControllerPublishVolume` attaches a volume that exists to this node.
 //! - `NodeStageVolume` bind-mounts the volume at the staging path (the global
 //!   mount), `NodePublishVolume` bind-mounts the staged volume (read-only
 //!   when asked) at the pod's target path; both are idempotent and checked
-//!   against `/proc/self/mountinfo`, and their undoing unmounts.
+//!   against `/proc/self/mountinfo`, and their undoing unmounts. A block
+//!   volume is not staged; it is published by attaching its file to a loop
+//!   device (`losetup`) and binding that device on the target file, and
+//!   unpublished by unbinding and detaching it.
 //! - `NodeGetVolumeStats` reports the bytes and inodes under the volume and
 //!   its filesystem's totals.
 //! - An inline ephemeral volume (a publish whose volume context says
@@ -53,6 +58,12 @@ const TOPOLOGY_KEY: &str = "topology.hostpath.csi.rustlet.io/node";
 const MAX_NAME: usize = 128;
 /// The volume context key that marks an inline ephemeral volume.
 const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
+/// The file a raw block volume keeps its bytes in, in its directory.
+const BLOCK_FILE: &str = "block.img";
+/// The size of a block volume made with no size asked for (bytes).
+const DEFAULT_BLOCK_BYTES: u64 = 64 << 20;
+/// The loop devices' major number.
+const LOOP_MAJOR: u32 = 7;
 
 /// The command line.
 #[derive(Parser, Debug)]
@@ -156,48 +167,26 @@ async fn run(args: Args) -> Result<(), String> {
     outcome
 }
 
-/// Binds `socket` (replacing a stale one) and serves the driver's three
-/// services on it.
-fn serve_csi(driver: Driver, socket: &Path) -> io::Result<tokio::task::JoinHandle<()>> {
-    let listener = bind(socket)?;
+/// Serves the driver's three services on `socket` (replacing a stale one).
+fn serve_csi(
+    driver: Driver,
+    socket: &Path,
+) -> Result<tokio::task::JoinHandle<()>, rustlet::grpc_socket::Error> {
     let driver = Arc::new(driver);
-    Ok(tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
-            .add_service(IdentityServer::from_arc(driver.clone()))
-            .add_service(ControllerServer::from_arc(driver.clone()))
-            .add_service(NodeServer::from_arc(driver))
-            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the CSI server stopped");
-        }
-    }))
+    let router = tonic::transport::Server::builder()
+        .add_service(IdentityServer::from_arc(driver.clone()))
+        .add_service(ControllerServer::from_arc(driver.clone()))
+        .add_service(NodeServer::from_arc(driver));
+    rustlet::grpc_socket::serve(socket, 0o755, router, "CSI")
 }
 
-/// Binds `socket` (replacing a stale one) and serves the registration API.
-fn serve_registration(r: Registrar, socket: &Path) -> io::Result<tokio::task::JoinHandle<()>> {
-    let listener = bind(socket)?;
-    Ok(tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
-            .add_service(RegistrationServer::new(r))
-            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the registration server stopped");
-        }
-    }))
-}
-
-/// A unix listener on `socket`, its directory made, a stale socket removed.
-fn bind(socket: &Path) -> io::Result<tokio::net::UnixListener> {
-    if let Some(dir) = socket.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    match std::fs::remove_file(socket) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    tokio::net::UnixListener::bind(socket)
+/// Serves the registration API on `socket` (replacing a stale one).
+fn serve_registration(
+    r: Registrar,
+    socket: &Path,
+) -> Result<tokio::task::JoinHandle<()>, rustlet::grpc_socket::Error> {
+    let router = tonic::transport::Server::builder().add_service(RegistrationServer::new(r));
+    rustlet::grpc_socket::serve(socket, 0o755, router, "registration")
 }
 
 /// The registration API, as node-driver-registrar serves it: the driver's
@@ -359,6 +348,11 @@ fn bind_mount(source: &Path, target: &Path, read_only: bool) -> Result<(), Statu
     }
     std::fs::create_dir_all(target)
         .map_err(|e| Status::internal(format!("make {}: {e}", target.display())))?;
+    bind(source, target, read_only)
+}
+
+/// Binds `source` on the existing `target`, read-only when asked.
+fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), Status> {
     rustix::mount::mount_bind(source, target).map_err(|e| {
         Status::internal(format!(
             "bind {} on {}: {e}",
@@ -385,6 +379,65 @@ fn unmount(target: &Path) -> Result<(), Status> {
     if mounted(target)? {
         rustix::mount::unmount(target, UnmountFlags::empty())
             .map_err(|e| Status::internal(format!("unmount {}: {e}", target.display())))?;
+    }
+    Ok(())
+}
+
+/// Whether `caps` ask for a raw block volume.
+fn is_block<'a>(caps: impl IntoIterator<Item = &'a VolumeCapability>) -> bool {
+    caps.into_iter()
+        .any(|c| matches!(c.access_type, Some(volume_capability::AccessType::Block(_))))
+}
+
+/// Runs `losetup` with `args`; its standard output.
+fn losetup(args: &[&std::ffi::OsStr]) -> Result<String, Status> {
+    let out = std::process::Command::new("losetup")
+        .args(args)
+        .output()
+        .map_err(|e| Status::internal(format!("run losetup: {e}")))?;
+    if !out.status.success() {
+        return Err(Status::internal(format!(
+            "losetup {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The loop device bound on `target`, from the device it shows; `None` when
+/// it shows none (a directory, a file not yet bound).
+fn loop_bound_on(target: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let m = std::fs::metadata(target).ok()?;
+    let rdev = m.rdev();
+    (m.file_type().is_block_device() && rustix::fs::major(rdev) == LOOP_MAJOR)
+        .then(|| PathBuf::from(format!("/dev/loop{}", rustix::fs::minor(rdev))))
+}
+
+/// Publishes block volume file `image` at the file `target` (made when
+/// missing): attached to a free loop device (read-only when asked), which
+/// is bound on `target`; nothing when `target` is bound already.
+fn publish_block(image: &Path, target: &Path, read_only: bool) -> Result<(), Status> {
+    if mounted(target)? {
+        return Ok(());
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(target)
+        .map_err(|e| Status::internal(format!("make {}: {e}", target.display())))?;
+    // Read-only at the device: a read-only mount does not stop writes to a
+    // device node.
+    let mut args: Vec<&std::ffi::OsStr> = vec!["--find".as_ref(), "--show".as_ref()];
+    if read_only {
+        args.push("--read-only".as_ref());
+    }
+    args.push(image.as_os_str());
+    let device = PathBuf::from(losetup(&args)?);
+    if let Err(e) = bind(&device, target, read_only) {
+        let _ = losetup(&["--detach".as_ref(), device.as_os_str()]);
+        return Err(e);
     }
     Ok(())
 }
@@ -466,13 +519,10 @@ impl Controller for Driver {
         if req.volume_capabilities.is_empty() {
             return Err(Status::invalid_argument("volume_capabilities is empty"));
         }
-        if req
-            .volume_capabilities
-            .iter()
-            .any(|c| matches!(c.access_type, Some(volume_capability::AccessType::Block(_))))
-        {
+        let block = is_block(&req.volume_capabilities);
+        if block && req.volume_capabilities.iter().any(|c| !is_block([c])) {
             return Err(Status::invalid_argument(
-                "block volumes are not supported by this driver",
+                "a volume is either raw block or mounted, not both",
             ));
         }
         // Reachable only from this node: a requisite topology must allow it.
@@ -488,18 +538,40 @@ impl Controller for Driver {
                 self.node
             )));
         }
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Status::internal(format!("make {}: {e}", dir.display())))?;
-        // The size asked for (none is enforced): the required bytes, else
-        // the limit.
-        let capacity = req.capacity_range.map_or(0, |r| {
+        // The size asked for (none is enforced on a directory): the
+        // required bytes, else the limit.
+        let mut capacity = req.capacity_range.map_or(0, |r| {
             if r.required_bytes > 0 {
                 r.required_bytes
             } else {
                 r.limit_bytes.max(0)
             }
         });
-        tracing::info!(volume = %req.name, bytes = capacity, "volume made");
+        let image = dir.join(BLOCK_FILE);
+        if dir.is_dir() && image.exists() != block {
+            return Err(Status::already_exists(format!(
+                "volume {} exists with another access type",
+                req.name
+            )));
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Status::internal(format!("make {}: {e}", dir.display())))?;
+        if block {
+            // Sparse: the size is reserved, not written.
+            let bytes = u64::try_from(capacity)
+                .ok()
+                .filter(|b| *b > 0)
+                .unwrap_or(DEFAULT_BLOCK_BYTES);
+            capacity = wire(bytes);
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&image)
+                .and_then(|f| f.set_len(bytes))
+                .map_err(|e| Status::internal(format!("make {}: {e}", image.display())))?;
+        }
+        tracing::info!(volume = %req.name, bytes = capacity, block, "volume made");
         Ok(Response::new(CreateVolumeResponse {
             volume: Some(Volume {
                 capacity_bytes: capacity,
@@ -566,15 +638,20 @@ impl Controller for Driver {
         req: Request<ValidateVolumeCapabilitiesRequest>,
     ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
         let req = req.into_inner();
-        self.existing(&req.volume_id)?;
-        let block = req
+        let dir = self.existing(&req.volume_id)?;
+        let block = dir.join(BLOCK_FILE).exists();
+        let fits = req
             .volume_capabilities
             .iter()
-            .any(|c| matches!(c.access_type, Some(volume_capability::AccessType::Block(_))));
-        Ok(Response::new(if block {
+            .all(|c| is_block([c]) == block);
+        Ok(Response::new(if !fits {
             ValidateVolumeCapabilitiesResponse {
                 confirmed: None,
-                message: "block volumes are not supported by this driver".into(),
+                message: format!(
+                    "volume {} is {}",
+                    req.volume_id,
+                    if block { "raw block" } else { "a filesystem" }
+                ),
             }
         } else {
             ValidateVolumeCapabilitiesResponse {
@@ -615,8 +692,18 @@ impl Node for Driver {
         let req = req.into_inner();
         let dir = self.existing(&req.volume_id)?;
         let staging = absolute("staging_target_path", &req.staging_target_path)?;
-        if req.volume_capability.is_none() {
+        let Some(capability) = &req.volume_capability else {
             return Err(Status::invalid_argument("volume_capability is missing"));
+        };
+        if is_block([capability]) != dir.join(BLOCK_FILE).exists() {
+            return Err(Status::invalid_argument(format!(
+                "volume {} is not of the access type asked for",
+                req.volume_id
+            )));
+        }
+        if is_block([capability]) {
+            // Nothing to stage: publishing attaches the file.
+            return Ok(Response::new(NodeStageVolumeResponse {}));
         }
         self.run("NodeStageVolume", req.volume_id, move |volume| {
             bind_mount(&dir, &staging, false)?;
@@ -661,8 +748,25 @@ impl Node for Driver {
             self.existing(&req.volume_id)?
         };
         let target = absolute("target_path", &req.target_path)?;
-        if req.volume_capability.is_none() {
+        let Some(capability) = &req.volume_capability else {
             return Err(Status::invalid_argument("volume_capability is missing"));
+        };
+        let image = dir.join(BLOCK_FILE);
+        if is_block([capability]) != image.exists() {
+            return Err(Status::invalid_argument(format!(
+                "volume {} is not of the access type asked for",
+                req.volume_id
+            )));
+        }
+        if is_block([capability]) {
+            let read_only = req.readonly;
+            self.run("NodePublishVolume", req.volume_id, move |volume| {
+                publish_block(&image, &target, read_only)?;
+                tracing::info!(volume, path = %target.display(), read_only, "block volume published");
+                Ok(())
+            })
+            .await?;
+            return Ok(Response::new(NodePublishVolumeResponse {}));
         }
         let staging = if req.staging_target_path.is_empty() || ephemeral {
             None
@@ -698,8 +802,18 @@ impl Node for Driver {
         let marker = self.ephemeral.join(&req.volume_id);
         let target = absolute("target_path", &req.target_path)?;
         self.run("NodeUnpublishVolume", req.volume_id, move |volume| {
+            // A block volume's loop device goes once unbound.
+            let device = loop_bound_on(&target).filter(|_| mounted(&target).unwrap_or(false));
             unmount(&target)?;
-            match std::fs::remove_dir(&target) {
+            if let Some(device) = device {
+                losetup(&["--detach".as_ref(), device.as_os_str()])?;
+            }
+            let removed = match std::fs::symlink_metadata(&target) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir(&target),
+                Ok(_) => std::fs::remove_file(&target),
+                Err(e) => Err(e),
+            };
+            match removed {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
                     return Err(Status::internal(format!(
                         "remove {}: {e}",
@@ -735,6 +849,16 @@ impl Node for Driver {
                 req.volume_id,
                 path.display()
             )));
+        }
+        // A block volume: its size only, as CSI asks of one.
+        if let Ok(m) = std::fs::metadata(dir.join(BLOCK_FILE)) {
+            return Ok(Response::new(NodeGetVolumeStatsResponse {
+                usage: vec![VolumeUsage {
+                    total: wire(m.len()),
+                    unit: volume_usage::Unit::Bytes.into(),
+                    ..VolumeUsage::default()
+                }],
+            }));
         }
         let (fs, (bytes, inodes)) = tokio::task::spawn_blocking(move || {
             let fs = rustix::fs::statvfs(&dir).map_err(io::Error::from)?;
@@ -1102,15 +1226,17 @@ mod tests {
             )),
             ..mount_capability()
         };
+        // Raw block and mounted at once: refused.
         let err = controller
             .create_volume(CreateVolumeRequest {
                 name: "b".into(),
-                volume_capabilities: vec![block],
+                volume_capabilities: vec![block.clone(), mount_capability()],
                 ..CreateVolumeRequest::default()
             })
             .await
             .unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(!dir.path().join("state/volumes/b").exists());
         let err = controller
             .create_volume(CreateVolumeRequest {
                 name: "elsewhere".into(),
@@ -1147,6 +1273,151 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        // A filesystem volume published as a device: refused, nothing made.
+        let err = node
+            .node_publish_volume(NodePublishVolumeRequest {
+                volume_id: "v".into(),
+                target_path: dir.path().join("dev").display().to_string(),
+                volume_capability: Some(block),
+                ..NodePublishVolumeRequest::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(!dir.path().join("dev").exists());
+    }
+
+    /// A raw block volume: a sparse file of its size, published as a loop
+    /// device bound on the target file (readable and writable through it,
+    /// read-only when asked), its loop device detached on unpublish.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_block_volume_is_a_loop_device_bound_on_its_target() {
+        use std::io::{Read as _, Seek as _, Write as _};
+        let (dir, channel) = served().await;
+        let mut controller = ControllerClient::new(channel.clone());
+        let mut node = NodeClient::new(channel);
+        let block = VolumeCapability {
+            access_type: Some(volume_capability::AccessType::Block(
+                volume_capability::BlockVolume {},
+            )),
+            ..mount_capability()
+        };
+        let made = controller
+            .create_volume(CreateVolumeRequest {
+                name: "blk".into(),
+                volume_capabilities: vec![block.clone()],
+                capacity_range: Some(CapacityRange {
+                    required_bytes: 8 << 20,
+                    limit_bytes: 0,
+                }),
+                ..CreateVolumeRequest::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(made.volume.unwrap().capacity_bytes, 8 << 20);
+        let image = dir.path().join("state/volumes/blk").join(BLOCK_FILE);
+        assert_eq!(std::fs::metadata(&image).unwrap().len(), 8 << 20);
+        let check = |caps: Vec<VolumeCapability>| {
+            let mut c = controller.clone();
+            async move {
+                c.validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
+                    volume_id: "blk".into(),
+                    volume_capabilities: caps,
+                    ..ValidateVolumeCapabilitiesRequest::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .confirmed
+                .is_some()
+            }
+        };
+        assert!(check(vec![block.clone()]).await);
+        assert!(!check(vec![mount_capability()]).await);
+        let staging = dir.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        node.node_stage_volume(NodeStageVolumeRequest {
+            volume_id: "blk".into(),
+            staging_target_path: staging.display().to_string(),
+            volume_capability: Some(block.clone()),
+            ..NodeStageVolumeRequest::default()
+        })
+        .await
+        .unwrap();
+        assert!(!is_mounted(&staging), "nothing to stage for a device");
+        let publish = |target: PathBuf, readonly: bool| {
+            let mut n = node.clone();
+            let block = block.clone();
+            async move {
+                n.node_publish_volume(NodePublishVolumeRequest {
+                    volume_id: "blk".into(),
+                    target_path: target.display().to_string(),
+                    volume_capability: Some(block),
+                    readonly,
+                    ..NodePublishVolumeRequest::default()
+                })
+                .await
+            }
+        };
+        let target = dir.path().join("pod-dev");
+        publish(target.clone(), false).await.unwrap();
+        publish(target.clone(), false).await.unwrap(); // idempotent
+        assert!(is_mounted(&target));
+        let device = loop_bound_on(&target).expect("a loop device bound on the target");
+        // Written through the target, read back from the volume's file.
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&target)
+            .unwrap();
+        f.seek(std::io::SeekFrom::Start(4096)).unwrap();
+        f.write_all(b"block data").unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        let mut back = vec![0; 10];
+        let mut img = std::fs::File::open(&image).unwrap();
+        img.seek(std::io::SeekFrom::Start(4096)).unwrap();
+        img.read_exact(&mut back).unwrap();
+        assert_eq!(back, b"block data");
+        // Read-only: the device cannot be opened for writing.
+        let ro = dir.path().join("pod-dev-ro");
+        publish(ro.clone(), true).await.unwrap();
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&ro)
+            .and_then(|mut f| f.write_all(b"x").and_then(|()| f.sync_all()));
+        assert!(written.is_err(), "a write through the read-only device");
+        let ro_device = loop_bound_on(&ro).unwrap();
+        for (t, d) in [(&target, &device), (&ro, &ro_device)] {
+            node.node_unpublish_volume(NodeUnpublishVolumeRequest {
+                volume_id: "blk".into(),
+                target_path: t.display().to_string(),
+            })
+            .await
+            .unwrap();
+            assert!(!t.exists(), "target file removed");
+            let attached = losetup(&[
+                "--list".as_ref(),
+                "--noheadings".as_ref(),
+                "--output".as_ref(),
+                "NAME".as_ref(),
+            ])
+            .unwrap();
+            assert!(
+                !attached.lines().any(|l| Path::new(l.trim()) == d.as_path()),
+                "{} detached: {attached}",
+                d.display()
+            );
+        }
+        controller
+            .delete_volume(DeleteVolumeRequest {
+                volume_id: "blk".into(),
+                ..DeleteVolumeRequest::default()
+            })
+            .await
+            .unwrap();
+        assert!(!image.exists());
     }
 
     /// The registration API answers as node-driver-registrar does, and a

@@ -80,6 +80,9 @@ pub struct Source {
     /// The claim the pod uses the volume through, in its namespace (`None`:
     /// an inline volume).
     pub claim: Option<String>,
+    /// A raw block volume (its PersistentVolume's `volumeMode: Block`),
+    /// published as a device file rather than mounted.
+    pub block: bool,
 }
 
 /// The CSI source of PersistentVolume `pv` used read-only when `read_only`
@@ -114,6 +117,7 @@ pub fn of_persistent_volume(pv: &PersistentVolume, read_only: bool) -> Option<So
             .any(|m| m == "ReadWriteOnce" || m == "ReadWriteOncePod"),
         pod_volume: String::new(),
         claim: None,
+        block: spec.volume_mode.as_deref() == Some("Block"),
     })
 }
 
@@ -143,6 +147,7 @@ pub fn of_inline(pod: &Pod, v: &Volume) -> Option<Source> {
         ephemeral: true,
         read_write_once: true,
         claim: None,
+        block: false,
     })
 }
 
@@ -170,8 +175,32 @@ pub fn staging_path(root: &Path, driver: &str, handle: &str) -> PathBuf {
         .join("globalmount")
 }
 
-/// The directory of pod `uid`'s CSI volume `spec_name`; it is published at
-/// its `mount`.
+/// The directory of raw block CSI volumes under the root dir (the
+/// kubelet's `volumeDevices` of the CSI plugin).
+pub const BLOCK_DIR: &str = "plugins/kubernetes.io/csi/volumeDevices";
+
+/// Where raw block volume `spec_name` is staged, as the kubelet's block
+/// mapper stages it: `<root>/plugins/kubernetes.io/csi/volumeDevices/staging/<spec_name>`.
+#[must_use]
+pub fn block_staging_path(root: &Path, spec_name: &str) -> PathBuf {
+    root.join(BLOCK_DIR).join("staging").join(spec_name)
+}
+
+/// The device file raw block volume `spec_name` is published at for pod
+/// `uid`, as the kubelet's block mapper publishes it:
+/// `<root>/plugins/kubernetes.io/csi/volumeDevices/publish/<spec_name>/<uid>`
+/// (the driver makes the file and binds the device on it; containers get
+/// it as a device).
+#[must_use]
+pub fn block_publish_path(root: &Path, spec_name: &str, uid: &str) -> PathBuf {
+    root.join(BLOCK_DIR)
+        .join("publish")
+        .join(spec_name)
+        .join(uid)
+}
+
+/// The directory of pod `uid`'s CSI volume `spec_name`: its `vol_data.json`,
+/// and, for a filesystem volume, its `mount`, where it is published.
 #[must_use]
 pub fn volume_dir(root: &Path, uid: &str, spec_name: &str) -> PathBuf {
     super::volume_dir(root, uid, PLUGIN_DIR, spec_name)
@@ -209,6 +238,24 @@ pub struct VolData {
     /// volume). Not one of the kubelet's keys, as `pod_volume_name`.
     #[serde(default)]
     pub claim_name: String,
+    /// Where a raw block volume is published ([`block_publish_path`]);
+    /// empty for a filesystem volume, published at the directory's `mount`.
+    /// Not one of the kubelet's keys (its block mapper keeps its data
+    /// elsewhere).
+    #[serde(default)]
+    pub publish_path: String,
+}
+
+impl VolData {
+    /// Where the volume whose data is in directory `dir` is published.
+    #[must_use]
+    pub fn target(&self, dir: &Path) -> PathBuf {
+        if self.publish_path.is_empty() {
+            dir.join("mount")
+        } else {
+            PathBuf::from(&self.publish_path)
+        }
+    }
 }
 
 /// Whether `path` is a mount point now (`/proc/self/mountinfo`).
@@ -253,14 +300,19 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
     })?;
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let dir = volume_dir(&host.root, uid, &source.spec_name);
-    let target = dir.join("mount");
+    let target = if source.block {
+        block_publish_path(&host.root, &source.spec_name, uid)
+    } else {
+        dir.join("mount")
+    };
+    let published = MountedVolume {
+        host_path: target.clone(),
+        read_only: source.read_only,
+        image: None,
+        block: source.block,
+    };
     if is_mounted(&target) {
-        return Ok(MountedVolume {
-            host_path: target,
-            read_only: source.read_only,
-            image: None,
-            block: false,
-        });
+        return Ok(published);
     }
     let csi_driver = Api::<CSIDriver>::all(host.client.clone())
         .get_opt(&source.driver)
@@ -306,8 +358,9 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
     let mut node = NodeClient::new(channel);
     // The pod's fsGroup: given to a driver that mounts for a group
     // (VOLUME_MOUNT_GROUP), else applied here after publishing when the
-    // CSIDriver's fsGroupPolicy allows (csiMountMgr.SetUpAt).
-    let fs_group = super::fs_group(pod);
+    // CSIDriver's fsGroupPolicy allows (csiMountMgr.SetUpAt); never to a
+    // raw device.
+    let fs_group = super::fs_group(pod).filter(|_| !source.block);
     let delegate = match fs_group {
         Some(_) => {
             has_capability(
@@ -326,7 +379,11 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
     // Staged once per node, when the driver stages.
     let mut staging = String::new();
     if !source.ephemeral && stages(&mut node).await? {
-        let path = staging_path(&host.root, &source.driver, &source.volume_handle);
+        let path = if source.block {
+            block_staging_path(&host.root, &source.spec_name)
+        } else {
+            staging_path(&host.root, &source.driver, &source.volume_handle)
+        };
         if !is_mounted(&path) {
             std::fs::create_dir_all(&path)
                 .map_err(|e| format!("make staging path {}: {e}", path.display()))?;
@@ -363,10 +420,19 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
         staging_path: staging.clone(),
         pod_volume_name: source.pod_volume.clone(),
         claim_name: source.claim.clone().unwrap_or_default(),
+        publish_path: if source.block {
+            target.display().to_string()
+        } else {
+            String::new()
+        },
     };
     let text = serde_json::to_string(&data).map_err(|e| e.to_string())?;
     std::fs::write(dir.join(VOL_DATA_FILE), text)
         .map_err(|e| format!("write {}: {e}", dir.join(VOL_DATA_FILE).display()))?;
+    // A device file's directory is the agent's to make; the file, the driver's.
+    if let Some(parent) = target.parent().filter(|_| source.block) {
+        std::fs::create_dir_all(parent).map_err(|e| format!("make {}: {e}", parent.display()))?;
+    }
     let mut context: HashMap<String, String> = source.attributes.clone().into_iter().collect();
     if driver_spec.pod_info_on_mount == Some(true) {
         context.extend(pod_info(pod, source.ephemeral));
@@ -408,14 +474,10 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
     info!(
         volume = source.spec_name,
         driver = source.driver,
+        block = source.block,
         "CSI volume published"
     );
-    Ok(MountedVolume {
-        host_path: target,
-        read_only: source.read_only,
-        image: None,
-        block: false,
-    })
+    Ok(published)
 }
 
 /// The pod details a driver with `podInfoOnMount` gets in the volume
@@ -445,8 +507,8 @@ fn pod_info(pod: &Pod, ephemeral: bool) -> HashMap<String, String> {
     ])
 }
 
-/// The volume capability of `source`: a mounted filesystem with its type
-/// and flags, in the access mode of its PersistentVolume, and the group the
+/// The volume capability of `source`: a raw block device, or a mounted
+/// filesystem with its type and flags, in the access mode of its PersistentVolume, and the group the
 /// driver is to mount it for (`VOLUME_MOUNT_GROUP`; empty: none).
 fn capability(source: &Source, mount_group: &str) -> VolumeCapability {
     use volume_capability::access_mode::Mode;
@@ -456,14 +518,17 @@ fn capability(source: &Source, mount_group: &str) -> VolumeCapability {
         "ReadWriteOncePod" => Mode::SingleNodeSingleWriter,
         _ => Mode::SingleNodeWriter,
     };
+    let access_type = if source.block {
+        volume_capability::AccessType::Block(volume_capability::BlockVolume {})
+    } else {
+        volume_capability::AccessType::Mount(volume_capability::MountVolume {
+            fs_type: source.fs_type.clone(),
+            mount_flags: source.mount_flags.clone(),
+            volume_mount_group: mount_group.to_string(),
+        })
+    };
     VolumeCapability {
-        access_type: Some(volume_capability::AccessType::Mount(
-            volume_capability::MountVolume {
-                fs_type: source.fs_type.clone(),
-                mount_flags: source.mount_flags.clone(),
-                volume_mount_group: mount_group.to_string(),
-            },
-        )),
+        access_type: Some(access_type),
         access_mode: Some(volume_capability::AccessMode { mode: mode.into() }),
     }
 }
@@ -725,16 +790,16 @@ pub async fn tear_down_pod(host: &Host, uid: &str) -> Result<(), String> {
 
 /// Tears down one CSI volume directory.
 async fn tear_down_volume(host: &Host, dir: &Path) -> Result<(), String> {
-    let target = dir.join("mount");
     let data: VolData = match std::fs::read(dir.join(VOL_DATA_FILE)) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map_err(|e| format!("{}: {e}", dir.join(VOL_DATA_FILE).display()))?,
-        Err(_) if !is_mounted(&target) => {
+        Err(_) if !is_mounted(&dir.join("mount")) => {
             // Never published (set-up failed before): nothing to undo.
             return std::fs::remove_dir_all(dir).map_err(|e| e.to_string());
         }
         Err(e) => return Err(format!("{}: {e}", dir.join(VOL_DATA_FILE).display())),
     };
+    let target = data.target(dir);
     let driver = host.drivers.get(&data.driver_name).ok_or_else(|| {
         format!(
             "driver name {} not found in the list of registered CSI drivers",
@@ -762,6 +827,18 @@ async fn tear_down_volume(host: &Host, dir: &Path) -> Result<(), String> {
             "{} is still mounted after NodeUnpublishVolume",
             target.display()
         ));
+    }
+    if !data.publish_path.is_empty() {
+        // The driver removes the device file; its directory goes once empty.
+        match std::fs::remove_file(&target) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("remove {}: {e}", target.display()));
+            }
+            _ => {}
+        }
+        if let Some(parent) = target.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
     }
     std::fs::remove_dir_all(dir).map_err(|e| format!("remove {}: {e}", dir.display()))?;
     info!(
@@ -1029,6 +1106,79 @@ mod tests {
             "{err}"
         );
         assert!(target.parent().unwrap().join(VOL_DATA_FILE).exists());
+    }
+
+    /// A raw block volume is staged and published at the block mapper's
+    /// paths with a block capability, handed over as a device, and torn
+    /// down from disk.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_block_volume_is_published_as_a_device_file_and_torn_down() {
+        let root = tempfile::tempdir().unwrap();
+        let socket = root.path().join("csi.sock");
+        let driver = FakeDriver::serve(&socket);
+        let api = FakeApi::default();
+        api.put_cluster(
+            "csidrivers",
+            "test.csi",
+            serde_json::json!({"metadata": {"name": "test.csi"},
+                "spec": {"attachRequired": false}}),
+        );
+        let host = Host {
+            client: api.client(),
+            drivers: registered(&socket),
+            root: root.path().to_path_buf(),
+            node_name: "n1".into(),
+        };
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pvb"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "volumeMode": "Block",
+                "csi": {"driver": "test.csi", "volumeHandle": "hb"}}
+        }))
+        .unwrap();
+        let source = of_persistent_volume(&pv, false).unwrap();
+        assert!(source.block);
+        let mut p = pod("user", "ub");
+        p.spec.as_mut().unwrap().security_context =
+            Some(serde_json::from_value(serde_json::json!({"fsGroup": 1234})).unwrap());
+        let mounted = set_up(&host, &p, &source).await.unwrap();
+        let staging = block_staging_path(root.path(), "pvb");
+        let device = block_publish_path(root.path(), "pvb", "ub");
+        assert_eq!(
+            device,
+            root.path()
+                .join("plugins/kubernetes.io/csi/volumeDevices/publish/pvb/ub")
+        );
+        assert!(mounted.block && !mounted.read_only);
+        assert_eq!(mounted.host_path, device);
+        assert!(device.is_file(), "the driver made the device file");
+        assert_eq!(
+            driver.take(),
+            [
+                format!("stage hb at {} {{}}", staging.display()),
+                format!(
+                    "publish hb at {} from {} ro=false pod= block",
+                    device.display(),
+                    staging.display()
+                ),
+            ]
+        );
+        // No fsGroup is applied to a device: its file keeps its group.
+        use std::os::unix::fs::MetadataExt as _;
+        assert_ne!(std::fs::metadata(&device).unwrap().gid(), 1234);
+        let dir = volume_dir(root.path(), "ub", "pvb");
+        let data: VolData =
+            serde_json::from_slice(&std::fs::read(dir.join(VOL_DATA_FILE)).unwrap()).unwrap();
+        assert_eq!(data.target(&dir), device);
+        tear_down_pod(&host, "ub").await.unwrap();
+        assert_eq!(
+            driver.take(),
+            [
+                format!("unpublish hb at {}", device.display()),
+                format!("unstage hb at {}", staging.display()),
+            ]
+        );
+        assert!(!device.parent().unwrap().exists(), "publish dir removed");
+        assert!(!dir.exists());
     }
 
     /// The pod's fsGroup goes onto the published volume when the

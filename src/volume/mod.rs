@@ -520,22 +520,8 @@ impl VolumeManager {
                         else {
                             continue;
                         };
-                        let block = bound
-                            .volume
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.volume_mode.as_deref())
-                            == Some("Block");
-                        if let Err(e) = check_volume_mode(pod, &v.name, block) {
+                        if let Err(e) = check_volume_mode(pod, &v.name, source.block) {
                             out.insert(v.name.clone(), Err(e));
-                            continue;
-                        }
-                        if block {
-                            let why = format!(
-                                "volume {}: block volumes of CSI drivers are not supported by this node",
-                                v.name
-                            );
-                            out.insert(v.name.clone(), Err(Error::Unsupported(why)));
                             continue;
                         }
                         source.pod_volume.clone_from(&v.name);
