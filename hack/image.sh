@@ -14,14 +14,20 @@
 #                                   at /opt/cni/bin), with their libraries,
 #                                   and Debian's static busybox as /bin/sh
 #                                   (the chart's shim.sh runs in it)
-# <version> is Cargo.toml's; both are also tagged `latest`.
+#   rustlet-csi-hostpath:<version>  with --csi: the project's hostpath test
+#                                   CSI driver (src/bin/csi-hostpath.rs), the
+#                                   upstream external-provisioner
+#                                   (hack/build-cluster.sh csi) and Debian's
+#                                   losetup, with their libraries, for
+#                                   examples/csi-hostpath.yaml
+# <version> is Cargo.toml's; all are also tagged `latest`.
 #
-#   hack/image.sh [--import] [--debug]
+#   hack/image.sh [--import] [--debug] [--csi]
 #
 # --import also imports both into the local cluster's containerd (k8s.io
 # namespace, hack/local-up.sh), where a pod can run them without a registry.
-# --debug puts the debug build in the rustlet image instead of the release
-# build (the tests' build, which is already there; a release build with
+# --debug puts the debug builds in the images instead of the release
+# builds (the tests' builds, which are already there; a release build with
 # link-time optimization takes minutes).
 # Needs hack/build-cluster.sh (imagebuild, containerd) and cargo.
 set -euo pipefail
@@ -31,12 +37,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 import=false
 profile=release
+csi=false
 while (($#)); do
   case $1 in
     --import) import=true; shift ;;
     --debug) profile=debug; shift ;;
+    --csi) csi=true; shift ;;
     -h | --help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
-    *) die "unknown argument '$1' (usage: hack/image.sh [--import] [--debug])" ;;
+    *) die "unknown argument '$1' (usage: hack/image.sh [--import] [--debug] [--csi])" ;;
   esac
 done
 
@@ -51,6 +59,10 @@ CNI_PLUGINS=(bridge host-local loopback portmap)
 for p in "${CNI_PLUGINS[@]}"; do
   [[ -x $CNI_BIN_DIR/$p ]] || die "missing dependency: $CNI_BIN_DIR/$p (Debian package containernetworking-plugins)"
 done
+if $csi; then
+  [[ -x $BIN/csi-provisioner ]] || die "missing $BIN/csi-provisioner (run hack/build-cluster.sh csi)"
+  LOSETUP=$(command -v losetup) || die "missing dependency: losetup (Debian package mount)"
+fi
 if $import; then
   [[ -S $CTRD_SOCK ]] || die "containerd is not running on $CTRD_SOCK (start it with hack/local-up.sh)"
 fi
@@ -61,6 +73,7 @@ OUT=$ROOT/_output/images
 mkdir -p "$OUT"
 
 cargo_args=(build --bin rustlet)
+! $csi || cargo_args+=(--bin csi-hostpath)
 [[ $profile == release ]] && cargo_args+=(--release)
 log "building rustlet (cargo ${cargo_args[*]})"
 (cd "$ROOT" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo "${cargo_args[@]}") >"$OUT/rustlet-build.log" 2>&1 ||
@@ -99,8 +112,19 @@ build rustlet-node-runtime "${runtime_args[@]}" "${libs[@]}" --dir /tmp --dir /r
   --env "PATH=/usr/local/bin:/usr/bin:/bin" \
   --entrypoint '["/usr/local/bin/containerd"]'
 
+images=(rustlet rustlet-node-runtime)
+if $csi; then
+  CSI_HOSTPATH=$CARGO_TARGET_DIR/$profile/csi-hostpath
+  image_libs "$CSI_HOSTPATH" "$LOSETUP" || die "$libs_missing"
+  build rustlet-csi-hostpath --add "$CSI_HOSTPATH=/usr/local/bin/csi-hostpath" \
+    --add "$BIN/csi-provisioner=/usr/local/bin/csi-provisioner" --add "$LOSETUP=/usr/sbin/losetup" \
+    "${libs[@]}" --dir /tmp --env "PATH=/usr/local/bin:/usr/sbin:/usr/bin:/bin" \
+    --entrypoint '["/usr/local/bin/csi-hostpath"]'
+  images+=(rustlet-csi-hostpath)
+fi
+
 if $import; then
-  for name in rustlet rustlet-node-runtime; do
+  for name in "${images[@]}"; do
     ctr_k8s images import --snapshotter overlayfs "$OUT/$name.tar" >/dev/null 2>"$OUT/import.log" ||
       die "ctr images import $OUT/$name.tar failed: $(tail -1 "$OUT/import.log")"
     log "imported $name:$version and $name:latest"

@@ -55,6 +55,8 @@ e2e() {
   # With metrics-server, so that tests/e2e_stats.rs can check `kubectl top`,
   # and the registry mirror, so that tests/e2e_images.rs pulls with Always.
   "$ROOT/hack/local-up.sh" --agent rustlet --metrics-server --registry-mirror || return 1
+  # The in-cluster CSI driver's image (tests/e2e_csi_in_cluster.rs).
+  "$ROOT/hack/image.sh" --import --debug --csi || return 1
   local rc=0
   # Every tests/e2e*.rs in one run; the scenarios that restart the agent
   # (restart, eviction, devices), add a node (image GC) or take most of the

@@ -1,0 +1,198 @@
+//! The hostpath test CSI driver deployed in the cluster
+//! (`examples/csi-hostpath.yaml`, its image from `hack/image.sh --csi
+//! --import`), on the local cluster (`hack/local-up.sh --agent rustlet`): the
+//! DaemonSet's driver registers with the agent from inside its pod, the
+//! provisioner beside it makes the volumes of the node's claims, a claim's
+//! data outlives the pod that wrote it, a raw block claim is a device in its
+//! pod, and when the claims and the DaemonSet go, the volumes, the mounts and
+//! the driver's registration go too.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::csi::{DRIVER, eventually, times_mounted};
+use common::*;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::{Api, ResourceExt};
+
+/// The example, for the local cluster: the agent's root dir and the
+/// driver's state dir in place of the node's defaults.
+fn manifest(state: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(root().join("examples/csi-hostpath.yaml"))
+        .expect("examples/csi-hostpath.yaml");
+    text.replace(
+        "/var/lib/kubelet",
+        &local().join("rustlet").display().to_string(),
+    )
+    .replace("/var/lib/csi-hostpath", &state.display().to_string())
+}
+
+/// Pod `name` with claim `claim` mounted at /data (or, when `block`, as the
+/// device /dev/xvda), running `script`.
+fn user(name: &str, claim: &str, block: bool, script: &str) -> Pod {
+    let mut container = serde_json::json!({
+        "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", script],
+    });
+    if block {
+        container["volumeDevices"] = serde_json::json!([{"name": "v", "devicePath": "/dev/xvda"}]);
+    } else {
+        container["volumeMounts"] = serde_json::json!([{"name": "v", "mountPath": "/data"}]);
+    }
+    from_json(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "restartPolicy": "Never",
+            "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}],
+            "containers": [container],
+        },
+    }))
+}
+
+/// A claim `name` on the example's class, of `mode`.
+fn claim(ns: &str, name: &str, mode: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  accessModes: [ReadWriteOnce]
+  volumeMode: {mode}
+  storageClassName: csi-hostpath
+  resources: {{requests: {{storage: 8Mi}}}}
+"
+    )
+}
+
+/// The log of pod `name`'s container.
+fn logs(ns: &str, name: &str) -> String {
+    kubectl(&["logs", "-n", ns, name, "-c", "c"], "").1
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster (hack/local-up.sh --agent rustlet) and hack/image.sh --csi --import"]
+async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
+    let client = client().await;
+    let node = node_name();
+    let state: PathBuf = local().join("e2e-csi-in-cluster");
+    let text = manifest(&state);
+    let (code, _, err) = kubectl(&["apply", "-f", "-"], &text);
+    assert_eq!(code, 0, "kubectl apply: {err}");
+
+    // Registered from inside its pod: the node's CSINode lists it.
+    let csinodes: Api<CSINode> = Api::all(client.clone());
+    let listed = |want: bool| {
+        let (csinodes, node) = (csinodes.clone(), node.clone());
+        async move {
+            let n = csinodes.get_opt(&node).await.map_err(|e| e.to_string())?;
+            let has = n.is_some_and(|n| n.spec.drivers.iter().any(|d| d.name == DRIVER));
+            (has == want)
+                .then_some(())
+                .ok_or_else(|| format!("listed: {has}"))
+        }
+    };
+    eventually(120, "the in-cluster driver in the node's CSINode", || {
+        listed(true)
+    })
+    .await;
+
+    let ns = namespace(&client, "e2e-csi-cluster").await;
+    let (code, _, err) = kubectl(&["apply", "-f", "-"], &claim(&ns, "data", "Filesystem"));
+    assert_eq!(code, 0, "claim: {err}");
+    // Written by one pod, read by the next.
+    let writer = create(
+        &client,
+        &ns,
+        &user("writer", "data", false, "echo kept > /data/f"),
+    )
+    .await;
+    wait_for(&client, &ns, "writer", 120, "Succeeded", phase("Succeeded")).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pv = claims
+        .get("data")
+        .await
+        .expect("claim")
+        .spec
+        .and_then(|s| s.volume_name)
+        .expect("the claim is bound");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.delete("writer", &Default::default())
+        .await
+        .expect("delete writer");
+    wait_deleted(
+        &client,
+        &ns,
+        "writer",
+        &writer.uid().unwrap_or_default(),
+        60,
+    )
+    .await;
+    create(&client, &ns, &user("reader", "data", false, "cat /data/f")).await;
+    wait_for(&client, &ns, "reader", 120, "Succeeded", phase("Succeeded")).await;
+    assert_eq!(logs(&ns, "reader").trim(), "kept");
+
+    // A raw block claim: the loop device the driver made in its pod is the
+    // pod's device.
+    let (code, _, err) = kubectl(&["apply", "-f", "-"], &claim(&ns, "raw", "Block"));
+    assert_eq!(code, 0, "block claim: {err}");
+    let script = "printf block-data | dd of=/dev/xvda bs=512 seek=8 conv=notrunc,fsync 2>/dev/null \
+                  && dd if=/dev/xvda bs=512 skip=8 count=1 2>/dev/null | head -c 10";
+    let raw = create(&client, &ns, &user("raw", "raw", true, script)).await;
+    wait_for(&client, &ns, "raw", 120, "Succeeded", phase("Succeeded")).await;
+    assert_eq!(logs(&ns, "raw").trim(), "block-data");
+    let raw_pv = claims
+        .get("raw")
+        .await
+        .expect("raw claim")
+        .spec
+        .and_then(|s| s.volume_name)
+        .expect("the raw claim is bound");
+    let device = rustlet::volume::csi::block_publish_path(
+        &local().join("rustlet"),
+        &raw_pv,
+        &raw.uid().unwrap_or_default(),
+    );
+    pods.delete("raw", &Default::default())
+        .await
+        .expect("delete raw");
+    eventually(60, "the block volume unpublished", || {
+        let device = device.clone();
+        async move {
+            (times_mounted(&device) == 0)
+                .then_some(())
+                .ok_or_else(|| format!("{} still mounted", device.display()))
+        }
+    })
+    .await;
+
+    // The claims deleted: the provisioner deletes their volumes.
+    drop_namespace(&client, &ns).await;
+    eventually(120, "the volumes deleted with their claims", || {
+        let dir = state.join("volumes");
+        let (pv, raw_pv) = (pv.clone(), raw_pv.clone());
+        async move {
+            let left: Vec<String> = std::fs::read_dir(&dir)
+                .map(|d| {
+                    d.filter_map(Result::ok)
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            (left.is_empty())
+                .then_some(())
+                .ok_or_else(|| format!("left ({pv}, {raw_pv}): {left:?}"))
+        }
+    })
+    .await;
+
+    // The DaemonSet gone: its driver's registration goes with it.
+    let (code, _, err) = kubectl(&["delete", "-f", "-", "--wait=true"], &text);
+    assert_eq!(code, 0, "kubectl delete: {err}");
+    eventually(120, "the driver out of the node's CSINode", || {
+        listed(false)
+    })
+    .await;
+}
