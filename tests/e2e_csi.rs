@@ -342,9 +342,8 @@ spec:
         .map(|c| c.volume_handle)
         .expect("a CSI volume");
     let image = stack_dir()
-        .join("state/volumes")
-        .join(&raw_handle)
-        .join("block.img");
+        .join("state/images")
+        .join(format!("{raw_handle}.img"));
     let bytes = std::fs::read(&image).expect("the driver's block file");
     assert_eq!(
         &bytes[4096..4106],

@@ -67,6 +67,27 @@ spec:
     )
 }
 
+/// The example applied; deleted when dropped, whatever the test did.
+struct Deployed(String);
+
+impl Drop for Deployed {
+    fn drop(&mut self) {
+        let _ = kubectl(
+            &["delete", "-f", "-", "--ignore-not-found", "--wait=true"],
+            &self.0,
+        );
+    }
+}
+
+/// The loop devices' backing files (`losetup --list`).
+fn loop_files() -> String {
+    let out = std::process::Command::new("losetup")
+        .args(["--list", "--noheadings", "--output", "BACK-FILE"])
+        .output()
+        .expect("run losetup");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The log of pod `name`'s container.
 fn logs(ns: &str, name: &str) -> String {
     kubectl(&["logs", "-n", ns, name, "-c", "c"], "").1
@@ -80,6 +101,7 @@ async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
     let state: PathBuf = local().join("e2e-csi-in-cluster");
     let text = manifest(&state);
     let (code, _, err) = kubectl(&["apply", "-f", "-"], &text);
+    let deployed = Deployed(text);
     assert_eq!(code, 0, "kubectl apply: {err}");
 
     // Registered from inside its pod: the node's CSINode lists it.
@@ -135,14 +157,18 @@ async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
     assert_eq!(logs(&ns, "reader").trim(), "kept");
 
     // A raw block claim: the loop device the driver made in its pod is the
-    // pod's device.
+    // pod's device (the pod stays until checked, so that its device does).
     let (code, _, err) = kubectl(&["apply", "-f", "-"], &claim(&ns, "raw", "Block"));
     assert_eq!(code, 0, "block claim: {err}");
     let script = "printf block-data | dd of=/dev/xvda bs=512 seek=8 conv=notrunc,fsync 2>/dev/null \
-                  && dd if=/dev/xvda bs=512 skip=8 count=1 2>/dev/null | head -c 10";
+                  && dd if=/dev/xvda bs=512 skip=8 count=1 2>/dev/null | head -c 10 && exec sleep 3600";
     let raw = create(&client, &ns, &user("raw", "raw", true, script)).await;
-    wait_for(&client, &ns, "raw", 120, "Succeeded", phase("Succeeded")).await;
-    assert_eq!(logs(&ns, "raw").trim(), "block-data");
+    wait_for(&client, &ns, "raw", 120, "Running", phase("Running")).await;
+    eventually(30, "the block pod's read-back", || async {
+        let log = logs(&ns, "raw");
+        (log.trim() == "block-data").then_some(()).ok_or(log)
+    })
+    .await;
     let raw_pv = claims
         .get("raw")
         .await
@@ -155,32 +181,52 @@ async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
         &raw_pv,
         &raw.uid().unwrap_or_default(),
     );
+    assert_eq!(
+        times_mounted(&device),
+        1,
+        "the driver's bind reached the node: {}",
+        device.display()
+    );
+    let raw_handle = format!("{}.img", raw_pv);
+    assert!(
+        loop_files().contains(&raw_handle),
+        "a loop device holds {raw_handle}: {}",
+        loop_files()
+    );
     pods.delete("raw", &Default::default())
         .await
         .expect("delete raw");
     eventually(60, "the block volume unpublished", || {
         let device = device.clone();
         async move {
-            (times_mounted(&device) == 0)
+            (times_mounted(&device) == 0 && !device.exists())
                 .then_some(())
-                .ok_or_else(|| format!("{} still mounted", device.display()))
+                .ok_or_else(|| format!("{} still there", device.display()))
         }
     })
     .await;
+    assert!(
+        !loop_files().contains(&raw_handle),
+        "the loop device of {raw_handle} detached: {}",
+        loop_files()
+    );
 
     // The claims deleted: the provisioner deletes their volumes.
     drop_namespace(&client, &ns).await;
     eventually(120, "the volumes deleted with their claims", || {
-        let dir = state.join("volumes");
         let (pv, raw_pv) = (pv.clone(), raw_pv.clone());
+        let dirs = [state.join("volumes"), state.join("images")];
         async move {
-            let left: Vec<String> = std::fs::read_dir(&dir)
-                .map(|d| {
-                    d.filter_map(Result::ok)
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .collect()
-                })
-                .unwrap_or_default();
+            let mut left = Vec::new();
+            for dir in &dirs {
+                let entries =
+                    std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                left.extend(
+                    entries
+                        .filter_map(Result::ok)
+                        .map(|e| e.file_name().to_string_lossy().into_owned()),
+                );
+            }
             (left.is_empty())
                 .then_some(())
                 .ok_or_else(|| format!("left ({pv}, {raw_pv}): {left:?}"))
@@ -189,7 +235,7 @@ async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
     .await;
 
     // The DaemonSet gone: its driver's registration goes with it.
-    let (code, _, err) = kubectl(&["delete", "-f", "-", "--wait=true"], &text);
+    let (code, _, err) = kubectl(&["delete", "-f", "-", "--wait=true"], &deployed.0);
     assert_eq!(code, 0, "kubectl delete: {err}");
     eventually(120, "the driver out of the node's CSINode", || {
         listed(false)

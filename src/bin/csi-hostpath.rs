@@ -9,8 +9,9 @@
 //! - `CreateVolume` makes `<state-dir>/volumes/<name>` (the request's name,
 //!   `pvc-<claim uid>` from the provisioner), reachable only from this node
 //!   (topology key [`TOPOLOGY_KEY`]); `DeleteVolume` removes it. A raw block
-//!   volume (a block capability) is a sparse file of the size asked for in
-//!   that directory, [`BLOCK_FILE`].
+//!   volume (a block capability) also has a sparse file of the size asked
+//!   for, `<state-dir>/images/<name>.img`, out of reach of what a pod writes
+//!   in a filesystem volume; it is not deleted while a loop device holds it.
 //! - `ControllerPublishVolume` attaches a volume that exists to this node.
 //! - `NodeStageVolume` bind-mounts the volume at the staging path (the global
 //!   mount), `NodePublishVolume` bind-mounts the staged volume (read-only
@@ -58,8 +59,8 @@ const TOPOLOGY_KEY: &str = "topology.hostpath.csi.rustlet.io/node";
 const MAX_NAME: usize = 128;
 /// The volume context key that marks an inline ephemeral volume.
 const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
-/// The file a raw block volume keeps its bytes in, in its directory.
-const BLOCK_FILE: &str = "block.img";
+/// The suffix of a raw block volume's file in the images directory.
+const IMAGE_SUFFIX: &str = ".img";
 /// The size of a block volume made with no size asked for (bytes).
 const DEFAULT_BLOCK_BYTES: u64 = 64 << 20;
 /// The loop devices' major number.
@@ -231,6 +232,8 @@ struct Driver {
     volumes: PathBuf,
     /// A file per inline ephemeral volume (named as it), removed with it.
     ephemeral: PathBuf,
+    /// A file per raw block volume (`<name>.img`), its bytes.
+    images: PathBuf,
     lock: Arc<tokio::sync::Mutex<()>>,
     /// The wait of each node call that mounts or unmounts (`--node-call-delay`).
     delay: std::time::Duration,
@@ -241,13 +244,16 @@ impl Driver {
     fn new(name: &str, node: &str, state_dir: &Path) -> io::Result<Self> {
         let volumes = state_dir.join("volumes");
         let ephemeral = state_dir.join("ephemeral");
+        let images = state_dir.join("images");
         std::fs::create_dir_all(&volumes)?;
         std::fs::create_dir_all(&ephemeral)?;
+        std::fs::create_dir_all(&images)?;
         Ok(Self {
             name: name.into(),
             node: node.into(),
             volumes,
             ephemeral,
+            images,
             lock: Arc::new(tokio::sync::Mutex::new(())),
             delay: std::time::Duration::ZERO,
         })
@@ -281,6 +287,11 @@ impl Driver {
     fn volume(&self, id: &str) -> Result<PathBuf, Status> {
         valid_name(id).map_err(Status::invalid_argument)?;
         Ok(self.volumes.join(id))
+    }
+
+    /// The file of raw block volume `id` (a plain name, checked by the caller).
+    fn image(&self, id: &str) -> PathBuf {
+        self.images.join(format!("{id}{IMAGE_SUFFIX}"))
     }
 
     /// The directory of volume `id`, which must exist.
@@ -404,14 +415,21 @@ fn losetup(args: &[&std::ffi::OsStr]) -> Result<String, Status> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// The loop device bound on `target`, from the device it shows; `None` when
-/// it shows none (a directory, a file not yet bound).
+/// The loop device bound on `target`, from the device number it shows and
+/// the kernel's name for it (`/sys/dev/block/<major>:<minor>`: a loop
+/// device's minor is not its index when it has partitions); `None` when it
+/// shows none (a directory, a file not yet bound).
 fn loop_bound_on(target: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
     let m = std::fs::metadata(target).ok()?;
-    let rdev = m.rdev();
-    (m.file_type().is_block_device() && rustix::fs::major(rdev) == LOOP_MAJOR)
-        .then(|| PathBuf::from(format!("/dev/loop{}", rustix::fs::minor(rdev))))
+    let (major, minor) = (rustix::fs::major(m.rdev()), rustix::fs::minor(m.rdev()));
+    if !m.file_type().is_block_device() || major != LOOP_MAJOR {
+        return None;
+    }
+    let link = std::fs::read_link(format!("/sys/dev/block/{major}:{minor}")).ok()?;
+    let name = link.file_name()?.to_str()?;
+    name.starts_with("loop")
+        .then(|| Path::new("/dev").join(name))
 }
 
 /// Publishes block volume file `image` at the file `target` (made when
@@ -547,7 +565,7 @@ impl Controller for Driver {
                 r.limit_bytes.max(0)
             }
         });
-        let image = dir.join(BLOCK_FILE);
+        let image = self.image(&req.name);
         if dir.is_dir() && image.exists() != block {
             return Err(Status::already_exists(format!(
                 "volume {} exists with another access type",
@@ -563,13 +581,20 @@ impl Controller for Driver {
                 .filter(|b| *b > 0)
                 .unwrap_or(DEFAULT_BLOCK_BYTES);
             capacity = wire(bytes);
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&image)
-                .and_then(|f| f.set_len(bytes))
-                .map_err(|e| Status::internal(format!("make {}: {e}", image.display())))?;
+            match std::fs::metadata(&image) {
+                // Made before: the same request again, or another size.
+                Ok(m) if m.len() == bytes => {}
+                Ok(m) => {
+                    return Err(Status::already_exists(format!(
+                        "volume {} exists with {} bytes",
+                        req.name,
+                        m.len()
+                    )));
+                }
+                Err(_) => std::fs::File::create_new(&image)
+                    .and_then(|f| f.set_len(bytes))
+                    .map_err(|e| Status::internal(format!("make {}: {e}", image.display())))?,
+            }
         }
         tracing::info!(volume = %req.name, bytes = capacity, block, "volume made");
         Ok(Response::new(CreateVolumeResponse {
@@ -594,6 +619,29 @@ impl Controller for Driver {
             return Err(Status::failed_precondition(
                 "the volume is mounted under itself",
             ));
+        }
+        let image = self.image(&req.get_ref().volume_id);
+        if image.exists() {
+            let held = losetup(&[
+                "--list".as_ref(),
+                "--noheadings".as_ref(),
+                "--output".as_ref(),
+                "NAME".as_ref(),
+                "--associated".as_ref(),
+                image.as_os_str(),
+            ])?;
+            if !held.is_empty() {
+                return Err(Status::failed_precondition(format!(
+                    "the volume is published: {}",
+                    held.split_whitespace().collect::<Vec<_>>().join(", ")
+                )));
+            }
+            match std::fs::remove_file(&image) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(Status::internal(format!("remove {}: {e}", image.display())));
+                }
+                _ => {}
+            }
         }
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
@@ -639,7 +687,8 @@ impl Controller for Driver {
     ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
         let req = req.into_inner();
         let dir = self.existing(&req.volume_id)?;
-        let block = dir.join(BLOCK_FILE).exists();
+        let block = self.image(&req.volume_id).exists();
+        drop(dir);
         let fits = req
             .volume_capabilities
             .iter()
@@ -695,7 +744,7 @@ impl Node for Driver {
         let Some(capability) = &req.volume_capability else {
             return Err(Status::invalid_argument("volume_capability is missing"));
         };
-        if is_block([capability]) != dir.join(BLOCK_FILE).exists() {
+        if is_block([capability]) != self.image(&req.volume_id).exists() {
             return Err(Status::invalid_argument(format!(
                 "volume {} is not of the access type asked for",
                 req.volume_id
@@ -751,7 +800,7 @@ impl Node for Driver {
         let Some(capability) = &req.volume_capability else {
             return Err(Status::invalid_argument("volume_capability is missing"));
         };
-        let image = dir.join(BLOCK_FILE);
+        let image = self.image(&req.volume_id);
         if is_block([capability]) != image.exists() {
             return Err(Status::invalid_argument(format!(
                 "volume {} is not of the access type asked for",
@@ -802,12 +851,14 @@ impl Node for Driver {
         let marker = self.ephemeral.join(&req.volume_id);
         let target = absolute("target_path", &req.target_path)?;
         self.run("NodeUnpublishVolume", req.volume_id, move |volume| {
-            // A block volume's loop device goes once unbound.
-            let device = loop_bound_on(&target).filter(|_| mounted(&target).unwrap_or(false));
-            unmount(&target)?;
-            if let Some(device) = device {
+            // A block volume's loop device is detached before its bind goes,
+            // so that a failure leaves the bind to find it by again.
+            if mounted(&target)?
+                && let Some(device) = loop_bound_on(&target)
+            {
                 losetup(&["--detach".as_ref(), device.as_os_str()])?;
             }
+            unmount(&target)?;
             let removed = match std::fs::symlink_metadata(&target) {
                 Ok(m) if m.is_dir() => std::fs::remove_dir(&target),
                 Ok(_) => std::fs::remove_file(&target),
@@ -851,7 +902,7 @@ impl Node for Driver {
             )));
         }
         // A block volume: its size only, as CSI asks of one.
-        if let Ok(m) = std::fs::metadata(dir.join(BLOCK_FILE)) {
+        if let Ok(m) = std::fs::metadata(self.image(&req.volume_id)) {
             return Ok(Response::new(NodeGetVolumeStatsResponse {
                 usage: vec![VolumeUsage {
                     total: wire(m.len()),
@@ -1316,7 +1367,7 @@ mod tests {
             .unwrap()
             .into_inner();
         assert_eq!(made.volume.unwrap().capacity_bytes, 8 << 20);
-        let image = dir.path().join("state/volumes/blk").join(BLOCK_FILE);
+        let image = dir.path().join("state/images/blk.img");
         assert_eq!(std::fs::metadata(&image).unwrap().len(), 8 << 20);
         let check = |caps: Vec<VolumeCapability>| {
             let mut c = controller.clone();
@@ -1389,6 +1440,44 @@ mod tests {
             .and_then(|mut f| f.write_all(b"x").and_then(|()| f.sync_all()));
         assert!(written.is_err(), "a write through the read-only device");
         let ro_device = loop_bound_on(&ro).unwrap();
+        // Made again with the same size: the same volume; with another: refused.
+        let again = |bytes: i64| {
+            let mut c = controller.clone();
+            let block = block.clone();
+            async move {
+                c.create_volume(CreateVolumeRequest {
+                    name: "blk".into(),
+                    volume_capabilities: vec![block],
+                    capacity_range: Some(CapacityRange {
+                        required_bytes: bytes,
+                        limit_bytes: 0,
+                    }),
+                    ..CreateVolumeRequest::default()
+                })
+                .await
+            }
+        };
+        again(8 << 20).await.unwrap();
+        let err = again(4 << 20).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::AlreadyExists);
+        assert_eq!(
+            std::fs::metadata(&image).unwrap().len(),
+            8 << 20,
+            "not shrunk"
+        );
+        // A file a pod might write in a filesystem volume's directory does
+        // not make it a block volume: the image lives elsewhere.
+        assert!(!image.starts_with(dir.path().join("state/volumes")));
+        // Published: not deleted.
+        let err = controller
+            .delete_volume(DeleteVolumeRequest {
+                volume_id: "blk".into(),
+                ..DeleteVolumeRequest::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        assert!(image.exists());
         for (t, d) in [(&target, &device), (&ro, &ro_device)] {
             node.node_unpublish_volume(NodeUnpublishVolumeRequest {
                 volume_id: "blk".into(),

@@ -154,27 +154,28 @@ impl TerminationSource {
 /// The last [`MAX_TERMINATION_LOG_LINES`] lines of the container log `log`,
 /// at most their last [`MAX_TERMINATION_LOG_BYTES`]: the kubelet's
 /// `readLastStringFromContainerLogs`, with one difference. When the live log
-/// holds fewer lines (the log manager rotated it as the container wrote its
-/// last lines, leaving it short, empty, or for a moment absent), the rest is
-/// read from the end of the newest rotated file, so a rotation never empties
-/// the message. The error is the kubelet's text.
+/// holds fewer lines because the log manager rotated it (the rotated files of
+/// a log are the same container's earlier output: a restart writes a new
+/// log), the rest is read from the end of the newest rotated file, so the
+/// message is the container's last lines however the rotation fell, even
+/// when it left the live log empty or, for a moment, absent. The kubelet
+/// reads the live log alone. The error is the kubelet's text.
 fn log_tail(log: &Path) -> std::result::Result<Vec<u8>, String> {
     use crate::cri::log::{Tail, newest_rotated, tail_content};
     let lines = MAX_TERMINATION_LOG_LINES as u64;
     let shown = || log.display().to_string();
+    let rotated = newest_rotated(log);
     let live = match std::fs::File::open(log) {
         Ok(mut f) => tail_content(&mut f, lines, MAX_TERMINATION_LOG_BYTES)
             .map_err(|e| format!("failed to read log file {:?}: {e}", shown()))?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound && newest_rotated(log).is_some() => {
-            Tail::default()
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound && rotated.is_some() => Tail::default(),
         Err(e) => return Err(format!("failed to open log file {:?}: {e}", shown())),
     };
     let room = MAX_TERMINATION_LOG_BYTES.saturating_sub(live.content.len());
     if live.lines >= lines || room == 0 {
         return Ok(live.content);
     }
-    let Some(older) = newest_rotated(log) else {
+    let Some(older) = rotated else {
         return Ok(live.content);
     };
     let mut out = std::fs::File::open(&older)

@@ -295,7 +295,8 @@ pub fn tail_content<F: Read + Seek>(f: &mut F, lines: u64, max: usize) -> io::Re
 pub struct Tail {
     /// The content of the lines read, at most the bytes asked for.
     pub content: Vec<u8>,
-    /// How many lines of the file were read (a partial line counts as one).
+    /// How many lines of the file were taken: those that parse (a partial
+    /// line counts as one); lines that do not parse are skipped uncounted.
     pub lines: u64,
 }
 

@@ -10,6 +10,10 @@
 //! (HEADERS and CONTINUATION), which it decodes (HPACK), gives `localhost` as
 //! the authority when theirs is not a valid URI authority, and encodes again.
 //! The server's replies are not touched. [`FixAuthority`] applies it to a stream.
+//! Blocks are encoded again with the rewriter's own indexing: a field the
+//! client marked never-indexed loses that mark, which only matters to
+//! intermediaries that pass blocks on further; this one hands them to the
+//! server in the same process.
 
 use std::io;
 use std::pin::Pin;
@@ -31,6 +35,11 @@ const MAX_FRAME: usize = 16 * 1024;
 /// counts it) that are taken; a bigger one closes the connection. gRPC
 /// requests carry a few hundred bytes.
 pub const MAX_HEADER_BLOCK: usize = 64 * 1024;
+/// How much rewritten output one [`Rewriter::feed`] makes before it stops
+/// taking input: a header block re-encoded can be much larger than the
+/// client's (a one-byte reference to a long indexed field becomes the whole
+/// field), so the input a read brings is taken a bounded piece at a time.
+pub const MAX_OUT: usize = 256 * 1024;
 /// The dynamic table size the server allows (HPACK's default, which the
 /// server does not change).
 const TABLE_SIZE: usize = 4096;
@@ -111,12 +120,16 @@ impl Default for Rewriter {
 impl Rewriter {
     /// Takes the next bytes the client sent and appends what the server is
     /// to read to `out`: the same bytes but for header blocks, which come out
-    /// once whole.
+    /// once whole. Stops taking input once `out` holds [`MAX_OUT`] bytes (or
+    /// a block more); returns how many bytes of `input` it took, the rest to
+    /// be fed again once `out` is read.
     ///
     /// # Errors
     /// [`Error`]: the connection cannot go on.
-    pub fn feed(&mut self, mut input: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
-        while !input.is_empty() {
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<usize, Error> {
+        let whole = input.len();
+        let mut input = input;
+        while !input.is_empty() && out.len() < MAX_OUT {
             match self.at {
                 At::Preface(left) | At::Payload(left) => {
                     let n = left.min(input.len());
@@ -145,7 +158,7 @@ impl Rewriter {
                 }
             }
         }
-        Ok(())
+        Ok(whole - input.len())
     }
 
     /// Handles the frame header (or whole header frame) in `pending`.
@@ -295,7 +308,10 @@ pub struct FixAuthority<S> {
     /// Rewritten bytes not yet read by the server, from `ready[at..]`.
     ready: Vec<u8>,
     at: usize,
-    scratch: Box<[u8]>,
+    /// Bytes read from the client, `taken` of them fed to the rewriter.
+    read: Box<[u8]>,
+    filled: usize,
+    taken: usize,
 }
 
 impl<S> FixAuthority<S> {
@@ -306,7 +322,9 @@ impl<S> FixAuthority<S> {
             rewriter: Rewriter::default(),
             ready: Vec::new(),
             at: 0,
-            scratch: vec![0; MAX_FRAME].into_boxed_slice(),
+            read: vec![0; MAX_FRAME].into_boxed_slice(),
+            filled: 0,
+            taken: 0,
         }
     }
 
@@ -334,14 +352,19 @@ impl<S: AsyncRead + Unpin> AsyncRead for FixAuthority<S> {
                 }
                 return Poll::Ready(Ok(()));
             }
-            let mut read = ReadBuf::new(&mut this.scratch);
-            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
-            if read.filled().is_empty() {
-                return Poll::Ready(Ok(()));
+            if this.taken == this.filled {
+                let mut read = ReadBuf::new(&mut this.read);
+                ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
+                if read.filled().is_empty() {
+                    return Poll::Ready(Ok(()));
+                }
+                (this.filled, this.taken) = (read.filled().len(), 0);
             }
-            this.rewriter
-                .feed(read.filled(), &mut this.ready)
+            let took = this
+                .rewriter
+                .feed(&this.read[this.taken..this.filled], &mut this.ready)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            this.taken += took;
         }
     }
 }
@@ -456,7 +479,11 @@ mod tests {
 
     fn rewrite(input: &[u8]) -> Result<Vec<u8>, Error> {
         let mut out = Vec::new();
-        Rewriter::default().feed(input, &mut out)?;
+        let mut rw = Rewriter::default();
+        let mut at = 0;
+        while at < input.len() {
+            at += rw.feed(&input[at..], &mut out)?;
+        }
         Ok(out)
     }
 
@@ -584,6 +611,52 @@ mod tests {
         let lists = header_lists(&all);
         assert_eq!(authority(&lists[0]), b"localhost");
         assert_eq!(lists[0].last().unwrap().1.len(), 40_000);
+    }
+
+    #[test]
+    fn a_read_that_expands_is_taken_a_bounded_piece_at_a_time() {
+        // A literal with incremental indexing of a new name (RFC 7541 6.2.1).
+        let indexed = |name: &[u8], value: &[u8]| {
+            let mut b = vec![0x40];
+            for s in [name, value] {
+                b.extend(loona_hpack::encoder::encode_integer(s.len(), 7));
+                b.extend(s);
+            }
+            b
+        };
+        let mut input = Vec::new();
+        input.extend(frame(
+            HEADERS,
+            END_HEADERS,
+            1,
+            &indexed(b"x-a", &[b'a'; 4000]),
+        ));
+        input.extend(frame(
+            HEADERS,
+            END_HEADERS,
+            3,
+            &indexed(b"x-a", &[b'b'; 4000]),
+        ));
+        // 600 frames of 16 one-byte references to the newest entry: about
+        // 15 KiB in, and each block about 64 KiB out once re-encoded.
+        for i in 0..600u32 {
+            input.extend(frame(HEADERS, END_HEADERS, 5 + 2 * i, &[0x80 | 62; 16]));
+        }
+        let mut rw = Rewriter::default();
+        let (mut out, mut at, mut most, mut blocks) = (Vec::new(), 0, 0, 0);
+        assert_eq!(rw.feed(PREFACE, &mut out), Ok(PREFACE.len()));
+        out.clear();
+        while at < input.len() {
+            at += rw.feed(&input[at..], &mut out).unwrap();
+            most = most.max(out.len());
+            blocks += frames(&out).iter().filter(|f| f.0 == HEADERS).count();
+            out.clear();
+        }
+        assert_eq!(blocks, 602, "every block came out");
+        assert!(
+            most <= MAX_OUT + MAX_HEADER_BLOCK + 1024,
+            "held {most} bytes at once"
+        );
     }
 
     #[test]
