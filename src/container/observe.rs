@@ -250,6 +250,11 @@ pub fn container_from(s: &cri::ContainerStatus, sandbox_id: &str, written: &str)
             .annotations
             .get(crate::cri::MEMORY_REQUEST_ANNOTATION)
             .and_then(|v| v.parse().ok()),
+        backoff_since: s
+            .annotations
+            .get(crate::cri::BACKOFF_SINCE_ANNOTATION)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
         resources: s
             .resources
             .as_ref()

@@ -67,6 +67,9 @@ pub struct Container {
     /// The cgroup limits the runtime reports it runs with (CRI
     /// `ContainerStatus.resources.linux`); None when it reports none.
     pub resources: Option<CgroupLimits>,
+    /// The attempt its CrashLoopBackOff counts from
+    /// ([`crate::cri::BACKOFF_SINCE_ANNOTATION`]; 0 when absent).
+    pub backoff_since: u32,
     /// The memory request in bytes it was made with
     /// ([`crate::cri::MEMORY_REQUEST_ANNOTATION`]); None when it asked for
     /// none, or was made without the annotation.

@@ -36,6 +36,12 @@ pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
 /// `resizePolicy: RestartContainer` is compared with, as the kubelet
 /// compares its actuated resources.
 pub const MEMORY_REQUEST_ANNOTATION: &str = "rustlet.io/memory-request";
+/// Annotation with the attempt (restart count) the container's
+/// CrashLoopBackOff counts from (rustlet's own): the attempt of the first
+/// container of its definition, since the kubelet keeps a back-off per
+/// container definition (`GetStableKey` hashes the spec), so a changed image
+/// starts the back-off anew. Absent (older containers): 0.
+pub const BACKOFF_SINCE_ANNOTATION: &str = "rustlet.io/backoff-since";
 /// Annotation with the container's restart count.
 pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
 /// Annotation with the container's termination message path.

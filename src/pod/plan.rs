@@ -67,6 +67,8 @@ pub enum Step {
         name: String,
         /// Attempt (restart count) to create it with.
         attempt: u32,
+        /// The attempt its CrashLoopBackOff counts from ([`backoff_since`]).
+        backoff_since: u32,
     },
     /// Pull the image if needed, create and start an ephemeral container in
     /// the current sandbox, once (the kubelet's `EphemeralContainersToStart`).
@@ -146,6 +148,20 @@ pub struct PullBackoff {
     pub until: Timestamp,
     /// The image.
     pub image: String,
+}
+
+/// The attempt from which a container of `c` started as `attempt` counts its
+/// CrashLoopBackOff, given the container it replaces: that one's when it was
+/// made from the same definition (or from before the hash was kept), else
+/// `attempt` itself, as the kubelet keeps one back-off per container
+/// definition (`GetStableKey`: pod, container name and spec hash), so that
+/// a new image restarts at once and backs off from 10 s again.
+#[must_use]
+pub fn backoff_since(c: &Container, previous: Option<&RuntimeContainer>, attempt: u32) -> u32 {
+    match previous {
+        Some(p) if p.hash.is_empty() || hash_matches(&p.hash, c) => p.backoff_since.min(attempt),
+        _ => attempt,
+    }
 }
 
 /// The CrashLoopBackOff delay before restart number `restarts + 1`:
@@ -680,16 +696,17 @@ fn new_sandbox(
         changed: latest.is_some(),
     });
     // A new sandbox runs the init containers again from the first.
-    let next_attempt = |name: &str| {
-        rt.latest_two(name)
-            .0
-            .map_or(0, |c| c.attempt.saturating_add(1))
+    let start = |c: &Container| {
+        let previous = rt.latest_two(&c.name).0;
+        let attempt = previous.map_or(0, |p| p.attempt.saturating_add(1));
+        Step::StartContainer {
+            name: c.name.clone(),
+            attempt,
+            backoff_since: backoff_since(c, previous, attempt),
+        }
     };
     if let Some(first) = init_containers(pod).first() {
-        plan.steps.push(Step::StartContainer {
-            name: first.name.clone(),
-            attempt: next_attempt(&first.name),
-        });
+        plan.steps.push(start(first));
         return;
     }
     for c in main_containers(pod) {
@@ -705,10 +722,7 @@ fn new_sandbox(
         if run_once && succeeded {
             continue;
         }
-        plan.steps.push(Step::StartContainer {
-            name: c.name.clone(),
-            attempt: next_attempt(&c.name),
-        });
+        plan.steps.push(start(c));
     }
 }
 
@@ -885,11 +899,18 @@ impl Planner<'_> {
             }
             Some(x) => {
                 if x.sandbox_id != sandbox_id || container_should_restart(c, policy, x.exit_code) {
+                    // Restarts of this definition so far; a changed one
+                    // restarts at once (the kubelet's per-definition back-off).
+                    let series = if x.hash.is_empty() || hash_matches(&x.hash, c) {
+                        x.attempt.saturating_sub(x.backoff_since)
+                    } else {
+                        0
+                    };
                     let finished = x.finished_at.unwrap_or(x.created_at);
-                    let due = finished + crash_backoff(x.attempt);
+                    let due = finished + crash_backoff(series);
                     if due > now {
                         let (ns, name, uid) = super::translate::pod_identity(pod);
-                        let delay = crash_backoff(x.attempt).as_secs();
+                        let delay = crash_backoff(series).as_secs();
                         self.plan.waiting.insert(
                             c.name.clone(),
                             Waiting {
@@ -913,13 +934,12 @@ impl Planner<'_> {
         if !start || self.pull_backoff_holds(&c.name) {
             return;
         }
+        let previous = self.history.latest_two(&c.name).0;
+        let attempt = previous.map_or(0, |x| x.attempt.saturating_add(1));
         self.plan.steps.push(Step::StartContainer {
             name: c.name.clone(),
-            attempt: self
-                .history
-                .latest_two(&c.name)
-                .0
-                .map_or(0, |x| x.attempt.saturating_add(1)),
+            attempt,
+            backoff_since: backoff_since(c, previous, attempt),
         });
     }
 }
@@ -1045,6 +1065,7 @@ mod tests {
         Step::StartContainer {
             name: name.into(),
             attempt,
+            backoff_since: 0,
         }
     }
 
@@ -1467,6 +1488,73 @@ mod tests {
         );
         assert_eq!(due.steps[0], start("a", 4));
         assert!(due.waiting.is_empty());
+    }
+
+    /// One back-off per container definition, as the kubelet keys it: a new
+    /// image restarts at once and backs off from 10 s again, however many
+    /// restarts the old one had.
+    #[test]
+    fn a_changed_definition_starts_its_back_off_anew() {
+        let old = pod("web").container("a", "busybox:1").build();
+        let new = pod("web").container("a", "busybox:2").build();
+        let hash_of = |p: &Pod| {
+            super::super::translate::container_hash(&super::super::spec::main_containers(p)[0])
+        };
+        let made = |id: &str, attempt, since, p: &Pod, at| {
+            let mut c = exited(ctr(id, "a", attempt, "s0", Running), 1, t(at));
+            c.hash = hash_of(p);
+            c.backoff_since = since;
+            c
+        };
+        let go = |p: &Pod, containers: Vec<RuntimeContainer>, now| {
+            let rt = runtime(vec![sandbox("s0", 0, true)], containers);
+            plan(
+                p,
+                &rt,
+                &BTreeMap::new(),
+                &BTreeMap::new(),
+                Volumes::Ready,
+                t(now),
+            )
+        };
+        // Eight restarts of the old image: five minutes.
+        let waits = go(&old, vec![made("c7", 7, 0, &old, 100)], 110);
+        assert!(
+            waits.waiting["a"].message.starts_with("back-off 300s"),
+            "{:?}",
+            waits.waiting
+        );
+        // The image changed while it waited: at once, a new series from 8.
+        let changed = go(&new, vec![made("c7", 7, 0, &old, 100)], 110);
+        assert!(changed.waiting.is_empty());
+        let step = Step::StartContainer {
+            name: "a".into(),
+            attempt: 8,
+            backoff_since: 8,
+        };
+        assert!(changed.steps.contains(&step), "{:?}", changed.steps);
+        // The new image's first failure restarts at once, its second after 10 s,
+        // and the series goes on with the next container.
+        let first = go(&new, vec![made("c8", 8, 8, &new, 200)], 200);
+        let step = Step::StartContainer {
+            name: "a".into(),
+            attempt: 9,
+            backoff_since: 8,
+        };
+        assert!(first.steps.contains(&step), "{:?}", first.steps);
+        let second = go(&new, vec![made("c9", 9, 8, &new, 300)], 305);
+        assert!(
+            second.waiting["a"].message.starts_with("back-off 10s"),
+            "{:?}",
+            second.waiting
+        );
+        // A container of an earlier agent (no back-off mark) counts from 0.
+        let legacy = go(&new, vec![made("c9", 9, 0, &new, 300)], 305);
+        assert!(legacy.waiting["a"].message.starts_with("back-off 300s"));
+        assert_eq!(
+            backoff_since(&super::super::spec::main_containers(&new)[0], None, 0),
+            0
+        );
     }
 
     #[test]

@@ -30,6 +30,14 @@ use crate::events::{EventType, Recorder};
 use crate::reasons::{event, waiting};
 use crate::volume::PodVolumes;
 
+/// The attempt a container is created with and the attempt its
+/// CrashLoopBackOff counts from (see [`super::plan::backoff_since`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Attempt {
+    number: u32,
+    backoff_since: u32,
+}
+
 /// The runtime manager; one per agent, shared by every pod worker.
 pub struct RuntimeManager {
     /// The container runtime.
@@ -173,7 +181,11 @@ impl RuntimeManager {
                     // postStart hook was cut short): nothing more starts.
                     break;
                 }
-                Step::StartContainer { name, attempt } => {
+                Step::StartContainer {
+                    name,
+                    attempt,
+                    backoff_since,
+                } => {
                     if placement.is_none() {
                         placement = self.current_sandbox(pod, rt).await;
                     }
@@ -181,7 +193,11 @@ impl RuntimeManager {
                     let Some(c) = spec::find_container(pod, name) else {
                         continue;
                     };
-                    let started = self.start_container(pod, c, *attempt, None, at, volumes);
+                    let attempt = Attempt {
+                        number: *attempt,
+                        backoff_since: *backoff_since,
+                    };
+                    let started = self.start_container(pod, c, attempt, None, at, volumes);
                     self.record_start(pod, name, started.await, &mut outcome);
                 }
                 Step::StartEphemeralContainer { name, target_id } => {
@@ -356,7 +372,7 @@ impl RuntimeManager {
         }
         let target_id = target_id.filter(|_| !target.is_empty());
         Some(
-            self.start_container(pod, &c, 0, target_id, at, volumes)
+            self.start_container(pod, &c, Attempt::default(), target_id, at, volumes)
                 .await,
         )
     }
@@ -696,7 +712,7 @@ impl RuntimeManager {
         &self,
         pod: &Pod,
         c: &Container,
-        attempt: u32,
+        attempt: Attempt,
         target_id: Option<&str>,
         at: &Placement,
         volumes: &PodVolumes,
@@ -717,8 +733,20 @@ impl RuntimeManager {
         // Step 2: the config, then the container.
         let pod_ips = self.pod_ips(pod, &at.pod_ips);
         let (mut config, image_sub_paths) = self
-            .container_config(pod, c, attempt, &image, &at.config, &pod_ips, volumes)
+            .container_config(
+                pod,
+                c,
+                attempt.number,
+                &image,
+                &at.config,
+                &pod_ips,
+                volumes,
+            )
             .await?;
+        config.annotations.insert(
+            crate::cri::BACKOFF_SINCE_ANNOTATION.to_string(),
+            attempt.backoff_since.to_string(),
+        );
         translate::join_user_namespace(&mut config, &at.isolation);
         if let Some(target) = target_id {
             translate::target_pid_namespace(&mut config, target);
