@@ -628,16 +628,28 @@ impl CgroupManager {
 
     /// Removes `<cgroupRoot>` itself, the directory above the QoS hierarchy,
     /// from every hierarchy (the hybrid host's v2 one too), when it is not the
-    /// hierarchies' own root: the last of a node reset, once the runtime's
-    /// shims, which a companion's runtime keeps there (`ShimCgroup`), have
-    /// exited. Returns whether none is left; one that still holds a process
-    /// or a cgroup stays, and is named at debug level.
+    /// hierarchies' own root, with the empty cgroups beside the QoS hierarchy
+    /// (the shims' leaf a companion's runtime keeps there, `ShimCgroup`): the
+    /// last of a node reset, once those shims have exited. Returns whether
+    /// none is left; one that still holds a process or a cgroup (the QoS
+    /// hierarchy while it is there) stays, and is named at debug level.
     pub fn remove_root(&self) -> bool {
         let Some(dir) = self.root.parent().filter(|d| !d.as_os_str().is_empty()) else {
             return true;
         };
+        let qos = self.root.file_name();
         let mut left = false;
         for h in self.hierarchies.iter().chain(&self.unified) {
+            let beside = std::fs::read_dir(h.join(dir))
+                .into_iter()
+                .flatten()
+                .flatten();
+            for child in beside.filter(|c| Some(c.file_name().as_os_str()) != qos) {
+                if child.file_type().is_ok_and(|t| t.is_dir()) {
+                    // A cgroup with processes or children stays, and so does the root.
+                    let _ = std::fs::remove_dir(child.path());
+                }
+            }
             match std::fs::remove_dir(h.join(dir)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -1046,9 +1058,17 @@ mod tests {
             for hostile in ["u2", "../u1", "", "u1/..", "besteffort/podu1"] {
                 assert_eq!(m.find_pod(hostile), None, "{hostile:?}");
             }
-            // Not while the QoS hierarchy is below it.
+            // Not while the QoS hierarchy is below it; an empty cgroup beside
+            // it (a companion runtime's shims) goes.
+            let shims = m.root.parent().unwrap().join("shims");
+            for h in &m.hierarchies {
+                std::fs::create_dir_all(h.join(&shims)).unwrap();
+            }
             assert!(!m.remove_root());
             assert!(m.memory.as_ref().unwrap().join(&m.root).exists());
+            for h in &m.hierarchies {
+                assert!(!h.join(&shims).exists(), "{}", h.join(&shims).display());
+            }
             assert_eq!(m.remove_all().unwrap(), 1);
             assert!(m.remove_root());
             let above = m.root.parent().unwrap();
