@@ -14,7 +14,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::csi::*;
@@ -355,40 +354,10 @@ spec:
         .await
         .expect("delete raw");
     wait_deleted(&client, &ns, "raw", &raw_uid, 60).await;
-    eventually(30, "the block volume unpublished", || {
-        let device = device.clone();
-        async move {
-            (times_mounted(&device) == 0 && !device.exists())
-                .then_some(())
-                .ok_or_else(|| format!("{} is still there", device.display()))
-        }
-    })
-    .await;
-    let (_, loops, _) = run_cmd(
-        "losetup",
-        &["--list", "--noheadings", "--output", "BACK-FILE"],
-    );
-    assert!(
-        !loops.lines().any(|l| Path::new(l.trim()) == image),
-        "the loop device of {} detached: {loops}",
-        image.display()
-    );
+    block_volume_gone(&device, &image).await;
 
     remove_driver_and_class(&class);
     drop_namespace(&client, &ns).await;
-}
-
-/// Runs `program` with `args`: (exit code, stdout, stderr).
-fn run_cmd(program: &str, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {program}: {e}"));
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// The hex SHA-256 of `text` (the kubelet names an inline volume

@@ -11,7 +11,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::csi::{DRIVER, eventually, times_mounted};
+use common::csi::{DRIVER, block_volume_gone, eventually, loop_files, times_mounted};
 use common::*;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSINode;
@@ -77,15 +77,6 @@ impl Drop for Deployed {
             &self.0,
         );
     }
-}
-
-/// The loop devices' backing files (`losetup --list`).
-fn loop_files() -> String {
-    let out = std::process::Command::new("losetup")
-        .args(["--list", "--noheadings", "--output", "BACK-FILE"])
-        .output()
-        .expect("run losetup");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The log of pod `name`'s container.
@@ -187,29 +178,19 @@ async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
         "the driver's bind reached the node: {}",
         device.display()
     );
-    let raw_handle = format!("{}.img", raw_pv);
+    let image = state.join("images").join(format!("{raw_pv}.img"));
     assert!(
-        loop_files().contains(&raw_handle),
-        "a loop device holds {raw_handle}: {}",
+        loop_files()
+            .lines()
+            .any(|l| std::path::Path::new(l.trim()) == image),
+        "a loop device holds {}: {}",
+        image.display(),
         loop_files()
     );
     pods.delete("raw", &Default::default())
         .await
         .expect("delete raw");
-    eventually(60, "the block volume unpublished", || {
-        let device = device.clone();
-        async move {
-            (times_mounted(&device) == 0 && !device.exists())
-                .then_some(())
-                .ok_or_else(|| format!("{} still there", device.display()))
-        }
-    })
-    .await;
-    assert!(
-        !loop_files().contains(&raw_handle),
-        "the loop device of {raw_handle} detached: {}",
-        loop_files()
-    );
+    block_volume_gone(&device, &image).await;
 
     // The claims deleted: the provisioner deletes their volumes.
     drop_namespace(&client, &ns).await;

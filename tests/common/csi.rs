@@ -149,3 +149,30 @@ pub fn driver_logged(needle: &str) -> bool {
     std::fs::read_to_string(stack_dir().join("driver.log"))
         .is_ok_and(|t| t.lines().any(|l| l.contains(needle)))
 }
+
+/// The backing files of the host's loop devices (`losetup --list`), a line each.
+pub fn loop_files() -> String {
+    let out = Command::new("losetup")
+        .args(["--list", "--noheadings", "--output", "BACK-FILE"])
+        .output()
+        .expect("run losetup");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits until the block volume published at `device` is unpublished (no
+/// longer bound, its file gone), then checks that no loop device is left on
+/// `image`.
+pub async fn block_volume_gone(device: &Path, image: &Path) {
+    eventually(60, "the block volume unpublished", || async {
+        (times_mounted(device) == 0 && !device.exists())
+            .then_some(())
+            .ok_or_else(|| format!("{} still there", device.display()))
+    })
+    .await;
+    let loops = loop_files();
+    assert!(
+        !loops.lines().any(|l| Path::new(l.trim()) == image),
+        "the loop device of {} detached: {loops}",
+        image.display()
+    );
+}
