@@ -647,7 +647,9 @@ pub async fn usage(drivers: &Drivers, root: &Path, uid: &str) -> Vec<Usage> {
         else {
             continue;
         };
-        let target = entry.path().join("mount");
+        // A block volume at its device file, as the kubelet's block mapper
+        // asks its driver (only the driver knows a device's use).
+        let target = data.target(&entry.path());
         if !is_mounted(&target) {
             continue;
         }
@@ -1169,6 +1171,21 @@ mod tests {
         let data: VolData =
             serde_json::from_slice(&std::fs::read(dir.join(VOL_DATA_FILE)).unwrap()).unwrap();
         assert_eq!(data.target(&dir), device);
+        // Its usage is asked of the driver at the device file, once bound.
+        let backing = tempfile::NamedTempFile::new().unwrap();
+        rustix::mount::mount_bind(backing.path(), &device).unwrap();
+        let got = usage(&host.drivers, root.path(), "ub").await;
+        rustix::mount::unmount(&device, rustix::mount::UnmountFlags::empty()).unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].capacity_bytes, Some(1000));
+        assert_eq!(
+            driver.take(),
+            [format!(
+                "stats hb at {} staged at {}",
+                device.display(),
+                staging.display()
+            )]
+        );
         tear_down_pod(&host, "ub").await.unwrap();
         assert_eq!(
             driver.take(),
