@@ -14,7 +14,9 @@
 # --fresh begins a sitting: it deletes the results of the named runs, builds
 # every upstream part (hack/build-cluster.sh all, e2e, e2e-node, csi) and records
 # the digest of _output/bin (binaries_id in hack/lib.sh) in
-# _output/conformance/sitting/info. The first rustlet run of the sitting
+# _output/conformance/sitting/info, with `registry mirror: yes`: every run of
+# the sitting has the local registry mirror (hack/conformance.sh
+# --registry-mirror; a sitting recorded without it runs without it). The first rustlet run of the sitting
 # builds a release rustlet from the checked-out source, which must be
 # committed (the runs name it by its commit), and pins it there; every later
 # rustlet run uses that binary, so work on the source between runs changes
@@ -93,6 +95,7 @@ if $fresh; then
   {
     echo "began: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "binaries: $(binaries_id)"
+    echo "registry mirror: yes"
   } >"$SITTING/info"
   keep_info
 elif [[ -f $KEPT_INFO && ! -f $SITTING/info ]]; then
@@ -129,6 +132,10 @@ now_id=$(binaries_id)
 [[ $now_id == "$pinned" ]] ||
   die "_output/bin changed since the sitting began (binaries $now_id, the sitting's $pinned): begin a new one with --fresh"
 log "sitting of $(sed -n 's/^began: //p' "$SITTING/info"): binaries $pinned"
+# A sitting begun with the registry mirror runs every run with it; an older
+# one, without (its runs stay comparable).
+mirror_args=()
+grep -q '^registry mirror: yes$' "$SITTING/info" && mirror_args=(--registry-mirror)
 
 # build_rustlet REV: a release rustlet from commit REV into
 # $SITTING/rustlet, its sha256 (12 digits) in RUSTLET_SHA: from the checkout
@@ -205,7 +212,7 @@ for r in "${runs[@]}"; do
   [[ $agent != rustlet ]] || pin_rustlet
   log "$suite with $agent"
   rc=0
-  "$ROOT/hack/conformance.sh" --suite "$suite" --agent "$agent" --resume \
+  "$ROOT/hack/conformance.sh" --suite "$suite" --agent "$agent" --resume "${mirror_args[@]}" \
     --keep "$KEPT_CONFORMANCE/$suite/$agent" || rc=$?
   # conformance.sh exits 1 for failed tests too; only a missing summary
   # means the run did not complete.

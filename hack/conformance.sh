@@ -5,7 +5,7 @@
 #   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection|storage|storage-csi]
 #                       [--agent rustlet|kubelet]
 #                       [--focus REGEX] [--skip REGEX] [--shards N] [--resume]
-#                       [--procs N] [--timeout DURATION] [--name NAME] [--keep-up]
+#                       [--procs N] [--timeout DURATION] [--name NAME] [--registry-mirror] [--keep-up]
 #                       [--keep DIR]
 #
 #   --suite    which result set (default e2e):
@@ -63,6 +63,11 @@
 #              comments) matches a test that ran: for a fixed list of tests
 #              (CI's hack/conformance-ci.txt), so that a test renamed
 #              upstream cannot vanish silently
+#   --registry-mirror
+#              run the cluster with hack/local-up.sh --registry-mirror: the
+#              local test images served as registry.k8s.io from a registry on
+#              loopback, so that tests pulling them with imagePullPolicy
+#              Always pull through CRI (part of the run's identity)
 #   --keep-up  leave the cluster running afterwards (for debugging)
 #   --keep DIR keep what the table reads of the run in DIR as it comes: its
 #              identity and shard lists at the start, each shard's JUnit
@@ -132,6 +137,7 @@ timeout=2h
 name=''
 expect=''
 keep_up=false
+mirror=false
 keep=''
 while (($#)); do
   case $1 in
@@ -155,6 +161,7 @@ while (($#)); do
     --expect) expect=${2:-}; shift 2 || die "--expect needs a value" ;;
     --expect=*) expect=${1#*=}; shift ;;
     --keep-up) keep_up=true; shift ;;
+    --registry-mirror) mirror=true; shift ;;
     --keep) keep=${2:-}; shift 2 || die "--keep needs a value" ;;
     --keep=*) keep=${1#*=}; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -235,6 +242,7 @@ mkdir -p "$OUT"
 # A run's identity: what selects its tests. --resume only keeps shards of a
 # run with the same identity.
 identity="suite=$suite focus=$effective_focus skip=$skip shards=$shards"
+! $mirror || identity+=" registry-mirror"
 if $resume && [[ -f $OUT/identity && $(<"$OUT/identity") == "$identity" ]]; then
   kept=$(find "$OUT" -path "$OUT/shard-*/junit_01.xml" | wc -l)
   log "resuming: keeping $kept finished shard(s) of $shards"
@@ -417,6 +425,7 @@ local_up_args=(--agent "$agent")
 # The storage tests' hostexec pods enter the mount namespace of the pid 1
 # they see (hack/local-up.sh --runtime-pid-ns).
 [[ $suite != storage ]] || local_up_args+=(--runtime-pid-ns)
+! $mirror || local_up_args+=(--registry-mirror)
 "$ROOT/hack/local-up.sh" "${local_up_args[@]}"
 cluster_started=true
 # Every image the tests need, or stop here (local-up.sh only warns).
