@@ -310,7 +310,7 @@ spec:
             "volumes": [{"name": "dev", "persistentVolumeClaim": {"claimName": "raw"}}],
             "containers": [{
                 "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", "printf block-data | dd of=/dev/xvda bs=512 seek=8 conv=notrunc,fsync 2>/dev/null && dd if=/dev/xvda bs=512 skip=8 count=1 2>/dev/null | head -c 10 && exec sleep 3600"],
+                "command": ["sh", "-c", "printf block-data | dd of=/dev/xvda bs=512 seek=8 conv=notrunc,fsync 2>/dev/null && dd if=/dev/xvda bs=512 skip=8 count=1 2>/dev/null | head -c 10 && echo && exec sleep 3600"],
                 "volumeDevices": [{"name": "dev", "devicePath": "/dev/xvda"}],
             }],
         },

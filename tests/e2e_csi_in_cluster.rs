@@ -18,15 +18,23 @@ use k8s_openapi::api::storage::v1::CSINode;
 use kube::{Api, ResourceExt};
 
 /// The example, for the local cluster: the agent's root dir and the
-/// driver's state dir in place of the node's defaults.
+/// driver's state dir in place of the node's defaults, and the API server
+/// at 127.0.0.1:6443, as the example says for a cluster without kube-proxy.
 fn manifest(state: &std::path::Path) -> String {
     let text = std::fs::read_to_string(root().join("examples/csi-hostpath.yaml"))
         .expect("examples/csi-hostpath.yaml");
-    text.replace(
-        "/var/lib/kubelet",
-        &local().join("rustlet").display().to_string(),
-    )
-    .replace("/var/lib/csi-hostpath", &state.display().to_string())
+    let text = text
+        .replace(
+            "/var/lib/kubelet",
+            &local().join("rustlet").display().to_string(),
+        )
+        .replace("/var/lib/csi-hostpath", &state.display().to_string())
+        .replace(
+            "# - {name: KUBERNETES_SERVICE",
+            "- {name: KUBERNETES_SERVICE",
+        );
+    assert!(text.contains("- {name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}"));
+    text
 }
 
 /// Pod `name` with claim `claim` mounted at /data (or, when `block`, as the
@@ -67,14 +75,31 @@ spec:
     )
 }
 
-/// The example applied; deleted when dropped, whatever the test did.
-struct Deployed(String);
+/// The example applied and the test's namespace; both deleted when
+/// dropped, whatever the test did: the namespace first, so that the driver
+/// is still there to delete its claims' volumes.
+struct Deployed {
+    manifest: String,
+    namespace: Option<String>,
+}
 
 impl Drop for Deployed {
     fn drop(&mut self) {
+        if let Some(ns) = &self.namespace {
+            let _ = kubectl(
+                &[
+                    "delete",
+                    "namespace",
+                    ns,
+                    "--ignore-not-found",
+                    "--wait=true",
+                ],
+                "",
+            );
+        }
         let _ = kubectl(
             &["delete", "-f", "-", "--ignore-not-found", "--wait=true"],
-            &self.0,
+            &self.manifest,
         );
     }
 }
@@ -92,7 +117,10 @@ async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
     let state: PathBuf = local().join("e2e-csi-in-cluster");
     let text = manifest(&state);
     let (code, _, err) = kubectl(&["apply", "-f", "-"], &text);
-    let deployed = Deployed(text);
+    let mut deployed = Deployed {
+        manifest: text,
+        namespace: None,
+    };
     assert_eq!(code, 0, "kubectl apply: {err}");
 
     // Registered from inside its pod: the node's CSINode lists it.
@@ -113,6 +141,7 @@ async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
     .await;
 
     let ns = namespace(&client, "e2e-csi-cluster").await;
+    deployed.namespace = Some(ns.clone());
     let (code, _, err) = kubectl(&["apply", "-f", "-"], &claim(&ns, "data", "Filesystem"));
     assert_eq!(code, 0, "claim: {err}");
     // Written by one pod, read by the next.
@@ -152,7 +181,7 @@ async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
     let (code, _, err) = kubectl(&["apply", "-f", "-"], &claim(&ns, "raw", "Block"));
     assert_eq!(code, 0, "block claim: {err}");
     let script = "printf block-data | dd of=/dev/xvda bs=512 seek=8 conv=notrunc,fsync 2>/dev/null \
-                  && dd if=/dev/xvda bs=512 skip=8 count=1 2>/dev/null | head -c 10 && exec sleep 3600";
+                  && dd if=/dev/xvda bs=512 skip=8 count=1 2>/dev/null | head -c 10 && echo && exec sleep 3600";
     let raw = create(&client, &ns, &user("raw", "raw", true, script)).await;
     wait_for(&client, &ns, "raw", 120, "Running", phase("Running")).await;
     eventually(30, "the block pod's read-back", || async {
@@ -216,7 +245,7 @@ async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
     .await;
 
     // The DaemonSet gone: its driver's registration goes with it.
-    let (code, _, err) = kubectl(&["delete", "-f", "-", "--wait=true"], &deployed.0);
+    let (code, _, err) = kubectl(&["delete", "-f", "-", "--wait=true"], &deployed.manifest);
     assert_eq!(code, 0, "kubectl delete: {err}");
     eventually(120, "the driver out of the node's CSINode", || {
         listed(false)
