@@ -144,6 +144,11 @@ pub fn shares_from_weight(weight: u64) -> u64 {
     }
 }
 
+/// The cgroup in `<cgroupRoot>`, beside the QoS hierarchy, where the Helm
+/// chart's companion runtime keeps its shims (its `ShimCgroup`, a leaf as
+/// cgroup v2 wants); a node reset removes it with the root.
+pub const SHIMS_CGROUP: &str = "shims";
+
 /// The pod and QoS cgroups of one node.
 #[derive(Clone, Debug)]
 pub struct CgroupManager {
@@ -628,28 +633,20 @@ impl CgroupManager {
 
     /// Removes `<cgroupRoot>` itself, the directory above the QoS hierarchy,
     /// from every hierarchy (the hybrid host's v2 one too), when it is not the
-    /// hierarchies' own root, with the empty cgroups beside the QoS hierarchy
-    /// (the shims' leaf a companion's runtime keeps there, `ShimCgroup`): the
-    /// last of a node reset, once those shims have exited. Returns whether
-    /// none is left; one that still holds a process or a cgroup (the QoS
-    /// hierarchy while it is there) stays, and is named at debug level.
+    /// hierarchies' own root, with the [`SHIMS_CGROUP`] beside the QoS
+    /// hierarchy when empty: the last of a node reset, once a companion
+    /// runtime's shims have exited. Any other cgroup in the root is not the
+    /// agent's and stays, and so does the root then. Returns whether none is
+    /// left; one that still holds a process or a cgroup (the QoS hierarchy
+    /// while it is there) stays, and is named at debug level.
     pub fn remove_root(&self) -> bool {
         let Some(dir) = self.root.parent().filter(|d| !d.as_os_str().is_empty()) else {
             return true;
         };
-        let qos = self.root.file_name();
         let mut left = false;
         for h in self.hierarchies.iter().chain(&self.unified) {
-            let beside = std::fs::read_dir(h.join(dir))
-                .into_iter()
-                .flatten()
-                .flatten();
-            for child in beside.filter(|c| Some(c.file_name().as_os_str()) != qos) {
-                if child.file_type().is_ok_and(|t| t.is_dir()) {
-                    // A cgroup with processes or children stays, and so does the root.
-                    let _ = std::fs::remove_dir(child.path());
-                }
-            }
+            // Holding processes or cgroups, it stays, and so does the root.
+            let _ = std::fs::remove_dir(h.join(dir).join(SHIMS_CGROUP));
             match std::fs::remove_dir(h.join(dir)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -1058,16 +1055,22 @@ mod tests {
             for hostile in ["u2", "../u1", "", "u1/..", "besteffort/podu1"] {
                 assert_eq!(m.find_pod(hostile), None, "{hostile:?}");
             }
-            // Not while the QoS hierarchy is below it; an empty cgroup beside
-            // it (a companion runtime's shims) goes.
-            let shims = m.root.parent().unwrap().join("shims");
+            // Not while the QoS hierarchy is below it; an empty shims cgroup
+            // beside it goes, another cgroup (not the agent's) stays.
+            let (shims, other) = (
+                m.root.parent().unwrap().join(SHIMS_CGROUP),
+                m.root.parent().unwrap().join("someone-elses"),
+            );
             for h in &m.hierarchies {
                 std::fs::create_dir_all(h.join(&shims)).unwrap();
+                std::fs::create_dir_all(h.join(&other)).unwrap();
             }
             assert!(!m.remove_root());
             assert!(m.memory.as_ref().unwrap().join(&m.root).exists());
             for h in &m.hierarchies {
                 assert!(!h.join(&shims).exists(), "{}", h.join(&shims).display());
+                assert!(h.join(&other).exists(), "{}", h.join(&other).display());
+                std::fs::remove_dir(h.join(&other)).unwrap();
             }
             assert_eq!(m.remove_all().unwrap(), 1);
             assert!(m.remove_root());

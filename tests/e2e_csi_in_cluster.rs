@@ -76,8 +76,9 @@ spec:
 }
 
 /// The example applied and the test's namespace; both deleted when
-/// dropped, whatever the test did: the namespace first, so that the driver
-/// is still there to delete its claims' volumes.
+/// dropped, whatever the test did: the namespace first, and the example once
+/// the claims' volumes are gone (a minute at most), so that the driver is
+/// still there to delete them.
 struct Deployed {
     manifest: String,
     namespace: Option<String>,
@@ -96,6 +97,16 @@ impl Drop for Deployed {
                 ],
                 "",
             );
+        }
+        // The claims' volumes, which the provisioner deletes after them.
+        let query =
+            r#"jsonpath={.items[?(@.spec.storageClassName=="csi-hostpath")].metadata.name}"#;
+        for _ in 0..60 {
+            let (_, left, _) = kubectl(&["get", "pv", "-o", query], "");
+            if left.trim().is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_secs(1));
         }
         let _ = kubectl(
             &["delete", "-f", "-", "--ignore-not-found", "--wait=true"],

@@ -150,17 +150,61 @@ pub struct PullBackoff {
     pub image: String,
 }
 
-/// The attempt from which a container of `c` started as `attempt` counts its
-/// CrashLoopBackOff, given the container it replaces: that one's when it was
-/// made from the same definition (or from before the hash was kept), else
-/// `attempt` itself, as the kubelet keeps one back-off per container
-/// definition (`GetStableKey`: pod, container name and spec hash), so that
-/// a new image restarts at once and backs off from 10 s again.
+/// Whether record `x` was made from `c`'s definition (or before the hash
+/// was kept, when it is taken to be).
+fn same_definition(x: &RuntimeContainer, c: &Container) -> bool {
+    x.hash.is_empty() || hash_matches(&x.hash, c)
+}
+
+/// Whether the back-off of exited record `x` expired, as the kubelet's
+/// `flowcontrol.Backoff` lets an entry expire: more than twice
+/// [`MAX_BACKOFF`] from the crash before (`older`'s finish; without it,
+/// `x`'s creation, which is later) to `x`'s.
+fn backoff_expired(x: &RuntimeContainer, older: Option<&RuntimeContainer>) -> bool {
+    let Some(finished) = x.finished_at else {
+        return false;
+    };
+    let since = older.and_then(|o| o.finished_at).unwrap_or(x.created_at);
+    finished.duration_since(since)
+        > SignedDuration::try_from(MAX_BACKOFF * 2).unwrap_or(SignedDuration::MAX)
+}
+
+/// Restarts of exited record `x`'s back-off series so far: what
+/// [`crash_backoff`] takes for its restart. As the kubelet keeps one
+/// back-off per container definition (`GetStableKey`: pod, container name
+/// and spec hash), a record of another definition than `c`'s starts a new
+/// series (its restart is at once), and so does one whose back-off expired
+/// ([`backoff_expired`]).
 #[must_use]
-pub fn backoff_since(c: &Container, previous: Option<&RuntimeContainer>, attempt: u32) -> u32 {
+pub fn backoff_series(
+    c: &Container,
+    x: &RuntimeContainer,
+    older: Option<&RuntimeContainer>,
+) -> u32 {
+    if !same_definition(x, c) || backoff_expired(x, older) {
+        0
+    } else {
+        x.attempt.saturating_sub(x.backoff_since)
+    }
+}
+
+/// The attempt from which a container of `c` started as `attempt` counts its
+/// CrashLoopBackOff, given the record it replaces (`previous`, and `older`
+/// before it): the previous one's when the series goes on; the previous
+/// one's attempt when a series begins with this restart (another
+/// definition, or an expired back-off: as the kubelet's, that restart is at
+/// once and the next waits 10 s); `attempt` itself for a container's first.
+#[must_use]
+pub fn backoff_since(
+    c: &Container,
+    previous: Option<&RuntimeContainer>,
+    older: Option<&RuntimeContainer>,
+    attempt: u32,
+) -> u32 {
     match previous {
-        Some(p) if p.hash.is_empty() || hash_matches(&p.hash, c) => p.backoff_since.min(attempt),
-        _ => attempt,
+        None => attempt,
+        Some(p) if !same_definition(p, c) || backoff_expired(p, older) => p.attempt.min(attempt),
+        Some(p) => p.backoff_since.min(attempt),
     }
 }
 
@@ -697,12 +741,12 @@ fn new_sandbox(
     });
     // A new sandbox runs the init containers again from the first.
     let start = |c: &Container| {
-        let previous = rt.latest_two(&c.name).0;
+        let (previous, older) = rt.latest_two(&c.name);
         let attempt = previous.map_or(0, |p| p.attempt.saturating_add(1));
         Step::StartContainer {
             name: c.name.clone(),
             attempt,
-            backoff_since: backoff_since(c, previous, attempt),
+            backoff_since: backoff_since(c, previous, older, attempt),
         }
     };
     if let Some(first) = init_containers(pod).first() {
@@ -899,13 +943,7 @@ impl Planner<'_> {
             }
             Some(x) => {
                 if x.sandbox_id != sandbox_id || container_should_restart(c, policy, x.exit_code) {
-                    // Restarts of this definition so far; a changed one
-                    // restarts at once (the kubelet's per-definition back-off).
-                    let series = if x.hash.is_empty() || hash_matches(&x.hash, c) {
-                        x.attempt.saturating_sub(x.backoff_since)
-                    } else {
-                        0
-                    };
+                    let series = backoff_series(c, x, self.history.latest_two(&c.name).1);
                     let finished = x.finished_at.unwrap_or(x.created_at);
                     let due = finished + crash_backoff(series);
                     if due > now {
@@ -934,12 +972,12 @@ impl Planner<'_> {
         if !start || self.pull_backoff_holds(&c.name) {
             return;
         }
-        let previous = self.history.latest_two(&c.name).0;
+        let (previous, older) = self.history.latest_two(&c.name);
         let attempt = previous.map_or(0, |x| x.attempt.saturating_add(1));
         self.plan.steps.push(Step::StartContainer {
             name: c.name.clone(),
             attempt,
-            backoff_since: backoff_since(c, previous, attempt),
+            backoff_since: backoff_since(c, previous, older, attempt),
         });
     }
 }
@@ -1491,8 +1529,8 @@ mod tests {
     }
 
     /// One back-off per container definition, as the kubelet keys it: a new
-    /// image restarts at once and backs off from 10 s again, however many
-    /// restarts the old one had.
+    /// image restarts at once, then backs off from 10 s again, however many
+    /// restarts the old one had; so does a back-off that expired.
     #[test]
     fn a_changed_definition_starts_its_back_off_anew() {
         let old = pod("web").container("a", "busybox:1").build();
@@ -1504,6 +1542,7 @@ mod tests {
             let mut c = exited(ctr(id, "a", attempt, "s0", Running), 1, t(at));
             c.hash = hash_of(p);
             c.backoff_since = since;
+            c.created_at = t(at - 5);
             c
         };
         let go = |p: &Pod, containers: Vec<RuntimeContainer>, now| {
@@ -1517,44 +1556,63 @@ mod tests {
                 t(now),
             )
         };
+        let started = |name: &str, attempt, backoff_since| Step::StartContainer {
+            name: name.into(),
+            attempt,
+            backoff_since,
+        };
+        let waits = |p: &Plan| p.waiting.get("a").map(|w| w.message.clone());
         // Eight restarts of the old image: five minutes.
-        let waits = go(&old, vec![made("c7", 7, 0, &old, 100)], 110);
+        let old7 = || made("c7", 7, 0, &old, 100);
+        let plan7 = go(&old, vec![old7(), made("c6", 6, 0, &old, 60)], 110);
         assert!(
-            waits.waiting["a"].message.starts_with("back-off 300s"),
+            waits(&plan7).unwrap().starts_with("back-off 300s"),
             "{:?}",
-            waits.waiting
+            plan7.waiting
         );
-        // The image changed while it waited: at once, a new series from 8.
-        let changed = go(&new, vec![made("c7", 7, 0, &old, 100)], 110);
-        assert!(changed.waiting.is_empty());
-        let step = Step::StartContainer {
-            name: "a".into(),
-            attempt: 8,
-            backoff_since: 8,
-        };
-        assert!(changed.steps.contains(&step), "{:?}", changed.steps);
-        // The new image's first failure restarts at once, its second after 10 s,
-        // and the series goes on with the next container.
-        let first = go(&new, vec![made("c8", 8, 8, &new, 200)], 200);
-        let step = Step::StartContainer {
-            name: "a".into(),
-            attempt: 9,
-            backoff_since: 8,
-        };
-        assert!(first.steps.contains(&step), "{:?}", first.steps);
-        let second = go(&new, vec![made("c9", 9, 8, &new, 300)], 305);
+        // The image changed while it waited: at once, the series begun there.
+        let changed = go(&new, vec![old7()], 110);
+        assert_eq!(waits(&changed), None);
         assert!(
-            second.waiting["a"].message.starts_with("back-off 10s"),
+            changed.steps.contains(&started("a", 8, 7)),
             "{:?}",
-            second.waiting
+            changed.steps
+        );
+        // The new image's first failure waits 10 s, its second 20 s.
+        let first = go(&new, vec![made("c8", 8, 7, &new, 200), old7()], 200);
+        assert!(
+            waits(&first).unwrap().starts_with("back-off 10s"),
+            "{:?}",
+            first.waiting
+        );
+        let second = go(
+            &new,
+            vec![made("c9", 9, 7, &new, 300), made("c8", 8, 7, &new, 200)],
+            305,
+        );
+        assert!(waits(&second).unwrap().starts_with("back-off 20s"));
+        // More than 10 minutes since the crash before: expired, at once, and
+        // the next series counts from here.
+        let long = go(
+            &new,
+            vec![made("c9", 9, 7, &new, 900), made("c8", 8, 7, &new, 200)],
+            905,
+        );
+        assert_eq!(waits(&long), None);
+        assert!(
+            long.steps.contains(&started("a", 10, 9)),
+            "{:?}",
+            long.steps
         );
         // A container of an earlier agent (no back-off mark) counts from 0.
-        let legacy = go(&new, vec![made("c9", 9, 0, &new, 300)], 305);
-        assert!(legacy.waiting["a"].message.starts_with("back-off 300s"));
-        assert_eq!(
-            backoff_since(&super::super::spec::main_containers(&new)[0], None, 0),
-            0
+        let legacy = go(
+            &new,
+            vec![made("c9", 9, 0, &new, 300), made("c8", 8, 0, &new, 280)],
+            305,
         );
+        assert!(waits(&legacy).unwrap().starts_with("back-off 300s"));
+        let c = &super::super::spec::main_containers(&new)[0];
+        assert_eq!(backoff_since(c, None, None, 0), 0);
     }
 
     #[test]
