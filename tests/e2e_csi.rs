@@ -323,13 +323,7 @@ spec:
     })
     .await;
     let raw_uid = raw.uid().unwrap_or_default();
-    let raw_pv = claims
-        .get("raw")
-        .await
-        .expect("raw claim")
-        .spec
-        .and_then(|s| s.volume_name)
-        .expect("the raw claim is bound");
+    let raw_pv = bound_volume(&claims, "raw").await;
     let device = rustlet::volume::csi::block_publish_path(&rustlet_root, &raw_pv, &raw_uid);
     assert_eq!(times_mounted(&device), 1, "{}", device.display());
     let raw_handle = Api::<PersistentVolume>::all(client.clone())

@@ -11,7 +11,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::csi::{DRIVER, block_volume_gone, eventually, loop_files, times_mounted};
+use common::csi::{DRIVER, block_volume_gone, bound_volume, eventually, loop_files, times_mounted};
 use common::*;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSINode;
@@ -164,13 +164,7 @@ async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
     .await;
     wait_for(&client, &ns, "writer", 120, "Succeeded", phase("Succeeded")).await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    let pv = claims
-        .get("data")
-        .await
-        .expect("claim")
-        .spec
-        .and_then(|s| s.volume_name)
-        .expect("the claim is bound");
+    let pv = bound_volume(&claims, "data").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     pods.delete("writer", &Default::default())
         .await
@@ -200,13 +194,7 @@ async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
         (log.trim() == "block-data").then_some(()).ok_or(log)
     })
     .await;
-    let raw_pv = claims
-        .get("raw")
-        .await
-        .expect("raw claim")
-        .spec
-        .and_then(|s| s.volume_name)
-        .expect("the raw claim is bound");
+    let raw_pv = bound_volume(&claims, "raw").await;
     let device = rustlet::volume::csi::block_publish_path(
         &local().join("rustlet"),
         &raw_pv,

@@ -176,3 +176,17 @@ pub async fn block_volume_gone(device: &Path, image: &Path) {
         image.display()
     );
 }
+
+/// The PersistentVolume claim `name` is bound to; panics when it is not bound.
+pub async fn bound_volume(
+    claims: &kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    name: &str,
+) -> String {
+    claims
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("claim {name}: {e}"))
+        .spec
+        .and_then(|s| s.volume_name)
+        .unwrap_or_else(|| panic!("claim {name} is not bound"))
+}
