@@ -294,6 +294,19 @@ impl Driver {
         self.images.join(format!("{id}{IMAGE_SUFFIX}"))
     }
 
+    /// Whether volume `id` is a raw block one, when `capability` asks for
+    /// what it is; `InvalidArgument` when it asks for the other type.
+    fn block_as_asked(&self, id: &str, capability: &VolumeCapability) -> Result<bool, Status> {
+        let block = self.image(id).exists();
+        if is_block([capability]) == block {
+            Ok(block)
+        } else {
+            Err(Status::invalid_argument(format!(
+                "volume {id} is not of the access type asked for"
+            )))
+        }
+    }
+
     /// The directory of volume `id`, which must exist.
     fn existing(&self, id: &str) -> Result<PathBuf, Status> {
         let dir = self.volume(id)?;
@@ -686,9 +699,8 @@ impl Controller for Driver {
         req: Request<ValidateVolumeCapabilitiesRequest>,
     ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
         let req = req.into_inner();
-        let dir = self.existing(&req.volume_id)?;
+        self.existing(&req.volume_id)?;
         let block = self.image(&req.volume_id).exists();
-        drop(dir);
         let fits = req
             .volume_capabilities
             .iter()
@@ -744,13 +756,7 @@ impl Node for Driver {
         let Some(capability) = &req.volume_capability else {
             return Err(Status::invalid_argument("volume_capability is missing"));
         };
-        if is_block([capability]) != self.image(&req.volume_id).exists() {
-            return Err(Status::invalid_argument(format!(
-                "volume {} is not of the access type asked for",
-                req.volume_id
-            )));
-        }
-        if is_block([capability]) {
+        if self.block_as_asked(&req.volume_id, capability)? {
             // Nothing to stage: publishing attaches the file.
             return Ok(Response::new(NodeStageVolumeResponse {}));
         }
@@ -801,13 +807,7 @@ impl Node for Driver {
             return Err(Status::invalid_argument("volume_capability is missing"));
         };
         let image = self.image(&req.volume_id);
-        if is_block([capability]) != image.exists() {
-            return Err(Status::invalid_argument(format!(
-                "volume {} is not of the access type asked for",
-                req.volume_id
-            )));
-        }
-        if is_block([capability]) {
+        if self.block_as_asked(&req.volume_id, capability)? {
             let read_only = req.readonly;
             self.run("NodePublishVolume", req.volume_id, move |volume| {
                 publish_block(&image, &target, read_only)?;
