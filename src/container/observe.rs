@@ -482,4 +482,22 @@ mod tests {
         st.state = cri::ContainerState::ContainerRunning as i32;
         assert_eq!(termination_message(&st).await, "");
     }
+
+    /// The back-off mark is read as written; anything else (not a number,
+    /// negative, beyond u32, megabytes) reads as 0, the longest back-off.
+    #[test]
+    fn a_hostile_back_off_mark_reads_as_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = exited(dir.path(), "File", 1);
+        let mark = |st: &mut cri::ContainerStatus, v: String| {
+            st.annotations
+                .insert(crate::cri::BACKOFF_SINCE_ANNOTATION.to_string(), v);
+            container_from(st, "s", "").backoff_since
+        };
+        assert_eq!(mark(&mut st, "7".into()), 7);
+        for bad in ["-1", "x", "4294967296", "", "1e3"] {
+            assert_eq!(mark(&mut st, bad.into()), 0, "{bad:?}");
+        }
+        assert_eq!(mark(&mut st, "9".repeat(1 << 20)), 0);
+    }
 }
