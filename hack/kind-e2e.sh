@@ -39,6 +39,10 @@
 # built here; the chart needs neither) and with a ptp CNI configuration in
 # place of kindnetd. Both images are rebuilt only when their inputs change.
 #
+# Before the chart, the systemd cgroup driver's test runs on the kind node,
+# against the node's systemd and containerd (cgroups::tests, ignored
+# elsewhere).
+#
 # Ends with hack/test-chart.sh's line "N passed, M failed"; exits non-zero if
 # a check failed or a step before them did.
 set -euo pipefail
@@ -292,5 +296,26 @@ t0=$(now_ms)
 "$KIND" create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config "$KIND_DIR/cluster.yaml" \
   --kubeconfig "$KIND_DIR/kubeconfig" --wait 180s || die "kind create cluster failed"
 log "kind cluster $CLUSTER up in $(since "$t0")"
+
+# ------------------------------------------------------------------ systemd
+# The systemd cgroup driver against the node's own systemd (over its system
+# bus) and containerd (SystemdCgroup = true): the cgroups module's test that
+# needs them, run on the node. It keeps to a cgroup root of its own beside
+# the node kubelet's kubepods.slice.
+log "the systemd cgroup driver on the kind node"
+test_bin=$(cd "$ROOT" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo test --lib --no-run --message-format=json 2>"$KIND_DIR/lib-tests-build.log" |
+  jq -r 'select(.reason == "compiler-artifact" and .profile.test and (.target.kind | index("lib"))) | .executable' | tail -1) || true
+[[ -n $test_bin && -x $test_bin ]] || { tail -20 "$KIND_DIR/lib-tests-build.log" >&2; die "cargo test --lib --no-run gave no test binary"; }
+node_container=$CLUSTER-control-plane
+docker cp "$test_bin" "$node_container:/usr/local/bin/rustlet-lib-tests"
+systemd_test=cgroups::tests::systemd_driver_makes_limits_and_removes_the_kubelets_slices
+if docker exec "$node_container" /usr/local/bin/rustlet-lib-tests --ignored --exact "$systemd_test" \
+  >"$KIND_DIR/systemd-driver.log" 2>&1 && grep -q '^test result: ok. 1 passed' "$KIND_DIR/systemd-driver.log"; then
+  log "PASS the systemd cgroup driver ($(docker exec "$node_container" systemctl --version | head -1))"
+else
+  cat "$KIND_DIR/systemd-driver.log" >&2
+  die "the systemd cgroup driver test failed on the kind node (log ${KIND_DIR#"$ROOT"/}/systemd-driver.log)"
+fi
+docker exec "$node_container" rm -f /usr/local/bin/rustlet-lib-tests
 
 "$ROOT/hack/test-chart.sh" --kind "$CLUSTER" --kubeconfig "$KIND_DIR/kubeconfig" "${chart_args[@]}"

@@ -340,6 +340,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             false
         }
     };
+    // The runtime's cgroup driver wins over the configured one, as with
+    // the kubelet: the two must agree on how cgroup parents are named.
+    let mut settings = settings;
+    match runtime.cgroup_driver().await {
+        Ok(Some(driver)) => {
+            if driver != settings.cgroup_driver {
+                info!(
+                    configured = settings.cgroup_driver,
+                    runtime = driver,
+                    "cgroup driver: the runtime's, not the configured one"
+                );
+            }
+            settings.cgroup_driver = driver.to_string();
+        }
+        Ok(None) => info!(
+            driver = settings.cgroup_driver,
+            "the runtime does not name its cgroup driver: the configured one"
+        ),
+        Err(e) => anyhow::bail!("container runtime's cgroup driver: {e}"),
+    }
     let runtime_version = format!(
         "{}://{}",
         version.runtime_name,
@@ -840,14 +860,15 @@ async fn reset_if_uninstalled(
 /// the QoS hierarchy made and, with `enforceNodeAllocatable: [pods]`,
 /// `kubepods` limited to the machine's capacity less `kubeReserved` and
 /// `systemReserved`, as the kubelet's node allocatable enforcement, on
-/// cgroup v1 or v2 ([`crate::cgroups::CgroupManager::detect`]). Only the
-/// `cgroupfs` driver is built; with `systemd` pods keep the runtime's
-/// cgroups, said once.
+/// cgroup v1 or v2 ([`crate::cgroups::CgroupManager::detect`]), with the
+/// `cgroupfs` driver or, for `cgroupDriver: systemd`, as systemd's slices
+/// ([`crate::cgroups::CgroupManager::using_systemd`]).
 ///
 /// # Errors
-/// Neither cgroup version offers cpu and memory, or the hierarchy could not
-/// be made (the agent would run pods with less isolation than configured),
-/// as the kubelet will not start then.
+/// Neither cgroup version offers cpu and memory, systemd cannot be reached
+/// for the `systemd` driver, or the hierarchy could not be made (the agent
+/// would run pods with less isolation than configured), as the kubelet will
+/// not start then.
 fn pod_cgroups(
     settings: &Settings,
     machine: &MachineInfo,
@@ -855,14 +876,7 @@ fn pod_cgroups(
     if !settings.cgroups_per_qos {
         return Ok(None);
     }
-    if settings.cgroup_driver != "cgroupfs" {
-        warn!(
-            driver = settings.cgroup_driver,
-            "pod cgroups are built for the cgroupfs driver only; pods run in the runtime's cgroups"
-        );
-        return Ok(None);
-    }
-    let Some(manager) = crate::cgroups::CgroupManager::detect(
+    let Some(mut manager) = crate::cgroups::CgroupManager::detect(
         Path::new("/sys/fs/cgroup"),
         &settings.cgroup_root,
         "kubepods",
@@ -871,7 +885,12 @@ fn pod_cgroups(
             "cgroupsPerQOS: /sys/fs/cgroup has neither cgroup v1 cpu and memory hierarchies nor a cgroup v2 root offering cpu and memory"
         );
     };
-    info!(version = ?manager.version(), "pod cgroups (cgroupfs driver)");
+    if settings.cgroup_driver == "systemd" {
+        let systemd = crate::systemd::Systemd::connect()
+            .map_err(|e| anyhow::anyhow!("cgroupDriver systemd: {e}"))?;
+        manager = manager.using_systemd(systemd, &settings.cgroup_root, "kubepods");
+    }
+    info!(version = ?manager.version(), driver = settings.cgroup_driver, "pod cgroups");
     let reserved = |name: &str| -> i128 {
         [
             &settings.reservations.kube_reserved,

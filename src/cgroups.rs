@@ -21,6 +21,15 @@
 //! `kubepods` the node's allocatable cpu and memory when
 //! `enforceNodeAllocatable` has `pods`. A pod's cgroup is removed once
 //! nothing of it runs.
+//!
+//! With the `systemd` driver ([`CgroupManager::using_systemd`]) the same
+//! cgroups are systemd slices named as the kubelet's `CgroupName.ToSystemd`
+//! (`kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`,
+//! the UID's dashes as `_`): each is started as a transient unit and given
+//! its limits as unit properties, as libcontainer's systemd manager does for
+//! the kubelet, and the same limits are then written to the cgroup files;
+//! a pod's slice is stopped when it goes. Its expanded path is the CRI
+//! `cgroup_parent`, from which containerd names the containers' scopes.
 
 use std::collections::BTreeSet;
 use std::io;
@@ -89,6 +98,9 @@ pub enum Error {
     /// not be a single directory name.
     #[error("pod UID {0:?} cannot name a cgroup")]
     BadUid(String),
+    /// systemd refused a slice or its properties (the `systemd` driver).
+    #[error(transparent)]
+    Systemd(#[from] crate::systemd::Error),
     /// The cgroup filesystem refused a change.
     #[error("cgroup {path}: {source}")]
     Io {
@@ -163,8 +175,13 @@ pub struct CgroupManager {
     memory: Option<PathBuf>,
     /// The directory of `cpuset` (whose new cgroups need cpus and mems).
     cpuset: Option<PathBuf>,
-    /// `<cgroupRoot>/kubepods` as a relative path (`kubepods`).
+    /// `<cgroupRoot>/kubepods` as a relative path (`kubepods`;
+    /// `kubepods.slice` with the `systemd` driver).
     root: PathBuf,
+    /// The cgroup name of `root`: `<cgroupRoot>`'s parts, then `kubepods`.
+    root_parts: Vec<String>,
+    /// systemd, with the `systemd` driver: the cgroups are its slices.
+    systemd: Option<crate::systemd::Systemd>,
     /// The cgroup v2 hierarchy of a hybrid host (`unified`), where runc
     /// makes the pods' paths too: nothing is set there, but what is made
     /// there goes with the pod.
@@ -206,7 +223,7 @@ impl CgroupManager {
             return None;
         }
         let cpuset = find("cpuset.cpus");
-        let root = Path::new(cgroup_root.trim_start_matches('/')).join(name);
+        let root_parts = cgroupfs_parts(cgroup_root, name);
         let unified = Some(mount.join("unified")).filter(|u| u.join("cgroup.procs").is_file());
         Some(Self {
             version: Version::V1,
@@ -214,7 +231,9 @@ impl CgroupManager {
             cpu,
             memory,
             cpuset,
-            root,
+            root: root_parts.iter().collect(),
+            root_parts,
+            systemd: None,
             unified,
         })
     }
@@ -235,7 +254,9 @@ impl CgroupManager {
             cpu: Some(mount.to_path_buf()),
             memory: Some(mount.to_path_buf()),
             cpuset: None,
-            root: Path::new(cgroup_root.trim_start_matches('/')).join(name),
+            root: cgroupfs_parts(cgroup_root, name).iter().collect(),
+            root_parts: cgroupfs_parts(cgroup_root, name),
+            systemd: None,
             unified: None,
         })
     }
@@ -253,6 +274,71 @@ impl CgroupManager {
         }
     }
 
+    /// This manager with the `systemd` driver: its cgroups are `systemd`'s
+    /// slices, below `cgroup_root` read as a slice (`/`, `/custom.slice`,
+    /// as the kubelet's `ParseSystemdToCgroupName`), the QoS hierarchy in
+    /// `<name>.slice` (`kubepods.slice` for `/`).
+    #[must_use]
+    pub fn using_systemd(
+        mut self,
+        systemd: crate::systemd::Systemd,
+        cgroup_root: &str,
+        name: &str,
+    ) -> Self {
+        let mut parts = crate::systemd::root_parts(cgroup_root);
+        parts.push(name.to_string());
+        self.systemd = Some(systemd);
+        self.root = self.dir_of(&parts);
+        self.root_parts = parts;
+        self
+    }
+
+    /// The directory, relative to the hierarchies' roots, of the cgroup
+    /// named by `parts` (the kubelet's `CgroupName`): the parts as path
+    /// components, or as nested slices with the `systemd` driver.
+    fn dir_of<S: AsRef<str>>(&self, parts: &[S]) -> PathBuf {
+        if self.systemd.is_some() {
+            let parts: Vec<&str> = parts.iter().map(AsRef::as_ref).collect();
+            crate::systemd::slice_path(&parts)
+        } else {
+            parts.iter().map(AsRef::as_ref).collect()
+        }
+    }
+
+    /// The cgroup name of QoS class `qos`'s cgroup.
+    fn qos_parts(&self, qos: Qos) -> Vec<String> {
+        let mut parts = self.root_parts.clone();
+        match qos {
+            Qos::Guaranteed => {}
+            Qos::Burstable => parts.push("burstable".into()),
+            Qos::BestEffort => parts.push("besteffort".into()),
+        }
+        parts
+    }
+
+    /// The name of pod `uid`'s own cgroup directory of class `qos`
+    /// (`pod<uid>`; `kubepods-burstable-pod<uid_>.slice` with systemd).
+    fn pod_name(&self, qos: Qos, uid: &str) -> String {
+        let mut parts = self.qos_parts(qos);
+        parts.push(format!("pod{uid}"));
+        self.dir_of(&parts)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The pod UID a cgroup directory of class `qos` is named for
+    /// ([`CgroupManager::pod_name`] read back); None for any other name.
+    fn uid_of(&self, qos: Qos, name: &str) -> Option<String> {
+        if self.systemd.is_none() {
+            return name.strip_prefix("pod").map(str::to_string);
+        }
+        let marker = self.pod_name(qos, "\u{0}");
+        let (prefix, suffix) = marker.split_once('\u{0}')?;
+        let uid = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
+        Some(uid.replace('_', "-"))
+    }
+
     /// The cgroup version this manager writes.
     #[must_use]
     pub fn version(&self) -> Version {
@@ -267,15 +353,17 @@ impl CgroupManager {
     /// keeps the allocated cpu request. Unchanged on cgroup v1.
     #[must_use]
     pub fn as_allocated(&self, now: Limits, wanted: &Limits) -> Limits {
+        let mut out = now;
         let round_trip = shares_from_weight(weight_from_shares(wanted.cpu_shares));
         if self.version == Version::V2 && now.cpu_shares == round_trip {
-            Limits {
-                cpu_shares: wanted.cpu_shares,
-                ..now
-            }
-        } else {
-            now
+            out.cpu_shares = wanted.cpu_shares;
         }
+        if self.systemd.is_some()
+            && now.cpu_quota == crate::systemd::cpu_quota_per_sec(wanted.cpu_quota, CPU_PERIOD_US).1
+        {
+            out.cpu_quota = wanted.cpu_quota;
+        }
+        out
     }
 
     /// The cgroup above every pod's (`<cgroupRoot>/kubepods`), relative to
@@ -287,11 +375,7 @@ impl CgroupManager {
 
     /// The cgroup of QoS class `qos` relative to the hierarchies' roots.
     fn qos_dir(&self, qos: Qos) -> PathBuf {
-        match qos {
-            Qos::Guaranteed => self.root.clone(),
-            Qos::Burstable => self.root.join("burstable"),
-            Qos::BestEffort => self.root.join("besteffort"),
-        }
+        self.dir_of(&self.qos_parts(qos))
     }
 
     /// The cgroup of pod `uid` of class `qos`, relative to the hierarchies'
@@ -303,7 +387,7 @@ impl CgroupManager {
         if uid.is_empty() || !uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
             return Err(Error::BadUid(uid.to_string()));
         }
-        Ok(self.qos_dir(qos).join(format!("pod{uid}")))
+        Ok(self.qos_dir(qos).join(self.pod_name(qos, uid)))
     }
 
     /// The CRI `cgroup_parent` of pod `uid` (`/kubepods/burstable/pod<uid>`).
@@ -318,7 +402,20 @@ impl CgroupManager {
     /// cpus and memory nodes, as the kernel leaves them empty); on cgroup v2,
     /// each level from the root down enables its offered controllers of
     /// [`V2_CONTROLLERS`] for the level below (as runc's `CreateCgroupPath`).
+    /// With systemd, each slice of the path is started first (one that
+    /// exists is left), as libcontainer's `Apply` before it makes the
+    /// directories systemd did not.
     fn make(&self, dir: &Path) -> Result<(), Error> {
+        if let Some(systemd) = &self.systemd {
+            let mut parent = "-.slice".to_string();
+            for part in dir.components() {
+                let unit = part.as_os_str().to_string_lossy().into_owned();
+                let props =
+                    crate::systemd::slice_properties(&unit, &parent, self.version == Version::V2);
+                systemd.start_slice(&unit, &props)?;
+                parent = unit;
+            }
+        }
         if self.version == Version::V2 {
             let Some(mut at) = self.hierarchies.first().cloned() else {
                 return Ok(());
@@ -360,8 +457,43 @@ impl CgroupManager {
         Ok(())
     }
 
-    /// Writes `limits` to `dir`'s cgroup (the period with a quota).
-    fn set(&self, dir: &Path, limits: Limits) -> Result<(), Error> {
+    /// Writes `limits` to `dir`'s cgroup (the period with a quota). With
+    /// systemd they are set on its slice first, as libcontainer's `Set`
+    /// (`CPUShares`/`CPUWeight`, `CPUQuotaPerSecUSec` in whole 10 ms, the
+    /// quota written then rounded as systemd keeps it, `MemoryLimit`/
+    /// `MemoryMax`; infinity for none).
+    fn set(&self, dir: &Path, mut limits: Limits) -> Result<(), Error> {
+        if let Some(systemd) = &self.systemd
+            && let Some(unit) = dir.file_name().map(|n| n.to_string_lossy().into_owned())
+        {
+            use crate::systemd::{INFINITY, Property};
+            let v2 = self.version == Version::V2;
+            let (per_sec, quota) =
+                crate::systemd::cpu_quota_per_sec(limits.cpu_quota, CPU_PERIOD_US);
+            limits.cpu_quota = quota;
+            let mut props = Vec::new();
+            if limits.cpu_shares > 0 {
+                props.push(if v2 {
+                    Property::U64("CPUWeight", weight_from_shares(limits.cpu_shares))
+                } else {
+                    Property::U64("CPUShares", limits.cpu_shares)
+                });
+            }
+            props.push(Property::U64(
+                "CPUQuotaPeriodUSec",
+                CPU_PERIOD_US.unsigned_abs(),
+            ));
+            props.push(Property::U64("CPUQuotaPerSecUSec", per_sec));
+            let memory = limits
+                .memory
+                .and_then(|m| u64::try_from(m).ok())
+                .unwrap_or(INFINITY);
+            props.push(Property::U64(
+                if v2 { "MemoryMax" } else { "MemoryLimit" },
+                memory,
+            ));
+            systemd.set_properties(&unit, &props)?;
+        }
         if self.version == Version::V2 {
             let Some(at) = self.hierarchies.first().map(|h| h.join(dir)) else {
                 return Ok(());
@@ -508,9 +640,17 @@ impl CgroupManager {
                 Version::V1 => ("cpu.shares", shares),
                 Version::V2 => ("cpu.weight", weight_from_shares(shares)),
             };
-            let file = cpu.join(self.qos_dir(Qos::Burstable)).join(file);
+            let dir = self.qos_dir(Qos::Burstable);
+            let file = cpu.join(&dir).join(file);
             let now = std::fs::read_to_string(&file).ok();
             if now.as_deref().map(str::trim) != Some(value.to_string().as_str()) {
+                if let (Some(systemd), Some(unit)) = (&self.systemd, dir.file_name()) {
+                    let prop = match self.version {
+                        Version::V1 => crate::systemd::Property::U64("CPUShares", value),
+                        Version::V2 => crate::systemd::Property::U64("CPUWeight", value),
+                    };
+                    systemd.set_properties(&unit.to_string_lossy(), &[prop])?;
+                }
                 write(&file, &value.to_string())?;
             }
         }
@@ -572,10 +712,10 @@ impl CgroupManager {
             };
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if let Some(uid) = name.strip_prefix("pod")
+                if let Some(uid) = self.uid_of(qos, &name)
                     && e.path().is_dir()
                 {
-                    out.push((qos, uid.to_string()));
+                    out.push((qos, uid));
                 }
             }
         }
@@ -584,12 +724,15 @@ impl CgroupManager {
 
     /// Removes pod `uid`'s cgroup from every hierarchy (the runtime has
     /// removed its containers' own cgroups by then); one already gone is
-    /// fine.
+    /// fine. With systemd its slice is stopped first (libcontainer's
+    /// `Destroy`).
     ///
     /// # Errors
-    /// A bad UID, or a cgroup that still has tasks (tried again later).
+    /// A bad UID, a slice systemd would not stop, or a cgroup that still
+    /// has tasks (tried again later).
     pub fn remove_pod(&self, qos: Qos, uid: &str) -> Result<(), Error> {
         let dir = self.pod_dir(qos, uid)?;
+        self.stop_slice(&dir)?;
         self.remove_unified(&dir);
         for h in &self.hierarchies {
             let path = h.join(&dir);
@@ -616,10 +759,9 @@ impl CgroupManager {
             self.remove_pod(*qos, uid)?;
         }
         for qos in [Qos::Burstable, Qos::BestEffort, Qos::Guaranteed] {
+            self.stop_slice(&self.qos_dir(qos))?;
             self.remove_unified(&self.qos_dir(qos));
-        }
-        for h in &self.hierarchies {
-            for qos in [Qos::Burstable, Qos::BestEffort, Qos::Guaranteed] {
+            for h in &self.hierarchies {
                 let path = h.join(self.qos_dir(qos));
                 match std::fs::remove_dir(&path) {
                     Ok(()) => {}
@@ -656,7 +798,34 @@ impl CgroupManager {
                 }
             }
         }
+        // With systemd, its slice goes too (once empty).
+        if let Err(e) = self.stop_slice(dir) {
+            debug!(dir = %dir.display(), error = %e, "stop the cgroup root's slice");
+            left = true;
+        }
         !left
+    }
+
+    /// Stops the slice of `dir`, with the `systemd` driver.
+    /// Stopping a slice would kill what runs in it: as a directory with
+    /// tasks or cgroups is not removed, a slice with either is not
+    /// stopped (`EBUSY`, tried again later).
+    fn stop_slice(&self, dir: &Path) -> Result<(), Error> {
+        let (Some(systemd), Some(unit)) = (&self.systemd, dir.file_name()) else {
+            return Ok(());
+        };
+        if let Some(memory) = &self.memory {
+            let at = memory.join(dir);
+            let tasks = std::fs::read_to_string(at.join("cgroup.procs")).unwrap_or_default();
+            let children = std::fs::read_dir(&at)
+                .map(|entries| entries.flatten().any(|e| e.path().is_dir()))
+                .unwrap_or(false);
+            if !tasks.trim().is_empty() || children {
+                return Err(io_err(&at)(io::Error::from(io::ErrorKind::ResourceBusy)));
+            }
+        }
+        systemd.stop_unit(&unit.to_string_lossy())?;
+        Ok(())
     }
 
     /// Removes `dir` from the hybrid host's v2 hierarchy, if there: best
@@ -677,6 +846,16 @@ impl CgroupManager {
     pub(crate) fn remove_qos(&self) {
         let _ = self.remove_all();
     }
+}
+
+/// The cgroup name of `<cgroup_root>/<name>` with the `cgroupfs` driver:
+/// the root's path components, then `name`.
+fn cgroupfs_parts(cgroup_root: &str, name: &str) -> Vec<String> {
+    Path::new(cgroup_root.trim_start_matches('/'))
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .chain(std::iter::once(name.to_string()))
+        .collect()
 }
 
 fn write(file: &Path, value: &str) -> Result<(), Error> {
@@ -745,8 +924,8 @@ mod tests {
 
     /// Runs `body` against `m`, then removes what it made (the QoS hierarchy
     /// and, above it, the cgroup root), whether or not `body` panicked.
-    fn with_cleanup(m: &CgroupManager, body: impl FnOnce() + std::panic::UnwindSafe) {
-        let result = std::panic::catch_unwind(body);
+    fn with_cleanup(m: &CgroupManager, body: impl FnOnce()) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
         cleanup(m);
         m.remove_root();
         if let Err(e) = result {
@@ -971,6 +1150,8 @@ mod tests {
             memory: None,
             cpuset: None,
             root: Path::new(&name).join("kubepods"),
+            root_parts: vec![name.clone(), "kubepods".into()],
+            systemd: None,
             unified: None,
         };
         let dir = m.pod_dir(Qos::Burstable, "u1").unwrap();
@@ -1081,5 +1262,207 @@ mod tests {
             // Gone already: nothing to do.
             assert!(m.remove_root());
         });
+    }
+
+    /// `systemctl show -p NAME --value UNIT`.
+    fn systemctl_show(unit: &str, name: &str) -> String {
+        let out = std::process::Command::new("systemctl")
+            .args(["show", "-p", name, "--value", unit])
+            .output()
+            .expect("systemctl");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The `systemd` driver against a real systemd (over the system bus) and
+    /// the real cgroup hierarchies, with a sandbox of the real containerd
+    /// (`SystemdCgroup = true`) in a pod's slice: run on a systemd node
+    /// (hack/kind-e2e.sh runs it on its kind node, where the node's kubelet
+    /// owns `kubepods.slice`, so this test keeps to a root of its own).
+    #[test]
+    #[ignore = "needs systemd, its system bus and containerd with SystemdCgroup (hack/kind-e2e.sh)"]
+    fn systemd_driver_makes_limits_and_removes_the_kubelets_slices() {
+        use crate::systemd::Systemd;
+        let root = "/rustlettest.slice";
+        let systemd = Systemd::connect().expect("systemd on the system bus");
+        let m = CgroupManager::detect(Path::new("/sys/fs/cgroup"), root, "kubepods")
+            .expect("cgroup hierarchies")
+            .using_systemd(systemd.clone(), root, "kubepods");
+        let v1 = m.version() == Version::V1;
+        let mem_dir = m.memory.clone().unwrap();
+        let cpu_dir = m.cpu.clone().unwrap();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            m.ensure_qos(Some(Limits {
+                cpu_shares: 2048,
+                cpu_quota: None,
+                memory: Some(1 << 30),
+            }))
+            .unwrap();
+            for unit in [
+                "rustlettest.slice",
+                "rustlettest-kubepods.slice",
+                "rustlettest-kubepods-burstable.slice",
+                "rustlettest-kubepods-besteffort.slice",
+            ] {
+                assert_eq!(
+                    systemd.active_state(unit).unwrap().as_deref(),
+                    Some("active"),
+                    "{unit}"
+                );
+            }
+            assert_eq!(
+                m.qos_dir(Qos::Burstable),
+                Path::new(
+                    "rustlettest.slice/rustlettest-kubepods.slice/rustlettest-kubepods-burstable.slice"
+                )
+            );
+            let memory_prop = if v1 { "MemoryLimit" } else { "MemoryMax" };
+            assert_eq!(
+                systemctl_show("rustlettest-kubepods.slice", memory_prop),
+                "1073741824"
+            );
+            assert_eq!(m.limits(&m.root).unwrap().memory, Some(1 << 30));
+            assert_eq!(m.limits(&m.qos_dir(Qos::BestEffort)).unwrap().cpu_shares, 2);
+            m.set_burstable_shares(300).unwrap();
+            assert_eq!(
+                m.limits(&m.qos_dir(Qos::Burstable)).unwrap().cpu_shares,
+                300
+            );
+            if v1 {
+                assert_eq!(
+                    systemctl_show("rustlettest-kubepods-burstable.slice", "CPUShares"),
+                    "300"
+                );
+            }
+
+            // A pod: its slice, named as the kubelet names it, with its limits
+            // in systemd and in the cgroup files (the quota in whole 10 ms).
+            let limits = Limits {
+                cpu_shares: 256,
+                cpu_quota: Some(12_345),
+                memory: Some(256 << 20),
+            };
+            let parent = m.ensure_pod(Qos::Burstable, "0a1b-2c", limits).unwrap();
+            let unit = "rustlettest-kubepods-burstable-pod0a1b_2c.slice";
+            assert_eq!(
+                parent,
+                format!(
+                    "/rustlettest.slice/rustlettest-kubepods.slice/rustlettest-kubepods-burstable.slice/{unit}"
+                )
+            );
+            assert_eq!(
+                systemd.active_state(unit).unwrap().as_deref(),
+                Some("active")
+            );
+            assert_eq!(systemctl_show(unit, "CPUQuotaPerSecUSec"), "130ms");
+            assert_eq!(
+                systemctl_show(unit, memory_prop),
+                (256u64 << 20).to_string()
+            );
+            let dir = m.pod_dir(Qos::Burstable, "0a1b-2c").unwrap();
+            let now = m.limits(&dir).unwrap();
+            assert_eq!(now.cpu_quota, Some(13_000));
+            assert_eq!(m.as_allocated(now, &limits), limits);
+            assert_eq!(m.pods(), vec![(Qos::Burstable, "0a1b-2c".to_string())]);
+            assert_eq!(m.find_pod("0a1b-2c"), Some(dir.clone()));
+
+            // containerd (SystemdCgroup) puts a sandbox given that parent in
+            // a scope of the pod's slice.
+            let sandbox = crate::cri::Runtime::connect(
+                "unix:///run/containerd/containerd.sock",
+                std::time::Duration::from_secs(60),
+            );
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let runtime = rt.block_on(sandbox).expect("containerd");
+            let config = k8s_cri::v1::PodSandboxConfig {
+                metadata: Some(k8s_cri::v1::PodSandboxMetadata {
+                    name: "systemd-driver".into(),
+                    uid: "0a1b-2c".into(),
+                    namespace: "rustlet-test".into(),
+                    attempt: 0,
+                }),
+                linux: Some(k8s_cri::v1::LinuxPodSandboxConfig {
+                    cgroup_parent: parent.clone(),
+                    security_context: Some(k8s_cri::v1::LinuxSandboxSecurityContext {
+                        namespace_options: Some(k8s_cri::v1::NamespaceOption {
+                            network: k8s_cri::v1::NamespaceMode::Node.into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let id = rt
+                .block_on(runtime.run_pod_sandbox(config, "", "systemd-driver"))
+                .expect("RunPodSandbox");
+            let scope = mem_dir
+                .join(&dir)
+                .join(format!("cri-containerd-{id}.scope"));
+            let in_scope = std::fs::read_to_string(scope.join("cgroup.procs")).unwrap_or_default();
+            let placed = !in_scope.trim().is_empty();
+            // A pod slice with something in it is not stopped (that would
+            // kill it): tried again later, as a busy directory.
+            let busy = m.remove_pod(Qos::Burstable, "0a1b-2c");
+            let still = systemd.active_state(unit).unwrap();
+            rt.block_on(runtime.stop_pod_sandbox(&id)).unwrap();
+            rt.block_on(runtime.remove_pod_sandbox(&id)).unwrap();
+            assert!(placed, "no process of sandbox {id} in {}", scope.display());
+            assert!(
+                busy.is_err(),
+                "a pod slice with a sandbox in it was removed"
+            );
+            assert_eq!(still.as_deref(), Some("active"));
+
+            // A resize: systemd and the files follow.
+            let bigger = Limits {
+                cpu_shares: 512,
+                cpu_quota: Some(50_000),
+                memory: Some(512 << 20),
+            };
+            m.update_pod(Qos::Burstable, "0a1b-2c", bigger).unwrap();
+            assert_eq!(systemctl_show(unit, "CPUQuotaPerSecUSec"), "500ms");
+            assert_eq!(
+                systemctl_show(unit, memory_prop),
+                (512u64 << 20).to_string()
+            );
+            assert_eq!(m.limits(&dir).unwrap(), bigger);
+
+            // Gone: the slice stopped, its directories with it (once the
+            // sandbox's scope has gone, as housekeeping tries again).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while let Err(e) = m.remove_pod(Qos::Burstable, "0a1b-2c") {
+                assert!(std::time::Instant::now() < deadline, "{e}");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            assert!(matches!(
+                systemd.active_state(unit).unwrap().as_deref(),
+                None | Some("inactive")
+            ));
+            assert!(
+                !cpu_dir.join(&dir).exists(),
+                "{}",
+                cpu_dir.join(&dir).display()
+            );
+            assert!(m.pods().is_empty());
+        }));
+        let _ = m.remove_all();
+        assert!(m.remove_root(), "the root's slices stay");
+        for unit in ["rustlettest-kubepods.slice", "rustlettest.slice"] {
+            assert!(
+                matches!(
+                    systemd.active_state(unit).unwrap().as_deref(),
+                    None | Some("inactive")
+                ),
+                "{unit}"
+            );
+        }
+        assert!(!mem_dir.join("rustlettest.slice").exists());
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
+        }
     }
 }

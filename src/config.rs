@@ -95,8 +95,9 @@ pub struct Settings {
     pub tls_private_key_file: Option<PathBuf>,
     /// `registerWithTaints`: the taints the Node is created with.
     pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
-    /// `cgroupDriver` (`cgroupfs` or `systemd`), reported; pods' cgroups
-    /// are the runtime's own.
+    /// `cgroupDriver` (`cgroupfs` or `systemd`): how pod and QoS cgroups
+    /// are made (directories, or systemd slices over D-Bus), as the
+    /// runtime's own driver must be (containerd's `SystemdCgroup`).
     pub cgroup_driver: String,
     /// `allowedUnsafeSysctls`: sysctls (or prefixes ending in `*`) allowed beyond the safe set.
     pub allowed_unsafe_sysctls: Vec<String>,

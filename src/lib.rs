@@ -36,6 +36,7 @@ pub mod resource;
 pub mod server;
 pub mod static_pod;
 pub mod stats;
+pub mod systemd;
 pub mod volume;
 
 #[cfg(test)]

@@ -410,6 +410,9 @@ struct State {
     /// Container name → the memory `ContainerStats` reports it uses, bytes
     /// (others: [`DEFAULT_MEMORY_USAGE`]).
     memory_usage: HashMap<String, u64>,
+    /// What `RuntimeConfig` answers as the cgroup driver (the API's
+    /// number); None: the call is unimplemented, as in older runtimes.
+    cgroup_driver: Option<i32>,
 }
 
 /// The memory a container uses unless [`FakeRuntime::set_memory_usage`]
@@ -436,6 +439,7 @@ impl State {
             network_ready: true,
             socket: None,
             memory_usage: HashMap::new(),
+            cgroup_driver: None,
         }
     }
 
@@ -1112,6 +1116,13 @@ impl FakeRuntime {
         st.network_ready = network_ready;
     }
 
+    /// Sets the cgroup driver `RuntimeConfig` answers with (the CRI
+    /// `CgroupDriver` number, any `i32` a runtime might send); None makes
+    /// the call unimplemented (the default).
+    pub fn set_cgroup_driver(&self, driver: Option<i32>) {
+        self.lock().cgroup_driver = driver;
+    }
+
     /// Puts the image `name` in the store, as if pulled; returns its ID
     /// ([`image_id`]). Not recorded as a call.
     pub fn add_image(&self, name: &str) -> String {
@@ -1611,7 +1622,14 @@ impl RuntimeService for FakeRuntime {
         &self,
         _request: Request<cri::RuntimeConfigRequest>,
     ) -> Result<Response<cri::RuntimeConfigResponse>, Status> {
-        unimplemented("RuntimeConfig")
+        let Some(driver) = self.lock().cgroup_driver else {
+            return unimplemented("RuntimeConfig");
+        };
+        Ok(Response::new(cri::RuntimeConfigResponse {
+            linux: Some(cri::LinuxRuntimeConfiguration {
+                cgroup_driver: driver,
+            }),
+        }))
     }
 }
 
@@ -1746,6 +1764,21 @@ mod tests {
 
     fn state(s: &cri::ContainerStatus) -> cri::ContainerState {
         cri::ContainerState::try_from(s.state).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_runtimes_cgroup_driver_is_read_as_the_kubelet_reads_it() {
+        let (_dir, fake, runtime) = served().await;
+        // A runtime without the call: the configured driver stands.
+        assert_eq!(runtime.cgroup_driver().await.unwrap(), None);
+        fake.set_cgroup_driver(Some(cri::CgroupDriver::Systemd as i32));
+        assert_eq!(runtime.cgroup_driver().await.unwrap(), Some("systemd"));
+        fake.set_cgroup_driver(Some(cri::CgroupDriver::Cgroupfs as i32));
+        assert_eq!(runtime.cgroup_driver().await.unwrap(), Some("cgroupfs"));
+        // A number the API does not define is an error, not a guess.
+        fake.set_cgroup_driver(Some(7));
+        let e = runtime.cgroup_driver().await.unwrap_err();
+        assert!(e.to_string().contains("unknown cgroup driver 7"), "{e}");
     }
 
     #[tokio::test]

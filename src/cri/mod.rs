@@ -271,6 +271,44 @@ impl Runtime {
         .await
     }
 
+    /// CRI `RuntimeConfig`: the runtime's cgroup driver (`systemd` or
+    /// `cgroupfs`), which the agent's must match, as the kubelet's
+    /// `getCgroupDriverFromCRI` reads it. None when the runtime does not
+    /// implement the call or gives no Linux configuration: the configured
+    /// driver stands then.
+    ///
+    /// # Errors
+    /// As every call (but `Unimplemented`), and [`Error::Call`] with
+    /// `Unknown` for a driver number the API does not define.
+    pub async fn cgroup_driver(&self) -> Result<Option<&'static str>> {
+        let mut c = self.runtime.clone();
+        let answer = self
+            .call(
+                "RuntimeConfig",
+                "runtime",
+                c.runtime_config(cri::RuntimeConfigRequest {}),
+            )
+            .await;
+        let linux = match answer {
+            Ok(r) => r.linux,
+            Err(e) if e.code() == Some(tonic::Code::Unimplemented) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Some(linux) = linux else {
+            return Ok(None);
+        };
+        match cri::CgroupDriver::try_from(linux.cgroup_driver) {
+            Ok(cri::CgroupDriver::Systemd) => Ok(Some("systemd")),
+            Ok(cri::CgroupDriver::Cgroupfs) => Ok(Some("cgroupfs")),
+            Err(_) => Err(Error::Call {
+                call: "RuntimeConfig",
+                target: "runtime".into(),
+                code: tonic::Code::Unknown,
+                message: format!("unknown cgroup driver {}", linux.cgroup_driver),
+            }),
+        }
+    }
+
     /// CRI `UpdateRuntimeConfig` with the node's pod CIDRs (`cidr`, comma
     /// separated), as the kubelet's `UpdatePodCIDR`: a runtime whose CNI
     /// config is a template (containerd's `conf_template`) writes it then.
