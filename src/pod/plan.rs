@@ -713,19 +713,51 @@ fn plan_ready(
                 .map(|c| c.name.as_str());
             garbage(rt, &sandbox_id, names, ephemeral_names(pod), &mut plan);
         }
-        latest => new_sandbox(pod, rt, latest, &mut plan),
+        latest => new_sandbox(pod, rt, latest, now, &mut plan),
     }
     plan
+}
+
+/// The CrashLoopBackOff that holds container `c` back at `now`, given its
+/// latest record `x` (exited) and the one before it (`older`): the Waiting
+/// state it shows and when the back-off ends; None when it may start now
+/// (the kubelet's `doBackOff`, with [`backoff_series`] and
+/// [`crash_backoff`]).
+fn crash_loop(
+    pod: &Pod,
+    c: &Container,
+    x: &RuntimeContainer,
+    older: Option<&RuntimeContainer>,
+    now: Timestamp,
+) -> Option<(Waiting, Timestamp)> {
+    let delay = crash_backoff(backoff_series(c, x, older));
+    let due = x.finished_at.unwrap_or(x.created_at) + delay;
+    if due <= now {
+        return None;
+    }
+    let (ns, name, uid) = super::translate::pod_identity(pod);
+    let held = Waiting {
+        reason: waiting::CRASH_LOOP_BACK_OFF.into(),
+        message: format!(
+            "back-off {}s restarting failed container={} pod={name}_{ns}({uid})",
+            delay.as_secs(),
+            c.name
+        ),
+    };
+    Some((held, due))
 }
 
 /// Plans a pod without a ready sandbox: kill what still runs, create the
 /// next sandbox, then start its first init container or else its main
 /// containers (`computePodActions` when the sandbox changed). A pod that must
-/// not restart and already ran gets no new sandbox.
+/// not restart and already ran gets no new sandbox. A container whose last
+/// run exited waits out its CrashLoopBackOff in the new sandbox too, as the
+/// kubelet's `start` backs off whatever sandbox it starts in.
 fn new_sandbox(
     pod: &Pod,
     rt: &PodRuntime,
     latest: Option<&crate::container::Sandbox>,
+    now: Timestamp,
     plan: &mut Plan,
 ) {
     let policy = restart_policy(pod);
@@ -740,17 +772,24 @@ fn new_sandbox(
         changed: latest.is_some(),
     });
     // A new sandbox runs the init containers again from the first.
-    let start = |c: &Container| {
+    let start = |c: &Container, plan: &mut Plan| {
         let (previous, older) = rt.latest_two(&c.name);
+        if let Some(x) = previous.filter(|x| x.state == ContainerState::Exited)
+            && let Some((held, due)) = crash_loop(pod, c, x, older, now)
+        {
+            plan.waiting.insert(c.name.clone(), held);
+            plan.requeue_at(now, due);
+            return;
+        }
         let attempt = previous.map_or(0, |p| p.attempt.saturating_add(1));
-        Step::StartContainer {
+        plan.steps.push(Step::StartContainer {
             name: c.name.clone(),
             attempt,
             backoff_since: backoff_since(c, previous, older, attempt),
-        }
+        });
     };
     if let Some(first) = init_containers(pod).first() {
-        plan.steps.push(start(first));
+        start(first, plan);
         return;
     }
     for c in main_containers(pod) {
@@ -766,7 +805,7 @@ fn new_sandbox(
         if run_once && succeeded {
             continue;
         }
-        plan.steps.push(start(c));
+        start(c, plan);
     }
 }
 
@@ -943,22 +982,9 @@ impl Planner<'_> {
             }
             Some(x) => {
                 if x.sandbox_id != sandbox_id || container_should_restart(c, policy, x.exit_code) {
-                    let series = backoff_series(c, x, self.history.latest_two(&c.name).1);
-                    let finished = x.finished_at.unwrap_or(x.created_at);
-                    let due = finished + crash_backoff(series);
-                    if due > now {
-                        let (ns, name, uid) = super::translate::pod_identity(pod);
-                        let delay = crash_backoff(series).as_secs();
-                        self.plan.waiting.insert(
-                            c.name.clone(),
-                            Waiting {
-                                reason: waiting::CRASH_LOOP_BACK_OFF.into(),
-                                message: format!(
-                                    "back-off {delay}s restarting failed container={} pod={name}_{ns}({uid})",
-                                    c.name
-                                ),
-                            },
-                        );
+                    let older = self.history.latest_two(&c.name).1;
+                    if let Some((held, due)) = crash_loop(pod, c, x, older, now) {
+                        self.plan.waiting.insert(c.name.clone(), held);
                         self.plan.requeue_at(now, due);
                         false
                     } else {
@@ -1528,6 +1554,39 @@ mod tests {
         assert!(due.waiting.is_empty());
     }
 
+    /// A container in CrashLoopBackOff waits it out in a new sandbox too
+    /// (the kubelet's `start` backs off whatever sandbox it starts in).
+    #[test]
+    fn a_new_sandbox_does_not_cut_a_crash_loop_short() {
+        let p = pod("web").container("a", "busybox").build();
+        let rt = runtime(
+            vec![sandbox("s0", 0, false)],
+            vec![
+                exited(ctr("c3", "a", 3, "s0", Running), 1, t(100)),
+                exited(ctr("c2", "a", 2, "s0", Running), 1, t(80)),
+            ],
+        );
+        let (pulls, probes) = (BTreeMap::new(), BTreeMap::new());
+        let new = Step::CreateSandbox {
+            attempt: 1,
+            changed: true,
+        };
+        let early = plan(&p, &rt, &pulls, &probes, Volumes::Ready, t(110));
+        assert_eq!(early.steps, vec![new.clone()]);
+        assert_eq!(early.waiting["a"].reason, "CrashLoopBackOff");
+        assert!(
+            early.waiting["a"]
+                .message
+                .starts_with("back-off 40s restarting failed container=a"),
+            "{}",
+            early.waiting["a"].message
+        );
+        assert_eq!(early.requeue_after, Some(Duration::from_secs(30)));
+        let due = plan(&p, &rt, &pulls, &probes, Volumes::Ready, t(140));
+        assert_eq!(due.steps, vec![new, start("a", 4)]);
+        assert!(due.waiting.is_empty());
+    }
+
     /// One back-off per container definition, as the kubelet keys it: a new
     /// image restarts at once, then backs off from 10 s again, however many
     /// restarts the old one had; so does a back-off that expired.
@@ -1754,7 +1813,16 @@ mod tests {
             vec![sandbox("s0", last, false)],
             vec![exited(ctr("c1", "a", last, "s0", Running), 0, at)],
         );
-        let steps = plan(&p, &dead, &backoffs, &probes, Volumes::Ready, at).steps;
+        // Past its back-off (a new sandbox does not cut it short).
+        let steps = plan(
+            &p,
+            &dead,
+            &backoffs,
+            &probes,
+            Volumes::Ready,
+            at + MAX_BACKOFF,
+        )
+        .steps;
         let new_sandbox = Step::CreateSandbox {
             attempt: last,
             changed: true,
