@@ -343,7 +343,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The runtime's cgroup driver wins over the configured one, as with
     // the kubelet: the two must agree on how cgroup parents are named.
     let mut settings = settings;
-    match runtime.cgroup_driver().await {
+    // Asked up to 3 times, 2 s apart, as the kubelet asks.
+    let mut driver = runtime.cgroup_driver().await;
+    for _ in 1..3 {
+        if driver.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        driver = runtime.cgroup_driver().await;
+    }
+    match driver {
         Ok(Some(driver)) => {
             if driver != settings.cgroup_driver {
                 info!(

@@ -275,9 +275,10 @@ impl CgroupManager {
     }
 
     /// This manager with the `systemd` driver: its cgroups are `systemd`'s
-    /// slices, below `cgroup_root` read as a slice (`/`, `/custom.slice`,
-    /// as the kubelet's `ParseSystemdToCgroupName`), the QoS hierarchy in
-    /// `<name>.slice` (`kubepods.slice` for `/`).
+    /// slices. `cgroup_root` is read as a cgroupfs path, as the kubelet
+    /// reads it whatever the driver (`ParseCgroupfsToCgroupName`: `/` gives
+    /// `kubepods.slice`, `/a/b` gives `a.slice/a-b.slice/a-b-kubepods.slice`),
+    /// and `name` is the QoS hierarchy's part (`kubepods`).
     #[must_use]
     pub fn using_systemd(
         mut self,
@@ -285,8 +286,7 @@ impl CgroupManager {
         cgroup_root: &str,
         name: &str,
     ) -> Self {
-        let mut parts = crate::systemd::root_parts(cgroup_root);
-        parts.push(name.to_string());
+        let parts = cgroupfs_parts(cgroup_root, name);
         self.systemd = Some(systemd);
         self.root = self.dir_of(&parts);
         self.root_parts = parts;
@@ -328,15 +328,20 @@ impl CgroupManager {
     }
 
     /// The pod UID a cgroup directory of class `qos` is named for
-    /// ([`CgroupManager::pod_name`] read back); None for any other name.
+    /// ([`CgroupManager::pod_name`] read back); None for any other name,
+    /// and for one that is no UID's or names it in another way (a pod
+    /// directory this agent would not have made).
     fn uid_of(&self, qos: Qos, name: &str) -> Option<String> {
-        if self.systemd.is_none() {
-            return name.strip_prefix("pod").map(str::to_string);
-        }
-        let marker = self.pod_name(qos, "\u{0}");
-        let (prefix, suffix) = marker.split_once('\u{0}')?;
-        let uid = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
-        Some(uid.replace('_', "-"))
+        let uid = if self.systemd.is_none() {
+            name.strip_prefix("pod")?.to_string()
+        } else {
+            let marker = self.pod_name(qos, "\u{0}");
+            let (prefix, suffix) = marker.split_once('\u{0}')?;
+            name.strip_prefix(prefix)?
+                .strip_suffix(suffix)?
+                .replace('_', "-")
+        };
+        (self.pod_dir(qos, &uid).is_ok() && self.pod_name(qos, &uid) == name).then_some(uid)
     }
 
     /// The cgroup version this manager writes.
@@ -358,9 +363,12 @@ impl CgroupManager {
         if self.version == Version::V2 && now.cpu_shares == round_trip {
             out.cpu_shares = wanted.cpu_shares;
         }
-        if self.systemd.is_some()
-            && now.cpu_quota == crate::systemd::cpu_quota_per_sec(wanted.cpu_quota, CPU_PERIOD_US).1
-        {
+        // systemd keeps a quota in whole 10 ms a second and writes that
+        // when it realizes the slice again (a `daemon-reload`).
+        let per_sec = crate::systemd::cpu_quota_per_sec(wanted.cpu_quota, CPU_PERIOD_US);
+        let systemds =
+            i64::try_from(per_sec.saturating_mul(CPU_PERIOD_US.unsigned_abs()) / 1_000_000).ok();
+        if self.systemd.is_some() && wanted.cpu_quota.is_some() && now.cpu_quota == systemds {
             out.cpu_quota = wanted.cpu_quota;
         }
         out
@@ -459,18 +467,16 @@ impl CgroupManager {
 
     /// Writes `limits` to `dir`'s cgroup (the period with a quota). With
     /// systemd they are set on its slice first, as libcontainer's `Set`
-    /// (`CPUShares`/`CPUWeight`, `CPUQuotaPerSecUSec` in whole 10 ms, the
-    /// quota written then rounded as systemd keeps it, `MemoryLimit`/
-    /// `MemoryMax`; infinity for none).
-    fn set(&self, dir: &Path, mut limits: Limits) -> Result<(), Error> {
+    /// (`CPUShares`/`CPUWeight`, `CPUQuotaPeriodUSec` where systemd has
+    /// it, `CPUQuotaPerSecUSec` in whole 10 ms, `MemoryLimit`/`MemoryMax`;
+    /// infinity for none), then the exact values to the files.
+    fn set(&self, dir: &Path, limits: Limits) -> Result<(), Error> {
         if let Some(systemd) = &self.systemd
             && let Some(unit) = dir.file_name().map(|n| n.to_string_lossy().into_owned())
         {
             use crate::systemd::{INFINITY, Property};
             let v2 = self.version == Version::V2;
-            let (per_sec, quota) =
-                crate::systemd::cpu_quota_per_sec(limits.cpu_quota, CPU_PERIOD_US);
-            limits.cpu_quota = quota;
+            let per_sec = crate::systemd::cpu_quota_per_sec(limits.cpu_quota, CPU_PERIOD_US);
             let mut props = Vec::new();
             if limits.cpu_shares > 0 {
                 props.push(if v2 {
@@ -479,10 +485,12 @@ impl CgroupManager {
                     Property::U64("CPUShares", limits.cpu_shares)
                 });
             }
-            props.push(Property::U64(
-                "CPUQuotaPeriodUSec",
-                CPU_PERIOD_US.unsigned_abs(),
-            ));
+            if systemd.has_quota_period() {
+                props.push(Property::U64(
+                    "CPUQuotaPeriodUSec",
+                    CPU_PERIOD_US.unsigned_abs(),
+                ));
+            }
             props.push(Property::U64("CPUQuotaPerSecUSec", per_sec));
             let memory = limits
                 .memory
@@ -781,10 +789,16 @@ impl CgroupManager {
     /// agent's and stays, and so does the root then. Returns whether none is
     /// left; one that still holds a process or a cgroup (the QoS hierarchy
     /// while it is there) stays, and is named at debug level.
+    ///
+    /// With systemd the cgroup root is the host's slice (the kubelet needs
+    /// it to exist and never makes nor removes it): it stays.
     pub fn remove_root(&self) -> bool {
         let Some(dir) = self.root.parent().filter(|d| !d.as_os_str().is_empty()) else {
             return true;
         };
+        if self.systemd.is_some() {
+            return true;
+        }
         let mut left = false;
         for h in self.hierarchies.iter().chain(&self.unified) {
             // Holding processes or cgroups, it stays, and so does the root.
@@ -797,11 +811,6 @@ impl CgroupManager {
                     left = true;
                 }
             }
-        }
-        // With systemd, its slice goes too (once empty).
-        if let Err(e) = self.stop_slice(dir) {
-            debug!(dir = %dir.display(), error = %e, "stop the cgroup root's slice");
-            left = true;
         }
         !left
     }
@@ -1046,6 +1055,25 @@ mod tests {
         (dir, m)
     }
 
+    /// Only directories this agent would have made for a pod are its pods'
+    /// cgroups: housekeeping would otherwise try to remove the others at
+    /// every pass, or a node reset stop at them.
+    #[test]
+    fn pod_cgroups_are_read_back_only_from_names_a_pod_would_get() {
+        let (dir, m) = fake_v2("cpu memory", &["kubepods", "kubepods/burstable"]);
+        for name in [
+            "pod0a-1b",
+            "pod",
+            "pod_x",
+            "podA..b",
+            "other",
+            "pod0a-1b.slice",
+        ] {
+            std::fs::create_dir(dir.path().join("kubepods/burstable").join(name)).unwrap();
+        }
+        assert_eq!(m.pods(), vec![(Qos::Burstable, "0a-1b".to_string())]);
+    }
+
     #[test]
     fn on_cgroup_v2_limits_are_written_as_weight_max_and_memory_max_and_read_back() {
         let (dir, m) = fake_v2(
@@ -1282,8 +1310,10 @@ mod tests {
     #[ignore = "needs systemd, its system bus and containerd with SystemdCgroup (hack/kind-e2e.sh)"]
     fn systemd_driver_makes_limits_and_removes_the_kubelets_slices() {
         use crate::systemd::Systemd;
-        let root = "/rustlettest.slice";
+        // The kubelet's reading of a cgroupfs path: `rustlettest.slice`.
+        let root = "/rustlettest";
         let systemd = Systemd::connect().expect("systemd on the system bus");
+        assert!(systemd.has_quota_period(), "systemd {}", systemd.version());
         let m = CgroupManager::detect(Path::new("/sys/fs/cgroup"), root, "kubepods")
             .expect("cgroup hierarchies")
             .using_systemd(systemd.clone(), root, "kubepods");
@@ -1335,7 +1365,7 @@ mod tests {
             }
 
             // A pod: its slice, named as the kubelet names it, with its limits
-            // in systemd and in the cgroup files (the quota in whole 10 ms).
+            // in systemd (the quota in whole 10 ms) and in the cgroup files.
             let limits = Limits {
                 cpu_shares: 256,
                 cpu_quota: Some(12_345),
@@ -1360,8 +1390,14 @@ mod tests {
             );
             let dir = m.pod_dir(Qos::Burstable, "0a1b-2c").unwrap();
             let now = m.limits(&dir).unwrap();
-            assert_eq!(now.cpu_quota, Some(13_000));
-            assert_eq!(m.as_allocated(now, &limits), limits);
+            assert_eq!(now, limits);
+            // As systemd writes the quota again (a daemon-reload), it is
+            // still the pod's.
+            let rounded = Limits {
+                cpu_quota: Some(13_000),
+                ..limits
+            };
+            assert_eq!(m.as_allocated(rounded, &limits), limits);
             assert_eq!(m.pods(), vec![(Qos::Burstable, "0a1b-2c".to_string())]);
             assert_eq!(m.find_pod("0a1b-2c"), Some(dir.clone()));
 
@@ -1450,16 +1486,24 @@ mod tests {
             assert!(m.pods().is_empty());
         }));
         let _ = m.remove_all();
-        assert!(m.remove_root(), "the root's slices stay");
-        for unit in ["rustlettest-kubepods.slice", "rustlettest.slice"] {
-            assert!(
-                matches!(
-                    systemd.active_state(unit).unwrap().as_deref(),
-                    None | Some("inactive")
-                ),
-                "{unit}"
-            );
-        }
+        // The cgroup root is the host's: it stays (this test made it).
+        assert!(m.remove_root());
+        assert_eq!(
+            systemd
+                .active_state("rustlettest.slice")
+                .unwrap()
+                .as_deref(),
+            Some("active")
+        );
+        let gone = |unit: &str| {
+            matches!(
+                systemd.active_state(unit).unwrap().as_deref(),
+                None | Some("inactive")
+            )
+        };
+        assert!(gone("rustlettest-kubepods.slice"));
+        systemd.stop_unit("rustlettest.slice").unwrap();
+        assert!(gone("rustlettest.slice"));
         assert!(!mem_dir.join("rustlettest.slice").exists());
         if let Err(e) = result {
             std::panic::resume_unwind(e);

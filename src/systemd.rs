@@ -5,12 +5,17 @@
 //! (`SetUnitProperties`), and its removal (`StopUnit`, `ResetFailedUnit`).
 //!
 //! The connection is the system bus (`$DBUS_SYSTEM_BUS_ADDRESS`, else
-//! `/run/dbus/system_bus_socket`), as libcontainer's first choice. Calls are
-//! blocking (the cgroup manager's callers are), each bounded by the
-//! connection's method timeout; a job is awaited by reading the unit's
-//! `ActiveState` until it settles, at most [`JOB_TIMEOUT`], as libcontainer
-//! waits at most that long for the job's `JobRemoved`.
+//! `/run/dbus/system_bus_socket`), as libcontainer's first choice, made
+//! again once when a call finds it broken (the bus restarted), as
+//! libcontainer retries on a closed connection. Calls are blocking (the
+//! cgroup manager's callers are); on a multi-threaded Tokio runtime they
+//! say so (`block_in_place`), so that the worker's other tasks move on.
+//! Each is bounded by the connection's method timeout; a job is awaited by
+//! reading the unit's `ActiveState` until it settles, at most
+//! [`JOB_TIMEOUT`], as libcontainer waits at most that long for the job's
+//! `JobRemoved`.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use zbus::blocking::Connection;
@@ -116,43 +121,138 @@ pub fn slice_properties(unit: &str, parent: &str, v2: bool) -> Vec<Property> {
     ]
 }
 
+/// The first systemd version with `CPUQuotaPeriodUSec` (libcontainer sends
+/// it only from there).
+pub const QUOTA_PERIOD_SINCE: u32 = 242;
+
 /// A connection to systemd.
 #[derive(Clone, Debug)]
 pub struct Systemd {
-    conn: Connection,
+    conn: Arc<Mutex<Connection>>,
+    /// systemd's major version (its `Version` property's leading number).
+    version: u32,
+}
+
+/// Runs blocking `f`; on a multi-threaded Tokio runtime's worker, as
+/// `block_in_place` (its other tasks go on elsewhere meanwhile).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+/// A new connection to the system bus.
+fn system_bus() -> Result<Connection> {
+    let bus = |source| Error::Bus {
+        what: "connect to the system bus".into(),
+        source: Box::new(source),
+    };
+    zbus::blocking::connection::Builder::system()
+        .map_err(bus)?
+        .method_timeout(CALL_TIMEOUT)
+        .build()
+        .map_err(bus)
+}
+
+/// The leading number of a systemd version string (`252.39-1~deb12u2`,
+/// `252`); 0 when it has none.
+#[must_use]
+pub fn major_version(version: &str) -> u32 {
+    let digits: String = version
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .take(9)
+        .collect();
+    digits.parse().unwrap_or(0)
 }
 
 impl Systemd {
-    /// Connects to systemd over the system bus.
+    /// Connects to systemd over the system bus and reads its version.
     ///
     /// # Errors
     /// [`Error::Bus`]: no bus, or systemd does not answer on it.
     pub fn connect() -> Result<Self> {
-        let bus = |source| Error::Bus {
-            what: "connect to the system bus".into(),
-            source: Box::new(source),
-        };
-        let conn = zbus::blocking::connection::Builder::system()
-            .map_err(bus)?
-            .method_timeout(CALL_TIMEOUT)
-            .build()
-            .map_err(bus)?;
-        let me = Self { conn };
-        // systemd answers (a bus without systemd has no such name).
-        me.manager("GetUnit", "-.slice", &("-.slice",))?;
-        Ok(me)
+        blocking(|| {
+            let mut me = Self {
+                conn: Arc::new(Mutex::new(system_bus()?)),
+                version: 0,
+            };
+            // systemd answers (a bus without systemd has no such name).
+            let version = me.property(MANAGER_PATH, MANAGER, "Version", "systemd")?;
+            me.version = major_version(&version);
+            Ok(me)
+        })
+    }
+
+    /// systemd's major version (0 when it could not be read as a number).
+    #[must_use]
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Whether this systemd takes `CPUQuotaPeriodUSec`
+    /// ([`QUOTA_PERIOD_SINCE`]).
+    #[must_use]
+    pub fn has_quota_period(&self) -> bool {
+        self.version >= QUOTA_PERIOD_SINCE
+    }
+
+    /// Calls `method` of `iface` at `path`; a connection found broken (an
+    /// error that is not an answer) is made again and the call tried once
+    /// more.
+    fn call<B>(
+        &self,
+        path: &str,
+        iface: &str,
+        method: &str,
+        body: &B,
+    ) -> zbus::Result<zbus::Message>
+    where
+        B: serde::ser::Serialize + zbus::zvariant::DynamicType,
+    {
+        let conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let first = conn.call_method(Some(DESTINATION), path, Some(iface), method, body);
+        match first {
+            Ok(_) | Err(zbus::Error::MethodError(..)) => first,
+            Err(e) => {
+                let Ok(fresh) = system_bus() else {
+                    return Err(e);
+                };
+                *self.conn.lock().unwrap_or_else(PoisonError::into_inner) = fresh.clone();
+                fresh.call_method(Some(DESTINATION), path, Some(iface), method, body)
+            }
+        }
     }
 
     fn manager<B>(&self, method: &str, unit: &str, body: &B) -> Result<zbus::Message>
     where
         B: serde::ser::Serialize + zbus::zvariant::DynamicType,
     {
-        self.conn
-            .call_method(Some(DESTINATION), MANAGER_PATH, Some(MANAGER), method, body)
+        self.call(MANAGER_PATH, MANAGER, method, body)
             .map_err(|source| Error::Bus {
                 what: format!("{method} {unit}"),
                 source: Box::new(source),
             })
+    }
+
+    /// String property `name` of interface `iface` at `path` (of `what`).
+    fn property(&self, path: &str, iface: &str, name: &str, what: &str) -> Result<String> {
+        let err = |source: zbus::Error| Error::Bus {
+            what: format!("{name} of {what}"),
+            source: Box::new(source),
+        };
+        let reply = self
+            .call(path, PROPERTIES, "Get", &(iface, name))
+            .map_err(err)?;
+        let value: OwnedValue = reply.body().deserialize().map_err(err)?;
+        String::try_from(value).map_err(|e| err(e.into()))
     }
 
     /// Starts transient slice `unit` with `properties`, and waits for it to
@@ -163,6 +263,10 @@ impl Systemd {
     /// The call failed, or the unit failed or did not start within
     /// [`JOB_TIMEOUT`] (it is then reset, as libcontainer does).
     pub fn start_slice(&self, unit: &str, properties: &[Property]) -> Result<()> {
+        blocking(|| self.start_slice_now(unit, properties))
+    }
+
+    fn start_slice_now(&self, unit: &str, properties: &[Property]) -> Result<()> {
         let props: Vec<(&str, Value<'_>)> =
             properties.iter().map(|p| (p.name(), p.value())).collect();
         let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = Vec::new();
@@ -199,8 +303,7 @@ impl Systemd {
     pub fn set_properties(&self, unit: &str, properties: &[Property]) -> Result<()> {
         let props: Vec<(&str, Value<'_>)> =
             properties.iter().map(|p| (p.name(), p.value())).collect();
-        self.manager("SetUnitProperties", unit, &(unit, true, props))
-            .map(drop)
+        blocking(|| self.manager("SetUnitProperties", unit, &(unit, true, props))).map(drop)
     }
 
     /// Stops `unit` and waits until it is inactive or gone, then resets it
@@ -211,6 +314,10 @@ impl Systemd {
     /// The call failed, or the unit was still active after
     /// [`JOB_TIMEOUT`].
     pub fn stop_unit(&self, unit: &str) -> Result<()> {
+        blocking(|| self.stop_unit_now(unit))
+    }
+
+    fn stop_unit_now(&self, unit: &str) -> Result<()> {
         match self.manager("StopUnit", unit, &(unit, "replace")) {
             Ok(_) => {}
             Err(e) if is(&e, NO_SUCH_UNIT) => return Ok(()),
@@ -249,28 +356,8 @@ impl Systemd {
             Err(e) if is(&e, NO_SUCH_UNIT) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let what = || format!("ActiveState of {unit}");
-        let reply = self
-            .conn
-            .call_method(
-                Some(DESTINATION),
-                &path,
-                Some(PROPERTIES),
-                "Get",
-                &(UNIT, "ActiveState"),
-            )
-            .map_err(|source| Error::Bus {
-                what: what(),
-                source: Box::new(source),
-            })?;
-        let value: OwnedValue = reply.body().deserialize().map_err(|source| Error::Bus {
-            what: what(),
-            source: Box::new(source),
-        })?;
-        String::try_from(value).map(Some).map_err(|e| Error::Bus {
-            what: what(),
-            source: Box::new(e.into()),
-        })
+        self.property(path.as_str(), UNIT, "ActiveState", unit)
+            .map(Some)
     }
 
     /// Resets `unit`'s failed state; errors are ignored (as libcontainer
@@ -290,25 +377,24 @@ fn is(e: &Error, name: &str) -> bool {
 }
 
 /// systemd's `CPUQuotaPerSecUSec` for a CFS quota of `quota` microseconds
-/// per `period_us` ([`INFINITY`] for none), and the quota cgroupfs is then
-/// given, as libcontainer's `addCPUQuota`: systemd keeps the quota in whole
-/// 10 ms per second, so a value between is rounded up and the quota
-/// recomputed from it, so that cgroupfs and systemd agree.
+/// per `period_us` ([`INFINITY`] for none), as libcontainer's `addCPUQuota`:
+/// systemd keeps the quota in whole 10 ms per second, so a value between is
+/// rounded up (the cgroup file itself is then given the exact quota, as
+/// libcontainer writes it after the unit's properties).
 #[must_use]
-pub fn cpu_quota_per_sec(quota: Option<i64>, period_us: i64) -> (u64, Option<i64>) {
+pub fn cpu_quota_per_sec(quota: Option<i64>, period_us: i64) -> u64 {
     let (Some(q), Ok(period)) = (quota.filter(|q| *q > 0), u64::try_from(period_us)) else {
-        return (INFINITY, None);
+        return INFINITY;
     };
     if period == 0 {
-        return (INFINITY, None);
+        return INFINITY;
     }
-    let q = q.unsigned_abs();
-    let mut per_sec = q.saturating_mul(1_000_000) / period;
-    if per_sec % 10_000 != 0 {
-        per_sec = (per_sec / 10_000).saturating_add(1).saturating_mul(10_000);
+    let per_sec = q.unsigned_abs().saturating_mul(1_000_000) / period;
+    if per_sec % 10_000 == 0 {
+        per_sec
+    } else {
+        (per_sec / 10_000).saturating_add(1).saturating_mul(10_000)
     }
-    let quota = i64::try_from(per_sec.saturating_mul(period) / 1_000_000).ok();
-    (per_sec, quota)
 }
 
 /// A cgroup name's parts as a systemd slice path, as the kubelet's
@@ -331,28 +417,6 @@ pub fn slice_path(parts: &[&str]) -> std::path::PathBuf {
     out
 }
 
-/// A cgroup root given as a systemd slice (`/`, `/custom.slice`,
-/// `/a.slice/a-b.slice`, or a plain name) as the parts of its cgroup name,
-/// as the kubelet's `ParseSystemdToCgroupName`: the last component, without
-/// `.slice`, split at `-`, each part with `_` unescaped as `-`. Empty for
-/// the root.
-#[must_use]
-pub fn root_parts(cgroup_root: &str) -> Vec<String> {
-    let base = cgroup_root
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or_default();
-    let base = base.strip_suffix(".slice").unwrap_or(base);
-    if base.is_empty() || base == "-" {
-        return Vec::new();
-    }
-    base.split('-')
-        .filter(|p| !p.is_empty())
-        .map(|p| p.replace('_', "-"))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,37 +437,25 @@ mod tests {
     }
 
     #[test]
-    fn cgroup_roots_parse_as_the_kubelets_systemd_names() {
-        let parts = |s: &str| root_parts(s);
-        assert_eq!(parts("/"), Vec::<String>::new());
-        assert_eq!(parts(""), Vec::<String>::new());
-        assert_eq!(parts("-.slice"), Vec::<String>::new());
-        assert_eq!(parts("/custom.slice"), ["custom"]);
-        assert_eq!(parts("/a.slice/a-b.slice/"), ["a", "b"]);
-        assert_eq!(parts("/my_node-x"), ["my-node", "x"]);
+    fn systemd_versions_read_as_their_major_number() {
+        assert_eq!(major_version("252.39-1~deb12u2"), 252);
+        assert_eq!(major_version("257"), 257);
+        assert_eq!(major_version("v242"), 0);
+        assert_eq!(major_version(""), 0);
+        assert_eq!(major_version(&"9".repeat(100)), 999_999_999);
     }
 
     #[test]
     fn cpu_quotas_round_up_to_whole_10ms_per_second_as_libcontainer() {
         // libcontainer's own example: 12345 µs of 100 ms.
-        assert_eq!(
-            cpu_quota_per_sec(Some(12_345), 100_000),
-            (130_000, Some(13_000))
-        );
-        assert_eq!(
-            cpu_quota_per_sec(Some(50_000), 100_000),
-            (500_000, Some(50_000))
-        );
-        assert_eq!(
-            cpu_quota_per_sec(Some(1_000), 100_000),
-            (10_000, Some(1_000))
-        );
-        assert_eq!(cpu_quota_per_sec(None, 100_000), (INFINITY, None));
-        assert_eq!(cpu_quota_per_sec(Some(-1), 100_000), (INFINITY, None));
-        assert_eq!(cpu_quota_per_sec(Some(5), 0), (INFINITY, None));
+        assert_eq!(cpu_quota_per_sec(Some(12_345), 100_000), 130_000);
+        assert_eq!(cpu_quota_per_sec(Some(50_000), 100_000), 500_000);
+        assert_eq!(cpu_quota_per_sec(Some(1_000), 100_000), 10_000);
+        assert_eq!(cpu_quota_per_sec(None, 100_000), INFINITY);
+        assert_eq!(cpu_quota_per_sec(Some(-1), 100_000), INFINITY);
+        assert_eq!(cpu_quota_per_sec(Some(5), 0), INFINITY);
         // No overflow on a hostile quota.
-        let (per_sec, q) = cpu_quota_per_sec(Some(i64::MAX), 100_000);
-        assert!(per_sec > 0 && q.is_some_and(|q| q > 0), "{per_sec} {q:?}");
+        assert!(cpu_quota_per_sec(Some(i64::MAX), 1) > 0);
     }
 
     #[test]
