@@ -665,7 +665,7 @@ pub fn changed(old: Option<&NodeStatus>, new: &NodeStatus) -> bool {
         || !same_quantities(old.allocatable.as_ref(), new.allocatable.as_ref())
         || old.addresses != new.addresses
         || old.daemon_endpoints != new.daemon_endpoints
-        || old.images != new.images
+        || !same_images(old.images.as_deref(), new.images.as_deref())
         || old.declared_features != new.declared_features
         || old.volumes_in_use.as_deref().unwrap_or_default()
             != new.volumes_in_use.as_deref().unwrap_or_default()
@@ -673,6 +673,19 @@ pub fn changed(old: Option<&NodeStatus>, new: &NodeStatus) -> bool {
             swap: None,
             ..i.clone()
         }) != new.node_info
+}
+
+/// True when both lists hold the same images, an image without names
+/// (an untagged one: `names` sent as `[]`, read back absent) the same
+/// either way, as the kubelet's `nodeStatusHasChanged` compares them
+/// (semantic equality: an empty list is no list).
+fn same_images(a: Option<&[ContainerImage]>, b: Option<&[ContainerImage]>) -> bool {
+    let (a, b) = (a.unwrap_or_default(), b.unwrap_or_default());
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.size_bytes == y.size_bytes
+                && x.names.as_deref().unwrap_or_default() == y.names.as_deref().unwrap_or_default()
+        })
 }
 
 /// True when both maps hold the same resources with equal values.
@@ -760,6 +773,39 @@ mod tests {
         assert!(changed(Some(&stored), &again));
         let patch = status_patch(Some(&stored), &again).unwrap();
         assert_eq!(patch["status"]["volumesInUse"], serde_json::json!([]));
+    }
+
+    /// An untagged image is sent with `names: []` and read back without
+    /// them: no change (else every status sync would patch an idle node).
+    #[test]
+    fn an_untagged_image_read_back_without_names_is_no_change() {
+        let image = |names: Option<Vec<String>>, size| ContainerImage {
+            names,
+            size_bytes: Some(size),
+        };
+        let facts = RuntimeFacts {
+            images: Some(vec![
+                image(Some(vec!["busybox:1.37".into()]), 10),
+                image(Some(vec![]), 20),
+            ]),
+            ..RuntimeFacts::default()
+        };
+        let sent = status(&cfg(), &machine(), &facts, None, t(0), &[]);
+        let mut stored = sent.clone();
+        stored.images = Some(vec![
+            image(Some(vec!["busybox:1.37".into()]), 10),
+            image(None, 20),
+        ]);
+        let again = status(&cfg(), &machine(), &facts, Some(&stored), t(10), &[]);
+        assert!(!changed(Some(&stored), &again));
+        // A real change still is one.
+        stored.images = Some(vec![image(None, 20)]);
+        assert!(changed(Some(&stored), &again));
+        stored.images = Some(vec![
+            image(Some(vec!["busybox:1.37".into()]), 10),
+            image(None, 21),
+        ]);
+        assert!(changed(Some(&stored), &again));
     }
 
     #[test]
