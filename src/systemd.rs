@@ -275,24 +275,15 @@ impl Systemd {
             Err(e) if is(&e, UNIT_EXISTS) => return Ok(()),
             Err(e) => return Err(e),
         }
-        let deadline = Instant::now() + JOB_TIMEOUT;
-        loop {
-            match self.active_state(unit)?.as_deref() {
-                Some("active") => return Ok(()),
-                Some("failed") => {
-                    self.reset_failed(unit);
-                    return Err(Error::Job(format!("{unit} failed to start")));
-                }
-                _ => {}
-            }
-            if Instant::now() >= deadline {
-                self.reset_failed(unit);
-                return Err(Error::Job(format!(
-                    "timeout waiting for systemd to create {unit}"
-                )));
-            }
-            std::thread::sleep(POLL);
+        let started = self.await_state(unit, "create", |state| match state {
+            Some("active") => Some(Ok(())),
+            Some("failed") => Some(Err(Error::Job(format!("{unit} failed to start")))),
+            _ => None,
+        });
+        if started.is_err() {
+            self.reset_failed(unit);
         }
+        started
     }
 
     /// Sets `properties` on `unit` for the running system (`runtime`, not
@@ -323,19 +314,33 @@ impl Systemd {
             Err(e) if is(&e, NO_SUCH_UNIT) => return Ok(()),
             Err(e) => return Err(e),
         }
+        self.await_state(unit, "stop", |state| match state {
+            None | Some("inactive") => Some(Ok(())),
+            Some("failed") => {
+                self.reset_failed(unit);
+                Some(Ok(()))
+            }
+            _ => None,
+        })
+    }
+
+    /// Reads `unit`'s `ActiveState` every [`POLL`] until `settled` maps it
+    /// to an outcome, at most [`JOB_TIMEOUT`] (then an [`Error::Job`]
+    /// saying systemd did not `what` it in time).
+    fn await_state(
+        &self,
+        unit: &str,
+        what: &str,
+        settled: impl Fn(Option<&str>) -> Option<Result<()>>,
+    ) -> Result<()> {
         let deadline = Instant::now() + JOB_TIMEOUT;
         loop {
-            match self.active_state(unit)?.as_deref() {
-                None | Some("inactive") => return Ok(()),
-                Some("failed") => {
-                    self.reset_failed(unit);
-                    return Ok(());
-                }
-                _ => {}
+            if let Some(outcome) = settled(self.active_state(unit)?.as_deref()) {
+                return outcome;
             }
             if Instant::now() >= deadline {
                 return Err(Error::Job(format!(
-                    "timeout waiting for systemd to stop {unit}"
+                    "timeout waiting for systemd to {what} {unit}"
                 )));
             }
             std::thread::sleep(POLL);
