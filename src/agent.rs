@@ -343,31 +343,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The runtime's cgroup driver wins over the configured one, as with
     // the kubelet: the two must agree on how cgroup parents are named.
     let mut settings = settings;
-    // Asked up to 3 times, 2 s apart, as the kubelet asks.
-    let mut driver = runtime.cgroup_driver().await;
-    for _ in 1..3 {
-        if driver.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        driver = runtime.cgroup_driver().await;
-    }
-    match driver {
-        Ok(Some(driver)) => {
-            if driver != settings.cgroup_driver {
-                info!(
-                    configured = settings.cgroup_driver,
-                    runtime = driver,
-                    "cgroup driver: the runtime's, not the configured one"
-                );
-            }
-            settings.cgroup_driver = driver.to_string();
-        }
-        Ok(None) => info!(
-            driver = settings.cgroup_driver,
-            "the runtime does not name its cgroup driver: the configured one"
-        ),
-        Err(e) => anyhow::bail!("container runtime's cgroup driver: {e}"),
+    if let Some(driver) = runtime_cgroup_driver(&runtime, &settings.cgroup_driver).await? {
+        settings.cgroup_driver = driver.to_string();
     }
     let runtime_version = format!(
         "{}://{}",
@@ -863,6 +840,41 @@ async fn reset_if_uninstalled(
     } else {
         info!(daemonset, read = ?now, "not an uninstall: pods left running for the next agent");
     }
+}
+
+/// The runtime's cgroup driver (CRI `RuntimeConfig`), asked up to 3 times
+/// 2 s apart as the kubelet asks; None when the runtime does not name one
+/// (`configured` stands then). A driver other than `configured` is said
+/// once.
+///
+/// # Errors
+/// The runtime did not answer the third time, or named an unknown driver.
+async fn runtime_cgroup_driver(
+    runtime: &Runtime,
+    configured: &str,
+) -> anyhow::Result<Option<&'static str>> {
+    let mut driver = runtime.cgroup_driver().await;
+    for _ in 1..3 {
+        if driver.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        driver = runtime.cgroup_driver().await;
+    }
+    match driver {
+        Ok(Some(driver)) if driver != configured => info!(
+            configured,
+            runtime = driver,
+            "cgroup driver: the runtime's, not the configured one"
+        ),
+        Ok(Some(_)) => {}
+        Ok(None) => info!(
+            driver = configured,
+            "the runtime does not name its cgroup driver: the configured one"
+        ),
+        Err(e) => anyhow::bail!("container runtime's cgroup driver: {e}"),
+    }
+    Ok(driver.ok().flatten())
 }
 
 /// The pod and QoS cgroups of `cgroupsPerQOS` (none when it is off), with

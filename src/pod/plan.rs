@@ -1621,55 +1621,41 @@ mod tests {
             backoff_since,
         };
         let waits = |p: &Plan| p.waiting.get("a").map(|w| w.message.clone());
+        // `p` holds the container back `secs`, or starts it as `step`.
+        let held = |p: &Plan, secs: u64| {
+            let message = waits(p).unwrap_or_default();
+            assert!(
+                message.starts_with(&format!("back-off {secs}s")),
+                "{:?}",
+                p.waiting
+            );
+        };
+        let starts = |p: &Plan, step: Step| {
+            assert_eq!(waits(p), None);
+            assert!(p.steps.contains(&step), "{:?}", p.steps);
+        };
         // Eight restarts of the old image: five minutes.
         let old7 = || made("c7", 7, 0, &old, 100);
-        let plan7 = go(&old, vec![old7(), made("c6", 6, 0, &old, 60)], 110);
-        assert!(
-            waits(&plan7).unwrap().starts_with("back-off 300s"),
-            "{:?}",
-            plan7.waiting
+        held(
+            &go(&old, vec![old7(), made("c6", 6, 0, &old, 60)], 110),
+            300,
         );
         // The image changed while it waited: at once, the series begun there.
-        let changed = go(&new, vec![old7()], 110);
-        assert_eq!(waits(&changed), None);
-        assert!(
-            changed.steps.contains(&started("a", 8, 7)),
-            "{:?}",
-            changed.steps
-        );
+        starts(&go(&new, vec![old7()], 110), started("a", 8, 7));
         // The new image's first failure waits 10 s, its second 20 s.
-        let first = go(&new, vec![made("c8", 8, 7, &new, 200), old7()], 200);
-        assert!(
-            waits(&first).unwrap().starts_with("back-off 10s"),
-            "{:?}",
-            first.waiting
+        held(
+            &go(&new, vec![made("c8", 8, 7, &new, 200), old7()], 200),
+            10,
         );
-        let second = go(
-            &new,
-            vec![made("c9", 9, 7, &new, 300), made("c8", 8, 7, &new, 200)],
-            305,
-        );
-        assert!(waits(&second).unwrap().starts_with("back-off 20s"));
+        let second = vec![made("c9", 9, 7, &new, 300), made("c8", 8, 7, &new, 200)];
+        held(&go(&new, second, 305), 20);
         // More than 10 minutes since the crash before: expired, at once, and
         // the next series counts from here.
-        let long = go(
-            &new,
-            vec![made("c9", 9, 7, &new, 900), made("c8", 8, 7, &new, 200)],
-            905,
-        );
-        assert_eq!(waits(&long), None);
-        assert!(
-            long.steps.contains(&started("a", 10, 9)),
-            "{:?}",
-            long.steps
-        );
+        let long = vec![made("c9", 9, 7, &new, 900), made("c8", 8, 7, &new, 200)];
+        starts(&go(&new, long, 905), started("a", 10, 9));
         // A container of an earlier agent (no back-off mark) counts from 0.
-        let legacy = go(
-            &new,
-            vec![made("c9", 9, 0, &new, 300), made("c8", 8, 0, &new, 280)],
-            305,
-        );
-        assert!(waits(&legacy).unwrap().starts_with("back-off 300s"));
+        let legacy = vec![made("c9", 9, 0, &new, 300), made("c8", 8, 0, &new, 280)];
+        held(&go(&new, legacy, 305), 300);
         let c = &super::super::spec::main_containers(&new)[0];
         assert_eq!(backoff_since(c, None, None, 0), 0);
     }
