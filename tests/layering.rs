@@ -33,8 +33,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "runtime client and gRPC servers",
-        &["cri", "proto", "grpc_socket"],
+        "clients of the runtime and of the host's service manager, gRPC servers",
+        &["cri", "systemd", "proto", "grpc_socket"],
     ),
     ("runtime's view of a pod", &["container"]),
     (
