@@ -1,7 +1,7 @@
 //! A fake API server behind a real `kube::Client`, for tests: it keeps Pods,
 //! ConfigMaps, Secrets, claims and volumes, Nodes and CSINodes in memory,
 //! answers the requests the pod worker and the plugin manager make as the
-//! API server does (merge patches of `pods/status` with the UID
+//! API server does (service account TokenRequests, merge patches of `pods/status` with the UID
 //! precondition and of Nodes, deletes with preconditions, `get`s, CSINode
 //! creates and replaces, Events), and records each request so a test can
 //! assert the exact API traffic. Anything else is answered 404 and recorded
@@ -41,6 +41,8 @@ struct State {
     objects: BTreeMap<(String, String, String), Value>,
     requests: Vec<Seen>,
     revision: u64,
+    /// TokenRequests still to be refused with 403 before tokens are issued.
+    tokens_refused: u32,
 }
 
 /// The fake API server; cheap to clone.
@@ -163,6 +165,12 @@ impl FakeApi {
         st.objects
             .get(&key)
             .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+
+    /// Refuses the next `n` TokenRequests with 403, as the API server's Node
+    /// authorizer does before it has seen the pod's binding.
+    pub fn refuse_tokens(&self, n: u32) {
+        lock(&self.0).tokens_refused = n;
     }
 
     /// Every request but Event writes, in order, drained.
@@ -335,6 +343,25 @@ impl FakeApi {
                 created["metadata"]["resourceVersion"] = json!(st.revision.to_string());
                 st.objects.insert(key, created.clone());
                 (StatusCode::CREATED, created)
+            }
+            ("POST", "serviceaccounts", "token") => {
+                if st.tokens_refused > 0 {
+                    st.tokens_refused -= 1;
+                    let message = format!(
+                        "serviceaccounts \"{name}\" is forbidden: no relationship found between node and this object"
+                    );
+                    return status(StatusCode::FORBIDDEN, "Forbidden", &message);
+                }
+                let seconds = body["spec"]["expirationSeconds"].as_i64().unwrap_or(3600);
+                let expires = k8s_openapi::jiff::Timestamp::now()
+                    .saturating_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds))
+                    .unwrap_or(k8s_openapi::jiff::Timestamp::MAX);
+                let mut issued = body.clone();
+                issued["status"] = json!({
+                    "token": format!("token-{}-{}", name, st.requests.len()),
+                    "expirationTimestamp": expires.round(k8s_openapi::jiff::Unit::Second).unwrap_or(expires).to_string(),
+                });
+                (StatusCode::CREATED, issued)
             }
             ("DELETE", "pods", "") => {
                 let Some(stored) = st.objects.get(&key) else {

@@ -3,7 +3,7 @@
 //! audience, expiration, pod), bound to the pod, kept in memory and requested
 //! again when 80 % of its lifetime has passed or it is 24 h old.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -20,6 +20,20 @@ use crate::redact::Redacted;
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Expiration asked for when the projection sets none (the API default, 1 h).
 pub const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
+
+/// The waits before each quick retry of a key's first TokenRequest that the
+/// API server refused (403): 20, 40, 80 and 160 ms, 300 ms in all. Right
+/// after a pod is bound, the Node authorizer may not yet have seen the
+/// binding, and refuses the node a token for the pod for some milliseconds;
+/// without these the pod would wait for the volume retry (500 ms, the
+/// kubelet's first mount retry). A key refused through all of them is
+/// retried only by the volume retry after that, one request per sync.
+pub const FIRST_REFUSAL_RETRIES: [Duration; 4] = [
+    Duration::from_millis(20),
+    Duration::from_millis(40),
+    Duration::from_millis(80),
+    Duration::from_millis(160),
+];
 
 /// What a token is requested for; also the cache key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -91,11 +105,16 @@ pub fn request(key: &TokenKey) -> TokenRequest {
 #[derive(Default)]
 pub struct TokenManager {
     tokens: Mutex<HashMap<TokenKey, IssuedToken>>,
+    /// Keys refused through all of [`FIRST_REFUSAL_RETRIES`] (until issued a
+    /// token or forgotten with their pod).
+    refused: Mutex<HashSet<TokenKey>>,
 }
 
 impl TokenManager {
     /// The token for `key`: the cached one while fresh, else a new one from
     /// `POST serviceaccounts/<sa>/token` (allowed to a node for pods bound to it).
+    /// A key's first request refused with 403 is sent again after each wait
+    /// of [`FIRST_REFUSAL_RETRIES`] while it is refused.
     ///
     /// # Errors
     /// [`Error::Api`] when the TokenRequest fails, [`Error::Payload`] when its
@@ -106,16 +125,32 @@ impl TokenManager {
             return Ok(t.token.expose().clone());
         }
         let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &key.namespace);
-        let tr = api
-            .create_token_request(&key.service_account, &PostParams::default(), &request(key))
-            .await
-            .map_err(|source| Error::Api {
-                what: format!(
-                    "request token for service account {:?}",
-                    key.service_account
-                ),
-                source,
-            })?;
+        let first = !lock(&self.refused).contains(key);
+        let mut waits = FIRST_REFUSAL_RETRIES.iter().filter(|_| first);
+        let tr = loop {
+            let sent = api
+                .create_token_request(&key.service_account, &PostParams::default(), &request(key))
+                .await;
+            match (sent, waits.next()) {
+                (Err(kube::Error::Api(s)), Some(wait)) if s.code == 403 => {
+                    tokio::time::sleep(*wait).await;
+                }
+                (Err(source), _) => {
+                    if first && matches!(&source, kube::Error::Api(s) if s.code == 403) {
+                        lock(&self.refused).insert(key.clone());
+                    }
+                    return Err(Error::Api {
+                        what: format!(
+                            "request token for service account {:?}",
+                            key.service_account
+                        ),
+                        source,
+                    });
+                }
+                (Ok(tr), _) => break tr,
+            }
+        };
+        lock(&self.refused).remove(key);
         let status = tr.status.unwrap_or_default();
         let (Some(token), Some(expires)) = (status.token, status.expiration_timestamp) else {
             return Err(Error::Payload(format!(
@@ -136,13 +171,16 @@ impl TokenManager {
     /// Forgets the tokens bound to the pod with UID `pod_uid`.
     pub fn forget_pod(&self, pod_uid: &str) {
         self.lock().retain(|k, _| k.pod_uid != pod_uid);
+        lock(&self.refused).retain(|k| k.pod_uid != pod_uid);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TokenKey, IssuedToken>> {
-        self.tokens
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.tokens)
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]
@@ -251,5 +289,68 @@ mod tests {
             ..key
         });
         assert!(none.spec.unwrap().audiences.is_none());
+    }
+
+    fn key(pod_uid: &str) -> TokenKey {
+        TokenKey {
+            namespace: "ns".into(),
+            service_account: "default".into(),
+            audience: None,
+            expiration_seconds: 3607,
+            pod_name: "web".into(),
+            pod_uid: pod_uid.into(),
+        }
+    }
+
+    /// The TokenRequests the fake API server received, drained.
+    fn token_requests(api: &crate::fake_api::FakeApi) -> usize {
+        let all = api.take_requests();
+        assert!(
+            all.iter()
+                .all(|r| r.line() == "POST /api/v1/namespaces/ns/serviceaccounts/default/token"),
+            "{all:?}"
+        );
+        all.len()
+    }
+
+    #[tokio::test]
+    async fn a_first_refusal_is_retried_quickly_until_the_token_is_issued() {
+        let api = crate::fake_api::FakeApi::default();
+        let tokens = TokenManager::default();
+        api.refuse_tokens(2);
+        let started = std::time::Instant::now();
+        let token = tokens.get(&api.client(), &key("u1")).await.unwrap();
+        assert!(token.starts_with("token-default-"), "{token}");
+        // Refused twice, issued on the third request, after 20 + 40 ms.
+        assert_eq!(token_requests(&api), 3);
+        assert!(started.elapsed() >= Duration::from_millis(60));
+        // Cached now: no request.
+        assert_eq!(tokens.get(&api.client(), &key("u1")).await.unwrap(), token);
+        assert_eq!(token_requests(&api), 0);
+    }
+
+    #[tokio::test]
+    async fn a_key_refused_through_the_quick_retries_is_then_asked_once_per_call() {
+        let api = crate::fake_api::FakeApi::default();
+        let tokens = TokenManager::default();
+        api.refuse_tokens(u32::MAX);
+        let err = tokens.get(&api.client(), &key("u1")).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Api { source: kube::Error::Api(s), .. } if s.code == 403),
+            "{err:?}"
+        );
+        assert_eq!(token_requests(&api), 1 + FIRST_REFUSAL_RETRIES.len());
+        // The same key again: one request, no quick retries.
+        tokens.get(&api.client(), &key("u1")).await.unwrap_err();
+        assert_eq!(token_requests(&api), 1);
+        // Another pod's key has its own quick retries.
+        tokens.get(&api.client(), &key("u2")).await.unwrap_err();
+        assert_eq!(token_requests(&api), 1 + FIRST_REFUSAL_RETRIES.len());
+        // Forgotten with its pod, the key starts over with quick retries.
+        tokens.forget_pod("u1");
+        api.refuse_tokens(1);
+        tokens.get(&api.client(), &key("u1")).await.unwrap();
+        assert_eq!(token_requests(&api), 2);
+        assert!(lock(&tokens.refused).iter().all(|k| k.pod_uid == "u2"));
     }
 }
