@@ -366,6 +366,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("create directory {}", dir.display()))?;
     }
+    // As the kubelet's setupDataDirs: volumes mounted by a driver's pod
+    // (Bidirectional propagation) reach the node only on a shared mount.
+    if crate::volume::mount::make_rshared(&settings.root_dir)
+        .with_context(|| format!("configure root directory {}", settings.root_dir.display()))?
+    {
+        info!(dir = %settings.root_dir.display(), "root directory made a shared mount");
+    }
 
     let node_cfg = NodeConfig {
         name: node_name.clone(),

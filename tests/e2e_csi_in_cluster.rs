@@ -82,6 +82,8 @@ spec:
 struct Deployed {
     manifest: String,
     namespace: Option<String>,
+    /// The driver's state directory, when the test made it a shared mount.
+    shared: Option<PathBuf>,
 }
 
 impl Drop for Deployed {
@@ -112,6 +114,9 @@ impl Drop for Deployed {
             &["delete", "-f", "-", "--ignore-not-found", "--wait=true"],
             &self.manifest,
         );
+        if let Some(state) = &self.shared {
+            let _ = rustlet::volume::mount::unmount_all_under(state);
+        }
     }
 }
 
@@ -127,10 +132,15 @@ async fn the_driver_deployed_in_the_cluster_serves_claims_of_both_modes() {
     let node = node_name();
     let state: PathBuf = local().join("e2e-csi-in-cluster");
     let text = manifest(&state);
+    // The driver mounts volumes there with Bidirectional propagation, which
+    // needs a shared mount: on a systemd host `/` is one; here it may not be.
+    std::fs::create_dir_all(&state).expect("the driver's state directory");
+    let made = rustlet::volume::mount::make_rshared(&state).expect("make the state dir shared");
     let (code, _, err) = kubectl(&["apply", "-f", "-"], &text);
     let mut deployed = Deployed {
         manifest: text,
         namespace: None,
+        shared: made.then(|| state.clone()),
     };
     assert_eq!(code, 0, "kubectl apply: {err}");
 

@@ -1,14 +1,15 @@
 //! Mounts of the node the volume plugins make and undo: tmpfs for memory-backed
-//! volumes, and the list of mount points under a pod's directory from
-//! `/proc/self/mountinfo` so teardown can unmount them before removing it
-//! (the kubelet's mount-utils, with the system calls through rustix).
+//! volumes, the list of mount points under a pod's directory from
+//! `/proc/self/mountinfo` so teardown can unmount them before removing it,
+//! and the agent's root directory made a shared mount (the kubelet's
+//! mount-utils and `MakeRShared`, with the system calls through rustix).
 
 use std::ffi::CString;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use rustix::mount::{MountFlags, UnmountFlags};
+use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 
 /// True when `dir` is a mount point: it is on another device than its parent.
 #[must_use]
@@ -99,6 +100,61 @@ pub fn unmount_all_under(dir: &Path) -> io::Result<usize> {
     Ok(points.len())
 }
 
+/// Whether `path` lies on a shared mount (peer group `shared:N`) in
+/// mountinfo `text`: the mount whose mount point is the longest prefix of
+/// `path`, the last listed of equals (the one on top); false when none is.
+/// As mount-utils' `isShared`.
+#[must_use]
+pub fn is_on_shared_mount(text: &str, path: &Path) -> bool {
+    let mut best: Option<(usize, bool)> = None;
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(point) = fields.get(4).map(|f| PathBuf::from(unescape(f))) else {
+            continue;
+        };
+        if !path.starts_with(&point) {
+            continue;
+        }
+        // The optional fields run from the 7th to the "-" separator.
+        let shared = fields
+            .iter()
+            .skip(6)
+            .take_while(|f| **f != "-")
+            .any(|f| f.starts_with("shared:"));
+        let depth = point.components().count();
+        if best.is_none_or(|(d, _)| depth >= d) {
+            best = Some((depth, shared));
+        }
+    }
+    best.is_some_and(|(_, shared)| shared)
+}
+
+/// Makes `dir` (an existing directory) a recursively shared mount unless it
+/// already lies on a shared one, as the kubelet's `setupDataDirs` makes its
+/// root directory (`MakeRShared`): bind-mounted onto itself, then
+/// `MS_SHARED | MS_REC`. Volumes a CSI driver mounts from its pod
+/// (`mountPropagation: Bidirectional`) reach the node, and the agent's
+/// mounts reach the driver, only through a shared mount. Returns whether it
+/// mounted.
+///
+/// # Errors
+/// Reading mountinfo, resolving `dir`, or a `mount(2)` error (needs
+/// `CAP_SYS_ADMIN`).
+pub fn make_rshared(dir: &Path) -> io::Result<bool> {
+    let dir = std::fs::canonicalize(dir)?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
+    if is_on_shared_mount(&text, &dir) {
+        return Ok(false);
+    }
+    let failed = |what: &str, e: rustix::io::Errno| {
+        io::Error::new(e.kind(), format!("{what} {}: {e}", dir.display()))
+    };
+    rustix::mount::mount_bind(&dir, &dir).map_err(|e| failed("bind-mount", e))?;
+    let shared = MountPropagationFlags::SHARED | MountPropagationFlags::REC;
+    rustix::mount::mount_change(&dir, shared).map_err(|e| failed("make shared", e))?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +186,52 @@ mod tests {
         assert!(is_mount_point(Path::new("/proc")));
         let dir = tempfile::tempdir().unwrap();
         assert!(!is_mount_point(dir.path()));
+    }
+
+    #[test]
+    fn shared_mounts_are_found_by_the_longest_mount_point_over_the_path() {
+        let text = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
+30 22 8:1 /x /var/lib/private rw master:1 - ext4 /dev/vda rw
+31 22 8:1 /y /var/lib/both rw shared:7 master:1 - ext4 /dev/vda rw
+32 31 8:1 /z /var/lib/both rw - ext4 /dev/vda rw
+";
+        let shared = |p: &str| is_on_shared_mount(text, Path::new(p));
+        assert!(shared("/var/lib/kubelet"));
+        assert!(!shared("/var/lib/private/pods"));
+        // Prefixes count by whole components.
+        assert!(shared("/var/lib/privatex"));
+        // The last mount on a point is the one on top.
+        assert!(!shared("/var/lib/both/pods"));
+        let private_root = "22 1 8:1 / / rw,relatime - ext4 /dev/vda rw\n";
+        assert!(!is_on_shared_mount(
+            private_root,
+            Path::new("/var/lib/kubelet")
+        ));
+        assert!(!is_on_shared_mount("", Path::new("/")));
+        // Lines too short to hold a mount point are skipped.
+        assert!(!is_on_shared_mount("1 2 3\n", Path::new("/")));
+    }
+
+    /// Needs root (`CAP_SYS_ADMIN`), as the agent.
+    #[test]
+    fn a_root_directory_on_a_private_mount_is_made_rshared_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = std::fs::canonicalize(dir.path()).unwrap();
+        // A private mount of its own first: the state of a fresh host's `/`.
+        rustix::mount::mount_bind(&path, &path).unwrap();
+        rustix::mount::mount_change(&path, MountPropagationFlags::PRIVATE).unwrap();
+        let on_shared = || {
+            let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+            is_on_shared_mount(&text, &path.join("pods"))
+        };
+        assert!(!on_shared());
+        let mounted = make_rshared(&path);
+        let shared_now = on_shared();
+        let again = make_rshared(&path);
+        let _ = unmount_all_under(&path);
+        assert!(mounted.unwrap());
+        assert!(shared_now);
+        assert!(!again.unwrap(), "already shared: nothing to do");
     }
 }
