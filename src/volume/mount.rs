@@ -67,14 +67,21 @@ fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Each line of mountinfo `text` with a mount point (its 5th field,
+/// unescaped), and the line's fields.
+fn entries(text: &str) -> impl Iterator<Item = (PathBuf, std::str::Split<'_, char>)> {
+    text.lines().filter_map(|l| {
+        let point = l.split(' ').nth(4)?;
+        Some((PathBuf::from(unescape(point)), l.split(' ')))
+    })
+}
+
 /// The mount points listed in mountinfo `text` that are `dir` or under it,
 /// deepest first (the order to unmount them in).
 #[must_use]
 pub fn mounts_under(text: &str, dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = text
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|f| PathBuf::from(unescape(f)))
+    let mut found: Vec<PathBuf> = entries(text)
+        .map(|(point, _)| point)
         .filter(|p| p.starts_with(dir))
         .collect();
     found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
@@ -107,19 +114,14 @@ pub fn unmount_all_under(dir: &Path) -> io::Result<usize> {
 #[must_use]
 pub fn is_on_shared_mount(text: &str, path: &Path) -> bool {
     let mut best: Option<(usize, bool)> = None;
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(point) = fields.get(4).map(|f| PathBuf::from(unescape(f))) else {
-            continue;
-        };
+    for (point, fields) in entries(text) {
         if !path.starts_with(&point) {
             continue;
         }
         // The optional fields run from the 7th to the "-" separator.
         let shared = fields
-            .iter()
             .skip(6)
-            .take_while(|f| **f != "-")
+            .take_while(|f| *f != "-")
             .any(|f| f.starts_with("shared:"));
         let depth = point.components().count();
         if best.is_none_or(|(d, _)| depth >= d) {

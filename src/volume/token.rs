@@ -121,7 +121,10 @@ impl TokenManager {
     /// answer carries no token.
     pub async fn get(&self, client: &Client, key: &TokenKey) -> Result<String> {
         let now = Timestamp::now();
-        if let Some(t) = self.lock().get(key).filter(|t| !requires_refresh(t, now)) {
+        if let Some(t) = lock(&self.tokens)
+            .get(key)
+            .filter(|t| !requires_refresh(t, now))
+        {
             return Ok(t.token.expose().clone());
         }
         let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &key.namespace);
@@ -131,12 +134,16 @@ impl TokenManager {
             let sent = api
                 .create_token_request(&key.service_account, &PostParams::default(), &request(key))
                 .await;
-            match (sent, waits.next()) {
-                (Err(kube::Error::Api(s)), Some(wait)) if s.code == 403 => {
+            match sent {
+                Ok(tr) => break tr,
+                Err(e)
+                    if refused(&e)
+                        && let Some(wait) = waits.next() =>
+                {
                     tokio::time::sleep(*wait).await;
                 }
-                (Err(source), _) => {
-                    if first && matches!(&source, kube::Error::Api(s) if s.code == 403) {
+                Err(source) => {
+                    if first && refused(&source) {
                         lock(&self.refused).insert(key.clone());
                     }
                     return Err(Error::Api {
@@ -147,7 +154,6 @@ impl TokenManager {
                         source,
                     });
                 }
-                (Ok(tr), _) => break tr,
             }
         };
         lock(&self.refused).remove(key);
@@ -164,19 +170,20 @@ impl TokenManager {
             expires: expires.0,
             expiration_seconds: granted.unwrap_or(key.expiration_seconds),
         };
-        self.lock().insert(key.clone(), issued);
+        lock(&self.tokens).insert(key.clone(), issued);
         Ok(token)
     }
 
     /// Forgets the tokens bound to the pod with UID `pod_uid`.
     pub fn forget_pod(&self, pod_uid: &str) {
-        self.lock().retain(|k, _| k.pod_uid != pod_uid);
+        lock(&self.tokens).retain(|k, _| k.pod_uid != pod_uid);
         lock(&self.refused).retain(|k| k.pod_uid != pod_uid);
     }
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TokenKey, IssuedToken>> {
-        lock(&self.tokens)
-    }
+/// Whether the API server refused the request (403).
+fn refused(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
