@@ -1693,3 +1693,78 @@ async fn a_sidecar_exiting_under_restart_all_containers_restarts_the_whole_pod_t
     assert_eq!(running(&n), ["sidecar/1", "source/1", "regular/1"]);
     assert_eq!(n.status("web").phase.as_deref(), Some("Running"));
 }
+
+/// After a restart of all containers in place, the container GC (one dead
+/// instance kept per container) removes the regular init container's first
+/// run: its status keeps its restart count, and loses its last state, as
+/// the kubelet's `convertToAPIContainerStatuses` shows an init container
+/// with one record left; the others keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_container_gc_after_a_restart_of_all_containers_keeps_every_restart_count() {
+    let mut n = Node::start().await;
+    let mut p = pod("web")
+        .restart_policy("Never")
+        .init_container("init", IMAGE)
+        .sidecar("sidecar", IMAGE)
+        .container("source", IMAGE)
+        .container("regular", IMAGE)
+        .build();
+    if let Some(spec) = p.spec.as_mut() {
+        let source = &mut spec.containers[0];
+        source.restart_policy = Some("Never".into());
+        source.restart_policy_rules =
+            Some(vec![k8s_openapi::api::core::v1::ContainerRestartRule {
+                action: "RestartAllContainers".into(),
+                exit_codes: Some(
+                    k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes {
+                        operator: "In".into(),
+                        values: Some(vec![42]),
+                    },
+                ),
+            }]);
+    }
+    let web = n.bind(p);
+    let uid = web.metadata.uid.clone().unwrap_or_default();
+    for _ in 0..6 {
+        n.sync_watched("web").await;
+        n.cri.exit_named(&uid, "init", 0);
+    }
+    n.cri.exit_named(&uid, "source", 42);
+    for _ in 0..8 {
+        n.sync_watched("web").await;
+        n.cri.exit_named(&uid, "init", 0);
+    }
+    // (name, restart count, a terminated last state) of every container.
+    let shown = |st: &PodStatus| {
+        st.init_container_statuses
+            .iter()
+            .flatten()
+            .chain(st.container_statuses.iter().flatten())
+            .map(|c| {
+                let last = c
+                    .last_state
+                    .as_ref()
+                    .is_some_and(|s| s.terminated.is_some());
+                (c.name.clone(), c.restart_count, last)
+            })
+            .collect::<Vec<_>>()
+    };
+    let every = |init_last: bool| {
+        vec![
+            ("init".to_string(), 1, init_last),
+            ("sidecar".to_string(), 1, true),
+            ("source".to_string(), 1, true),
+            ("regular".to_string(), 1, true),
+        ]
+    };
+    assert_eq!(shown(&n.status("web")), every(true));
+    let runtime = n.cri.client(Duration::from_secs(10)).await.expect("client");
+    let links = n.dir.path().join("links");
+    let policy = crate::container_gc::Policy::default();
+    let collected = crate::container_gc::collect(&runtime, policy, i64::MAX, |_| false, &links)
+        .await
+        .expect("collect");
+    assert_eq!(collected.containers, 1, "the init container's first run");
+    n.sync_watched("web").await;
+    assert_eq!(shown(&n.status("web")), every(false));
+}
