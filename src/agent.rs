@@ -214,9 +214,10 @@ pub fn settings(args: &RunArgs) -> anyhow::Result<Settings> {
 }
 
 /// The API client configuration: `--kubeconfig`, else the in-cluster one,
-/// else `$KUBECONFIG` or `~/.kube/config`.
+/// else `$KUBECONFIG` or `~/.kube/config`; its requests carry the agent's
+/// `User-Agent` ([`crate::user_agent`]).
 async fn kube_config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
-    Ok(match kubeconfig {
+    let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
                 .with_context(|| format!("read kubeconfig {}", path.display()))?;
@@ -232,7 +233,8 @@ async fn kube_config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> 
                     "no in-cluster config and no usable kubeconfig ($KUBECONFIG or ~/.kube/config)",
                 )?,
         },
-    })
+    };
+    Ok(crate::with_user_agent(config))
 }
 
 fn hostname() -> String {

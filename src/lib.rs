@@ -55,3 +55,38 @@ pub const KUBERNETES_VERSION: &str = "v1.37.0";
 pub fn node_version() -> String {
     format!("{KUBERNETES_VERSION}+rustlet-{}", env!("CARGO_PKG_VERSION"))
 }
+
+/// The `User-Agent` of the agent's API requests, in client-go's form
+/// `<command>/<version> (<os>/<arch>)` (the kubelet's is `kubelet/v1.37.0
+/// (linux/amd64) kubernetes/<commit>`): `rustlet/<`[`node_version`]`>
+/// (linux/amd64)`, the architecture in Go's names. The API server names the
+/// agent's field manager after what comes before the first `/` (`rustlet`,
+/// in `managedFields`), and its audit log shows the whole.
+#[must_use]
+pub fn user_agent() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    };
+    format!(
+        "rustlet/{} ({}/{arch})",
+        node_version(),
+        std::env::consts::OS
+    )
+}
+
+/// `config` with [`user_agent`] as the `User-Agent` of every request of a
+/// client built from it (in place of any other).
+#[must_use]
+pub fn with_user_agent(mut config: kube::Config) -> kube::Config {
+    if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {
+        config
+            .headers
+            .retain(|(name, _)| name != http::header::USER_AGENT);
+        config.headers.push((http::header::USER_AGENT, value));
+    }
+    config
+}

@@ -180,3 +180,86 @@ fn delete_nodes_with_an_unreadable_kubeconfig_is_one_line_and_exit_1() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
 }
+
+/// `delete-nodes` against a mock API server that asserts each request: the
+/// nodes of the selector are listed, then each is deleted, every request
+/// with the agent's `User-Agent`.
+#[test]
+fn delete_nodes_lists_then_deletes_with_the_agents_user_agent() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        // One request per connection: every answer closes it.
+        for answer in [
+            r#"{"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"n1"}}]}"#,
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success"}"#,
+        ] {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let request = line.trim_end().to_string();
+            let (mut agent, mut length) = (String::new(), 0usize);
+            loop {
+                let mut header = String::new();
+                reader.read_line(&mut header).unwrap();
+                let header = header.trim_end();
+                if header.is_empty() {
+                    break;
+                }
+                let (name, value) = header.split_once(':').unwrap();
+                match name.to_ascii_lowercase().as_str() {
+                    "user-agent" => agent = value.trim().to_string(),
+                    "content-length" => length = value.trim().parse().unwrap(),
+                    _ => {}
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let mut stream = stream;
+            write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                answer.len()
+            )
+            .unwrap();
+            seen.push((request, agent));
+        }
+        seen
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\n\
+             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
+        ),
+    )
+    .unwrap();
+    let (code, err) = rustlet(&[
+        "delete-nodes",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--selector",
+        "rustlet.dev/companion=true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let seen = server.join().unwrap();
+    let requests: Vec<&str> = seen.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(
+        requests,
+        [
+            "GET /api/v1/nodes?&labelSelector=rustlet.dev%2Fcompanion%3Dtrue HTTP/1.1",
+            "DELETE /api/v1/nodes/n1? HTTP/1.1",
+        ]
+    );
+    let want = rustlet::user_agent();
+    assert!(want.starts_with("rustlet/v1."), "{want}");
+    assert!(want.contains(" (linux/"), "{want}");
+    for (request, agent) in &seen {
+        assert_eq!(agent, &want, "{request}");
+    }
+}

@@ -124,6 +124,25 @@ async fn pod_runs_logs_and_is_deleted_cleanly() {
         "hostIP is the node's InternalIP"
     );
     assert_eq!(st.qos_class.as_deref(), Some("BestEffort"));
+    // The status is written under the agent's name: the API server names
+    // the field manager after the User-Agent, as `kubelet` for the kubelet.
+    let status_writers: Vec<&str> = running
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.subresource.as_deref() == Some("status"))
+        .filter_map(|m| m.manager.as_deref())
+        .collect();
+    assert!(
+        !status_writers.is_empty(),
+        "{:?}",
+        running.metadata.managed_fields
+    );
+    assert!(
+        status_writers.iter().all(|m| *m == "rustlet"),
+        "{status_writers:?}"
+    );
     let cs = container_status(&running);
     assert!(cs.ready && cs.state.unwrap().running.is_some());
     assert!(cs.container_id.unwrap().starts_with("containerd://"));

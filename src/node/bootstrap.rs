@@ -227,7 +227,8 @@ impl Pending {
             kube::Config::from_custom_kubeconfig(source.clone(), &KubeConfigOptions::default())
                 .await
                 .map_err(|e| bad(e.to_string()))?;
-        let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
+        let client = kube::Client::try_from(crate::with_user_agent(config))
+            .map_err(|e| bad(e.to_string()))?;
         Ok(Self {
             path: bootstrap.to_path_buf(),
             source,
@@ -277,7 +278,7 @@ impl Pending {
                     message: e.to_string(),
                 })?;
         config.auth_info = AuthInfo::default();
-        Ok(config)
+        Ok(crate::with_user_agent(config))
     }
 
     /// A valid certificate already in the store (`kubelet-client-current.pem`),
