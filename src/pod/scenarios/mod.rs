@@ -1702,27 +1702,14 @@ async fn a_sidecar_exiting_under_restart_all_containers_restarts_the_whole_pod_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_container_gc_after_a_restart_of_all_containers_keeps_every_restart_count() {
     let mut n = Node::start().await;
-    let mut p = pod("web")
+    let p = pod("web")
         .restart_policy("Never")
         .init_container("init", IMAGE)
         .sidecar("sidecar", IMAGE)
         .container("source", IMAGE)
+        .container_restart("Never", &[("RestartAllContainers", "In", &[42])])
         .container("regular", IMAGE)
         .build();
-    if let Some(spec) = p.spec.as_mut() {
-        let source = &mut spec.containers[0];
-        source.restart_policy = Some("Never".into());
-        source.restart_policy_rules =
-            Some(vec![k8s_openapi::api::core::v1::ContainerRestartRule {
-                action: "RestartAllContainers".into(),
-                exit_codes: Some(
-                    k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes {
-                        operator: "In".into(),
-                        values: Some(vec![42]),
-                    },
-                ),
-            }]);
-    }
     let web = n.bind(p);
     let uid = web.metadata.uid.clone().unwrap_or_default();
     for _ in 0..6 {
