@@ -59,22 +59,17 @@ pub fn node_version() -> String {
 /// The `User-Agent` of the agent's API requests, in client-go's form
 /// `<command>/<version> (<os>/<arch>)` (the kubelet's is `kubelet/v1.37.0
 /// (linux/amd64) kubernetes/<commit>`): `rustlet/<`[`node_version`]`>
-/// (linux/amd64)`, the architecture in Go's names. The API server names the
-/// agent's field manager after what comes before the first `/` (`rustlet`,
-/// in `managedFields`), and its audit log shows the whole.
+/// (linux/amd64)`, the architecture as the Node reports it
+/// ([`node::info::go_arch`]). The API server names the agent's field manager
+/// after what comes before the first `/` (`rustlet`, in `managedFields`), and
+/// its audit log shows the whole.
 #[must_use]
 pub fn user_agent() -> String {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        "powerpc64" => "ppc64le",
-        other => other,
-    };
     format!(
-        "rustlet/{} ({}/{arch})",
+        "rustlet/{} ({}/{})",
         node_version(),
-        std::env::consts::OS
+        std::env::consts::OS,
+        node::info::go_arch()
     )
 }
 

@@ -17,10 +17,17 @@ fn rustlet(args: &[&str]) -> (i32, String) {
 
 /// Writes a kubeconfig with a token user for a server nothing listens on.
 fn write_token_kubeconfig(path: &std::path::Path) {
+    write_kubeconfig(path, "https://127.0.0.1:1");
+}
+
+/// Writes a kubeconfig with a token user for the API server at `server`.
+fn write_kubeconfig(path: &std::path::Path, server: &str) {
     std::fs::write(
         path,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\n\
-         users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: '{server}'}}\n\
+             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
+        ),
     )
     .unwrap();
 }
@@ -186,59 +193,42 @@ fn delete_nodes_with_an_unreadable_kubeconfig_is_one_line_and_exit_1() {
 /// with the agent's `User-Agent`.
 #[test]
 fn delete_nodes_lists_then_deletes_with_the_agents_user_agent() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    use std::sync::{Arc, Mutex};
+    let seen = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
     let port = listener.local_addr().unwrap().port();
-    let server = std::thread::spawn(move || {
-        let mut seen = Vec::new();
-        // One request per connection: every answer closes it.
-        for answer in [
-            r#"{"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"n1"}}]}"#,
-            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success"}"#,
-        ] {
-            let (stream, _) = listener.accept().unwrap();
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            let request = line.trim_end().to_string();
-            let (mut agent, mut length) = (String::new(), 0usize);
-            loop {
-                let mut header = String::new();
-                reader.read_line(&mut header).unwrap();
-                let header = header.trim_end();
-                if header.is_empty() {
-                    break;
-                }
-                let (name, value) = header.split_once(':').unwrap();
-                match name.to_ascii_lowercase().as_str() {
-                    "user-agent" => agent = value.trim().to_string(),
-                    "content-length" => length = value.trim().parse().unwrap(),
-                    _ => {}
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
-            let mut stream = stream;
-            write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
-                answer.len()
-            )
-            .unwrap();
-            seen.push((request, agent));
+    let log = seen.clone();
+    rt.spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let log = log.clone();
+            let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
+                let agent = req
+                    .headers()
+                    .get(hyper::header::USER_AGENT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                let line = format!("{} {}", req.method(), req.uri());
+                let answer = if req.method() == hyper::Method::GET {
+                    r#"{"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"n1"}}]}"#
+                } else {
+                    r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success"}"#
+                };
+                log.lock().unwrap().push((line, agent));
+                let body = http_body_util::Full::new(bytes::Bytes::from(answer));
+                async move { Ok::<_, std::convert::Infallible>(hyper::Response::new(body)) }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
         }
-        seen
     });
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\n\
-             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
-        ),
-    )
-    .unwrap();
+    write_kubeconfig(&kubeconfig, &format!("http://127.0.0.1:{port}"));
     let (code, err) = rustlet(&[
         "delete-nodes",
         "--kubeconfig",
@@ -247,13 +237,13 @@ fn delete_nodes_lists_then_deletes_with_the_agents_user_agent() {
         "rustlet.dev/companion=true",
     ]);
     assert_eq!(code, 0, "{err}");
-    let seen = server.join().unwrap();
+    let seen = seen.lock().unwrap().clone();
     let requests: Vec<&str> = seen.iter().map(|(r, _)| r.as_str()).collect();
     assert_eq!(
         requests,
         [
-            "GET /api/v1/nodes?&labelSelector=rustlet.dev%2Fcompanion%3Dtrue HTTP/1.1",
-            "DELETE /api/v1/nodes/n1? HTTP/1.1",
+            "GET /api/v1/nodes?&labelSelector=rustlet.dev%2Fcompanion%3Dtrue",
+            "DELETE /api/v1/nodes/n1?",
         ]
     );
     let want = rustlet::user_agent();
