@@ -21,6 +21,12 @@
 # `helm` (not part of `all`) builds the helm CLI the chart is checked with.
 # `kind` (not part of `all`) builds kind, kubeadm, kubectl and etcd's own
 # command line (_output/bin/kind-node/etcd) for hack/kind-e2e.sh.
+#
+# Each target's binaries are kept outside the checkout, in
+# $RUSTLET_CACHE/bin/<target>-<key> (default ~/.cache/rustlet), keyed by what
+# builds them: the Go toolchain, the modules and sources under tests/cluster
+# and this script. A clean clone at a new path (as CI's) copies them from
+# there instead of building them again; a change to any input builds anew.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -202,20 +208,50 @@ build_csi() {
     ./cmd/csi-registrar ./cmd/podresources-client)
 }
 
+cache=${RUSTLET_CACHE:-${HOME:-/root}/.cache/rustlet}/bin
+# The key of every target's inputs (computed once, on first use).
+inputs_key=''
+key_of_inputs() {
+  [[ -z $inputs_key ]] || return 0
+  inputs_key=$( {
+    go version
+    uname -m
+    echo "${GOFLAGS:-}"
+    sha256sum hack/build-cluster.sh hack/lib.sh
+    find tests/cluster -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+  } | sha256sum | cut -c1-16)
+}
+
+# cached TARGET: TARGET's binaries from the cache when it has them for these
+# inputs; otherwise built by build_TARGET into a directory of their own, kept
+# in the cache and copied into _output/bin.
+cached() {
+  local target=$1 fn=build_${1//-/_}
+  key_of_inputs
+  local dir=$cache/$target-$inputs_key
+  if [[ -f $dir.done ]]; then
+    log "$target: from the cache (${dir/#"${HOME:-/root}"/\~})"
+    cp -a --reflink=auto "$dir/." "$bin/"
+    return 0
+  fi
+  mkdir -p "$cache"
+  local stage
+  stage=$(mktemp -d "$cache/.build-$target.XXXXXX")
+  if ! (bin=$stage && "$fn"); then
+    rm -rf "$stage"
+    return 1
+  fi
+  cp -a --reflink=auto "$stage/." "$bin/"
+  # Older builds of this target go: each may be hundreds of megabytes.
+  local k16=????????????????
+  rm -rf "$cache/$target"-$k16 "$cache/$target"-$k16.done "$dir"
+  mv "$stage" "$dir"
+  touch "$dir.done"
+}
+
 case "$what" in
-  all) build_k8s; build_containerd; build_agnhost; build_images; build_busybox; build_registry ;;
-  k8s) build_k8s ;;
-  containerd) build_containerd ;;
-  agnhost) build_agnhost ;;
-  images) build_images ;;
-  busybox) build_busybox ;;
-  registry) build_registry ;;
-  e2e) build_e2e ;;
-  e2e-node) build_e2e_node ;;
-  ginkgo) build_ginkgo ;;
-  metrics-server) build_metrics_server ;;
-  helm) build_helm ;;
-  kind) build_kind ;;
-  csi) build_csi ;;
+  all) for t in k8s containerd agnhost images busybox registry; do cached "$t"; done ;;
+  k8s | containerd | agnhost | images | busybox | registry | e2e | e2e-node | ginkgo | metrics-server | helm | kind | csi)
+    cached "$what" ;;
   *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind|csi)" >&2; exit 2 ;;
 esac

@@ -13,8 +13,10 @@
 #
 # Docker: the daemon `docker info` reaches (DOCKER_HOST, or the default
 # socket) when there is one. Otherwise this script starts Debian's dockerd
-# (`apt-get install docker.io` when it is missing) with a socket, data and
-# state of its own under _output/kind/, no iptables rules and no default
+# (`apt-get install docker.io` when it is missing) with a socket and state
+# of its own under _output/kind/ and its data (the images) under
+# $RUSTLET_CACHE/kind/docker (default ~/.cache/rustlet), outside the
+# checkout, so that a clean clone finds the images built before; no iptables rules and no default
 # bridge, and stops it at the end with the network kind made: the host's
 # firewall, bridges and FORWARD policy are left as they were. When this
 # host's capability bounding set lacks capabilities that a `--privileged`
@@ -37,7 +39,9 @@
 #     and pause from registry.k8s.io).
 # The cluster runs without kube-proxy and CoreDNS (no images of them are
 # built here; the chart needs neither) and with a ptp CNI configuration in
-# place of kindnetd. Both images are rebuilt only when their inputs change.
+# place of kindnetd. Both images are rebuilt only when their inputs change
+# (their contents, not their paths or times); the Debian root is kept in
+# $RUSTLET_CACHE/kind too.
 #
 # Before the chart, the systemd cgroup driver's test runs on the kind node,
 # against the node's systemd and containerd (cgroups::tests, ignored
@@ -62,6 +66,7 @@ while (($#)); do
 done
 
 KIND_DIR=$ROOT/_output/kind
+KIND_CACHE=${RUSTLET_CACHE:-${HOME:-/root}/.cache/rustlet}/kind
 CLUSTER=rustlet-e2e
 KIND=$BIN/kind
 K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$ROOT/tests/cluster/go.mod")
@@ -70,7 +75,7 @@ SUITE=bookworm
 # open-iscsi and fuse-overlayfs, which nothing here uses, plus Debian's runc
 # and CNI plugins, which kind's Dockerfile builds from source.
 PACKAGES=systemd,systemd-sysv,dbus,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps,runc,containernetworking-plugins
-mkdir -p "$KIND_DIR"
+mkdir -p "$KIND_DIR" "$KIND_CACHE"
 # The capabilities Docker gives a --privileged container are all it knows;
 # CAP_SYS_RESOURCE is the one sandboxes drop. Without it, no process on this
 # host may lower its OOM score, which containerd does for every pod.
@@ -87,7 +92,7 @@ start_dockerd() {
       { tail -20 "$KIND_DIR/apt.log" >&2; die "apt-get install docker.io failed"; }
   }
   need_cmd docker "the docker CLI (Debian package docker.io)"
-  local args=(--host "unix://$KIND_DIR/docker.sock" --data-root "$KIND_DIR/docker" --exec-root "$KIND_DIR/run"
+  local args=(--host "unix://$KIND_DIR/docker.sock" --data-root "$KIND_CACHE/docker" --exec-root "$KIND_DIR/run"
     --pidfile "$KIND_DIR/dockerd.pid" --iptables=false --ip-masq=false --bridge=none)
   if ! $sys_resource; then
     log "the capability bounding set lacks CAP_SYS_RESOURCE: containers run through hack/kind/runc-keep-caps"
@@ -154,14 +159,14 @@ etcd_image=$KIND_DIR/etcd-kubeadm.tar
     --add "$BIN/kind-node/etcd=/usr/local/bin/etcd" --dir /tmp --dir /var/lib/etcd \
     --env PATH=/usr/local/bin:/usr/bin:/bin --entrypoint '["/usr/local/bin/etcd"]' >/dev/null
 
-# key FILE...: a short digest of the files' names, sizes and mtimes.
-key() { stat -L -c '%n %s %Y' "$@" | sha256sum | cut -c1-12; }
+# key FILE...: a short digest of the files' contents.
+key() { sha256sum "$@" | awk '{ print $1 }' | sha256sum | cut -c1-12; }
 
 kind_module=$(cd "$ROOT/tests/cluster/kind" && go list -m -f '{{.Dir}}' sigs.k8s.io/kind)
 KIND_FILES=$kind_module/images/base/files
 
 # The Debian root, kept while the suite and packages are the same.
-rootfs=$KIND_DIR/rootfs-$SUITE
+rootfs=$KIND_CACHE/rootfs-$SUITE
 if [[ ! -f $rootfs.packages || $(<"$rootfs.packages") != "$PACKAGES" ]]; then
   command -v debootstrap >/dev/null 2>&1 || {
     log "installing Debian's debootstrap"
@@ -178,7 +183,8 @@ fi
 # The base image: what kind's images/base/Dockerfile puts in, on that root.
 base_key=$( {
   echo "$PACKAGES $sys_resource"
-  find "$KIND_FILES" "$ROOT/hack/kind-e2e.sh" -type f -printf '%p %s %T@\n' | sort
+  (cd "$KIND_FILES" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
+  key "$ROOT/hack/kind-e2e.sh"
   key "$BIN/containerd" "$BIN/containerd-shim-runc-v2" "$BIN/ctr"
 } | sha256sum | cut -c1-12)
 BASE_IMAGE=rustlet.dev/kind-base:$SUITE-$base_key

@@ -37,9 +37,11 @@ CLUSTER_CIDR=10.244.0.0/16
 NODE_NAME=${NODE_NAME:-local-node}
 ADMIN_KUBECONFIG=$LOCAL/admin.kubeconfig
 NODE_KUBECONFIG=$LOCAL/node.kubeconfig
-# One build directory per checkout, kept across runs: two checkouts sharing
-# one would swap each other's uplifted binaries (target/debug/rustlet).
-CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/rustlet/target-$(printf %s "$ROOT" | sha256sum | cut -c1-8)}
+# One build directory for every checkout, kept across runs, so that a clean
+# clone at a new path (as CI's) reuses the dependencies' builds. Two
+# checkouts building at the same time would swap each other's uplifted
+# binaries (target/debug/rustlet): give one of them its own CARGO_TARGET_DIR.
+CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/rustlet/target}
 # Debian packages unpacked (not installed) for the local images, by
 # hack/install-deps.sh: _output/debs/<package>/.
 DEBS=$ROOT/_output/debs

@@ -56,7 +56,7 @@
 # Environment: NODE_NAME (default local-node), NODE_IP (default 10.88.0.1, the
 # pod bridge's address: the kubelet refuses a loopback node IP and the API
 # server will not proxy to one), CARGO_TARGET_DIR (default
-# ~/.cache/rustlet/target-<hash of the checkout path>), RUSTLET_PROFILE (debug or release, default debug:
+# ~/.cache/rustlet/target), RUSTLET_PROFILE (debug or release, default debug:
 # the cargo profile rustlet is built with), RUSTLET_BIN (a rustlet binary to
 # run instead of building one, e.g. the one a conformance sitting pinned),
 # RUSTLET_CONFIG (a KubeletConfiguration file rustlet reads with --config

@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, checks formatting and lints, runs
-# the unit tests, builds the local cluster, checks the Helm chart (helm lint
-# and template), runs the cluster smoke test with the
-# upstream kubelet, the end-to-end tests with rustlet as the node agent, the
-# self-hosted cluster's test (the control plane as rustlet's static pods), the
-# Helm chart on a cluster with the kubelet as host agent and on kind, then a
-# small subset of the upstream [NodeConformance] tests (hack/conformance-ci.txt)
-# and two of the upstream storage tests on the CSI test driver
-# (hack/conformance-ci-csi.txt) with rustlet.
+# The test command: installs what is missing, checks formatting, builds every
+# Rust target, lints, runs the unit tests, builds the local cluster, checks
+# the Helm chart (helm lint and template), runs the cluster smoke test with
+# the upstream kubelet, the end-to-end tests with rustlet as the node agent
+# (hack/test-e2e.sh), the self-hosted cluster's test (the control plane as
+# rustlet's static pods), the Helm chart on a cluster with the kubelet as
+# host agent and on kind, then a small subset of the upstream
+# [NodeConformance] tests (hack/conformance-ci.txt) and two of the upstream
+# storage tests on the CSI test driver (hack/conformance-ci-csi.txt) with
+# rustlet.
 #
 #   hack/test.sh [--quick]     (--quick: format, lints and unit tests only)
 #
-# Ends with one line "N passed, M failed"; exits non-zero if anything failed.
+# Each step has a time limit; a failed build skips the steps that need it
+# (each counted as failed, with the reason); every cluster is taken down at
+# the end, whatever stopped the run. Builds come from the caches outside the
+# checkout when their inputs are unchanged (hack/lib.sh: the Rust target
+# directory; hack/build-cluster.sh: the Go binaries). A row per step is
+# printed as it ends, and the table of every step's result and duration at
+# the end, then one line "N passed, M failed"; exits non-zero if anything
+# failed.
 set -euo pipefail
 PROG=test
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -24,95 +32,164 @@ quick=false
 
 passed=0
 failed=0
-results=()
+# One row per step, as it ends: result, name, duration.
+rows=()
 # Why each failed step failed, in a few lines: the end of this script's
 # output is often all a reader of a CI run gets.
 why=()
+# The build steps that failed: a step that needs one is skipped.
+declare -A broken=()
+# Builds running in the background: name -> pid, and their logs.
+declare -A building=()
 step_logs=$(mktemp -d)
-trap 'rm -rf "$step_logs"' EXIT
-# step NAME COMMAND...: runs one step, records its result, goes on after a failure.
+finish() {
+  local rc=$?
+  trap - EXIT
+  local name
+  for name in "${!building[@]}"; do kill -- "-${building[$name]}" 2>/dev/null || true; done
+  # No cluster outlives the run, whatever stopped it.
+  hack/local-down.sh >/dev/null 2>&1 || true
+  rm -rf "$step_logs"
+  exit "$rc"
+}
+trap finish EXIT
+
+# row RESULT NAME DURATION: records and prints a step's row.
+row() {
+  rows+=("$(printf '%-4s %-58s %9s' "$1" "$2" "$3")")
+  log "${rows[-1]}"
+}
+
+# explain NAME LOG: the lines of LOG that say why step NAME failed.
+explain() {
+  local line
+  while IFS= read -r line; do why+=("  $1: ${line:0:240}"); done < <(
+    grep -aE 'FAIL|[Ff]ailed|[Ee]rror|panicked|timed out' "$2" | grep -aviE 'deprecat|0 failed' | tail -6
+  )
+}
+
+# step NAME MINUTES NEEDS COMMAND...: runs one step with a time limit, records
+# its result and goes on after a failure. NEEDS: the builds it needs, comma
+# separated, or -; when one of them failed, the step is skipped (and counts
+# as failed) with the reason printed. A build running in the background is
+# waited for first.
 step() {
-  local name=$1 start step_log
-  shift
+  local name=$1 minutes=$2 needs=$3 start step_log need
+  shift 3
+  if [[ $needs != - ]]; then
+    local -a list
+    IFS=, read -ra list <<<"$needs"
+    for need in "${list[@]}"; do
+      [[ -z ${building[$need]:-} ]] || await "$need"
+      if [[ -n ${broken[$need]:-} ]]; then
+        failed=$((failed + 1))
+        row SKIP "$name" "-"
+        why+=("  $name: skipped: the build '$need' failed")
+        return 0
+      fi
+    done
+  fi
   start=$(now_ms)
-  log "== $name"
+  log "== $name (at most $minutes min)"
   step_log=$step_logs/$((passed + failed)).log
-  if "$@" > >(tee "$step_log") 2>&1; then
+  local rc=0
+  timeout -k 60 "${minutes}m" "$@" > >(tee "$step_log") 2>&1 || rc=$?
+  sleep 0.2 # tee's last lines
+  if ((rc == 0)); then
     passed=$((passed + 1))
-    results+=("PASS $name ($(since "$start"))")
+    row PASS "$name" "$(since "$start")"
   else
     failed=$((failed + 1))
-    results+=("FAIL $name ($(since "$start"))")
-    sleep 0.2 # tee's last lines
-    local line
-    while IFS= read -r line; do why+=("  $name: ${line:0:240}"); done < <(
-      grep -aE 'FAIL|[Ff]ailed|[Ee]rror|panicked|timed out' "$step_log" | grep -aviE 'deprecat|0 failed' | tail -6
-    )
+    row FAIL "$name" "$(since "$start")"
+    ((rc != 124)) || why+=("  $name: stopped after its limit of $minutes min")
+    explain "$name" "$step_log"
+  fi
+  return 0
+}
+
+# build NAME MINUTES COMMAND...: a step whose failure skips the steps that need it.
+build() {
+  local before=$failed
+  step "$@"
+  ((failed == before)) || broken[$1]=1
+}
+
+# build_in_background NAME MINUTES COMMAND...: starts a build (niced, so that
+# the tests running meanwhile keep the cpu) that `step ... NAME ...` waits for.
+build_in_background() {
+  local name=$1 minutes=$2 log_file=$step_logs/bg-${1// /_}.log
+  shift 2
+  log "== $name: started in the background (at most $minutes min)"
+  # Its exit status and duration (ms) go to <its log>.rc.
+  setsid nice -n 19 bash -c 'rc_file=$1 limit=$2; shift 2; start=$(date +%s%3N); rc=0
+    timeout -k 60 "$limit" "$@" || rc=$?; echo "$rc $(($(date +%s%3N) - start))" >"$rc_file"; exit "$rc"' \
+    build "$log_file.rc" "${minutes}m" "$@" >"$log_file" 2>&1 &
+  building[$name]=$!
+}
+
+# await NAME: waits for a background build and records it as a step.
+await() {
+  local name=$1 log_file=$step_logs/bg-${1// /_}.log rc ms
+  log "waiting for the background build: $name"
+  wait "${building[$name]}" || true
+  unset "building[$name]"
+  read -r rc ms <"$log_file.rc" 2>/dev/null || { rc=1; ms=0; }
+  cat "$log_file"
+  local secs="$((ms / 1000)).$((ms % 1000 / 100))s"
+  if ((rc == 0)); then
+    passed=$((passed + 1))
+    row PASS "$name (background)" "$secs"
+  else
+    failed=$((failed + 1))
+    broken[$name]=1
+    row FAIL "$name (background)" "$secs"
+    ((rc != 124)) || why+=("  $name: stopped after its time limit")
+    explain "$name" "$log_file"
   fi
 }
 
-e2e() {
-  # With metrics-server, so that tests/e2e_stats.rs can check `kubectl top`,
-  # and the registry mirror, so that tests/e2e_images.rs pulls with Always.
-  "$ROOT/hack/local-up.sh" --agent rustlet --metrics-server --registry-mirror || return 1
-  # The in-cluster CSI driver's image (tests/e2e_csi_in_cluster.rs).
-  "$ROOT/hack/image.sh" --import --debug --csi || return 1
-  local rc=0
-  # Every tests/e2e*.rs in one run; the scenarios that restart the agent
-  # (restart, eviction, devices), add a node (image GC) or take most of the
-  # node's cpu (admission) run alone, last.
-  local -a alone=(e2e_restart e2e_eviction e2e_image_gc e2e_admission e2e_devices) targets=()
-  local f
-  for f in tests/e2e*.rs; do
-    f=$(basename "$f" .rs)
-    [[ " ${alone[*]} " == *" $f "* ]] || targets+=(--test "$f")
-  done
-  cargo test --no-fail-fast "${targets[@]}" -- --ignored --test-threads 4 || rc=1
-  for f in "${alone[@]}"; do
-    cargo test --test "$f" -- --ignored --test-threads 1 || rc=1
-  done
-  ((rc == 0)) || tail_log rustlet 60
-  "$ROOT/hack/local-down.sh" || rc=1
-  return $rc
-}
-
-# The build directories (one per checkout, hack/lib.sh) keep every past
-# build's artefacts; on a full disk the linker fails midway through. Below
-# 20 GiB free, every checkout's starts anew.
+# The Rust build directory (hack/lib.sh) keeps every past build's
+# artefacts; on a full disk the linker fails midway through. Below 20 GiB
+# free, it starts anew.
 mkdir -p "$CARGO_TARGET_DIR"
 free_kib=$(df --output=avail "$CARGO_TARGET_DIR" | tail -1)
 if ((free_kib < 20 * 1024 * 1024)); then
-  log "only $((free_kib / 1024 / 1024)) GiB free: removing the build directories in ${CARGO_TARGET_DIR%/*}"
-  rm -rf "${CARGO_TARGET_DIR%/*}"/target*
+  log "only $((free_kib / 1024 / 1024)) GiB free: removing the build directory $CARGO_TARGET_DIR"
+  rm -rf "$CARGO_TARGET_DIR"
   mkdir -p "$CARGO_TARGET_DIR"
 fi
 
 hack/install-deps.sh
-step "cargo fmt --check" cargo fmt --check
-step "cargo clippy" cargo clippy --all-targets -- -D warnings
-step "unit tests" cargo test --lib --bins --test cli --test layering
-step "conformance-table.py self-test" python3 hack/conformance-table.py selftest
-step "conformance-shards.py self-test" python3 hack/conformance-shards.py selftest
+step "cargo fmt --check" 2 - cargo fmt --check
+build "cargo build (every target)" 25 cargo test --all-targets --no-run
+step "cargo clippy" 15 "cargo build (every target)" cargo clippy --all-targets -- -D warnings
+step "unit tests" 15 "cargo build (every target)" cargo test --lib --bins --test cli --test layering
+step "conformance-table.py self-test" 2 - python3 hack/conformance-table.py selftest
+step "conformance-shards.py self-test" 2 - python3 hack/conformance-shards.py selftest
 if ! $quick; then
   # Start from a clean node: no bridge, veths or mounts left by an earlier run.
   hack/local-down.sh >/dev/null 2>&1 || true
-  step "build cluster" hack/build-cluster.sh all
-  step "build metrics-server" hack/build-cluster.sh metrics-server
-  step "build CSI sidecars" hack/build-cluster.sh csi
-  step "Helm chart: lint, template, schema and RBAC" hack/chart-lint.sh
-  step "cluster smoke test (kubelet)" hack/test-cluster-smoke.sh --agent kubelet
-  step "end-to-end tests (rustlet)" e2e
-  step "self-hosted control plane (rustlet)" hack/test-self-hosted.sh
-  step "Helm chart on a cluster: install, upgrade, uninstall" hack/test-chart.sh
-  step "Helm chart on kind" hack/kind-e2e.sh
-  step "build e2e.test" hack/build-cluster.sh e2e
-  step "upstream conformance subset (rustlet)" hack/conformance.sh --agent rustlet --name ci \
+  build "build cluster" 40 hack/build-cluster.sh all
+  build "build metrics-server" 15 hack/build-cluster.sh metrics-server
+  build "build CSI sidecars" 15 hack/build-cluster.sh csi
+  step "Helm chart: lint, template, schema and RBAC" 10 - hack/chart-lint.sh
+  step "cluster smoke test (kubelet)" 10 "build cluster" hack/test-cluster-smoke.sh --agent kubelet
+  # The upstream e2e binary is needed only at the end: it builds (from
+  # nothing, several minutes) while the end-to-end tests wait on pods.
+  build_in_background "build e2e.test" 40 hack/build-cluster.sh e2e
+  step "end-to-end tests (rustlet)" 45 "cargo build (every target),build cluster,build metrics-server,build CSI sidecars" \
+    hack/test-e2e.sh
+  step "self-hosted control plane (rustlet)" 10 "build cluster" hack/test-self-hosted.sh
+  step "Helm chart on a cluster: install, upgrade, uninstall" 15 "build cluster" hack/test-chart.sh
+  step "Helm chart on kind" 30 "build cluster" hack/kind-e2e.sh
+  step "upstream conformance subset (rustlet)" 20 "build cluster,build e2e.test" hack/conformance.sh --agent rustlet --name ci \
     --procs 4 --focus "$(grep -v '^#' hack/conformance-ci.txt | paste -sd'|')" --expect hack/conformance-ci.txt
-  step "upstream storage tests on the CSI test driver (rustlet)" hack/conformance.sh --suite storage-csi \
-    --agent rustlet --name ci-csi --procs 2 --focus "$(grep -v '^#' hack/conformance-ci-csi.txt | paste -sd'|')" \
-    --expect hack/conformance-ci-csi.txt
+  step "upstream storage tests on the CSI test driver (rustlet)" 20 "build cluster,build e2e.test,build CSI sidecars" \
+    hack/conformance.sh --suite storage-csi --agent rustlet --name ci-csi --procs 2 \
+    --focus "$(grep -v '^#' hack/conformance-ci-csi.txt | paste -sd'|')" --expect hack/conformance-ci-csi.txt
 fi
-printf '%s\n' "${results[@]}"
+for name in "${!building[@]}"; do await "$name"; done
+printf '%s\n' "steps:" "${rows[@]}"
 ((${#why[@]} == 0)) || printf '%s\n' "why:" "${why[@]}"
 echo "$passed passed, $failed failed"
 ((failed == 0))

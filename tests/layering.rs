@@ -8,7 +8,7 @@
 //! which declares every module, is exempt. Inline `mod name { ... }` blocks
 //! are not tracked, so `super::` inside one resolves as if written at the file's level.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs;
 use std::path::Path;
@@ -422,4 +422,349 @@ fn same_and_lower_layers_are_allowed() {
         ),
     ];
     assert_eq!(check(&files), vec![]);
+}
+
+// ------------------------------------------------------------------ circles
+
+/// `text` with the comments of each line blanked (spaces, so that offsets
+/// and line numbers stay): a doc link is not an import. A `//` inside a
+/// string literal is kept.
+fn without_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let mut in_string = false;
+        let mut escaped = false;
+        let mut cut = None;
+        let bytes = line.as_bytes();
+        for (i, &b) in bytes.iter().enumerate() {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' if in_string => escaped = true,
+                b'"' => in_string = !in_string,
+                b'/' if !in_string && bytes.get(i + 1) == Some(&b'/') => {
+                    cut = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        match cut {
+            Some(i) => {
+                out.push_str(&line[..i]);
+                out.extend(line[i..].chars().map(|c| if c == '\n' { '\n' } else { ' ' }));
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
+/// Parses one path of a use tree at the start of `s` (segments, `::`, and a
+/// `{…}` group whose items are paths of their own), each full path pushed
+/// onto `out` after `prefix`. Returns the bytes read.
+fn use_tree(s: &str, prefix: &[String], out: &mut Vec<Vec<String>>) -> usize {
+    let mut segments = prefix.to_vec();
+    let mut at = 0;
+    loop {
+        at += s[at..].len() - s[at..].trim_start().len();
+        if s[at..].starts_with('{') {
+            at += 1;
+            loop {
+                at += s[at..].len() - s[at..].trim_start_matches([' ', '\n', '\t', ',']).len();
+                if at >= s.len() || s[at..].starts_with('}') {
+                    return (at + 1).min(s.len());
+                }
+                let read = use_tree(&s[at..], &segments, out);
+                at += read.max(1);
+                // Past an item's rest (`as name`, `*`) to its comma or the group's end.
+                while at < s.len() && !s[at..].starts_with([',', '}']) {
+                    at += s[at..].chars().next().map_or(1, char::len_utf8);
+                }
+            }
+        }
+        let name = ident(&s[at..]);
+        if name.is_empty() {
+            out.push(segments);
+            return at;
+        }
+        segments.push(name.to_string());
+        at += name.len();
+        let rest = s[at..].trim_start();
+        if let Some(after) = rest.strip_prefix("::") {
+            at = s.len() - after.len();
+        } else {
+            out.push(segments);
+            return at;
+        }
+    }
+}
+
+/// Every path to an item of the crate that `text` (code of the module at
+/// `path`) names, as absolute segments, with its byte offset: `crate::a::b`,
+/// and `super::…` resolved from `path` (the path of a `mod.rs` is its
+/// directory's module, so its `super` is the parent).
+fn item_paths(text: &str, path: &[String]) -> Vec<(usize, Vec<String>)> {
+    let mut found = Vec::new();
+    let starts_word = |at: usize| !text[..at].chars().next_back().is_some_and(is_ident_char);
+    for keyword in ["crate::", "super::"] {
+        for (at, _) in text.match_indices(keyword) {
+            if !starts_word(at) || (keyword == "super::" && text[..at].ends_with("::")) {
+                continue;
+            }
+            let mut rest = &text[at + keyword.len()..];
+            let base: Vec<String> = if keyword == "crate::" {
+                Vec::new()
+            } else {
+                let mut ups = 1;
+                while let Some(r) = rest.trim_start().strip_prefix("super::") {
+                    ups += 1;
+                    rest = r;
+                }
+                let Some(keep) = path.len().checked_sub(ups) else {
+                    continue;
+                };
+                path[..keep].to_vec()
+            };
+            let mut paths = Vec::new();
+            use_tree(rest, &base, &mut paths);
+            found.extend(paths.into_iter().map(|p| (at, p)));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// One import from a file module to another (`pod::plan` -> `pod::status`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Import {
+    file: String,
+    line: usize,
+    from: String,
+    to: String,
+}
+
+/// The imports between the file modules of `files`: each path resolved to
+/// the longest of its prefixes that is a file. Test code and exempt files
+/// are left out, and so are a module's imports of itself and those between
+/// a `mod.rs` and its own children.
+fn imports(files: &[(String, String)]) -> Vec<Import> {
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(f, _)| module_path(f)).collect();
+    let mut found = Vec::new();
+    for (file, text) in files {
+        if SKIPPED.contains(&file.as_str()) {
+            continue;
+        }
+        let from = module_path(file);
+        let code = without_comments(non_test_part(text));
+        for (offset, path) in item_paths(&code, &from) {
+            let Some(to) = (1..=path.len())
+                .rev()
+                .map(|n| path[..n].to_vec())
+                .find(|p| modules.contains(p))
+            else {
+                continue;
+            };
+            let own_child = |parent: &Vec<String>, child: &Vec<String>, parent_is_dir: bool| {
+                parent_is_dir && child.len() == parent.len() + 1 && child.starts_with(parent)
+            };
+            let is_dir = |m: &Vec<String>| {
+                files
+                    .iter()
+                    .any(|(f, _)| f.ends_with("/mod.rs") && &module_path(f) == m)
+            };
+            if to == from || own_child(&from, &to, is_dir(&from)) || own_child(&to, &from, is_dir(&to))
+            {
+                continue;
+            }
+            found.push(Import {
+                file: file.clone(),
+                line: code[..offset].matches('\n').count() + 1,
+                from: from.join("::"),
+                to: to.join("::"),
+            });
+        }
+    }
+    found.dedup();
+    found
+}
+
+/// The circles of a directed graph: its strongly connected components of
+/// more than one node (Tarjan's algorithm), each sorted, in sorted order.
+fn circles(edges: &[(String, String)]) -> Vec<Vec<String>> {
+    struct Walk<'a> {
+        next: BTreeMap<&'a str, Vec<&'a str>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    impl<'a> Walk<'a> {
+        fn visit(&mut self, v: &'a str) {
+            let i = self.index.len();
+            self.index.insert(v, i);
+            self.low.insert(v, i);
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for w in self.next.get(v).cloned().unwrap_or_default() {
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let low = self.low[v].min(self.low[w]);
+                    self.low.insert(v, low);
+                } else if self.on_stack.contains(w) {
+                    let low = self.low[v].min(self.index[w]);
+                    self.low.insert(v, low);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(w);
+                    component.push(w.to_string());
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    component.sort();
+                    self.found.push(component);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        next: BTreeMap::new(),
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for (from, to) in edges {
+        walk.next.entry(from).or_default().push(to);
+        walk.next.entry(to).or_default();
+    }
+    let nodes: Vec<&str> = walk.next.keys().copied().collect();
+    for v in nodes {
+        if !walk.index.contains_key(v) {
+            walk.visit(v);
+        }
+    }
+    walk.found.sort();
+    walk.found
+}
+
+/// Each circle of `imports` (by `key`, which maps a file module to the node
+/// it counts as), with the imports that close it, as lines of a report.
+fn circle_report(imports: &[Import], key: impl Fn(&str) -> String) -> Vec<String> {
+    let edges: Vec<(String, String)> = imports
+        .iter()
+        .map(|i| (key(&i.from), key(&i.to)))
+        .filter(|(a, b)| a != b)
+        .collect();
+    circles(&edges)
+        .into_iter()
+        .map(|circle| {
+            let mut lines = vec![format!("circle: {}", circle.join(", "))];
+            for i in imports {
+                let (from, to) = (key(&i.from), key(&i.to));
+                if from != to && circle.contains(&from) && circle.contains(&to) {
+                    lines.push(format!("    {}:{}: {} -> {}", i.file, i.line, i.from, i.to));
+                }
+            }
+            lines.join("\n")
+        })
+        .collect()
+}
+
+/// The top-level module of a file module (`pod::plan` -> `pod`).
+fn top(module: &str) -> String {
+    module.split("::").next().unwrap_or(module).to_string()
+}
+
+#[test]
+fn no_file_imports_a_file_that_imports_it_back() {
+    let files = sources();
+    let found = imports(&files);
+    assert!(
+        found.iter().any(|i| i.from == "pod::worker" && i.to == "pod::plan"),
+        "no pod::worker -> pod::plan import found: the scan reads nothing"
+    );
+    let report = circle_report(&found, str::to_string);
+    assert!(report.is_empty(), "import circles between files:\n{}", report.join("\n"));
+}
+
+#[test]
+fn no_top_level_modules_form_a_circle() {
+    let files = sources();
+    let report = circle_report(&imports(&files), top);
+    assert!(
+        report.is_empty(),
+        "import circles between top-level modules:\n{}",
+        report.join("\n")
+    );
+}
+
+#[test]
+fn a_circle_is_reported_with_the_imports_that_close_it() {
+    let files = [
+        file("src/pod/plan.rs", "use super::status::qos;\nuse crate::reasons;\n"),
+        file("src/pod/status.rs", "//! Uses [`super::spec`].\n\nuse crate::pod::{plan::Plan, spec};\n"),
+        file("src/pod/spec.rs", "use crate::reasons::phase;\n"),
+        file("src/pod/mod.rs", "pub mod plan;\npub mod spec;\npub mod status;\n"),
+        file("src/reasons.rs", "use crate::pod::spec;\n"),
+    ];
+    let found = imports(&files);
+    assert_eq!(
+        circle_report(&found, str::to_string),
+        vec![
+            "circle: pod::plan, pod::status\n    src/pod/plan.rs:1: pod::plan -> pod::status\n    \
+             src/pod/status.rs:3: pod::status -> pod::plan"
+                .to_string(),
+            "circle: pod::spec, reasons\n    src/pod/spec.rs:1: pod::spec -> reasons\n    \
+             src/reasons.rs:1: reasons -> pod::spec"
+                .to_string(),
+        ]
+    );
+    // By top-level module, pod and reasons form one circle.
+    let by_top = circle_report(&found, top);
+    assert_eq!(by_top.len(), 1);
+    assert!(by_top[0].starts_with("circle: pod, reasons\n"), "{}", by_top[0]);
+}
+
+#[test]
+fn doc_links_a_modules_own_children_and_test_code_are_no_circle() {
+    let files = [
+        // A doc link back is not an import.
+        file("src/cri/extension.rs", "use crate::proto::cri_extension::M;\n"),
+        file("src/proto.rs", "/// See [`crate::cri::extension`].\npub mod cri_extension {}\n"),
+        file("src/cri/mod.rs", "pub mod extension;\npub use extension::M;\n"),
+        // A mod.rs and its own children use each other freely.
+        file("src/stats/mod.rs", "pub mod summary;\nfn f() { summary::g(); }\n"),
+        file("src/stats/summary.rs", "use super::Stats;\nuse crate::stats::Provider;\n"),
+        // Test code is not held to it.
+        file(
+            "src/pod/plan.rs",
+            "use super::spec;\n\n#[cfg(test)]\nmod tests {\n    use crate::pod::spec;\n}\n",
+        ),
+        // A `//` in a string is no comment: the import after it counts.
+        file(
+            "src/pod/spec.rs",
+            "const S: &str = \"a // b\"; fn f() { crate::cri::extension::g(); }\n",
+        ),
+    ];
+    let found = imports(&files);
+    assert!(circle_report(&found, str::to_string).is_empty(), "{found:?}");
+    assert!(circle_report(&found, top).is_empty(), "{found:?}");
+    assert_eq!(
+        found
+            .iter()
+            .map(|i| format!("{} -> {}", i.from, i.to))
+            .collect::<Vec<_>>(),
+        vec![
+            "cri::extension -> proto",
+            "pod::plan -> pod::spec",
+            "pod::spec -> cri::extension"
+        ]
+    );
 }

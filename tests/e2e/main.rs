@@ -1,0 +1,40 @@
+//! The end-to-end tests: one test binary, a module per topic, against the
+//! local cluster of `hack/local-up.sh --agent rustlet --metrics-server
+//! --registry-mirror` (the real kube-apiserver, containerd and the agent
+//! under test). Every test is `#[ignore]`d so that `cargo test` without a
+//! cluster skips them; `hack/test.sh` runs them with `--ignored`, each
+//! topic's tests together, and the [`serial`] topics one test at a time,
+//! after the others.
+//!
+//! The helpers every topic shares are in [`common`].
+
+mod common;
+
+mod bootstrap;
+mod client_cert;
+mod csi;
+mod csi_in_cluster;
+mod hooks;
+mod hostile_bounded;
+mod hostile_isolation;
+mod hostile_leaks;
+mod hostile_nodeapi;
+mod hostile_numbers;
+mod hostile_redact;
+mod hostile_subpath;
+mod images;
+mod lifecycle;
+mod local_storage;
+mod metrics;
+mod node;
+mod node_resources;
+mod pod;
+mod probes;
+mod resize;
+mod server;
+mod static_pods;
+mod stats;
+mod storage;
+mod volumes;
+
+mod serial;

@@ -1,0 +1,413 @@
+//! End-to-end scenarios of the walking skeleton on the local cluster
+//! (`hack/local-up.sh --agent rustlet`): node, lease, pod lifecycle, deletion,
+//! restart policies and image pull failures, through the real API server and containerd.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, ResourceExt};
+use rustlet::cri::POD_UID_LABEL;
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn node_status_is_patched_only_when_it_changes() {
+    // Heartbeats go to the Lease; the Node is written when its status changes
+    // or every nodeStatusReportFrequency (5 min), as the kubelet does.
+    let client = client().await;
+    let nodes = Api::<Node>::all(client.clone());
+    let version = |n: Node| n.metadata.resource_version.expect("resourceVersion");
+    // A first patch may still be due right after the agent started.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let before = version(nodes.get(&node_name()).await.expect("node"));
+    // Two and a half nodeStatusUpdateFrequency periods (10 s).
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let after = version(nodes.get(&node_name()).await.expect("node"));
+    assert_eq!(before, after, "the Node was written without a change");
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn node_is_ready_and_lease_is_renewed() {
+    let client = client().await;
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name())
+        .await
+        .expect("node");
+    let st = node.status.expect("node status");
+    let ready = st
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready");
+    assert_eq!(ready.status, "True", "Ready: {ready:?}");
+    assert_eq!(ready.reason.as_deref(), Some("KubeletReady"));
+    let info = st.node_info.expect("nodeInfo");
+    assert!(
+        info.container_runtime_version.starts_with("containerd://"),
+        "{info:?}"
+    );
+    assert_eq!(st.allocatable.expect("allocatable")["pods"].0, "110");
+    let labels = node.metadata.labels.unwrap();
+    assert_eq!(labels["kubernetes.io/os"], "linux");
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let renew = |l: Lease| l.spec.and_then(|s| s.renew_time).expect("renewTime").0;
+    let first = renew(leases.get(&node_name()).await.expect("lease"));
+    let lease = leases.get(&node_name()).await.unwrap();
+    assert_eq!(
+        lease.spec.as_ref().unwrap().lease_duration_seconds,
+        Some(40)
+    );
+    assert_eq!(lease.owner_references()[0].kind, "Node");
+    let deadline = Instant::now() + Duration::from_secs(25);
+    loop {
+        let now = renew(leases.get(&node_name()).await.unwrap());
+        if now > first {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "lease renewTime did not advance in 25 s"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn pod_runs_logs_and_is_deleted_cleanly() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-run").await;
+    let created = Instant::now();
+    let p = create(
+        &client,
+        &ns,
+        &pod(
+            "sleeper",
+            "Always",
+            BUSYBOX,
+            &["sh", "-c", "echo started; sleep 3600"],
+        ),
+    )
+    .await;
+    let running = wait_for(&client, &ns, "sleeper", 60, "Running", phase("Running")).await;
+    println!("create -> Running observed: {:?}", created.elapsed());
+    let st = running.status.clone().unwrap();
+    let ip = st.pod_ip.clone().expect("pod IP");
+    assert!(
+        ip.starts_with("10.88."),
+        "pod IP {ip} from the CNI range 10.88.0.0/16"
+    );
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name())
+        .await
+        .unwrap();
+    let internal_ip = node
+        .status
+        .unwrap()
+        .addresses
+        .unwrap()
+        .into_iter()
+        .find(|a| a.type_ == "InternalIP")
+        .unwrap()
+        .address;
+    assert_eq!(
+        st.host_ip.as_deref(),
+        Some(internal_ip.as_str()),
+        "hostIP is the node's InternalIP"
+    );
+    assert_eq!(st.qos_class.as_deref(), Some("BestEffort"));
+    // The status is written under the agent's name: the API server names
+    // the field manager after the User-Agent, as `kubelet` for the kubelet.
+    let status_writers: Vec<&str> = running
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.subresource.as_deref() == Some("status"))
+        .filter_map(|m| m.manager.as_deref())
+        .collect();
+    assert!(
+        !status_writers.is_empty(),
+        "{:?}",
+        running.metadata.managed_fields
+    );
+    assert!(
+        status_writers.iter().all(|m| *m == "rustlet"),
+        "{status_writers:?}"
+    );
+    let cs = container_status(&running);
+    assert!(cs.ready && cs.state.unwrap().running.is_some());
+    assert!(cs.container_id.unwrap().starts_with("containerd://"));
+    let conds: HashMap<String, String> = st
+        .conditions
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.type_, c.status))
+        .collect();
+    for c in [
+        "PodScheduled",
+        "PodReadyToStartContainers",
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+    ] {
+        assert_eq!(
+            conds.get(c).map(String::as_str),
+            Some("True"),
+            "condition {c}: {conds:?}"
+        );
+    }
+
+    let uid = p.uid().unwrap();
+    let log = log_path(&ns, "sleeper", &uid, "c");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log).is_ok_and(|s| s.contains("started")) {
+        assert!(
+            Instant::now() < deadline,
+            "log file {} has no 'started' line",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The link log collectors read, as the kubelet makes it.
+    let id = cs_id(&running);
+    let link = std::path::PathBuf::from(format!("/var/log/containers/sleeper_{ns}_c-{id}.log"));
+    assert_eq!(std::fs::read_link(&link).expect("log link"), log);
+
+    let started = Instant::now();
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete("sleeper", &DeleteParams::default())
+        .await
+        .unwrap();
+    // Within the grace period (5 s) + 5 s.
+    wait_deleted(&client, &ns, "sleeper", &uid, 5 + 5).await;
+    println!("delete -> gone: {:?}", started.elapsed());
+    let rt = runtime().await;
+    let by_uid = HashMap::from([(POD_UID_LABEL.to_string(), uid.clone())]);
+    assert!(
+        rt.list_containers(by_uid.clone()).await.unwrap().is_empty(),
+        "containers left in containerd"
+    );
+    assert!(
+        rt.list_pod_sandboxes(by_uid).await.unwrap().is_empty(),
+        "sandboxes left in containerd"
+    );
+    assert!(
+        std::fs::symlink_metadata(&link).is_err(),
+        "log link {} left behind",
+        link.display()
+    );
+    drop_namespace(&client, &ns).await;
+}
+
+/// The runtime's ID of the pod's first container (`containerd://<id>`).
+fn cs_id(pod: &Pod) -> String {
+    let id = container_status(pod).container_id.expect("containerID");
+    id.rsplit("://").next().unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn restart_policy_never_reports_exit_codes() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-never").await;
+    create(
+        &client,
+        &ns,
+        &pod("fails", "Never", BUSYBOX, &["sh", "-c", "exit 3"]),
+    )
+    .await;
+    create(
+        &client,
+        &ns,
+        &pod("works", "Never", BUSYBOX, &["sh", "-c", "exit 0"]),
+    )
+    .await;
+    let failed = wait_for(&client, &ns, "fails", 60, "Failed", phase("Failed")).await;
+    let term = container_status(&failed)
+        .state
+        .unwrap()
+        .terminated
+        .expect("terminated");
+    assert_eq!((term.exit_code, term.reason.as_deref()), (3, Some("Error")));
+    let ok = wait_for(&client, &ns, "works", 60, "Succeeded", phase("Succeeded")).await;
+    let term = container_status(&ok)
+        .state
+        .unwrap()
+        .terminated
+        .expect("terminated");
+    assert_eq!(
+        (term.exit_code, term.reason.as_deref()),
+        (0, Some("Completed"))
+    );
+    let ready = pod_condition(&ok, "Ready").expect("Ready");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_deref()),
+        ("False", Some("PodCompleted"))
+    );
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn restart_policy_always_restarts_with_backoff() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-always").await;
+    create(
+        &client,
+        &ns,
+        &pod(
+            "crasher",
+            "Always",
+            BUSYBOX,
+            &["sh", "-c", "sleep 1; exit 1"],
+        ),
+    )
+    .await;
+    let restarted = wait_for(
+        &client,
+        &ns,
+        "crasher",
+        60,
+        "restarted twice",
+        |p: Option<&Pod>| {
+            p.and_then(|p| {
+                p.status
+                    .as_ref()?
+                    .container_statuses
+                    .as_ref()?
+                    .first()
+                    .map(|c| c.restart_count >= 2)
+            })
+            .unwrap_or(false)
+        },
+    )
+    .await;
+    let cs = container_status(&restarted);
+    let last = cs
+        .last_state
+        .and_then(|s| s.terminated)
+        .expect("lastState.terminated");
+    assert_eq!(last.exit_code, 1);
+    assert_eq!(restarted.status.unwrap().phase.as_deref(), Some("Running"));
+    let backoff = wait_for(
+        &client,
+        &ns,
+        "crasher",
+        60,
+        "in CrashLoopBackOff",
+        |p: Option<&Pod>| {
+            p.and_then(|p| {
+                let c = p
+                    .status
+                    .as_ref()?
+                    .container_statuses
+                    .as_ref()?
+                    .first()?
+                    .clone();
+                Some(c.state?.waiting?.reason.as_deref() == Some("CrashLoopBackOff"))
+            })
+            .unwrap_or(false)
+        },
+    )
+    .await;
+    assert!(container_status(&backoff).restart_count >= 2);
+    // The restarts repeat identical events: each is one Event with a count,
+    // from the kubelet's source, as the kubelet's event correlator records them.
+    let events = Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let started: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Started"))
+        .collect();
+    assert_eq!(started.len(), 1, "one Started event: {started:#?}");
+    let started = started[0];
+    assert!(started.count.unwrap_or(0) >= 2, "{started:#?}");
+    assert!(
+        started.last_timestamp > started.first_timestamp,
+        "{started:#?}"
+    );
+    let source = started.source.clone().unwrap_or_default();
+    assert_eq!(
+        (source.component.as_deref(), source.host),
+        (Some("kubelet"), Some(node_name()))
+    );
+    assert_eq!(
+        started.involved_object.field_path.as_deref(),
+        Some("spec.containers{c}")
+    );
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn missing_image_gives_err_image_pull_then_backoff_and_events() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-pull").await;
+    create(
+        &client,
+        &ns,
+        &pod("nope", "Always", "registry.invalid/no/such:1", &["true"]),
+    )
+    .await;
+    wait_for(
+        &client,
+        &ns,
+        "nope",
+        120,
+        "ErrImagePull",
+        waiting_reason("ErrImagePull"),
+    )
+    .await;
+    wait_for(
+        &client,
+        &ns,
+        "nope",
+        60,
+        "ImagePullBackOff",
+        waiting_reason("ImagePullBackOff"),
+    )
+    .await;
+    // The agent keeps serving other pods meanwhile.
+    create(
+        &client,
+        &ns,
+        &pod("fine", "Always", BUSYBOX, &["sleep", "3600"]),
+    )
+    .await;
+    wait_for(&client, &ns, "fine", 60, "Running", phase("Running")).await;
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let list = events.list(&ListParams::default()).await.unwrap();
+    let failed = list
+        .items
+        .iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some("nope"))
+        .find(|e| e.reason.as_deref() == Some("Failed"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no Failed event for the pull: {:#?}",
+                list.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
+            )
+        });
+    assert_eq!(
+        failed.involved_object.field_path.as_deref(),
+        Some("spec.containers{c}")
+    );
+    assert!(
+        failed
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("registry.invalid/no/such:1")
+    );
+    drop_namespace(&client, &ns).await;
+}

@@ -1,0 +1,156 @@
+//! End-to-end scenarios of the probe manager on the local cluster
+//! (`hack/local-up.sh --agent rustlet`): exec and HTTP readiness, liveness
+//! restarts with `Unhealthy` events, and startup probes holding readiness.
+
+use crate::common::*;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::Api;
+use kube::api::ListParams;
+
+fn ready(p: Option<&Pod>) -> bool {
+    p.and_then(|p| {
+        p.status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .first()
+            .map(|c| c.ready)
+    })
+    .unwrap_or(false)
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn exec_readiness_turns_ready_when_the_file_appears() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-ready").await;
+    create(&client, &ns, &from_json(serde_json::json!({
+        "metadata": { "name": "ready" },
+        "spec": { "containers": [{
+            "name": "c", "image": BUSYBOX,
+            "command": ["sh", "-c", "sleep 4; touch /tmp/ready; sleep 3600"],
+            "readinessProbe": { "exec": { "command": ["cat", "/tmp/ready"] }, "periodSeconds": 1 }
+        }] }
+    }))).await;
+    let running = wait_for(&client, &ns, "ready", 60, "Running", phase("Running")).await;
+    assert!(
+        !container_status(&running).ready,
+        "not ready before the probe passes"
+    );
+    let p = wait_for(&client, &ns, "ready", 30, "ready", ready).await;
+    let cond = pod_condition(&p, "Ready").expect("Ready");
+    assert_eq!(cond.status, "True");
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn http_readiness_against_a_server_in_the_pod() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-http").await;
+    create(&client, &ns, &from_json(serde_json::json!({
+        "metadata": { "name": "web" },
+        "spec": { "containers": [{
+            "name": "c", "image": BUSYBOX,
+            "command": ["sh", "-c", "mkdir -p /www && echo ok > /www/index.html && httpd -f -p 8080 -h /www"],
+            "ports": [{ "name": "http", "containerPort": 8080 }],
+            "readinessProbe": { "httpGet": { "path": "/index.html", "port": "http" }, "periodSeconds": 1 }
+        }] }
+    }))).await;
+    wait_for(&client, &ns, "web", 60, "ready", ready).await;
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn failing_liveness_restarts_the_container() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-live").await;
+    create(&client, &ns, &from_json(serde_json::json!({
+        "metadata": { "name": "live" },
+        "spec": { "terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "c", "image": BUSYBOX, "command": ["sleep", "3600"],
+            "livenessProbe": { "exec": { "command": ["false"] }, "periodSeconds": 1, "failureThreshold": 2 }
+        }] }
+    }))).await;
+    wait_for(&client, &ns, "live", 60, "restarted", |p: Option<&Pod>| {
+        p.and_then(|p| {
+            p.status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()
+                .map(|c| c.restart_count >= 1)
+        })
+        .unwrap_or(false)
+    })
+    .await;
+    let events = Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let unhealthy = events
+        .items
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("Unhealthy"))
+        .expect("Unhealthy event");
+    assert!(
+        unhealthy
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("Liveness probe failed")
+    );
+    assert_eq!(
+        unhealthy.involved_object.field_path.as_deref(),
+        Some("spec.containers{c}")
+    );
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn startup_probe_holds_started_and_ready() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-startup").await;
+    create(&client, &ns, &from_json(serde_json::json!({
+        "metadata": { "name": "slow" },
+        "spec": { "containers": [{
+            "name": "c", "image": BUSYBOX,
+            "command": ["sh", "-c", "sleep 4; touch /tmp/started; sleep 3600"],
+            "startupProbe": { "exec": { "command": ["cat", "/tmp/started"] }, "periodSeconds": 1, "failureThreshold": 30 }
+        }] }
+    }))).await;
+    let running = wait_for(&client, &ns, "slow", 60, "Running", phase("Running")).await;
+    let cs = container_status(&running);
+    assert_eq!(
+        (cs.started, cs.ready),
+        (Some(false), false),
+        "held by the startup probe"
+    );
+    let p = wait_for(&client, &ns, "slow", 30, "ready", ready).await;
+    assert_eq!(container_status(&p).started, Some(true));
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn readiness_is_probed_as_soon_as_the_startup_probe_passes() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-startready").await;
+    // A readiness period of 60 s: only the trigger on startup success makes
+    // the pod ready within the wait below.
+    create(&client, &ns, &from_json(serde_json::json!({
+        "metadata": { "name": "prompt" },
+        "spec": { "containers": [{
+            "name": "c", "image": BUSYBOX,
+            "command": ["sh", "-c", "sleep 3; touch /tmp/started; sleep 3600"],
+            "startupProbe": { "exec": { "command": ["cat", "/tmp/started"] }, "periodSeconds": 1, "failureThreshold": 30 },
+            "readinessProbe": { "exec": { "command": ["true"] }, "periodSeconds": 60 }
+        }] }
+    }))).await;
+    wait_for(&client, &ns, "prompt", 60, "Running", phase("Running")).await;
+    let p = wait_for(&client, &ns, "prompt", 20, "ready", ready).await;
+    assert_eq!(container_status(&p).started, Some(true));
+    drop_namespace(&client, &ns).await;
+}

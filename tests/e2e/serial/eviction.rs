@@ -1,0 +1,243 @@
+//! The eviction manager under real memory pressure: the agent is restarted
+//! with `evictionHard: memory.available` a little below what the node has
+//! free and a 30 s `evictionPressureTransitionPeriod`; a BestEffort pod that
+//! fills a memory-backed emptyDir is evicted (Failed, `Evicted`, the
+//! kubelet's message, `DisruptionTarget`, an `Evicted` event annotated with
+//! the starved resource and the offending container) while a Guaranteed pod keeps
+//! running, the Node reports MemoryPressure, then no longer once the memory
+//! is back. The agent is restarted with its usual configuration at the end.
+//! It restarts the agent, so it runs alone (hack/test.sh).
+
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{Api, Client};
+
+/// The node's `memory.available` as the agent's summary reports it, bytes.
+fn memory_available() -> u64 {
+    let (code, out, err) = kubectl(
+        &[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{}/proxy/stats/summary", node_name()),
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "stats summary: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("summary JSON");
+    v["node"]["memory"]["availableBytes"]
+        .as_u64()
+        .expect("node.memory.availableBytes")
+}
+
+/// Restarts the agent, with the KubeletConfiguration `config` or without.
+fn restart_agent(config: Option<&std::path::Path>) {
+    let pid = agent_pid();
+    let killed = std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "kill {pid}");
+    for _ in 0..50 {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut up = std::process::Command::new(root().join("hack/local-up.sh"));
+    up.args(["--agent", "rustlet"]);
+    match config {
+        Some(c) => up.env("RUSTLET_CONFIG", c),
+        None => up.env_remove("RUSTLET_CONFIG"),
+    };
+    assert!(
+        up.status().expect("local-up").success(),
+        "restart the agent"
+    );
+}
+
+async fn memory_pressure(client: &Client) -> Option<String> {
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name())
+        .await
+        .ok()?;
+    node.status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "MemoryPressure")
+        .map(|c| c.status)
+}
+
+async fn wait_pressure(client: &Client, want: &str, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while memory_pressure(client).await.as_deref() != Some(want) {
+        assert!(
+            Instant::now() < deadline,
+            "MemoryPressure not {want} within {secs} s"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn pod_json(v: serde_json::Value) -> Pod {
+    serde_json::from_value(v).expect("pod")
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet; restarts the agent"]
+async fn a_best_effort_memory_hog_is_evicted_and_a_guaranteed_pod_stays() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-evict").await;
+    // The agent restarted once as it is, so that what a restart costs (a
+    // build, caches) is in the measure; then a threshold 300 MiB below what
+    // is free, which the hog's growing memory-backed volume crosses.
+    restart_agent(None);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let threshold = memory_available().saturating_sub(300 << 20);
+    let config = local().join("rustlet-eviction.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             evictionHard:\n  memory.available: \"{threshold}\"\n  nodefs.available: \"0%\"\n  \
+             nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n  imagefs.inodesFree: \"0%\"\n\
+             imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
+             evictionPressureTransitionPeriod: 30s\n\
+             authentication:\n  x509:\n    clientCAFile: {}\n",
+            local().join("pki/ca.crt").display()
+        ),
+    )
+    .expect("config");
+    restart_agent(Some(&config));
+    // No pressure before the hog: two of the manager's 10 s cycles.
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    assert_eq!(
+        memory_pressure(&client).await.as_deref(),
+        Some("False"),
+        "MemoryPressure before the hog: the threshold ({threshold} bytes) is too close to what is free"
+    );
+
+    let guaranteed = pod_json(serde_json::json!({
+        "metadata": { "name": "guaranteed" },
+        "spec": {
+            "nodeName": node_name(),
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "command": ["sleep", "3600"],
+                "resources": {
+                    "requests": { "cpu": "10m", "memory": "64Mi" },
+                    "limits": { "cpu": "10m", "memory": "64Mi" }
+                }
+            }]
+        }
+    }));
+    create(&client, &ns, &guaranteed).await;
+    wait_for(&client, &ns, "guaranteed", 60, "Running", phase("Running")).await;
+    let hog = pod_json(serde_json::json!({
+        "metadata": { "name": "hog" },
+        "spec": {
+            "nodeName": node_name(),
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": BUSYBOX,
+                // 100 MiB a second, up to 4 GiB: past the threshold even
+                // if the node frees memory meanwhile (a build's caches).
+                "command": ["sh", "-c", "i=0; while [ $i -lt 40 ]; do dd if=/dev/zero of=/fill/f$i bs=1M count=100; i=$((i+1)); sleep 1; done; sleep 3600"],
+                "volumeMounts": [{ "name": "fill", "mountPath": "/fill" }]
+            }],
+            "volumes": [{ "name": "fill", "emptyDir": { "medium": "Memory" } }]
+        }
+    }));
+    create(&client, &ns, &hog).await;
+
+    // Until the hog fails, look for the pressure the Node reports meanwhile.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut pressure_seen = false;
+    let evicted = loop {
+        pressure_seen |= memory_pressure(&client).await.as_deref() == Some("True");
+        let p = pods.get("hog").await.expect("hog");
+        if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hog was not evicted in 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // The condition stays for the 30 s transition period.
+    for _ in 0..20 {
+        if pressure_seen {
+            break;
+        }
+        pressure_seen |= memory_pressure(&client).await.as_deref() == Some("True");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let st = evicted.status.expect("status");
+    assert_eq!(st.reason.as_deref(), Some("Evicted"));
+    let message = st.message.unwrap_or_default();
+    assert!(
+        message.starts_with("The node was low on resource: memory. Threshold quantity: "),
+        "{message}"
+    );
+    assert!(
+        message.contains("Container c was using "),
+        "the hog's container is named: {message}"
+    );
+    let target = st
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("DisruptionTarget condition");
+    assert_eq!(target.reason.as_deref(), Some("TerminationByKubelet"));
+    // The Evicted event names the starved resource and the hog's container,
+    // with its usage, in its annotations (the kubelet's AnnotatedEventf).
+    let annotations = wait_for_events(
+        &client,
+        &ns,
+        Involving::Name("hog"),
+        30,
+        "an Evicted event",
+        |events| {
+            events
+                .iter()
+                .find(|e| e.reason.as_deref() == Some("Evicted"))
+                .map(|e| e.metadata.annotations.clone().unwrap_or_default())
+        },
+    )
+    .await;
+    assert_eq!(
+        annotations.get("starved_resource").map(String::as_str),
+        Some("memory"),
+        "{annotations:?}"
+    );
+    assert_eq!(
+        annotations.get("offending_containers").map(String::as_str),
+        Some("c"),
+        "{annotations:?}"
+    );
+    let usage = annotations
+        .get("offending_containers_usage")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        usage.starts_with(|c: char| c.is_ascii_digit()),
+        "a quantity: {annotations:?}"
+    );
+    pressure_seen |= memory_pressure(&client).await.as_deref() == Some("True");
+    assert!(pressure_seen, "the Node never reported MemoryPressure");
+    let g = pods.get("guaranteed").await.expect("guaranteed");
+    assert_eq!(
+        g.status.and_then(|s| s.phase).as_deref(),
+        Some("Running"),
+        "the Guaranteed pod keeps running"
+    );
+    // The hog's memory is freed with its volume once the pod is deleted.
+    drop_namespace(&client, &ns).await;
+    wait_pressure(&client, "False", 120).await;
+    restart_agent(None);
+}

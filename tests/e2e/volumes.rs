@@ -1,0 +1,493 @@
+//! End-to-end scenarios of the volume manager on the local cluster
+//! (`hack/local-up.sh --agent rustlet`): configMap, secret, emptyDir,
+//! downwardAPI, hostPath and the service account token volume, seen from the
+//! node (`_output/local/rustlet/pods/<uid>/volumes/...`) and from inside the
+//! containers (their log files), plus missing sources, subPath, and teardown.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use k8s_openapi::api::authentication::v1::TokenReview;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+
+/// `<root>/pods/<uid>/volumes/<plugin>/<name>`.
+fn volume_path(uid: &str, plugin: &str, name: &str) -> PathBuf {
+    rustlet_root()
+        .join("pods")
+        .join(uid)
+        .join("volumes")
+        .join(plugin)
+        .join(name)
+}
+
+/// Waits up to `secs` for `path` to contain every one of `needles`; returns its text.
+async fn wait_file_contains(path: &Path, needles: &[&str], secs: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if needles.iter().all(|n| text.contains(n)) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} does not contain all of {needles:?} within {secs}s; it has:\n{text}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn create_config_map(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) {
+    let data: serde_json::Map<String, serde_json::Value> = data
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), serde_json::Value::from(*v)))
+        .collect();
+    let cm: ConfigMap =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": name }, "data": data }))
+            .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("create config map");
+}
+
+async fn delete_and_check_teardown(client: &Client, ns: &str, name: &str, uid: &str) {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("delete pod");
+    wait_deleted(client, ns, name, uid, 30).await;
+    // A finished pod is deleted by the API server at once; housekeeping (every
+    // 2 s) removes its directory then.
+    let dir = rustlet_root().join("pods").join(uid);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dir.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "pod directory {} left after deletion",
+            dir.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        mounted_under(&dir),
+        Vec::<String>::new(),
+        "mounts left after deletion"
+    );
+}
+
+/// FailedMount events of pod `name`, by message.
+async fn failed_mounts(client: &Client, ns: &str, name: &str) -> Vec<String> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .filter(|e| e.reason.as_deref() == Some("FailedMount"))
+        .filter_map(|e| e.message)
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn every_volume_type_is_served_to_containers() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-vol").await;
+    create_config_map(&client, &ns, "app-config", &[("a", "alpha"), ("b", "beta")]).await;
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "app-secret" },
+        "stringData": { "password": "s3cret" }
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    let host_dir = local().join(format!("e2e-hostpath-{ns}"));
+    std::fs::create_dir_all(&host_dir).unwrap();
+    std::fs::write(host_dir.join("host.txt"), "from-host\n").unwrap();
+    let created_dir = local().join(format!("e2e-hostpath-{ns}-created"));
+
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let reader = format!(
+        "until [ -f /shared/from-writer ]; do sleep 0.2; done; \
+         echo \"cfg-a=$(cat /etc/cfg/conf/a.txt)\"; \
+         echo \"cfg-mode=$(stat -L -c %a /etc/cfg/conf/a.txt)\"; \
+         echo \"secret=$(cat /etc/sec/password)\"; \
+         echo \"secret-mode=$(stat -L -c %a /etc/sec/password)\"; \
+         echo \"shared=$(cat /shared/from-writer)\"; \
+         echo \"name=$(cat /info/name)\"; \
+         echo \"labels=$(cat /info/labels | tr '\\n' ' ')\"; \
+         echo \"mem-limit=$(cat /info/mem)\"; \
+         echo \"host=$(cat /host/host.txt)\"; \
+         echo \"tmpfs=$(grep ' /mem ' /proc/mounts | cut -d' ' -f3)\"; \
+         echo \"sa-ns=$(cat {sa}/namespace)\"; \
+         echo \"token-bytes=$(wc -c < {sa}/token)\"; \
+         echo \"ca=$(head -1 {sa}/ca.crt)\"; \
+         touch /etc/cfg/x 2>/dev/null || echo cfg-read-only; \
+         last=''; while true; do cur=$(cat /etc/cfg/conf/a.txt); \
+         if [ \"$cur\" != \"$last\" ]; then echo \"now-a=$cur\"; last=$cur; fi; sleep 1; done"
+    );
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "vols", "labels": { "app": "vols" } },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "writer", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", "echo shared-data > /shared/from-writer; sleep 3600"],
+                    "volumeMounts": [{ "name": "shared", "mountPath": "/shared" }]
+                },
+                {
+                    "name": "reader", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", reader],
+                    "resources": { "limits": { "memory": "64Mi" } },
+                    "volumeMounts": [
+                        { "name": "cfg", "mountPath": "/etc/cfg" },
+                        { "name": "sec", "mountPath": "/etc/sec" },
+                        { "name": "shared", "mountPath": "/shared" },
+                        { "name": "mem", "mountPath": "/mem" },
+                        { "name": "info", "mountPath": "/info" },
+                        { "name": "host", "mountPath": "/host", "readOnly": true },
+                        { "name": "created", "mountPath": "/created" }
+                    ]
+                }
+            ],
+            "volumes": [
+                { "name": "cfg", "configMap": { "name": "app-config",
+                    "items": [{ "key": "a", "path": "conf/a.txt", "mode": 0o400 }] } },
+                { "name": "sec", "secret": { "secretName": "app-secret", "defaultMode": 0o440 } },
+                { "name": "shared", "emptyDir": {} },
+                { "name": "mem", "emptyDir": { "medium": "Memory", "sizeLimit": "16Mi" } },
+                { "name": "info", "downwardAPI": { "items": [
+                    { "path": "name", "fieldRef": { "fieldPath": "metadata.name" } },
+                    { "path": "labels", "fieldRef": { "fieldPath": "metadata.labels" } },
+                    { "path": "mem", "resourceFieldRef": { "containerName": "reader",
+                        "resource": "limits.memory", "divisor": "1Mi" } }
+                ] } },
+                { "name": "host", "hostPath": { "path": host_dir, "type": "Directory" } },
+                { "name": "created", "hostPath": { "path": created_dir, "type": "DirectoryOrCreate" } }
+            ]
+        }
+    }))
+    .unwrap();
+    let p = create(&client, &ns, &pod).await;
+    let uid = p.uid().unwrap();
+    wait_for(&client, &ns, "vols", 60, "Running", phase("Running")).await;
+
+    // Inside the containers.
+    let log = log_path(&ns, "vols", &uid, "reader");
+    let text = wait_file_contains(&log, &["now-a=alpha"], 30).await;
+    for line in [
+        "cfg-a=alpha",
+        "cfg-mode=400",
+        "secret=s3cret",
+        "secret-mode=440",
+        "shared=shared-data",
+        "name=vols",
+        "labels=app=\"vols\"",
+        "mem-limit=64",
+        "host=from-host",
+        "tmpfs=tmpfs",
+        &format!("sa-ns={ns}"),
+        "ca=-----BEGIN CERTIFICATE-----",
+        "cfg-read-only",
+    ] {
+        assert!(text.contains(line), "reader log lacks {line:?}:\n{text}");
+    }
+    assert!(
+        !text.contains("token-bytes=0"),
+        "empty service account token:\n{text}"
+    );
+
+    // On the node.
+    let cfg = volume_path(&uid, "kubernetes.io~configmap", "cfg");
+    assert_eq!(
+        std::fs::read_to_string(cfg.join("conf/a.txt")).unwrap(),
+        "alpha"
+    );
+    let data = std::fs::read_link(cfg.join("..data")).expect("..data symlink");
+    assert!(data.to_string_lossy().starts_with("..2"), "{data:?}");
+    assert_eq!(
+        std::fs::read_link(cfg.join("conf")).unwrap(),
+        Path::new("..data/conf")
+    );
+    let sec = volume_path(&uid, "kubernetes.io~secret", "sec");
+    assert_eq!(
+        std::fs::read_to_string(sec.join("password")).unwrap(),
+        "s3cret"
+    );
+    assert!(
+        mounted_under(&sec).iter().any(|m| Path::new(m) == sec),
+        "secret volume is a tmpfs"
+    );
+    let info = volume_path(&uid, "kubernetes.io~downward-api", "info");
+    assert_eq!(std::fs::read_to_string(info.join("name")).unwrap(), "vols");
+    let shared = volume_path(&uid, "kubernetes.io~empty-dir", "shared");
+    assert_eq!(
+        std::fs::read_to_string(shared.join("from-writer")).unwrap(),
+        "shared-data\n"
+    );
+    assert!(created_dir.is_dir(), "DirectoryOrCreate made the host path");
+    let spec_volumes = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get("vols")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap();
+    let access = spec_volumes
+        .iter()
+        .find(|v| v.name.starts_with("kube-api-access-"))
+        .expect("kube-api-access volume added by admission");
+    let projected = volume_path(&uid, "kubernetes.io~projected", &access.name);
+    let token = std::fs::read_to_string(projected.join("token")).expect("token file");
+    assert_eq!(token.split('.').count(), 3, "a JWT");
+    assert_eq!(
+        std::fs::read_to_string(projected.join("ca.crt")).unwrap(),
+        std::fs::read_to_string(local().join("pki/ca.crt")).unwrap()
+    );
+    assert_eq!(
+        std::fs::read_to_string(projected.join("namespace")).unwrap(),
+        ns
+    );
+    // The token authenticates as the pod's service account.
+    let review: TokenReview = serde_json::from_value(serde_json::json!({
+        "spec": { "token": token }
+    }))
+    .unwrap();
+    let reviewed = Api::<TokenReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("token review");
+    let st = reviewed.status.expect("token review status");
+    assert_eq!(st.authenticated, Some(true), "{st:?}");
+    assert_eq!(
+        st.user.and_then(|u| u.username).as_deref(),
+        Some(format!("system:serviceaccount:{ns}:default").as_str())
+    );
+
+    // A change of the config map reaches the running container.
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .patch(
+            "app-config",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "data": { "a": "alpha2" } })),
+        )
+        .await
+        .expect("update config map");
+    wait_file_contains(&cfg.join("conf/a.txt"), &["alpha2"], 60).await;
+    wait_file_contains(&log, &["now-a=alpha2"], 30).await;
+    assert_ne!(
+        std::fs::read_link(cfg.join("..data")).unwrap(),
+        data,
+        "a new timestamped dir"
+    );
+
+    delete_and_check_teardown(&client, &ns, "vols", &uid).await;
+    let _ = std::fs::remove_dir_all(&host_dir);
+    let _ = std::fs::remove_dir_all(&created_dir);
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn missing_config_map_keeps_the_pod_pending_until_it_exists() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-volmiss").await;
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "waits" },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "echo \"k=$(cat /cfg/k)\"; sleep 3600"],
+                "volumeMounts": [{ "name": "cfg", "mountPath": "/cfg" }]
+            }],
+            "volumes": [{ "name": "cfg", "configMap": { "name": "not-yet" } }]
+        }
+    }))
+    .unwrap();
+    let p = create(&client, &ns, &pod).await;
+    let uid = p.uid().unwrap();
+    let expected = "MountVolume.SetUp failed for volume \"cfg\" : configmap \"not-yet\" not found";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !failed_mounts(&client, &ns, "waits")
+        .await
+        .iter()
+        .any(|m| m == expected)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no FailedMount event {expected:?}: {:?}",
+            failed_mounts(&client, &ns, "waits").await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let waiting = wait_for(
+        &client,
+        &ns,
+        "waits",
+        30,
+        "ContainerCreating",
+        |p: Option<&Pod>| {
+            p.and_then(|p| p.status.as_ref()?.container_statuses.clone())
+                .and_then(|cs| cs.first()?.state.clone()?.waiting?.reason)
+                .as_deref()
+                == Some("ContainerCreating")
+        },
+    )
+    .await;
+    assert_eq!(
+        waiting.status.unwrap().phase.as_deref(),
+        Some("Pending"),
+        "Pending while its volume cannot be set up"
+    );
+    // Nothing of the pod runs meanwhile.
+    let rt = runtime().await;
+    let by_uid =
+        std::collections::HashMap::from([(rustlet::cri::POD_UID_LABEL.to_string(), uid.clone())]);
+    assert!(rt.list_pod_sandboxes(by_uid).await.unwrap().is_empty());
+
+    create_config_map(&client, &ns, "not-yet", &[("k", "finally")]).await;
+    wait_for(&client, &ns, "waits", 60, "Running", phase("Running")).await;
+    wait_file_contains(&log_path(&ns, "waits", &uid, "c"), &["k=finally"], 30).await;
+    delete_and_check_teardown(&client, &ns, "waits", &uid).await;
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn host_path_type_mismatch_keeps_the_pod_pending() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-volhp").await;
+    let dir = local().join(format!("e2e-hostpath-{ns}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "wrongtype" },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"],
+                "volumeMounts": [{ "name": "h", "mountPath": "/h" }]
+            }],
+            "volumes": [{ "name": "h", "hostPath": { "path": dir, "type": "File" } }]
+        }
+    }))
+    .unwrap();
+    let p = create(&client, &ns, &pod).await;
+    let expected = format!(
+        "MountVolume.SetUp failed for volume \"h\" : hostPath type check failed: {} is not a file, it's a Directory",
+        dir.display()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !failed_mounts(&client, &ns, "wrongtype")
+        .await
+        .contains(&expected)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no FailedMount event {expected:?}: {:?}",
+            failed_mounts(&client, &ns, "wrongtype").await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let now = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get("wrongtype")
+        .await
+        .unwrap();
+    assert_eq!(now.status.unwrap().phase.as_deref(), Some("Pending"));
+    delete_and_check_teardown(&client, &ns, "wrongtype", &p.uid().unwrap()).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn sub_paths_and_read_only_mounts() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-volsub").await;
+    create_config_map(&client, &ns, "one-file", &[("app.conf", "setting=1")]).await;
+    let script = "echo hello > /per-pod/file; \
+                  echo \"conf=$(cat /etc/app.conf)\"; \
+                  touch /ro/x 2>/dev/null || echo ro-refused; \
+                  ls /etc/app.conf && echo listed; sleep 3600";
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "subs" },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", script],
+                "env": [{ "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } }],
+                "volumeMounts": [
+                    { "name": "data", "mountPath": "/per-pod", "subPathExpr": "pods/$(POD_NAME)" },
+                    { "name": "data", "mountPath": "/ro", "readOnly": true },
+                    { "name": "cfg", "mountPath": "/etc/app.conf", "subPath": "app.conf" }
+                ]
+            }],
+            "volumes": [
+                { "name": "data", "emptyDir": {} },
+                { "name": "cfg", "configMap": { "name": "one-file" } }
+            ]
+        }
+    }))
+    .unwrap();
+    let p = create(&client, &ns, &pod).await;
+    let uid = p.uid().unwrap();
+    wait_for(&client, &ns, "subs", 60, "Running", phase("Running")).await;
+    let log = log_path(&ns, "subs", &uid, "c");
+    wait_file_contains(&log, &["conf=setting=1", "ro-refused", "listed"], 30).await;
+    let data = volume_path(&uid, "kubernetes.io~empty-dir", "data");
+    assert_eq!(
+        std::fs::read_to_string(data.join("pods/subs/file")).unwrap(),
+        "hello\n",
+        "subPathExpr expanded from the container's environment"
+    );
+    delete_and_check_teardown(&client, &ns, "subs", &uid).await;
+    drop_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_finished_pod_gives_its_volumes_back() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-voldone").await;
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "done" },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "echo x > /scratch/f"],
+                "volumeMounts": [{ "name": "scratch", "mountPath": "/scratch" }]
+            }],
+            "volumes": [{ "name": "scratch", "emptyDir": { "medium": "Memory" } }]
+        }
+    }))
+    .unwrap();
+    let p = create(&client, &ns, &pod).await;
+    let uid = p.uid().unwrap();
+    wait_for(&client, &ns, "done", 60, "Succeeded", phase("Succeeded")).await;
+    let volumes = rustlet_root().join("pods").join(&uid).join("volumes");
+    let deadline = Instant::now() + Duration::from_secs(45);
+    while volumes.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "volumes of a finished pod still at {}",
+            volumes.display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(mounted_under(&volumes), Vec::<String>::new());
+    delete_and_check_teardown(&client, &ns, "done", &uid).await;
+    drop_namespace(&client, &ns).await;
+}
