@@ -24,10 +24,10 @@ use crate::pod::env_sources::SourceReader;
 use crate::pod::image_manager::{ImageManager, PullConcurrency};
 use crate::pod::runtime_manager::RuntimeManager;
 use crate::pod::sources::PodSources;
-use crate::pod::status::StatusContext;
 use crate::pod::status_manager::StatusManager;
-use crate::pod::translate::{HostDns, NodeContext};
 use crate::pod::{housekeeping, pleg, worker};
+use crate::pod_core::facts::{HostDns, NodeContext};
+use crate::pod_core::status::StatusContext;
 use crate::reasons::phase;
 use crate::volume::VolumeManager;
 
@@ -336,7 +336,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The default handler's recursive read-only mounts, for the
     // containers' volumeMounts status; unknown counts as none.
     let runtime_rro = match runtime.status().await {
-        Ok(status) => crate::pod::translate::handler_supports_rro(&status.runtime_handlers, ""),
+        Ok(status) => {
+            crate::pod_core::translate::handler_supports_rro(&status.runtime_handlers, "")
+        }
         Err(e) => {
             warn!(error = %e, "runtime status: recursive read-only mounts taken as unsupported");
             false
@@ -561,7 +563,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         cluster_domain: settings.cluster_domain.clone(),
         allocatable: allocatable.clone(),
         memory_capacity_bytes: machine.memory_bytes,
-        hosts_file: crate::pod::hosts::ETC_HOSTS_PATH.into(),
+        hosts_file: crate::pod_core::hosts::ETC_HOSTS_PATH.into(),
         allowed_unsafe_sysctls: settings.allowed_unsafe_sysctls.clone(),
         seccomp_default: settings.seccomp_default,
         apparmor_enabled: apparmor_enabled(),
@@ -622,7 +624,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .into_iter()
                 .filter(|p| {
                     which == crate::pod_resources::Pods::All
-                        || !crate::pod::spec::is_terminal(&status.with_sent_status(p.clone()))
+                        || !crate::pod_core::spec::is_terminal(&status.with_sent_status(p.clone()))
                 })
                 .collect()
         })
@@ -951,7 +953,7 @@ fn pod_cgroups(
                 .saturating_sub(reserved("memory"))
                 .max(0);
             crate::cgroups::Limits {
-                cpu_shares: u64::try_from(crate::pod::translate::cpu_shares(
+                cpu_shares: u64::try_from(crate::pod_core::translate::cpu_shares(
                     i64::try_from(cpu).unwrap_or(i64::MAX),
                 ))
                 .unwrap_or(2),

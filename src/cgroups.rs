@@ -37,59 +37,8 @@ use std::path::{Path, PathBuf};
 
 use tracing::debug;
 
-/// The CFS period of pod cgroups, microseconds (the kubelet's 100 ms).
-pub const CPU_PERIOD_US: i64 = 100_000;
-
-/// The QoS class of a pod, for its cgroup's place.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Qos {
-    /// Every container's cpu and memory limits equal its requests.
-    Guaranteed,
-    /// Some request or limit.
-    Burstable,
-    /// No requests, no limits.
-    BestEffort,
-}
-
-impl Qos {
-    /// The class of `qos_class` (`Guaranteed`, `Burstable`, `BestEffort`;
-    /// anything else is Burstable).
-    #[must_use]
-    pub fn from_class(qos_class: &str) -> Self {
-        match qos_class {
-            "Guaranteed" => Self::Guaranteed,
-            "BestEffort" => Self::BestEffort,
-            _ => Self::Burstable,
-        }
-    }
-}
-
-/// A cgroup's cpu and memory limits, as the kubelet's `ResourceConfig`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Limits {
-    /// `cpu.shares`.
-    pub cpu_shares: u64,
-    /// `cpu.cfs_quota_us` (None: no quota, `-1`).
-    pub cpu_quota: Option<i64>,
-    /// `memory.limit_in_bytes` (None: no limit, `-1`).
-    pub memory: Option<i64>,
-}
-
-/// The page size the kernel rounds memory limits down to, bytes.
-const PAGE_BYTES: i64 = 4096;
-
-impl Limits {
-    /// Whether limits read from a cgroup (`self`) are `wanted`: memory
-    /// compared in whole pages, as the kernel keeps it; cpu not compared
-    /// when none was read (shares of 0: no cpu hierarchy).
-    #[must_use]
-    pub fn same_as(&self, wanted: &Self) -> bool {
-        let pages = |m: Option<i64>| m.map(|b| b / PAGE_BYTES);
-        let cpu = self.cpu_shares == 0
-            || (self.cpu_shares == wanted.cpu_shares && self.cpu_quota == wanted.cpu_quota);
-        cpu && pages(self.memory) == pages(wanted.memory)
-    }
-}
+pub use crate::pod_core::limits::{CPU_PERIOD_US, Limits, MIN_SHARES};
+use crate::pod_core::qos::QosClass;
 
 /// Errors of the cgroup manager.
 #[derive(Debug, thiserror::Error)]
@@ -306,19 +255,19 @@ impl CgroupManager {
     }
 
     /// The cgroup name of QoS class `qos`'s cgroup.
-    fn qos_parts(&self, qos: Qos) -> Vec<String> {
+    fn qos_parts(&self, qos: QosClass) -> Vec<String> {
         let mut parts = self.root_parts.clone();
         match qos {
-            Qos::Guaranteed => {}
-            Qos::Burstable => parts.push("burstable".into()),
-            Qos::BestEffort => parts.push("besteffort".into()),
+            QosClass::Guaranteed => {}
+            QosClass::Burstable => parts.push("burstable".into()),
+            QosClass::BestEffort => parts.push("besteffort".into()),
         }
         parts
     }
 
     /// The name of pod `uid`'s own cgroup directory of class `qos`
     /// (`pod<uid>`; `kubepods-burstable-pod<uid_>.slice` with systemd).
-    fn pod_name(&self, qos: Qos, uid: &str) -> String {
+    fn pod_name(&self, qos: QosClass, uid: &str) -> String {
         let mut parts = self.qos_parts(qos);
         parts.push(format!("pod{uid}"));
         self.dir_of(&parts)
@@ -331,7 +280,7 @@ impl CgroupManager {
     /// ([`CgroupManager::pod_name`] read back); None for any other name,
     /// and for one that is no UID's or names it in another way (a pod
     /// directory this agent would not have made).
-    fn uid_of(&self, qos: Qos, name: &str) -> Option<String> {
+    fn uid_of(&self, qos: QosClass, name: &str) -> Option<String> {
         let uid = if self.systemd.is_none() {
             name.strip_prefix("pod")?.to_string()
         } else {
@@ -382,7 +331,7 @@ impl CgroupManager {
     }
 
     /// The cgroup of QoS class `qos` relative to the hierarchies' roots.
-    fn qos_dir(&self, qos: Qos) -> PathBuf {
+    fn qos_dir(&self, qos: QosClass) -> PathBuf {
         self.dir_of(&self.qos_parts(qos))
     }
 
@@ -391,7 +340,7 @@ impl CgroupManager {
     ///
     /// # Errors
     /// [`Error::BadUid`] for a UID that is not one directory name.
-    pub fn pod_dir(&self, qos: Qos, uid: &str) -> Result<PathBuf, Error> {
+    pub fn pod_dir(&self, qos: QosClass, uid: &str) -> Result<PathBuf, Error> {
         if uid.is_empty() || !uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
             return Err(Error::BadUid(uid.to_string()));
         }
@@ -402,7 +351,7 @@ impl CgroupManager {
     ///
     /// # Errors
     /// As [`CgroupManager::pod_dir`].
-    pub fn cgroup_parent(&self, qos: Qos, uid: &str) -> Result<String, Error> {
+    pub fn cgroup_parent(&self, qos: QosClass, uid: &str) -> Result<String, Error> {
         Ok(format!("/{}", self.pod_dir(qos, uid)?.display()))
     }
 
@@ -596,7 +545,7 @@ impl CgroupManager {
     ///
     /// # Errors
     /// A bad UID, or a file that cannot be read or parsed.
-    pub fn pod_memory_usage(&self, qos: Qos, uid: &str) -> Result<Option<u64>, Error> {
+    pub fn pod_memory_usage(&self, qos: QosClass, uid: &str) -> Result<Option<u64>, Error> {
         let dir = self.pod_dir(qos, uid)?;
         let Some(memory) = &self.memory else {
             return Ok(None);
@@ -619,14 +568,18 @@ impl CgroupManager {
     /// # Errors
     /// The cgroup filesystem refused a directory or a limit.
     pub fn ensure_qos(&self, node: Option<Limits>) -> Result<(), Error> {
-        for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
+        for qos in [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ] {
             self.make(&self.qos_dir(qos))?;
         }
         if let Some(limits) = node {
             self.set(&self.root, limits)?;
         }
         self.set(
-            &self.qos_dir(Qos::BestEffort),
+            &self.qos_dir(QosClass::BestEffort),
             Limits {
                 cpu_shares: MIN_SHARES,
                 ..Limits::default()
@@ -648,7 +601,7 @@ impl CgroupManager {
                 Version::V1 => ("cpu.shares", shares),
                 Version::V2 => ("cpu.weight", weight_from_shares(shares)),
             };
-            let dir = self.qos_dir(Qos::Burstable);
+            let dir = self.qos_dir(QosClass::Burstable);
             let file = cpu.join(&dir).join(file);
             let now = std::fs::read_to_string(&file).ok();
             if now.as_deref().map(str::trim) != Some(value.to_string().as_str()) {
@@ -670,7 +623,7 @@ impl CgroupManager {
     ///
     /// # Errors
     /// A bad UID, or the cgroup filesystem refused a directory or a limit.
-    pub fn ensure_pod(&self, qos: Qos, uid: &str, limits: Limits) -> Result<String, Error> {
+    pub fn ensure_pod(&self, qos: QosClass, uid: &str, limits: Limits) -> Result<String, Error> {
         let dir = self.pod_dir(qos, uid)?;
         self.make(&dir)?;
         self.set(&dir, limits)?;
@@ -683,13 +636,13 @@ impl CgroupManager {
     /// # Errors
     /// A bad UID, or the cgroup filesystem refused a limit (a memory limit
     /// below what the pod uses, for one).
-    pub fn update_pod(&self, qos: Qos, uid: &str, limits: Limits) -> Result<(), Error> {
+    pub fn update_pod(&self, qos: QosClass, uid: &str, limits: Limits) -> Result<(), Error> {
         self.set(&self.pod_dir(qos, uid)?, limits)
     }
 
     /// True when pod `uid` of class `qos` has a cgroup.
     #[must_use]
-    pub fn has_pod(&self, qos: Qos, uid: &str) -> bool {
+    pub fn has_pod(&self, qos: QosClass, uid: &str) -> bool {
         match (&self.memory, self.pod_dir(qos, uid)) {
             (Some(memory), Ok(dir)) => memory.join(dir).is_dir(),
             _ => false,
@@ -701,20 +654,28 @@ impl CgroupManager {
     /// name).
     #[must_use]
     pub fn find_pod(&self, uid: &str) -> Option<PathBuf> {
-        [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort]
-            .into_iter()
-            .find(|&qos| self.has_pod(qos, uid))
-            .and_then(|qos| self.pod_dir(qos, uid).ok())
+        [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ]
+        .into_iter()
+        .find(|&qos| self.has_pod(qos, uid))
+        .and_then(|qos| self.pod_dir(qos, uid).ok())
     }
 
     /// The UIDs of the pods that have a cgroup.
     #[must_use]
-    pub fn pods(&self) -> Vec<(Qos, String)> {
+    pub fn pods(&self) -> Vec<(QosClass, String)> {
         let Some(memory) = &self.memory else {
             return Vec::new();
         };
         let mut out = Vec::new();
-        for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
+        for qos in [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ] {
             let Ok(entries) = std::fs::read_dir(memory.join(self.qos_dir(qos))) else {
                 continue;
             };
@@ -738,7 +699,7 @@ impl CgroupManager {
     /// # Errors
     /// A bad UID, a slice systemd would not stop, or a cgroup that still
     /// has tasks (tried again later).
-    pub fn remove_pod(&self, qos: Qos, uid: &str) -> Result<(), Error> {
+    pub fn remove_pod(&self, qos: QosClass, uid: &str) -> Result<(), Error> {
         let dir = self.pod_dir(qos, uid)?;
         self.stop_slice(&dir)?;
         self.remove_unified(&dir);
@@ -766,7 +727,11 @@ impl CgroupManager {
         for (qos, uid) in &pods {
             self.remove_pod(*qos, uid)?;
         }
-        for qos in [Qos::Burstable, Qos::BestEffort, Qos::Guaranteed] {
+        for qos in [
+            QosClass::Burstable,
+            QosClass::BestEffort,
+            QosClass::Guaranteed,
+        ] {
             self.stop_slice(&self.qos_dir(qos))?;
             self.remove_unified(&self.qos_dir(qos));
             for h in &self.hierarchies {
@@ -911,9 +876,6 @@ fn enable_controllers(level: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// The smallest `cpu.shares` (the kernel's and the kubelet's `MinShares`).
-pub const MIN_SHARES: u64 = 2;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -964,8 +926,13 @@ mod tests {
             }))
             .unwrap();
             assert_eq!(m.limits(&m.root).unwrap().memory, Some(1 << 30));
-            assert_eq!(m.limits(&m.qos_dir(Qos::BestEffort)).unwrap().cpu_shares, 2);
-            let burstable = m.qos_dir(Qos::Burstable);
+            assert_eq!(
+                m.limits(&m.qos_dir(QosClass::BestEffort))
+                    .unwrap()
+                    .cpu_shares,
+                2
+            );
+            let burstable = m.qos_dir(QosClass::Burstable);
             m.set_burstable_shares(300).unwrap();
             assert_eq!(m.limits(&burstable).unwrap().cpu_shares, 300);
             // A change made behind the manager's back is put right.
@@ -980,9 +947,11 @@ mod tests {
                 cpu_quota: Some(50_000),
                 memory: Some(256 << 20),
             };
-            let parent = m.ensure_pod(Qos::Burstable, "0a1b-2c", limits).unwrap();
+            let parent = m
+                .ensure_pod(QosClass::Burstable, "0a1b-2c", limits)
+                .unwrap();
             assert_eq!(parent, format!("/{name}/burstable/pod0a1b-2c"));
-            let dir = m.pod_dir(Qos::Burstable, "0a1b-2c").unwrap();
+            let dir = m.pod_dir(QosClass::Burstable, "0a1b-2c").unwrap();
             assert_eq!(m.limits(&dir).unwrap(), limits);
             for h in &m.hierarchies {
                 assert!(h.join(&dir).is_dir(), "{}", h.display());
@@ -991,22 +960,23 @@ mod tests {
                 let cpus = std::fs::read_to_string(cpuset.join(&dir).join("cpuset.cpus")).unwrap();
                 assert!(!cpus.trim().is_empty(), "cpus copied from the parent");
             }
-            let usage = m.pod_memory_usage(Qos::Burstable, "0a1b-2c").unwrap();
+            let usage = m.pod_memory_usage(QosClass::Burstable, "0a1b-2c").unwrap();
             assert!(usage.is_some(), "an empty cgroup's usage reads (0 or more)");
             let bigger = Limits {
                 memory: Some(512 << 20),
                 cpu_quota: None,
                 ..limits
             };
-            m.update_pod(Qos::Burstable, "0a1b-2c", bigger).unwrap();
+            m.update_pod(QosClass::Burstable, "0a1b-2c", bigger)
+                .unwrap();
             assert_eq!(m.limits(&dir).unwrap(), bigger);
-            assert_eq!(m.pods(), [(Qos::Burstable, "0a1b-2c".to_string())]);
-            m.remove_pod(Qos::Burstable, "0a1b-2c").unwrap();
-            m.remove_pod(Qos::Burstable, "0a1b-2c").unwrap();
+            assert_eq!(m.pods(), [(QosClass::Burstable, "0a1b-2c".to_string())]);
+            m.remove_pod(QosClass::Burstable, "0a1b-2c").unwrap();
+            m.remove_pod(QosClass::Burstable, "0a1b-2c").unwrap();
             assert!(m.pods().is_empty());
             // A UID that would climb out is refused.
             assert!(matches!(
-                m.ensure_pod(Qos::BestEffort, "../../etc", limits),
+                m.ensure_pod(QosClass::BestEffort, "../../etc", limits),
                 Err(Error::BadUid(_))
             ));
         });
@@ -1071,7 +1041,7 @@ mod tests {
         ] {
             std::fs::create_dir(dir.path().join("kubepods/burstable").join(name)).unwrap();
         }
-        assert_eq!(m.pods(), vec![(Qos::Burstable, "0a-1b".to_string())]);
+        assert_eq!(m.pods(), vec![(QosClass::Burstable, "0a-1b".to_string())]);
     }
 
     #[test]
@@ -1109,10 +1079,10 @@ mod tests {
             cpu_quota: Some(50_000),
             memory: Some(256 << 20),
         };
-        let parent = m.ensure_pod(Qos::Burstable, "u1", limits).unwrap();
+        let parent = m.ensure_pod(QosClass::Burstable, "u1", limits).unwrap();
         assert_eq!(parent, "/kubepods/burstable/podu1");
         assert_eq!(read("kubepods/burstable/podu1/cpu.max"), "50000 100000");
-        let dir_u1 = m.pod_dir(Qos::Burstable, "u1").unwrap();
+        let dir_u1 = m.pod_dir(QosClass::Burstable, "u1").unwrap();
         let now = m.limits(&dir_u1).unwrap();
         assert_eq!(now.cpu_quota, Some(50_000));
         assert_eq!(now.memory, Some(256 << 20));
@@ -1129,7 +1099,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            m.pod_memory_usage(Qos::Burstable, "u1").unwrap(),
+            m.pod_memory_usage(QosClass::Burstable, "u1").unwrap(),
             Some(4096)
         );
         let unlimited = Limits {
@@ -1137,10 +1107,10 @@ mod tests {
             cpu_quota: None,
             memory: None,
         };
-        m.update_pod(Qos::Burstable, "u1", unlimited).unwrap();
+        m.update_pod(QosClass::Burstable, "u1", unlimited).unwrap();
         assert_eq!(read("kubepods/burstable/podu1/memory.max"), "max");
         assert_eq!(m.limits(&dir_u1).unwrap(), unlimited);
-        assert_eq!(m.pods(), [(Qos::Burstable, "u1".to_string())]);
+        assert_eq!(m.pods(), [(QosClass::Burstable, "u1".to_string())]);
 
         // Garbage in a file is an error, not a limit.
         std::fs::write(root.join("kubepods/burstable/podu1/cpu.max"), "lots 100000").unwrap();
@@ -1182,7 +1152,7 @@ mod tests {
             systemd: None,
             unified: None,
         };
-        let dir = m.pod_dir(Qos::Burstable, "u1").unwrap();
+        let dir = m.pod_dir(QosClass::Burstable, "u1").unwrap();
         let made = m.make(&dir);
         let mut levels: Vec<PathBuf> = dir
             .ancestors()
@@ -1223,12 +1193,12 @@ mod tests {
         with_cleanup(&m, || {
             m.ensure_qos(None).unwrap();
             let limits = SMALL;
-            m.ensure_pod(Qos::BestEffort, "u1", limits).unwrap();
-            m.ensure_pod(Qos::Burstable, "u2", limits).unwrap();
-            m.ensure_pod(Qos::Guaranteed, "u3", limits).unwrap();
+            m.ensure_pod(QosClass::BestEffort, "u1", limits).unwrap();
+            m.ensure_pod(QosClass::Burstable, "u2", limits).unwrap();
+            m.ensure_pod(QosClass::Guaranteed, "u3", limits).unwrap();
             // runc makes the pod's path in the hybrid host's v2 hierarchy too.
             if let Some(unified) = &m.unified {
-                let dir = unified.join(m.pod_dir(Qos::BestEffort, "u1").unwrap());
+                let dir = unified.join(m.pod_dir(QosClass::BestEffort, "u1").unwrap());
                 std::fs::create_dir_all(&dir).unwrap();
             }
             assert_eq!(m.remove_all().unwrap(), 3);
@@ -1259,7 +1229,7 @@ mod tests {
         with_cleanup(&m, || {
             m.ensure_qos(None).unwrap();
             let limits = SMALL;
-            m.ensure_pod(Qos::BestEffort, "u1", limits).unwrap();
+            m.ensure_pod(QosClass::BestEffort, "u1", limits).unwrap();
             assert_eq!(m.find_pod("u1"), Some(m.root.join("besteffort/podu1")));
             for hostile in ["u2", "../u1", "", "u1/..", "besteffort/podu1"] {
                 assert_eq!(m.find_pod(hostile), None, "{hostile:?}");
@@ -1340,7 +1310,7 @@ mod tests {
                 );
             }
             assert_eq!(
-                m.qos_dir(Qos::Burstable),
+                m.qos_dir(QosClass::Burstable),
                 Path::new(
                     "rustlettest.slice/rustlettest-kubepods.slice/rustlettest-kubepods-burstable.slice"
                 )
@@ -1351,10 +1321,17 @@ mod tests {
                 "1073741824"
             );
             assert_eq!(m.limits(&m.root).unwrap().memory, Some(1 << 30));
-            assert_eq!(m.limits(&m.qos_dir(Qos::BestEffort)).unwrap().cpu_shares, 2);
+            assert_eq!(
+                m.limits(&m.qos_dir(QosClass::BestEffort))
+                    .unwrap()
+                    .cpu_shares,
+                2
+            );
             m.set_burstable_shares(300).unwrap();
             assert_eq!(
-                m.limits(&m.qos_dir(Qos::Burstable)).unwrap().cpu_shares,
+                m.limits(&m.qos_dir(QosClass::Burstable))
+                    .unwrap()
+                    .cpu_shares,
                 300
             );
             if v1 {
@@ -1371,7 +1348,9 @@ mod tests {
                 cpu_quota: Some(12_345),
                 memory: Some(256 << 20),
             };
-            let parent = m.ensure_pod(Qos::Burstable, "0a1b-2c", limits).unwrap();
+            let parent = m
+                .ensure_pod(QosClass::Burstable, "0a1b-2c", limits)
+                .unwrap();
             let unit = "rustlettest-kubepods-burstable-pod0a1b_2c.slice";
             assert_eq!(
                 parent,
@@ -1388,7 +1367,7 @@ mod tests {
                 systemctl_show(unit, memory_prop),
                 (256u64 << 20).to_string()
             );
-            let dir = m.pod_dir(Qos::Burstable, "0a1b-2c").unwrap();
+            let dir = m.pod_dir(QosClass::Burstable, "0a1b-2c").unwrap();
             let now = m.limits(&dir).unwrap();
             assert_eq!(now, limits);
             // As systemd writes the quota again (a daemon-reload), it is
@@ -1398,7 +1377,7 @@ mod tests {
                 ..limits
             };
             assert_eq!(m.as_allocated(rounded, &limits), limits);
-            assert_eq!(m.pods(), vec![(Qos::Burstable, "0a1b-2c".to_string())]);
+            assert_eq!(m.pods(), vec![(QosClass::Burstable, "0a1b-2c".to_string())]);
             assert_eq!(m.find_pod("0a1b-2c"), Some(dir.clone()));
 
             // containerd (SystemdCgroup) puts a sandbox given that parent in
@@ -1442,7 +1421,7 @@ mod tests {
             let placed = !in_scope.trim().is_empty();
             // A pod slice with something in it is not stopped (that would
             // kill it): tried again later, as a busy directory.
-            let busy = m.remove_pod(Qos::Burstable, "0a1b-2c");
+            let busy = m.remove_pod(QosClass::Burstable, "0a1b-2c");
             let still = systemd.active_state(unit).unwrap();
             rt.block_on(runtime.stop_pod_sandbox(&id)).unwrap();
             rt.block_on(runtime.remove_pod_sandbox(&id)).unwrap();
@@ -1459,7 +1438,8 @@ mod tests {
                 cpu_quota: Some(50_000),
                 memory: Some(512 << 20),
             };
-            m.update_pod(Qos::Burstable, "0a1b-2c", bigger).unwrap();
+            m.update_pod(QosClass::Burstable, "0a1b-2c", bigger)
+                .unwrap();
             assert_eq!(systemctl_show(unit, "CPUQuotaPerSecUSec"), "500ms");
             assert_eq!(
                 systemctl_show(unit, memory_prop),
@@ -1470,7 +1450,7 @@ mod tests {
             // Gone: the slice stopped, its directories with it (once the
             // sandbox's scope has gone, as housekeeping tries again).
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-            while let Err(e) = m.remove_pod(Qos::Burstable, "0a1b-2c") {
+            while let Err(e) = m.remove_pod(QosClass::Burstable, "0a1b-2c") {
                 assert!(std::time::Instant::now() < deadline, "{e}");
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }

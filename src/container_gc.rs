@@ -17,7 +17,9 @@ use std::time::Duration;
 use k8s_cri::v1 as cri;
 use tracing::{debug, info};
 
-use crate::cri::{POD_UID_LABEL, Result, Runtime};
+use crate::cri::{Result, Runtime};
+
+use crate::labels::POD_UID_LABEL;
 
 /// How often the agent collects (the kubelet's `ContainerGCPeriod`).
 pub const PERIOD: Duration = Duration::from_secs(60);

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod, PodSpec};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::container::state::{Container, ContainerState, PodRuntime, Sandbox};
+use crate::pod_core::runtime::{Container, ContainerState, PodRuntime, Sandbox};
 
 /// Builder of a test pod.
 pub struct PodBuilder(Pod);

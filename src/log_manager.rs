@@ -103,9 +103,9 @@ fn log_path(pod_logs_dir: &Path, c: &api::Container) -> Option<PathBuf> {
     let label = |k: &str| c.labels.get(k).map(String::as_str);
     let dir = crate::paths::pod_log_dir(
         pod_logs_dir,
-        label(cri::POD_NAMESPACE_LABEL)?,
-        label(cri::POD_NAME_LABEL)?,
-        label(cri::POD_UID_LABEL)?,
+        label(crate::labels::POD_NAMESPACE_LABEL)?,
+        label(crate::labels::POD_NAME_LABEL)?,
+        label(crate::labels::POD_UID_LABEL)?,
     );
     let meta = c.metadata.as_ref()?;
     Some(dir.join(crate::paths::container_log_path(&meta.name, meta.attempt)))

@@ -105,10 +105,10 @@ pub fn pod_resources(
     devices: impl Fn(&str, &str) -> DevicesByResource,
 ) -> v1::PodResources {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    let sidecars = crate::pod::spec::init_containers(pod)
+    let sidecars = crate::pod_core::spec::init_containers(pod)
         .iter()
-        .filter(|c| crate::pod::spec::is_sidecar(c));
-    let regular = crate::pod::spec::main_containers(pod);
+        .filter(|c| crate::pod_core::spec::is_sidecar(c));
+    let regular = crate::pod_core::spec::main_containers(pod);
     let container = |c: &Container| v1::ContainerResources {
         name: c.name.clone(),
         devices: container_devices(&devices(uid, &c.name)),
@@ -129,7 +129,7 @@ pub fn alpha_pod_resources(
     devices: impl Fn(&str, &str) -> DevicesByResource,
 ) -> alpha::PodResources {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    let regular = crate::pod::spec::main_containers(pod);
+    let regular = crate::pod_core::spec::main_containers(pod);
     let container = |c: &Container| alpha::ContainerResources {
         name: c.name.clone(),
         devices: container_devices(&devices(uid, &c.name))

@@ -29,12 +29,10 @@ use sha2::{Digest, Sha256};
 /// The largest manifest read, bytes (the kubelet's `maxConfigLength`).
 pub const MAX_MANIFEST_BYTES: u64 = 10 << 20;
 
-/// `kubernetes.io/config.hash`: the static pod's UID.
-pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
-/// `kubernetes.io/config.source`: where the pod came from (`file`).
-pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
-/// `kubernetes.io/config.mirror`: on a mirror pod, the static pod's hash.
-pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub use crate::labels::{
+    CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
+};
+pub use crate::pod_core::spec::{is_mirror, is_static};
 
 /// The source name of manifest files.
 pub const FILE_SOURCE: &str = "file";
@@ -332,21 +330,6 @@ pub fn mirror_pod(static_pod: &Pod, node: &str, node_uid: &str) -> Result<Pod, S
         },
     ]);
     Ok(mirror)
-}
-
-/// True for a pod from a source other than the API server (a manifest),
-/// as the kubelet's `IsStaticPod`: `kubernetes.io/config.source` set and
-/// not `api`.
-#[must_use]
-pub fn is_static(pod: &Pod) -> bool {
-    annotation(pod, CONFIG_SOURCE_ANNOTATION).is_some_and(|s| s != "api")
-}
-
-/// True for a mirror pod (`kubernetes.io/config.mirror` set), as the
-/// kubelet's `IsMirrorPod`.
-#[must_use]
-pub fn is_mirror(pod: &Pod) -> bool {
-    annotation(pod, CONFIG_MIRROR_ANNOTATION).is_some()
 }
 
 /// The value of annotation `key` of `pod`, if set.

@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use k8s_cri::v1 as cri;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::container::state::{Container, ContainerState, PodRuntime, Sandbox};
-use crate::cri::{
-    CONTAINER_HASH_ANNOTATION, POD_UID_LABEL, Result, Runtime, TERMINATION_MESSAGE_PATH_ANNOTATION,
+use crate::cri::{Result, Runtime};
+use crate::labels::{
+    CONTAINER_HASH_ANNOTATION, POD_UID_LABEL, TERMINATION_MESSAGE_PATH_ANNOTATION,
     TERMINATION_MESSAGE_POLICY_ANNOTATION,
 };
+use crate::pod_core::runtime::{Container, ContainerState, PodRuntime, Sandbox};
 
 fn ts(nanos: i64) -> Option<Timestamp> {
     (nanos > 0)
@@ -248,18 +249,18 @@ pub fn container_from(s: &cri::ContainerStatus, sandbox_id: &str, written: &str)
             .unwrap_or_default(),
         memory_request: s
             .annotations
-            .get(crate::cri::MEMORY_REQUEST_ANNOTATION)
+            .get(crate::labels::MEMORY_REQUEST_ANNOTATION)
             .and_then(|v| v.parse().ok()),
         backoff_since: s
             .annotations
-            .get(crate::cri::BACKOFF_SINCE_ANNOTATION)
+            .get(crate::labels::BACKOFF_SINCE_ANNOTATION)
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
         resources: s
             .resources
             .as_ref()
             .and_then(|r| r.linux.as_ref())
-            .map(|l| super::state::CgroupLimits {
+            .map(|l| crate::pod_core::runtime::CgroupLimits {
                 cpu_shares: l.cpu_shares,
                 cpu_quota: l.cpu_quota,
                 cpu_period: l.cpu_period,
@@ -491,7 +492,7 @@ mod tests {
         let mut st = exited(dir.path(), "File", 1);
         let mark = |st: &mut cri::ContainerStatus, v: String| {
             st.annotations
-                .insert(crate::cri::BACKOFF_SINCE_ANNOTATION.to_string(), v);
+                .insert(crate::labels::BACKOFF_SINCE_ANNOTATION.to_string(), v);
             container_from(st, "s", "").backoff_since
         };
         assert_eq!(mark(&mut st, "7".into()), 7);

@@ -60,7 +60,9 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Code, Request, Response, Status};
 
-use crate::cri::{POD_UID_LABEL, Runtime};
+use crate::cri::Runtime;
+
+use crate::labels::POD_UID_LABEL;
 use crate::reasons::terminated;
 
 /// File name of the socket [`FakeRuntime::serve`] listens on, in the directory
@@ -1677,7 +1679,7 @@ impl ImageService for FakeRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cri::{CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL};
+    use crate::labels::{CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL};
 
     const PAUSE: &str = "registry.k8s.io/pause:3.10";
     const BUSYBOX: &str = "docker.io/library/busybox:1.36";

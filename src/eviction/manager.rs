@@ -8,7 +8,7 @@
 //! (minimum reclaim included), else evicts the first pod of the ranking.
 //! An evicted pod is recorded for its pod worker, which stops it, gets an
 //! `Evicted` event and the evicting status
-//! ([`crate::pod::status::evicting`]); the manager waits for its containers
+//! ([`crate::pod_core::status::evicting`]); the manager waits for its containers
 //! to stop before the next cycle. At most one pod per cycle for a
 //! threshold; before thresholds, every pod over a local storage limit goes
 //! ([`super::local_storage_violation`]), with or without thresholds.
@@ -25,8 +25,8 @@ use tracing::{debug, info, warn};
 
 use super::{Pressure, State, Threshold, message, met, observe, rank};
 use crate::events::{EventType, publish_annotated, publish_node};
-use crate::pod::spec::is_terminal;
 use crate::pod::worker::Context;
+use crate::pod_core::spec::is_terminal;
 use crate::stats::Provider;
 
 /// How long the manager waits for an evicted pod's containers to stop past
@@ -118,7 +118,7 @@ pub async fn run(
                 !is_terminal(p)
                     && !is_critical(p)
                     && p.metadata.deletion_timestamp.is_none()
-                    && !crate::pod::spec::is_evicted(p)
+                    && !crate::pod_core::spec::is_evicted(p)
                     && ctx
                         .eviction(p.metadata.uid.as_deref().unwrap_or_default())
                         .is_none()
@@ -133,7 +133,7 @@ pub async fn run(
                 continue;
             };
             if let Some(text) = super::local_storage_violation(p, stats) {
-                let grace = crate::pod::spec::EVICTION_GRACE_SECONDS;
+                let grace = crate::pod_core::spec::EVICTION_GRACE_SECONDS;
                 evict(&ctx, p, text, BTreeMap::new(), false, grace).await;
                 evicted.push((uid.to_string(), grace));
             }
@@ -216,8 +216,10 @@ async fn wait_for_cleanup(ctx: &Context, evicted: &[(String, i64)]) {
         .clamp(0, 3600);
     let deadline = Instant::now() + CLEANUP_TIMEOUT + Duration::from_secs(grace.unsigned_abs());
     for (uid, _) in evicted {
-        let by_uid =
-            std::collections::HashMap::from([(crate::cri::POD_UID_LABEL.to_string(), uid.clone())]);
+        let by_uid = std::collections::HashMap::from([(
+            crate::labels::POD_UID_LABEL.to_string(),
+            uid.clone(),
+        )]);
         loop {
             let running = match ctx.runtime.runtime.list_containers(by_uid.clone()).await {
                 Ok(cs) => cs
@@ -275,7 +277,7 @@ async fn evict(
         };
         ctx.record_eviction(uid, eviction);
     }
-    let status = crate::pod::status::evicting(pod, &text, disruption, now);
+    let status = crate::pod_core::status::evicting(pod, &text, disruption, now);
     if let Err(e) = ctx.status.set_status(pod, status).await {
         warn!(error = %e, "eviction manager: status of the evicted pod");
     }

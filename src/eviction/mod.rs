@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 use crate::config::Threshold as Amount;
-use crate::pod::fit::pod_requests;
+use crate::pod_core::fit::pod_requests;
 use crate::stats::summary::{PodStats, Summary};
 
 pub mod manager;
@@ -63,12 +63,12 @@ impl Pressure {
 /// pods that tolerate the `node.kubernetes.io/memory-pressure` taint pass;
 /// otherwise reason `Evicted`, message `The node had condition: [<types>]. `.
 #[must_use]
-pub fn admit(pod: &Pod, pressures: &[Pressure]) -> Option<crate::pod::admit::Rejection> {
+pub fn admit(pod: &Pod, pressures: &[Pressure]) -> Option<crate::pod_core::admit::Rejection> {
     if pressures.is_empty() || manager::is_critical(pod) {
         return None;
     }
     if pressures == [Pressure::Memory] {
-        if crate::pod::status::qos_class(pod) != "BestEffort" {
+        if crate::pod_core::qos::qos_class(pod) != crate::pod_core::qos::QosClass::BestEffort {
             return None;
         }
         let taint = k8s_openapi::api::core::v1::Taint {
@@ -83,13 +83,13 @@ pub fn admit(pod: &Pod, pressures: &[Pressure]) -> Option<crate::pod::admit::Rej
             .unwrap_or_default();
         if tolerations
             .iter()
-            .any(|t| crate::pod::fit::tolerates(t, &taint))
+            .any(|t| crate::pod_core::fit::tolerates(t, &taint))
         {
             return None;
         }
     }
     let types: Vec<&str> = pressures.iter().map(|p| p.condition_type()).collect();
-    Some(crate::pod::admit::Rejection {
+    Some(crate::pod_core::admit::Rejection {
         reason: crate::reasons::pod::EVICTED.into(),
         message: format!("The node had condition: [{}]. ", types.join(" ")),
     })
@@ -456,7 +456,7 @@ impl State {
 #[must_use]
 pub fn grace_period(threshold: &Threshold, max_pod_grace: i64, pod: &Pod) -> i64 {
     if threshold.is_hard() {
-        return crate::pod::spec::EVICTION_GRACE_SECONDS;
+        return crate::pod_core::spec::EVICTION_GRACE_SECONDS;
     }
     let own = pod
         .spec
@@ -704,7 +704,7 @@ pub fn local_storage_violation(pod: &Pod, stats: &PodStats) -> Option<String> {
     };
     // The pod's limit as `PodLimits`: sidecars, init containers and
     // overhead included.
-    let pod_limit = crate::pod::fit::pod_limits(pod)
+    let pod_limit = crate::pod_core::fit::pod_limits(pod)
         .get("ephemeral-storage")
         .map(|q| q.value());
     if let Some(total) = pod_limit {
@@ -723,7 +723,7 @@ pub fn local_storage_violation(pod: &Pod, stats: &PodStats) -> Option<String> {
         spec.init_containers
             .iter()
             .flatten()
-            .filter(|c| crate::pod::spec::is_sidecar(c)),
+            .filter(|c| crate::pod_core::spec::is_sidecar(c)),
     );
     for c in with_limits {
         let Some(max) = limit_of(c).filter(|m| *m > 0) else {

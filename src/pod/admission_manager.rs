@@ -1,7 +1,7 @@
 //! The order of admission, as the kubelet's `HandlePodAdditions` admits pods
 //! oldest first, each against the pods admitted before it: a pod's verdict
-//! (the admit handlers of [`super::admit`], then the GeneralPredicates of
-//! [`super::fit`]) is decided once and remembered, the pods it is decided
+//! (the admit handlers of [`crate::pod_core::admit`], then the GeneralPredicates of
+//! [`crate::pod_core::fit`]) is decided once and remembered, the pods it is decided
 //! against are those admitted and still active, and older pods not decided
 //! yet are decided first, in creation order. Pods that already run (after an
 //! agent restart) hold their resources without being judged again. One lock
@@ -14,9 +14,9 @@ use std::sync::{Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::admit::Rejection;
-use super::fit::{NodeView, fit};
-use super::spec::is_terminal;
+use crate::pod_core::admit::Rejection;
+use crate::pod_core::fit::{NodeView, fit};
+use crate::pod_core::spec::is_terminal;
 use crate::reasons::condition;
 
 /// Remembered verdicts, by pod UID: `None` admitted, `Some` rejected.

@@ -2,7 +2,7 @@
 //! ConfigMaps and Secrets its `env` and `envFrom` name (one `GET` each; a node
 //! may read only the objects its pods reference) and the cluster's Services
 //! (the kubelet's service lister), as the kubelet's `makeEnvironmentVariables`
-//! gathers them. The pure [`super::env`] builds the environment from them.
+//! gathers them. The pure [`crate::pod_core::env`] builds the environment from them.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,8 +12,8 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 use tracing::warn;
 
-use super::env::{self, EnvSources};
-use super::translate::pod_identity;
+use crate::pod_core::env::{self, EnvSources};
+use crate::pod_core::facts::pod_identity;
 use crate::redact::Redacted;
 
 /// How long a container start waits for the first list of Services.

@@ -15,7 +15,8 @@ use kube::{Api, Client};
 use tracing::{debug, info, warn};
 
 use super::worker::Context;
-use crate::cri::{POD_UID_LABEL, Runtime};
+use crate::cri::Runtime;
+use crate::labels::POD_UID_LABEL;
 use crate::volume::VolumeManager;
 
 /// Deletes the mirror pods whose static pod is gone
@@ -83,8 +84,8 @@ pub async fn cleanup_orphans(
         .iter()
         .filter_map(|s| {
             let uid = s.labels.get(POD_UID_LABEL)?;
-            let ns = s.labels.get(crate::cri::POD_NAMESPACE_LABEL)?;
-            let name = s.labels.get(crate::cri::POD_NAME_LABEL)?;
+            let ns = s.labels.get(crate::labels::POD_NAMESPACE_LABEL)?;
+            let name = s.labels.get(crate::labels::POD_NAME_LABEL)?;
             (!known.contains(uid)).then(|| (uid.clone(), (ns.clone(), name.clone())))
         })
         .collect();
@@ -234,7 +235,7 @@ pub async fn collect_containers(
         .pods
         .state()
         .iter()
-        .filter(|p| super::spec::is_terminal(p))
+        .filter(|p| crate::pod_core::spec::is_terminal(p))
         .filter(|p| terminated_too || has_evicted_reason(p))
         .filter_map(|p| p.metadata.uid.clone())
         .collect();
@@ -429,18 +430,18 @@ pub fn sync_pod_cgroups(ctx: &Context, store: &Store<Pod>) {
     // are looked at, each with its allocated resources.
     let milli = pods
         .iter()
-        .filter(|p| !super::spec::is_terminal(p))
-        .filter(|p| super::status::qos_class(p) == "Burstable")
+        .filter(|p| !crate::pod_core::spec::is_terminal(p))
+        .filter(|p| crate::pod_core::qos::qos_class(p) == crate::pod_core::qos::QosClass::Burstable)
         .filter_map(|p| {
             let allocated = super::allocation::allocated(std::slice::from_ref(p), &ctx.allocations);
             allocated.first().and_then(|p| {
-                super::fit::pod_requests(p)
+                crate::pod_core::fit::pod_requests(p)
                     .get("cpu")
                     .map(|q| q.milli_value())
             })
         })
         .fold(0_i128, i128::saturating_add);
-    let shares = super::translate::cpu_shares(i64::try_from(milli).unwrap_or(i64::MAX));
+    let shares = crate::pod_core::translate::cpu_shares(i64::try_from(milli).unwrap_or(i64::MAX));
     if let Err(e) = cgroups.set_burstable_shares(u64::try_from(shares).unwrap_or(2)) {
         warn!(error = %e, "burstable cgroup shares");
     }

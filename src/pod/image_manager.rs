@@ -17,9 +17,9 @@ use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use super::credentials::{Keyring, SecretSource};
-use super::plan::{PullBackoff, Waiting, crash_backoff};
 use crate::cri::Runtime;
 use crate::events::{EventType, Recorder};
+use crate::pod_core::plan::{PullBackoff, Waiting, crash_backoff};
 use crate::reasons::{event, waiting};
 
 /// How many image pulls run at once, from the KubeletConfiguration.

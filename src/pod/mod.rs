@@ -26,25 +26,18 @@
 //! | [`userns`] | the host ID range of each pod with its own user namespace | `pkg/kubelet/userns` |
 
 pub mod admission_manager;
-pub mod admit;
 pub mod allocation;
 pub mod credentials;
-pub mod env;
 pub mod env_sources;
-pub mod fit;
 pub mod hosts;
 pub mod housekeeping;
 pub mod image_manager;
 pub mod lifecycle;
 pub mod mirror_client;
-pub mod plan;
 pub mod pleg;
 pub mod runtime_manager;
 pub mod sources;
-pub mod spec;
-pub mod status;
 pub mod status_manager;
-pub mod translate;
 pub mod userns;
 pub mod worker;
 

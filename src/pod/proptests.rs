@@ -37,11 +37,15 @@ use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-use super::plan::{self, PullBackoff, Step, Volumes};
-use super::status::StatusContext;
-use super::translate::{self, HostDns, NodeContext, PodFacts};
-use super::{admit, env, hosts, lifecycle, spec, status};
-use crate::container::state::{Container as RuntimeContainer, ContainerState, PodRuntime, Sandbox};
+use super::lifecycle;
+use crate::pod_core::facts::{HostDns, NodeContext, PodFacts};
+use crate::pod_core::plan::{self, PullBackoff, Step, Volumes};
+use crate::pod_core::runtime::{
+    Container as RuntimeContainer, ContainerState, PodRuntime, Sandbox,
+};
+use crate::pod_core::status::StatusContext;
+use crate::pod_core::translate;
+use crate::pod_core::{admit, env, hosts, spec, status};
 use crate::prober::{ContainerProbes, ProbeKind, ProbeState, Timing};
 use crate::reasons::phase;
 

@@ -15,23 +15,24 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::runtime::reflector::{ObjectRef, Store};
 use tracing::{debug, info, warn};
 
-use super::env;
 use super::env_sources::SourceReader;
 use super::image_manager::ImageManager;
 use super::lifecycle;
-use super::plan::{Plan, Step, Waiting};
-use super::spec;
-use super::translate::{self, Isolation, NodeContext, PodFacts, UserNamespaceNeed, pod_identity};
 use super::userns::UsernsManager;
-use crate::container::PodRuntime;
 use crate::cri::Runtime;
 use crate::cri::extension::ImageSubPaths;
 use crate::events::{EventType, Recorder};
+use crate::pod_core::env;
+use crate::pod_core::facts::{NodeContext, PodFacts, pod_identity};
+use crate::pod_core::plan::{Plan, Step, Waiting};
+use crate::pod_core::runtime::PodRuntime;
+use crate::pod_core::spec;
+use crate::pod_core::translate::{self, Isolation, UserNamespaceNeed};
 use crate::reasons::{event, waiting};
 use crate::volume::PodVolumes;
 
 /// The attempt a container is created with and the attempt its
-/// CrashLoopBackOff counts from (see [`super::plan::backoff_since`]).
+/// CrashLoopBackOff counts from (see [`crate::pod_core::plan::backoff_since`]).
 #[derive(Clone, Copy, Debug, Default)]
 struct Attempt {
     number: u32,
@@ -474,11 +475,11 @@ impl RuntimeManager {
         pod: &'a Pod,
     ) -> Option<(
         &'a crate::cgroups::CgroupManager,
-        crate::cgroups::Qos,
+        crate::pod_core::qos::QosClass,
         &'a str,
     )> {
         let cgroups = self.cgroups.as_ref()?;
-        let qos = crate::cgroups::Qos::from_class(super::status::qos_class(pod));
+        let qos = crate::pod_core::qos::qos_class(pod);
         Some((
             cgroups,
             qos,
@@ -744,7 +745,7 @@ impl RuntimeManager {
             )
             .await?;
         config.annotations.insert(
-            crate::cri::BACKOFF_SINCE_ANNOTATION.to_string(),
+            crate::labels::BACKOFF_SINCE_ANNOTATION.to_string(),
             attempt.backoff_since.to_string(),
         );
         translate::join_user_namespace(&mut config, &at.isolation);
@@ -937,7 +938,7 @@ impl RuntimeManager {
             Ok(m) => m.map_err(|e| config_error(e.to_string()))?,
             Err(e) => return Err(config_error(format!("prepare volume mounts: {e}"))),
         };
-        if super::hosts::should_mount(pod, c, pod_ips) {
+        if crate::pod_core::hosts::should_mount(pod, c, pod_ips) {
             let hosts = super::hosts::make_hosts_mount(
                 pod,
                 &pod_dir,

@@ -18,8 +18,8 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 
 use super::sources::PodSources;
-use super::status::differs;
-use super::translate::pod_identity;
+use crate::pod_core::facts::pod_identity;
+use crate::pod_core::status::differs;
 use crate::static_pod;
 
 /// How many deleted pods' UIDs the status manager remembers.

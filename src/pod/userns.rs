@@ -14,7 +14,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::translate::USER_NS_LENGTH;
+use crate::pod_core::translate::USER_NS_LENGTH;
 
 /// Errors of the user namespace manager.
 #[derive(Debug, thiserror::Error)]

@@ -18,15 +18,16 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tracing::{debug, error, info, warn};
 
 use super::admission_manager::AdmissionManager;
-use super::admit::{self, Rejection};
-use super::fit::NodeView;
-use super::plan::{self, Plan, VolumeNeed, Volumes, Waiting, plan_evicted_with};
 use super::runtime_manager::RuntimeManager;
-use super::status::{self, StatusContext};
 use super::status_manager::StatusManager;
-use super::translate::pod_identity;
-use crate::container::{PodRuntime, observe};
+use crate::container::observe;
 use crate::events::EventType;
+use crate::pod_core::admit::{self, Rejection};
+use crate::pod_core::facts::pod_identity;
+use crate::pod_core::fit::NodeView;
+use crate::pod_core::plan::{self, Plan, VolumeNeed, Volumes, Waiting, plan_evicted_with};
+use crate::pod_core::runtime::PodRuntime;
+use crate::pod_core::status::{self, StatusContext};
 use crate::reasons::{event, waiting};
 use crate::volume::{PodVolumes, VolumeManager};
 
@@ -196,7 +197,10 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     // sync started before it overwrote it) is applied here.
     let eviction = ctx.eviction(&uid);
     let pod = match &eviction {
-        Some(e) if !super::spec::is_terminal(&pod) && !super::spec::is_evicted(&pod) => {
+        Some(e)
+            if !crate::pod_core::spec::is_terminal(&pod)
+                && !crate::pod_core::spec::is_evicted(&pod) =>
+        {
             let mut evicted = (*pod).clone();
             evicted.status = Some(status::evicting(&pod, &e.message, e.disruption, e.at));
             Arc::new(evicted)
@@ -246,7 +250,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     sync_probes(&pod, &rt, &ctx);
     let probes = ctx.prober.results(&pod, &rt);
     let backoffs = ctx.runtime.images.backoffs(&uid);
-    let grace = eviction.map_or(super::spec::EVICTION_GRACE_SECONDS, |e| e.grace);
+    let grace = eviction.map_or(crate::pod_core::spec::EVICTION_GRACE_SECONDS, |e| e.grace);
     let plan = plan_evicted_with(&pod, &rt, &backoffs, &probes, ready, now, grace);
     if !plan.steps.is_empty() {
         debug!(steps = ?plan.steps, "plan");
@@ -327,7 +331,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
 /// with its allocation, with the pending reason returned. A pod that stops
 /// keeps its allocation.
 fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
-    use super::allocation;
+    use crate::pod_core::allocation;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let Some(current) = ctx.allocations.get(&uid) else {
         ctx.allocations.allocate(&pod);
@@ -340,7 +344,7 @@ fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
         }
         return (pod, None);
     }
-    if pod.metadata.deletion_timestamp.is_some() || super::spec::is_terminal(&pod) {
+    if pod.metadata.deletion_timestamp.is_some() || crate::pod_core::spec::is_terminal(&pod) {
         return (Arc::new(allocation::apply(&pod, &current)), None);
     }
     let node = &ctx.runtime.node;
@@ -352,7 +356,7 @@ fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
     let others: Vec<&Pod> = others
         .iter()
         .filter(|p| p.metadata.uid.as_deref() != Some(uid.as_str()))
-        .filter(|p| !super::spec::is_terminal(p))
+        .filter(|p| !crate::pod_core::spec::is_terminal(p))
         .collect();
     match allocation::admit_resize(&pod, &others, &view) {
         Ok(()) => {
@@ -448,7 +452,7 @@ async fn admission(
     ctx: &Context,
 ) -> Result<Verdict, crate::cri::Error> {
     if pod.metadata.deletion_timestamp.is_some()
-        || super::spec::is_terminal(pod)
+        || crate::pod_core::spec::is_terminal(pod)
         || !rt.sandboxes.is_empty()
         || !rt.containers.is_empty()
     {
@@ -508,10 +512,9 @@ async fn admission(
     // kubelet's device manager admit handler).
     if let Some(devices) = &ctx.runtime.devices {
         let active = |uid: &str| {
-            bound
-                .iter()
-                .any(|p| p.metadata.uid.as_deref() == Some(uid) && !super::spec::is_terminal(p))
-                || pod.metadata.uid.as_deref() == Some(uid)
+            bound.iter().any(|p| {
+                p.metadata.uid.as_deref() == Some(uid) && !crate::pod_core::spec::is_terminal(p)
+            }) || pod.metadata.uid.as_deref() == Some(uid)
         };
         if let Err(e) = devices.allocate_pod(pod, active).await {
             let rejection = Rejection {
@@ -550,7 +553,7 @@ fn node_view(store: &Store<Node>, name: &str) -> Option<NodeView> {
 /// status is final as the kubelet's `rejectPod` left it).
 fn never_ran(pod: &Pod, rt: &PodRuntime) -> bool {
     pod.metadata.deletion_timestamp.is_none()
-        && super::spec::is_terminal(pod)
+        && crate::pod_core::spec::is_terminal(pod)
         && pod
             .status
             .as_ref()

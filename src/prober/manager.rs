@@ -17,8 +17,8 @@ use tokio::task::JoinHandle;
 
 use super::run::probe_once;
 use super::{ContainerProbes, ProbeKind, ProbeState, Timing};
-use crate::container::state::{ContainerState, PodRuntime};
 use crate::cri::Runtime;
+use crate::pod_core::runtime::{ContainerState, PodRuntime};
 use crate::reasons::event;
 
 type Key = (String, ProbeKind);
@@ -102,7 +102,7 @@ impl Manager {
     pub fn sync(&self, pod: &Pod, rt: &PodRuntime) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let terminating = pod.metadata.deletion_timestamp.is_some();
-        let running: HashMap<&str, &crate::container::state::Container> = rt
+        let running: HashMap<&str, &crate::pod_core::runtime::Container> = rt
             .containers
             .iter()
             .filter(|c| c.state == ContainerState::Running)

@@ -33,7 +33,8 @@ use tokio::io::AsyncWriteExt as _;
 use tracing::debug;
 
 use super::{App, text};
-use crate::cri::{CONTAINER_NAME_LABEL, POD_UID_LABEL, StreamIo};
+use crate::cri::StreamIo;
+use crate::labels::{CONTAINER_NAME_LABEL, POD_UID_LABEL};
 
 /// The path of `/exec` and `/attach`: the pod's UID is optional.
 #[derive(Debug, Deserialize)]

@@ -49,7 +49,6 @@ use tracing::{debug, info, warn};
 
 pub use mounts::{
     ContainerMounts, ImageVolumes, MountedVolume, PodVolumes, container_devices, container_mounts,
-    recursive_read_only,
 };
 
 use atomic_writer::Payload;

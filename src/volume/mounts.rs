@@ -219,7 +219,12 @@ pub fn container_mounts(
             host_path: host_path.to_string_lossy().into_owned(),
             readonly: read_only,
             propagation: propagation(m.mount_propagation.as_deref())? as i32,
-            recursive_read_only: recursive_read_only(m, read_only, runtime_rro)?,
+            recursive_read_only: crate::pod_core::spec::recursive_read_only(
+                m,
+                read_only,
+                runtime_rro,
+            )
+            .map_err(Error::Mount)?,
             image,
             ..Default::default()
         });
@@ -228,43 +233,6 @@ pub fn container_mounts(
         mounts,
         image_sub_paths,
     })
-}
-
-/// Whether mount `m` (read-only when `read_only`) is recursively read-only,
-/// as the kubelet's `resolveRecursiveReadOnly`: `Enabled` needs the runtime's
-/// support (`runtime_rro`, its handler's `recursive_read_only_mounts`
-/// feature), `IfPossible` takes it when there is some, `Disabled` or unset
-/// never; only a read-only mount without propagation may ask.
-///
-/// # Errors
-/// The kubelet's messages for a mount that may not ask, or for `Enabled`
-/// without the runtime's support.
-pub fn recursive_read_only(m: &VolumeMount, read_only: bool, runtime_rro: bool) -> Result<bool> {
-    let mode = match m.recursive_read_only.as_deref() {
-        None | Some("Disabled") => return Ok(false),
-        Some(mode) => mode,
-    };
-    let name = &m.name;
-    if !read_only {
-        return Err(Error::Mount(format!(
-            "volume {name:?} requested recursive read-only mode, but it is not read-only"
-        )));
-    }
-    if let Some(p) = m.mount_propagation.as_deref().filter(|p| *p != "None") {
-        return Err(Error::Mount(format!(
-            "volume {name:?} requested recursive read-only mode, but it is not compatible with propagation {p:?}"
-        )));
-    }
-    match mode {
-        "IfPossible" => Ok(runtime_rro),
-        "Enabled" if runtime_rro => Ok(true),
-        "Enabled" => Err(Error::Mount(format!(
-            "volume {name:?} requested recursive read-only mode, but it is not supported by the runtime"
-        ))),
-        other => Err(Error::Mount(format!(
-            "unknown recursive read-only mode {other:?}"
-        ))),
-    }
 }
 
 /// A container's volume mounts for the runtime ([`container_mounts`]).
@@ -406,7 +374,7 @@ mod tests {
             m
         };
         let rro = |m: &VolumeMount, ro: bool, runtime: bool| {
-            recursive_read_only(m, ro, runtime).map_err(|e| e.to_string())
+            crate::pod_core::spec::recursive_read_only(m, ro, runtime)
         };
         for runtime in [true, false] {
             assert_eq!(rro(&mount(None, None), true, runtime), Ok(false));

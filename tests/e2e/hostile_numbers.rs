@@ -192,7 +192,7 @@ async fn a_post_start_hook_that_never_returns_does_not_hold_the_deletion() {
     let mut running = false;
     for _ in 0..60 {
         let labels = std::collections::HashMap::from([(
-            rustlet::cri::POD_UID_LABEL.to_string(),
+            rustlet::labels::POD_UID_LABEL.to_string(),
             uid.clone(),
         )]);
         let containers = runtime.list_containers(labels).await.unwrap_or_default();

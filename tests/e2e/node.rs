@@ -10,7 +10,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
-use rustlet::cri::POD_UID_LABEL;
+use rustlet::labels::POD_UID_LABEL;
 
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]

@@ -13,7 +13,7 @@ use crate::common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::DeleteParams;
-use rustlet::cri::POD_UID_LABEL;
+use rustlet::labels::POD_UID_LABEL;
 use rustlet::static_pod::{
     CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION, annotation,
 };

@@ -351,8 +351,10 @@ async fn missing_config_map_keeps_the_pod_pending_until_it_exists() {
     );
     // Nothing of the pod runs meanwhile.
     let rt = runtime().await;
-    let by_uid =
-        std::collections::HashMap::from([(rustlet::cri::POD_UID_LABEL.to_string(), uid.clone())]);
+    let by_uid = std::collections::HashMap::from([(
+        rustlet::labels::POD_UID_LABEL.to_string(),
+        uid.clone(),
+    )]);
     assert!(rt.list_pod_sandboxes(by_uid).await.unwrap().is_empty());
 
     create_config_map(&client, &ns, "not-yet", &[("k", "finally")]).await;

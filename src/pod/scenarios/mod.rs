@@ -32,14 +32,14 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::env_sources::SourceReader;
 use super::image_manager::{ImageManager, PullConcurrency};
 use super::runtime_manager::RuntimeManager;
-use super::status::StatusContext;
 use super::status_manager::StatusManager;
-use super::translate::{HostDns, NodeContext};
 use super::worker::{Context, reconcile};
 use crate::cri::fake::FakeRuntime;
 use crate::events::Recorder;
 use crate::fake_api::{self as api, FakeApi};
 use crate::fixtures::pod;
+use crate::pod_core::facts::{HostDns, NodeContext};
+use crate::pod_core::status::StatusContext;
 use crate::volume::VolumeManager;
 
 /// An image the runtime has (tagged: pull policy `IfNotPresent`).
@@ -227,7 +227,7 @@ impl Node {
             at: Timestamp::now(),
         };
         self.ctx.record_eviction(uid, eviction);
-        let status = super::status::evicting(&running, message, true, Timestamp::now());
+        let status = crate::pod_core::status::evicting(&running, message, true, Timestamp::now());
         self.ctx
             .status
             .set_status(&running, status)
@@ -1121,7 +1121,7 @@ async fn an_init_container_the_runtime_lost_after_initialization_is_not_run_agai
         (
             0,
             Some("Completed"),
-            Some(crate::pod::status::INIT_STATUS_LOST)
+            Some(crate::pod_core::status::INIT_STATUS_LOST)
         )
     );
     assert!(init_status.ready);
@@ -1229,7 +1229,7 @@ async fn a_pod_waits_for_its_volumes_before_anything_starts() {
             WEB_STATUS
         ]
     );
-    assert_eq!(requeue(&action), Some(super::plan::VOLUME_RETRY));
+    assert_eq!(requeue(&action), Some(crate::pod_core::plan::VOLUME_RETRY));
     let st = n.status("web");
     assert_eq!(st.phase.as_deref(), Some("Pending"));
     assert_eq!(state(&st, "c").0, "waiting:ContainerCreating");

@@ -312,7 +312,8 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_runs_in_a_cgroup_of_its_own_with_its_limits_through_a_resize_until_it_goes() {
-    use crate::cgroups::{Limits, Qos};
+    use crate::cgroups::Limits;
+    use crate::pod_core::qos::QosClass;
     on_real_cgroups(|cgroups, name| async move {
         let mut n = Node::start_with_cgroups(cgroups.clone()).await;
         let web = n.bind(sized("web", resources(("250m", "500m"), ("64Mi", "128Mi"))));
@@ -320,7 +321,7 @@ async fn a_pod_runs_in_a_cgroup_of_its_own_with_its_limits_through_a_resize_unti
         let uid = web.metadata.uid.clone().unwrap_or_default();
         let sandbox = n.cri.sandboxes().pop().expect("sandbox");
         assert_eq!(sandbox.cgroup_parent, format!("/{name}/burstable/pod{uid}"));
-        let dir = cgroups.pod_dir(Qos::Burstable, &uid).expect("dir");
+        let dir = cgroups.pod_dir(QosClass::Burstable, &uid).expect("dir");
         assert_eq!(
             cgroups.limits(&dir).expect("limits"),
             Limits {
@@ -349,7 +350,7 @@ async fn a_pod_runs_in_a_cgroup_of_its_own_with_its_limits_through_a_resize_unti
         // Gone from the node: its cgroup goes.
         n.pods.api_event(kube::runtime::watcher::Event::Delete(web));
         super::super::housekeeping::sync_pod_cgroups(&n.ctx, &store);
-        assert!(!cgroups.has_pod(Qos::Burstable, &uid));
+        assert!(!cgroups.has_pod(QosClass::Burstable, &uid));
     })
     .await;
 }
@@ -381,7 +382,8 @@ async fn resize_pod_level(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_level_resources_are_resized_in_place_in_the_pod_cgroup_and_the_containers_that_inherit_them()
  {
-    use crate::cgroups::{Limits, Qos};
+    use crate::cgroups::Limits;
+    use crate::pod_core::qos::QosClass;
     on_real_cgroups(|cgroups, _name| async move {
         let mut n = Node::start_with_cgroups(cgroups.clone()).await;
         // Pod-level resources only; container "c" sets none, container
@@ -397,7 +399,7 @@ async fn pod_level_resources_are_resized_in_place_in_the_pod_cgroup_and_the_cont
         let web = n.bind(web);
         n.sync(&web).await;
         let uid = web.metadata.uid.clone().unwrap_or_default();
-        let dir = cgroups.pod_dir(Qos::Guaranteed, &uid).expect("dir");
+        let dir = cgroups.pod_dir(QosClass::Guaranteed, &uid).expect("dir");
         assert_eq!(
             cgroups.limits(&dir).expect("limits"),
             Limits {

@@ -13,7 +13,7 @@ use crate::common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
-use rustlet::cri::POD_UID_LABEL;
+use rustlet::labels::POD_UID_LABEL;
 
 fn snapshot(pods: &[Pod]) -> Vec<(String, String, i32, String)> {
     let mut v: Vec<_> = pods

@@ -4,7 +4,9 @@
 //! policy, terminal phases. Pure; shared by the plan, the status and the
 //! runtime manager.
 
-use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, VolumeMount};
+
+use crate::labels::{CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 
 /// The pod's restart policy (`Always` when unset).
 #[must_use]
@@ -279,4 +281,67 @@ pub fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
         .iter()
         .chain(init_containers(pod))
         .find(|c| c.name == name)
+}
+
+/// True for a pod from a source other than the API server (a manifest),
+/// as the kubelet's `IsStaticPod`: `kubernetes.io/config.source` set and
+/// not `api`.
+#[must_use]
+pub fn is_static(pod: &Pod) -> bool {
+    annotation(pod, CONFIG_SOURCE_ANNOTATION).is_some_and(|s| s != "api")
+}
+
+/// True for a mirror pod (`kubernetes.io/config.mirror` set), as the
+/// kubelet's `IsMirrorPod`.
+#[must_use]
+pub fn is_mirror(pod: &Pod) -> bool {
+    annotation(pod, CONFIG_MIRROR_ANNOTATION).is_some()
+}
+
+/// The value of annotation `key` of `pod`, if set.
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// Whether mount `m` (read-only when `read_only`) is recursively read-only,
+/// as the kubelet's `resolveRecursiveReadOnly`: `Enabled` needs the runtime's
+/// support (`runtime_rro`, its handler's `recursive_read_only_mounts`
+/// feature), `IfPossible` takes it when there is some, `Disabled` or unset
+/// never; only a read-only mount without propagation may ask.
+///
+/// # Errors
+/// The kubelet's messages for a mount that may not ask, or for `Enabled`
+/// without the runtime's support.
+pub fn recursive_read_only(
+    m: &VolumeMount,
+    read_only: bool,
+    runtime_rro: bool,
+) -> Result<bool, String> {
+    let mode = match m.recursive_read_only.as_deref() {
+        None | Some("Disabled") => return Ok(false),
+        Some(mode) => mode,
+    };
+    let name = &m.name;
+    if !read_only {
+        return Err(format!(
+            "volume {name:?} requested recursive read-only mode, but it is not read-only"
+        ));
+    }
+    if let Some(p) = m.mount_propagation.as_deref().filter(|p| *p != "None") {
+        return Err(format!(
+            "volume {name:?} requested recursive read-only mode, but it is not compatible with propagation {p:?}"
+        ));
+    }
+    match mode {
+        "IfPossible" => Ok(runtime_rro),
+        "Enabled" if runtime_rro => Ok(true),
+        "Enabled" => Err(format!(
+            "volume {name:?} requested recursive read-only mode, but it is not supported by the runtime"
+        )),
+        other => Err(format!("unknown recursive read-only mode {other:?}")),
+    }
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::translate::{NodeContext, PodFacts, pod_identity};
+use super::facts::{NodeContext, PodFacts, pod_identity};
 use crate::expansion::{expand, expand_at_most};
 use crate::redact::Redacted;
 

@@ -14,12 +14,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::plan::{InitProgress, Waiting, init_progress};
+use super::probes::ContainerProbes;
+use super::qos::qos_class;
+use super::runtime::{CgroupLimits, Container, ContainerState, PodRuntime};
 use super::spec::{
     container_should_restart, ephemeral_containers, init_container_should_restart, init_containers,
     is_sidecar, main_containers, restart_policy,
 };
-use crate::container::state::{CgroupLimits, Container, ContainerState, PodRuntime};
-use crate::prober::ContainerProbes;
 use crate::reasons::condition::{self as cond, reason as cond_reason};
 use crate::reasons::{phase, terminated, waiting};
 
@@ -41,7 +42,7 @@ pub struct StatusContext {
 /// A container's `volumeMounts` status, as the kubelet's
 /// `convertToAPIContainerStatuses`: each mount's name, path and read-only
 /// flag, and for a read-only mount its resolved `recursiveReadOnly`
-/// (`Enabled` or `Disabled`, [`crate::volume::recursive_read_only`] with
+/// (`Enabled` or `Disabled`, [`super::spec::recursive_read_only`] with
 /// `runtime_rro`); `None` for a container without mounts.
 fn volume_mount_statuses(spec: &ApiContainer, runtime_rro: bool) -> Option<Vec<VolumeMountStatus>> {
     let mounts = spec.volume_mounts.as_deref().filter(|m| !m.is_empty())?;
@@ -52,7 +53,7 @@ fn volume_mount_statuses(spec: &ApiContainer, runtime_rro: bool) -> Option<Vec<V
                 let read_only = m.read_only.unwrap_or(false);
                 let rro = read_only.then(|| {
                     let on =
-                        crate::volume::recursive_read_only(m, true, runtime_rro).unwrap_or(false);
+                        super::spec::recursive_read_only(m, true, runtime_rro).unwrap_or(false);
                     if on { "Enabled" } else { "Disabled" }.to_string()
                 });
                 VolumeMountStatus {
@@ -290,59 +291,6 @@ pub fn phase(
     phase::PENDING
 }
 
-/// The pod's QoS class, as `GetPodQOS`: Guaranteed when every container's cpu
-/// and memory limits equal its requests, BestEffort when none are set, else
-/// Burstable. Pod-level `spec.resources` that set cpu or memory decide alone
-/// (`ComputePodQOS` with pod-level resources).
-#[must_use]
-pub fn qos_class(pod: &Pod) -> &'static str {
-    let pod_level = pod.spec.as_ref().and_then(|s| s.resources.as_ref());
-    let names = ["cpu", "memory"];
-    let sets = |m: Option<&BTreeMap<String, Quantity>>| {
-        m.is_some_and(|m| names.iter().any(|n| m.contains_key(*n)))
-    };
-    if let Some(r) = pod_level.filter(|r| sets(r.requests.as_ref()) || sets(r.limits.as_ref())) {
-        let empty = BTreeMap::<String, Quantity>::new();
-        let limits = r.limits.as_ref().unwrap_or(&empty);
-        let requests = r.requests.as_ref().unwrap_or(&empty);
-        let guaranteed = names.iter().all(|n| {
-            let l = limits.get(*n);
-            l.is_some() && requests.get(*n).or(l) == l
-        });
-        return if guaranteed {
-            "Guaranteed"
-        } else {
-            "Burstable"
-        };
-    }
-    // Init containers count as the others do (`ComputePodQOS` goes
-    // through both): a pod the API server classed with them must not be
-    // reported otherwise (`status.qosClass` is immutable).
-    let spec = pod.spec.as_ref();
-    let containers: Vec<&k8s_openapi::api::core::v1::Container> = spec
-        .into_iter()
-        .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
-        .collect();
-    let mut any = false;
-    let mut guaranteed = !containers.is_empty();
-    for c in containers {
-        let r = c.resources.as_ref();
-        let empty = BTreeMap::<String, Quantity>::new();
-        let limits = r.and_then(|r| r.limits.as_ref()).unwrap_or(&empty);
-        let requests = r.and_then(|r| r.requests.as_ref()).unwrap_or(&empty);
-        for res in ["cpu", "memory"] {
-            let (l, q) = (limits.get(res), requests.get(res).or(limits.get(res)));
-            any |= l.is_some() || q.is_some();
-            guaranteed &= l.is_some() && l == q;
-        }
-    }
-    match (any, guaranteed) {
-        (false, _) => "BestEffort",
-        (true, true) => "Guaranteed",
-        _ => "Burstable",
-    }
-}
-
 /// The resources container `spec` of `pod` (both as allocated) runs with,
 /// as the kubelet's `convertToAPIContainerStatuses`: its requests and
 /// limits, but the cpu request, cpu limit and memory limit the runtime
@@ -513,7 +461,7 @@ pub fn resize_conditions(
     status: &mut PodStatus,
     pod: &Pod,
     rt: &PodRuntime,
-    pod_cgroup: Option<&crate::cgroups::Limits>,
+    pod_cgroup: Option<&super::limits::Limits>,
     pending: Option<&super::admit::Rejection>,
     error: Option<&str>,
     now: Timestamp,
@@ -594,7 +542,7 @@ pub fn resize_conditions(
 pub fn pod_level_resources(
     status: &mut PodStatus,
     pod: &Pod,
-    pod_cgroup: Option<&crate::cgroups::Limits>,
+    pod_cgroup: Option<&super::limits::Limits>,
 ) {
     use super::fit::{pod_limits, pod_requests};
     let api = |list: BTreeMap<String, crate::resource::Quantity>| {
@@ -637,11 +585,11 @@ pub fn pod_level_resources(
             let req = pod_level.as_ref().and_then(|r| r.requests.as_ref());
             let lim = pod_level.as_ref().and_then(|r| r.limits.as_ref());
             let shares = i128::from(actual.cpu_shares);
-            if shares >= i128::from(crate::cgroups::MIN_SHARES) {
+            if shares >= i128::from(super::limits::MIN_SHARES) {
                 // Rounded up, as the kubelet's `SharesToMilliCPU`.
                 let milli = (shares * 1000 + 1023) / 1024;
                 let wanted = allocated(req, "cpu", true);
-                let min = i128::from(crate::cgroups::MIN_SHARES);
+                let min = i128::from(super::limits::MIN_SHARES);
                 let wanted_shares = i64::try_from(wanted).unwrap_or(i64::MAX);
                 let same = i128::from(super::translate::cpu_shares(wanted_shares)) == shares;
                 if (milli > min || wanted > min) && !same {
@@ -654,7 +602,7 @@ pub fn pod_level_resources(
                 set(&mut resources.requests, "memory", m.0.clone());
             }
             if let Some(quota) = actual.cpu_quota {
-                let milli = i128::from(quota) * 1000 / i128::from(crate::cgroups::CPU_PERIOD_US);
+                let milli = i128::from(quota) * 1000 / i128::from(super::limits::CPU_PERIOD_US);
                 if milli > 0 && (milli > 10 || allocated(lim, "cpu", true) > 10) {
                     set(&mut resources.limits, "cpu", format!("{milli}m"));
                 }
@@ -783,7 +731,7 @@ pub fn status(
         start_time: old
             .and_then(|s| s.start_time.clone())
             .or(Some(api_time(now))),
-        qos_class: Some(qos_class(pod).into()),
+        qos_class: Some(qos_class(pod).as_str().into()),
         observed_generation: pod.metadata.generation,
         reason: reason_message
             .as_ref()
@@ -1026,7 +974,7 @@ fn pod_phase(
 /// its IPs in the status).
 fn pod_ips(
     pod: &Pod,
-    sandbox: Option<&crate::container::Sandbox>,
+    sandbox: Option<&super::runtime::Sandbox>,
     ctx: &StatusContext,
 ) -> Vec<String> {
     let host_network = pod
@@ -1169,7 +1117,7 @@ pub fn rejected(pod: &Pod, rejection: &super::admit::Rejection) -> PodStatus {
         phase: Some(phase::FAILED.into()),
         reason: Some(rejection.reason.clone()),
         message: Some(format!("Pod was rejected: {}", rejection.message)),
-        qos_class: Some(qos_class(pod).into()),
+        qos_class: Some(qos_class(pod).as_str().into()),
         ..pod.status.clone().unwrap_or_default()
     }
 }
@@ -1320,7 +1268,7 @@ mod tests {
         assert_eq!(r.limits, list("400m", &bytes(256)));
         // Running: what the cgroup holds where it is not the allocation.
         st.phase = Some("Running".into());
-        let applied = crate::cgroups::Limits {
+        let applied = crate::pod_core::limits::Limits {
             cpu_shares: 204,
             cpu_quota: Some(40_000),
             memory: Some(256 << 20),
@@ -1329,7 +1277,7 @@ mod tests {
         let r = st.resources.clone().unwrap();
         assert_eq!(r.requests, list("200m", "128Mi"), "the allocation's");
         assert_eq!(r.limits, list("400m", &bytes(256)));
-        let growing = crate::cgroups::Limits {
+        let growing = crate::pod_core::limits::Limits {
             cpu_shares: 409,
             cpu_quota: Some(80_000),
             memory: Some(512 << 20),
@@ -2166,58 +2114,6 @@ mod tests {
             t(20),
         );
         assert_eq!(Some(&gone), p.status.as_ref());
-    }
-
-    #[test]
-    fn qos_classes() {
-        use k8s_openapi::api::core::v1::ResourceRequirements;
-        let mut p = pod("q").container("a", "busybox").build();
-        assert_eq!(qos_class(&p), "BestEffort");
-        let q = |s: &str| Quantity(s.into());
-        let both = BTreeMap::from([
-            ("cpu".to_string(), q("100m")),
-            ("memory".to_string(), q("64Mi")),
-        ]);
-        p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
-            limits: Some(both.clone()),
-            ..Default::default()
-        });
-        assert_eq!(qos_class(&p), "Guaranteed");
-        p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
-            requests: Some(BTreeMap::from([("cpu".to_string(), q("50m"))])),
-            ..Default::default()
-        });
-        assert_eq!(qos_class(&p), "Burstable");
-        // An init container's limits count: a memory limit on it alone
-        // makes the pod Burstable (the node suite's OOM-killed init
-        // container pod).
-        let mut init = pod("i")
-            .init_container("oom", "busybox")
-            .container("a", "busybox")
-            .build();
-        init.spec
-            .as_mut()
-            .unwrap()
-            .init_containers
-            .as_mut()
-            .unwrap()[0]
-            .resources = Some(ResourceRequirements {
-            limits: Some(BTreeMap::from([("memory".to_string(), q("15Mi"))])),
-            ..Default::default()
-        });
-        assert_eq!(qos_class(&init), "Burstable");
-        // Pod-level resources decide alone: limits alone are Guaranteed,
-        // whatever the containers ask.
-        p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
-            limits: Some(both.clone()),
-            ..Default::default()
-        });
-        assert_eq!(qos_class(&p), "Guaranteed");
-        p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
-            requests: Some(both),
-            ..Default::default()
-        });
-        assert_eq!(qos_class(&p), "Burstable");
     }
 
     #[test]

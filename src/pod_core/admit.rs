@@ -206,9 +206,11 @@ pub fn apparmor_required(pod: &Pod) -> bool {
     {
         return true;
     }
-    pod.metadata.annotations.iter().flatten().any(|(k, v)| {
-        k.starts_with(super::translate::APPARMOR_ANNOTATION_PREFIX) && v != "unconfined"
-    })
+    pod.metadata
+        .annotations
+        .iter()
+        .flatten()
+        .any(|(k, v)| k.starts_with(crate::labels::APPARMOR_ANNOTATION_PREFIX) && v != "unconfined")
 }
 
 /// Admits `pod` on a Linux node that can enforce what `node` says.

@@ -1,6 +1,6 @@
 //! What the runtime holds for one pod: its sandboxes and containers, as plain
 //! data read from CRI (the kubelet's `kubecontainer.PodStatus`). Built by
-//! [`observe`](super::observe), consumed by the pure `pod::plan` and `pod::status`.
+//! [`crate::container::observe`], consumed by [`super::plan`] and [`super::status`].
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -68,10 +68,10 @@ pub struct Container {
     /// `ContainerStatus.resources.linux`); None when it reports none.
     pub resources: Option<CgroupLimits>,
     /// The attempt its CrashLoopBackOff counts from
-    /// ([`crate::cri::BACKOFF_SINCE_ANNOTATION`]; 0 when absent).
+    /// ([`crate::labels::BACKOFF_SINCE_ANNOTATION`]; 0 when absent).
     pub backoff_since: u32,
     /// The memory request in bytes it was made with
-    /// ([`crate::cri::MEMORY_REQUEST_ANNOTATION`]); None when it asked for
+    /// ([`crate::labels::MEMORY_REQUEST_ANNOTATION`]); None when it asked for
     /// none, or was made without the annotation.
     pub memory_request: Option<i64>,
 }

@@ -2,7 +2,7 @@
 //! and `generateContainerConfig` (kuberuntime_sandbox.go, kuberuntime_container.go).
 //! Pure: plain data in, CRI messages out.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
@@ -13,12 +13,14 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use sha2::{Digest, Sha256};
 
-use crate::container::state::CgroupLimits;
-
-use crate::cri::{
-    CONTAINER_HASH_ANNOTATION, CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL,
-    POD_UID_LABEL, RESTART_COUNT_ANNOTATION, TERMINATION_GRACE_PERIOD_ANNOTATION,
-    TERMINATION_MESSAGE_PATH_ANNOTATION, TERMINATION_MESSAGE_POLICY_ANNOTATION,
+use super::facts::{NodeContext, pod_identity};
+use super::qos::{QosClass, qos_class};
+use super::runtime::CgroupLimits;
+use crate::labels::{
+    APPARMOR_ANNOTATION_PREFIX, CONTAINER_HASH_ANNOTATION, CONTAINER_NAME_LABEL, POD_NAME_LABEL,
+    POD_NAMESPACE_LABEL, POD_UID_LABEL, RESTART_COUNT_ANNOTATION,
+    TERMINATION_GRACE_PERIOD_ANNOTATION, TERMINATION_MESSAGE_PATH_ANNOTATION,
+    TERMINATION_MESSAGE_POLICY_ANNOTATION,
 };
 
 /// A pod spec that cannot be turned into a CRI config.
@@ -28,90 +30,6 @@ pub enum Error {
     /// what, in the kubelet's words (events quote it as it is).
     #[error("{0}")]
     InvalidSpec(String),
-}
-
-/// The node-side facts a sandbox config needs.
-#[derive(Clone, Debug, Default)]
-pub struct NodeContext {
-    /// The node's name.
-    pub node_name: String,
-    /// The node's IPs (primary first), for hostNetwork pods and `status.hostIP`.
-    pub node_ips: Vec<String>,
-    /// Directory of pod logs (`/var/log/pods`).
-    pub pod_logs_dir: PathBuf,
-    /// The agent's root directory (`/var/lib/rustlet`); pods live under `pods/<uid>`.
-    pub root_dir: PathBuf,
-    /// The node's resolv.conf as (nameservers, searches, options).
-    pub host_dns: HostDns,
-    /// `clusterDNS` of the configuration (empty: none).
-    pub cluster_dns: Vec<String>,
-    /// `clusterDomain` (`cluster.local`).
-    pub cluster_domain: String,
-    /// The node's allocatable resources (defaults of unset limits in `resourceFieldRef`).
-    pub allocatable: BTreeMap<String, Quantity>,
-    /// The node's memory capacity in bytes (for Burstable `oom_score_adj`).
-    pub memory_capacity_bytes: u64,
-    /// The node's hosts file, copied for `hostNetwork` pods (empty: `/etc/hosts`).
-    pub hosts_file: PathBuf,
-    /// `allowedUnsafeSysctls` of the configuration, for admission.
-    pub allowed_unsafe_sysctls: Vec<String>,
-    /// `seccompDefault` of the configuration: a container without a seccomp
-    /// profile gets the runtime's default instead of none.
-    pub seccomp_default: bool,
-    /// The kernel enforces AppArmor (`/sys/module/apparmor/parameters/enabled`
-    /// is `Y`), for admission.
-    pub apparmor_enabled: bool,
-    /// The `UserNamespacesSupport` feature gate (on by default, as in the
-    /// kubelet since 1.33); off, a pod that sets `hostUsers` fails.
-    pub user_namespaces_support: bool,
-    /// The labels the Node is registered with (`node::status::labels`):
-    /// admission reads them for a static pod before the Node is listed, as
-    /// the kubelet's `initialNode`.
-    pub initial_labels: BTreeMap<String, String>,
-    /// `registerWithTaints`, the taints the Node is registered with, read
-    /// alike.
-    pub initial_taints: Vec<k8s_openapi::api::core::v1::Taint>,
-}
-
-impl NodeContext {
-    /// The node's hosts file: [`NodeContext::hosts_file`], else `/etc/hosts`.
-    #[must_use]
-    pub fn hosts_file(&self) -> &Path {
-        if self.hosts_file.as_os_str().is_empty() {
-            Path::new(super::hosts::ETC_HOSTS_PATH)
-        } else {
-            &self.hosts_file
-        }
-    }
-}
-
-/// The node's resolver settings, from its resolv.conf.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HostDns {
-    /// `nameserver` lines.
-    pub servers: Vec<String>,
-    /// `search` domains.
-    pub searches: Vec<String>,
-    /// `options`.
-    pub options: Vec<String>,
-}
-
-impl HostDns {
-    /// Parses resolv.conf text (later `search` lines replace earlier ones, as libc does).
-    #[must_use]
-    pub fn parse(text: &str) -> Self {
-        let mut dns = Self::default();
-        for line in text.lines() {
-            let mut words = line.split_whitespace();
-            match words.next() {
-                Some("nameserver") => dns.servers.extend(words.next().map(str::to_string)),
-                Some("search" | "domain") => dns.searches = words.map(str::to_string).collect(),
-                Some("options") => dns.options.extend(words.map(str::to_string)),
-                _ => {}
-            }
-        }
-        dns
-    }
 }
 
 /// The container's hash as the kubelet's `HashContainer` (since 1.31), kept
@@ -167,17 +85,6 @@ fn legacy_container_hash(c: &Container) -> String {
 #[must_use]
 pub fn hash_matches(hash: &str, c: &Container) -> bool {
     hash == container_hash(c) || (hash.len() == 16 && hash == legacy_container_hash(c))
-}
-
-/// Pod identity: (namespace, name, uid).
-#[must_use]
-pub fn pod_identity(pod: &Pod) -> (String, String, String) {
-    let m = &pod.metadata;
-    (
-        m.namespace.clone().unwrap_or_else(|| "default".into()),
-        m.name.clone().unwrap_or_default(),
-        m.uid.clone().unwrap_or_default(),
-    )
 }
 
 /// The pod's annotations, as the runtime takes them (the sandbox's, and an
@@ -524,15 +431,6 @@ pub fn sandbox_config(
     })
 }
 
-/// Pod-level values that `fieldRef` environment variables read.
-#[derive(Clone, Debug, Default)]
-pub struct PodFacts {
-    /// Pod IPs, primary first.
-    pub pod_ips: Vec<String>,
-    /// Host IPs, primary first.
-    pub host_ips: Vec<String>,
-}
-
 /// Millicores (`milli`) or units (bytes, for memory) of a quantity, rounded
 /// up as the kubelet's `MilliValue` and `Value`; `None` when unset or not a
 /// quantity. An amount beyond `i64` (a cpu of `1e30`, a memory of `8Ei`, one
@@ -546,11 +444,11 @@ fn amount(q: Option<&Quantity>, milli: bool) -> Option<i64> {
 
 /// Minimum CPU shares (the kubelet's `MinShares`), as the cgroup manager
 /// writes it.
-pub const MIN_SHARES: i64 = crate::cgroups::MIN_SHARES as i64;
+pub const MIN_SHARES: i64 = super::limits::MIN_SHARES as i64;
 /// Maximum CPU shares (the kubelet's `MaxShares`, the kernel's limit).
 pub const MAX_SHARES: i64 = 262_144;
 /// CFS period in microseconds (100 ms, `QuotaPeriod`), the cgroup manager's.
-pub const CPU_PERIOD_US: i64 = crate::cgroups::CPU_PERIOD_US;
+pub const CPU_PERIOD_US: i64 = super::limits::CPU_PERIOD_US;
 /// Minimum CFS quota in microseconds (`MinQuotaPeriod`, 1 ms).
 pub const MIN_QUOTA_US: i64 = 1_000;
 
@@ -625,10 +523,10 @@ pub fn linux_resources(
             });
         amount(request, false).unwrap_or(0)
     };
-    let oom_score_adj = match super::status::qos_class(pod) {
-        "Guaranteed" => -997,
-        "BestEffort" => 1000,
-        _ => burstable_oom_score_adj(memory_request, node.memory_capacity_bytes),
+    let oom_score_adj = match qos_class(pod) {
+        QosClass::Guaranteed => -997,
+        QosClass::BestEffort => 1000,
+        QosClass::Burstable => burstable_oom_score_adj(memory_request, node.memory_capacity_bytes),
     };
     cri::LinuxContainerResources {
         cpu_period: limits.cpu_period,
@@ -646,11 +544,11 @@ pub fn linux_resources(
 /// limits when every container declares one (or the pod does), a memory
 /// limit alike; a BestEffort pod gets the smallest share and no limits.
 #[must_use]
-pub fn pod_cgroup_limits(pod: &Pod) -> crate::cgroups::Limits {
+pub fn pod_cgroup_limits(pod: &Pod) -> super::limits::Limits {
     use super::fit::{pod_limits, pod_requests};
-    if super::status::qos_class(pod) == "BestEffort" {
-        return crate::cgroups::Limits {
-            cpu_shares: crate::cgroups::MIN_SHARES,
+    if qos_class(pod) == QosClass::BestEffort {
+        return super::limits::Limits {
+            cpu_shares: super::limits::MIN_SHARES,
             ..Default::default()
         };
     }
@@ -677,7 +575,7 @@ pub fn pod_cgroup_limits(pod: &Pod) -> crate::cgroups::Limits {
     let bytes = |q: Option<&crate::resource::Quantity>| {
         q.map(|q| i64::try_from(q.value()).unwrap_or(i64::MAX))
     };
-    crate::cgroups::Limits {
+    super::limits::Limits {
         cpu_shares: u64::try_from(cpu_shares(milli(requests.get("cpu")))).unwrap_or(2),
         cpu_quota: declared("cpu")
             .then(|| cpu_quota(milli(limits.get("cpu"))))
@@ -875,10 +773,6 @@ pub fn seccomp(
         ))),
     }
 }
-
-/// Annotation prefix of the deprecated per-container AppArmor profile
-/// (`container.apparmor.security.beta.kubernetes.io/<container>`).
-pub const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
 
 /// The AppArmor profile a deprecated annotation value names
 /// (`runtime/default`, `unconfined`, `localhost/<name>`); none for others.
@@ -1172,7 +1066,7 @@ pub fn container_config(
     ]);
     if let Some(bytes) = memory_request(c) {
         annotations.insert(
-            crate::cri::MEMORY_REQUEST_ANNOTATION.to_string(),
+            crate::labels::MEMORY_REQUEST_ANNOTATION.to_string(),
             bytes.to_string(),
         );
     }
@@ -1250,7 +1144,9 @@ pub fn target_pid_namespace(config: &mut cri::ContainerConfig, target_id: &str) 
 mod tests {
     use super::*;
     use crate::fixtures::pod;
+    use crate::pod_core::facts::{HostDns, PodFacts};
     use k8s_openapi::api::core::v1::EnvVar;
+    use std::collections::BTreeMap;
 
     fn node() -> NodeContext {
         NodeContext {
@@ -1356,8 +1252,8 @@ mod tests {
                 }),
             },
         ]);
-        let env =
-            crate::pod::env::environment(&p, &c2, &node(), &facts, &Default::default()).unwrap();
+        let env = crate::pod_core::env::environment(&p, &c2, &node(), &facts, &Default::default())
+            .unwrap();
         let mount = cri::Mount {
             container_path: "/data".into(),
             host_path: "/var/lib/rustlet/pods/uid-web/volumes/kubernetes.io~empty-dir/data".into(),

@@ -8,16 +8,14 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::probes::{ContainerProbes, ProbeKind};
+use super::runtime::{CgroupLimits, Container as RuntimeContainer, ContainerState, PodRuntime};
 use super::spec::{
     EVICTION_GRACE_SECONDS, container_should_restart, ephemeral_names, grace_period,
     init_container_should_restart, init_containers, is_evicted, is_sidecar, is_terminal,
     main_containers, restart_policy, restarts_after_kill,
 };
 use super::translate::hash_matches;
-use crate::container::state::{
-    CgroupLimits, Container as RuntimeContainer, ContainerState, PodRuntime,
-};
-use crate::prober::{ContainerProbes, ProbeKind};
 use crate::reasons::waiting;
 
 /// Initial CrashLoopBackOff delay (10 s), doubled per restart up to [`MAX_BACKOFF`].
@@ -735,7 +733,7 @@ fn crash_loop(
     if due <= now {
         return None;
     }
-    let (ns, name, uid) = super::translate::pod_identity(pod);
+    let (ns, name, uid) = super::facts::pod_identity(pod);
     let held = Waiting {
         reason: waiting::CRASH_LOOP_BACK_OFF.into(),
         message: format!(
@@ -756,7 +754,7 @@ fn crash_loop(
 fn new_sandbox(
     pod: &Pod,
     rt: &PodRuntime,
-    latest: Option<&crate::container::Sandbox>,
+    latest: Option<&super::runtime::Sandbox>,
     now: Timestamp,
     plan: &mut Plan,
 ) {
@@ -1157,7 +1155,7 @@ mod tests {
             .build();
         let s0 = sandbox("s0", 0, true);
         let dead0 = sandbox("s0", 0, false);
-        let cases: Vec<(&str, &Pod, crate::container::state::PodRuntime, Vec<Step>)> = vec![
+        let cases: Vec<(&str, &Pod, crate::pod_core::runtime::PodRuntime, Vec<Step>)> = vec![
             (
                 "new pod: sandbox then every container",
                 &p,
@@ -1283,7 +1281,7 @@ mod tests {
             .restart_policy("Never")
             .build();
         let s0 = || vec![sandbox("s0", 0, true)];
-        let cases: Vec<(&str, &Pod, crate::container::state::PodRuntime, Vec<Step>)> = vec![
+        let cases: Vec<(&str, &Pod, crate::pod_core::runtime::PodRuntime, Vec<Step>)> = vec![
             (
                 "new pod: sandbox and the first init container only",
                 &p,
@@ -1353,7 +1351,7 @@ mod tests {
 
     #[test]
     fn only_a_new_image_replaces_a_running_container_and_older_hashes_are_adopted() {
-        use crate::pod::translate::container_hash;
+        use crate::pod_core::translate::container_hash;
         let none = BTreeMap::new();
         let p = pod("web").container("a", "busybox:1").build();
         let spec = p.spec.as_ref().unwrap().containers[0].clone();
@@ -2320,7 +2318,7 @@ mod tests {
             target_id: target.map(Into::into),
         };
         let s0 = || vec![sandbox("s0", 0, true)];
-        let cases: Vec<(&str, crate::container::state::PodRuntime, Vec<Step>)> = vec![
+        let cases: Vec<(&str, crate::pod_core::runtime::PodRuntime, Vec<Step>)> = vec![
             (
                 "new: both, the second in its target's process namespace",
                 runtime(s0(), vec![ctr("c1", "a", 0, "s0", Running)]),

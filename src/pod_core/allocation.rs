@@ -1,0 +1,144 @@
+//! Allocated resources, as the kubelet's allocation manager
+//! (pkg/kubelet/allocation), the pure part: a pod's allocation (the
+//! resources its containers were given, which is what runs, what the status
+//! reports and what other pods are admitted against), a pod with its
+//! allocation applied, and whether a resize request (`kubectl patch
+//! --subresource resize`: spec resources that differ from the allocation)
+//! can be admitted now (`PodResizePending`, `Infeasible` or `Deferred`).
+//! The resizable resources are every container's (init containers' too, as
+//! with the kubelet's `InPlacePodVerticalScalingInitContainers`) and the
+//! pod-level `spec.resources` (`InPlacePodLevelResourcesVerticalScaling`).
+//! The node's allocations, kept on disk, are [`crate::pod::allocation`]'s.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
+use serde::{Deserialize, Serialize};
+
+use super::admit::Rejection;
+use super::fit::{NodeView, pod_requests};
+use super::spec;
+
+/// `PodResizePending` reason: the node can never hold the new resources.
+pub const INFEASIBLE: &str = "Infeasible";
+/// `PodResizePending` reason: the node cannot hold them now.
+pub const DEFERRED: &str = "Deferred";
+
+/// One pod's allocation: the resources of its containers (regular, init
+/// and sidecar), by name, and its pod-level resources.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// Resources by container name.
+    pub containers: BTreeMap<String, ResourceRequirements>,
+    /// The pod-level `spec.resources` (None: the pod sets none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<ResourceRequirements>,
+    /// Kept by an earlier version: containers it does not name, and the
+    /// pod-level resources, are the spec's.
+    #[serde(skip)]
+    pub partial: bool,
+}
+
+/// `pod`'s spec resources as an allocation.
+#[must_use]
+pub fn of(pod: &Pod) -> Allocation {
+    let containers = spec::main_containers(pod)
+        .iter()
+        .chain(spec::init_containers(pod))
+        .map(|c| (c.name.clone(), c.resources.clone().unwrap_or_default()))
+        .collect();
+    let pod_level = pod.spec.as_ref().and_then(|s| s.resources.clone());
+    Allocation {
+        containers,
+        pod: pod_level,
+        partial: false,
+    }
+}
+
+/// `allocation` whole: a partial one (kept by an earlier version) takes what
+/// it does not hold from `pod`'s spec.
+fn completed(pod: &Pod, allocation: &Allocation) -> Allocation {
+    if !allocation.partial {
+        return allocation.clone();
+    }
+    let mut whole = of(pod);
+    for (name, r) in &allocation.containers {
+        if let Some(slot) = whole.containers.get_mut(name) {
+            slot.clone_from(r);
+        }
+    }
+    whole
+}
+
+/// `pod` with the resources of `allocation` in place of its spec's, as the
+/// kubelet's `UpdatePodFromAllocation`; containers the allocation does not
+/// name keep theirs.
+#[must_use]
+pub fn apply(pod: &Pod, allocation: &Allocation) -> Pod {
+    let allocation = completed(pod, allocation);
+    let mut pod = pod.clone();
+    if let Some(spec) = pod.spec.as_mut() {
+        let containers = spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten());
+        for c in containers {
+            if let Some(r) = allocation.containers.get(&c.name) {
+                c.resources = (r != &ResourceRequirements::default()).then(|| r.clone());
+            }
+        }
+        spec.resources = allocation.pod;
+    }
+    pod
+}
+
+/// True when `pod`'s spec asks for other resources than `allocation`.
+#[must_use]
+pub fn resize_requested(pod: &Pod, allocation: &Allocation) -> bool {
+    of(pod) != completed(pod, allocation)
+}
+
+/// Whether the resize `pod`'s spec asks for can be admitted now, as the
+/// kubelet's `canResizePod`: a static pod's is `Infeasible`; requests
+/// beyond the node's allocatable cpu or memory are `Infeasible` ("Node
+/// didn't have enough capacity: <resource>, requested: <n>, capacity: <n>",
+/// memory first, cpu in millicores); requests that do not fit beside
+/// `others` (the other active pods, as allocated) are `Deferred`, with the
+/// admission message.
+///
+/// # Errors
+/// The `PodResizePending` reason and message.
+pub fn admit_resize(pod: &Pod, others: &[&Pod], node: &NodeView) -> Result<(), Rejection> {
+    if spec::is_static(pod) {
+        return Err(Rejection {
+            reason: INFEASIBLE.into(),
+            message: "In-place resize of static-pods is not supported".into(),
+        });
+    }
+    let wanted = pod_requests(pod);
+    let allocatable = crate::pod_core::fit::parsed_allocatable(node);
+    for (resource, milli) in [("memory", false), ("cpu", true)] {
+        let value = |q: Option<&crate::resource::Quantity>| {
+            q.map_or(0, |q| if milli { q.milli_value() } else { q.value() })
+        };
+        let (requested, capacity) = (
+            value(wanted.get(resource)),
+            value(allocatable.get(resource)),
+        );
+        if requested > capacity {
+            return Err(Rejection {
+                reason: INFEASIBLE.into(),
+                message: format!(
+                    "Node didn't have enough capacity: {resource}, requested: {requested}, capacity: {capacity}"
+                ),
+            });
+        }
+    }
+    match crate::pod_core::fit::fit(pod, others, node) {
+        Some(r) => Err(Rejection {
+            reason: DEFERRED.into(),
+            message: r.message,
+        }),
+        None => Ok(()),
+    }
+}

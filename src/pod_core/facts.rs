@@ -1,0 +1,115 @@
+//! What the translators know of the node and of one pod: the node's names,
+//! addresses, directories, resolver and allocatable ([`NodeContext`], the
+//! fields of the kubelet's `kubeGenericRuntimeManager` and `Kubelet` that
+//! `generatePodSandboxConfig` and `makeEnvironmentVariables` read), the pod's
+//! addresses ([`PodFacts`]), and its identity.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// The node-side facts a sandbox config needs.
+#[derive(Clone, Debug, Default)]
+pub struct NodeContext {
+    /// The node's name.
+    pub node_name: String,
+    /// The node's IPs (primary first), for hostNetwork pods and `status.hostIP`.
+    pub node_ips: Vec<String>,
+    /// Directory of pod logs (`/var/log/pods`).
+    pub pod_logs_dir: PathBuf,
+    /// The agent's root directory (`/var/lib/rustlet`); pods live under `pods/<uid>`.
+    pub root_dir: PathBuf,
+    /// The node's resolv.conf as (nameservers, searches, options).
+    pub host_dns: HostDns,
+    /// `clusterDNS` of the configuration (empty: none).
+    pub cluster_dns: Vec<String>,
+    /// `clusterDomain` (`cluster.local`).
+    pub cluster_domain: String,
+    /// The node's allocatable resources (defaults of unset limits in `resourceFieldRef`).
+    pub allocatable: BTreeMap<String, Quantity>,
+    /// The node's memory capacity in bytes (for Burstable `oom_score_adj`).
+    pub memory_capacity_bytes: u64,
+    /// The node's hosts file, copied for `hostNetwork` pods (empty: `/etc/hosts`).
+    pub hosts_file: PathBuf,
+    /// `allowedUnsafeSysctls` of the configuration, for admission.
+    pub allowed_unsafe_sysctls: Vec<String>,
+    /// `seccompDefault` of the configuration: a container without a seccomp
+    /// profile gets the runtime's default instead of none.
+    pub seccomp_default: bool,
+    /// The kernel enforces AppArmor (`/sys/module/apparmor/parameters/enabled`
+    /// is `Y`), for admission.
+    pub apparmor_enabled: bool,
+    /// The `UserNamespacesSupport` feature gate (on by default, as in the
+    /// kubelet since 1.33); off, a pod that sets `hostUsers` fails.
+    pub user_namespaces_support: bool,
+    /// The labels the Node is registered with (`node::status::labels`):
+    /// admission reads them for a static pod before the Node is listed, as
+    /// the kubelet's `initialNode`.
+    pub initial_labels: BTreeMap<String, String>,
+    /// `registerWithTaints`, the taints the Node is registered with, read
+    /// alike.
+    pub initial_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+}
+
+impl NodeContext {
+    /// The node's hosts file: [`NodeContext::hosts_file`], else `/etc/hosts`.
+    #[must_use]
+    pub fn hosts_file(&self) -> &Path {
+        if self.hosts_file.as_os_str().is_empty() {
+            Path::new(super::hosts::ETC_HOSTS_PATH)
+        } else {
+            &self.hosts_file
+        }
+    }
+}
+
+/// The node's resolver settings, from its resolv.conf.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostDns {
+    /// `nameserver` lines.
+    pub servers: Vec<String>,
+    /// `search` domains.
+    pub searches: Vec<String>,
+    /// `options`.
+    pub options: Vec<String>,
+}
+
+impl HostDns {
+    /// Parses resolv.conf text (later `search` lines replace earlier ones, as libc does).
+    #[must_use]
+    pub fn parse(text: &str) -> Self {
+        let mut dns = Self::default();
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            match words.next() {
+                Some("nameserver") => dns.servers.extend(words.next().map(str::to_string)),
+                Some("search" | "domain") => dns.searches = words.map(str::to_string).collect(),
+                Some("options") => dns.options.extend(words.map(str::to_string)),
+                _ => {}
+            }
+        }
+        dns
+    }
+}
+
+/// Pod-level values that `fieldRef` environment variables read.
+#[derive(Clone, Debug, Default)]
+pub struct PodFacts {
+    /// Pod IPs, primary first.
+    pub pod_ips: Vec<String>,
+    /// Host IPs, primary first.
+    pub host_ips: Vec<String>,
+}
+
+/// Pod identity: (namespace, name, uid).
+#[must_use]
+pub fn pod_identity(pod: &Pod) -> (String, String, String) {
+    let m = &pod.metadata;
+    (
+        m.namespace.clone().unwrap_or_else(|| "default".into()),
+        m.name.clone().unwrap_or_default(),
+        m.uid.clone().unwrap_or_default(),
+    )
+}
