@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::Deserialize as _;
+use serde::de::{DeserializeOwned, Deserializer, Error as _, IgnoredAny};
 use serde_json::Value;
 
 /// Errors reading the configuration file.
@@ -751,515 +753,863 @@ fn is_checked_field(key: &str) -> bool {
         .any(|(f, _, _)| f.split('.').next() == Some(key))
 }
 
-/// Sets `target` to `d` unless `d` is zero: as the kubelet's defaulting of
-/// `kubelet.config.k8s.io/v1beta1`, a zero duration (kubeadm writes `0s`)
-/// means the default.
-fn nonzero(target: &mut Duration, d: Duration) {
-    if !d.is_zero() {
+/// Sets `target` to `d` unless `d` is absent or zero: as the kubelet's
+/// defaulting of `kubelet.config.k8s.io/v1beta1`, a zero duration (kubeadm
+/// writes `0s`) means the default.
+fn nonzero(target: &mut Duration, d: Option<Duration>) {
+    if let Some(d) = d.filter(|d| !d.is_zero()) {
         *target = d;
     }
 }
 
-fn duration(path: &Path, key: &str, v: &Value) -> Result<Duration, Error> {
-    let bad = |m: String| Error::Parse {
+/// Sets `target` to `value` when the file has the field.
+fn set<T>(target: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *target = v;
+    }
+}
+
+/// The error for a field whose value this agent refuses: `{field}: expected {want}`.
+fn bad(path: &Path, field: &str, want: &str) -> Error {
+    Error::Parse {
         path: path.to_path_buf(),
-        message: format!("{key}: {m}"),
+        message: format!("{field}: expected {want}"),
+    }
+}
+
+/// A KubeletConfiguration document (`kubelet.config.k8s.io/v1beta1`) as this
+/// agent reads it: the fields of the kubelet's `KubeletConfiguration` type it
+/// honours ([`SUPPORTED_FIELDS`]), under the kubelet's names, each checked as
+/// it is read. A field the file does not set, or sets to null (which Go's
+/// decoding leaves at its default), is `None` and leaves [`Settings`] as it
+/// is. Every other field lands in `rest` and is named as ignored, but for the
+/// fields [`check_security_fields`] checks. [`Settings`] documents each
+/// field's meaning and default.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct KubeletConfiguration {
+    /// `apiVersion`, any value.
+    #[serde(rename = "apiVersion")]
+    _api_version: Option<IgnoredAny>,
+    /// `kind`, any value.
+    #[serde(rename = "kind")]
+    _kind: Option<IgnoredAny>,
+    /// `containerRuntimeEndpoint`; empty (kubeadm writes it) is the default.
+    #[serde(deserialize_with = "text")]
+    container_runtime_endpoint: Option<String>,
+    /// `podLogsDir`.
+    #[serde(deserialize_with = "text")]
+    pod_logs_dir: Option<String>,
+    /// `runtimeRequestTimeout`.
+    #[serde(deserialize_with = "duration")]
+    runtime_request_timeout: Option<Duration>,
+    /// `maxPods`.
+    #[serde(deserialize_with = "count")]
+    max_pods: Option<u32>,
+    /// `nodeStatusUpdateFrequency`.
+    #[serde(deserialize_with = "duration")]
+    node_status_update_frequency: Option<Duration>,
+    /// `nodeStatusReportFrequency`.
+    #[serde(deserialize_with = "duration")]
+    node_status_report_frequency: Option<Duration>,
+    /// `nodeLeaseDurationSeconds`, seconds.
+    #[serde(deserialize_with = "lease_seconds")]
+    node_lease_duration_seconds: Option<i32>,
+    /// `clusterDNS`.
+    #[serde(rename = "clusterDNS", deserialize_with = "ips")]
+    cluster_dns: Option<Vec<String>>,
+    /// `clusterDomain`.
+    #[serde(deserialize_with = "text")]
+    cluster_domain: Option<String>,
+    /// `resolvConf`.
+    #[serde(deserialize_with = "text")]
+    resolv_conf: Option<String>,
+    /// `port`.
+    #[serde(deserialize_with = "port")]
+    port: Option<i32>,
+    /// `readOnlyPort` (0: off).
+    #[serde(deserialize_with = "read_only_port")]
+    read_only_port: Option<u16>,
+    /// `staticPodPath`; empty is none.
+    #[serde(deserialize_with = "text")]
+    static_pod_path: Option<String>,
+    /// `fileCheckFrequency`.
+    #[serde(deserialize_with = "duration")]
+    file_check_frequency: Option<Duration>,
+    /// `staticPodURL`; empty is none.
+    #[serde(rename = "staticPodURL", deserialize_with = "url")]
+    static_pod_url: Option<String>,
+    /// `staticPodURLHeader`.
+    #[serde(rename = "staticPodURLHeader", deserialize_with = "url_headers")]
+    static_pod_url_header: Option<BTreeMap<String, Vec<String>>>,
+    /// `httpCheckFrequency`.
+    #[serde(deserialize_with = "duration")]
+    http_check_frequency: Option<Duration>,
+    /// `tlsCertFile`; empty is none.
+    #[serde(deserialize_with = "text")]
+    tls_cert_file: Option<String>,
+    /// `tlsPrivateKeyFile`; empty is none.
+    #[serde(deserialize_with = "text")]
+    tls_private_key_file: Option<String>,
+    /// `cgroupDriver`.
+    #[serde(deserialize_with = "cgroup_driver")]
+    cgroup_driver: Option<String>,
+    /// `registerWithTaints`.
+    #[serde(deserialize_with = "taints")]
+    register_with_taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
+    /// `allowedUnsafeSysctls`.
+    #[serde(deserialize_with = "sysctls")]
+    allowed_unsafe_sysctls: Option<Vec<String>>,
+    /// `containerLogMaxSize`, in bytes once read.
+    #[serde(deserialize_with = "log_size")]
+    container_log_max_size: Option<u64>,
+    /// `containerLogMaxFiles`.
+    #[serde(deserialize_with = "log_files")]
+    container_log_max_files: Option<usize>,
+    /// `containerLogMonitorInterval`.
+    #[serde(deserialize_with = "duration")]
+    container_log_monitor_interval: Option<Duration>,
+    /// `serverTLSBootstrap`.
+    #[serde(rename = "serverTLSBootstrap", deserialize_with = "flag")]
+    server_tls_bootstrap: Option<bool>,
+    /// `rotateCertificates`.
+    #[serde(deserialize_with = "flag")]
+    rotate_certificates: Option<bool>,
+    /// `cgroupsPerQOS`.
+    #[serde(rename = "cgroupsPerQOS", deserialize_with = "flag")]
+    cgroups_per_qos: Option<bool>,
+    /// `cgroupRoot`.
+    #[serde(deserialize_with = "cgroup_root")]
+    cgroup_root: Option<String>,
+    /// `enforceNodeAllocatable`.
+    #[serde(deserialize_with = "allocatable")]
+    enforce_node_allocatable: Option<Vec<String>>,
+    /// `serializeImagePulls`.
+    #[serde(deserialize_with = "flag")]
+    serialize_image_pulls: Option<bool>,
+    /// `maxParallelImagePulls`.
+    #[serde(deserialize_with = "parallel_pulls")]
+    max_parallel_image_pulls: Option<u32>,
+    /// `authentication`.
+    authentication: Option<Authentication>,
+    /// `authorization`.
+    authorization: Option<Authorization>,
+    /// `seccompDefault`.
+    #[serde(deserialize_with = "flag")]
+    seccomp_default: Option<bool>,
+    /// `featureGates`: each gate's value is checked as it is applied, so that
+    /// the error names the gate.
+    #[serde(deserialize_with = "gates")]
+    feature_gates: Option<BTreeMap<String, Value>>,
+    /// `failSwapOn`.
+    #[serde(deserialize_with = "flag")]
+    fail_swap_on: Option<bool>,
+    /// `kubeReserved`.
+    #[serde(deserialize_with = "quantities")]
+    kube_reserved: Option<BTreeMap<String, String>>,
+    /// `systemReserved`.
+    #[serde(deserialize_with = "quantities")]
+    system_reserved: Option<BTreeMap<String, String>>,
+    /// `evictionHard`.
+    #[serde(deserialize_with = "thresholds")]
+    eviction_hard: Option<BTreeMap<String, String>>,
+    /// `evictionSoft`.
+    #[serde(deserialize_with = "thresholds")]
+    eviction_soft: Option<BTreeMap<String, String>>,
+    /// `evictionSoftGracePeriod`.
+    #[serde(deserialize_with = "grace_periods")]
+    eviction_soft_grace_period: Option<BTreeMap<String, Duration>>,
+    /// `evictionMinimumReclaim`.
+    #[serde(deserialize_with = "thresholds")]
+    eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    /// `evictionPressureTransitionPeriod`.
+    #[serde(deserialize_with = "duration")]
+    eviction_pressure_transition_period: Option<Duration>,
+    /// `evictionMaxPodGracePeriod`, seconds.
+    #[serde(deserialize_with = "grace_seconds")]
+    eviction_max_pod_grace_period: Option<i32>,
+    /// `nodeStatusMaxImages` (-1: all).
+    #[serde(deserialize_with = "max_images")]
+    node_status_max_images: Option<i32>,
+    /// `imageGCHighThresholdPercent`.
+    #[serde(rename = "imageGCHighThresholdPercent", deserialize_with = "percent")]
+    image_gc_high_threshold_percent: Option<u8>,
+    /// `imageGCLowThresholdPercent`.
+    #[serde(rename = "imageGCLowThresholdPercent", deserialize_with = "percent")]
+    image_gc_low_threshold_percent: Option<u8>,
+    /// `imageMinimumGCAge`.
+    #[serde(rename = "imageMinimumGCAge", deserialize_with = "duration")]
+    image_minimum_gc_age: Option<Duration>,
+    /// `imageMaximumGCAge` (0: off).
+    #[serde(rename = "imageMaximumGCAge", deserialize_with = "duration")]
+    image_maximum_gc_age: Option<Duration>,
+    /// Every other field, by name.
+    #[serde(flatten)]
+    rest: BTreeMap<String, IgnoredAny>,
+}
+
+/// `authentication`: the webhook's cache TTL and the client CA bundle;
+/// `anonymous` and `webhook.enabled` are checked with the security fields.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, expecting = "a mapping")]
+struct Authentication {
+    /// `anonymous` ([`SECURITY_FIELDS`]).
+    #[serde(rename = "anonymous")]
+    _anonymous: Option<IgnoredAny>,
+    /// `webhook`.
+    webhook: Option<AuthenticationWebhook>,
+    /// `x509`.
+    x509: Option<X509>,
+    /// Every other field, by name.
+    #[serde(flatten)]
+    rest: BTreeMap<String, IgnoredAny>,
+}
+
+/// `authentication.webhook`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, expecting = "a mapping")]
+struct AuthenticationWebhook {
+    /// `enabled` ([`SECURITY_FIELDS`]).
+    #[serde(rename = "enabled")]
+    _enabled: Option<IgnoredAny>,
+    /// `cacheTTL`.
+    #[serde(rename = "cacheTTL", deserialize_with = "duration")]
+    cache_ttl: Option<Duration>,
+    /// Every other field, by name.
+    #[serde(flatten)]
+    rest: BTreeMap<String, IgnoredAny>,
+}
+
+/// `authentication.x509`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, expecting = "a mapping")]
+struct X509 {
+    /// `clientCAFile`; empty is none.
+    #[serde(rename = "clientCAFile", deserialize_with = "text")]
+    client_ca_file: Option<String>,
+    /// Every other field, by name.
+    #[serde(flatten)]
+    rest: BTreeMap<String, IgnoredAny>,
+}
+
+/// `authorization`: the webhook's cache TTLs; `mode` is checked with the
+/// security fields.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, expecting = "a mapping")]
+struct Authorization {
+    /// `mode` ([`SECURITY_FIELDS`]).
+    #[serde(rename = "mode")]
+    _mode: Option<IgnoredAny>,
+    /// `webhook`.
+    webhook: Option<AuthorizationWebhook>,
+    /// Every other field, by name.
+    #[serde(flatten)]
+    rest: BTreeMap<String, IgnoredAny>,
+}
+
+/// `authorization.webhook`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, expecting = "a mapping")]
+struct AuthorizationWebhook {
+    /// `cacheAuthorizedTTL`.
+    #[serde(rename = "cacheAuthorizedTTL", deserialize_with = "duration")]
+    cache_authorized_ttl: Option<Duration>,
+    /// `cacheUnauthorizedTTL`.
+    #[serde(rename = "cacheUnauthorizedTTL", deserialize_with = "duration")]
+    cache_unauthorized_ttl: Option<Duration>,
+    /// Every other field, by name.
+    #[serde(flatten)]
+    rest: BTreeMap<String, IgnoredAny>,
+}
+
+/// The names in `rest`, each after `prefix` (`authentication.`).
+fn prefixed<'a>(
+    prefix: &'a str,
+    rest: &'a BTreeMap<String, IgnoredAny>,
+) -> impl Iterator<Item = String> + 'a {
+    rest.keys().map(move |k| format!("{prefix}{k}"))
+}
+
+impl Authentication {
+    /// The fields of the block this agent does not read, dotted.
+    fn ignored(&self) -> impl Iterator<Item = String> + '_ {
+        let webhook = self
+            .webhook
+            .iter()
+            .flat_map(|w| prefixed("authentication.webhook.", &w.rest));
+        let x509 = self
+            .x509
+            .iter()
+            .flat_map(|x| prefixed("authentication.x509.", &x.rest));
+        prefixed("authentication.", &self.rest)
+            .chain(webhook)
+            .chain(x509)
+    }
+}
+
+impl Authorization {
+    /// The fields of the block this agent does not read, dotted.
+    fn ignored(&self) -> impl Iterator<Item = String> + '_ {
+        let webhook = self
+            .webhook
+            .iter()
+            .flat_map(|w| prefixed("authorization.webhook.", &w.rest));
+        prefixed("authorization.", &self.rest).chain(webhook)
+    }
+}
+
+impl KubeletConfiguration {
+    /// Applies the fields the document sets onto `s`, then checks the
+    /// settings together as the kubelet's validation does.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a feature gate this agent does not have,
+    /// [`Error::Parse`] for a gate that is not true or false, or settings that
+    /// do not go together.
+    fn apply(&self, path: &Path, s: &mut Settings) -> Result<(), Error> {
+        self.apply_runtime(s);
+        self.apply_node(s);
+        self.apply_server(s);
+        self.apply_static_pods(s);
+        self.apply_images(s);
+        self.apply_container_logs(s);
+        self.apply_eviction(s);
+        self.apply_feature_gates(path, s)?;
+        validate(path, s)
+    }
+
+    /// The runtime, its cgroups and what pods may ask of the host.
+    fn apply_runtime(&self, s: &mut Settings) {
+        if let Some(endpoint) = self
+            .container_runtime_endpoint
+            .as_ref()
+            .filter(|e| !e.is_empty())
+        {
+            s.container_runtime_endpoint.clone_from(endpoint);
+        }
+        set(
+            &mut s.pod_logs_dir,
+            self.pod_logs_dir.as_ref().map(PathBuf::from),
+        );
+        nonzero(&mut s.runtime_request_timeout, self.runtime_request_timeout);
+        set(&mut s.cgroup_driver, self.cgroup_driver.clone());
+        set(&mut s.cgroups_per_qos, self.cgroups_per_qos);
+        set(&mut s.cgroup_root, self.cgroup_root.clone());
+        set(
+            &mut s.enforce_node_allocatable,
+            self.enforce_node_allocatable.clone(),
+        );
+        set(
+            &mut s.allowed_unsafe_sysctls,
+            self.allowed_unsafe_sysctls.clone(),
+        );
+        set(&mut s.seccomp_default, self.seccomp_default);
+        set(&mut s.fail_swap_on, self.fail_swap_on.map(Some));
+    }
+
+    /// The Node, its status and lease, and the pods' DNS.
+    fn apply_node(&self, s: &mut Settings) {
+        set(&mut s.max_pods, self.max_pods);
+        nonzero(
+            &mut s.node_status_update_frequency,
+            self.node_status_update_frequency,
+        );
+        nonzero(
+            &mut s.node_status_report_frequency,
+            self.node_status_report_frequency,
+        );
+        set(
+            &mut s.node_lease_duration_seconds,
+            self.node_lease_duration_seconds,
+        );
+        set(&mut s.node_status_max_images, self.node_status_max_images);
+        set(
+            &mut s.register_with_taints,
+            self.register_with_taints.clone(),
+        );
+        set(&mut s.cluster_dns, self.cluster_dns.clone());
+        set(&mut s.cluster_domain, self.cluster_domain.clone());
+        set(
+            &mut s.resolv_conf,
+            self.resolv_conf.as_ref().map(PathBuf::from),
+        );
+    }
+
+    /// The node API: ports, serving certificate, and its authentication and
+    /// authorization caches.
+    fn apply_server(&self, s: &mut Settings) {
+        let file = |f: &String| (!f.is_empty()).then(|| PathBuf::from(f));
+        set(&mut s.port, self.port);
+        set(&mut s.read_only_port, self.read_only_port);
+        set(&mut s.tls_cert_file, self.tls_cert_file.as_ref().map(file));
+        set(
+            &mut s.tls_private_key_file,
+            self.tls_private_key_file.as_ref().map(file),
+        );
+        set(&mut s.server_tls_bootstrap, self.server_tls_bootstrap);
+        set(&mut s.rotate_certificates, self.rotate_certificates);
+        if let Some(authn) = &self.authentication {
+            let webhook = authn.webhook.as_ref();
+            nonzero(
+                &mut s.authentication_cache_ttl,
+                webhook.and_then(|w| w.cache_ttl),
+            );
+            if let Some(x509) = &authn.x509 {
+                s.client_ca_file = x509.client_ca_file.as_ref().and_then(file);
+            }
+        }
+        if let Some(webhook) = self.authorization.as_ref().and_then(|a| a.webhook.as_ref()) {
+            nonzero(
+                &mut s.authorization_cache_authorized_ttl,
+                webhook.cache_authorized_ttl,
+            );
+            nonzero(
+                &mut s.authorization_cache_unauthorized_ttl,
+                webhook.cache_unauthorized_ttl,
+            );
+        }
+    }
+
+    /// The static pod sources.
+    fn apply_static_pods(&self, s: &mut Settings) {
+        if let Some(path) = &self.static_pod_path {
+            // As the kubelet: an empty path is no static pods; a trailing
+            // slash is dropped.
+            let trimmed = path.trim_end_matches('/');
+            s.static_pod_path = match (path.is_empty(), trimmed.is_empty()) {
+                (true, _) => None,
+                (false, true) => Some("/".into()),
+                (false, false) => Some(trimmed.into()),
+            };
+        }
+        nonzero(&mut s.file_check_frequency, self.file_check_frequency);
+        if let Some(url) = &self.static_pod_url {
+            s.static_pod_url = (!url.is_empty()).then(|| url.clone());
+        }
+        set(
+            &mut s.static_pod_url_header,
+            self.static_pod_url_header.clone(),
+        );
+        nonzero(&mut s.http_check_frequency, self.http_check_frequency);
+    }
+
+    /// Image pulls and the image GC policy.
+    fn apply_images(&self, s: &mut Settings) {
+        set(&mut s.serialize_image_pulls, self.serialize_image_pulls);
+        set(
+            &mut s.max_parallel_image_pulls,
+            self.max_parallel_image_pulls.map(Some),
+        );
+        let gc = &mut s.image_gc;
+        set(&mut gc.high_percent, self.image_gc_high_threshold_percent);
+        set(&mut gc.low_percent, self.image_gc_low_threshold_percent);
+        nonzero(&mut gc.min_age, self.image_minimum_gc_age);
+        // Zero is a value here: no maximum age.
+        set(&mut gc.max_age, self.image_maximum_gc_age);
+    }
+
+    /// Container log rotation; the interval is at least 3 s.
+    fn apply_container_logs(&self, s: &mut Settings) {
+        let logs = &mut s.container_logs;
+        set(&mut logs.max_bytes, self.container_log_max_size);
+        set(&mut logs.max_files, self.container_log_max_files);
+        let interval = self.container_log_monitor_interval;
+        nonzero(
+            &mut logs.interval,
+            interval.map(|d| d.max(Duration::from_secs(3))),
+        );
+    }
+
+    /// What node allocatable holds back, and the eviction manager's
+    /// thresholds; a map set in the file replaces the defaults whole.
+    fn apply_eviction(&self, s: &mut Settings) {
+        let r = &mut s.reservations;
+        set(&mut r.kube_reserved, self.kube_reserved.clone());
+        set(&mut r.system_reserved, self.system_reserved.clone());
+        set(&mut r.eviction_hard, self.eviction_hard.clone());
+        let e = &mut s.eviction;
+        set(&mut e.soft, self.eviction_soft.clone());
+        set(&mut e.soft_grace, self.eviction_soft_grace_period.clone());
+        set(
+            &mut e.minimum_reclaim,
+            self.eviction_minimum_reclaim.clone(),
+        );
+        nonzero(
+            &mut e.pressure_transition_period,
+            self.eviction_pressure_transition_period,
+        );
+        set(
+            &mut e.max_pod_grace_period,
+            self.eviction_max_pod_grace_period.map(i64::from),
+        );
+    }
+
+    /// The feature gates: [`SETTABLE_GATES`] as set, [`LOCKED_ON_GATES`]
+    /// only on.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] for a gate that is not true or false;
+    /// [`Error::Unsupported`] for any other gate, as the kubelet refuses a
+    /// gate it does not know.
+    fn apply_feature_gates(&self, path: &Path, s: &mut Settings) -> Result<(), Error> {
+        for (gate, on) in self.feature_gates.iter().flatten() {
+            let field = format!("featureGates.{gate}");
+            let on = on
+                .as_bool()
+                .ok_or_else(|| bad(path, &field, "true or false"))?;
+            match gate.as_str() {
+                "UserNamespacesSupport" => s.user_namespaces_support = on,
+                "ReloadKubeletClientCAFile" => s.reload_client_ca_file = on,
+                "ReloadKubeletServerCertificateFile" => s.reload_server_certificate_file = on,
+                "RotateKubeletServerCertificate" => s.rotate_server_certificate = on,
+                // GA and locked on in the kubelet; this agent has it.
+                g if LOCKED_ON_GATES.contains(&g) && on => {}
+                _ => {
+                    return Err(Error::Unsupported {
+                        path: path.to_path_buf(),
+                        field,
+                        message: format!(
+                            "unrecognized feature gate, or a locked one turned off (supported: {}, and {} locked on)",
+                            SETTABLE_GATES.join(", "),
+                            LOCKED_ON_GATES.join(", ")
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The fields this agent does not read, dotted and sorted; the fields
+    /// checked with the security fields are read (at their one value).
+    fn ignored(&self) -> Vec<String> {
+        let top = self.rest.keys().filter(|k| !is_checked_field(k)).cloned();
+        let authn = self.authentication.iter().flat_map(Authentication::ignored);
+        let authz = self.authorization.iter().flat_map(Authorization::ignored);
+        let mut ignored: Vec<String> = top.chain(authn).chain(authz).collect();
+        ignored.sort();
+        ignored
+    }
+}
+
+/// Checks settings that must go together, as the kubelet's validation of
+/// its KubeletConfiguration does.
+///
+/// # Errors
+/// [`Error::Parse`] naming the field at fault.
+fn validate(path: &Path, s: &Settings) -> Result<(), Error> {
+    let gc = s.image_gc;
+    if gc.low_percent >= gc.high_percent {
+        return Err(bad(
+            path,
+            "imageGCLowThresholdPercent",
+            "less than imageGCHighThresholdPercent",
+        ));
+    }
+    if !gc.max_age.is_zero() && gc.max_age <= gc.min_age {
+        return Err(bad(
+            path,
+            "imageMaximumGCAge",
+            "more than imageMinimumGCAge, or 0",
+        ));
+    }
+    // A limit above 1 needs parallel pulls.
+    if s.serialize_image_pulls && s.max_parallel_image_pulls.is_some_and(|n| n > 1) {
+        return Err(bad(
+            path,
+            "maxParallelImagePulls",
+            "1 or nothing when serializeImagePulls is true",
+        ));
+    }
+    Ok(())
+}
+
+// Readers of single fields, for `#[serde(deserialize_with)]`. Each reads the
+// field's value as a JSON value first, so that the error is the field's
+// (serde_path_to_error names the deepest path it sees), and fails with
+// `expected …`, which `apply_file_text` prefixes with the field's name.
+
+/// Reads a present field as `T`, then converts it with `check`, which gives
+/// nothing for a value it refuses; fails with `expected {want}`.
+fn read<'de, D, T, U>(
+    d: D,
+    want: &str,
+    check: impl FnOnce(T) -> Option<U>,
+) -> Result<Option<U>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    let Some(v) = Option::<Value>::deserialize(d)? else {
+        return Ok(None);
     };
+    serde_json::from_value(v)
+        .ok()
+        .and_then(check)
+        .map(Some)
+        .ok_or_else(|| D::Error::custom(format_args!("expected {want}")))
+}
+
+/// A string.
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    read(d, "a string", Some)
+}
+
+/// `true` or `false`.
+fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    read(d, "true or false", Some)
+}
+
+/// A Go duration string (`10s`, `1m30s`), as the kubelet's `metav1.Duration`;
+/// not negative.
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    Option::<Value>::deserialize(d)?
+        .map(|v| parse_duration(&v))
+        .transpose()
+        .map_err(D::Error::custom)
+}
+
+/// [`duration`] of one value.
+fn parse_duration(v: &Value) -> Result<Duration, String> {
     let s = v
         .as_str()
-        .ok_or_else(|| bad("expected a duration string like \"10s\"".into()))?;
-    let nanos = go_parse_duration::parse_duration(s).map_err(|e| bad(format!("{s:?}: {e:?}")))?;
+        .ok_or("expected a duration string like \"10s\"")?;
+    let nanos = go_parse_duration::parse_duration(s).map_err(|e| format!("{s:?}: {e:?}"))?;
     u64::try_from(nanos)
         .map(Duration::from_nanos)
-        .map_err(|_| bad(format!("{s:?} is negative")))
+        .map_err(|_| format!("{s:?} is negative"))
+}
+
+/// `maxPods`: a count.
+fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    read(d, "a count", Some)
+}
+
+/// `nodeLeaseDurationSeconds`: seconds.
+fn lease_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+    read(d, "seconds", Some)
+}
+
+/// `port`.
+fn port<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+    read(d, "a port", Some)
+}
+
+/// `readOnlyPort`: a port, or 0.
+fn read_only_port<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    read(d, "a port, or 0 for none", Some)
+}
+
+/// `clusterDNS`: a list of strings.
+fn ips<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    read(d, "a list of IPs", Some)
+}
+
+/// `allowedUnsafeSysctls`: a list of strings.
+fn sysctls<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    read(d, "a list of sysctls", Some)
+}
+
+/// `cgroupDriver`: `cgroupfs` or `systemd`.
+fn cgroup_driver<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    read(d, "cgroupfs or systemd", |s: String| {
+        matches!(s.as_str(), "cgroupfs" | "systemd").then_some(s)
+    })
+}
+
+/// `cgroupRoot`: an absolute path without `.` or `..`.
+fn cgroup_root<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    read(d, "an absolute cgroup path", |root: String| {
+        let safe = root.starts_with('/') && !root.split('/').any(|p| p == ".." || p == ".");
+        safe.then_some(root)
+    })
+}
+
+/// `enforceNodeAllocatable`: the kubelet's enforcement keys.
+fn allocatable<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    let known = |e: &String| {
+        matches!(
+            e.as_str(),
+            "pods" | "system-reserved" | "kube-reserved" | "none"
+        )
+    };
+    read(
+        d,
+        "a list of pods, system-reserved, kube-reserved, none",
+        |list: Vec<String>| list.iter().all(known).then_some(list),
+    )
+}
+
+/// `staticPodURL`: empty, or a URL.
+fn url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    read(d, "a URL", |url: String| {
+        (url.is_empty() || reqwest::Url::parse(&url).is_ok()).then_some(url)
+    })
+}
+
+/// `staticPodURLHeader`: header names to lists of values, each valid in HTTP.
+fn url_headers<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, Vec<String>>>, D::Error> {
+    let headers: Option<BTreeMap<String, Vec<String>>> =
+        read(d, "a mapping of header names to lists of values", Some)?;
+    let valid = |(name, values): (&String, &Vec<String>)| {
+        reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_ok()
+            && values
+                .iter()
+                .all(|x| reqwest::header::HeaderValue::from_str(x).is_ok())
+    };
+    if headers.iter().flatten().all(valid) {
+        Ok(headers)
+    } else {
+        Err(D::Error::custom(
+            "expected valid HTTP header names and values",
+        ))
+    }
+}
+
+/// `registerWithTaints`: taints with a key and an effect.
+fn taints<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<k8s_openapi::api::core::v1::Taint>>, D::Error> {
+    let Some(v) = Option::<Value>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let taints: Vec<k8s_openapi::api::core::v1::Taint> = serde_json::from_value(v)
+        .map_err(|e| D::Error::custom(format_args!("expected a list of taints ({e})")))?;
+    let effects = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+    if taints
+        .iter()
+        .any(|t| t.key.is_empty() || !effects.contains(&t.effect.as_str()))
+    {
+        return Err(D::Error::custom(
+            "expected taints with a key and an effect of NoSchedule, PreferNoSchedule or NoExecute",
+        ));
+    }
+    Ok(Some(taints))
+}
+
+/// `containerLogMaxSize`: a positive quantity, as bytes.
+fn log_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    read(d, "a positive quantity like \"10Mi\"", |q: String| {
+        kube_quantity::ParsedQuantity::try_from(q.as_str())
+            .ok()
+            .and_then(|p| p.to_bytes_u64())
+            .filter(|b| *b > 0)
+    })
+}
+
+/// `containerLogMaxFiles`: at least 2, the live file and one rotated.
+fn log_files<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    read(d, "a count of at least 2", |n: usize| (n >= 2).then_some(n))
+}
+
+/// `maxParallelImagePulls`: at least 1.
+fn parallel_pulls<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    read(d, "a count of at least 1", |n: u32| (n >= 1).then_some(n))
+}
+
+/// `evictionMaxPodGracePeriod`: seconds.
+fn grace_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+    read(d, "a number of seconds", Some)
+}
+
+/// `nodeStatusMaxImages`: a count, or -1 for all.
+fn max_images<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+    read(d, "a number of images, or -1 for all", |n: i32| {
+        (n >= -1).then_some(n)
+    })
+}
+
+/// The image GC thresholds: a percentage.
+fn percent<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error> {
+    read(d, "a percentage from 0 to 100", |n: u8| {
+        (n <= 100).then_some(n)
+    })
+}
+
+/// `featureGates`: gate names to values, checked gate by gate when applied.
+fn gates<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, Value>>, D::Error> {
+    read(d, "a mapping of gate names to true or false", Some)
+}
+
+/// `kubeReserved` and `systemReserved`: resource names to non-negative
+/// quantities (`cpu: 500m`).
+fn quantities<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    let map: Option<BTreeMap<String, String>> =
+        read(d, "a mapping of resource names to quantities", Some)?;
+    for (name, q) in map.iter().flatten() {
+        let valid = crate::resource::Quantity::parse(q)
+            .is_ok_and(|q| q >= crate::resource::Quantity::default());
+        if !valid {
+            return Err(D::Error::custom(format_args!(
+                "expected a quantity for {name}, not {q:?}"
+            )));
+        }
+    }
+    Ok(map)
+}
+
+/// `evictionHard`, `evictionSoft` and `evictionMinimumReclaim`: signals to
+/// [`Threshold`]s (`memory.available: 100Mi`).
+fn thresholds<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    let map: Option<BTreeMap<String, String>> =
+        read(d, "a mapping of signals to thresholds", Some)?;
+    for (signal, t) in map.iter().flatten() {
+        Threshold::parse(t)
+            .map_err(|e| D::Error::custom(format_args!("expected {signal}: {e}")))?;
+    }
+    Ok(map)
+}
+
+/// `evictionSoftGracePeriod`: signals to durations.
+fn grace_periods<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, Duration>>, D::Error> {
+    let map: Option<BTreeMap<String, Value>> = read(d, "a mapping", Some)?;
+    map.map(|m| {
+        m.into_iter()
+            .map(|(signal, v)| {
+                parse_duration(&v)
+                    .map(|d| (signal.clone(), d))
+                    .map_err(|e| D::Error::custom(format_args!("{signal}: {e}")))
+            })
+            .collect()
+    })
+    .transpose()
 }
 
 /// Applies a KubeletConfiguration document (YAML or JSON text) onto `settings`;
-/// returns the names of the top-level fields it ignored, sorted.
+/// returns the names of the fields it ignored, sorted, nested ones dotted
+/// (`authorization.extra`).
 ///
 /// # Errors
-/// [`Error::Parse`] when the text is not a mapping or a supported field has the wrong type.
+/// [`Error::Parse`] when the text is not a mapping or a supported field has
+/// the wrong type or a value the kubelet refuses (the message names the
+/// field); [`Error::Unsupported`] for a security field or feature gate this
+/// agent does not honour.
 pub fn apply_file_text(
     settings: &mut Settings,
     path: &Path,
     text: &str,
 ) -> Result<Vec<String>, Error> {
-    let doc: Value = serde_yaml::from_str(text).map_err(|e| Error::Parse {
+    let parse_error = |message: String| Error::Parse {
         path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    let map = doc.as_object().ok_or_else(|| Error::Parse {
-        path: path.to_path_buf(),
-        message: "expected a KubeletConfiguration mapping".into(),
-    })?;
-    let bad = |key: &str, want: &str| Error::Parse {
-        path: path.to_path_buf(),
-        message: format!("{key}: expected {want}"),
+        message,
     };
-    let string = |key: &str, v: &Value| {
-        v.as_str()
-            .map(str::to_string)
-            .ok_or_else(|| bad(key, "a string"))
-    };
+    let doc: Value = serde_yaml::from_str(text).map_err(|e| parse_error(e.to_string()))?;
+    let map = doc
+        .as_object()
+        .ok_or_else(|| parse_error("expected a KubeletConfiguration mapping".into()))?;
     check_security_fields(path, map)?;
-    let mut ignored = Vec::new();
-    for (key, v) in map {
-        match key.as_str() {
-            "apiVersion" | "kind" => {}
-            "containerRuntimeEndpoint" => {
-                // Empty is the default, as kubeadm writes it.
-                let endpoint = string(key, v)?;
-                if !endpoint.is_empty() {
-                    settings.container_runtime_endpoint = endpoint;
-                }
-            }
-            "tlsCertFile" | "tlsPrivateKeyFile" => {
-                let file = string(key, v)?;
-                let file = (!file.is_empty()).then(|| PathBuf::from(file));
-                if key == "tlsCertFile" {
-                    settings.tls_cert_file = file;
-                } else {
-                    settings.tls_private_key_file = file;
-                }
-            }
-            "cgroupDriver" => {
-                let driver = string(key, v)?;
-                if driver != "cgroupfs" && driver != "systemd" {
-                    return Err(bad(key, "cgroupfs or systemd"));
-                }
-                settings.cgroup_driver = driver;
-            }
-            "registerWithTaints" => {
-                let taints: Vec<k8s_openapi::api::core::v1::Taint> =
-                    serde_json::from_value(v.clone())
-                        .map_err(|e| bad(key, &format!("a list of taints ({e})")))?;
-                for t in &taints {
-                    if t.key.is_empty()
-                        || !["NoSchedule", "PreferNoSchedule", "NoExecute"]
-                            .contains(&t.effect.as_str())
-                    {
-                        return Err(bad(
-                            key,
-                            "taints with a key and an effect of NoSchedule, PreferNoSchedule or NoExecute",
-                        ));
-                    }
-                }
-                settings.register_with_taints = taints;
-            }
-            "podLogsDir" => settings.pod_logs_dir = string(key, v)?.into(),
-            "resolvConf" => settings.resolv_conf = string(key, v)?.into(),
-            "clusterDomain" => settings.cluster_domain = string(key, v)?,
-            "runtimeRequestTimeout" => {
-                nonzero(
-                    &mut settings.runtime_request_timeout,
-                    duration(path, key, v)?,
-                );
-            }
-            "nodeStatusUpdateFrequency" => {
-                nonzero(
-                    &mut settings.node_status_update_frequency,
-                    duration(path, key, v)?,
-                );
-            }
-            "nodeStatusReportFrequency" => {
-                nonzero(
-                    &mut settings.node_status_report_frequency,
-                    duration(path, key, v)?,
-                );
-            }
-            "maxPods" => {
-                settings.max_pods = v
-                    .as_u64()
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| bad(key, "a count"))?;
-            }
-            "nodeLeaseDurationSeconds" => {
-                settings.node_lease_duration_seconds = v
-                    .as_i64()
-                    .and_then(|n| i32::try_from(n).ok())
-                    .ok_or_else(|| bad(key, "seconds"))?;
-            }
-            "port" => {
-                settings.port = v
-                    .as_i64()
-                    .and_then(|n| i32::try_from(n).ok())
-                    .ok_or_else(|| bad(key, "a port"))?
-            }
-            "readOnlyPort" => {
-                settings.read_only_port = v
-                    .as_i64()
-                    .and_then(|n| u16::try_from(n).ok())
-                    .ok_or_else(|| bad(key, "a port, or 0 for none"))?;
-            }
-            "staticPodPath" => {
-                let path = string(key, v)?;
-                // As the kubelet: an empty path is no static pods; a trailing
-                // slash is dropped.
-                let trimmed = path.trim_end_matches('/');
-                settings.static_pod_path = match (path.is_empty(), trimmed.is_empty()) {
-                    (true, _) => None,
-                    (false, true) => Some("/".into()),
-                    (false, false) => Some(trimmed.into()),
-                };
-            }
-            "staticPodURL" => {
-                let url = string(key, v)?;
-                if !url.is_empty() && reqwest::Url::parse(&url).is_err() {
-                    return Err(bad(key, "a URL"));
-                }
-                settings.static_pod_url = (!url.is_empty()).then_some(url);
-            }
-            "staticPodURLHeader" => {
-                let headers = v
-                    .as_object()
-                    .ok_or_else(|| bad(key, "a mapping of header names to lists of values"))?;
-                let mut out = BTreeMap::new();
-                for (name, values) in headers {
-                    let values: Vec<String> = values
-                        .as_array()
-                        .ok_or_else(|| bad(key, "a list of values for each header"))?
-                        .iter()
-                        .map(|x| string(key, x))
-                        .collect::<Result<_, _>>()?;
-                    let valid = reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_ok()
-                        && values
-                            .iter()
-                            .all(|x| reqwest::header::HeaderValue::from_str(x).is_ok());
-                    if !valid {
-                        return Err(bad(key, "valid HTTP header names and values"));
-                    }
-                    out.insert(name.clone(), values);
-                }
-                settings.static_pod_url_header = out;
-            }
-            "httpCheckFrequency" => {
-                nonzero(&mut settings.http_check_frequency, duration(path, key, v)?);
-            }
-            "fileCheckFrequency" => {
-                nonzero(&mut settings.file_check_frequency, duration(path, key, v)?);
-            }
-            "allowedUnsafeSysctls" => {
-                settings.allowed_unsafe_sysctls = v
-                    .as_array()
-                    .ok_or_else(|| bad(key, "a list of sysctls"))?
-                    .iter()
-                    .map(|x| string(key, x))
-                    .collect::<Result<_, _>>()?;
-            }
-            "containerLogMaxSize" => {
-                let q = string(key, v)?;
-                settings.container_logs.max_bytes =
-                    kube_quantity::ParsedQuantity::try_from(q.as_str())
-                        .ok()
-                        .and_then(|p| p.to_bytes_u64())
-                        .filter(|b| *b > 0)
-                        .ok_or_else(|| bad(key, "a positive quantity like \"10Mi\""))?;
-            }
-            "containerLogMaxFiles" => {
-                settings.container_logs.max_files = v
-                    .as_u64()
-                    .and_then(|n| usize::try_from(n).ok())
-                    .filter(|n| *n >= 2)
-                    .ok_or_else(|| bad(key, "a count of at least 2"))?;
-            }
-            "containerLogMonitorInterval" => {
-                let d = duration(path, key, v)?;
-                if !d.is_zero() {
-                    settings.container_logs.interval = d.max(std::time::Duration::from_secs(3));
-                }
-            }
-            "serverTLSBootstrap" => {
-                settings.server_tls_bootstrap =
-                    v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
-            }
-            "rotateCertificates" => {
-                settings.rotate_certificates =
-                    v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
-            }
-            "cgroupsPerQOS" => {
-                settings.cgroups_per_qos = v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
-            }
-            "cgroupRoot" => {
-                let root = v
-                    .as_str()
-                    .ok_or_else(|| bad(key, "an absolute cgroup path"))?;
-                let safe = root.starts_with('/') && !root.split('/').any(|p| p == ".." || p == ".");
-                if !safe {
-                    return Err(bad(key, "an absolute cgroup path"));
-                }
-                settings.cgroup_root = if root.is_empty() {
-                    "/".into()
-                } else {
-                    root.into()
-                };
-            }
-            "enforceNodeAllocatable" => {
-                let list: Vec<String> = serde_json::from_value(v.clone()).map_err(|_| {
-                    bad(key, "a list of pods, system-reserved, kube-reserved, none")
-                })?;
-                if list.iter().any(|e| {
-                    !matches!(
-                        e.as_str(),
-                        "pods" | "system-reserved" | "kube-reserved" | "none"
-                    )
-                }) {
-                    return Err(bad(
-                        key,
-                        "a list of pods, system-reserved, kube-reserved, none",
-                    ));
-                }
-                settings.enforce_node_allocatable = list;
-            }
-            "serializeImagePulls" => {
-                settings.serialize_image_pulls =
-                    v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
-            }
-            "maxParallelImagePulls" => {
-                settings.max_parallel_image_pulls = match v {
-                    Value::Null => None,
-                    v => Some(
-                        v.as_u64()
-                            .and_then(|n| u32::try_from(n).ok())
-                            .filter(|n| *n >= 1)
-                            .ok_or_else(|| bad(key, "a count of at least 1"))?,
-                    ),
-                };
-            }
-            "authentication" | "authorization" => {
-                webhook_cache_ttls(settings, path, key, v, &mut ignored)?;
-            }
-            "seccompDefault" => {
-                settings.seccomp_default = v.as_bool().ok_or_else(|| bad(key, "true or false"))?;
-            }
-            "failSwapOn" => {
-                settings.fail_swap_on = match v {
-                    Value::Null => None,
-                    v => Some(v.as_bool().ok_or_else(|| bad(key, "true or false"))?),
-                };
-            }
-            "featureGates" => {
-                let gates = v
-                    .as_object()
-                    .ok_or_else(|| bad(key, "a mapping of gate names to true or false"))?;
-                for (gate, on) in gates {
-                    let on = on
-                        .as_bool()
-                        .ok_or_else(|| bad(&format!("featureGates.{gate}"), "true or false"))?;
-                    match gate.as_str() {
-                        "UserNamespacesSupport" => settings.user_namespaces_support = on,
-                        "ReloadKubeletClientCAFile" => settings.reload_client_ca_file = on,
-                        "ReloadKubeletServerCertificateFile" => {
-                            settings.reload_server_certificate_file = on;
-                        }
-                        "RotateKubeletServerCertificate" => settings.rotate_server_certificate = on,
-                        // GA and locked on in the kubelet; this agent has it.
-                        g if LOCKED_ON_GATES.contains(&g) && on => {}
-                        // As the kubelet, which refuses a gate it does not know.
-                        _ => {
-                            return Err(Error::Unsupported {
-                                path: path.to_path_buf(),
-                                field: format!("featureGates.{gate}"),
-                                message: format!(
-                                    "unrecognized feature gate, or a locked one turned off (supported: {}, and {} locked on)",
-                                    SETTABLE_GATES.join(", "),
-                                    LOCKED_ON_GATES.join(", ")
-                                ),
-                            });
-                        }
-                    }
-                }
-            }
-            "kubeReserved" | "systemReserved" => {
-                let map = string_map(key, v).map_err(|m| bad(key, &m))?;
-                for (name, q) in &map {
-                    crate::resource::Quantity::parse(q)
-                        .ok()
-                        .filter(|q| *q >= crate::resource::Quantity::default())
-                        .ok_or_else(|| bad(key, &format!("a quantity for {name}, not {q:?}")))?;
-                }
-                if key == "kubeReserved" {
-                    settings.reservations.kube_reserved = map;
-                } else {
-                    settings.reservations.system_reserved = map;
-                }
-            }
-            "evictionHard" => {
-                let map = string_map(key, v).map_err(|m| bad(key, &m))?;
-                for (signal, t) in &map {
-                    Threshold::parse(t).map_err(|e| bad(key, &format!("{signal}: {e}")))?;
-                }
-                settings.reservations.eviction_hard = map;
-            }
-            "evictionSoft" | "evictionMinimumReclaim" => {
-                let map = string_map(key, v).map_err(|m| bad(key, &m))?;
-                for (signal, t) in &map {
-                    Threshold::parse(t).map_err(|e| bad(key, &format!("{signal}: {e}")))?;
-                }
-                if key == "evictionSoft" {
-                    settings.eviction.soft = map;
-                } else {
-                    settings.eviction.minimum_reclaim = map;
-                }
-            }
-            "evictionSoftGracePeriod" => {
-                let map = v.as_object().ok_or_else(|| bad(key, "a mapping"))?;
-                settings.eviction.soft_grace = map
-                    .iter()
-                    .map(|(signal, d)| Ok((signal.clone(), duration(path, key, d)?)))
-                    .collect::<Result<_, Error>>()?;
-            }
-            "imageGCHighThresholdPercent" | "imageGCLowThresholdPercent" => {
-                let pct = v
-                    .as_u64()
-                    .and_then(|n| u8::try_from(n).ok())
-                    .filter(|n| *n <= 100)
-                    .ok_or_else(|| bad(key, "a percentage from 0 to 100"))?;
-                if key == "imageGCHighThresholdPercent" {
-                    settings.image_gc.high_percent = pct;
-                } else {
-                    settings.image_gc.low_percent = pct;
-                }
-            }
-            "imageMinimumGCAge" => nonzero(&mut settings.image_gc.min_age, duration(path, key, v)?),
-            "imageMaximumGCAge" => settings.image_gc.max_age = duration(path, key, v)?,
-            "nodeStatusMaxImages" => {
-                settings.node_status_max_images = v
-                    .as_i64()
-                    .and_then(|n| i32::try_from(n).ok())
-                    .filter(|n| *n >= -1)
-                    .ok_or_else(|| bad(key, "a number of images, or -1 for all"))?;
-            }
-            "evictionPressureTransitionPeriod" => {
-                nonzero(
-                    &mut settings.eviction.pressure_transition_period,
-                    duration(path, key, v)?,
-                );
-            }
-            "evictionMaxPodGracePeriod" => {
-                settings.eviction.max_pod_grace_period = v
-                    .as_i64()
-                    .and_then(|n| i32::try_from(n).ok())
-                    .map(i64::from)
-                    .ok_or_else(|| bad(key, "a number of seconds"))?;
-            }
-            "clusterDNS" => {
-                settings.cluster_dns = v
-                    .as_array()
-                    .ok_or_else(|| bad(key, "a list of IPs"))?
-                    .iter()
-                    .map(|ip| string(key, ip))
-                    .collect::<Result<_, _>>()?;
-            }
-            // Checked with the security fields: honoured at their one value.
-            k if is_checked_field(k) => {}
-            _ => ignored.push(key.clone()),
-        }
-    }
-    // As the kubelet's validation: the low threshold below the high one.
-    if settings.image_gc.low_percent >= settings.image_gc.high_percent {
-        return Err(bad(
-            "imageGCLowThresholdPercent",
-            "less than imageGCHighThresholdPercent",
-        ));
-    }
-    let ages = settings.image_gc;
-    if !ages.max_age.is_zero() && ages.max_age <= ages.min_age {
-        return Err(bad(
-            "imageMaximumGCAge",
-            "more than imageMinimumGCAge, or 0",
-        ));
-    }
-    // As the kubelet's validation: a limit above 1 needs parallel pulls.
-    if settings.serialize_image_pulls && settings.max_parallel_image_pulls.is_some_and(|n| n > 1) {
-        return Err(bad(
-            "maxParallelImagePulls",
-            "1 or nothing when serializeImagePulls is true",
-        ));
-    }
-    ignored.sort();
-    Ok(ignored)
-}
-
-/// A mapping of strings (`kubeReserved`, `evictionHard`).
-fn string_map(key: &str, v: &Value) -> Result<BTreeMap<String, String>, String> {
-    v.as_object()
-        .ok_or_else(|| format!("{key} must be a mapping"))?
-        .iter()
-        .map(|(k, v)| {
-            v.as_str()
-                .map(|s| (k.clone(), s.to_string()))
-                .ok_or_else(|| format!("a string for {k}"))
-        })
-        .collect()
-}
-
-/// Reads the webhook cache TTLs of an `authentication` or `authorization`
-/// block; every other field in it is reported as ignored by its dotted name
-/// (`authentication.anonymous`, `authorization.mode`).
-fn webhook_cache_ttls(
-    settings: &mut Settings,
-    path: &Path,
-    key: &str,
-    v: &Value,
-    ignored: &mut Vec<String>,
-) -> Result<(), Error> {
-    let bad = |want: &str| Error::Parse {
-        path: path.to_path_buf(),
-        message: format!("{key}: expected {want}"),
-    };
-    let block = v.as_object().ok_or_else(|| bad("a mapping"))?;
-    for (field, inner) in block {
-        match (key, field.as_str()) {
-            ("authentication", "x509") => {
-                let file = inner
-                    .get("clientCAFile")
-                    .and_then(Value::as_str)
-                    .filter(|f| !f.is_empty());
-                settings.client_ca_file = file.map(PathBuf::from);
-                if let Some(other) = inner
-                    .as_object()
-                    .and_then(|o| o.keys().find(|k| *k != "clientCAFile"))
-                {
-                    ignored.push(format!("{key}.x509.{other}"));
-                }
-                continue;
-            }
-            // Checked with the security fields: only the values honoured pass.
-            ("authentication", "anonymous") | ("authorization", "mode") => continue,
-            (_, "webhook") => {}
-            _ => {
-                ignored.push(format!("{key}.{field}"));
-                continue;
-            }
-        }
-        let webhook = inner.as_object().ok_or_else(|| bad("webhook: a mapping"))?;
-        for (name, value) in webhook {
-            let dotted = format!("{key}.webhook.{name}");
-            match (key, name.as_str()) {
-                ("authentication", "cacheTTL") => {
-                    nonzero(
-                        &mut settings.authentication_cache_ttl,
-                        duration(path, &dotted, value)?,
-                    );
-                }
-                ("authorization", "cacheAuthorizedTTL") => {
-                    nonzero(
-                        &mut settings.authorization_cache_authorized_ttl,
-                        duration(path, &dotted, value)?,
-                    );
-                }
-                ("authentication", "enabled") => {}
-                ("authorization", "cacheUnauthorizedTTL") => {
-                    nonzero(
-                        &mut settings.authorization_cache_unauthorized_ttl,
-                        duration(path, &dotted, value)?,
-                    );
-                }
-                _ => ignored.push(dotted),
-            }
-        }
-    }
-    Ok(())
+    let file: KubeletConfiguration =
+        serde_path_to_error::deserialize(&doc).map_err(|e| parse_error(e.to_string()))?;
+    file.apply(path, settings)?;
+    Ok(file.ignored())
 }
 
 /// Reads a KubeletConfiguration file onto `settings`; returns the ignored fields.
@@ -1575,6 +1925,109 @@ volumeStatsAggPeriod: 0s
             assert!(
                 fields.contains(f),
                 "{f} is not a KubeletConfiguration field"
+            );
+        }
+    }
+
+    #[test]
+    fn the_document_type_reads_exactly_the_supported_fields() {
+        // Every field of the kubelet's type, each null: those the type does
+        // not read are left in `rest`, and named as ignored.
+        let all = || {
+            KUBELET_CONFIGURATION_FIELDS
+                .split_whitespace()
+                .chain(["apiVersion", "kind"])
+        };
+        let doc: serde_json::Map<String, Value> =
+            all().map(|f| (f.to_string(), Value::Null)).collect();
+        let file: KubeletConfiguration = serde_json::from_value(Value::Object(doc)).unwrap();
+        let mut read: Vec<&str> = all().filter(|f| !file.rest.contains_key(*f)).collect();
+        let mut supported = SUPPORTED_FIELDS.to_vec();
+        read.sort_unstable();
+        supported.sort_unstable();
+        assert_eq!(read, supported);
+    }
+
+    #[test]
+    fn a_null_field_keeps_its_default() {
+        // As Go's decoding of the kubelet's type: null is no value.
+        let mut s = Settings::default();
+        let text = "maxPods: null\nclusterDNS: null\nfailSwapOn: null\nruntimeRequestTimeout: ~\n\
+                    maxParallelImagePulls: null\nauthentication: {x509: null, webhook: null}\n\
+                    featureGates: null\nevictionHard: null\n";
+        let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(s, Settings::default());
+    }
+
+    #[test]
+    fn every_unknown_nested_field_is_named() {
+        let mut s = Settings::default();
+        let text = "authentication: {x509: {clientCAFile: /ca.crt, a: 1, b: 2}, webhook: {c: 3}, d: 4}\n\
+                    authorization: {webhook: {enabled: true}}\nsyncFrequency: 1m\n";
+        let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert_eq!(
+            ignored,
+            [
+                "authentication.d",
+                "authentication.webhook.c",
+                "authentication.x509.a",
+                "authentication.x509.b",
+                "authorization.webhook.enabled",
+                "syncFrequency",
+            ]
+        );
+        assert_eq!(s.client_ca_file, Some(PathBuf::from("/ca.crt")));
+    }
+
+    #[test]
+    fn errors_name_the_field_dotted_and_what_it_takes() {
+        let cases = [
+            (
+                "authorization:\n  webhook:\n    cacheAuthorizedTTL: -1s\n",
+                "authorization.webhook.cacheAuthorizedTTL: \"-1s\" is negative",
+            ),
+            (
+                "authentication: {x509: {clientCAFile: 3}}\n",
+                "authentication.x509.clientCAFile: expected a string",
+            ),
+            (
+                "featureGates: {UserNamespacesSupport: maybe}\n",
+                "featureGates.UserNamespacesSupport: expected true or false",
+            ),
+            (
+                "kubeReserved: {cpu: lots}\n",
+                "kubeReserved: expected a quantity for cpu, not \"lots\"",
+            ),
+            (
+                "evictionHard: {memory.available: 120%}\n",
+                "evictionHard: expected memory.available: invalid percentage \"120%\"",
+            ),
+            (
+                "evictionSoftGracePeriod: {memory.available: soon}\n",
+                "evictionSoftGracePeriod: memory.available: \"soon\": ",
+            ),
+            ("clusterDNS: [1]\n", "clusterDNS: expected a list of IPs"),
+            (
+                "readOnlyPort: 70000\n",
+                "readOnlyPort: expected a port, or 0 for none",
+            ),
+            (
+                "imageGCHighThresholdPercent: 101\n",
+                "imageGCHighThresholdPercent: expected a percentage from 0 to 100",
+            ),
+            (
+                "runtimeRequestTimeout: 10\n",
+                "runtimeRequestTimeout: expected a duration string like \"10s\"",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with(&format!("parse config file k.yaml: {want}")),
+                "{text}: {err}"
             );
         }
     }
