@@ -15,7 +15,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::summary::flat_keyed;
+use super::kernel_files::{Interface, flat_keyed};
 
 /// The container name of a pod's sandbox in the metrics (the kubelet's
 /// `PodInfraContainerName`).
@@ -343,65 +343,6 @@ pub struct Processes {
     pub sockets: u64,
     /// The soft "Max open files" of its first process (-1: unlimited).
     pub max_open_files: Option<i64>,
-}
-
-/// One network interface's counters (bytes, packets) since it came up.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Interface {
-    /// Interface name (`eth0`).
-    pub name: String,
-    /// Bytes received.
-    pub rx_bytes: u64,
-    /// Packets received.
-    pub rx_packets: u64,
-    /// Receive errors.
-    pub rx_errors: u64,
-    /// Received packets dropped.
-    pub rx_dropped: u64,
-    /// Bytes sent.
-    pub tx_bytes: u64,
-    /// Packets sent.
-    pub tx_packets: u64,
-    /// Send errors.
-    pub tx_errors: u64,
-    /// Sent packets dropped.
-    pub tx_dropped: u64,
-}
-
-/// The interfaces of a `/proc/<pid>/net/dev` text, those cAdvisor ignores
-/// (loopback, veths, bridges) left out; a line that does not parse is
-/// skipped.
-#[must_use]
-pub fn net_dev(text: &str) -> Vec<Interface> {
-    text.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            let name = name.trim();
-            if name.contains('|')
-                || super::summary::IGNORED_INTERFACE_PREFIXES
-                    .iter()
-                    .any(|p| name.starts_with(p))
-            {
-                return None;
-            }
-            let f: Vec<u64> = rest
-                .split_whitespace()
-                .map(str::parse)
-                .collect::<Result<_, _>>()
-                .ok()?;
-            (f.len() >= 12).then(|| Interface {
-                name: name.to_string(),
-                rx_bytes: f[0],
-                rx_packets: f[1],
-                rx_errors: f[2],
-                rx_dropped: f[3],
-                tx_bytes: f[8],
-                tx_packets: f[9],
-                tx_errors: f[10],
-                tx_dropped: f[11],
-            })
-        })
-        .collect()
 }
 
 /// Everything reported of one container (or of a pod's sandbox, as

@@ -31,6 +31,7 @@
 //! system container from the cgroup above every pod's.
 
 pub mod cadvisor;
+pub mod kernel_files;
 pub mod summary;
 
 use std::collections::HashMap;
@@ -984,7 +985,7 @@ impl Provider {
             let mut s = cgroups.cadvisor_sample(&proc_cgroup, Some(pid));
             if network {
                 s.network = read(&PathBuf::from(format!("/proc/{pid}/net/dev")))
-                    .map(|t| cadvisor::net_dev(&t))
+                    .map(|t| kernel_files::net_dev(&t))
                     .unwrap_or_default();
             }
             Some(s)
