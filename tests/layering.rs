@@ -451,7 +451,11 @@ fn without_comments(text: &str) -> String {
         match cut {
             Some(i) => {
                 out.push_str(&line[..i]);
-                out.extend(line[i..].chars().map(|c| if c == '\n' { '\n' } else { ' ' }));
+                out.extend(
+                    line[i..]
+                        .chars()
+                        .map(|c| if c == '\n' { '\n' } else { ' ' }),
+                );
             }
             None => out.push_str(line),
         }
@@ -572,7 +576,9 @@ fn imports(files: &[(String, String)]) -> Vec<Import> {
                     .iter()
                     .any(|(f, _)| f.ends_with("/mod.rs") && &module_path(f) == m)
             };
-            if to == from || own_child(&from, &to, is_dir(&from)) || own_child(&to, &from, is_dir(&to))
+            if to == from
+                || own_child(&from, &to, is_dir(&from))
+                || own_child(&to, &from, is_dir(&to))
             {
                 continue;
             }
@@ -687,11 +693,17 @@ fn no_file_imports_a_file_that_imports_it_back() {
     let files = sources();
     let found = imports(&files);
     assert!(
-        found.iter().any(|i| i.from == "pod::worker" && i.to == "pod::plan"),
+        found
+            .iter()
+            .any(|i| i.from == "pod::worker" && i.to == "pod::plan"),
         "no pod::worker -> pod::plan import found: the scan reads nothing"
     );
     let report = circle_report(&found, str::to_string);
-    assert!(report.is_empty(), "import circles between files:\n{}", report.join("\n"));
+    assert!(
+        report.is_empty(),
+        "import circles between files:\n{}",
+        report.join("\n")
+    );
 }
 
 #[test]
@@ -708,10 +720,19 @@ fn no_top_level_modules_form_a_circle() {
 #[test]
 fn a_circle_is_reported_with_the_imports_that_close_it() {
     let files = [
-        file("src/pod/plan.rs", "use super::status::qos;\nuse crate::reasons;\n"),
-        file("src/pod/status.rs", "//! Uses [`super::spec`].\n\nuse crate::pod::{plan::Plan, spec};\n"),
+        file(
+            "src/pod/plan.rs",
+            "use super::status::qos;\nuse crate::reasons;\n",
+        ),
+        file(
+            "src/pod/status.rs",
+            "//! Uses [`super::spec`].\n\nuse crate::pod::{plan::Plan, spec};\n",
+        ),
         file("src/pod/spec.rs", "use crate::reasons::phase;\n"),
-        file("src/pod/mod.rs", "pub mod plan;\npub mod spec;\npub mod status;\n"),
+        file(
+            "src/pod/mod.rs",
+            "pub mod plan;\npub mod spec;\npub mod status;\n",
+        ),
         file("src/reasons.rs", "use crate::pod::spec;\n"),
     ];
     let found = imports(&files);
@@ -729,19 +750,38 @@ fn a_circle_is_reported_with_the_imports_that_close_it() {
     // By top-level module, pod and reasons form one circle.
     let by_top = circle_report(&found, top);
     assert_eq!(by_top.len(), 1);
-    assert!(by_top[0].starts_with("circle: pod, reasons\n"), "{}", by_top[0]);
+    assert!(
+        by_top[0].starts_with("circle: pod, reasons\n"),
+        "{}",
+        by_top[0]
+    );
 }
 
 #[test]
 fn doc_links_a_modules_own_children_and_test_code_are_no_circle() {
     let files = [
         // A doc link back is not an import.
-        file("src/cri/extension.rs", "use crate::proto::cri_extension::M;\n"),
-        file("src/proto.rs", "/// See [`crate::cri::extension`].\npub mod cri_extension {}\n"),
-        file("src/cri/mod.rs", "pub mod extension;\npub use extension::M;\n"),
+        file(
+            "src/cri/extension.rs",
+            "use crate::proto::cri_extension::M;\n",
+        ),
+        file(
+            "src/proto.rs",
+            "/// See [`crate::cri::extension`].\npub mod cri_extension {}\n",
+        ),
+        file(
+            "src/cri/mod.rs",
+            "pub mod extension;\npub use extension::M;\n",
+        ),
         // A mod.rs and its own children use each other freely.
-        file("src/stats/mod.rs", "pub mod summary;\nfn f() { summary::g(); }\n"),
-        file("src/stats/summary.rs", "use super::Stats;\nuse crate::stats::Provider;\n"),
+        file(
+            "src/stats/mod.rs",
+            "pub mod summary;\nfn f() { summary::g(); }\n",
+        ),
+        file(
+            "src/stats/summary.rs",
+            "use super::Stats;\nuse crate::stats::Provider;\n",
+        ),
         // Test code is not held to it.
         file(
             "src/pod/plan.rs",
@@ -754,7 +794,10 @@ fn doc_links_a_modules_own_children_and_test_code_are_no_circle() {
         ),
     ];
     let found = imports(&files);
-    assert!(circle_report(&found, str::to_string).is_empty(), "{found:?}");
+    assert!(
+        circle_report(&found, str::to_string).is_empty(),
+        "{found:?}"
+    );
     assert!(circle_report(&found, top).is_empty(), "{found:?}");
     assert_eq!(
         found

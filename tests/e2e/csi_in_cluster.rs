@@ -9,7 +9,9 @@
 
 use std::path::PathBuf;
 
-use crate::common::csi::{DRIVER, block_volume_gone, bound_volume, eventually, loop_files, times_mounted};
+use crate::common::csi::{
+    DRIVER, block_volume_gone, bound_volume, eventually, loop_files, times_mounted,
+};
 use crate::common::*;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSINode;

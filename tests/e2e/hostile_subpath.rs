@@ -10,7 +10,7 @@
 //! of the volume, a FIFO or an oversized file fails its container, never the
 //! node.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
