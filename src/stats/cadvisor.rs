@@ -15,7 +15,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::summary::flat_keyed;
+use super::kernel_files::{Interface, flat_keyed};
 
 /// The container name of a pod's sandbox in the metrics (the kubelet's
 /// `PodInfraContainerName`).
@@ -345,65 +345,6 @@ pub struct Processes {
     pub max_open_files: Option<i64>,
 }
 
-/// One network interface's counters (bytes, packets) since it came up.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Interface {
-    /// Interface name (`eth0`).
-    pub name: String,
-    /// Bytes received.
-    pub rx_bytes: u64,
-    /// Packets received.
-    pub rx_packets: u64,
-    /// Receive errors.
-    pub rx_errors: u64,
-    /// Received packets dropped.
-    pub rx_dropped: u64,
-    /// Bytes sent.
-    pub tx_bytes: u64,
-    /// Packets sent.
-    pub tx_packets: u64,
-    /// Send errors.
-    pub tx_errors: u64,
-    /// Sent packets dropped.
-    pub tx_dropped: u64,
-}
-
-/// The interfaces of a `/proc/<pid>/net/dev` text, those cAdvisor ignores
-/// (loopback, veths, bridges) left out; a line that does not parse is
-/// skipped.
-#[must_use]
-pub fn net_dev(text: &str) -> Vec<Interface> {
-    text.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            let name = name.trim();
-            if name.contains('|')
-                || super::summary::IGNORED_INTERFACE_PREFIXES
-                    .iter()
-                    .any(|p| name.starts_with(p))
-            {
-                return None;
-            }
-            let f: Vec<u64> = rest
-                .split_whitespace()
-                .map(str::parse)
-                .collect::<Result<_, _>>()
-                .ok()?;
-            (f.len() >= 12).then(|| Interface {
-                name: name.to_string(),
-                rx_bytes: f[0],
-                rx_packets: f[1],
-                rx_errors: f[2],
-                rx_dropped: f[3],
-                tx_bytes: f[8],
-                tx_packets: f[9],
-                tx_errors: f[10],
-                tx_dropped: f[11],
-            })
-        })
-        .collect()
-}
-
 /// Everything reported of one container (or of a pod's sandbox, as
 /// container `POD`: its network).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -646,215 +587,24 @@ fn with(id: &Identity, extra: &[(&'static str, &str)]) -> Labels {
 ///
 /// # Errors
 /// Only if formatting fails, which writing to a `String` does not.
-#[allow(clippy::too_many_lines)] // one flat table of cAdvisor's metrics
 pub fn render(samples: &[Sample], now: i64, scrape_error: bool) -> Result<String, std::fmt::Error> {
     let mut m = Families::new();
     for s in samples {
         let id = &s.identity;
-        m.gauge(
-            "container_last_seen",
-            "Last time a container was seen by the exporter",
-            base(id),
-            fi(now),
-        );
-        if s.start_time > 0 {
-            m.gauge(
-                "container_start_time_seconds",
-                "Start time of the container since unix epoch in seconds.",
-                base(id),
-                fi(s.start_time),
-            );
-        }
-        if let Some(p) = s.spec.cpu_period {
-            m.gauge(
-                "container_spec_cpu_period",
-                "CPU period of the container.",
-                base(id),
-                f(p),
-            );
-        }
-        if let Some(q) = s.spec.cpu_quota {
-            m.gauge(
-                "container_spec_cpu_quota",
-                "CPU quota of the container.",
-                base(id),
-                f(q),
-            );
-        }
-        if let Some(v) = s.spec.cpu_shares {
-            m.gauge(
-                "container_spec_cpu_shares",
-                "CPU share of the container.",
-                base(id),
-                f(v),
-            );
-        }
-        if let Some(v) = s.spec.memory_limit {
-            m.gauge(
-                "container_spec_memory_limit_bytes",
-                "Memory limit for the container.",
-                base(id),
-                spec_memory(v),
-            );
-            m.gauge(
-                "container_spec_memory_swap_limit_bytes",
-                "Memory swap limit for the container.",
-                base(id),
-                s.spec.memory_swap_limit.map_or(0.0, spec_memory),
-            );
-            m.gauge(
-                "container_spec_memory_reservation_limit_bytes",
-                "Memory reservation limit for the container.",
-                base(id),
-                s.spec.memory_reservation.map_or(0.0, spec_memory),
-            );
-        }
+        write_seen(&mut m, s, now);
+        write_spec(&mut m, id, &s.spec);
         if let Some(c) = s.cpu {
-            m.counter(
-                "container_cpu_user_seconds",
-                "Cumulative user cpu time consumed in seconds.",
-                base(id),
-                f(c.user) / 1e9,
-            );
-            m.counter(
-                "container_cpu_system_seconds",
-                "Cumulative system cpu time consumed in seconds.",
-                base(id),
-                f(c.system) / 1e9,
-            );
-            m.counter(
-                "container_cpu_usage_seconds",
-                "Cumulative cpu time consumed in seconds.",
-                with(id, &[("cpu", "total")]),
-                f(c.usage) / 1e9,
-            );
+            write_cpu(&mut m, id, c);
         }
         if let Some(mem) = s.memory {
-            let gauges: [(&'static str, &'static str, u64); 7] = [
-                (
-                    "container_memory_cache",
-                    "Number of bytes of page cache memory.",
-                    mem.cache,
-                ),
-                ("container_memory_rss", "Size of RSS in bytes.", mem.rss),
-                (
-                    "container_memory_mapped_file",
-                    "Size of memory mapped files in bytes.",
-                    mem.mapped_file,
-                ),
-                (
-                    "container_memory_swap",
-                    "Container swap usage in bytes.",
-                    mem.swap,
-                ),
-                (
-                    "container_memory_usage_bytes",
-                    "Current memory usage in bytes, including all memory regardless of when it was accessed",
-                    mem.usage,
-                ),
-                (
-                    "container_memory_max_usage_bytes",
-                    "Maximum memory usage recorded in bytes",
-                    mem.max_usage,
-                ),
-                (
-                    "container_memory_working_set_bytes",
-                    "Current working set in bytes.",
-                    mem.working_set,
-                ),
-            ];
-            for (name, help, v) in gauges {
-                m.gauge(name, help, base(id), f(v));
-            }
-            // cAdvisor's counter without the `_total` suffix, which the
-            // encoder would add to a counter: written as a gauge.
-            m.gauge(
-                "container_memory_failcnt",
-                "Number of memory usage hits limits",
-                base(id),
-                f(mem.failcnt),
-            );
-            for (kind, scope, v) in [
-                ("pgfault", "container", mem.pgfault),
-                ("pgmajfault", "container", mem.pgmajfault),
-                ("pgfault", "hierarchy", mem.pgfault),
-                ("pgmajfault", "hierarchy", mem.pgmajfault),
-            ] {
-                m.counter(
-                    "container_memory_failures",
-                    "Cumulative count of memory allocation failures.",
-                    with(id, &[("failure_type", kind), ("scope", scope)]),
-                    f(v),
-                );
-            }
-            m.counter(
-                "container_memory_events_high",
-                "Cumulative count of memory.high throttle events for the container",
-                base(id),
-                f(mem.events_high),
-            );
-            m.counter(
-                "container_memory_events_max",
-                "Cumulative count of memory.max limit hit events for the container",
-                base(id),
-                f(mem.events_max),
-            );
-            m.counter(
-                "container_oom_events",
-                "Count of out of memory events observed for the container",
-                base(id),
-                f(mem.oom_kills),
-            );
+            write_memory_usage(&mut m, id, mem);
+            write_memory_events(&mut m, id, mem);
         }
         for d in &s.io {
-            let dev = [("device", d.device.as_str())];
-            for (name, help, v) in [
-                (
-                    "container_fs_reads_bytes",
-                    "Cumulative count of bytes read",
-                    d.read_bytes,
-                ),
-                (
-                    "container_fs_reads",
-                    "Cumulative count of reads completed",
-                    d.reads,
-                ),
-                (
-                    "container_fs_writes_bytes",
-                    "Cumulative count of bytes written",
-                    d.write_bytes,
-                ),
-                (
-                    "container_fs_writes",
-                    "Cumulative count of writes completed",
-                    d.writes,
-                ),
-            ] {
-                // A device whose filesystem the sample reports has its
-                // operation counts from /proc/diskstats (the root container).
-                let counted = s.filesystems.iter().any(|fs| fs.device == d.device);
-                if counted && (name == "container_fs_reads" || name == "container_fs_writes") {
-                    continue;
-                }
-                m.counter(name, help, with(id, &dev), f(v));
-            }
-            let (major, minor) = (d.major.to_string(), d.minor.to_string());
-            for (op, v) in [("Read", d.read_bytes), ("Write", d.write_bytes)] {
-                m.counter(
-                    "container_blkio_device_usage",
-                    "Blkio Device bytes usage",
-                    with(
-                        id,
-                        &[
-                            ("device", d.device.as_str()),
-                            ("major", &major),
-                            ("minor", &minor),
-                            ("operation", op),
-                        ],
-                    ),
-                    f(v),
-                );
-            }
+            // A device whose filesystem the sample reports has its
+            // operation counts from /proc/diskstats (the root container).
+            let counted = s.filesystems.iter().any(|fs| fs.device == d.device);
+            write_device_io(&mut m, id, d, counted);
         }
         if let Some((device, used)) = &s.fs_usage {
             m.gauge(
@@ -865,180 +615,437 @@ pub fn render(samples: &[Sample], now: i64, scrape_error: bool) -> Result<String
             );
         }
         if let Some(p) = s.processes {
-            for (name, help, v) in [
-                (
-                    "container_processes",
-                    "Number of processes running inside the container.",
-                    p.processes,
-                ),
-                (
-                    "container_file_descriptors",
-                    "Number of open file descriptors for the container.",
-                    p.file_descriptors,
-                ),
-                (
-                    "container_sockets",
-                    "Number of open sockets for the container.",
-                    p.sockets,
-                ),
-                (
-                    "container_threads_max",
-                    "Maximum number of threads allowed inside the container, infinity if value is zero",
-                    p.threads_max,
-                ),
-                (
-                    "container_threads",
-                    "Number of threads running inside the container",
-                    p.threads,
-                ),
-            ] {
-                m.gauge(name, help, base(id), f(v));
-            }
-            if let Some(v) = p.max_open_files {
-                m.gauge(
-                    "container_ulimits_soft",
-                    "Soft ulimit values for the container root process. Unlimited if -1, except priority and nice",
-                    with(id, &[("ulimit", "max_open_files")]),
-                    fi(v),
-                );
-            }
+            write_processes(&mut m, id, p);
         }
         for fs in &s.filesystems {
-            let dev = [("device", fs.device.as_str())];
-            for (name, help, v) in [
-                (
-                    "container_fs_limit_bytes",
-                    "Number of bytes that can be consumed by the container on this filesystem.",
-                    fs.limit,
-                ),
-                (
-                    "container_fs_usage_bytes",
-                    "Number of bytes that are consumed by the container on this filesystem.",
-                    fs.usage,
-                ),
-                ("container_fs_inodes_total", "Number of Inodes", fs.inodes),
-                (
-                    "container_fs_inodes_free",
-                    "Number of available Inodes",
-                    fs.inodes_free,
-                ),
-            ] {
-                m.gauge(name, help, with(id, &dev), f(v));
-            }
-            let Some(d) = &fs.stats else {
-                continue;
-            };
-            let ms = |v: u64| f(v) / 1000.0;
-            for (name, help, v) in [
-                (
-                    "container_fs_reads",
-                    "Cumulative count of reads completed",
-                    f(d.reads),
-                ),
-                (
-                    "container_fs_reads_merged",
-                    "Cumulative count of reads merged",
-                    f(d.reads_merged),
-                ),
-                (
-                    "container_fs_sector_reads",
-                    "Cumulative count of sector reads completed",
-                    f(d.sectors_read),
-                ),
-                (
-                    "container_fs_read_seconds",
-                    "Cumulative count of seconds spent reading",
-                    ms(d.read_ms),
-                ),
-                (
-                    "container_fs_writes",
-                    "Cumulative count of writes completed",
-                    f(d.writes),
-                ),
-                (
-                    "container_fs_writes_merged",
-                    "Cumulative count of writes merged",
-                    f(d.writes_merged),
-                ),
-                (
-                    "container_fs_sector_writes",
-                    "Cumulative count of sector writes completed",
-                    f(d.sectors_written),
-                ),
-                (
-                    "container_fs_write_seconds",
-                    "Cumulative count of seconds spent writing",
-                    ms(d.write_ms),
-                ),
-                (
-                    "container_fs_io_time_seconds",
-                    "Cumulative count of seconds spent doing I/Os",
-                    ms(d.io_ms),
-                ),
-                (
-                    "container_fs_io_time_weighted_seconds",
-                    "Cumulative weighted I/O time in seconds",
-                    ms(d.weighted_io_ms),
-                ),
-            ] {
-                m.counter(name, help, with(id, &dev), v);
-            }
-            m.gauge(
-                "container_fs_io_current",
-                "Number of I/Os currently in progress",
-                with(id, &dev),
-                f(d.in_progress),
-            );
+            write_filesystem(&mut m, id, fs);
         }
         for i in &s.network {
-            let l = || with(id, &[("interface", i.name.as_str())]);
-            for (name, help, v) in [
-                (
-                    "container_network_receive_bytes",
-                    "Cumulative count of bytes received",
-                    i.rx_bytes,
-                ),
-                (
-                    "container_network_receive_packets",
-                    "Cumulative count of packets received",
-                    i.rx_packets,
-                ),
-                (
-                    "container_network_receive_packets_dropped",
-                    "Cumulative count of packets dropped while receiving",
-                    i.rx_dropped,
-                ),
-                (
-                    "container_network_receive_errors",
-                    "Cumulative count of errors encountered while receiving",
-                    i.rx_errors,
-                ),
-                (
-                    "container_network_transmit_bytes",
-                    "Cumulative count of bytes transmitted",
-                    i.tx_bytes,
-                ),
-                (
-                    "container_network_transmit_packets",
-                    "Cumulative count of packets transmitted",
-                    i.tx_packets,
-                ),
-                (
-                    "container_network_transmit_packets_dropped",
-                    "Cumulative count of packets dropped while transmitting",
-                    i.tx_dropped,
-                ),
-                (
-                    "container_network_transmit_errors",
-                    "Cumulative count of errors encountered while transmitting",
-                    i.tx_errors,
-                ),
-            ] {
-                m.counter(name, help, l(), f(v));
-            }
+            write_interface(&mut m, id, i);
         }
     }
     m.encode(scrape_error)
+}
+
+/// When the container was last seen (`now`) and, when known, when it
+/// started.
+fn write_seen(m: &mut Families, s: &Sample, now: i64) {
+    m.gauge(
+        "container_last_seen",
+        "Last time a container was seen by the exporter",
+        base(&s.identity),
+        fi(now),
+    );
+    if s.start_time > 0 {
+        m.gauge(
+            "container_start_time_seconds",
+            "Start time of the container since unix epoch in seconds.",
+            base(&s.identity),
+            fi(s.start_time),
+        );
+    }
+}
+
+/// The container's limits (`container_spec_*`): each cpu setting its
+/// cgroup has, and, when it has a memory limit, the three memory limits
+/// ("unlimited" as 0, as cAdvisor's `specMemoryValue`).
+fn write_spec(m: &mut Families, id: &Identity, spec: &Spec) {
+    if let Some(p) = spec.cpu_period {
+        m.gauge(
+            "container_spec_cpu_period",
+            "CPU period of the container.",
+            base(id),
+            f(p),
+        );
+    }
+    if let Some(q) = spec.cpu_quota {
+        m.gauge(
+            "container_spec_cpu_quota",
+            "CPU quota of the container.",
+            base(id),
+            f(q),
+        );
+    }
+    if let Some(v) = spec.cpu_shares {
+        m.gauge(
+            "container_spec_cpu_shares",
+            "CPU share of the container.",
+            base(id),
+            f(v),
+        );
+    }
+    if let Some(v) = spec.memory_limit {
+        m.gauge(
+            "container_spec_memory_limit_bytes",
+            "Memory limit for the container.",
+            base(id),
+            spec_memory(v),
+        );
+        m.gauge(
+            "container_spec_memory_swap_limit_bytes",
+            "Memory swap limit for the container.",
+            base(id),
+            spec.memory_swap_limit.map_or(0.0, spec_memory),
+        );
+        m.gauge(
+            "container_spec_memory_reservation_limit_bytes",
+            "Memory reservation limit for the container.",
+            base(id),
+            spec.memory_reservation.map_or(0.0, spec_memory),
+        );
+    }
+}
+
+/// The container's cpu time, seconds: user, system and all of it (as
+/// `cpu="total"`).
+fn write_cpu(m: &mut Families, id: &Identity, c: Cpu) {
+    m.counter(
+        "container_cpu_user_seconds",
+        "Cumulative user cpu time consumed in seconds.",
+        base(id),
+        f(c.user) / 1e9,
+    );
+    m.counter(
+        "container_cpu_system_seconds",
+        "Cumulative system cpu time consumed in seconds.",
+        base(id),
+        f(c.system) / 1e9,
+    );
+    m.counter(
+        "container_cpu_usage_seconds",
+        "Cumulative cpu time consumed in seconds.",
+        with(id, &[("cpu", "total")]),
+        f(c.usage) / 1e9,
+    );
+}
+
+/// The container's memory use, bytes (cache, rss, mapped files, swap,
+/// usage, its peak and the working set), and how often usage hit the
+/// limit (`container_memory_failcnt`).
+fn write_memory_usage(m: &mut Families, id: &Identity, mem: Memory) {
+    let gauges: [(&'static str, &'static str, u64); 7] = [
+        (
+            "container_memory_cache",
+            "Number of bytes of page cache memory.",
+            mem.cache,
+        ),
+        ("container_memory_rss", "Size of RSS in bytes.", mem.rss),
+        (
+            "container_memory_mapped_file",
+            "Size of memory mapped files in bytes.",
+            mem.mapped_file,
+        ),
+        (
+            "container_memory_swap",
+            "Container swap usage in bytes.",
+            mem.swap,
+        ),
+        (
+            "container_memory_usage_bytes",
+            "Current memory usage in bytes, including all memory regardless of when it was accessed",
+            mem.usage,
+        ),
+        (
+            "container_memory_max_usage_bytes",
+            "Maximum memory usage recorded in bytes",
+            mem.max_usage,
+        ),
+        (
+            "container_memory_working_set_bytes",
+            "Current working set in bytes.",
+            mem.working_set,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        m.gauge(name, help, base(id), f(v));
+    }
+    // cAdvisor's counter without the `_total` suffix, which the
+    // encoder would add to a counter: written as a gauge.
+    m.gauge(
+        "container_memory_failcnt",
+        "Number of memory usage hits limits",
+        base(id),
+        f(mem.failcnt),
+    );
+}
+
+/// The container's memory events, counts: page faults (as
+/// `container_memory_failures`, container and hierarchy scope alike),
+/// `memory.high` and `memory.max` events, and OOM kills.
+fn write_memory_events(m: &mut Families, id: &Identity, mem: Memory) {
+    for (kind, scope, v) in [
+        ("pgfault", "container", mem.pgfault),
+        ("pgmajfault", "container", mem.pgmajfault),
+        ("pgfault", "hierarchy", mem.pgfault),
+        ("pgmajfault", "hierarchy", mem.pgmajfault),
+    ] {
+        m.counter(
+            "container_memory_failures",
+            "Cumulative count of memory allocation failures.",
+            with(id, &[("failure_type", kind), ("scope", scope)]),
+            f(v),
+        );
+    }
+    m.counter(
+        "container_memory_events_high",
+        "Cumulative count of memory.high throttle events for the container",
+        base(id),
+        f(mem.events_high),
+    );
+    m.counter(
+        "container_memory_events_max",
+        "Cumulative count of memory.max limit hit events for the container",
+        base(id),
+        f(mem.events_max),
+    );
+    m.counter(
+        "container_oom_events",
+        "Count of out of memory events observed for the container",
+        base(id),
+        f(mem.oom_kills),
+    );
+}
+
+/// The container's block I/O on device `d`: bytes and operations read and
+/// written (the operations left to [`write_disk_stats`] when `counted`: the
+/// sample reports the device's filesystem), and the bytes again as
+/// `container_blkio_device_usage` by operation.
+fn write_device_io(m: &mut Families, id: &Identity, d: &DeviceIo, counted: bool) {
+    let dev = [("device", d.device.as_str())];
+    for (name, help, v) in [
+        (
+            "container_fs_reads_bytes",
+            "Cumulative count of bytes read",
+            d.read_bytes,
+        ),
+        (
+            "container_fs_reads",
+            "Cumulative count of reads completed",
+            d.reads,
+        ),
+        (
+            "container_fs_writes_bytes",
+            "Cumulative count of bytes written",
+            d.write_bytes,
+        ),
+        (
+            "container_fs_writes",
+            "Cumulative count of writes completed",
+            d.writes,
+        ),
+    ] {
+        if counted && (name == "container_fs_reads" || name == "container_fs_writes") {
+            continue;
+        }
+        m.counter(name, help, with(id, &dev), f(v));
+    }
+    let (major, minor) = (d.major.to_string(), d.minor.to_string());
+    for (op, v) in [("Read", d.read_bytes), ("Write", d.write_bytes)] {
+        m.counter(
+            "container_blkio_device_usage",
+            "Blkio Device bytes usage",
+            with(
+                id,
+                &[
+                    ("device", d.device.as_str()),
+                    ("major", &major),
+                    ("minor", &minor),
+                    ("operation", op),
+                ],
+            ),
+            f(v),
+        );
+    }
+}
+
+/// The container's processes, threads, open files and sockets, its thread
+/// limit and its first process's open-file limit.
+fn write_processes(m: &mut Families, id: &Identity, p: Processes) {
+    for (name, help, v) in [
+        (
+            "container_processes",
+            "Number of processes running inside the container.",
+            p.processes,
+        ),
+        (
+            "container_file_descriptors",
+            "Number of open file descriptors for the container.",
+            p.file_descriptors,
+        ),
+        (
+            "container_sockets",
+            "Number of open sockets for the container.",
+            p.sockets,
+        ),
+        (
+            "container_threads_max",
+            "Maximum number of threads allowed inside the container, infinity if value is zero",
+            p.threads_max,
+        ),
+        (
+            "container_threads",
+            "Number of threads running inside the container",
+            p.threads,
+        ),
+    ] {
+        m.gauge(name, help, base(id), f(v));
+    }
+    if let Some(v) = p.max_open_files {
+        m.gauge(
+            "container_ulimits_soft",
+            "Soft ulimit values for the container root process. Unlimited if -1, except priority and nice",
+            with(id, &[("ulimit", "max_open_files")]),
+            fi(v),
+        );
+    }
+}
+
+/// A filesystem the container sees (the root container's block devices):
+/// its size, use and inodes, and its device's counters when
+/// `/proc/diskstats` has them.
+fn write_filesystem(m: &mut Families, id: &Identity, fs: &Filesystem) {
+    let dev = [("device", fs.device.as_str())];
+    for (name, help, v) in [
+        (
+            "container_fs_limit_bytes",
+            "Number of bytes that can be consumed by the container on this filesystem.",
+            fs.limit,
+        ),
+        (
+            "container_fs_usage_bytes",
+            "Number of bytes that are consumed by the container on this filesystem.",
+            fs.usage,
+        ),
+        ("container_fs_inodes_total", "Number of Inodes", fs.inodes),
+        (
+            "container_fs_inodes_free",
+            "Number of available Inodes",
+            fs.inodes_free,
+        ),
+    ] {
+        m.gauge(name, help, with(id, &dev), f(v));
+    }
+    if let Some(d) = &fs.stats {
+        write_disk_stats(m, id, &fs.device, d);
+    }
+}
+
+/// The `/proc/diskstats` counters of `device`: operations, merges and
+/// sectors read and written, the time spent (seconds), and the I/Os in
+/// progress.
+fn write_disk_stats(m: &mut Families, id: &Identity, device: &str, d: &DiskStats) {
+    let dev = [("device", device)];
+    let ms = |v: u64| f(v) / 1000.0;
+    for (name, help, v) in [
+        (
+            "container_fs_reads",
+            "Cumulative count of reads completed",
+            f(d.reads),
+        ),
+        (
+            "container_fs_reads_merged",
+            "Cumulative count of reads merged",
+            f(d.reads_merged),
+        ),
+        (
+            "container_fs_sector_reads",
+            "Cumulative count of sector reads completed",
+            f(d.sectors_read),
+        ),
+        (
+            "container_fs_read_seconds",
+            "Cumulative count of seconds spent reading",
+            ms(d.read_ms),
+        ),
+        (
+            "container_fs_writes",
+            "Cumulative count of writes completed",
+            f(d.writes),
+        ),
+        (
+            "container_fs_writes_merged",
+            "Cumulative count of writes merged",
+            f(d.writes_merged),
+        ),
+        (
+            "container_fs_sector_writes",
+            "Cumulative count of sector writes completed",
+            f(d.sectors_written),
+        ),
+        (
+            "container_fs_write_seconds",
+            "Cumulative count of seconds spent writing",
+            ms(d.write_ms),
+        ),
+        (
+            "container_fs_io_time_seconds",
+            "Cumulative count of seconds spent doing I/Os",
+            ms(d.io_ms),
+        ),
+        (
+            "container_fs_io_time_weighted_seconds",
+            "Cumulative weighted I/O time in seconds",
+            ms(d.weighted_io_ms),
+        ),
+    ] {
+        m.counter(name, help, with(id, &dev), v);
+    }
+    m.gauge(
+        "container_fs_io_current",
+        "Number of I/Os currently in progress",
+        with(id, &dev),
+        f(d.in_progress),
+    );
+}
+
+/// The counters of network interface `i` of the container's network
+/// namespace (a sandbox's): bytes, packets, drops and errors each way.
+fn write_interface(m: &mut Families, id: &Identity, i: &Interface) {
+    let l = || with(id, &[("interface", i.name.as_str())]);
+    for (name, help, v) in [
+        (
+            "container_network_receive_bytes",
+            "Cumulative count of bytes received",
+            i.rx_bytes,
+        ),
+        (
+            "container_network_receive_packets",
+            "Cumulative count of packets received",
+            i.rx_packets,
+        ),
+        (
+            "container_network_receive_packets_dropped",
+            "Cumulative count of packets dropped while receiving",
+            i.rx_dropped,
+        ),
+        (
+            "container_network_receive_errors",
+            "Cumulative count of errors encountered while receiving",
+            i.rx_errors,
+        ),
+        (
+            "container_network_transmit_bytes",
+            "Cumulative count of bytes transmitted",
+            i.tx_bytes,
+        ),
+        (
+            "container_network_transmit_packets",
+            "Cumulative count of packets transmitted",
+            i.tx_packets,
+        ),
+        (
+            "container_network_transmit_packets_dropped",
+            "Cumulative count of packets dropped while transmitting",
+            i.tx_dropped,
+        ),
+        (
+            "container_network_transmit_errors",
+            "Cumulative count of errors encountered while transmitting",
+            i.tx_errors,
+        ),
+    ] {
+        m.counter(name, help, l(), f(v));
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 //! system container from the cgroup above every pod's.
 
 pub mod cadvisor;
+pub mod kernel_files;
 pub mod summary;
 
 use std::collections::HashMap;
@@ -444,6 +445,44 @@ fn usage_on(fs: Option<FsStats>, time: Time, used: Option<u64>, inodes: Option<u
     }
 }
 
+/// The usage of a container's writable layer `w` as the runtime reports
+/// it, on the layer's filesystem (read once per mount point into
+/// `layer_fs`).
+fn writable_layer_usage(
+    w: &cri::FilesystemUsage,
+    layer_fs: &mut HashMap<String, Option<FsStats>>,
+    now: Time,
+) -> FsStats {
+    let fs = match &w.fs_id {
+        Some(id) => layer_fs
+            .entry(id.mountpoint.clone())
+            .or_insert_with(|| fs_info(Path::new(&id.mountpoint), now))
+            .to_owned(),
+        None => None,
+    };
+    usage_on(
+        fs,
+        Time(w.timestamp),
+        w.used_bytes.as_ref().map(|v| v.value),
+        w.inodes_used.as_ref().map(|v| v.value),
+    )
+}
+
+/// The pods' networks as the runtime reports them in their sandbox stats,
+/// by sandbox id (those with a default interface).
+fn sandbox_networks(
+    sandbox_stats: &[cri::PodSandboxStats],
+) -> HashMap<String, summary::NetworkStats> {
+    sandbox_stats
+        .iter()
+        .filter_map(|s| {
+            let id = s.attributes.as_ref()?.id.clone();
+            let net = summary::network_from_cri(s.linux.as_ref()?.network.as_ref()?)?;
+            Some((id, net))
+        })
+        .collect()
+}
+
 /// A CSI volume's entry of a pod's stats, from its driver's report `u`
 /// (sampled at `now`): named as the pod names it, with its claim in
 /// namespace `ns` (the kubelet's `PVCRef`).
@@ -595,15 +634,68 @@ impl Provider {
         } else {
             fs_info(&self.root_dir, now)
         };
+        let pods = self
+            .pods_of_containers(&stats, &containers, &sandboxes, now, only_cpu_and_memory)
+            .await;
+        let networks = sandbox_networks(&sandbox_stats);
+        let mut pod_usage = self.sandbox_cpu_memory(&sandbox_stats);
+        let mut out: Vec<PodStats> = Vec::with_capacity(pods.len());
+        for (sandbox_id, mut p) in pods {
+            p.containers.sort_by(|a, b| a.name.cmp(&b.name));
+            let pod_cgroup = self
+                .pod_cgroups
+                .as_ref()
+                .and_then(|m| m.find_pod(&p.pod_ref.uid));
+            let usage = pod_usage.remove(&sandbox_id).unwrap_or_default();
+            self.set_pod_cpu_memory(&mut p, usage, pod_cgroup.as_deref());
+            if !only_cpu_and_memory {
+                p.process_stats = pod_cgroup
+                    .as_deref()
+                    .and_then(|d| self.cgroups.process_count(d))
+                    .map(|n| summary::ProcessStats {
+                        process_count: Some(n),
+                    });
+                p.network = match networks.get(&sandbox_id) {
+                    Some(n) => Some(n.clone()),
+                    None => self.sandbox_network(&sandbox_id, now).await,
+                };
+                self.set_pod_volumes(&mut p, root_fs, now).await;
+            }
+            out.push(p);
+        }
+        out.sort_by(|a, b| {
+            (&a.pod_ref.namespace, &a.pod_ref.name).cmp(&(&b.pod_ref.namespace, &b.pod_ref.name))
+        });
+        let node = self.node(now, root_fs, only_cpu_and_memory).await;
+        self.rates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .prune(now.0);
+        Ok(Summary { node, pods: out })
+    }
+
+    /// The pods of the running `containers` of live `sandboxes` that the
+    /// runtime has `stats` of, by sandbox id: each pod's reference and
+    /// start (its sandbox's) with its containers' stats, in the order of
+    /// `stats`. Unless `only_cpu_and_memory`, each container also has its
+    /// writable layer (`rootfs`, on the layer's filesystem) and its log
+    /// directory (`logs`, on the log directory's filesystem).
+    async fn pods_of_containers(
+        &self,
+        stats: &[cri::ContainerStats],
+        containers: &HashMap<&str, &cri::Container>,
+        sandboxes: &HashMap<String, cri::PodSandbox>,
+        now: Time,
+        only_cpu_and_memory: bool,
+    ) -> HashMap<String, PodStats> {
         let logs_fs = if only_cpu_and_memory {
             None
         } else {
             fs_info(&self.pod_logs_dir, now)
         };
         let mut layer_fs: HashMap<String, Option<FsStats>> = HashMap::new();
-
         let mut pods: HashMap<String, PodStats> = HashMap::new();
-        for st in &stats {
+        for st in stats {
             let Some(attrs) = &st.attributes else {
                 continue;
             };
@@ -624,19 +716,7 @@ impl Provider {
             cs.start_time = Time(container.created_at);
             if !only_cpu_and_memory {
                 if let Some(w) = &st.writable_layer {
-                    let fs = match &w.fs_id {
-                        Some(id) => layer_fs
-                            .entry(id.mountpoint.clone())
-                            .or_insert_with(|| fs_info(Path::new(&id.mountpoint), now))
-                            .to_owned(),
-                        None => None,
-                    };
-                    cs.rootfs = Some(usage_on(
-                        fs,
-                        Time(w.timestamp),
-                        w.used_bytes.as_ref().map(|v| v.value),
-                        w.inodes_used.as_ref().map(|v| v.value),
-                    ));
+                    cs.rootfs = Some(writable_layer_usage(w, &mut layer_fs, now));
                 }
                 let dir = crate::paths::pod_log_dir(
                     &self.pod_logs_dir,
@@ -660,17 +740,19 @@ impl Provider {
                 .containers
                 .push(cs);
         }
-        let networks: HashMap<String, summary::NetworkStats> = sandbox_stats
-            .iter()
-            .filter_map(|s| {
-                let id = s.attributes.as_ref()?.id.clone();
-                let net = summary::network_from_cri(s.linux.as_ref()?.network.as_ref()?)?;
-                Some((id, net))
-            })
-            .collect();
-        let mut pod_usage: HashMap<String, (Option<summary::CpuStats>, Option<MemoryStats>)> =
-            HashMap::new();
-        for st in &sandbox_stats {
+        pods
+    }
+
+    /// The pods' cpu and memory as the runtime reports them from their pod
+    /// cgroups (CRI `ListPodSandboxStats`), by sandbox id; each is `None`
+    /// where the runtime's numbers are unusable. The cpu rate is kept as
+    /// `pod/<sandbox id>`'s.
+    fn sandbox_cpu_memory(
+        &self,
+        sandbox_stats: &[cri::PodSandboxStats],
+    ) -> HashMap<String, (Option<summary::CpuStats>, Option<MemoryStats>)> {
+        let mut pod_usage = HashMap::new();
+        for st in sandbox_stats {
             let (Some(attrs), Some(linux)) = (&st.attributes, &st.linux) else {
                 continue;
             };
@@ -690,74 +772,64 @@ impl Provider {
                 .map(summary::memory_from_cri);
             pod_usage.insert(attrs.id.clone(), (cpu, memory));
         }
-        let mut out: Vec<PodStats> = Vec::with_capacity(pods.len());
-        for (sandbox_id, mut p) in pods {
-            p.containers.sort_by(|a, b| a.name.cmp(&b.name));
-            // The pod cgroup's usage where the runtime reports it (it counts
-            // the sandbox and the pod's overhead, as the kubelet's pod stats
-            // do), else the containers' sum.
-            let (sum_cpu, sum_memory) = summary::pod_cpu_memory(&p.containers);
-            let (cpu, memory) = pod_usage.remove(&sandbox_id).unwrap_or_default();
-            (p.cpu, p.memory) = (cpu.or(sum_cpu), memory.or(sum_memory));
-            // The pod cgroup's pressure, zero where the cgroup has none, as
-            // the kubelet reports it from cAdvisor's pod cgroup.
-            let pod_cgroup = self
-                .pod_cgroups
-                .as_ref()
-                .and_then(|m| m.find_pod(&p.pod_ref.uid));
-            if let Some(dir) = &pod_cgroup {
-                let pressure = |r| Some(self.cgroups.pressure(dir, r).unwrap_or_default());
-                if let Some(c) = p.cpu.as_mut() {
-                    c.psi = pressure("cpu");
-                }
-                if let Some(m) = p.memory.as_mut() {
-                    m.psi = pressure("memory");
-                }
+        pod_usage
+    }
+
+    /// Pod `p`'s cpu and memory: `usage`, its pod cgroup's as the runtime
+    /// reports it, where there is one, else the sum of its containers'; with
+    /// the pressure of its cgroup at `pod_cgroup`.
+    fn set_pod_cpu_memory(
+        &self,
+        p: &mut PodStats,
+        usage: (Option<summary::CpuStats>, Option<MemoryStats>),
+        pod_cgroup: Option<&Path>,
+    ) {
+        // The pod cgroup's usage where the runtime reports it (it counts
+        // the sandbox and the pod's overhead, as the kubelet's pod stats
+        // do), else the containers' sum.
+        let (sum_cpu, sum_memory) = summary::pod_cpu_memory(&p.containers);
+        let (cpu, memory) = usage;
+        (p.cpu, p.memory) = (cpu.or(sum_cpu), memory.or(sum_memory));
+        // The pod cgroup's pressure, zero where the cgroup has none, as
+        // the kubelet reports it from cAdvisor's pod cgroup.
+        if let Some(dir) = pod_cgroup {
+            let pressure = |r| Some(self.cgroups.pressure(dir, r).unwrap_or_default());
+            if let Some(c) = p.cpu.as_mut() {
+                c.psi = pressure("cpu");
             }
-            if !only_cpu_and_memory {
-                p.process_stats = pod_cgroup
-                    .as_deref()
-                    .and_then(|d| self.cgroups.process_count(d))
-                    .map(|n| summary::ProcessStats {
-                        process_count: Some(n),
-                    });
-                p.network = match networks.get(&sandbox_id) {
-                    Some(n) => Some(n.clone()),
-                    None => self.sandbox_network(&sandbox_id, now).await,
-                };
-                let pod_dir = crate::volume::pod_dir(&self.root_dir, &p.pod_ref.uid);
-                p.volume = self.empty_dirs(&pod_dir, root_fs, now).await;
-                let hosts = dir_stats(pod_dir.join("etc-hosts"), None, now).await;
-                if let Some(root) = &root_fs {
-                    p.ephemeral_storage = Some(summary::ephemeral_storage(
-                        root,
-                        &p.containers,
-                        &p.volume,
-                        hosts.as_ref(),
-                    ));
-                }
-                // Persistent volumes come after: they are not the pod's
-                // ephemeral storage.
-                if let Some(drivers) = &self.csi {
-                    let csi = crate::volume::csi::usage(drivers, &self.root_dir, &p.pod_ref.uid);
-                    p.volume.extend(
-                        csi.await
-                            .into_iter()
-                            .map(|u| csi_volume_stats(u, &p.pod_ref.namespace, now)),
-                    );
-                }
+            if let Some(m) = p.memory.as_mut() {
+                m.psi = pressure("memory");
             }
-            out.push(p);
         }
-        out.sort_by(|a, b| {
-            (&a.pod_ref.namespace, &a.pod_ref.name).cmp(&(&b.pod_ref.namespace, &b.pod_ref.name))
-        });
-        let node = self.node(now, root_fs, only_cpu_and_memory).await;
-        self.rates
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .prune(now.0);
-        Ok(Summary { node, pods: out })
+    }
+
+    /// Pod `p`'s volumes and ephemeral storage: its emptyDirs (on `root_fs`,
+    /// the filesystem of the agent's root directory, unless memory-backed),
+    /// its ephemeral storage (writable layers, logs, emptyDirs and its
+    /// `etc-hosts` on `root_fs`), then its CSI volumes as their drivers
+    /// report them.
+    async fn set_pod_volumes(&self, p: &mut PodStats, root_fs: Option<FsStats>, now: Time) {
+        let pod_dir = crate::volume::pod_dir(&self.root_dir, &p.pod_ref.uid);
+        p.volume = self.empty_dirs(&pod_dir, root_fs, now).await;
+        let hosts = dir_stats(pod_dir.join("etc-hosts"), None, now).await;
+        if let Some(root) = &root_fs {
+            p.ephemeral_storage = Some(summary::ephemeral_storage(
+                root,
+                &p.containers,
+                &p.volume,
+                hosts.as_ref(),
+            ));
+        }
+        // Persistent volumes come after: they are not the pod's
+        // ephemeral storage.
+        if let Some(drivers) = &self.csi {
+            let csi = crate::volume::csi::usage(drivers, &self.root_dir, &p.pod_ref.uid);
+            p.volume.extend(
+                csi.await
+                    .into_iter()
+                    .map(|u| csi_volume_stats(u, &p.pod_ref.namespace, now)),
+            );
+        }
     }
 
     /// A container's cpu and memory: the runtime's numbers, else its cgroup's.
@@ -984,7 +1056,7 @@ impl Provider {
             let mut s = cgroups.cadvisor_sample(&proc_cgroup, Some(pid));
             if network {
                 s.network = read(&PathBuf::from(format!("/proc/{pid}/net/dev")))
-                    .map(|t| cadvisor::net_dev(&t))
+                    .map(|t| kernel_files::net_dev(&t))
                     .unwrap_or_default();
             }
             Some(s)

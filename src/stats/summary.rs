@@ -17,6 +17,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde::{Serialize, Serializer};
 
+use super::kernel_files::{self, flat_keyed};
+
 /// A point in time, nanoseconds since the Unix epoch; serialized as
 /// `metav1.Time` is: RFC 3339 in UTC, whole seconds (`2024-05-01T10:00:00Z`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -451,15 +453,10 @@ pub fn node_network_from_net_dev(net_dev: &str, time: Time) -> NetworkStats {
     }
 }
 
-/// Interface name prefixes cAdvisor leaves out of network stats
-/// (loopback, the host ends of pods' veth pairs, docker's and nerdctl's
-/// bridges).
-pub(super) const IGNORED_INTERFACE_PREFIXES: [&str; 4] = ["lo", "veth", "docker", "nerdctl"];
-
 /// The interfaces of a `/proc/<pid>/net/dev` text, those cAdvisor ignores
-/// left out, as `InterfaceStats` ([`super::cadvisor::net_dev`]).
+/// left out, as `InterfaceStats` ([`kernel_files::net_dev`]).
 fn interfaces_from_net_dev(net_dev: &str) -> Vec<InterfaceStats> {
-    super::cadvisor::net_dev(net_dev)
+    kernel_files::net_dev(net_dev)
         .into_iter()
         .map(|i| InterfaceStats {
             name: i.name,
@@ -519,19 +516,6 @@ pub fn cri_memory_usable(m: Option<&cri::MemoryUsage>) -> bool {
 #[must_use]
 pub fn working_set(usage: u64, inactive_file: u64) -> u64 {
     usage.saturating_sub(inactive_file)
-}
-
-/// A flat-keyed cgroup file (`memory.stat`, `cpu.stat`): `key value` lines.
-#[must_use]
-pub fn flat_keyed(text: &str) -> HashMap<&str, u64> {
-    text.lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            let k = it.next()?;
-            let v = it.next()?.parse().ok()?;
-            Some((k, v))
-        })
-        .collect()
 }
 
 /// What a memory cgroup's files say.

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Secret, Volume};
-use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec, VolumeAttachment};
 use kube::{Api, Client};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -314,98 +314,195 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
     if is_mounted(&target) {
         return Ok(published);
     }
-    let csi_driver = Api::<CSIDriver>::all(host.client.clone())
-        .get_opt(&source.driver)
-        .await
-        .map_err(|e| format!("get CSIDriver {}: {e}", source.driver))?;
-    lifecycle_mode_allowed(csi_driver.as_ref(), source)?;
-    let driver_spec = csi_driver.map(|d| d.spec).unwrap_or_default();
+    let driver_spec = csi_driver_spec(host, source).await?;
     // Attached first, when the driver needs it.
-    let mut publish_context = HashMap::new();
-    let mut attachment_id = String::new();
-    if !source.ephemeral && driver_spec.attach_required.unwrap_or(true) {
-        attachment_id = attachment_name(&source.volume_handle, &source.driver, &host.node_name);
-        let va = Api::<VolumeAttachment>::all(host.client.clone())
-            .get_opt(&attachment_id)
-            .await
-            .map_err(|e| format!("get VolumeAttachment {attachment_id}: {e}"))?;
-        let status = va.and_then(|v| v.status);
-        if !status.as_ref().is_some_and(|s| s.attached) {
-            let why = status
-                .and_then(|s| s.attach_error)
-                .and_then(|e| e.message)
-                .unwrap_or_else(|| "not attached yet".into());
-            return Err(format!(
-                "volume {} of driver {}: VolumeAttachment {attachment_id}: {why}",
-                source.volume_handle, source.driver
-            ));
-        }
-        publish_context = status
-            .and_then(|s| s.attachment_metadata)
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
-    }
-    let channel = crate::cri::unix_channel(driver.endpoint.clone())
-        .await
-        .map_err(|e| {
-            format!(
-                "CSI driver {} at {}: {e}",
-                source.driver,
-                driver.endpoint.display()
-            )
-        })?;
-    let mut node = NodeClient::new(channel);
+    let (attachment_id, publish_context) =
+        if !source.ephemeral && driver_spec.attach_required.unwrap_or(true) {
+            attached(host, source).await?
+        } else {
+            (String::new(), HashMap::new())
+        };
+    let mut node = connect(&driver.endpoint, &source.driver).await?;
     // The pod's fsGroup: given to a driver that mounts for a group
     // (VOLUME_MOUNT_GROUP), else applied here after publishing when the
     // CSIDriver's fsGroupPolicy allows (csiMountMgr.SetUpAt); never to a
     // raw device.
     let fs_group = super::fs_group(pod).filter(|_| !source.block);
-    let delegate = match fs_group {
-        Some(_) => {
-            has_capability(
-                &mut node,
-                node_service_capability::rpc::Type::VolumeMountGroup,
-            )
-            .await?
-        }
-        None => false,
-    };
+    let delegate = fs_group.is_some() && mounts_for_group(&mut node).await?;
     let mount_group = fs_group
         .filter(|_| delegate)
         .map(|g| g.to_string())
         .unwrap_or_default();
     let capability = capability(source, &mount_group);
-    // Staged once per node, when the driver stages.
-    let mut staging = String::new();
-    if !source.ephemeral && stages(&mut node).await? {
-        let path = if source.block {
-            block_staging_path(&host.root, &source.spec_name)
-        } else {
-            staging_path(&host.root, &source.driver, &source.volume_handle)
-        };
-        if !is_mounted(&path) {
-            std::fs::create_dir_all(&path)
-                .map_err(|e| format!("make staging path {}: {e}", path.display()))?;
-            let secrets = secret(host, source.stage_secret.as_ref()).await?;
-            let request = NodeStageVolumeRequest {
-                volume_id: source.volume_handle.clone(),
-                publish_context: publish_context.clone(),
-                staging_target_path: path.display().to_string(),
-                volume_capability: Some(capability.clone()),
-                secrets,
-                volume_context: source.attributes.clone().into_iter().collect(),
-            };
-            call(node.node_stage_volume(request)).await.map_err(|e| {
-                format!(
-                    "rpc error: NodeStageVolume of {}: {e}",
-                    source.volume_handle
-                )
-            })?;
-        }
-        staging = path.display().to_string();
+    let staging = stage(host, &mut node, source, &publish_context, &capability).await?;
+    write_vol_data(host, source, &dir, &target, attachment_id, &staging)?;
+    // A device file's directory is the agent's to make; the file, the driver's.
+    if let Some(parent) = target.parent().filter(|_| source.block) {
+        std::fs::create_dir_all(parent).map_err(|e| format!("make {}: {e}", parent.display()))?;
     }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("make {}: {e}", dir.display()))?;
+    let request = NodePublishVolumeRequest {
+        volume_id: source.volume_handle.clone(),
+        publish_context,
+        staging_target_path: staging,
+        target_path: target.display().to_string(),
+        volume_capability: Some(capability),
+        readonly: source.read_only,
+        secrets: secret(host, source.publish_secret.as_ref()).await?,
+        volume_context: volume_context(pod, source, driver_spec.pod_info_on_mount == Some(true)),
+    };
+    publish(&mut node, request).await?;
+    if let Some(gid) = fs_group
+        .filter(|_| !delegate && applies_fs_group(source, driver_spec.fs_group_policy.as_deref()))
+    {
+        apply_fs_group(pod, source, &target, gid).await?;
+    }
+    info!(
+        volume = source.spec_name,
+        driver = source.driver,
+        block = source.block,
+        "CSI volume published"
+    );
+    Ok(published)
+}
+
+/// The spec of `source`'s CSIDriver object (an empty one when there is
+/// none: attaching required, no pod info on mount), once the driver is
+/// seen to allow the volume's lifecycle mode.
+///
+/// # Errors
+/// The CSIDriver cannot be read, or it does not allow the volume's mode.
+async fn csi_driver_spec(host: &Host, source: &Source) -> Result<CSIDriverSpec, String> {
+    let csi_driver = Api::<CSIDriver>::all(host.client.clone())
+        .get_opt(&source.driver)
+        .await
+        .map_err(|e| format!("get CSIDriver {}: {e}", source.driver))?;
+    lifecycle_mode_allowed(csi_driver.as_ref(), source)?;
+    Ok(csi_driver.map(|d| d.spec).unwrap_or_default())
+}
+
+/// Waits for `source`'s VolumeAttachment on this node: its name and, once
+/// it is attached, its `attachmentMetadata` as the publish context.
+///
+/// # Errors
+/// The attachment cannot be read, is not attached yet, or failed to attach
+/// (its `attachError`).
+async fn attached(
+    host: &Host,
+    source: &Source,
+) -> Result<(String, HashMap<String, String>), String> {
+    let attachment_id = attachment_name(&source.volume_handle, &source.driver, &host.node_name);
+    let va = Api::<VolumeAttachment>::all(host.client.clone())
+        .get_opt(&attachment_id)
+        .await
+        .map_err(|e| format!("get VolumeAttachment {attachment_id}: {e}"))?;
+    let status = va.and_then(|v| v.status);
+    if !status.as_ref().is_some_and(|s| s.attached) {
+        let why = status
+            .and_then(|s| s.attach_error)
+            .and_then(|e| e.message)
+            .unwrap_or_else(|| "not attached yet".into());
+        return Err(format!(
+            "volume {} of driver {}: VolumeAttachment {attachment_id}: {why}",
+            source.volume_handle, source.driver
+        ));
+    }
+    let publish_context = status
+        .and_then(|s| s.attachment_metadata)
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    Ok((attachment_id, publish_context))
+}
+
+/// A client of the Node service of `driver` at `endpoint`.
+///
+/// # Errors
+/// The driver's socket cannot be reached.
+async fn connect(
+    endpoint: &Path,
+    driver: &str,
+) -> Result<NodeClient<tonic::transport::Channel>, String> {
+    let channel = crate::cri::unix_channel(endpoint.to_path_buf())
+        .await
+        .map_err(|e| format!("CSI driver {driver} at {}: {e}", endpoint.display()))?;
+    Ok(NodeClient::new(channel))
+}
+
+/// Stages `source` once per node when the driver stages
+/// (`STAGE_UNSTAGE_VOLUME`; never an inline ephemeral volume):
+/// `NodeStageVolume` at its staging path unless mounted there already.
+/// Returns the staging path, empty when the volume is not staged.
+///
+/// # Errors
+/// The driver's capabilities cannot be read, the staging path cannot be
+/// made, the stage secret cannot be read, or the driver refused to stage.
+async fn stage(
+    host: &Host,
+    node: &mut NodeClient<tonic::transport::Channel>,
+    source: &Source,
+    publish_context: &HashMap<String, String>,
+    capability: &VolumeCapability,
+) -> Result<String, String> {
+    if source.ephemeral || !stages(node).await? {
+        return Ok(String::new());
+    }
+    let path = if source.block {
+        block_staging_path(&host.root, &source.spec_name)
+    } else {
+        staging_path(&host.root, &source.driver, &source.volume_handle)
+    };
+    if !is_mounted(&path) {
+        std::fs::create_dir_all(&path)
+            .map_err(|e| format!("make staging path {}: {e}", path.display()))?;
+        let secrets = secret(host, source.stage_secret.as_ref()).await?;
+        let request = NodeStageVolumeRequest {
+            volume_id: source.volume_handle.clone(),
+            publish_context: publish_context.clone(),
+            staging_target_path: path.display().to_string(),
+            volume_capability: Some(capability.clone()),
+            secrets,
+            volume_context: source.attributes.clone().into_iter().collect(),
+        };
+        call(node.node_stage_volume(request)).await.map_err(|e| {
+            format!(
+                "rpc error: NodeStageVolume of {}: {e}",
+                source.volume_handle
+            )
+        })?;
+    }
+    Ok(path.display().to_string())
+}
+
+/// `NodePublishVolume`.
+///
+/// # Errors
+/// The driver refused to publish, or did not answer in time.
+async fn publish(
+    node: &mut NodeClient<tonic::transport::Channel>,
+    request: NodePublishVolumeRequest,
+) -> Result<(), String> {
+    let handle = request.volume_id.clone();
+    call(node.node_publish_volume(request))
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("rpc error: NodePublishVolume of {handle}: {e}"))
+}
+
+/// Writes what `source` is into its directory `dir` ([`VOL_DATA_FILE`]),
+/// made if need be: published at `target`, attached as `attachment_id`,
+/// staged at `staging` (each empty when not).
+///
+/// # Errors
+/// The directory or the file cannot be written.
+fn write_vol_data(
+    host: &Host,
+    source: &Source,
+    dir: &Path,
+    target: &Path,
+    attachment_id: String,
+    staging: &str,
+) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("make {}: {e}", dir.display()))?;
     let data = VolData {
         spec_vol_id: source.spec_name.clone(),
         volume_handle: source.volume_handle.clone(),
@@ -417,7 +514,7 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
         } else {
             "Persistent".into()
         },
-        staging_path: staging.clone(),
+        staging_path: staging.to_string(),
         pod_volume_name: source.pod_volume.clone(),
         claim_name: source.claim.clone().unwrap_or_default(),
         publish_path: if source.block {
@@ -428,56 +525,39 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
     };
     let text = serde_json::to_string(&data).map_err(|e| e.to_string())?;
     std::fs::write(dir.join(VOL_DATA_FILE), text)
-        .map_err(|e| format!("write {}: {e}", dir.join(VOL_DATA_FILE).display()))?;
-    // A device file's directory is the agent's to make; the file, the driver's.
-    if let Some(parent) = target.parent().filter(|_| source.block) {
-        std::fs::create_dir_all(parent).map_err(|e| format!("make {}: {e}", parent.display()))?;
-    }
+        .map_err(|e| format!("write {}: {e}", dir.join(VOL_DATA_FILE).display()))
+}
+
+/// The volume context `NodePublishVolume` gets: the volume's attributes,
+/// with the pod's details when the CSIDriver asks (`podInfoOnMount`).
+fn volume_context(pod: &Pod, source: &Source, pod_info_on_mount: bool) -> HashMap<String, String> {
     let mut context: HashMap<String, String> = source.attributes.clone().into_iter().collect();
-    if driver_spec.pod_info_on_mount == Some(true) {
+    if pod_info_on_mount {
         context.extend(pod_info(pod, source.ephemeral));
     }
-    let request = NodePublishVolumeRequest {
-        volume_id: source.volume_handle.clone(),
-        publish_context,
-        staging_target_path: staging,
-        target_path: target.display().to_string(),
-        volume_capability: Some(capability),
-        readonly: source.read_only,
-        secrets: secret(host, source.publish_secret.as_ref()).await?,
-        volume_context: context,
-    };
-    call(node.node_publish_volume(request)).await.map_err(|e| {
-        format!(
-            "rpc error: NodePublishVolume of {}: {e}",
-            source.volume_handle
-        )
-    })?;
-    if let Some(gid) = fs_group
-        .filter(|_| !delegate && applies_fs_group(source, driver_spec.fs_group_policy.as_deref()))
-    {
-        let (path, policy) = (
-            target.clone(),
-            super::fs_group_change_policy(pod).map(str::to_string),
-        );
-        let applied = tokio::task::spawn_blocking(move || {
-            super::ownership::apply_with_policy(&path, gid, false, policy.as_deref())
-        })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r.map_err(|e| e.to_string()));
-        // Published but unusable: the next sync sees it mounted and the pod
-        // waits; teardown unpublishes it from disk.
-        applied
-            .map_err(|e| format!("applyFSGroup failed for vol {}: {e}", source.volume_handle))?;
-    }
-    info!(
-        volume = source.spec_name,
-        driver = source.driver,
-        block = source.block,
-        "CSI volume published"
+    context
+}
+
+/// Gives the published volume at `target` to group `gid` (the pod's
+/// fsGroup) under the pod's `fsGroupChangePolicy`, as the kubelet's
+/// `applyFSGroup` after publishing.
+///
+/// # Errors
+/// The ownership could not be changed.
+async fn apply_fs_group(pod: &Pod, source: &Source, target: &Path, gid: u32) -> Result<(), String> {
+    let (path, policy) = (
+        target.to_path_buf(),
+        super::fs_group_change_policy(pod).map(str::to_string),
     );
-    Ok(published)
+    let applied = tokio::task::spawn_blocking(move || {
+        super::ownership::apply_with_policy(&path, gid, false, policy.as_deref())
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r.map_err(|e| e.to_string()));
+    // Published but unusable: the next sync sees it mounted and the pod
+    // waits; teardown unpublishes it from disk.
+    applied.map_err(|e| format!("applyFSGroup failed for vol {}: {e}", source.volume_handle))
 }
 
 /// The pod details a driver with `podInfoOnMount` gets in the volume
@@ -588,6 +668,13 @@ fn applies_fs_group(source: &Source, policy: Option<&str>) -> bool {
 /// Whether the driver stages volumes (`STAGE_UNSTAGE_VOLUME`).
 async fn stages(node: &mut NodeClient<tonic::transport::Channel>) -> Result<bool, String> {
     has_capability(node, node_service_capability::rpc::Type::StageUnstageVolume).await
+}
+
+/// Whether the driver mounts volumes for a group itself (`VOLUME_MOUNT_GROUP`).
+async fn mounts_for_group(
+    node: &mut NodeClient<tonic::transport::Channel>,
+) -> Result<bool, String> {
+    has_capability(node, node_service_capability::rpc::Type::VolumeMountGroup).await
 }
 
 /// Whether the driver's Node service has capability `wanted`.

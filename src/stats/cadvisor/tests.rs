@@ -143,29 +143,6 @@ fn uevent_and_proc_limits() {
     assert_eq!(max_open_files_soft(""), None);
 }
 
-#[test]
-fn net_dev_keeps_every_counter_and_skips_loopback() {
-    let text = "Inter-|   Receive                                                |  Transmit\n \
-                face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
-                lo: 10 1 0 0 0 0 0 0 10 1 0 0 0 0 0 0\n  \
-                eth0: 1500 12 1 2 0 0 0 0 900 9 3 4 0 0 0 0\n  \
-                eth1: 1 2\n";
-    assert_eq!(
-        net_dev(text),
-        vec![Interface {
-            name: "eth0".into(),
-            rx_bytes: 1500,
-            rx_packets: 12,
-            rx_errors: 1,
-            rx_dropped: 2,
-            tx_bytes: 900,
-            tx_packets: 9,
-            tx_errors: 3,
-            tx_dropped: 4,
-        }]
-    );
-}
-
 fn busybox() -> Sample {
     Sample {
         identity: Identity {
