@@ -1,7 +1,14 @@
 //! The crate's layering: a top-level module may use modules of its own layer
 //! and of lower layers, never of a higher one. Reads every `src/**/*.rs` and
 //! reports each `crate::<module>` reference, and each `super::` path that
-//! leaves its top-level module, that points up the table below.
+//! leaves its top-level module, that points up the table below (comments,
+//! doc links among them, are not references).
+//!
+//! No import circles either: no file imports a file that imports it back,
+//! directly or through others (a `mod.rs` and its own children aside), and
+//! no top-level modules import each other in a circle. And the pod worker's
+//! pure core (`src/pod_core/`) has no effects: no `tokio`, `tonic`,
+//! `kube::Client` or `kube::Api`, no file system, network or processes.
 //!
 //! Test code is not held to the layers: a file is read up to its
 //! `#[cfg(test)]` `mod tests`, and test-only files are skipped. `src/lib.rs`,
@@ -19,6 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "foundations, pure or std-only",
         &[
             "reasons",
+            "labels",
             "redact",
             "expansion",
             "paths",
@@ -31,6 +39,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fake_api",
             "fake_csi",
         ],
+    ),
+    (
+        "the pod worker's pure core: plain data in, plain data out",
+        &["pod_core"],
     ),
     (
         "clients of the runtime and of the host's service manager, gRPC servers",
@@ -74,7 +86,17 @@ const SKIPPED: &[&str] = &[
     "src/stats/summary/tests.rs",
     "src/stats/cadvisor/tests.rs",
     "src/device_manager/tests.rs",
+    "src/pod/proptests.rs",
 ];
+
+/// Directories whose files hold only test code (each declared under
+/// `#[cfg(test)]`), exempt like [`SKIPPED`].
+const SKIPPED_DIRS: &[&str] = &["src/pod/scenarios/"];
+
+/// Whether `file` is exempt from the checks.
+fn skipped(file: &str) -> bool {
+    SKIPPED.contains(&file) || SKIPPED_DIRS.iter().any(|d| file.starts_with(d))
+}
 
 /// The layer of top-level module `module`, if the table has it.
 fn layer_of(module: &str) -> Option<usize> {
@@ -229,13 +251,14 @@ fn cross_references(files: &[(String, String)]) -> Vec<Reference> {
     );
     let mut found = Vec::new();
     for (file, text) in files {
-        if SKIPPED.contains(&file.as_str()) {
+        if skipped(file) {
             continue;
         }
         let path = module_path(file);
         let Some(from) = path.first() else { continue };
-        let text = non_test_part(text);
-        for (offset, to) in references(text, &path, &modules) {
+        // A doc link is not an import: comments are left out.
+        let text = without_comments(non_test_part(text));
+        for (offset, to) in references(&text, &path, &modules) {
             if &to != from {
                 found.push(Reference {
                     file: file.clone(),
@@ -352,7 +375,7 @@ fn upward_reference_is_reported() {
     );
     assert_eq!(
         check(&files)[0].to_string(),
-        "src/cri/mod.rs:3: cri -> agent (layer 1 -> layer 6)"
+        "src/cri/mod.rs:3: cri -> agent (layer 2 -> layer 7)"
     );
 }
 
@@ -387,8 +410,8 @@ fn super_leaving_the_module_is_resolved() {
     assert_eq!(
         found,
         vec![
-            "src/events.rs:1: events -> pod (layer 3 -> layer 4)",
-            "src/stats/summary.rs:2: stats -> node (layer 3 -> layer 4)",
+            "src/events.rs:1: events -> pod (layer 4 -> layer 5)",
+            "src/stats/summary.rs:2: stats -> node (layer 4 -> layer 5)",
         ]
     );
 }
@@ -555,7 +578,7 @@ fn imports(files: &[(String, String)]) -> Vec<Import> {
     let modules: BTreeSet<Vec<String>> = files.iter().map(|(f, _)| module_path(f)).collect();
     let mut found = Vec::new();
     for (file, text) in files {
-        if SKIPPED.contains(&file.as_str()) {
+        if skipped(file) {
             continue;
         }
         let from = module_path(file);
@@ -695,8 +718,8 @@ fn no_file_imports_a_file_that_imports_it_back() {
     assert!(
         found
             .iter()
-            .any(|i| i.from == "pod::worker" && i.to == "pod::plan"),
-        "no pod::worker -> pod::plan import found: the scan reads nothing"
+            .any(|i| i.from == "pod::worker" && i.to == "pod_core::plan"),
+        "no pod::worker -> pod_core::plan import found: the scan reads nothing"
     );
     let report = circle_report(&found, str::to_string);
     assert!(
@@ -808,6 +831,104 @@ fn doc_links_a_modules_own_children_and_test_code_are_no_circle() {
             "cri::extension -> proto",
             "pod::plan -> pod::spec",
             "pod::spec -> cri::extension"
+        ]
+    );
+}
+
+// ------------------------------------------------------------------ the pure core
+
+/// The pod worker's pure core: its files do nothing but compute.
+const PURE_CORE: &str = "src/pod_core/";
+
+/// What the pure core may not use: the async runtime, clients of the API
+/// server and of gRPC, HTTP, the file system, processes, the environment,
+/// threads, sockets, system calls and the clock (time comes in as a
+/// parameter).
+const EFFECTS: &[&str] = &[
+    "tokio",
+    "tonic",
+    "kube::Client",
+    "kube::Api",
+    "kube::runtime",
+    "hyper",
+    "reqwest",
+    "std::fs",
+    "fs::",
+    "std::process",
+    "std::env",
+    "std::thread",
+    "TcpStream",
+    "TcpListener",
+    "UdpSocket",
+    "UnixStream",
+    "rustix",
+    "Timestamp::now",
+    "Instant::now",
+    "SystemTime::now",
+];
+
+/// Each (file, line, effect) of `files` under [`PURE_CORE`]: an [`EFFECTS`]
+/// entry that starts a path (not the tail of a longer name or path), in code
+/// that is not a test or a comment.
+fn effects_in_pure_core(files: &[(String, String)]) -> Vec<(String, usize, &'static str)> {
+    let mut found = Vec::new();
+    for (file, text) in files.iter().filter(|(f, _)| f.starts_with(PURE_CORE)) {
+        let code = without_comments(non_test_part(text));
+        for effect in EFFECTS {
+            for (at, _) in code.match_indices(effect) {
+                let before = code[..at].chars().next_back();
+                let after = code[at + effect.len()..].chars().next();
+                let starts = !before.is_some_and(|c| is_ident_char(c) || c == ':');
+                let ends = effect.ends_with(':') || !after.is_some_and(is_ident_char);
+                if starts && ends {
+                    found.push((file.clone(), code[..at].matches('\n').count() + 1, *effect));
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn the_pure_core_has_no_effects() {
+    let files = sources();
+    assert!(
+        files.iter().any(|(f, _)| f == "src/pod_core/plan.rs"),
+        "no src/pod_core/plan.rs: the pure core moved; update PURE_CORE"
+    );
+    let found: Vec<String> = effects_in_pure_core(&files)
+        .iter()
+        .map(|(f, l, e)| format!("{f}:{l}: {e}"))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "effects in the pure core:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn an_effect_in_the_pure_core_is_reported() {
+    let files = [
+        file(
+            "src/pod_core/plan.rs",
+            "use std::collections::BTreeMap;\nuse tokio::sync::watch;\n\
+             fn f() { let _ = std::fs::read(\"x\"); let t = Timestamp::now(); }\n\
+             // tokio in a comment is no effect\nfn g(c: kube::Client) {}\n\
+             fn h() { my_tokio::x(); a::tokio::y(); transfs::z(); }\n\
+             \n#[cfg(test)]\nmod tests {\n    use std::fs;\n}\n",
+        ),
+        // Outside the pure core, effects are the point.
+        file("src/pod/worker.rs", "use tokio::sync::watch;\n"),
+    ];
+    assert_eq!(
+        effects_in_pure_core(&files),
+        vec![
+            ("src/pod_core/plan.rs".to_string(), 2, "tokio"),
+            ("src/pod_core/plan.rs".to_string(), 3, "Timestamp::now"),
+            ("src/pod_core/plan.rs".to_string(), 3, "std::fs"),
+            ("src/pod_core/plan.rs".to_string(), 5, "kube::Client"),
         ]
     );
 }
