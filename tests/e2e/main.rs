@@ -7,6 +7,10 @@
 //! after the others.
 //!
 //! The helpers every topic shares are in [`common`].
+#![allow(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against the cluster, read top to bottom"
+)]
 
 mod common;
 
