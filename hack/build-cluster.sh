@@ -24,8 +24,8 @@
 #
 # Each target's binaries are kept outside the checkout, in
 # $RUSTLET_CACHE/bin/<target>-<key> (default ~/.cache/rustlet), keyed by what
-# builds them: the Go toolchain, the modules and sources under tests/cluster
-# and this script. A clean clone at a new path (as CI's) copies them from
+# builds them: the Go toolchain, the modules and sources under tests/cluster,
+# this script and the busybox version. A clean clone at a new path (as CI's) copies them from
 # there instead of building them again; a change to any input builds anew.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -217,7 +217,8 @@ key_of_inputs() {
     go version
     uname -m
     echo "${GOFLAGS:-}"
-    sha256sum hack/build-cluster.sh hack/lib.sh
+    sha256sum hack/build-cluster.sh
+    grep '^E2E_BUSYBOX_VERSION=' hack/lib.sh
     find tests/cluster -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-16)
 }
