@@ -2,21 +2,22 @@
 //! packages: one reconcile per pod at a time (a `kube_runtime::Controller` on
 //! the pods bound to this node), each a pass of the kubelet's `SyncPod` —
 //! observe the runtime ([`crate::container`]), compute the actions
-//! ([`plan`]), carry them out ([`runtime_manager`], [`image_manager`]), and
-//! report the status ([`status`], written only by [`status_manager`]).
+//! ([`crate::pod_core::plan`]), carry them out ([`runtime_manager`],
+//! [`image_manager`]), and report the status ([`crate::pod_core::status`],
+//! written only by [`status_manager`]). What is decided is pure and lives in
+//! [`crate::pod_core`]; everything here talks to the API server, the runtime
+//! or the disk.
 //!
 //! | module | job | the kubelet's part |
 //! |---|---|---|
 //! | [`worker`] | the reconcile loop: observe → admit → volumes → plan → execute → report | `pod_workers.go`, `SyncPod` |
-//! | [`plan`] | what to do, pure | `computePodActions` |
+//! | [`admission_manager`] | admission in creation order, verdicts remembered | `HandlePodAdditions` |
+//! | [`allocation`] | the node's allocated resources, kept on disk across restarts | `pkg/kubelet/allocation` state |
 //! | [`runtime_manager`] | carries out a plan's steps through CRI | kuberuntime manager `SyncPod`, `startContainer`, `killContainer` |
 //! | [`image_manager`] | pull policy, credentials, back-off, pull concurrency | `pkg/kubelet/images` |
-//! | [`status`] | the pod's status, pure | `generateAPIPodStatus`, `getPhase` |
 //! | [`status_manager`] | the only writer of `pods/status`, the final delete | `pkg/kubelet/status` |
 //! | [`housekeeping`] | runtime objects of pods no longer bound here | `HandlePodCleanups` |
-//! | [`admit`] | admission, pure | `canAdmitPod` |
-//! | [`spec`] | reading a pod's spec and status, pure | helpers of `pkg/kubelet/container`, `podutil` |
-//! | [`translate`], [`env`], [`hosts`] | a pod spec as CRI configs, environment, `/etc/hosts`, pure | `kuberuntime_container.go`, `kubelet_pods.go` |
+//! | [`hosts`] | writes the pod's `/etc/hosts` | `makeHostsMount` |
 //! | [`env_sources`] | ConfigMaps, Secrets and Services environments read | `makeEnvironmentVariables`' listers |
 //! | [`credentials`] | `imagePullSecrets` as a keyring | `credentialprovider` |
 //! | [`lifecycle`] | postStart and preStop hooks | `pkg/kubelet/lifecycle` |

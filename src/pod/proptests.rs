@@ -11,7 +11,10 @@
 //!
 //! The number of cases is [`DEFAULT_CASES`] (well under a minute in a debug
 //! build on two cores), or `PROPTEST_CASES` for a longer run by hand:
-//! `PROPTEST_CASES=20000 cargo test --lib pod::proptests`.
+//! `PROPTEST_CASES=20000 cargo test --lib pod::proptests`. Under `CI=true`
+//! the seed is fixed (every CI run tries the same cases, and a failure there
+//! fails again); elsewhere each run takes a new one, and a failure names it
+//! (`PROPTEST_RNG_SEED=<seed>` runs those cases again).
 
 use std::collections::BTreeMap;
 
@@ -1643,6 +1646,53 @@ fn check_sync(c: &Case) {
     check_status(&next, &st2);
 }
 
+/// The seed of CI's runs: every CI run tries the same cases, so a failure
+/// there fails again, and in a run by hand with `PROPTEST_RNG_SEED`.
+const CI_SEED: u64 = 0x7275_7374_6c65_7401;
+
+/// The seed of this run: `PROPTEST_RNG_SEED`, else [`CI_SEED`] under
+/// `CI=true`, else a new one (printed with a failure, to run it again).
+fn seed() -> u64 {
+    if let Some(seed) = std::env::var("PROPTEST_RNG_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return seed;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        return CI_SEED;
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(CI_SEED, |d| {
+            d.as_secs() ^ u64::from(d.subsec_nanos()).rotate_left(32)
+        })
+}
+
+/// Runs `test` over `strategy` with `cases` cases from a fixed seed; a
+/// failure's message names the seed that finds it again.
+fn run_cases<S: Strategy>(
+    strategy: &S,
+    cases: u32,
+    test: impl Fn(S::Value) -> Result<(), proptest::test_runner::TestCaseError>,
+) {
+    let seed = seed();
+    let config = Config {
+        cases,
+        // Found cases become unit tests of their own, not files; the seed
+        // finds them again.
+        failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    if let Err(e) = runner.run(strategy, test) {
+        panic!(
+            "{e}\nseed {seed}: PROPTEST_RNG_SEED={seed} cargo test --lib pod::proptests runs these cases again"
+        );
+    }
+}
+
 /// The number of cases: `PROPTEST_CASES`, else [`DEFAULT_CASES`].
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
@@ -1669,47 +1719,32 @@ fn hostile_pods_never_panic_the_pipeline() {
 }
 
 fn hostile_pods() {
-    let config = Config {
-        cases: cases(),
-        // Found cases become unit tests of their own, not files.
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
-    let result = runner.run(&case(), |c| {
+    run_cases(&case(), cases(), |c| {
         check_sync(&c);
         Ok(())
     });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }
 
 /// Quantity parsing alone, with many more cases (it is cheap).
 #[test]
 fn hostile_quantities_never_panic() {
-    let config = Config {
-        cases: cases().saturating_mul(10),
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
-    let result = runner.run(&(quantity_text(), any::<i64>()), |(text, millicores)| {
-        if let Ok(q) = crate::resource::Quantity::parse(&text) {
-            let _ = (q.value(), q.milli_value());
-            let saturated = crate::resource::Quantity::parse_saturating(&text);
-            prop_assert_eq!(saturated, Ok(q));
-        }
-        if let Ok(q) = crate::resource::Quantity::parse_saturating(&text) {
-            let _ = (q.value(), q.milli_value(), q.is_zero());
-        }
-        let shares = translate::cpu_shares(millicores);
-        prop_assert!((translate::MIN_SHARES..=translate::MAX_SHARES).contains(&shares));
-        let quota = translate::cpu_quota(millicores);
-        prop_assert!(quota == 0 || quota >= translate::MIN_QUOTA_US);
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    run_cases(
+        &(quantity_text(), any::<i64>()),
+        cases().saturating_mul(10),
+        |(text, millicores)| {
+            if let Ok(q) = crate::resource::Quantity::parse(&text) {
+                let _ = (q.value(), q.milli_value());
+                let saturated = crate::resource::Quantity::parse_saturating(&text);
+                prop_assert_eq!(saturated, Ok(q));
+            }
+            if let Ok(q) = crate::resource::Quantity::parse_saturating(&text) {
+                let _ = (q.value(), q.milli_value(), q.is_zero());
+            }
+            let shares = translate::cpu_shares(millicores);
+            prop_assert!((translate::MIN_SHARES..=translate::MAX_SHARES).contains(&shares));
+            let quota = translate::cpu_quota(millicores);
+            prop_assert!(quota == 0 || quota >= translate::MIN_QUOTA_US);
+            Ok(())
+        },
+    );
 }
