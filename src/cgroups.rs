@@ -915,7 +915,10 @@ mod tests {
     fn pod_cgroups_are_made_limited_resized_and_removed_on_the_real_hierarchy() {
         let name = format!("rustlet-test-{}", std::process::id());
         let Some(m) = real(&name) else {
-            eprintln!("no writable cgroup v1 hierarchy here: skipped");
+            assert!(!crate::fixtures::requires(
+                "a writable cgroup v1 hierarchy",
+                false
+            ));
             return;
         };
         with_cleanup(&m, || {
@@ -1132,7 +1135,8 @@ mod tests {
     fn on_the_real_unified_hierarchy_controllers_are_enabled_down_to_the_pod() {
         let unified = Path::new("/sys/fs/cgroup/unified");
         let Ok(offered) = controllers(&unified.join("cgroup.controllers")) else {
-            eprintln!("no cgroup v2 hierarchy at {}: skipped", unified.display());
+            let what = format!("a cgroup v2 hierarchy at {}", unified.display());
+            assert!(!crate::fixtures::requires(&what, false));
             return;
         };
         let kubelets: BTreeSet<String> = offered
@@ -1187,7 +1191,10 @@ mod tests {
     fn a_reset_removes_every_pod_cgroup_and_the_qos_hierarchy() {
         let name = format!("rustlet-reset-test-{}", std::process::id());
         let Some(m) = real(&name) else {
-            eprintln!("no writable cgroup v1 hierarchy here: skipped");
+            assert!(!crate::fixtures::requires(
+                "a writable cgroup v1 hierarchy",
+                false
+            ));
             return;
         };
         with_cleanup(&m, || {
@@ -1214,7 +1221,10 @@ mod tests {
     fn the_cgroup_root_goes_once_empty_and_the_hierarchies_root_never() {
         let name = format!("rustlet-root-test-{}", std::process::id());
         let Some(hierarchy_root) = real(&name) else {
-            eprintln!("no writable cgroup v1 hierarchy here: skipped");
+            assert!(!crate::fixtures::requires(
+                "a writable cgroup v1 hierarchy",
+                false
+            ));
             return;
         };
         // cgroupRoot `/`: there is nothing above the QoS hierarchy to remove.
@@ -1224,6 +1234,10 @@ mod tests {
 
         let root = format!("/rustlet-root-test-{}", std::process::id());
         let Some(m) = CgroupManager::v1(Path::new("/sys/fs/cgroup"), &root, "kubepods") else {
+            assert!(!crate::fixtures::requires(
+                "a writable cgroup v1 hierarchy",
+                false
+            ));
             return;
         };
         with_cleanup(&m, || {

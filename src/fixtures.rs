@@ -180,3 +180,24 @@ pub fn runtime(sandboxes: Vec<Sandbox>, containers: Vec<Container>) -> PodRuntim
     rt.sort();
     rt
 }
+
+/// Whether a test's requirement `what` (root, a cgroup hierarchy, a mount)
+/// is met here (`met`). When it is not, the test says it is skipped and
+/// returns false, except under `CI=true`, where it panics: CI's machine has
+/// root and the hierarchies, so a requirement missing there is a failure,
+/// not a test that passed without checking anything.
+///
+/// # Panics
+/// When `met` is false under `CI=true`.
+#[must_use]
+pub fn requires(what: &str, met: bool) -> bool {
+    if met {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").map_or(true, |v| v != "true"),
+        "{what} is missing: under CI=true this test must run"
+    );
+    eprintln!("skipped: {what} is missing");
+    false
+}

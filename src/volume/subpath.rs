@@ -702,10 +702,7 @@ pub(crate) mod tests {
     /// True when the tests can mount (root); says so when they cannot.
     pub(crate) fn need_root() -> bool {
         let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-        if !root {
-            eprintln!("skipped: bind mounts need root");
-        }
-        root
+        crate::fixtures::requires("root (bind mounts)", root)
     }
 
     /// A temporary directory for tests that mount: on drop, everything
