@@ -26,6 +26,8 @@ const BAD_REQUESTS: usize = 10_000;
 const BAD_TOKENS: usize = 1_000;
 const BAD_CONNECTIONS: usize = 50;
 const FOLLOWERS: usize = 600;
+/// Container logs the node API follows at once; more are answered 429.
+const FOLLOW_CAP: usize = 256;
 /// `kubectl logs` and `kubectl exec` must answer within this, under load.
 const SLOW: Duration = Duration::from_secs(5);
 /// The agent's peak resident memory under all of it.
@@ -249,8 +251,12 @@ async fn the_node_api_keeps_serving_under_abuse() {
     }))
     .await;
     let took = started.elapsed();
-    // The audit log is written as the API server answers; give it a moment.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The audit log is written as the API server answers: every distinct
+    // token's review shows there within seconds.
+    let audited = Instant::now() + Duration::from_secs(15);
+    while token_reviews() - reviews_before < BAD_TOKENS && Instant::now() < audited {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let reviews = token_reviews() - reviews_before;
     let statuses: Vec<u16> = statuses.into_iter().flatten().collect();
     let unauthorized = statuses.iter().filter(|s| **s == 401).count();
@@ -329,15 +335,18 @@ async fn the_node_api_keeps_serving_under_abuse() {
         "bad tokens not all answered 401"
     );
     // Each distinct bad token is reviewed once (concurrent requests with one
-    // token share the review), then its failure is cached.
+    // token share the review), then its failure is cached: every token is
+    // reviewed (the API server decides, not the agent), none again and again.
     assert!(
-        reviews <= BAD_TOKENS + BAD_CONNECTIONS,
+        (BAD_TOKENS..=BAD_TOKENS + BAD_CONNECTIONS).contains(&reviews),
         "{reviews} TokenReviews for {BAD_TOKENS} distinct tokens"
     );
     assert!(failures.is_empty(), "kubectl under load: {failures:#?}");
-    assert!(
-        follow_status.keys().all(|s| *s == 200 || *s == 429),
-        "followers: {follow_status:?}"
+    // The cap's worth of followers are served, the rest refused with 429.
+    assert_eq!(
+        follow_status,
+        std::collections::BTreeMap::from([(200, FOLLOW_CAP), (429, FOLLOWERS - FOLLOW_CAP)]),
+        "followers (status: count)"
     );
     assert!(
         pod_start < Duration::from_secs(30),

@@ -52,12 +52,20 @@ async fn http_readiness_against_a_server_in_the_pod() {
         "metadata": { "name": "web" },
         "spec": { "containers": [{
             "name": "c", "image": BUSYBOX,
-            "command": ["sh", "-c", "mkdir -p /www && echo ok > /www/index.html && httpd -f -p 8080 -h /www"],
+            // The server answers at once, 404 until the page appears 4 s later.
+            "command": ["sh", "-c", "mkdir -p /www && (sleep 4; echo ok > /www/index.html) & httpd -f -p 8080 -h /www"],
             "ports": [{ "name": "http", "containerPort": 8080 }],
             "readinessProbe": { "httpGet": { "path": "/index.html", "port": "http" }, "periodSeconds": 1 }
         }] }
     }))).await;
-    wait_for(&client, &ns, "web", 60, "ready", ready).await;
+    let running = wait_for(&client, &ns, "web", 60, "Running", phase("Running")).await;
+    assert!(
+        !container_status(&running).ready,
+        "not ready while the server answers 404"
+    );
+    let p = wait_for(&client, &ns, "web", 30, "ready", ready).await;
+    let cond = pod_condition(&p, "Ready").expect("Ready");
+    assert_eq!(cond.status, "True");
     drop_namespace(&client, &ns).await;
 }
 
