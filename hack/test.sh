@@ -109,9 +109,10 @@ step() {
 
 # build NAME MINUTES COMMAND...: a step whose failure skips the steps that need it.
 build() {
-  local before=$failed
-  step "$@"
-  ((failed == before)) || broken[$1]=1
+  local name=$1 minutes=$2 before=$failed
+  shift 2
+  step "$name" "$minutes" - "$@"
+  ((failed == before)) || broken[$name]=1
 }
 
 # build_in_background NAME MINUTES COMMAND...: starts a build (niced, so that
