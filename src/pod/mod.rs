@@ -14,6 +14,7 @@
 //! | [`status`] | the pod's status, pure | `generateAPIPodStatus`, `getPhase` |
 //! | [`status_manager`] | the only writer of `pods/status`, the final delete | `pkg/kubelet/status` |
 //! | [`housekeeping`] | runtime objects of pods no longer bound here | `HandlePodCleanups` |
+//! | [`eviction_pods`] | what the eviction manager is given of the pods: active pods, kill, cleaned up, container reclaim | `GetActivePods`, `killPodNow`, `PodIsFinished`, `containerGC` |
 //! | [`admit`] | admission, pure | `canAdmitPod` |
 //! | [`spec`] | reading a pod's spec and status, pure | helpers of `pkg/kubelet/container`, `podutil` |
 //! | [`translate`], [`env`], [`hosts`] | a pod spec as CRI configs, environment, `/etc/hosts`, pure | `kuberuntime_container.go`, `kubelet_pods.go` |
@@ -29,6 +30,7 @@ pub mod admission_manager;
 pub mod allocation;
 pub mod credentials;
 pub mod env_sources;
+pub mod eviction_pods;
 pub mod hosts;
 pub mod housekeeping;
 pub mod image_manager;
