@@ -689,11 +689,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     sum.saturating_add(kib.saturating_mul(1024).saturating_mul(*pages))
                 })
             },
-            container_gc,
             max_pod_grace: settings.eviction.max_pod_grace_period,
         },
         stats.clone(),
-        ctx.clone(),
+        ctx.runtime.recorder.clone(),
+        Arc::new(crate::pod::eviction_pods::EvictionPods::new(
+            ctx.clone(),
+            container_gc,
+        )),
         image_gc,
         pressures_tx,
     ));

@@ -6,13 +6,19 @@
 //! finished pods, then every unused image, as `buildSignalToNodeReclaimFuncs`
 //! on one filesystem) and stops there when no threshold is met any more
 //! (minimum reclaim included), else evicts the first pod of the ranking.
-//! An evicted pod is recorded for its pod worker, which stops it, gets an
-//! `Evicted` event and the evicting status
-//! ([`crate::pod_core::status::evicting`]); the manager waits for its containers
-//! to stop before the next cycle. At most one pod per cycle for a
-//! threshold; before thresholds, every pod over a local storage limit goes
-//! ([`super::local_storage_violation`]), with or without thresholds.
-//! Critical pods (static pods, and priority at least 2000000000) are never evicted.
+//! An evicted pod gets an `Evicted` event and is killed through the pod
+//! side ([`Pods::kill_pod`]: recorded for its pod worker, which stops it,
+//! with the evicting status [`crate::pod_core::status::evicting`]); the
+//! manager waits for its containers to stop before the next cycle.
+//! At most one pod per cycle for a threshold; before thresholds, every pod
+//! over a local storage limit goes ([`super::local_storage_violation`]),
+//! with or without thresholds. Critical pods (static pods, and priority at
+//! least 2000000000) are never evicted.
+//!
+//! What the manager works with is injected where the agent is wired
+//! ([`super::types`], as the kubelet's eviction/types.go): the pods
+//! ([`Pods`]: the active ones, their kill, their cleanup, the reclaim of
+//! dead containers) and the image garbage collector ([`Images`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,10 +29,8 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{Pressure, State, Threshold, message, met, observe, rank};
-use crate::events::{EventType, publish_annotated, publish_node};
-use crate::pod::worker::Context;
-use crate::pod_core::spec::is_terminal;
+use super::{Eviction, Images, Pods, Pressure, State, Threshold, message, met, observe, rank};
+use crate::events::{EventType, Recorder, publish_annotated, publish_node};
 use crate::stats::Provider;
 
 /// How long the manager waits for an evicted pod's containers to stop past
@@ -52,8 +56,6 @@ pub struct Config {
     /// node's memory stats count them as available (0 when they do not:
     /// [`crate::stats::Provider::node_memory_counts_hugepages`]).
     pub hugepages_bytes: u64,
-    /// The container GC policy node-level reclaim applies.
-    pub container_gc: crate::container_gc::Policy,
     /// `evictionMaxPodGracePeriod`, seconds.
     pub max_pod_grace: i64,
 }
@@ -72,12 +74,16 @@ pub fn is_critical(pod: &Pod) -> bool {
             .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
 }
 
-/// Runs the manager forever; `pressures` carries the conditions to report.
-pub async fn run(
+/// Runs the manager forever, as the kubelet's `managerImpl.Start`: it reads
+/// `stats`, tells its events to `recorder`, evicts among `pods` and
+/// reclaims images with `images`; `pressures` carries the conditions to
+/// report.
+pub async fn run<P: Pods, I: Images>(
     cfg: Config,
     stats: Arc<Provider>,
-    ctx: Arc<Context>,
-    image_gc: Arc<crate::image_gc::ImageGc>,
+    recorder: Recorder,
+    pods: Arc<P>,
+    images: Arc<I>,
     pressures: watch::Sender<Vec<Pressure>>,
 ) {
     // With no thresholds the loop still enforces local storage limits
@@ -110,19 +116,11 @@ pub async fn run(
             }
             changed
         });
-        let bound = ctx.runtime.pods.state();
-        let active: Vec<&Pod> = bound
+        let candidates = pods.active_pods();
+        let active: Vec<&Pod> = candidates
             .iter()
             .map(AsRef::as_ref)
-            .filter(|p| {
-                !is_terminal(p)
-                    && !is_critical(p)
-                    && p.metadata.deletion_timestamp.is_none()
-                    && !crate::pod_core::spec::is_evicted(p)
-                    && ctx
-                        .eviction(p.metadata.uid.as_deref().unwrap_or_default())
-                        .is_none()
-            })
+            .filter(|p| !is_critical(p))
             .collect();
         let mut evicted: Vec<(String, i64)> = Vec::new();
         // Local storage limits first (`localStorageEviction`): every pod over
@@ -134,12 +132,12 @@ pub async fn run(
             };
             if let Some(text) = super::local_storage_violation(p, stats) {
                 let grace = crate::pod_core::spec::EVICTION_GRACE_SECONDS;
-                evict(&ctx, p, text, BTreeMap::new(), false, grace).await;
+                evict(&recorder, &*pods, p, text, BTreeMap::new(), false, grace).await;
                 evicted.push((uid.to_string(), grace));
             }
         }
         if !evicted.is_empty() {
-            wait_for_cleanup(&ctx, &evicted).await;
+            wait_for_cleanup(&*pods, &evicted).await;
             continue;
         }
         let Some(threshold) = cycle.reclaim else {
@@ -147,14 +145,14 @@ pub async fn run(
         };
         let resource = threshold.signal.resource();
         publish_node(
-            &ctx.runtime.recorder,
+            &recorder,
             &cfg.node_name,
             EventType::Warning,
             crate::reasons::event::EVICTION_THRESHOLD_MET,
             format!("Attempting to reclaim {resource}"),
         );
         if threshold.signal.pressure() == Pressure::Disk
-            && reclaim_node_level(&cfg, &stats, &ctx, &image_gc).await
+            && reclaim_node_level(&cfg, &stats, &*pods, &*images).await
         {
             continue;
         }
@@ -169,27 +167,28 @@ pub async fn run(
             &summary,
         );
         let grace = super::grace_period(&threshold, cfg.max_pod_grace, victim);
-        evict(&ctx, victim, text, annotations, true, grace).await;
+        evict(&recorder, &*pods, victim, text, annotations, true, grace).await;
         let uid = victim.metadata.uid.clone().unwrap_or_default();
-        wait_for_cleanup(&ctx, &[(uid, grace)]).await;
+        wait_for_cleanup(&*pods, &[(uid, grace)]).await;
     }
 }
 
 /// Node-level reclaim for a disk signal, as `reclaimNodeLevelResources`:
-/// dead containers (those of finished pods too, as
-/// `DeleteAllUnusedContainers`), then every unused image; true when fresh
-/// stats then meet no threshold, minimum reclaim included, so no pod need go.
+/// dead containers (those of finished pods too,
+/// [`Pods::delete_all_unused_containers`]), then every unused image
+/// ([`Images::delete_unused_images`]); true when fresh stats then meet no
+/// threshold, minimum reclaim included, so no pod need go.
 async fn reclaim_node_level(
     cfg: &Config,
     stats: &crate::stats::Provider,
-    ctx: &Context,
-    image_gc: &crate::image_gc::ImageGc,
+    pods: &impl Pods,
+    images: &impl Images,
 ) -> bool {
-    match crate::pod::housekeeping::collect_containers(ctx, cfg.container_gc, true).await {
+    match pods.delete_all_unused_containers().await {
         Ok(done) => debug!(?done, "eviction manager: containers reclaimed"),
         Err(e) => warn!(error = %e, "eviction manager: delete unused containers"),
     }
-    match image_gc.delete_unused().await {
+    match images.delete_unused_images().await {
         Ok(freed) => info!(bytes = freed, "eviction manager: unused images deleted"),
         Err(e) => warn!(error = %e, "eviction manager: delete unused images"),
     }
@@ -201,13 +200,13 @@ async fn reclaim_node_level(
 }
 
 /// Waits until the `evicted` pods (UID, grace period in seconds) have
-/// finished: no container running and their volumes torn down (the
-/// kubelet's `podResourcesAreReclaimed`), polling every second for at most
-/// 30 s past the longest grace period, as the kubelet waits for the kill and
-/// then for `PodIsFinished` before its next cycle: the next decision sees
-/// what the eviction freed, and no second pod goes for what the first still
-/// holds.
-async fn wait_for_cleanup(ctx: &Context, evicted: &[(String, i64)]) {
+/// finished: no container running and their volumes torn down
+/// ([`Pods::pod_cleaned_up`], the kubelet's `podResourcesAreReclaimed`),
+/// polling every second for at most 30 s past the longest grace period, as
+/// the kubelet waits for the kill and then for `PodIsFinished` before its
+/// next cycle: the next decision sees what the eviction freed, and no second
+/// pod goes for what the first still holds.
+async fn wait_for_cleanup(pods: &impl Pods, evicted: &[(String, i64)]) {
     let grace = evicted
         .iter()
         .map(|(_, g)| *g)
@@ -216,22 +215,8 @@ async fn wait_for_cleanup(ctx: &Context, evicted: &[(String, i64)]) {
         .clamp(0, 3600);
     let deadline = Instant::now() + CLEANUP_TIMEOUT + Duration::from_secs(grace.unsigned_abs());
     for (uid, _) in evicted {
-        let by_uid = std::collections::HashMap::from([(
-            crate::labels::POD_UID_LABEL.to_string(),
-            uid.clone(),
-        )]);
         loop {
-            let running = match ctx.runtime.runtime.list_containers(by_uid.clone()).await {
-                Ok(cs) => cs
-                    .iter()
-                    .any(|c| c.state == k8s_cri::v1::ContainerState::ContainerRunning as i32),
-                Err(e) => {
-                    debug!(error = %e, "eviction manager: containers of an evicted pod");
-                    true
-                }
-            };
-            let finished = !running && !ctx.volumes.volumes_exist(uid);
-            if finished || Instant::now() >= deadline {
+            if pods.pod_cleaned_up(uid).await || Instant::now() >= deadline {
                 break;
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -239,46 +224,124 @@ async fn wait_for_cleanup(ctx: &Context, evicted: &[(String, i64)]) {
     }
 }
 
-/// Evicts `pod` with `text`, its containers stopped with `grace` seconds:
-/// the eviction recorded for the pod worker ([`Context::record_eviction`]),
-/// an `Evicted` event, and the evicting status (with the `DisruptionTarget`
-/// condition when `disruption`), written over the status last reported so
-/// it keeps the newest one.
+/// Evicts `pod` with `text`, its containers stopped with `grace` seconds,
+/// as the kubelet's `evictPod`: an `Evicted` event (with `annotations`),
+/// then the pod killed with the eviction's record ([`Pods::kill_pod`]),
+/// whose evicting status carries the `DisruptionTarget` condition when
+/// `disruption`. Critical pods never get here ([`is_critical`]).
 async fn evict(
-    ctx: &Context,
+    recorder: &Recorder,
+    pods: &impl Pods,
     pod: &Pod,
     text: String,
     annotations: BTreeMap<String, String>,
     disruption: bool,
     grace: i64,
 ) {
-    let pod = ctx.status.with_sent_status(Arc::new(pod.clone()));
-    let pod = pod.as_ref();
     info!(
         pod = %format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or_default(), pod.metadata.name.as_deref().unwrap_or_default()),
         message = text,
         "evicting pod"
     );
     publish_annotated(
-        &ctx.runtime.recorder,
+        recorder,
         pod,
         EventType::Warning,
         crate::reasons::pod::EVICTED,
         text.clone(),
         annotations,
     );
-    let now = Timestamp::now();
-    if let Some(uid) = pod.metadata.uid.as_deref() {
-        let eviction = crate::pod::worker::Eviction {
-            message: text.clone(),
-            disruption,
-            grace,
-            at: now,
-        };
-        ctx.record_eviction(uid, eviction);
-    }
-    let status = crate::pod_core::status::evicting(pod, &text, disruption, now);
-    if let Err(e) = ctx.status.set_status(pod, status).await {
+    let eviction = Eviction {
+        message: text,
+        disruption,
+        grace,
+        at: Timestamp::now(),
+    };
+    if let Err(e) = pods.kill_pod(pod, eviction).await {
         warn!(error = %e, "eviction manager: status of the evicted pod");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::container_gc::Collected;
+
+    /// The pod side as the manager sees it: what it was asked, nothing more.
+    #[derive(Default)]
+    struct FakePods {
+        killed: Mutex<Vec<(String, Eviction)>>,
+        asked: Mutex<Vec<String>>,
+    }
+
+    impl Pods for FakePods {
+        fn active_pods(&self) -> Vec<Arc<Pod>> {
+            Vec::new()
+        }
+
+        async fn kill_pod(&self, pod: &Pod, eviction: Eviction) -> Result<(), kube::Error> {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            self.killed.lock().unwrap().push((name, eviction));
+            Ok(())
+        }
+
+        async fn pod_cleaned_up(&self, uid: &str) -> bool {
+            self.asked.lock().unwrap().push(uid.to_string());
+            true
+        }
+
+        async fn delete_all_unused_containers(&self) -> crate::cri::Result<Collected> {
+            Ok(Collected::default())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_evicted_pod_gets_an_event_is_killed_with_its_record_and_is_waited_for() {
+        let api = crate::fake_api::FakeApi::default();
+        let recorder = Recorder::new(api.client(), "node-1".into());
+        let pods = FakePods::default();
+        let web = crate::fixtures::pod("web")
+            .container("c", "busybox")
+            .build();
+        let text = "The node was low on resource: memory. ".to_string();
+        evict(
+            &recorder,
+            &pods,
+            &web,
+            text.clone(),
+            BTreeMap::new(),
+            true,
+            7,
+        )
+        .await;
+        let killed = pods.killed.lock().unwrap().clone();
+        let [(name, eviction)] = killed.as_slice() else {
+            panic!("one pod killed: {killed:?}");
+        };
+        assert_eq!(
+            (
+                name.as_str(),
+                eviction.message.as_str(),
+                eviction.disruption,
+                eviction.grace
+            ),
+            ("web", text.as_str(), true, 7)
+        );
+        let mut seen = false;
+        for _ in 0..100 {
+            seen = api
+                .events()
+                .iter()
+                .any(|(reason, message)| reason == "Evicted" && *message == text);
+            if seen {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(seen, "an Evicted event: {:?}", api.events());
+        wait_for_cleanup(&pods, &[("uid-web".into(), 7)]).await;
+        assert_eq!(*pods.asked.lock().unwrap(), ["uid-web"]);
     }
 }

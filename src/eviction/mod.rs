@@ -16,6 +16,9 @@ use crate::pod_core::fit::pod_requests;
 use crate::stats::summary::{PodStats, Summary};
 
 pub mod manager;
+pub mod types;
+
+pub use types::{Eviction, Images, Pods};
 
 /// An eviction signal (`memory.available`, …).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -147,7 +147,7 @@ pub async fn reset(target: Target<'_>) -> Report {
     }
     let (empty, _writer) = kube::runtime::reflector::store::<Pod>();
     report.pod_dirs = volumes.cleanup_orphans(&empty, |_| false).await;
-    crate::pod::housekeeping::remove_orphaned_log_dirs(pod_logs_dir, |_| false);
+    crate::container_gc::remove_orphaned_log_dirs(pod_logs_dir, |_| false);
     delete_pods(client, node, &mut report).await;
     match Api::<Node>::all(client.clone())
         .delete(node, &DeleteParams::default())

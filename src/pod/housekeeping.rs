@@ -58,7 +58,7 @@ pub async fn delete_orphan_mirrors(client: &Client, sources: &super::sources::Po
 /// directory is known to be an orphan only from a complete list.
 ///
 /// Last, the log directories of pods neither the cache nor the runtime has
-/// are removed ([`remove_orphaned_log_dirs`]).
+/// are removed ([`crate::container_gc::remove_orphaned_log_dirs`]).
 ///
 /// Returns how many pods were cleaned up (sandboxes and orphaned
 /// directories) and how many pods only the runtime has are left, their
@@ -123,7 +123,7 @@ pub async fn cleanup_orphans(
         .iter()
         .filter_map(|p| p.metadata.uid.clone())
         .collect();
-    remove_orphaned_log_dirs(pod_logs_dir, |uid| {
+    crate::container_gc::remove_orphaned_log_dirs(pod_logs_dir, |uid| {
         known.contains(uid) || in_runtime.contains(&uid.to_string())
     });
     Ok(Cleaned {
@@ -140,36 +140,6 @@ pub struct Cleaned {
     /// Pods only the runtime has that are still there, their cleanup having
     /// failed (the kubelet's `runtime_only` working pods, still terminating).
     pub left: usize,
-}
-
-/// Removes the log directories (`<ns>_<name>_<uid>` under `pod_logs_dir`) of
-/// pods `keep` does not name, as the kubelet's container garbage collector
-/// removes those of pods whose content is to be removed. A directory whose
-/// name has no UID, or that is a link, is left alone. Returns how many went.
-pub fn remove_orphaned_log_dirs(pod_logs_dir: &Path, keep: impl Fn(&str) -> bool) -> usize {
-    let Ok(entries) = std::fs::read_dir(pod_logs_dir) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some((_, uid)) = name.rsplit_once('_') else {
-            continue;
-        };
-        if uid.is_empty() || keep(uid) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        match std::fs::remove_dir_all(entry.path()) {
-            Ok(()) => {
-                removed += 1;
-                debug!(dir = %entry.path().display(), "housekeeping: removed the logs of a pod gone");
-            }
-            Err(e) => {
-                warn!(dir = %entry.path().display(), error = %e, "housekeeping: pod log directory")
-            }
-        }
-    }
-    removed
 }
 
 /// Cleans up one pod the cache does not know, unless the API server still has it.
@@ -533,28 +503,5 @@ mod tests {
         assert_eq!(counts.desired, (2, 2));
         assert_eq!(counts.active, (1, 2));
         assert_eq!(counts.mirrors, 2);
-    }
-
-    #[test]
-    fn log_directories_of_pods_gone_are_removed_and_links_left() {
-        let tmp = tempfile::tempdir().unwrap();
-        let logs = tmp.path().join("pods");
-        for d in ["ns_web_uid-live", "ns_old_uid-gone", "no-uid-here_"] {
-            std::fs::create_dir_all(logs.join(d).join("c")).unwrap();
-            std::fs::write(logs.join(d).join("c/0.log"), "x").unwrap();
-        }
-        let outside = tmp.path().join("outside");
-        std::fs::create_dir_all(&outside).unwrap();
-        std::os::unix::fs::symlink(&outside, logs.join("ns_link_uid-link")).unwrap();
-        let removed = remove_orphaned_log_dirs(&logs, |uid| uid == "uid-live");
-        assert_eq!(removed, 1);
-        assert!(logs.join("ns_web_uid-live/c/0.log").exists());
-        assert!(!logs.join("ns_old_uid-gone").exists());
-        assert!(logs.join("no-uid-here_").exists());
-        assert!(outside.exists() && logs.join("ns_link_uid-link").exists());
-        assert_eq!(
-            remove_orphaned_log_dirs(&tmp.path().join("none"), |_| false),
-            0
-        );
     }
 }

@@ -18,6 +18,7 @@
 //! | [`status_manager`] | the only writer of `pods/status`, the final delete | `pkg/kubelet/status` |
 //! | [`housekeeping`] | runtime objects of pods no longer bound here | `HandlePodCleanups` |
 //! | [`hosts`] | writes the pod's `/etc/hosts` | `makeHostsMount` |
+//! | [`eviction_pods`] | what the eviction manager is given of the pods: active pods, kill, cleaned up, container reclaim | `GetActivePods`, `killPodNow`, `PodIsFinished`, `containerGC` |
 //! | [`env_sources`] | ConfigMaps, Secrets and Services environments read | `makeEnvironmentVariables`' listers |
 //! | [`credentials`] | `imagePullSecrets` as a keyring | `credentialprovider` |
 //! | [`lifecycle`] | postStart and preStop hooks | `pkg/kubelet/lifecycle` |
@@ -30,6 +31,7 @@ pub mod admission_manager;
 pub mod allocation;
 pub mod credentials;
 pub mod env_sources;
+pub mod eviction_pods;
 pub mod hosts;
 pub mod housekeeping;
 pub mod image_manager;

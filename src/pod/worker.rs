@@ -22,6 +22,7 @@ use super::runtime_manager::RuntimeManager;
 use super::status_manager::StatusManager;
 use crate::container::observe;
 use crate::events::EventType;
+use crate::eviction::Eviction;
 use crate::pod_core::admit::{self, Rejection};
 use crate::pod_core::facts::pod_identity;
 use crate::pod_core::fit::NodeView;
@@ -96,28 +97,13 @@ pub struct Context {
     pub admission: AdmissionManager,
     /// The node's pressure conditions, from the eviction manager.
     pub pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
-    /// Pod UID → the eviction the eviction manager decided for it.
+    /// Pod UID → the eviction the eviction manager decided for it (killed
+    /// through [`super::eviction_pods::EvictionPods`]).
     pub evictions: std::sync::Mutex<std::collections::HashMap<String, Eviction>>,
     /// The pod sources: where static pods end and mirror pods are known.
     pub sources: super::sources::PodSources,
     /// The resources each admitted pod was given (in-place resize).
     pub allocations: super::allocation::Allocations,
-}
-
-/// An eviction the eviction manager decided, kept by the agent so that the
-/// pod worker stops the pod whether or not the status write reached the API
-/// server, and a status the worker writes keeps it (the kubelet's
-/// `killPodNow` with its status function).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Eviction {
-    /// The status message (`The node was low on resource: ...`).
-    pub message: String,
-    /// True for a threshold eviction: the `DisruptionTarget` condition.
-    pub disruption: bool,
-    /// The containers' grace period, seconds (the kubelet's `gracePeriodOverride`).
-    pub grace: i64,
-    /// When it was decided.
-    pub at: Timestamp,
 }
 
 impl Context {

@@ -214,23 +214,27 @@ impl Node {
         pod
     }
 
+    /// The pod side the eviction manager is given ([`crate::eviction::Pods`]).
+    fn eviction_pods(&self) -> super::eviction_pods::EvictionPods {
+        let policy = crate::container_gc::Policy::default();
+        super::eviction_pods::EvictionPods::new(self.ctx.clone(), policy)
+    }
+
     /// Evicts running pod `name` with `message` as the eviction manager
-    /// does (recorded with its grace period `grace` seconds, 1 when not
-    /// given, then the status written), then syncs it.
+    /// does (killed through [`Self::eviction_pods`]: recorded with its grace
+    /// period `grace` seconds, 1 when not given, then the status written),
+    /// then syncs it.
     async fn evict(&mut self, name: &str, message: &str, grace: Option<i64>) {
+        use crate::eviction::Pods as _;
         let running = self.watched(name);
-        let uid = running.metadata.uid.as_deref().expect("uid");
-        let eviction = super::worker::Eviction {
+        let eviction = crate::eviction::Eviction {
             message: message.into(),
             disruption: true,
             grace: grace.unwrap_or(1),
             at: Timestamp::now(),
         };
-        self.ctx.record_eviction(uid, eviction);
-        let status = crate::pod_core::status::evicting(&running, message, true, Timestamp::now());
-        self.ctx
-            .status
-            .set_status(&running, status)
+        self.eviction_pods()
+            .kill_pod(&running, eviction)
             .await
             .expect("status");
         self.sync_watched(name).await;
@@ -901,7 +905,7 @@ async fn an_eviction_whose_status_write_failed_still_stops_the_pod() {
     n.sync(&web).await;
     n.cri_calls();
     // Recorded, but the status never reached the API server.
-    let eviction = super::worker::Eviction {
+    let eviction = crate::eviction::Eviction {
         message: "The node was low on resource: memory. ".into(),
         disruption: true,
         grace: 1,
@@ -921,6 +925,40 @@ async fn an_eviction_whose_status_write_failed_still_stops_the_pod() {
             .unwrap_or_default()
             .iter()
             .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_pod_leaves_the_active_pods_and_is_cleaned_up_once_stopped() {
+    use crate::eviction::Pods as _;
+    let mut n = Node::start().await;
+    let web = n.bind(pod("web").container("c", IMAGE).build());
+    let other = n.bind(pod("other").container("c", IMAGE).build());
+    n.sync(&web).await;
+    n.sync(&other).await;
+    let pods = n.eviction_pods();
+    let names = |pods: &super::eviction_pods::EvictionPods| {
+        let mut names: Vec<String> = pods
+            .active_pods()
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(&pods), ["other", "web"]);
+    let uid = web.metadata.uid.clone().expect("uid");
+    assert!(!pods.pod_cleaned_up(&uid).await, "its container runs");
+    n.evict("web", "The node was low on resource: memory. ", None)
+        .await;
+    // Being evicted: no longer a candidate, and its containers stopped.
+    assert_eq!(names(&pods), ["other"]);
+    n.sync_watched("web").await;
+    assert!(pods.pod_cleaned_up(&uid).await);
+    assert!(
+        !pods
+            .pod_cleaned_up(other.metadata.uid.as_deref().expect("uid"))
+            .await
     );
 }
 
