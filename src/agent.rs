@@ -241,51 +241,270 @@ fn hostname() -> String {
     gethostname::gethostname().to_string_lossy().to_lowercase()
 }
 
-/// Runs the agent until SIGINT/SIGTERM.
+/// Runs the agent until SIGINT/SIGTERM: builds the node's parts (`build`),
+/// then starts them and waits for the stop (`start`), as the kubelet's
+/// `NewMainKubelet` then `Kubelet.Run`.
 ///
 /// # Errors
 /// Bad configuration, an unreadable kubeconfig or an unreachable runtime at
 /// start; later failures are retried and logged instead.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let settings = settings(&args)?;
+    let parts = build(args).await?;
+    start(parts).await
+}
+
+/// The client certificate's rotation task (`rotateCertificates`), whose
+/// end is fatal; without rotation, a future that never resolves.
+type Rotation = futures::future::Either<
+    tokio::task::JoinHandle<anyhow::Error>,
+    std::future::Pending<Result<anyhow::Error, tokio::task::JoinError>>,
+>;
+
+/// The agent's DaemonSet of `--reset-when-gone`, read with the pod's own
+/// ServiceAccount.
+struct ResetOwner {
+    /// The ServiceAccount's API client.
+    client: Client,
+    /// The DaemonSet's namespace.
+    ns: String,
+    /// The DaemonSet's name.
+    name: String,
+    /// What was read of it at the start ([`read_owner`]).
+    at_start: Option<crate::node::reset::Owner>,
+}
+
+/// The container runtime as found at the start.
+struct RuntimeInfo {
+    /// The CRI handle.
+    runtime: Runtime,
+    /// The runtime's name (`containerd`), for the containers' status.
+    name: String,
+    /// `<name>://<version>`, for the Node's status.
+    version: String,
+    /// True when the default handler supports recursive read-only mounts.
+    rro: bool,
+}
+
+/// What every part is built from: the flags, the settings (with the
+/// runtime's cgroup driver), the node's API client, the runtime, and the
+/// node's name and address.
+struct Base {
+    /// The command line.
+    args: RunArgs,
+    /// Flags over file over defaults ([`settings`]).
+    settings: Settings,
+    /// The API client with the node's credentials.
+    client: Client,
+    /// The container runtime.
+    runtime: RuntimeInfo,
+    /// The node's name.
+    node_name: String,
+    /// The node's IP address.
+    node_ip: String,
+}
+
+/// The node's own facts: its configuration, machine, eviction thresholds
+/// and allocatable resources.
+struct NodeFacts {
+    /// What the Node object is made of.
+    cfg: NodeConfig,
+    /// The machine's CPUs, memory and huge pages.
+    machine: MachineInfo,
+    /// The eviction thresholds of the settings.
+    thresholds: Vec<crate::eviction::Threshold>,
+    /// The node's allocatable resources.
+    allocatable:
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+}
+
+/// The pod controller's inputs, from the pod sources, the PLEG and the
+/// prober.
+struct PodInputs {
+    /// The pods to run (API server's and static ones).
+    store: reflector::Store<Pod>,
+    /// The pods whose sync the sources ask for.
+    triggers: tokio::sync::mpsc::UnboundedReceiver<Pod>,
+    /// True once every pod source listed. Housekeeping waits for it rather
+    /// than for the store's readiness, which wakes only one waiter (the
+    /// controller's).
+    listed: tokio::sync::watch::Receiver<bool>,
+    /// The pods whose containers changed in the runtime.
+    pleg_events: futures::stream::BoxStream<'static, reflector::ObjectRef<Pod>>,
+    /// The pods a probe result asks to sync.
+    probe_rx: tokio::sync::mpsc::UnboundedReceiver<reflector::ObjectRef<Pod>>,
+}
+
+/// What the node's loops ([`start_loops`]) take over: the node's facts, the
+/// sender of its pressures, the CSI drivers and the pod cgroups.
+struct LoopParts {
+    /// The node's facts.
+    facts: NodeFacts,
+    /// Where the eviction manager publishes the node's pressures.
+    pressures_tx: tokio::sync::watch::Sender<Vec<crate::eviction::Pressure>>,
+    /// The registered CSI drivers.
+    drivers: crate::plugin_manager::Drivers,
+    /// The pod cgroups, for the stats.
+    stats_cgroups: Option<crate::cgroups::CgroupManager>,
+}
+
+/// The node's parts as `build` makes them and `start` runs them: the
+/// kubelet's `Kubelet` as `NewMainKubelet` returns it.
+struct Parts {
+    /// Flags, settings, API client, runtime, node name and address.
+    base: Base,
+    /// The client certificate's rotation.
+    rotation: Rotation,
+    /// The DaemonSet of `--reset-when-gone`.
+    owner: Option<ResetOwner>,
+    /// The pod worker's context.
+    ctx: Arc<worker::Context>,
+    /// The pod controller's inputs.
+    pods: PodInputs,
+    /// What the node's loops take over.
+    loops: LoopParts,
+}
+
+/// Builds the node's parts, as the kubelet's `NewMainKubelet`: the
+/// credentials, runtime and host ([`connect`]), the node's facts
+/// ([`node_facts`]), its volume manager and pod cgroups, its registration,
+/// status and Lease ([`start_node_loops`]), the pod worker's context
+/// ([`pod_worker`]) and the pod resources API ([`serve_pod_resources`]).
+///
+/// # Errors
+/// See [`run`].
+async fn build(args: RunArgs) -> anyhow::Result<Parts> {
+    let (base, rotation, owner) = connect(args).await?;
+    let facts = node_facts(&base)?;
+    let (pressures_tx, pressures) = tokio::sync::watch::channel(Vec::new());
+    // CSI drivers register through <root-dir>/plugins_registry; the volume
+    // manager sets up their volumes.
+    let drivers = crate::plugin_manager::Drivers::default();
+    let volumes = VolumeManager::new(
+        base.client.clone(),
+        &base.settings.root_dir,
+        facts.allocatable.clone(),
+    )
+    .with_csi(drivers.clone(), &base.node_name);
+    let cgroups = pod_cgroups(&base.settings, &facts.machine)?;
+    let stats_cgroups = cgroups.clone();
+    let (node_store, devices) = start_node_loops(&base, &facts, &pressures, &drivers)?;
+    let node = NodeParts {
+        volumes,
+        cgroups,
+        devices,
+        node_store,
+        pressures,
+    };
+    let (ctx, pods) = pod_worker(&base, &facts, node);
+    serve_pod_resources(&base.settings, &pods.store, &ctx)?;
+    Ok(Parts {
+        base,
+        rotation,
+        owner,
+        ctx,
+        pods,
+        loops: LoopParts {
+            facts,
+            pressures_tx,
+            drivers,
+            stats_cgroups,
+        },
+    })
+}
+
+/// Reads the settings, checks swap, connects to the API server (with the
+/// TLS bootstrap: [`api_client`]) and to the runtime ([`connect_runtime`]),
+/// reads the `--reset-when-gone` DaemonSet and prepares the host's
+/// directories ([`prepare_host`]), as the kubelet's `run` before
+/// `NewMainKubelet`.
+///
+/// # Errors
+/// See [`run`].
+async fn connect(args: RunArgs) -> anyhow::Result<(Base, Rotation, Option<ResetOwner>)> {
+    let mut settings = settings(&args)?;
     if settings.fail_swap_on == Some(true) {
         check_no_swap(Path::new("/proc/swaps"))?;
     }
-    let cert_dir = args
-        .cert_dir
-        .clone()
-        .unwrap_or_else(|| settings.root_dir.join("pki"));
-    let node = args.node_name.clone().unwrap_or_else(hostname);
-    // As the kubelet: with rotateCertificates the TLS bootstrap runs in the
-    // background (static pods, the API server's own included, run
-    // meanwhile); without it, the agent waits for its certificate.
+    let node_name = args.node_name.clone().unwrap_or_else(hostname);
+    let (client, rotation) = api_client(&args, &settings, &node_name).await?;
+    let owner = reset_owner(&args).await?;
+    let runtime = connect_runtime(&mut settings).await?;
+    let node_ip = args
+        .node_ip
+        .map_or_else(|| "127.0.0.1".to_string(), |ip| ip.to_string());
+    info!(node = node_name, runtime = runtime.version, "starting");
+    prepare_host(&settings)?;
+    let base = Base {
+        args,
+        settings,
+        client,
+        runtime,
+        node_name,
+        node_ip,
+    };
+    Ok((base, rotation, owner))
+}
+
+/// The TLS bootstrap, when `--bootstrap-kubeconfig` is given and
+/// `--kubeconfig` is not usable, as the kubelet's `bootstrapClientCert`:
+/// with `rotateCertificates` it runs in the background (static pods, the API
+/// server's own included, run meanwhile) and is returned pending; without
+/// it, the agent waits here for its certificate.
+///
+/// # Errors
+/// The bootstrap could not start or, without rotation, failed.
+async fn tls_bootstrap(
+    args: &RunArgs,
+    settings: &Settings,
+    cert_dir: &Path,
+    node: &str,
+) -> anyhow::Result<Option<crate::node::bootstrap::Pending>> {
     let mut pending = None;
     if let (Some(bootstrap), Some(kubeconfig)) = (&args.bootstrap_kubeconfig, &args.kubeconfig)
         && !crate::node::bootstrap::kubeconfig_usable(kubeconfig)
     {
         if settings.rotate_certificates {
             pending = Some(
-                crate::node::bootstrap::Pending::new(bootstrap, kubeconfig, &cert_dir, &node)
+                crate::node::bootstrap::Pending::new(bootstrap, kubeconfig, cert_dir, node)
                     .await
                     .context("TLS bootstrap")?,
             );
         } else {
-            crate::node::bootstrap::ensure(kubeconfig, bootstrap, &cert_dir, &node)
+            crate::node::bootstrap::ensure(kubeconfig, bootstrap, cert_dir, node)
                 .await
                 .context("TLS bootstrap")?;
         }
     }
-    let (client, rotation) = if let Some(pending) = pending {
+    Ok(pending)
+}
+
+/// The node's API client, after the TLS bootstrap ([`tls_bootstrap`]), and,
+/// with `rotateCertificates`, its certificate's rotation, started: the
+/// kubelet's client config with its certificate manager.
+///
+/// # Errors
+/// The bootstrap failed, or the kubeconfig or the certificate is unusable.
+async fn api_client(
+    args: &RunArgs,
+    settings: &Settings,
+    node: &str,
+) -> anyhow::Result<(Client, Rotation)> {
+    let cert_dir = args
+        .cert_dir
+        .clone()
+        .unwrap_or_else(|| settings.root_dir.join("pki"));
+    let pending = tls_bootstrap(args, settings, &cert_dir, node).await?;
+    Ok(if let Some(pending) = pending {
         let config = pending.anonymous_config().await.context("TLS bootstrap")?;
         let (client, rotation) =
-            crate::node::client_cert::Rotation::bootstrapping(&config, &cert_dir, &node, pending)
+            crate::node::client_cert::Rotation::bootstrapping(&config, &cert_dir, node, pending)
                 .context("rotateCertificates")?;
         let rotation = tokio::spawn(rotation.run(client.clone()));
         (client, futures::future::Either::Left(rotation))
     } else if settings.rotate_certificates {
         let config = kube_config(args.kubeconfig.as_deref()).await?;
         let (client, rotation) =
-            crate::node::client_cert::Rotation::start(&config, &cert_dir, &node)
+            crate::node::client_cert::Rotation::start(&config, &cert_dir, node)
                 .context("rotateCertificates")?;
         // From the start: every request after the certificate's renewal
         // time depends on it.
@@ -298,30 +517,50 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             client,
             futures::future::Either::Right(std::future::pending()),
         )
+    })
+}
+
+/// The DaemonSet of `--reset-when-gone` and what can be read of it now.
+/// It is read with the pod's own ServiceAccount, which the node's
+/// credentials cannot stand in for: the bootstrap kubeconfig's (the chart's
+/// carries its token and the API server's address the host network
+/// reaches), else the in-cluster one.
+///
+/// # Errors
+/// No usable credentials for the ServiceAccount.
+async fn reset_owner(args: &RunArgs) -> anyhow::Result<Option<ResetOwner>> {
+    let Some((ns, name)) = &args.reset_when_gone else {
+        return Ok(None);
     };
-    // The DaemonSet of --reset-when-gone is read with the pod's own
-    // ServiceAccount, which the node's credentials cannot stand in for: the
-    // bootstrap kubeconfig's (the chart's carries its token and the API
-    // server's address the host network reaches), else the in-cluster one.
-    let owner = match &args.reset_when_gone {
-        Some((ns, name)) => {
-            let config = kube_config(args.bootstrap_kubeconfig.as_deref())
-                .await
-                .context("--reset-when-gone: the ServiceAccount's credentials")?;
-            let owner_client =
-                Client::try_from(config).context("build the ServiceAccount's API client")?;
-            let at_start = read_owner(&owner_client, ns, name).await;
-            if at_start != Some(crate::node::reset::Owner::There) {
-                warn!(
-                    daemonset = %format!("{ns}/{name}"),
-                    read = ?at_start,
-                    "the agent's DaemonSet cannot be read now: an uninstall is known only by its absence"
-                );
-            }
-            Some((owner_client, ns.clone(), name.clone(), at_start))
-        }
-        None => None,
-    };
+    let config = kube_config(args.bootstrap_kubeconfig.as_deref())
+        .await
+        .context("--reset-when-gone: the ServiceAccount's credentials")?;
+    let owner_client = Client::try_from(config).context("build the ServiceAccount's API client")?;
+    let at_start = read_owner(&owner_client, ns, name).await;
+    if at_start != Some(crate::node::reset::Owner::There) {
+        warn!(
+            daemonset = %format!("{ns}/{name}"),
+            read = ?at_start,
+            "the agent's DaemonSet cannot be read now: an uninstall is known only by its absence"
+        );
+    }
+    Ok(Some(ResetOwner {
+        client: owner_client,
+        ns: ns.clone(),
+        name: name.clone(),
+        at_start,
+    }))
+}
+
+/// Connects to the container runtime and reads its version, its default
+/// handler's recursive read-only mounts and its cgroup driver, which wins
+/// over the configured one in `settings`, as with the kubelet: the two must
+/// agree on how cgroup parents are named.
+///
+/// # Errors
+/// The runtime is unreachable, does not answer, or names an unknown cgroup
+/// driver.
+async fn connect_runtime(settings: &mut Settings) -> anyhow::Result<RuntimeInfo> {
     let runtime = Runtime::connect(
         &settings.container_runtime_endpoint,
         settings.runtime_request_timeout,
@@ -335,7 +574,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     })?;
     // The default handler's recursive read-only mounts, for the
     // containers' volumeMounts status; unknown counts as none.
-    let runtime_rro = match runtime.status().await {
+    let rro = match runtime.status().await {
         Ok(status) => {
             crate::pod_core::translate::handler_supports_rro(&status.runtime_handlers, "")
         }
@@ -344,9 +583,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             false
         }
     };
-    // The runtime's cgroup driver wins over the configured one, as with
-    // the kubelet: the two must agree on how cgroup parents are named.
-    let mut settings = settings;
     if let Some(driver) = runtime_cgroup_driver(&runtime, &settings.cgroup_driver).await? {
         settings.cgroup_driver = driver.to_string();
     }
@@ -355,11 +591,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         version.runtime_name,
         version.runtime_version.trim_start_matches('v')
     );
-    let node_name = node.clone();
-    let node_ip = args
-        .node_ip
-        .map_or_else(|| "127.0.0.1".to_string(), |ip| ip.to_string());
-    info!(node = node_name, runtime = runtime_version, "starting");
+    Ok(RuntimeInfo {
+        runtime,
+        name: version.runtime_name,
+        version: runtime_version,
+        rro,
+    })
+}
+
+/// Raises the open-file limit and makes the root and pod log directories,
+/// the root one a shared mount, as the kubelet's `maxOpenFiles` and
+/// `setupDataDirs`.
+///
+/// # Errors
+/// A directory could not be made or made shared.
+fn prepare_host(settings: &Settings) -> anyhow::Result<()> {
     // As the kubelet with maxOpenFiles: every connection, log and volume
     // takes a descriptor.
     match crate::server::raise_open_files_limit(crate::server::MAX_OPEN_FILES) {
@@ -377,17 +623,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     {
         info!(dir = %settings.root_dir.display(), "root directory made a shared mount");
     }
+    Ok(())
+}
 
-    let node_cfg = NodeConfig {
-        name: node_name.clone(),
-        ips: vec![node_ip.clone()],
-        hostname: node_name.clone(),
+/// The node's configuration, machine, eviction thresholds and allocatable
+/// resources, with the reservations checked against the machine, as the
+/// kubelet's container manager and eviction manager configuration.
+///
+/// # Errors
+/// The reservations exceed the machine, or the eviction configuration is
+/// invalid.
+fn node_facts(base: &Base) -> anyhow::Result<NodeFacts> {
+    let settings = &base.settings;
+    let cfg = NodeConfig {
+        name: base.node_name.clone(),
+        ips: vec![base.node_ip.clone()],
+        hostname: base.node_name.clone(),
         max_pods: settings.max_pods,
         port: settings.port,
         version: crate::node_version(),
         reserved: settings.reservations.clone(),
         max_images: settings.node_status_max_images,
-        extra_labels: args.node_labels.clone(),
+        extra_labels: base.args.node_labels.clone(),
         taints: settings.register_with_taints.clone(),
     };
     let machine = MachineInfo::read(&settings.root_dir);
@@ -400,35 +657,56 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         &settings.eviction.minimum_reclaim,
     )
     .map_err(|e| anyhow::anyhow!("invalid eviction configuration: {e}"))?;
-    let (pressures_tx, pressures) = tokio::sync::watch::channel(Vec::new());
     let (_, allocatable) =
         crate::node::status::resources(&machine, settings.max_pods, &settings.reservations);
-    // CSI drivers register through <root-dir>/plugins_registry; the volume
-    // manager sets up their volumes.
-    let drivers = crate::plugin_manager::Drivers::default();
-    let volumes = VolumeManager::new(client.clone(), &settings.root_dir, allocatable.clone())
-        .with_csi(drivers.clone(), &node_name);
-    let cgroups = pod_cgroups(&settings, &machine)?;
-    let stats_cgroups = cgroups.clone();
+    Ok(NodeFacts {
+        cfg,
+        machine,
+        thresholds,
+        allocatable,
+    })
+}
+
+/// Starts the node's registration (retried until the API server answers),
+/// its Node watch, the device plugins' registration socket, the node status
+/// loop, the plugin manager, the container log manager and the Lease
+/// renewal, as the kubelet's `registerWithAPIServer`, node informer, device
+/// manager, `syncNodeStatus`, plugin manager, container log manager and
+/// node lease controller; returns the Node's store and the device manager.
+///
+/// # Errors
+/// The device plugins' socket cannot be served.
+fn start_node_loops(
+    base: &Base,
+    facts: &NodeFacts,
+    pressures: &tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
+    drivers: &crate::plugin_manager::Drivers,
+) -> anyhow::Result<(
+    reflector::Store<k8s_openapi::api::core::v1::Node>,
+    crate::device_manager::DeviceManager,
+)> {
+    let (client, settings, node_name) = (&base.client, &base.settings, &base.node_name);
+    let runtime = &base.runtime.runtime;
     // Registration retries until the API server answers, in the background:
     // static pods start meanwhile, as the kubelet runs them without it.
     let registered = tokio::spawn({
         let (client, runtime, node_cfg, machine, version) = (
             client.clone(),
             runtime.clone(),
-            node_cfg.clone(),
-            machine.clone(),
-            runtime_version.clone(),
+            facts.cfg.clone(),
+            facts.machine.clone(),
+            base.runtime.version.clone(),
         );
         async move {
             crate::node::registration::register(&client, &runtime, &node_cfg, &machine, &version)
                 .await
         }
     });
-    let node_store = crate::node::registration::watch_node(client.clone(), &node_name);
+    let node_store = crate::node::registration::watch_node(client.clone(), node_name);
     // Device plugins register on <device-plugins-dir>/kubelet.sock.
     let devices = crate::device_manager::DeviceManager::new(
-        args.device_plugins_dir
+        base.args
+            .device_plugins_dir
             .as_deref()
             .unwrap_or(Path::new(crate::device_manager::DEFAULT_DIR)),
     );
@@ -441,16 +719,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             devices: Some(devices.clone()),
         },
         runtime.clone(),
-        node_cfg.clone(),
-        machine.clone(),
-        runtime_version,
+        facts.cfg.clone(),
+        facts.machine.clone(),
+        base.runtime.version.clone(),
         settings.clone(),
     ));
     tokio::spawn(
         crate::plugin_manager::PluginManager::new(
             client.clone(),
             &settings.root_dir,
-            &node_name,
+            node_name,
             drivers.clone(),
         )
         .run(),
@@ -473,14 +751,107 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     });
+    Ok((node_store, devices))
+}
 
+/// The node's own parts the pod worker uses.
+struct NodeParts {
+    /// The volume manager.
+    volumes: VolumeManager,
+    /// The pod cgroups (`cgroupsPerQOS`).
+    cgroups: Option<crate::cgroups::CgroupManager>,
+    /// The device plugins' manager.
+    devices: crate::device_manager::DeviceManager,
+    /// This node's Node object.
+    node_store: reflector::Store<k8s_openapi::api::core::v1::Node>,
+    /// The node's pressures, from the eviction manager.
+    pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
+}
+
+/// The pod worker's context and the pod controller's inputs: the PLEG, the
+/// event recorder, the prober, the Services watch ([`watch_services`]), the
+/// pod sources ([`start_pod_sources`]) and the runtime, status, volume and
+/// admission managers, as the kubelet's `NewMainKubelet` wires its pod
+/// workers.
+fn pod_worker(
+    base: &Base,
+    facts: &NodeFacts,
+    node: NodeParts,
+) -> (Arc<worker::Context>, PodInputs) {
+    let (client, settings, runtime) = (&base.client, &base.settings, &base.runtime.runtime);
     let host_dns =
         HostDns::parse(&std::fs::read_to_string(&settings.resolv_conf).unwrap_or_default());
-    let (pleg_events, pleg_connected) = pleg::start(&runtime);
-    let recorder = crate::events::Recorder::new(client.clone(), node_name.clone());
+    let (pleg_events, pleg_connected) = pleg::start(runtime);
+    let recorder = crate::events::Recorder::new(client.clone(), base.node_name.clone());
     let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
     let prober = crate::prober::manager::Manager::new(runtime.clone(), recorder.clone(), probe_tx);
     // The stores exist before the controller, so the context is built once.
+    let (services, services_listed) = watch_services(client);
+    let (sources, outputs) = start_pod_sources(base);
+    let store = sources.store();
+    let node_context = node_context(base, facts, host_dns);
+    let ctx = Arc::new(worker::Context {
+        runtime: RuntimeManager {
+            runtime: runtime.clone(),
+            images: ImageManager::new(
+                runtime.clone(),
+                client.clone(),
+                recorder.clone(),
+                pull_concurrency(settings),
+            )
+            .with_pull_records(&settings.root_dir),
+            sources: SourceReader {
+                client: client.clone(),
+                services,
+                services_listed,
+            },
+            recorder,
+            node: node_context,
+            pods: store.clone(),
+            client: client.clone(),
+            userns: crate::pod::userns::UsernsManager::new(
+                &settings.root_dir,
+                usize::try_from(settings.max_pods).unwrap_or(usize::MAX),
+            ),
+            log_links_dir: crate::paths::CONTAINER_LOGS_DIR.into(),
+            cgroups: node.cgroups,
+            devices: Some(node.devices),
+        },
+        status: Arc::new(StatusManager::new(client.clone(), sources.clone())),
+        status_context: StatusContext {
+            host_ips: vec![base.node_ip.clone()],
+            runtime_name: base.runtime.name.clone(),
+            runtime_rro: base.runtime.rro,
+        },
+        volumes: Arc::new(node.volumes),
+        prober,
+        pleg_connected,
+        node_store: node.node_store,
+        admission: crate::pod::admission_manager::AdmissionManager::new(),
+        pressures: node.pressures,
+        evictions: std::sync::Mutex::default(),
+        sources: sources.clone(),
+        allocations: crate::pod::allocation::Allocations::load(&settings.root_dir),
+    });
+    let inputs = PodInputs {
+        store,
+        triggers: outputs.triggers,
+        listed: outputs.ready,
+        pleg_events: pleg_events.boxed(),
+        probe_rx,
+    };
+    (ctx, inputs)
+}
+
+/// Starts the watch of every Service, for the containers' service
+/// environment variables (the kubelet's service informer); returns its
+/// store and a flag that turns true once the first list is in it.
+fn watch_services(
+    client: &Client,
+) -> (
+    reflector::Store<Service>,
+    tokio::sync::watch::Receiver<bool>,
+) {
     let (services, services_writer) = reflector::store();
     let (services_listed_tx, services_listed) = tokio::sync::watch::channel(false);
     tokio::spawn(
@@ -503,8 +874,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }),
     );
-    // The pods to run: those bound to the node in the API server, merged
-    // with the static pods of the manifests.
+    (services, services_listed)
+}
+
+/// Starts the pod sources, as the kubelet's `makePodSourceConfig`: the
+/// pods bound to the node in the API server, merged with the static pods of
+/// the manifests (`staticPodPath`, `staticPodURL`).
+fn start_pod_sources(base: &Base) -> (PodSources, crate::pod::sources::Outputs) {
+    let (client, settings, node_name) = (&base.client, &base.settings, &base.node_name);
     let static_path = settings.static_pod_path.clone();
     let static_url = settings.static_pod_url.clone();
     let mut static_sources = Vec::new();
@@ -515,10 +892,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         static_sources.push(crate::static_pod::HTTP_SOURCE);
     }
     let (sources, outputs) = PodSources::new(&static_sources);
-    let store = sources.store();
-    // True once every source listed. Housekeeping waits for it rather than
-    // for the store's readiness, which wakes only one waiter (the controller's).
-    let mut listed = outputs.ready;
     tokio::spawn({
         let sources = sources.clone();
         watcher(
@@ -551,71 +924,45 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             sources.clone(),
         ));
     }
-    let pod_events = tokio_stream::wrappers::UnboundedReceiverStream::new(outputs.triggers)
-        .map(Ok::<Pod, watcher::Error>);
-    let node = NodeContext {
-        node_name: node_name.clone(),
-        node_ips: vec![node_ip.clone()],
+    (sources, outputs)
+}
+
+/// The node's facts as the pod worker reads them: names, addresses,
+/// directories, DNS, allocatable, sysctls, seccomp, AppArmor, user
+/// namespaces, and the labels and taints the node registers with.
+fn node_context(base: &Base, facts: &NodeFacts, host_dns: HostDns) -> NodeContext {
+    let settings = &base.settings;
+    NodeContext {
+        node_name: base.node_name.clone(),
+        node_ips: vec![base.node_ip.clone()],
         pod_logs_dir: settings.pod_logs_dir.clone(),
         root_dir: settings.root_dir.clone(),
         host_dns,
         cluster_dns: settings.cluster_dns.clone(),
         cluster_domain: settings.cluster_domain.clone(),
-        allocatable: allocatable.clone(),
-        memory_capacity_bytes: machine.memory_bytes,
+        allocatable: facts.allocatable.clone(),
+        memory_capacity_bytes: facts.machine.memory_bytes,
         hosts_file: crate::pod_core::hosts::ETC_HOSTS_PATH.into(),
         allowed_unsafe_sysctls: settings.allowed_unsafe_sysctls.clone(),
         seccomp_default: settings.seccomp_default,
         apparmor_enabled: apparmor_enabled(),
         user_namespaces_support: settings.user_namespaces_support,
-        initial_labels: crate::node::status::labels(&node_cfg),
-        initial_taints: node_cfg.taints.clone(),
-    };
-    let ctx = Arc::new(worker::Context {
-        runtime: RuntimeManager {
-            runtime: runtime.clone(),
-            images: ImageManager::new(
-                runtime.clone(),
-                client.clone(),
-                recorder.clone(),
-                pull_concurrency(&settings),
-            )
-            .with_pull_records(&settings.root_dir),
-            sources: SourceReader {
-                client: client.clone(),
-                services,
-                services_listed,
-            },
-            recorder,
-            node,
-            pods: store.clone(),
-            client: client.clone(),
-            userns: crate::pod::userns::UsernsManager::new(
-                &settings.root_dir,
-                usize::try_from(settings.max_pods).unwrap_or(usize::MAX),
-            ),
-            log_links_dir: crate::paths::CONTAINER_LOGS_DIR.into(),
-            cgroups: cgroups.clone(),
-            devices: Some(devices),
-        },
-        status: Arc::new(StatusManager::new(client.clone(), sources.clone())),
-        status_context: StatusContext {
-            host_ips: vec![node_ip.clone()],
-            runtime_name: version.runtime_name.clone(),
-            runtime_rro,
-        },
-        volumes: Arc::new(volumes),
-        prober,
-        pleg_connected,
-        node_store,
-        admission: crate::pod::admission_manager::AdmissionManager::new(),
-        pressures,
-        evictions: std::sync::Mutex::default(),
-        sources: sources.clone(),
-        allocations: crate::pod::allocation::Allocations::load(&settings.root_dir),
-    });
-    // The pod resources API on <root-dir>/pod-resources/kubelet.sock: the
-    // active pods are those whose phase, as last sent, is not terminal.
+        initial_labels: crate::node::status::labels(&facts.cfg),
+        initial_taints: facts.cfg.taints.clone(),
+    }
+}
+
+/// Serves the pod resources API on `<root-dir>/pod-resources/kubelet.sock`
+/// (the kubelet's `ListenAndServePodResources`): the active pods are those
+/// whose phase, as last sent, is not terminal.
+///
+/// # Errors
+/// The socket cannot be served.
+fn serve_pod_resources(
+    settings: &Settings,
+    store: &reflector::Store<Pod>,
+    ctx: &Arc<worker::Context>,
+) -> anyhow::Result<()> {
     let lister: crate::pod_resources::PodsProvider = {
         let (store, status) = (store.clone(), ctx.status.clone());
         Arc::new(move |which| {
@@ -630,35 +977,115 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         })
     };
     crate::pod_resources::serve(&settings.root_dir, lister, ctx.runtime.devices.clone())?;
-    // SIGTERM or SIGINT: the pod workers finish what they do (at most
-    // WORKER_GRACE), then the node API drains.
-    let (stop_tx, stopping) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        stop_signal().await;
-        let _ = stop_tx.send(true);
-    });
-    let controller = Controller::for_stream(pod_events, store.clone())
-        .reconcile_on(futures::stream::select(
-            pleg_events,
-            tokio_stream::wrappers::UnboundedReceiverStream::new(probe_rx),
-        ))
-        .graceful_shutdown_on({
-            let mut stopping = stopping.clone();
-            async move {
-                let _ = stopping.wait_for(|s| *s).await;
+    Ok(())
+}
+
+/// Starts the node's parts and runs them until SIGTERM or SIGINT, as the
+/// kubelet's `Kubelet.Run`: the stop signal ([`stop_on_signal`]), the pod
+/// controller ([`pod_controller`]) and the node's loops ([`start_loops`]);
+/// then waits ([`until_stopped`]) and, after a clean stop, resets the node
+/// if its DaemonSet is uninstalled ([`reset_if_uninstalled`]).
+///
+/// # Errors
+/// The node API failed, or the client certificate's rotation ended.
+async fn start(parts: Parts) -> anyhow::Result<()> {
+    let Parts {
+        base,
+        rotation,
+        owner,
+        ctx,
+        pods,
+        loops,
+    } = parts;
+    let stopping = stop_on_signal();
+    let controller = pod_controller(
+        pods.triggers,
+        &pods.store,
+        pods.pleg_events,
+        pods.probe_rx,
+        &stopping,
+    );
+    let running = start_loops(&base, &ctx, &pods.store, &pods.listed, loops)?;
+    let ctx_volumes = ctx.volumes.clone();
+    let ctx_cgroups = ctx.runtime.cgroups.clone();
+    let pods = controller
+        .run(reconcile_measured, worker::error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "reconcile");
             }
         });
-    let mut stats = crate::stats::Provider::new(
-        &node_name,
-        runtime.clone(),
-        settings.root_dir.clone(),
-        settings.pod_logs_dir.clone(),
+    let result = until_stopped(
+        pods,
+        stopping,
+        running.server,
+        running.stop_server,
+        rotation,
     )
-    .with_csi(drivers.clone());
-    if let Some(manager) = stats_cgroups {
-        stats = stats.with_pod_cgroups(manager);
+    .await;
+    running.housekeeping.abort();
+    if result.is_ok()
+        && let Some(owner) = &owner
+    {
+        let target = crate::node::reset::Target {
+            runtime: &base.runtime.runtime,
+            volumes: &ctx_volumes,
+            pod_logs_dir: &base.settings.pod_logs_dir,
+            client: &base.client,
+            node: &base.node_name,
+            bridge: base.args.reset_cni_bridge.as_deref(),
+            cgroups: ctx_cgroups.as_ref(),
+        };
+        reset_if_uninstalled(owner, target).await;
     }
-    let stats = Arc::new(stats);
+    info!("stopped");
+    result
+}
+
+/// The node's loops as [`start_loops`] leaves them running: the node API,
+/// the sender that drains it, and housekeeping.
+struct Running {
+    /// The node API's task.
+    server: tokio::task::JoinHandle<crate::server::Result<()>>,
+    /// Sent to drain the node API.
+    stop_server: tokio::sync::oneshot::Sender<()>,
+    /// The housekeeping task.
+    housekeeping: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the node's loops, as the kubelet's `Kubelet.Run` and
+/// `StartGarbageCollection`: the stats ([`stats_provider`]), the image and
+/// container GC, the eviction manager, the stats sampling, the node API
+/// ([`spawn_server`]) and housekeeping ([`spawn_housekeeping`]).
+///
+/// # Errors
+/// The node API's configuration is invalid ([`server_config`]).
+fn start_loops(
+    base: &Base,
+    ctx: &Arc<worker::Context>,
+    store: &reflector::Store<Pod>,
+    listed: &tokio::sync::watch::Receiver<bool>,
+    loops: LoopParts,
+) -> anyhow::Result<Running> {
+    let Base {
+        args,
+        settings,
+        client,
+        node_name,
+        ..
+    } = base;
+    let runtime = &base.runtime.runtime;
+    let LoopParts {
+        facts: NodeFacts {
+            machine,
+            thresholds,
+            ..
+        },
+        pressures_tx,
+        drivers,
+        stats_cgroups,
+    } = loops;
+    let stats = stats_provider(node_name, runtime, settings, &drivers, stats_cgroups);
     let image_gc = crate::image_gc::ImageGc::new(
         runtime.clone(),
         stats.clone(),
@@ -704,78 +1131,176 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let stats = stats.clone();
         async move { stats.sample().await }
     });
+    let (server, stop_server) = spawn_server(base, ctx, store, &stats)?;
+    let housekeeping = spawn_housekeeping(
+        ctx,
+        runtime,
+        client,
+        settings,
+        store.clone(),
+        listed.clone(),
+    );
+    Ok(Running {
+        server,
+        stop_server,
+        housekeeping,
+    })
+}
+
+/// Starts the node API (the kubelet's server on `port`, `healthzPort` and
+/// `readOnlyPort`); it drains once the returned sender is sent to (or
+/// dropped): once the pod workers have stopped on SIGTERM/SIGINT.
+///
+/// # Errors
+/// The node API's configuration is invalid ([`server_config`]).
+fn spawn_server(
+    base: &Base,
+    ctx: &Arc<worker::Context>,
+    store: &reflector::Store<Pod>,
+    stats: &Arc<crate::stats::Provider>,
+) -> anyhow::Result<(
+    tokio::task::JoinHandle<crate::server::Result<()>>,
+    tokio::sync::oneshot::Sender<()>,
+)> {
+    let (client, node_name) = (&base.client, &base.node_name);
     // The node API drains once the pod workers have stopped on SIGTERM/SIGINT.
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(crate::server::serve_until(
-        server_config(&args, &settings, &client, &node_name, &node_ip)?,
+    let server = tokio::spawn(crate::server::serve_until(
+        server_config(&base.args, &base.settings, client, node_name, &base.node_ip)?,
         crate::server::Deps {
             client: client.clone(),
             pods: store.clone(),
             statuses: ctx.status.clone(),
-            runtime: runtime.clone(),
+            runtime: base.runtime.runtime.clone(),
             stats: stats.clone(),
         },
         async {
             let _ = server_stopped.await;
         },
     ));
-    let housekeeping = tokio::spawn({
-        let runtime = runtime.clone();
-        let pod_logs_dir = settings.pod_logs_dir.clone();
-        let volumes = ctx.volumes.clone();
-        let client = client.clone();
-        let ctx = ctx.clone();
-        async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(2));
-            let _ = listed.wait_for(|listed| *listed).await;
-            loop {
-                tick.tick().await;
-                housekeeping::forget_gone(&ctx, &store);
-                housekeeping::sync_pod_cgroups(&ctx, &store);
-                housekeeping::delete_orphan_mirrors(&client, &ctx.sources).await;
-                let cleaned = housekeeping::cleanup_orphans(
-                    &runtime,
-                    &client,
-                    &store,
-                    &volumes,
-                    &pod_logs_dir,
-                );
-                let runtime_only = match cleaned.await {
-                    Ok(cleaned) => cleaned.left,
-                    Err(e) => {
-                        warn!(error = %e, "housekeeping");
-                        0
-                    }
-                };
-                housekeeping::record_pod_counts(&ctx, runtime_only);
-            }
-        }
+    Ok((server, stop_server))
+}
+
+/// Starts listening for SIGTERM and SIGINT: the flag turns true at the
+/// first, and then the pod workers finish what they do (at most
+/// [`WORKER_GRACE`]) and the node API drains (the kubelet's shutdown on a
+/// signal).
+fn stop_on_signal() -> tokio::sync::watch::Receiver<bool> {
+    let (stop_tx, stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        stop_signal().await;
+        let _ = stop_tx.send(true);
     });
-    let ctx_volumes = ctx.volumes.clone();
-    let ctx_cgroups = ctx.runtime.cgroups.clone();
-    let pods = controller
-        .run(reconcile_measured, worker::error_policy, ctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "reconcile");
+    stopping
+}
+
+/// The pod controller: a pod is synced when its source says so
+/// (`triggers`), when the PLEG sees its containers change and when a probe
+/// asks; it stops taking work once `stopping` turns true (the kubelet's
+/// `syncLoop`).
+fn pod_controller(
+    triggers: tokio::sync::mpsc::UnboundedReceiver<Pod>,
+    store: &reflector::Store<Pod>,
+    pleg_events: futures::stream::BoxStream<'static, reflector::ObjectRef<Pod>>,
+    probe_rx: tokio::sync::mpsc::UnboundedReceiver<reflector::ObjectRef<Pod>>,
+    stopping: &tokio::sync::watch::Receiver<bool>,
+) -> Controller<Pod> {
+    let pod_events = tokio_stream::wrappers::UnboundedReceiverStream::new(triggers)
+        .map(Ok::<Pod, watcher::Error>);
+    Controller::for_stream(pod_events, store.clone())
+        .reconcile_on(futures::stream::select(
+            pleg_events,
+            tokio_stream::wrappers::UnboundedReceiverStream::new(probe_rx),
+        ))
+        .graceful_shutdown_on({
+            let mut stopping = stopping.clone();
+            async move {
+                let _ = stopping.wait_for(|s| *s).await;
             }
-        });
-    // The node API failing to start (port in use, bad certificate) is fatal, as
-    // for the kubelet.
-    let server_failed =
-        |r: std::result::Result<crate::server::Result<()>, tokio::task::JoinError>| match r {
-            Ok(Ok(())) => anyhow!("node API server stopped"),
-            Ok(Err(e)) => anyhow!(e).context("node API server"),
-            Err(e) => anyhow!("node API server task: {e}"),
-        };
-    let workers_overdue = {
-        let mut stopping = stopping.clone();
-        async move {
-            let _ = stopping.wait_for(|s| *s).await;
-            tokio::time::sleep(WORKER_GRACE).await;
+        })
+}
+
+/// The node's, pods' and volumes' stats, with the CSI drivers' volumes and
+/// the pod cgroups when there are some (the kubelet's stats provider).
+fn stats_provider(
+    node_name: &str,
+    runtime: &Runtime,
+    settings: &Settings,
+    drivers: &crate::plugin_manager::Drivers,
+    cgroups: Option<crate::cgroups::CgroupManager>,
+) -> Arc<crate::stats::Provider> {
+    let mut stats = crate::stats::Provider::new(
+        node_name,
+        runtime.clone(),
+        settings.root_dir.clone(),
+        settings.pod_logs_dir.clone(),
+    )
+    .with_csi(drivers.clone());
+    if let Some(manager) = cgroups {
+        stats = stats.with_pod_cgroups(manager);
+    }
+    Arc::new(stats)
+}
+
+/// Starts housekeeping, every 2 s once every pod source listed, as the
+/// kubelet's `HandlePodCleanups`: forgets the pods gone, syncs the pod
+/// cgroups, deletes orphaned mirror pods, cleans up what the runtime and
+/// the disk hold of pods no source has, and records the pod counts.
+fn spawn_housekeeping(
+    ctx: &Arc<worker::Context>,
+    runtime: &Runtime,
+    client: &Client,
+    settings: &Settings,
+    store: reflector::Store<Pod>,
+    mut listed: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let runtime = runtime.clone();
+    let pod_logs_dir = settings.pod_logs_dir.clone();
+    let volumes = ctx.volumes.clone();
+    let client = client.clone();
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        let _ = listed.wait_for(|listed| *listed).await;
+        loop {
+            tick.tick().await;
+            housekeeping::forget_gone(&ctx, &store);
+            housekeeping::sync_pod_cgroups(&ctx, &store);
+            housekeeping::delete_orphan_mirrors(&client, &ctx.sources).await;
+            let cleaned =
+                housekeeping::cleanup_orphans(&runtime, &client, &store, &volumes, &pod_logs_dir);
+            let runtime_only = match cleaned.await {
+                Ok(cleaned) => cleaned.left,
+                Err(e) => {
+                    warn!(error = %e, "housekeeping");
+                    0
+                }
+            };
+            housekeeping::record_pod_counts(&ctx, runtime_only);
         }
+    })
+}
+
+/// Runs the pod workers (`pods`) until a signal (`stopping`) stopped them or
+/// [`WORKER_GRACE`] after it, then drains the node API (`stop_server`,
+/// awaited at most [`crate::server::DRAIN`] and 1 s); the node API failing
+/// or the certificate's rotation ending first is fatal, as for the kubelet.
+///
+/// # Errors
+/// The node API failed (port in use, bad certificate), or the client
+/// certificate's rotation ended.
+async fn until_stopped(
+    pods: impl std::future::Future<Output = ()>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    mut server: tokio::task::JoinHandle<crate::server::Result<()>>,
+    stop_server: tokio::sync::oneshot::Sender<()>,
+    rotation: Rotation,
+) -> anyhow::Result<()> {
+    let workers_overdue = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+        tokio::time::sleep(WORKER_GRACE).await;
     };
-    let result = tokio::select! {
+    tokio::select! {
         () = async {
             tokio::select! {
                 () = pods => {}
@@ -802,24 +1327,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Ok(e) => e.context("client certificate rotation"),
             Err(e) => anyhow!("client certificate rotation task: {e}"),
         }),
-    };
-    housekeeping.abort();
-    if result.is_ok()
-        && let Some((owner_client, ns, name, at_start)) = &owner
-    {
-        let target = crate::node::reset::Target {
-            runtime: &runtime,
-            volumes: &ctx_volumes,
-            pod_logs_dir: &settings.pod_logs_dir,
-            client: &client,
-            node: &node_name,
-            bridge: args.reset_cni_bridge.as_deref(),
-            cgroups: ctx_cgroups.as_ref(),
-        };
-        reset_if_uninstalled(owner_client, ns, name, *at_start, target).await;
     }
-    info!("stopped");
-    result
+}
+
+/// The error of the node API's task having ended: its failing to start
+/// (port in use, bad certificate) is fatal, as for the kubelet.
+fn server_failed(
+    r: std::result::Result<crate::server::Result<()>, tokio::task::JoinError>,
+) -> anyhow::Error {
+    match r {
+        Ok(Ok(())) => anyhow!("node API server stopped"),
+        Ok(Err(e)) => anyhow!(e).context("node API server"),
+        Err(e) => anyhow!("node API server task: {e}"),
+    }
 }
 
 /// What can be read of DaemonSet `ns`/`name` ([`crate::node::reset::owner`]);
@@ -832,20 +1352,14 @@ async fn read_owner(client: &Client, ns: &str, name: &str) -> Option<crate::node
 }
 
 /// On a stop with --reset-when-gone: resets the node
-/// ([`crate::node::reset::reset`]) when DaemonSet `ns`/`name` was
+/// ([`crate::node::reset::reset`]) when the `owner` DaemonSet was
 /// uninstalled ([`crate::node::reset::uninstalled`], from what was read of
-/// it at the start, `at_start`, and now), and leaves everything running
-/// otherwise.
-async fn reset_if_uninstalled(
-    owner_client: &Client,
-    ns: &str,
-    name: &str,
-    at_start: Option<crate::node::reset::Owner>,
-    target: crate::node::reset::Target<'_>,
-) {
+/// it at the start and now), and leaves everything running otherwise.
+async fn reset_if_uninstalled(owner: &ResetOwner, target: crate::node::reset::Target<'_>) {
+    let (ns, name) = (&owner.ns, &owner.name);
     let daemonset = format!("{ns}/{name}");
-    let now = read_owner(owner_client, ns, name).await;
-    if crate::node::reset::uninstalled(at_start, now) {
+    let now = read_owner(&owner.client, ns, name).await;
+    if crate::node::reset::uninstalled(owner.at_start, now) {
         info!(daemonset, read = ?now, "the agent's DaemonSet is uninstalled: resetting the node");
         let report = crate::node::reset::reset(target).await;
         for e in &report.errors {
