@@ -19,6 +19,20 @@ fn ready(p: Option<&Pod>) -> bool {
     .unwrap_or(false)
 }
 
+/// Waits for pod `name` to run with its container not ready (the probe
+/// fails at first), then for the container and the pod's `Ready` condition
+/// to turn ready.
+async fn unready_then_ready(client: &kube::Client, ns: &str, name: &str) {
+    let running = wait_for(client, ns, name, 60, "Running", phase("Running")).await;
+    assert!(
+        !container_status(&running).ready,
+        "{name}: ready before its probe passed"
+    );
+    let p = wait_for(client, ns, name, 30, "ready", ready).await;
+    let cond = pod_condition(&p, "Ready").expect("Ready");
+    assert_eq!(cond.status, "True");
+}
+
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn exec_readiness_turns_ready_when_the_file_appears() {
@@ -32,14 +46,7 @@ async fn exec_readiness_turns_ready_when_the_file_appears() {
             "readinessProbe": { "exec": { "command": ["cat", "/tmp/ready"] }, "periodSeconds": 1 }
         }] }
     }))).await;
-    let running = wait_for(&client, &ns, "ready", 60, "Running", phase("Running")).await;
-    assert!(
-        !container_status(&running).ready,
-        "not ready before the probe passes"
-    );
-    let p = wait_for(&client, &ns, "ready", 30, "ready", ready).await;
-    let cond = pod_condition(&p, "Ready").expect("Ready");
-    assert_eq!(cond.status, "True");
+    unready_then_ready(&client, &ns, "ready").await;
     drop_namespace(&client, &ns).await;
 }
 
@@ -58,14 +65,7 @@ async fn http_readiness_against_a_server_in_the_pod() {
             "readinessProbe": { "httpGet": { "path": "/index.html", "port": "http" }, "periodSeconds": 1 }
         }] }
     }))).await;
-    let running = wait_for(&client, &ns, "web", 60, "Running", phase("Running")).await;
-    assert!(
-        !container_status(&running).ready,
-        "not ready while the server answers 404"
-    );
-    let p = wait_for(&client, &ns, "web", 30, "ready", ready).await;
-    let cond = pod_condition(&p, "Ready").expect("Ready");
-    assert_eq!(cond.status, "True");
+    unready_then_ready(&client, &ns, "web").await;
     drop_namespace(&client, &ns).await;
 }
 
