@@ -2,7 +2,8 @@
 # The test command: installs what is missing, checks formatting, builds every
 # Rust target, lints, runs the unit tests, builds the local cluster, checks
 # the Helm chart (helm lint and template), runs the cluster smoke test with
-# the upstream kubelet, the end-to-end tests with rustlet as the node agent
+# the upstream kubelet, the README's own path (hack/test-readme.sh), the
+# end-to-end tests with rustlet as the node agent
 # (hack/test-e2e.sh), the self-hosted cluster's test (the control plane as
 # rustlet's static pods), the Helm chart on a cluster with the kubelet as
 # host agent and on kind, then a small subset of the upstream
@@ -175,6 +176,8 @@ if ! $quick; then
   build "build CSI sidecars" 15 hack/build-cluster.sh csi
   step "Helm chart: lint, template, schema and RBAC" 10 - hack/chart-lint.sh
   step "cluster smoke test (kubelet)" 10 "build cluster" hack/test-cluster-smoke.sh --agent kubelet
+  step "the README's path: hack/local-up.sh, examples/busybox-sleep.yaml Running" 10 "build cluster" \
+    hack/test-readme.sh
   # The upstream e2e binary is needed only at the end: it builds (from
   # nothing, several minutes) while the end-to-end tests wait on pods.
   build_in_background "build e2e.test" 40 hack/build-cluster.sh e2e
