@@ -26,6 +26,7 @@ use crate::eviction::Eviction;
 use crate::pod_core::admit::{self, Rejection};
 use crate::pod_core::facts::pod_identity;
 use crate::pod_core::fit::NodeView;
+use crate::pod_core::kind::PodKind;
 use crate::pod_core::plan::{self, Plan, VolumeNeed, Volumes, Waiting, plan_evicted_with};
 use crate::pod_core::runtime::PodRuntime;
 use crate::pod_core::status::{self, StatusContext};
@@ -169,12 +170,16 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     }
     // Step 1: the pod as last reported, and what the runtime holds of it.
     let pod = ctx.status.with_sent_status(pod);
-    let seed = mirror_seed(&pod, &ctx);
+    // What kind of pod this is, read once: no step below asks again.
+    let mut kind = PodKind::of(&pod);
+    let seed = mirror_seed(&pod, kind, &ctx);
     let seeded = seed.is_some();
     let pod = match seed {
         Some(status) => {
             let mut seeded = (*pod).clone();
             seeded.status = Some(status);
+            // A seed is never a terminal status ([`mirror_seed`]).
+            kind.is_terminal = false;
             Arc::new(seeded)
         }
         None => pod,
@@ -183,10 +188,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     // sync started before it overwrote it) is applied here.
     let eviction = ctx.eviction(&uid);
     let pod = match &eviction {
-        Some(e)
-            if !crate::pod_core::spec::is_terminal(&pod)
-                && !crate::pod_core::spec::is_evicted(&pod) =>
-        {
+        Some(e) if !kind.is_terminal && !crate::pod_core::spec::is_evicted(&pod) => {
             let mut evicted = (*pod).clone();
             evicted.status = Some(status::evicting(&pod, &e.message, e.disruption, e.at));
             Arc::new(evicted)
@@ -197,21 +199,18 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     // A static pod being stopped ends once nothing of it runs: what it ran
     // stays for housekeeping and container GC, so the same manifest put
     // back goes on from it (its restart count), as in the kubelet.
-    if crate::static_pod::is_static(&pod)
-        && pod.metadata.deletion_timestamp.is_some()
-        && rt.all_stopped()
-    {
+    if kind.is_static && pod.metadata.deletion_timestamp.is_some() && rt.all_stopped() {
         finish_static(&pod, &ctx).await?;
         return Ok(Action::await_change());
     }
     // Step 2: admission of a pod not started yet; a pod that finished
     // without ever running (rejected) has nothing more to do.
-    if never_ran(&pod, &rt) {
+    if never_ran(&pod, kind, &rt) {
         return Ok(Action::await_change());
     }
-    match admission(&pod, &rt, &ctx).await.map_err(rt_err)? {
+    match admission(&pod, kind, &rt, &ctx).await.map_err(rt_err)? {
         Verdict::Admit => {
-            if crate::static_pod::is_static(&pod) {
+            if kind.is_static {
                 sync_mirror_pod(&pod, &ctx).await;
             }
         }
@@ -228,7 +227,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     // stays pending.
     // As asked, for the messages of a resize left pending.
     let requested = pod.clone();
-    let (pod, resize_pending) = allocate(pod, &ctx);
+    let (pod, resize_pending) = allocate(pod, kind, &ctx);
     // Step 3: volumes, before anything starts.
     let now = Timestamp::now();
     let (volumes, ready) = prepare_volumes(&pod, &rt, now, &ctx).await;
@@ -254,7 +253,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let outcome = Box::pin(ctx.runtime.execute(&pod, &rt, rest, &volumes)).await;
     let outcome = outcome.map_err(rt_err)?;
     if outcome.delete_pod {
-        delete(&pod, &ctx).await?;
+        delete(&pod, kind, &ctx).await?;
         return Ok(Action::await_change());
     }
     // Step 6: report what the runtime holds now.
@@ -289,7 +288,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     // A static pod's mirror pod listed while this sync ran (the agent has
     // just started): its status, not this one built without it, is what the
     // next sync starts from.
-    if !seeded && mirror_seed(&pod, &ctx).is_some() {
+    if !seeded && mirror_seed(&pod, kind, &ctx).is_some() {
         debug!("the mirror pod was listed during the sync: syncing again from its status");
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
@@ -316,7 +315,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
 /// active pods (as allocated), else left pending, and then the pod goes on
 /// with its allocation, with the pending reason returned. A pod that stops
 /// keeps its allocation.
-fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
+fn allocate(pod: Arc<Pod>, kind: PodKind, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
     use crate::pod_core::allocation;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let Some(current) = ctx.allocations.get(&uid) else {
@@ -330,7 +329,7 @@ fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
         }
         return (pod, None);
     }
-    if pod.metadata.deletion_timestamp.is_some() || crate::pod_core::spec::is_terminal(&pod) {
+    if pod.metadata.deletion_timestamp.is_some() || kind.is_terminal {
         return (Arc::new(allocation::apply(&pod, &current)), None);
     }
     let node = &ctx.runtime.node;
@@ -344,7 +343,7 @@ fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
         .filter(|p| p.metadata.uid.as_deref() != Some(uid.as_str()))
         .filter(|p| !crate::pod_core::spec::is_terminal(p))
         .collect();
-    match allocation::admit_resize(&pod, &others, &view) {
+    match allocation::admit_resize(&pod, kind, &others, &view) {
         Ok(()) => {
             info!(pod = %pod_identity(&pod).1, "resize allocated");
             ctx.allocations.allocate(&pod);
@@ -362,8 +361,12 @@ fn allocate(pod: Arc<Pod>, ctx: &Context) -> (Arc<Pod>, Option<Rejection>) {
 /// as the kubelet's status manager reads a static pod's status from its
 /// mirror. `None` for other pods, once reported, without a mirror pod of
 /// this manifest, or when the mirror pod's status is terminal.
-fn mirror_seed(pod: &Pod, ctx: &Context) -> Option<k8s_openapi::api::core::v1::PodStatus> {
-    if !crate::static_pod::is_static(pod) || ctx.status.reported_to_mirror(pod) {
+fn mirror_seed(
+    pod: &Pod,
+    kind: PodKind,
+    ctx: &Context,
+) -> Option<k8s_openapi::api::core::v1::PodStatus> {
+    if !kind.is_static || ctx.status.reported_to_mirror(pod) {
         return None;
     }
     let mirror = ctx.sources.mirror_of(pod)?;
@@ -434,11 +437,12 @@ enum Verdict {
 /// The runtime's `Status` call failed.
 async fn admission(
     pod: &Pod,
+    kind: PodKind,
     rt: &PodRuntime,
     ctx: &Context,
 ) -> Result<Verdict, crate::cri::Error> {
     if pod.metadata.deletion_timestamp.is_some()
-        || crate::pod_core::spec::is_terminal(pod)
+        || kind.is_terminal
         || !rt.sandboxes.is_empty()
         || !rt.containers.is_empty()
     {
@@ -454,7 +458,7 @@ async fn admission(
     }
     // The eviction manager's handler comes first, as in the kubelet.
     let pressures = ctx.pressures.borrow().clone();
-    if let Some(r) = crate::eviction::admit(pod, &pressures) {
+    if let Some(r) = crate::eviction::admit_kind(pod, kind, &pressures) {
         return Ok(Verdict::Reject(r));
     }
     let node = &ctx.runtime.node;
@@ -476,7 +480,7 @@ async fn admission(
         // A static pod does not wait for the API server: it is admitted
         // against the node as the agent registers it (the kubelet's
         // `getNodeAnyWay` and `initialNode`).
-        None if crate::static_pod::is_static(pod) => NodeView {
+        None if kind.is_static => NodeView {
             name: node.node_name.clone(),
             labels: node.initial_labels.clone(),
             taints: node.initial_taints.clone(),
@@ -537,9 +541,9 @@ fn node_view(store: &Store<Node>, name: &str) -> Option<NodeView> {
 /// True for a pod in a terminal phase that never ran here: no container
 /// status, nothing in the runtime, not being deleted (a rejected pod, whose
 /// status is final as the kubelet's `rejectPod` left it).
-fn never_ran(pod: &Pod, rt: &PodRuntime) -> bool {
+fn never_ran(pod: &Pod, kind: PodKind, rt: &PodRuntime) -> bool {
     pod.metadata.deletion_timestamp.is_none()
-        && crate::pod_core::spec::is_terminal(pod)
+        && kind.is_terminal
         && pod
             .status
             .as_ref()
@@ -706,9 +710,9 @@ async fn kill_reporting(pod: &Pod, rt: &PodRuntime, plan: &Plan, ctx: &Context) 
 ///
 /// # Errors
 /// The teardown or the delete failed.
-async fn delete(pod: &Pod, ctx: &Context) -> Result<()> {
+async fn delete(pod: &Pod, kind: PodKind, ctx: &Context) -> Result<()> {
     let (ns, name, uid) = pod_identity(pod);
-    if crate::static_pod::is_static(pod) {
+    if kind.is_static {
         return finish_static(pod, ctx).await;
     }
     // The final status first: a pod kept by a finalizer shows how it ended.
