@@ -2,7 +2,7 @@
 //! kubelet's `SyncPod` (pod_workers.go → kubelet.go `SyncPod` /
 //! `SyncTerminatingPod`): observe the runtime, plan, execute, report. Every
 //! part it drives is a manager of its own, shared by all pod workers: the
-//! [`RuntimeManager`] carries out the plan, the [`StatusManager`] writes the
+//! [`super::runtime_manager::RuntimeManager`] carries out the plan, the [`super::status_manager::StatusManager`] writes the
 //! status, the volume manager and the probe manager feed the plan.
 
 use std::collections::BTreeMap;
@@ -298,7 +298,7 @@ fn plan_events(pod: &Pod, plan: &Plan, ctx: &Context) {
     }
 }
 
-/// Stops a terminating pod's containers ([`RuntimeManager::kill_pod_containers`])
+/// Stops a terminating pod's containers ([`super::runtime_manager::RuntimeManager::kill_pod_containers`])
 /// and, while they stop within their grace period, keeps its status current
 /// with the readiness probes, which still run (the kubelet's status manager,
 /// `SetContainerReadiness`): a container that turns unready while shutting

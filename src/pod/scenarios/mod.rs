@@ -38,7 +38,7 @@ use crate::cri::fake::FakeRuntime;
 use crate::events::Recorder;
 use crate::fake_api::{self as api, FakeApi};
 use crate::fixtures::pod;
-use crate::pod_core::facts::{HostDns, NodeContext};
+use crate::pod_core::facts::NodeContext;
 use crate::pod_core::status::StatusContext;
 use crate::volume::VolumeManager;
 
@@ -114,31 +114,18 @@ impl Node {
         let root = dir.path().join("root");
         let hosts = dir.path().join("hosts");
         std::fs::write(&hosts, "127.0.0.1 localhost\n").expect("hosts file");
+        // Allocatable as the agent computes it; the same as the Node below.
         let node = NodeContext {
-            node_name: "node-1".into(),
-            node_ips: vec!["10.0.0.1".into()],
             pod_logs_dir: dir.path().join("logs"),
             root_dir: root.clone(),
-            host_dns: HostDns::default(),
-            cluster_dns: vec![],
-            cluster_domain: "cluster.local".into(),
-            // As the agent computes it; the same as the Node below.
-            allocatable: BTreeMap::from([
-                ("cpu".to_string(), Quantity("4".into())),
-                ("memory".to_string(), Quantity("8Gi".into())),
-                ("pods".to_string(), Quantity("110".into())),
-            ]),
             memory_capacity_bytes: 1 << 30,
             hosts_file: hosts,
-            allowed_unsafe_sysctls: vec![],
-            seccomp_default: false,
-            apparmor_enabled: false,
             user_namespaces_support: true,
             initial_labels: BTreeMap::from([
                 ("kubernetes.io/hostname".to_string(), "node-1".to_string()),
                 ("node.kubernetes.io/pool".to_string(), "blue".to_string()),
             ]),
-            initial_taints: vec![],
+            ..crate::fixtures::node_context()
         };
         let images = ImageManager::new(
             runtime.clone(),
@@ -183,9 +170,8 @@ impl Node {
             },
             status: Arc::new(StatusManager::new(client.clone(), pods.clone())),
             status_context: StatusContext {
-                host_ips: vec!["10.0.0.1".into()],
                 runtime_name: "fake".into(),
-                runtime_rro: true,
+                ..crate::fixtures::status_context()
             },
             volumes: Arc::new(VolumeManager::new(client, &root, BTreeMap::new())),
             prober,
