@@ -790,7 +790,7 @@ fn pod_worker(
     let (sources, outputs) = start_pod_sources(base);
     let store = sources.store();
     let node_context = node_context(base, facts, host_dns);
-    let ctx = Arc::new(worker::Context {
+    let ctx = Arc::new(worker::Context::new(worker::Parts {
         runtime: RuntimeManager {
             runtime: runtime.clone(),
             images: ImageManager::new(
@@ -827,12 +827,10 @@ fn pod_worker(
         prober,
         pleg_connected,
         node_store: node.node_store,
-        admission: crate::pod::admission_manager::AdmissionManager::new(),
         pressures: node.pressures,
-        evictions: std::sync::Mutex::default(),
         sources: sources.clone(),
         allocations: crate::pod::allocation::Allocations::load(&settings.root_dir),
-    });
+    }));
     let inputs = PodInputs {
         store,
         triggers: outputs.triggers,
@@ -964,7 +962,7 @@ fn serve_pod_resources(
     ctx: &Arc<worker::Context>,
 ) -> anyhow::Result<()> {
     let lister: crate::pod_resources::PodsProvider = {
-        let (store, status) = (store.clone(), ctx.status.clone());
+        let (store, status) = (store.clone(), ctx.status().clone());
         Arc::new(move |which| {
             store
                 .state()
@@ -976,7 +974,7 @@ fn serve_pod_resources(
                 .collect()
         })
     };
-    crate::pod_resources::serve(&settings.root_dir, lister, ctx.runtime.devices.clone())?;
+    crate::pod_resources::serve(&settings.root_dir, lister, ctx.devices().cloned())?;
     Ok(())
 }
 
@@ -1006,8 +1004,8 @@ async fn start(parts: Parts) -> anyhow::Result<()> {
         &stopping,
     );
     let running = start_loops(&base, &ctx, &pods.store, &pods.listed, loops)?;
-    let ctx_volumes = ctx.volumes.clone();
-    let ctx_cgroups = ctx.runtime.cgroups.clone();
+    let ctx_volumes = ctx.volumes().clone();
+    let ctx_cgroups = ctx.cgroups().cloned();
     let pods = controller
         .run(reconcile_measured, worker::error_policy, ctx)
         .for_each(|res| async move {
@@ -1090,7 +1088,7 @@ fn start_loops(
         runtime.clone(),
         stats.clone(),
         settings.image_gc,
-        ctx.runtime.recorder.clone(),
+        ctx.recorder().clone(),
         node_name.clone(),
     );
     tokio::spawn(image_gc.clone().run());
@@ -1119,7 +1117,7 @@ fn start_loops(
             max_pod_grace: settings.eviction.max_pod_grace_period,
         },
         stats.clone(),
-        ctx.runtime.recorder.clone(),
+        ctx.recorder().clone(),
         Arc::new(crate::pod::eviction_pods::EvictionPods::new(
             ctx.clone(),
             container_gc,
@@ -1170,7 +1168,7 @@ fn spawn_server(
         crate::server::Deps {
             client: client.clone(),
             pods: store.clone(),
-            statuses: ctx.status.clone(),
+            statuses: ctx.status().clone(),
             runtime: base.runtime.runtime.clone(),
             stats: stats.clone(),
         },
@@ -1256,7 +1254,7 @@ fn spawn_housekeeping(
 ) -> tokio::task::JoinHandle<()> {
     let runtime = runtime.clone();
     let pod_logs_dir = settings.pod_logs_dir.clone();
-    let volumes = ctx.volumes.clone();
+    let volumes = ctx.volumes().clone();
     let client = client.clone();
     let ctx = ctx.clone();
     tokio::spawn(async move {
@@ -1266,7 +1264,7 @@ fn spawn_housekeeping(
             tick.tick().await;
             housekeeping::forget_gone(&ctx, &store);
             housekeeping::sync_pod_cgroups(&ctx, &store);
-            housekeeping::delete_orphan_mirrors(&client, &ctx.sources).await;
+            housekeeping::delete_orphan_mirrors(&client, ctx.sources()).await;
             let cleaned =
                 housekeeping::cleanup_orphans(&runtime, &client, &store, &volumes, &pod_logs_dir);
             let runtime_only = match cleaned.await {

@@ -201,3 +201,37 @@ pub fn requires(what: &str, met: bool) -> bool {
     eprintln!("skipped: {what} is missing");
     false
 }
+
+/// The node facts of a test node: `node-1` at `10.0.0.1`, pod logs in
+/// `/var/log/pods`, root `/var/lib/rustlet`, domain `cluster.local`, 4 cpus,
+/// 8Gi and 110 pods allocatable; tests override what they need with
+/// `NodeContext { field, ..node_context() }`.
+#[must_use]
+pub fn node_context() -> crate::pod_core::facts::NodeContext {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    crate::pod_core::facts::NodeContext {
+        node_name: "node-1".into(),
+        node_ips: vec!["10.0.0.1".into()],
+        pod_logs_dir: "/var/log/pods".into(),
+        root_dir: "/var/lib/rustlet".into(),
+        cluster_domain: "cluster.local".into(),
+        allocatable: std::collections::BTreeMap::from([
+            ("cpu".to_string(), Quantity("4".into())),
+            ("memory".to_string(), Quantity("8Gi".into())),
+            ("pods".to_string(), Quantity("110".into())),
+        ]),
+        hosts_file: "/etc/hosts".into(),
+        ..Default::default()
+    }
+}
+
+/// The status facts of a test node: host IP `10.0.0.1`, runtime
+/// `containerd` mounting recursively read-only.
+#[must_use]
+pub fn status_context() -> crate::pod_core::status::StatusContext {
+    crate::pod_core::status::StatusContext {
+        host_ips: vec!["10.0.0.1".into()],
+        runtime_name: "containerd".into(),
+        runtime_rro: true,
+    }
+}

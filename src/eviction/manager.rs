@@ -40,8 +40,7 @@ pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the manager looks (the kubelet's `evictionMonitoringPeriod`).
 pub const MONITORING_PERIOD: Duration = Duration::from_secs(10);
 
-/// The lowest priority of a critical pod (`SystemCriticalPriority`).
-pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+pub use crate::pod_core::kind::SYSTEM_CRITICAL_PRIORITY;
 
 /// The manager's configuration.
 #[derive(Clone, Debug)]
@@ -65,13 +64,7 @@ pub struct Config {
 /// priority at least [`SYSTEM_CRITICAL_PRIORITY`].
 #[must_use]
 pub fn is_critical(pod: &Pod) -> bool {
-    crate::static_pod::is_static(pod)
-        || crate::static_pod::is_mirror(pod)
-        || pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.priority)
-            .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
+    crate::pod_core::kind::PodKind::of(pod).is_critical
 }
 
 /// Runs the manager forever, as the kubelet's `managerImpl.Start`: it reads

@@ -67,11 +67,21 @@ impl Pressure {
 /// otherwise reason `Evicted`, message `The node had condition: [<types>]. `.
 #[must_use]
 pub fn admit(pod: &Pod, pressures: &[Pressure]) -> Option<crate::pod_core::admit::Rejection> {
-    if pressures.is_empty() || manager::is_critical(pod) {
+    admit_kind(pod, crate::pod_core::kind::PodKind::of(pod), pressures)
+}
+
+/// [`admit`] of a pod whose kind is already known.
+#[must_use]
+pub fn admit_kind(
+    pod: &Pod,
+    kind: crate::pod_core::kind::PodKind,
+    pressures: &[Pressure],
+) -> Option<crate::pod_core::admit::Rejection> {
+    if pressures.is_empty() || kind.is_critical {
         return None;
     }
     if pressures == [Pressure::Memory] {
-        if crate::pod_core::qos::qos_class(pod) != crate::pod_core::qos::QosClass::BestEffort {
+        if kind.qos != crate::pod_core::qos::QosClass::BestEffort {
             return None;
         }
         let taint = k8s_openapi::api::core::v1::Taint {

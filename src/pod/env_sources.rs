@@ -138,7 +138,7 @@ impl SourceReader {
     /// `makeEnvironmentVariables`.
     async fn service_env(&self, pod: &Pod) -> Result<BTreeMap<String, String>, String> {
         let mut listed = self.services_listed.clone();
-        if !crate::static_pod::is_static(pod)
+        if !crate::pod_core::kind::PodKind::of(pod).is_static
             && !matches!(
                 tokio::time::timeout(SERVICES_SYNC_WAIT, listed.wait_for(|l| *l)).await,
                 Ok(Ok(_))
@@ -210,7 +210,7 @@ mod tests {
         waiting.abort();
         let static_pod = pod(&[("kubernetes.io/config.source", "file")]);
         assert!(
-            crate::static_pod::is_static(&static_pod),
+            crate::pod_core::kind::PodKind::of(&static_pod).is_static,
             "the annotation makes a static pod"
         );
         let env = tokio::time::timeout(Duration::from_millis(1), r.service_env(&static_pod))

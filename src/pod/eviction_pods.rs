@@ -36,8 +36,7 @@ impl EvictionPods {
 impl crate::eviction::Pods for EvictionPods {
     fn active_pods(&self) -> Vec<Arc<Pod>> {
         self.ctx
-            .runtime
-            .pods
+            .pods()
             .state()
             .into_iter()
             .filter(|p| {
@@ -53,7 +52,7 @@ impl crate::eviction::Pods for EvictionPods {
     }
 
     async fn kill_pod(&self, pod: &Pod, eviction: Eviction) -> Result<(), kube::Error> {
-        let pod = self.ctx.status.with_sent_status(Arc::new(pod.clone()));
+        let pod = self.ctx.status().with_sent_status(Arc::new(pod.clone()));
         let status = crate::pod_core::status::evicting(
             &pod,
             &eviction.message,
@@ -63,12 +62,12 @@ impl crate::eviction::Pods for EvictionPods {
         if let Some(uid) = pod.metadata.uid.as_deref() {
             self.ctx.record_eviction(uid, eviction);
         }
-        self.ctx.status.set_status(&pod, status).await.map(|_| ())
+        self.ctx.status().set_status(&pod, status).await.map(|_| ())
     }
 
     async fn pod_cleaned_up(&self, uid: &str) -> bool {
         let by_uid = HashMap::from([(crate::labels::POD_UID_LABEL.to_string(), uid.to_string())]);
-        let running = match self.ctx.runtime.runtime.list_containers(by_uid).await {
+        let running = match self.ctx.cri().list_containers(by_uid).await {
             Ok(cs) => cs
                 .iter()
                 .any(|c| c.state == k8s_cri::v1::ContainerState::ContainerRunning as i32),
@@ -77,7 +76,7 @@ impl crate::eviction::Pods for EvictionPods {
                 true
             }
         };
-        !running && !self.ctx.volumes.volumes_exist(uid)
+        !running && !self.ctx.volumes().volumes_exist(uid)
     }
 
     async fn delete_all_unused_containers(

@@ -201,8 +201,7 @@ pub async fn collect_containers(
     terminated_too: bool,
 ) -> crate::cri::Result<crate::container_gc::Collected> {
     let finished: HashSet<String> = ctx
-        .runtime
-        .pods
+        .pods()
         .state()
         .iter()
         .filter(|p| crate::pod_core::spec::is_terminal(p))
@@ -212,11 +211,11 @@ pub async fn collect_containers(
     let now = k8s_openapi::jiff::Timestamp::now().as_nanosecond();
     let now = i64::try_from(now).unwrap_or(i64::MAX);
     crate::container_gc::collect(
-        &ctx.runtime.runtime,
+        ctx.cri(),
         policy,
         now,
         |uid| finished.contains(uid),
-        &ctx.runtime.log_links_dir,
+        ctx.log_links_dir(),
     )
     .await
 }
@@ -237,8 +236,8 @@ pub async fn run_container_gc(
         if let Err(e) = collect_containers(&ctx, policy, false).await {
             warn!(error = %e, "container GC");
             crate::events::publish_node(
-                &ctx.runtime.recorder,
-                &ctx.runtime.node.node_name,
+                ctx.recorder(),
+                &ctx.node().node_name,
                 crate::events::EventType::Warning,
                 crate::reasons::event::CONTAINER_GC_FAILED,
                 e.to_string(),
@@ -268,20 +267,17 @@ pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
         .filter_map(|p| p.metadata.uid.clone())
         .collect();
     let keep = |uid: &str| known.contains(uid);
-    ctx.status.retain(keep);
-    ctx.admission.retain(keep);
-    ctx.evictions
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .retain(|uid, _| keep(uid));
-    ctx.runtime.images.retain(keep);
-    ctx.allocations.retain(keep);
-    if let Some(devices) = &ctx.runtime.devices {
+    ctx.status().retain(keep);
+    ctx.admission().retain(keep);
+    ctx.retain_evictions(keep);
+    ctx.images().retain(keep);
+    ctx.allocations().retain(keep);
+    if let Some(devices) = ctx.devices() {
         devices.release(keep);
     }
-    for uid in ctx.prober.pods().into_iter().filter(|u| !keep(u)) {
+    for uid in ctx.prober().pods().into_iter().filter(|u| !keep(u)) {
         debug!(pod_uid = uid, "housekeeping: stop the probes of a pod gone");
-        ctx.prober.forget(&uid);
+        ctx.prober().forget(&uid);
     }
     crate::metrics::metrics().retain_pods(keep);
 }
@@ -364,10 +360,10 @@ pub fn pod_counts(
 /// lifecycle read from the status this agent last sent, with
 /// `runtime_only` pods left by [`cleanup_orphans`].
 pub fn record_pod_counts(ctx: &Context, runtime_only: usize) {
-    let census = ctx.sources.census();
+    let census = ctx.sources().census();
     let counts = pod_counts(
         &census,
-        |pod| lifecycle(&ctx.status.with_sent_status(pod.clone())),
+        |pod| lifecycle(&ctx.status().with_sent_status(pod.clone())),
         runtime_only,
     );
     crate::metrics::metrics().set_pod_counts(&counts);
@@ -378,7 +374,7 @@ pub fn record_pod_counts(ctx: &Context, runtime_only: usize) {
 /// removed (one that still holds tasks is tried again next time), and the
 /// `burstable` cgroup's shares follow its pods' cpu requests (as allocated).
 pub fn sync_pod_cgroups(ctx: &Context, store: &Store<Pod>) {
-    let Some(cgroups) = &ctx.runtime.cgroups else {
+    let Some(cgroups) = ctx.cgroups() else {
         return;
     };
     let pods = store.state();
@@ -403,7 +399,8 @@ pub fn sync_pod_cgroups(ctx: &Context, store: &Store<Pod>) {
         .filter(|p| !crate::pod_core::spec::is_terminal(p))
         .filter(|p| crate::pod_core::qos::qos_class(p) == crate::pod_core::qos::QosClass::Burstable)
         .filter_map(|p| {
-            let allocated = super::allocation::allocated(std::slice::from_ref(p), &ctx.allocations);
+            let allocated =
+                super::allocation::allocated(std::slice::from_ref(p), ctx.allocations());
             allocated.first().and_then(|p| {
                 crate::pod_core::fit::pod_requests(p)
                     .get("cpu")

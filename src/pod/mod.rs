@@ -11,6 +11,11 @@
 //! | module | job | the kubelet's part |
 //! |---|---|---|
 //! | [`worker`] | the reconcile loop: observe → admit → volumes → plan → execute → report | `pod_workers.go`, `SyncPod` |
+//! | [`context`] | what every pod sync shares: the managers and node facts | the `Kubelet` struct |
+//! | [`admission`] | a pod admitted or rejected at the start of its sync | `canAdmitPod`, `rejectPod` |
+//! | [`allocate`] | a pod's allocation and in-place resizes at each sync | `handlePodResourcesResize` |
+//! | [`static_pods`] | a static pod's status seeded from its mirror, the mirror kept current | status manager, `tryReconcileMirrorPods` |
+//! | [`teardown`] | a finished pod's final status, volumes, directory and delete | `SyncTerminatedPod` |
 //! | [`admission_manager`] | admission in creation order, verdicts remembered | `HandlePodAdditions` |
 //! | [`allocation`] | the node's allocated resources, kept on disk across restarts | `pkg/kubelet/allocation` state |
 //! | [`runtime_manager`] | carries out a plan's steps through CRI | kuberuntime manager `SyncPod`, `startContainer`, `killContainer` |
@@ -27,8 +32,11 @@
 //! | [`mirror_client`] | the mirror pods of static pods in the API | `pkg/kubelet/pod/mirror_client.go`, `tryReconcileMirrorPods` |
 //! | [`userns`] | the host ID range of each pod with its own user namespace | `pkg/kubelet/userns` |
 
+pub mod admission;
 pub mod admission_manager;
+pub mod allocate;
 pub mod allocation;
+pub mod context;
 pub mod credentials;
 pub mod env_sources;
 pub mod eviction_pods;
@@ -40,7 +48,9 @@ pub mod mirror_client;
 pub mod pleg;
 pub mod runtime_manager;
 pub mod sources;
+pub mod static_pods;
 pub mod status_manager;
+pub mod teardown;
 pub mod userns;
 pub mod worker;
 

@@ -46,7 +46,6 @@ use crate::pod_core::plan::{self, PullBackoff, Step, Volumes};
 use crate::pod_core::runtime::{
     Container as RuntimeContainer, ContainerState, PodRuntime, Sandbox,
 };
-use crate::pod_core::status::StatusContext;
 use crate::pod_core::translate;
 use crate::pod_core::{admit, env, hosts, spec, status};
 use crate::prober::{ContainerProbes, ProbeKind, ProbeState, Timing};
@@ -1258,22 +1257,15 @@ fn case() -> impl Strategy<Value = Case> {
 
 fn node(c: &Case) -> NodeContext {
     NodeContext {
-        node_name: "node-1".into(),
-        node_ips: vec!["10.0.0.1".into()],
-        pod_logs_dir: "/var/log/pods".into(),
-        root_dir: "/var/lib/rustlet".into(),
         host_dns: HostDns::parse("nameserver 10.0.0.2\nsearch corp.example\noptions ndots:2\n"),
         cluster_dns: vec!["10.96.0.10".into()],
-        cluster_domain: "cluster.local".into(),
         allocatable: c.allocatable.clone(),
         memory_capacity_bytes: c.memory_capacity,
-        hosts_file: "/etc/hosts".into(),
         allowed_unsafe_sysctls: vec!["kernel.msg*".into(), "net.core.somaxconn".into()],
         seccomp_default: c.node_flags[0],
         apparmor_enabled: c.node_flags[1],
         user_namespaces_support: c.node_flags[2],
-        initial_labels: BTreeMap::new(),
-        initial_taints: vec![],
+        ..crate::fixtures::node_context()
     }
 }
 
@@ -1623,11 +1615,7 @@ fn check_sync(c: &Case) {
     let p = plan::plan(pod, &c.rt, &c.backoffs, &c.probes, volumes, c.now);
     check_plan(pod, &c.rt, &p, volumes);
     check_containers(c, &node);
-    let ctx = StatusContext {
-        host_ips: vec!["10.0.0.1".into()],
-        runtime_name: "containerd".into(),
-        runtime_rro: true,
-    };
+    let ctx = crate::fixtures::status_context();
     let st = status::status(pod, &c.rt, &p.waiting, &c.probes, &ctx, c.now);
     check_status(pod, &st);
     let _ = status::rejected(

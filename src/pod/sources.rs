@@ -1086,7 +1086,7 @@ mod tests {
         let web = store
             .get(&ObjectRef::new("web-node-1").within("default"))
             .expect("web");
-        assert!(static_pod::is_static(&web));
+        assert!(crate::pod_core::kind::PodKind::of(&web).is_static);
         assert_eq!(
             web.metadata
                 .annotations

@@ -98,7 +98,7 @@ impl StatusManager {
     /// # Errors
     /// The patch failed otherwise.
     pub async fn set_status(&self, pod: &Pod, status: PodStatus) -> Result<bool, kube::Error> {
-        if static_pod::is_static(pod) {
+        if crate::pod_core::kind::PodKind::of(pod).is_static {
             return self.set_static_status(pod, status).await;
         }
         let current = self.sent_for(pod).or_else(|| pod.status.clone());
@@ -261,7 +261,7 @@ fn container_summary(status: &PodStatus) -> Vec<String> {
 }
 
 fn sent_status_of(pod: &Pod, sent: Option<&Sent>) -> Option<PodStatus> {
-    if static_pod::is_static(pod) {
+    if crate::pod_core::kind::PodKind::of(pod).is_static {
         // The static pod's object is the agent's own: the last status sent is its status.
         return sent.map(|(_, status)| status.clone());
     }

@@ -108,8 +108,13 @@ pub fn resize_requested(pod: &Pod, allocation: &Allocation) -> bool {
 ///
 /// # Errors
 /// The `PodResizePending` reason and message.
-pub fn admit_resize(pod: &Pod, others: &[&Pod], node: &NodeView) -> Result<(), Rejection> {
-    if spec::is_static(pod) {
+pub fn admit_resize(
+    pod: &Pod,
+    kind: super::kind::PodKind,
+    others: &[&Pod],
+    node: &NodeView,
+) -> Result<(), Rejection> {
+    if kind.is_static {
         return Err(Rejection {
             reason: INFEASIBLE.into(),
             message: "In-place resize of static-pods is not supported".into(),

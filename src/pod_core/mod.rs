@@ -16,6 +16,7 @@
 //! | [`admit`] | admission of a pod to the node | `canAdmitPod`, the admit handlers |
 //! | [`fit`] | resources, node selectors and affinity against the node | `GeneralPredicates` |
 //! | [`allocation`] | allocated resources and resize requests | `pkg/kubelet/allocation` |
+//! | [`kind`] | static, mirror, terminal, critical and QoS, read once per sync | `IsStaticPod`, `IsMirrorPod`, `IsCriticalPod` |
 //! | [`qos`] | the pod's QoS class | `v1qos.GetPodQOS` |
 //! | [`probes`] | what the probes say of a container | `prober/results` |
 //! | [`limits`] | cgroup cpu and memory limits | `cm.ResourceConfig` |
@@ -27,6 +28,7 @@ pub mod env;
 pub mod facts;
 pub mod fit;
 pub mod hosts;
+pub mod kind;
 pub mod limits;
 pub mod plan;
 pub mod probes;

@@ -1372,8 +1372,7 @@ mod tests {
     fn ctx() -> StatusContext {
         StatusContext {
             host_ips: vec!["127.0.0.1".into()],
-            runtime_name: "containerd".into(),
-            runtime_rro: true,
+            ..crate::fixtures::status_context()
         }
     }
 

@@ -59,21 +59,21 @@ async fn a_force_deleted_pod_stops_its_probes_and_every_manager_forgets_it() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(probe_series(uid).len(), 2, "{:?}", probe_series(uid));
-    assert!(n.ctx.runtime.images.tracks(uid), "a pull back-off");
-    assert_eq!(n.ctx.status.cached(), 1);
+    assert!(n.ctx.images().tracks(uid), "a pull back-off");
+    assert_eq!(n.ctx.status().cached(), 1);
     // Force-deleted: gone from the API and the watch at once; no sync sees it.
     n.api.remove_pod("forced");
     n.pods.api_event(watcher::Event::Delete(forced.clone()));
-    super::super::housekeeping::forget_gone(&n.ctx, &n.ctx.runtime.pods);
-    assert_eq!(n.ctx.prober.pods(), Vec::<String>::new());
+    super::super::housekeeping::forget_gone(&n.ctx, n.ctx.pods());
+    assert_eq!(n.ctx.prober().pods(), Vec::<String>::new());
     assert_eq!(probe_series(uid), Vec::<String>::new());
     assert!(!crate::metrics::metrics().tracks_pod(uid));
-    assert!(!n.ctx.runtime.images.tracks(uid));
-    assert_eq!(n.ctx.status.cached(), 0);
+    assert!(!n.ctx.images().tracks(uid));
+    assert_eq!(n.ctx.status().cached(), 0);
     // A sync that was under way when the pod went starts no worker again.
     let stale = reconcile(Arc::new(forced.clone()), n.ctx.clone());
     let _ = tokio::time::timeout(Duration::from_secs(20), stale).await;
-    assert_eq!(n.ctx.prober.pods(), Vec::<String>::new());
+    assert_eq!(n.ctx.prober().pods(), Vec::<String>::new());
     // And nothing probes it any more.
     let execs = n.cri.execs().len();
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -332,18 +332,18 @@ async fn pod_directories_whose_sandbox_vanished_are_torn_down_but_not_those_of_l
     // The sandboxes vanish while the agent is down (a reboot); `gone` is
     // deleted from the API meanwhile, `alive` is not.
     for s in n.cri.sandboxes() {
-        let rt = &n.ctx.runtime.runtime;
+        let rt = n.ctx.cri();
         rt.stop_pod_sandbox(&s.id).await.expect("stop sandbox");
         rt.remove_pod_sandbox(&s.id).await.expect("remove sandbox");
     }
     n.api.remove_pod("gone");
     n.pods.api_event(watcher::Event::Delete(gone));
     let removed = super::super::housekeeping::cleanup_orphans(
-        &n.ctx.runtime.runtime,
+        n.ctx.cri(),
         &n.api.client(),
-        &n.ctx.runtime.pods,
-        &n.ctx.volumes,
-        &n.ctx.runtime.node.pod_logs_dir,
+        n.ctx.pods(),
+        n.ctx.volumes(),
+        &n.ctx.node().pod_logs_dir,
     )
     .await
     .expect("housekeeping")

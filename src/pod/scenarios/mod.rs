@@ -33,12 +33,12 @@ use super::env_sources::SourceReader;
 use super::image_manager::{ImageManager, PullConcurrency};
 use super::runtime_manager::RuntimeManager;
 use super::status_manager::StatusManager;
-use super::worker::{Context, reconcile};
+use super::worker::{Context, Parts, reconcile};
 use crate::cri::fake::FakeRuntime;
 use crate::events::Recorder;
 use crate::fake_api::{self as api, FakeApi};
 use crate::fixtures::pod;
-use crate::pod_core::facts::{HostDns, NodeContext};
+use crate::pod_core::facts::NodeContext;
 use crate::pod_core::status::StatusContext;
 use crate::volume::VolumeManager;
 
@@ -114,31 +114,18 @@ impl Node {
         let root = dir.path().join("root");
         let hosts = dir.path().join("hosts");
         std::fs::write(&hosts, "127.0.0.1 localhost\n").expect("hosts file");
+        // Allocatable as the agent computes it; the same as the Node below.
         let node = NodeContext {
-            node_name: "node-1".into(),
-            node_ips: vec!["10.0.0.1".into()],
             pod_logs_dir: dir.path().join("logs"),
             root_dir: root.clone(),
-            host_dns: HostDns::default(),
-            cluster_dns: vec![],
-            cluster_domain: "cluster.local".into(),
-            // As the agent computes it; the same as the Node below.
-            allocatable: BTreeMap::from([
-                ("cpu".to_string(), Quantity("4".into())),
-                ("memory".to_string(), Quantity("8Gi".into())),
-                ("pods".to_string(), Quantity("110".into())),
-            ]),
             memory_capacity_bytes: 1 << 30,
             hosts_file: hosts,
-            allowed_unsafe_sysctls: vec![],
-            seccomp_default: false,
-            apparmor_enabled: false,
             user_namespaces_support: true,
             initial_labels: BTreeMap::from([
                 ("kubernetes.io/hostname".to_string(), "node-1".to_string()),
                 ("node.kubernetes.io/pool".to_string(), "blue".to_string()),
             ]),
-            initial_taints: vec![],
+            ..crate::fixtures::node_context()
         };
         let images = ImageManager::new(
             runtime.clone(),
@@ -163,7 +150,7 @@ impl Node {
         if node_listed {
             node_writer.apply_watcher_event(&watcher::Event::Apply(api_node));
         }
-        let ctx = Arc::new(Context {
+        let ctx = Arc::new(Context::new(Parts {
             runtime: RuntimeManager {
                 runtime,
                 images,
@@ -183,20 +170,17 @@ impl Node {
             },
             status: Arc::new(StatusManager::new(client.clone(), pods.clone())),
             status_context: StatusContext {
-                host_ips: vec!["10.0.0.1".into()],
                 runtime_name: "fake".into(),
-                runtime_rro: true,
+                ..crate::fixtures::status_context()
             },
             volumes: Arc::new(VolumeManager::new(client, &root, BTreeMap::new())),
             prober,
             pleg_connected: Arc::new(AtomicBool::new(false)),
             node_store,
-            admission: super::admission_manager::AdmissionManager::new(),
             pressures: tokio::sync::watch::channel(Vec::new()).1,
-            evictions: std::sync::Mutex::default(),
             sources: pods.clone(),
             allocations: crate::pod::allocation::Allocations::in_memory(),
-        });
+        }));
         Self {
             api,
             cri,
@@ -507,9 +491,7 @@ async fn a_crashing_container_restarts_at_once_then_after_its_back_off_deadline(
     assert_eq!(n.cri_calls(), ["CreateContainer c", "StartContainer c"]);
     // The second waits 10 s: CrashLoopBackOff, requeued for the deadline
     // (sooner than the 30 s resync of a node whose PLEG has runtime events).
-    n.ctx
-        .pleg_connected
-        .store(true, std::sync::atomic::Ordering::Relaxed);
+    n.ctx.set_pleg_connected(true);
     let action = n.sync_watched("web").await;
     assert_eq!(n.cri_calls(), Vec::<String>::new());
     assert_eq!(
@@ -624,11 +606,11 @@ async fn a_force_deleted_pod_is_cleaned_up_once_the_watch_has_dropped_it() {
     n.cri_calls();
     n.api.remove_pod("web");
     n.api_calls();
-    let (rt, client) = (&n.ctx.runtime.runtime, n.api.client());
-    let store = n.ctx.runtime.pods.clone();
-    let logs = n.ctx.runtime.node.pod_logs_dir.clone();
+    let (rt, client) = (n.ctx.cri(), n.api.client());
+    let store = n.ctx.pods().clone();
+    let logs = n.ctx.node().pod_logs_dir.clone();
     let cleanup =
-        || super::housekeeping::cleanup_orphans(rt, &client, &store, &n.ctx.volumes, &logs);
+        || super::housekeeping::cleanup_orphans(rt, &client, &store, n.ctx.volumes(), &logs);
     // The watch has not dropped it yet: housekeeping leaves it alone.
     assert_eq!(cleanup().await.expect("housekeeping").removed, 0);
     assert_eq!(n.cri_calls(), Vec::<String>::new());
@@ -646,9 +628,9 @@ async fn a_force_deleted_pod_is_cleaned_up_once_the_watch_has_dropped_it() {
     assert_eq!(n.api_calls(), ["GET /api/v1/namespaces/default/pods/web"]);
     assert!(n.cri.sandboxes().is_empty());
     // The managers forget it too.
-    assert_eq!(n.ctx.status.cached(), 1);
-    super::housekeeping::forget_gone(&n.ctx, &n.ctx.runtime.pods);
-    assert_eq!(n.ctx.status.cached(), 0);
+    assert_eq!(n.ctx.status().cached(), 1);
+    super::housekeeping::forget_gone(&n.ctx, n.ctx.pods());
+    assert_eq!(n.ctx.status().cached(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -666,11 +648,11 @@ async fn pods_deleted_while_the_agent_was_down_are_removed_but_not_those_the_api
     fresh.api_calls();
     let client = fresh.api.client();
     let removed = super::housekeeping::cleanup_orphans(
-        &fresh.ctx.runtime.runtime,
+        fresh.ctx.cri(),
         &client,
-        &fresh.ctx.runtime.pods,
-        &fresh.ctx.volumes,
-        &fresh.ctx.runtime.node.pod_logs_dir,
+        fresh.ctx.pods(),
+        fresh.ctx.volumes(),
+        &fresh.ctx.node().pod_logs_dir,
     )
     .await
     .expect("housekeeping")
@@ -701,11 +683,11 @@ async fn a_pod_only_the_runtime_has_whose_cleanup_fails_is_counted_until_it_is_g
     let client = fresh.api.client();
     let cleanup = || {
         super::housekeeping::cleanup_orphans(
-            &fresh.ctx.runtime.runtime,
+            fresh.ctx.cri(),
             &client,
-            &fresh.ctx.runtime.pods,
-            &fresh.ctx.volumes,
-            &fresh.ctx.runtime.node.pod_logs_dir,
+            fresh.ctx.pods(),
+            fresh.ctx.volumes(),
+            &fresh.ctx.node().pod_logs_dir,
         )
     };
     // The runtime refuses to stop the container: the pod stays, counted as
@@ -716,7 +698,7 @@ async fn a_pod_only_the_runtime_has_whose_cleanup_fails_is_counted_until_it_is_g
     let first = cleanup().await.expect("housekeeping");
     assert_eq!(first.left, 1);
     assert_eq!(fresh.cri.sandboxes().len(), 1);
-    let census = fresh.ctx.sources.census();
+    let census = fresh.ctx.sources().census();
     let counts = super::housekeeping::pod_counts(&census, |_| "sync", first.left);
     assert_eq!(
         counts
@@ -738,16 +720,16 @@ async fn a_reset_removes_every_pod_its_directory_and_the_node() {
     n.sync(&web).await;
     n.sync(&db).await;
     n.api.put_node("companion");
-    let pods_dir = n.ctx.volumes.root_dir().join("pods");
+    let pods_dir = n.ctx.volumes().root_dir().join("pods");
     assert_eq!(std::fs::read_dir(&pods_dir).expect("pod dirs").count(), 2);
     n.api_calls();
     n.cri_calls();
 
     let client = n.api.client();
     let target = crate::node::reset::Target {
-        runtime: &n.ctx.runtime.runtime,
-        volumes: &n.ctx.volumes,
-        pod_logs_dir: &n.ctx.runtime.node.pod_logs_dir,
+        runtime: n.ctx.cri(),
+        volumes: n.ctx.volumes(),
+        pod_logs_dir: &n.ctx.node().pod_logs_dir,
         client: &client,
         node: "companion",
         bridge: None,
@@ -1368,8 +1350,7 @@ async fn a_dead_sandbox_is_replaced_and_its_containers_started_again() {
     n.cri_calls();
     let sandbox = n.cri.sandboxes().pop().expect("a sandbox").id;
     n.ctx
-        .runtime
-        .runtime
+        .cri()
         .stop_pod_sandbox(&sandbox)
         .await
         .expect("stop the sandbox");

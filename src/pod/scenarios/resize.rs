@@ -266,7 +266,7 @@ async fn allocations_outlive_a_restart_of_the_agent() {
     let big = resources(("200m", "200m"), ("64Mi", "64Mi"));
     let web = resize(&mut n, "web", big.clone());
     n.sync(&web).await;
-    let allocations = &n.ctx.allocations;
+    let allocations = n.ctx.allocations();
     let uid = web.metadata.uid.clone().unwrap_or_default();
     assert_eq!(
         allocations.get(&uid).map(|a| a.containers["c"].clone()),

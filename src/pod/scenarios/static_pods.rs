@@ -29,8 +29,7 @@ fn manifest_pods(n: &Node, grace: i64) -> BTreeMap<String, Pod> {
 /// Static pod `web-node-1` as the pod workers see it now.
 fn stored(n: &Node) -> Option<Arc<Pod>> {
     n.ctx
-        .runtime
-        .pods
+        .pods()
         .get(&ObjectRef::new("web-node-1").within("default"))
 }
 
@@ -189,8 +188,7 @@ async fn a_static_pod_starts_before_the_node_is_registered_and_its_mirror_pod_wa
         n.pods.set_static(name, listing.pods);
         let pod = n
             .ctx
-            .runtime
-            .pods
+            .pods()
             .get(&ObjectRef::new(&format!("{name}-node-1")).within("default"))
             .expect("stored");
         n.sync(&pod).await;
