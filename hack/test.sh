@@ -25,6 +25,9 @@ set -euo pipefail
 PROG=test
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export CARGO_TARGET_DIR
+# A test run builds each profile once: incremental data would only fill the
+# disk (gigabytes a checkout path).
+export CARGO_INCREMENTAL=0
 export PATH=$BIN:$PATH
 cd "$ROOT"
 
