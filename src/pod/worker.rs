@@ -55,32 +55,12 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         return Ok(Action::await_change());
     }
     // Step 1: the pod as last reported, and what the runtime holds of it.
-    let pod = ctx.status().with_sent_status(pod);
-    // What kind of pod this is, read once: no step below asks again.
-    let mut kind = PodKind::of(&pod);
-    let seed = mirror_seed(&pod, kind, &ctx);
-    let seeded = seed.is_some();
-    let pod = match seed {
-        Some(status) => {
-            let mut seeded = (*pod).clone();
-            seeded.status = Some(status);
-            // A seed is never a terminal status ([`mirror_seed`]).
-            kind.is_terminal = false;
-            Arc::new(seeded)
-        }
-        None => pod,
-    };
-    // An eviction the status does not show yet (its write failed, or a
-    // sync started before it overwrote it) is applied here.
-    let eviction = ctx.eviction(&uid);
-    let pod = match &eviction {
-        Some(e) if !kind.is_terminal && !crate::pod_core::spec::is_evicted(&pod) => {
-            let mut evicted = (*pod).clone();
-            evicted.status = Some(status::evicting(&pod, &e.message, e.disruption, e.at));
-            Arc::new(evicted)
-        }
-        _ => pod,
-    };
+    let Seen {
+        pod,
+        kind,
+        seeded,
+        eviction,
+    } = seen(pod, &uid, &ctx);
     let rt = observe(ctx.cri(), &uid).await.map_err(rt_err)?;
     // A static pod being stopped ends once nothing of it runs: what it ran
     // stays for housekeeping and container GC, so the same manifest put
@@ -193,6 +173,55 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         .requeue_after
         .map_or(ctx.resync(), |r| r.min(ctx.resync()));
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// The pod as one sync sees it ([`seen`]).
+struct Seen {
+    /// The pod with the status last sent, a static pod's seeded from its
+    /// mirror pod, an eviction's applied.
+    pod: Arc<Pod>,
+    /// What the pod is, read once: no step of the sync asks again.
+    kind: PodKind,
+    /// The status was seeded from the mirror pod ([`mirror_seed`]).
+    seeded: bool,
+    /// The eviction recorded for the pod, if any.
+    eviction: Option<crate::eviction::Eviction>,
+}
+
+/// `pod` as this sync sees it: with the status last sent, a static pod's
+/// status seeded from its mirror pod, and an eviction the status does not
+/// show yet (its write failed, or a sync started before it overwrote it)
+/// applied; with its kind computed once.
+fn seen(pod: Arc<Pod>, uid: &str, ctx: &Context) -> Seen {
+    let pod = ctx.status().with_sent_status(pod);
+    let mut kind = PodKind::of(&pod);
+    let seed = mirror_seed(&pod, kind, ctx);
+    let seeded = seed.is_some();
+    let pod = match seed {
+        Some(status) => {
+            let mut seeded = (*pod).clone();
+            seeded.status = Some(status);
+            // A seed is never a terminal status ([`mirror_seed`]).
+            kind.is_terminal = false;
+            Arc::new(seeded)
+        }
+        None => pod,
+    };
+    let eviction = ctx.eviction(uid);
+    let pod = match &eviction {
+        Some(e) if !kind.is_terminal && !crate::pod_core::spec::is_evicted(&pod) => {
+            let mut evicted = (*pod).clone();
+            evicted.status = Some(status::evicting(&pod, &e.message, e.disruption, e.at));
+            Arc::new(evicted)
+        }
+        _ => pod,
+    };
+    Seen {
+        pod,
+        kind,
+        seeded,
+        eviction,
+    }
 }
 
 /// Starts and stops the pod's probe workers ([`crate::prober::manager::Manager::sync`]),
