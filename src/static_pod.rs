@@ -32,7 +32,7 @@ pub const MAX_MANIFEST_BYTES: u64 = 10 << 20;
 pub use crate::labels::{
     CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
 };
-pub use crate::pod_core::spec::{is_mirror, is_static};
+pub use crate::pod_core::spec::{annotation, is_mirror, is_static};
 
 /// The source name of manifest files.
 pub const FILE_SOURCE: &str = "file";
@@ -332,24 +332,10 @@ pub fn mirror_pod(static_pod: &Pod, node: &str, node_uid: &str) -> Result<Pod, S
     Ok(mirror)
 }
 
-/// The value of annotation `key` of `pod`, if set.
-#[must_use]
-pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
 /// The static pod's `kubernetes.io/config.hash`.
 #[must_use]
 pub fn config_hash(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(CONFIG_HASH_ANNOTATION)
-        .map(String::as_str)
+    annotation(pod, CONFIG_HASH_ANNOTATION)
 }
 
 /// True when `mirror` is the current mirror pod of `static_pod`, as the

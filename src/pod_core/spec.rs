@@ -299,7 +299,8 @@ pub fn is_mirror(pod: &Pod) -> bool {
 }
 
 /// The value of annotation `key` of `pod`, if set.
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+#[must_use]
+pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata
         .annotations
         .as_ref()?
