@@ -65,14 +65,9 @@ impl Pressure {
 /// under memory pressure alone, pods that are not BestEffort and BestEffort
 /// pods that tolerate the `node.kubernetes.io/memory-pressure` taint pass;
 /// otherwise reason `Evicted`, message `The node had condition: [<types>]. `.
+/// `kind` is the pod's, computed once per sync.
 #[must_use]
-pub fn admit(pod: &Pod, pressures: &[Pressure]) -> Option<crate::pod_core::admit::Rejection> {
-    admit_kind(pod, crate::pod_core::kind::PodKind::of(pod), pressures)
-}
-
-/// [`admit`] of a pod whose kind is already known.
-#[must_use]
-pub fn admit_kind(
+pub fn admit(
     pod: &Pod,
     kind: crate::pod_core::kind::PodKind,
     pressures: &[Pressure],
@@ -997,12 +992,36 @@ mod tests {
     fn under_pressure_only_what_memory_pressure_allows_is_admitted() {
         let best_effort = pod("be").container("c", "busybox").build();
         let (burstable, _) = hog("burst", 0, 10, 0);
-        assert_eq!(admit(&best_effort, &[]), None);
-        let r = admit(&best_effort, &[Pressure::Memory]).expect("refused");
+        assert_eq!(
+            admit(
+                &best_effort,
+                crate::pod_core::kind::PodKind::of(&best_effort),
+                &[]
+            ),
+            None
+        );
+        let r = admit(
+            &best_effort,
+            crate::pod_core::kind::PodKind::of(&best_effort),
+            &[Pressure::Memory],
+        )
+        .expect("refused");
         assert_eq!(r.reason, "Evicted");
         assert_eq!(r.message, "The node had condition: [MemoryPressure]. ");
-        assert_eq!(admit(&burstable, &[Pressure::Memory]), None);
-        let r = admit(&burstable, &[Pressure::Memory, Pressure::Disk]).expect("refused");
+        assert_eq!(
+            admit(
+                &burstable,
+                crate::pod_core::kind::PodKind::of(&burstable),
+                &[Pressure::Memory]
+            ),
+            None
+        );
+        let r = admit(
+            &burstable,
+            crate::pod_core::kind::PodKind::of(&burstable),
+            &[Pressure::Memory, Pressure::Disk],
+        )
+        .expect("refused");
         assert_eq!(
             r.message,
             "The node had condition: [MemoryPressure DiskPressure]. "
@@ -1015,10 +1034,24 @@ mod tests {
                 effect: Some("NoSchedule".into()),
                 ..Default::default()
             }]);
-        assert_eq!(admit(&tolerant, &[Pressure::Memory]), None);
+        assert_eq!(
+            admit(
+                &tolerant,
+                crate::pod_core::kind::PodKind::of(&tolerant),
+                &[Pressure::Memory]
+            ),
+            None
+        );
         let mut critical = best_effort.clone();
         critical.spec.as_mut().unwrap().priority = Some(2_000_000_000);
-        assert_eq!(admit(&critical, &[Pressure::Pid]), None);
+        assert_eq!(
+            admit(
+                &critical,
+                crate::pod_core::kind::PodKind::of(&critical),
+                &[Pressure::Pid]
+            ),
+            None
+        );
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub async fn admission(
     }
     // The eviction manager's handler comes first, as in the kubelet.
     let pressures = ctx.pressures();
-    if let Some(r) = crate::eviction::admit_kind(pod, kind, &pressures) {
+    if let Some(r) = crate::eviction::admit(pod, kind, &pressures) {
         return Ok(Verdict::Reject(r));
     }
     let node = ctx.node();
