@@ -5,6 +5,11 @@ latency.png (in the same directory) and prints the markdown table; with
 rewrites the generated part of docs/performance.md.
 
     hack/bench-report.py [--publish] [DIR]
+    hack/bench-report.py --quick DIR
+
+--quick (hack/bench.sh --quick: one round, no steady pods) prints only the
+four headline figures (HEADLINES) of each subject and their ratios within
+the run, and writes them to DIR/results.md; no plot, nothing to publish.
 
 DIR (default _output/bench) holds run.json (the measured commit, start,
 rounds, parameters and host, written by hack/bench.sh) and a directory
@@ -249,6 +254,32 @@ FIGURES = [
            target=("≤ kubelet", writes_target)),
     Figure("API reads per pod lifecycle", "requests", ("api", "reads_per_pod")),
 ]
+
+
+# The figures a change's note quotes before and after (hack/bench.sh --quick).
+HEADLINES = ("(a) create → Running p50", "(b) burst: all Running (wall)", "(d) idle RSS",
+             "API writes per pod lifecycle")
+
+
+def quick_table(run, figs):
+    """The headline figures of a one-round run, as markdown."""
+    p = run["parameters"]
+    started = run["started"].replace("T", " ").replace("Z", " UTC")
+    commit = run["commit_short"] + (" with uncommitted changes" if run["uncommitted"] else "")
+    lines = [f"Quick run of {started}: rustlet {commit} ({run['rustlet_profile']} build); "
+             f"{p['count']} pods one at a time, a burst of {p['burst']}, {p['idle_s']} s idle.",
+             "",
+             "| figure | unit | bare CRI | kubelet | rustlet | rustlet/kubelet | rustlet/bare |",
+             "|---|---|---|---|---|---|---|"]
+    by_name = {f["figure"]: f for f in figs}
+    for name in HEADLINES:
+        f = by_name.get(name)
+        if f is None:
+            die(f"no figure {name!r} in the run (too few samples?)")
+        lines.append(f"| {name} | {f['unit']} | {cell(f['bare'], f['unit'])} | "
+                     f"{cell(f['kubelet'], f['unit'])} | {cell(f['rustlet'], f['unit'])} | "
+                     f"{cell(f['rustlet/kubelet'], 'ratio')} | {cell(f['rustlet/bare'], 'ratio')} |")
+    return "\n".join(lines) + "\n"
 
 
 def ratios(a, b):
@@ -523,9 +554,10 @@ def method():
 def main():
     args = sys.argv[1:]
     do_publish = "--publish" in args
-    args = [a for a in args if a != "--publish"]
-    if len(args) > 1 or any(a.startswith("-") for a in args):
-        die("usage: hack/bench-report.py [--publish] [DIR]")
+    quick = "--quick" in args
+    args = [a for a in args if a not in ("--publish", "--quick")]
+    if len(args) > 1 or any(a.startswith("-") for a in args) or (quick and do_publish):
+        die("usage: hack/bench-report.py [--publish] [DIR] | --quick DIR")
     d = Path(args[0] if args else "_output/bench")
     if not (d / "run.json").exists():
         die(f"{d}/run.json is missing (hack/bench.sh writes it)")
@@ -535,6 +567,11 @@ def main():
         die(f"no complete round in {d}")
 
     figs = figures(rounds)
+    if quick:
+        md = quick_table(run, figs)
+        (d / "results.md").write_text(md)
+        print(md)
+        return
     api = api_summary(rounds, "api")
     idle = api_summary(rounds, "idle_api_per_minute")
     results = {

@@ -3,7 +3,7 @@
 # from their Go modules into _output/bin/. Go's module and build caches make a
 # warm rebuild take seconds.
 #
-#   hack/build-cluster.sh [all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind|csi]
+#   hack/build-cluster.sh [all|k8s|kubelet|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind|csi]
 #
 # `busybox` builds busybox $BUSYBOX_VERSION as upstream configures it by default
 # (defconfig, static) into _output/bin/busybox-$BUSYBOX_VERSION, for the e2e
@@ -36,7 +36,7 @@ export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 what=${1:-all}
 
-log() { echo "build-cluster: $*" >&2; }
+log() { echo "$(date +%H:%M:%S) build-cluster: $*" >&2; }
 
 # kind (sigs.k8s.io/kind, its own module tests/cluster/kind) and what its node
 # image holds of Kubernetes besides the kubelet: kubeadm and kubectl, from the
@@ -63,13 +63,19 @@ build_kind() {
 }
 
 build_k8s() {
-  log "kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, etcd (k8s.io/kubernetes $(grep -m1 'k8s.io/kubernetes v' tests/cluster/go.mod | awk '{print $NF}'))"
+  log "kube-apiserver, kube-controller-manager, kube-scheduler, etcd (k8s.io/kubernetes $(grep -m1 'k8s.io/kubernetes v' tests/cluster/go.mod | awk '{print $NF}'))"
   (cd tests/cluster && go build -trimpath -ldflags='-s -w' -o "$bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler \
-    k8s.io/kubernetes/cmd/kubelet \
     ./cmd/etcd)
+}
+
+# The upstream kubelet: the baseline agent (hack/local-up.sh --agent kubelet)
+# and kind's node agent; a node run by rustlet needs none.
+build_kubelet() {
+  log "kubelet (k8s.io/kubernetes $(grep -m1 'k8s.io/kubernetes v' tests/cluster/go.mod | awk '{print $NF}'))"
+  (cd tests/cluster && go build -trimpath -ldflags='-s -w' -o "$bin/" k8s.io/kubernetes/cmd/kubelet)
 }
 
 # The version is E2E_BUSYBOX_VERSION of hack/lib.sh (hack/images.sh and
@@ -251,8 +257,19 @@ cached() {
 }
 
 case "$what" in
-  all) for t in k8s containerd agnhost images busybox registry; do cached "$t"; done ;;
-  k8s | containerd | agnhost | images | busybox | registry | e2e | e2e-node | ginkgo | metrics-server | helm | kind | csi)
+  all)
+    # Side by side: module downloads and links overlap the compiles.
+    declare -A pids=()
+    key_of_inputs
+    for t in k8s kubelet containerd agnhost images busybox registry; do
+      cached "$t" &
+      pids[$t]=$!
+    done
+    failed=()
+    for t in "${!pids[@]}"; do wait "${pids[$t]}" || failed+=("$t"); done
+    ((${#failed[@]} == 0)) || { log "failed: ${failed[*]}"; exit 1; }
+    ;;
+  k8s | kubelet | containerd | agnhost | images | busybox | registry | e2e | e2e-node | ginkgo | metrics-server | helm | kind | csi)
     cached "$what" ;;
-  *) echo "build-cluster: unknown target '$what' (all|k8s|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind|csi)" >&2; exit 2 ;;
+  *) echo "build-cluster: unknown target '$what' (all|k8s|kubelet|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind|csi)" >&2; exit 2 ;;
 esac

@@ -2,14 +2,16 @@
 # Builds the local container images from files on this machine and imports
 # them into our containerd's k8s.io namespace (no registry needed).
 #
-#   hack/images.sh [--all] [--control-plane] [--out DIR]
+#   hack/images.sh [--tests] [--all] [--control-plane] [--out DIR]
 #
-# Always built (every pod and the project's own e2e tests need them):
+# Always built (every pod and the examples need them):
 #   registry.k8s.io/pause:3.10.2                      our pause binary
 #   docker.io/library/busybox:1.36                    Debian busybox-static,
 #   docker.io/library/busybox:latest                  every applet a symlink,
 #                                                     /etc/passwd and /etc/group
 #                                                     as in the upstream image
+# With --tests (or --all), the images the tests use, their binaries built
+# first when missing (hack/build-cluster.sh agnhost, busybox):
 #   registry.k8s.io/e2e-test-images/busybox:1.37.0-2  busybox 1.37 as upstream
 #   registry.k8s.io/e2e-test-images/busybox:1.36.1-1  configures it (see below)
 #   registry.k8s.io/e2e-test-images/agnhost:2.66.1    agnhost + busybox applets
@@ -53,15 +55,17 @@ PROG=images
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 all=false
+tests=false
 control_plane=false
 out_dir=''
 while (($#)); do
   case $1 in
-    --all) all=true; shift ;;
+    --all) all=true; tests=true; shift ;;
+    --tests) tests=true; shift ;;
     --control-plane) control_plane=true; shift ;;
     --out) (($# > 1)) || die "--out needs a directory"; out_dir=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/{/^set -euo/d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
-    *) die "unknown argument '$1' (usage: hack/images.sh [--all] [--control-plane] [--out DIR])" ;;
+    *) die "unknown argument '$1' (usage: hack/images.sh [--tests] [--all] [--control-plane] [--out DIR])" ;;
   esac
 done
 
@@ -79,11 +83,15 @@ GLIBC_DNS_IMAGE=$E2E/glibc-dns-testing:2.1.1
 BUSYBOX=${BUSYBOX:-/bin/busybox}
 E2E_BUSYBOX=$BIN/busybox-$E2E_BUSYBOX_VERSION
 
-for b in imagebuild pause agnhost ctr; do
+for b in imagebuild pause ctr; do
   [[ -x $BIN/$b ]] || die "missing $BIN/$b (run hack/build-cluster.sh)"
 done
 [[ -x $BUSYBOX ]] || die "missing dependency: $BUSYBOX (Debian package busybox-static)"
-[[ -x $E2E_BUSYBOX ]] || die "missing $E2E_BUSYBOX (run hack/build-cluster.sh busybox)"
+if $tests; then
+  # Built when a test first asks for them: the main job needs neither.
+  [[ -x $BIN/agnhost ]] || "$ROOT/hack/build-cluster.sh" agnhost || die "hack/build-cluster.sh agnhost failed"
+  [[ -x $E2E_BUSYBOX ]] || "$ROOT/hack/build-cluster.sh" busybox || die "hack/build-cluster.sh busybox failed"
+fi
 [[ -n $out_dir || -S $CTRD_SOCK ]] || die "containerd is not running on $CTRD_SOCK (start it with hack/local-up.sh)"
 [[ -z $out_dir ]] || mkdir -p "$out_dir"
 
@@ -312,6 +320,8 @@ busybox_links
 tag_args "${BUSYBOX_IMAGES[@]}"
 image busybox busybox "${tags[@]}" "${links[@]}" "${etc_files[@]}" --cmd '["sh"]'
 
+# test_images: the images of the tests (--tests).
+test_images() {
 # The e2e busybox image: upstream's is busybox 1.37 as configured by default,
 # built here from its source (hack/build-cluster.sh busybox). Debian's busybox
 # would not do: it leaves out nmeter (the node suite's lifecycle tests take
@@ -443,6 +453,8 @@ if ! missing "$DASH" "$HOSTNAME_BIN" && shared_libs "$DASH" "$HOSTNAME_BIN"; the
     --add "$DASH=/bin/dash" --add "$HOSTNAME_BIN=/bin/hostname" "${libs[@]}" --link /bin/sh=/bin/dash \
     "${links[@]}" "${etc_files[@]}" --cmd '["sh"]'
 fi
+}
+if $tests; then test_images; fi
 
 # The control plane's images: the binary at /usr/local/bin/<name>, its shared
 # libraries, and nothing else; the static pods give the command.

@@ -150,7 +150,7 @@ fi
 build_if_missing all kube-apiserver kube-controller-manager kube-scheduler kubelet etcd containerd ctr imagebuild pause agnhost
 build_if_missing kind kind kubeadm kubectl kind-node/etcd
 build_if_missing helm helm
-"$ROOT/hack/images.sh" --control-plane --out "$KIND_DIR/images" || die "hack/images.sh --out failed"
+"$ROOT/hack/images.sh" --control-plane --tests --out "$KIND_DIR/images" || die "hack/images.sh --out failed"
 # kubeadm runs etcd with etcd's own flags: its image holds etcd's command
 # line (in place of the local cluster's embedded etcd), under the same name.
 etcd_image=$KIND_DIR/etcd-kubeadm.tar

@@ -5,7 +5,7 @@
 # the local images, and a node agent.
 #
 #   hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e]
-#                    [--runtime-pid-ns] [--registry-mirror]
+#                    [--runtime-pid-ns] [--registry-mirror] [--test-images]
 #   hack/local-up.sh --self-hosted
 #
 # --agent picks the node agent (default rustlet). --metrics-server also runs
@@ -31,6 +31,11 @@
 # mounts (hack/conformance.sh --suite storage). The pids the runtime reports
 # are then of its namespace: rustlet's per-container stats, which read
 # /proc/<pid>/cgroup, are missing.
+#
+# --test-images also builds and imports the images the tests use (agnhost,
+# the e2e busybox and the other registry.k8s.io/e2e-test-images of
+# hack/images.sh --tests); without it, the node gets the pause image and
+# busybox, what the examples need. Images imported by an earlier start stay.
 #
 # --registry-mirror serves the local test images as registry.k8s.io from a
 # registry on loopback (hack/registry-mirror.sh): pods and tests that pull
@@ -79,6 +84,7 @@ metrics_server=false
 node_e2e=false
 runtime_pid_ns=false
 registry_mirror=false
+test_images=false
 self_hosted=false
 while (($#)); do
   case $1 in
@@ -87,10 +93,11 @@ while (($#)); do
     --node-e2e) node_e2e=true; shift ;;
     --runtime-pid-ns) runtime_pid_ns=true; shift ;;
     --registry-mirror) registry_mirror=true; shift ;;
+    --test-images) test_images=true; shift ;;
     --agent) agent=${2:-}; shift 2 || die "--agent needs a value" ;;
     --agent=*) agent=${1#*=}; shift ;;
     -h | --help) usage; exit 0 ;;
-    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e] [--runtime-pid-ns] [--registry-mirror] | --self-hosted)" ;;
+    *) die "unknown argument '$1' (usage: hack/local-up.sh [--agent rustlet|kubelet|none] [--metrics-server] [--node-e2e] [--runtime-pid-ns] [--registry-mirror] [--test-images] | --self-hosted)" ;;
   esac
 done
 case $agent in
@@ -198,24 +205,51 @@ if ! $self_hosted && [[ -f $RUN/self-hosted ]] && running_pid rustlet >/dev/null
 fi
 
 # ---------------------------------------------------------------- builds
-build_if_missing k8s kube-apiserver kube-controller-manager kube-scheduler kubelet etcd
-build_if_missing containerd containerd containerd-shim-runc-v2 ctr
-build_if_missing agnhost agnhost
-build_if_missing images imagebuild pause
-build_if_missing busybox "busybox-$E2E_BUSYBOX_VERSION"
-if $metrics_server; then build_if_missing metrics-server metrics-server; fi
+# Only what this start runs, side by side (each build's log in
+# _output/local/logs/build-<target>.log); the test images' binaries are
+# built when a test asks for them (--test-images, hack/images.sh --tests).
+mkdir -p "$LOGS"
+declare -A builds=()
+# build_in_background TARGET BINARY...: hack/build-cluster.sh TARGET, started
+# when one of the BINARYs is missing.
+build_in_background() {
+  local target=$1 b missing=()
+  shift
+  for b in "$@"; do [[ -x $BIN/$b ]] || missing+=("$b"); done
+  ((${#missing[@]})) || return 0
+  need_cmd go "needed to build ${missing[*]}"
+  log "building $target (missing: ${missing[*]})"
+  "$ROOT/hack/build-cluster.sh" "$target" >"$LOGS/build-$target.log" 2>&1 &
+  builds[$target]=$!
+}
+build_in_background k8s kube-apiserver kube-controller-manager kube-scheduler etcd
+build_in_background containerd containerd containerd-shim-runc-v2 ctr
+build_in_background images imagebuild pause
+[[ $agent != kubelet ]] || build_in_background kubelet kubelet
+! $metrics_server || build_in_background metrics-server metrics-server
 
+rustlet_built=true
 if [[ $agent == rustlet && -n ${RUSTLET_BIN:-} ]]; then
   [[ -x $RUSTLET_BIN ]] || die "RUSTLET_BIN=$RUSTLET_BIN is not an executable file"
   log "rustlet: $RUSTLET_BIN (not built)"
 elif [[ $agent == rustlet ]]; then
   need_cmd cargo "needed to build rustlet"
   log "building rustlet (cargo build ${cargo_profile[*]} --bin rustlet, target dir $CARGO_TARGET_DIR)"
-  mkdir -p "$LOGS"
   if ! (cd "$ROOT" && CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo build "${cargo_profile[@]}" --bin rustlet) >"$LOGS/rustlet-build.log" 2>&1 || [[ ! -x $RUSTLET ]]; then
-    first_error=$(grep -m1 -E '^error' "$LOGS/rustlet-build.log" || true)
-    die "rustlet cannot be built (cargo build --bin rustlet failed${first_error:+: $first_error}; log: ${LOGS#"$ROOT"/}/rustlet-build.log); try --agent kubelet or --agent none"
+    rustlet_built=false
   fi
+fi
+failed_builds=()
+for target in "${!builds[@]}"; do
+  wait "${builds[$target]}" || failed_builds+=("$target")
+done
+for target in "${failed_builds[@]}"; do
+  tail -n 20 "$LOGS/build-$target.log" >&2
+  die "hack/build-cluster.sh $target failed (log: ${LOGS#"$ROOT"/}/build-$target.log)"
+done
+if ! $rustlet_built; then
+  first_error=$(grep -m1 -E '^error' "$LOGS/rustlet-build.log" || true)
+  die "rustlet cannot be built (cargo build --bin rustlet failed${first_error:+: $first_error}; log: ${LOGS#"$ROOT"/}/rustlet-build.log); try --agent kubelet or --agent none"
 fi
 phase builds
 
@@ -514,7 +548,10 @@ phase "start etcd, containerd, apiserver"
 # ---------------------------------------------------------------- images
 # Imported while the apiserver starts.
 wait_daemon containerd "containerd's socket" 30 "$BIN/ctr" --address "$CTRD_SOCK" version
-if $self_hosted; then "$ROOT/hack/images.sh" --control-plane; else "$ROOT/hack/images.sh"; fi
+image_args=()
+! $self_hosted || image_args+=(--control-plane)
+! $test_images || image_args+=(--tests)
+"$ROOT/hack/images.sh" "${image_args[@]}"
 # Left running by a start without the flag (as every component here).
 if $registry_mirror; then "$ROOT/hack/registry-mirror.sh" start; fi
 phase images

@@ -145,7 +145,7 @@ if [[ -n $kind_cluster ]]; then
 else
   require_no_cluster
   up=true
-  "$ROOT/hack/local-up.sh" --agent kubelet || die "local-up.sh --agent kubelet failed"
+  "$ROOT/hack/local-up.sh" --agent kubelet --test-images || die "local-up.sh --agent kubelet failed"
   "$ROOT/hack/image.sh" --import "${debug[@]}" || die "image.sh --import ${debug[*]} failed"
   kill_companion_processes
   # Bidirectional mount propagation needs the host directory on a shared

@@ -3,16 +3,18 @@
 # with rustlet as the node agent: brings the cluster up with metrics-server
 # (tests/e2e/stats.rs checks `kubectl top`) and the registry mirror
 # (tests/e2e/images.rs pulls with Always), imports the in-cluster CSI
-# driver's image (tests/e2e/csi_in_cluster.rs), runs every topic's tests
-# together (4 at a time), one topic after another, then the topics of
-# tests/e2e/serial one test at a time, and takes the cluster down, also when
-# it fails or is stopped.
+# driver's image (tests/e2e/csi_in_cluster.rs), runs the topics side by side
+# (E2E_JOBS topics at a time, default 3, each running E2E_THREADS of its
+# tests at a time, default 3; the longest of the last run first), then the
+# topics of tests/e2e/serial alone, one test at a time, and takes the
+# cluster down, also when it fails or is stopped.
 #
 #   hack/test-e2e.sh [TOPIC...]     (default: every topic; e.g. pod serial::restart)
 #
-# Prints one line per topic with its result and duration as it ends, and the
-# whole table at the end. Exits non-zero if a test failed or the cluster did
-# not come up.
+# Prints each topic's output and its row (result, tests, duration) as it
+# ends, and the whole table at the end. Exits non-zero if a test failed or
+# the cluster did not come up. The durations are kept (in
+# ~/.cache/rustlet/e2e-topics) to order the next run.
 set -euo pipefail
 PROG=test-e2e
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -22,10 +24,15 @@ cd "$ROOT"
 
 only=("$@")
 up=false
+out=''
+declare -A topic_of_pid=()
 rows=()
 finish() {
   local rc=$?
   trap - EXIT
+  local pid
+  for pid in "${!topic_of_pid[@]}"; do kill "$pid" 2>/dev/null || true; done
+  [[ -z $out ]] || rm -rf "$out"
   if $up; then
     ((rc == 0)) || tail_log rustlet 60
     "$ROOT/hack/local-down.sh" || rc=1
@@ -35,12 +42,16 @@ finish() {
 }
 trap finish EXIT
 
-# The test binary first: it builds while nothing else needs the cpu.
+# The test binary first: it builds while nothing else needs the cpu. The
+# topics run it directly, several at once (cargo would serialise them on
+# its build directory's lock), from the package root as cargo test does.
 log "building the e2e test binary (cargo test --test e2e --no-run)"
-cargo test --test e2e --no-run
+e2e=$(cargo test --test e2e --no-run --message-format=json |
+  jq -r 'select(.reason == "compiler-artifact" and .target.name == "e2e" and .executable != null) | .executable' | tail -1)
+[[ -x $e2e ]] || die "cargo built no e2e test binary"
 
 # Every test's full name (topic::…::test), from the binary itself.
-mapfile -t names < <(cargo test -q --test e2e -- --ignored --list --format terse 2>/dev/null | sed -n 's/: test$//p')
+mapfile -t names < <("$e2e" --ignored --list --format terse 2>/dev/null | sed -n 's/: test$//p')
 ((${#names[@]} > 0)) || die "the e2e test binary lists no test"
 
 # topic_of NAME: the first module of a test's name, or the first two under serial.
@@ -62,28 +73,67 @@ for n in "${names[@]}"; do
   tests_of[$t]+="$n "
 done
 ((${#topics[@]} > 0)) || die "no e2e topic matches: ${only[*]}"
-# The serial topics last, each alone.
-ordered=()
-for t in "${topics[@]}"; do [[ $t == serial::* ]] || ordered+=("$t"); done
-for t in "${topics[@]}"; do [[ $t != serial::* ]] || ordered+=("$t"); done
+# The topics that run side by side, longest (in the last run) first, so
+# that a long one does not start last; then the serial ones, each alone.
+times_file=${RUSTLET_CACHE:-${HOME:-/root}/.cache/rustlet}/e2e-topics
+declare -A took=()
+if [[ -f $times_file ]]; then
+  while read -r t secs; do took[$t]=$secs; done <"$times_file"
+fi
+mapfile -t parallel < <(for t in "${topics[@]}"; do
+  [[ $t == serial::* ]] || printf '%s %s\n' "${took[$t]:-9999}" "$t"
+done | sort -k1,1nr -k2 | cut -d' ' -f2)
+serial=()
+for t in "${topics[@]}"; do [[ $t != serial::* ]] || serial+=("$t"); done
 
 up=true
-"$ROOT/hack/local-up.sh" --agent rustlet --metrics-server --registry-mirror
+"$ROOT/hack/local-up.sh" --agent rustlet --metrics-server --registry-mirror --test-images
 "$ROOT/hack/image.sh" --import --debug --csi
 
+jobs=${E2E_JOBS:-3}
+threads=${E2E_THREADS:-3}
+[[ $jobs =~ ^[1-9][0-9]*$ && $threads =~ ^[1-9][0-9]*$ ]] || die "E2E_JOBS and E2E_THREADS must be positive numbers"
+out=$(mktemp -d)
 rc=0
-for t in "${ordered[@]}"; do
-  threads=4
-  [[ $t != serial::* ]] || threads=1
+# start TOPIC THREADS: runs TOPIC's tests in the background, output to its log.
+declare -A started=()
+start() {
+  local t=$1 n=$2 group
   read -ra group <<<"${tests_of[$t]}"
-  log "== $t (${#group[@]} tests, $threads at a time)"
-  start=$(now_ms)
-  if cargo test -q --test e2e -- --ignored --exact --test-threads "$threads" "${group[@]}"; then
-    rows+=("$(printf '  PASS %-28s %3d tests %8s' "$t" "${#group[@]}" "$(since "$start")")")
-  else
-    rc=1
-    rows+=("$(printf '  FAIL %-28s %3d tests %8s' "$t" "${#group[@]}" "$(since "$start")")")
-  fi
+  log "== $t (${#group[@]} tests, $n at a time)"
+  started[$t]=$(now_ms)
+  "$e2e" --ignored --exact --test-threads "$n" "${group[@]}" >"$out/${t//:/_}.log" 2>&1 &
+  topic_of_pid[$!]=$t
+}
+# finish PID STATUS: prints the topic's output and its row.
+finish_topic() {
+  local t=${topic_of_pid[$1]} status=$2 result=PASS count secs
+  unset "topic_of_pid[$1]"
+  read -ra count <<<"${tests_of[$t]}"
+  cat "$out/${t//:/_}.log"
+  ((status == 0)) || { result=FAIL; rc=1; }
+  secs=$(since "${started[$t]}")
+  took[$t]=${secs%s}
+  rows+=("$(printf '  %s %-28s %3d tests %8s' "$result" "$t" "${#count[@]}" "$secs")")
   log "${rows[-1]# }"
+}
+# await_one: waits for any running topic and finishes it.
+await_one() {
+  local pid status=0
+  wait -n -p pid "${!topic_of_pid[@]}" || status=$?
+  finish_topic "$pid" "$status"
+}
+
+for t in "${parallel[@]}"; do
+  while ((${#topic_of_pid[@]} >= jobs)); do await_one; done
+  start "$t" "$threads"
 done
+while ((${#topic_of_pid[@]})); do await_one; done
+for t in "${serial[@]}"; do
+  start "$t" 1
+  await_one
+done
+
+mkdir -p "$(dirname "$times_file")"
+for t in "${!took[@]}"; do printf '%s %s\n' "$t" "${took[$t]}"; done | sort >"$times_file"
 exit "$rc"

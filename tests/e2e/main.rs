@@ -15,14 +15,12 @@
 mod common;
 
 mod bootstrap;
-mod client_cert;
 mod csi;
 mod csi_in_cluster;
 mod hooks;
 mod hostile_bounded;
 mod hostile_isolation;
 mod hostile_leaks;
-mod hostile_nodeapi;
 mod hostile_numbers;
 mod hostile_redact;
 mod hostile_subpath;
@@ -31,7 +29,6 @@ mod lifecycle;
 mod local_storage;
 mod metrics;
 mod node;
-mod node_resources;
 mod pod;
 mod probes;
 mod resize;

@@ -14,23 +14,6 @@ use rustlet::labels::POD_UID_LABEL;
 
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
-async fn node_status_is_patched_only_when_it_changes() {
-    // Heartbeats go to the Lease; the Node is written when its status changes
-    // or every nodeStatusReportFrequency (5 min), as the kubelet does.
-    let client = client().await;
-    let nodes = Api::<Node>::all(client.clone());
-    let version = |n: Node| n.metadata.resource_version.expect("resourceVersion");
-    // A first patch may still be due right after the agent started.
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    let before = version(nodes.get(&node_name()).await.expect("node"));
-    // Two and a half nodeStatusUpdateFrequency periods (10 s).
-    tokio::time::sleep(Duration::from_secs(25)).await;
-    let after = version(nodes.get(&node_name()).await.expect("node"));
-    assert_eq!(before, after, "the Node was written without a change");
-}
-
-#[tokio::test]
-#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn node_is_ready_and_lease_is_renewed() {
     let client = client().await;
     let node = Api::<Node>::all(client.clone())

@@ -19,15 +19,24 @@ fn ready(p: Option<&Pod>) -> bool {
     .unwrap_or(false)
 }
 
+/// Runs `script` with `sh -c` in pod `name`'s container: what makes its
+/// probe pass comes from the test, once it has seen the probe fail, so no
+/// timing inside the pod decides what the test sees.
+fn exec_in(ns: &str, name: &str, script: &str) {
+    let (code, _, err) = kubectl(&["exec", "-n", ns, name, "--", "sh", "-c", script], "");
+    assert_eq!(code, 0, "kubectl exec in {ns}/{name}: {err}");
+}
+
 /// Waits for pod `name` to run with its container not ready (the probe
-/// fails at first), then for the container and the pod's `Ready` condition
-/// to turn ready.
-async fn unready_then_ready(client: &kube::Client, ns: &str, name: &str) {
+/// fails), runs `pass` in it (what makes the probe pass), then waits for the
+/// container and the pod's `Ready` condition to turn ready.
+async fn unready_then_ready(client: &kube::Client, ns: &str, name: &str, pass: &str) {
     let running = wait_for(client, ns, name, 60, "Running", phase("Running")).await;
     assert!(
         !container_status(&running).ready,
         "{name}: ready before its probe passed"
     );
+    exec_in(ns, name, pass);
     let p = wait_for(client, ns, name, 30, "ready", ready).await;
     let cond = pod_condition(&p, "Ready").expect("Ready");
     assert_eq!(cond.status, "True");
@@ -42,11 +51,11 @@ async fn exec_readiness_turns_ready_when_the_file_appears() {
         "metadata": { "name": "ready" },
         "spec": { "containers": [{
             "name": "c", "image": BUSYBOX,
-            "command": ["sh", "-c", "sleep 4; touch /tmp/ready; sleep 3600"],
+            "command": ["sleep", "3600"],
             "readinessProbe": { "exec": { "command": ["cat", "/tmp/ready"] }, "periodSeconds": 1 }
         }] }
     }))).await;
-    unready_then_ready(&client, &ns, "ready").await;
+    unready_then_ready(&client, &ns, "ready", "touch /tmp/ready").await;
     drop_namespace(&client, &ns).await;
 }
 
@@ -59,13 +68,13 @@ async fn http_readiness_against_a_server_in_the_pod() {
         "metadata": { "name": "web" },
         "spec": { "containers": [{
             "name": "c", "image": BUSYBOX,
-            // The server answers at once, 404 until the page appears 4 s later.
-            "command": ["sh", "-c", "mkdir -p /www && (sleep 4; echo ok > /www/index.html) & httpd -f -p 8080 -h /www"],
+            // The server answers at once, 404 until the test writes the page.
+            "command": ["sh", "-c", "mkdir -p /www && exec httpd -f -p 8080 -h /www"],
             "ports": [{ "name": "http", "containerPort": 8080 }],
             "readinessProbe": { "httpGet": { "path": "/index.html", "port": "http" }, "periodSeconds": 1 }
         }] }
     }))).await;
-    unready_then_ready(&client, &ns, "web").await;
+    unready_then_ready(&client, &ns, "web", "echo ok > /www/index.html").await;
     drop_namespace(&client, &ns).await;
 }
 
@@ -125,7 +134,7 @@ async fn startup_probe_holds_started_and_ready() {
         "metadata": { "name": "slow" },
         "spec": { "containers": [{
             "name": "c", "image": BUSYBOX,
-            "command": ["sh", "-c", "sleep 4; touch /tmp/started; sleep 3600"],
+            "command": ["sleep", "3600"],
             "startupProbe": { "exec": { "command": ["cat", "/tmp/started"] }, "periodSeconds": 1, "failureThreshold": 30 }
         }] }
     }))).await;
@@ -136,6 +145,7 @@ async fn startup_probe_holds_started_and_ready() {
         (Some(false), false),
         "held by the startup probe"
     );
+    exec_in(&ns, "slow", "touch /tmp/started");
     let p = wait_for(&client, &ns, "slow", 30, "ready", ready).await;
     assert_eq!(container_status(&p).started, Some(true));
     drop_namespace(&client, &ns).await;

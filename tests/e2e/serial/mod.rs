@@ -1,10 +1,16 @@
 //! The topics that must run alone, one test at a time, after every other
-//! topic: they restart the agent ([`restart`], [`eviction`], [`devices`]),
-//! add a node of their own ([`image_gc`]) or take most of the node's cpu
-//! ([`admission`]).
+//! topic: they restart the agent ([`restart`], [`eviction`], [`devices`],
+//! [`client_cert`]), add a node of their own ([`image_gc`]), take most of the
+//! node's cpu ([`admission`]), measure the agent's memory and the API
+//! server's TokenReviews under load ([`hostile_nodeapi`]), or assert that
+//! the Node is not written while nothing on the node changes
+//! ([`node_status`]).
 
 mod admission;
+mod client_cert;
 mod devices;
 mod eviction;
+mod hostile_nodeapi;
 mod image_gc;
+mod node_status;
 mod restart;

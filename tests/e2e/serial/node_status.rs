@@ -1,8 +1,11 @@
-//! An extended resource advertised on the Node by a cluster administrator, as
-//! in "Advertise Extended Resources for a Node": the agent gives it an equal
-//! allocatable, keeps it across its own status patches, and stops writing the
-//! Node once the two agree. Alone in its binary: it writes the Node, which the
-//! node-status test of tests/e2e.rs watches.
+//! When the agent writes the Node: only when its status changes (heartbeats
+//! go to the Lease), as the kubelet does; and an extended resource advertised
+//! on the Node by a cluster administrator, as in "Advertise Extended
+//! Resources for a Node", which the agent gives an equal allocatable, keeps
+//! across its own status patches, and stops writing the Node once the two
+//! agree. Serial: each test asserts that the Node is not written for a
+//! while, which any other test's change to the node (an image pulled, a
+//! resource advertised) would break.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +24,23 @@ fn quantity(n: &Node, field: &str) -> Option<String> {
         st.allocatable.as_ref()
     };
     map?.get(DONGLE).map(|q| q.0.clone())
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn node_status_is_patched_only_when_it_changes() {
+    // Heartbeats go to the Lease; the Node is written when its status changes
+    // or every nodeStatusReportFrequency (5 min), as the kubelet does.
+    let client = client().await;
+    let nodes = Api::<Node>::all(client.clone());
+    let version = |n: Node| n.metadata.resource_version.expect("resourceVersion");
+    // A first patch may still be due right after the agent started.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let before = version(nodes.get(&node_name()).await.expect("node"));
+    // Two and a half nodeStatusUpdateFrequency periods (10 s).
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let after = version(nodes.get(&node_name()).await.expect("node"));
+    assert_eq!(before, after, "the Node was written without a change");
 }
 
 #[tokio::test]

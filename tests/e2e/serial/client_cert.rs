@@ -2,7 +2,7 @@
 //! --agent rustlet`, which sets `rotateCertificates: true` and binds
 //! `selfnodeclient` to `system:nodes`, as kubeadm does): the agent is
 //! restarted with a node certificate that is due for renewal and expires a
-//! minute later. It asks the certificates API for a new one, the
+//! couple of minutes later. It asks the certificates API for a new one, the
 //! controller-manager approves and signs it, and the agent keeps reaching the
 //! API server after the old certificate has expired: its Lease is renewed.
 
@@ -38,8 +38,9 @@ async fn a_due_client_certificate_is_renewed_and_the_agent_goes_on_after_it_expi
     let node = node_name();
     let pki = local().join("pki");
     let store = local().join("rustlet/pki");
-    // A node certificate of the cluster CA, valid from 6 minutes ago for 7.5:
-    // past 80 % of its life, so due now, and expired in 90 s.
+    // A node certificate of the cluster CA, valid from 20 minutes ago for 22:
+    // past 80 % of its life, so due now, and expired in 120 s (the restart
+    // below must not outlast it, or the agent starts on the kubeconfig's).
     let ca_pem = std::fs::read_to_string(pki.join("ca.crt")).expect("cluster CA");
     let ca_key =
         rcgen::KeyPair::from_pem(&std::fs::read_to_string(pki.join("ca.key")).expect("CA key"))
@@ -55,8 +56,8 @@ async fn a_due_client_certificate_is_renewed_and_the_agent_goes_on_after_it_expi
         .push(rcgen::DnType::OrganizationName, "system:nodes");
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let now = time::OffsetDateTime::now_utc();
-    params.not_before = now - time::Duration::minutes(6);
-    params.not_after = now + time::Duration::seconds(90);
+    params.not_before = now - time::Duration::minutes(20);
+    params.not_after = now + time::Duration::seconds(120);
     let short = params.signed_by(&key, &issuer).expect("sign");
     let short_pem = format!("{}{}", short.pem(), key.serialize_pem());
     std::fs::create_dir_all(&store).expect("cert dir");
@@ -77,7 +78,14 @@ async fn a_due_client_certificate_is_renewed_and_the_agent_goes_on_after_it_expi
         .into_iter()
         .filter_map(|c| c.metadata.name)
         .collect();
+    let restart = Instant::now();
     kill_and_restart_agent();
+    let left = expires - time::OffsetDateTime::now_utc().unix_timestamp();
+    assert!(
+        left > 30,
+        "the agent's restart took {:?}: the due certificate expires in {left} s, too soon to see it renewed",
+        restart.elapsed()
+    );
 
     // It renews at once: a new file, linked, of a new certificate for the node.
     let deadline = Instant::now() + Duration::from_secs(60);
