@@ -258,16 +258,20 @@ cached() {
 
 case "$what" in
   all)
-    # Side by side: module downloads and links overlap the compiles.
-    declare -A pids=()
+    # One chain per Go module, the chains side by side: within a chain the
+    # later targets reuse the packages the first compiled (two builds of one
+    # module at once would each compile them); across chains, downloads,
+    # links and busybox's make overlap the compiles.
     key_of_inputs
-    for t in k8s kubelet containerd agnhost images busybox registry; do
-      cached "$t" &
-      pids[$t]=$!
+    chains=("k8s kubelet agnhost" "containerd images" "registry" "busybox")
+    pids=()
+    for chain in "${chains[@]}"; do
+      (for t in $chain; do cached "$t" || exit 1; done) &
+      pids+=($!)
     done
-    failed=()
-    for t in "${!pids[@]}"; do wait "${pids[$t]}" || failed+=("$t"); done
-    ((${#failed[@]} == 0)) || { log "failed: ${failed[*]}"; exit 1; }
+    failed=0
+    for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+    ((failed == 0)) || { log "a build failed (see above)"; exit 1; }
     ;;
   k8s | kubelet | containerd | agnhost | images | busybox | registry | e2e | e2e-node | ginkgo | metrics-server | helm | kind | csi)
     cached "$what" ;;

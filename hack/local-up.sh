@@ -210,23 +210,38 @@ fi
 # built when a test asks for them (--test-images, hack/images.sh --tests).
 mkdir -p "$LOGS"
 declare -A builds=()
-# build_in_background TARGET BINARY...: hack/build-cluster.sh TARGET, started
-# when one of the BINARYs is missing.
-build_in_background() {
-  local target=$1 b missing=()
+declare -A bins_of=(
+  [k8s]="kube-apiserver kube-controller-manager kube-scheduler etcd"
+  [kubelet]=kubelet
+  [containerd]="containerd containerd-shim-runc-v2 ctr"
+  [images]="imagebuild pause"
+  [metrics-server]=metrics-server
+)
+# build_chain NAME TARGET...: in the background, `hack/build-cluster.sh
+# TARGET` for each TARGET one of whose binaries is missing, one after
+# another (targets of one Go module share its compiled packages that way).
+build_chain() {
+  local name=$1 t b todo=()
   shift
-  for b in "$@"; do [[ -x $BIN/$b ]] || missing+=("$b"); done
-  ((${#missing[@]})) || return 0
-  need_cmd go "needed to build ${missing[*]}"
-  log "building $target (missing: ${missing[*]})"
-  "$ROOT/hack/build-cluster.sh" "$target" >"$LOGS/build-$target.log" 2>&1 &
-  builds[$target]=$!
+  for t in "$@"; do
+    for b in ${bins_of[$t]}; do
+      if [[ ! -x $BIN/$b ]]; then
+        todo+=("$t")
+        break
+      fi
+    done
+  done
+  ((${#todo[@]})) || return 0
+  need_cmd go "needed to build ${todo[*]}"
+  log "building ${todo[*]} (log: ${LOGS#"$ROOT"/}/build-$name.log)"
+  (for t in "${todo[@]}"; do "$ROOT/hack/build-cluster.sh" "$t" || exit 1; done) >"$LOGS/build-$name.log" 2>&1 &
+  builds[$name]=$!
 }
-build_in_background k8s kube-apiserver kube-controller-manager kube-scheduler etcd
-build_in_background containerd containerd containerd-shim-runc-v2 ctr
-build_in_background images imagebuild pause
-[[ $agent != kubelet ]] || build_in_background kubelet kubelet
-! $metrics_server || build_in_background metrics-server metrics-server
+control_plane=(k8s)
+[[ $agent != kubelet ]] || control_plane+=(kubelet)
+build_chain control-plane "${control_plane[@]}"
+build_chain node containerd images
+! $metrics_server || build_chain metrics-server metrics-server
 
 rustlet_built=true
 if [[ $agent == rustlet && -n ${RUSTLET_BIN:-} ]]; then
@@ -245,7 +260,7 @@ for target in "${!builds[@]}"; do
 done
 for target in "${failed_builds[@]}"; do
   tail -n 20 "$LOGS/build-$target.log" >&2
-  die "hack/build-cluster.sh $target failed (log: ${LOGS#"$ROOT"/}/build-$target.log)"
+  die "building $target failed (log: ${LOGS#"$ROOT"/}/build-$target.log)"
 done
 if ! $rustlet_built; then
   first_error=$(grep -m1 -E '^error' "$LOGS/rustlet-build.log" || true)

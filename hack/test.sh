@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, checks formatting, builds every
-# Rust target, lints, runs the unit tests, builds the local cluster, checks
-# the Helm chart (helm lint and template), runs the cluster smoke test with
-# the upstream kubelet, the README's own path (hack/test-readme.sh), the
-# end-to-end tests with rustlet as the node agent
-# (hack/test-e2e.sh), the self-hosted cluster's test (the control plane as
-# rustlet's static pods), the Helm chart on a cluster with the kubelet as
-# host agent and on kind, then a small subset of the upstream
+# Rust target, lints, runs the unit tests, then (with the Go builds of the
+# cluster, metrics-server, the CSI sidecars, helm and kind running in the
+# background since the start) runs the cluster smoke test with the upstream
+# kubelet, the README's own path (hack/test-readme.sh), the end-to-end tests
+# with rustlet as the node agent (hack/test-e2e.sh), checks the Helm chart
+# (helm lint and template), runs the self-hosted cluster's test (the control
+# plane as rustlet's static pods), the Helm chart on a cluster with the
+# kubelet as host agent and on kind, then a small subset of the upstream
 # [NodeConformance] tests (hack/conformance-ci.txt) and two of the upstream
 # storage tests on the CSI test driver (hack/conformance-ci-csi.txt) with
 # rustlet.
@@ -166,6 +167,17 @@ fi
 
 hack/install-deps.sh
 step "cargo fmt --check" 2 - cargo fmt --check
+if ! $quick; then
+  # Start from a clean node: no bridge, veths or mounts left by an earlier run.
+  hack/local-down.sh >/dev/null 2>&1 || true
+  # The Go builds (the cluster, metrics-server, the CSI sidecars, helm and
+  # kind's binaries; each from its cache when its inputs are unchanged) run
+  # in the background, niced, from now on: the Rust builds take the cpu
+  # first, the Go builds what they leave and the module downloads overlap
+  # them.
+  build_in_background "Go builds" 50 bash -c 'hack/build-cluster.sh all && hack/build-cluster.sh metrics-server &&
+    hack/build-cluster.sh csi && hack/build-cluster.sh helm && hack/build-cluster.sh kind'
+fi
 # The binaries as `cargo build` makes them too (hack/local-up.sh runs that):
 # the tests' dev-dependencies change the features of some build
 # dependencies, so the test build alone leaves the agent to be built again
@@ -176,26 +188,20 @@ step "unit tests" 15 "cargo build (every target)" cargo test --lib --bins --test
 step "conformance-table.py self-test" 2 - python3 hack/conformance-table.py selftest
 step "conformance-shards.py self-test" 2 - python3 hack/conformance-shards.py selftest
 if ! $quick; then
-  # Start from a clean node: no bridge, veths or mounts left by an earlier run.
-  hack/local-down.sh >/dev/null 2>&1 || true
-  build "build cluster" 40 hack/build-cluster.sh all
-  build "build metrics-server" 15 hack/build-cluster.sh metrics-server
-  build "build CSI sidecars" 15 hack/build-cluster.sh csi
-  step "Helm chart: lint, template, schema and RBAC" 10 - hack/chart-lint.sh
-  step "cluster smoke test (kubelet)" 10 "build cluster" hack/test-cluster-smoke.sh --agent kubelet
-  step "the README's path: hack/local-up.sh, examples/busybox-sleep.yaml Running" 10 "build cluster" \
+  step "cluster smoke test (kubelet)" 10 "Go builds" hack/test-cluster-smoke.sh --agent kubelet
+  step "the README's path: hack/local-up.sh, examples/busybox-sleep.yaml Running" 10 "Go builds,cargo build (every target)" \
     hack/test-readme.sh
   # The upstream e2e binary is needed only at the end: it builds (from
   # nothing, several minutes) while the end-to-end tests wait on pods.
   build_in_background "build e2e.test" 40 hack/build-cluster.sh e2e
-  step "end-to-end tests (rustlet)" 45 "cargo build (every target),build cluster,build metrics-server,build CSI sidecars" \
-    hack/test-e2e.sh
-  step "self-hosted control plane (rustlet)" 10 "build cluster" hack/test-self-hosted.sh
-  step "Helm chart on a cluster: install, upgrade, uninstall" 15 "build cluster" hack/test-chart.sh
-  step "Helm chart on kind" 30 "build cluster" hack/kind-e2e.sh
-  step "upstream conformance subset (rustlet)" 20 "build cluster,build e2e.test" hack/conformance.sh --agent rustlet --name ci \
+  step "end-to-end tests (rustlet)" 45 "cargo build (every target),Go builds" hack/test-e2e.sh
+  step "Helm chart: lint, template, schema and RBAC" 10 "Go builds" hack/chart-lint.sh
+  step "self-hosted control plane (rustlet)" 10 "Go builds,cargo build (every target)" hack/test-self-hosted.sh
+  step "Helm chart on a cluster: install, upgrade, uninstall" 15 "Go builds,cargo build (every target)" hack/test-chart.sh
+  step "Helm chart on kind" 30 "Go builds,cargo build (every target)" hack/kind-e2e.sh
+  step "upstream conformance subset (rustlet)" 20 "Go builds,build e2e.test" hack/conformance.sh --agent rustlet --name ci \
     --procs 4 --focus "$(grep -v '^#' hack/conformance-ci.txt | paste -sd'|')" --expect hack/conformance-ci.txt
-  step "upstream storage tests on the CSI test driver (rustlet)" 20 "build cluster,build e2e.test,build CSI sidecars" \
+  step "upstream storage tests on the CSI test driver (rustlet)" 20 "Go builds,build e2e.test" \
     hack/conformance.sh --suite storage-csi --agent rustlet --name ci-csi --procs 2 \
     --focus "$(grep -v '^#' hack/conformance-ci-csi.txt | paste -sd'|')" --expect hack/conformance-ci-csi.txt
 fi

@@ -304,23 +304,26 @@ pub async fn obtain(
 }
 
 /// Writes `text` to `path` with permissions `mode` through a temporary file
-/// renamed into place, so a reader never sees half a key.
+/// of a fresh random name in the same directory, created with `mode` (no
+/// other reader can open it, from its first byte on) and renamed into place,
+/// so a reader never sees half a key.
 ///
 /// # Errors
 /// The I/O error of creating, writing, syncing or renaming the file.
 pub fn write_private(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
     use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or_else(|| Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .permissions(std::fs::Permissions::from_mode(mode))
+        .tempfile_in(dir)?;
+    tmp.write_all(text.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map(drop).map_err(|e| e.error)
 }
 
 #[cfg(test)]
@@ -378,5 +381,32 @@ mod tests {
         let other = rcgen::KeyPair::generate().unwrap();
         assert!(certified(&cert.pem(), &other.serialize_pem()).is_err());
         assert!(certified("", &key.serialize_pem()).is_err());
+    }
+
+    #[test]
+    fn private_files_have_their_mode_from_the_first_byte() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubelet.key");
+        // A world-readable file in the way, and one where the old fixed
+        // temporary name was: neither lends its mode to the key.
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(path.with_extension("tmp"), "").unwrap();
+        std::fs::set_permissions(
+            path.with_extension("tmp"),
+            std::fs::Permissions::from_mode(0o666),
+        )
+        .unwrap();
+        write_private(&path, "secret", 0o600).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "secret");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with(".tmp-"))
+            .collect();
+        assert!(left.is_empty(), "temporary files left: {left:?}");
     }
 }

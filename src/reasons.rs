@@ -153,6 +153,10 @@ pub mod event {
     pub const SANDBOX_CHANGED: &str = "SandboxChanged";
     /// CRI `RunPodSandbox` failed (`FailedCreatePodSandBox`).
     pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+    /// rustlet's own: the pod's labels or annotations are too large to go to
+    /// the runtime with its sandbox and were left out
+    /// (`translate::MAX_SANDBOX_METADATA_BYTES`; the kubelet has no cap).
+    pub const SANDBOX_METADATA_OMITTED: &str = "SandboxMetadataOmitted";
     /// A volume could not be set up (`FailedMountVolume`).
     pub const FAILED_MOUNT: &str = "FailedMount";
     /// The postStart hook failed (`FailedPostStartHook`).

@@ -97,6 +97,12 @@ pub struct Runtime {
     timeout: Duration,
 }
 
+/// The largest CRI message (bytes) received or sent: the kubelet's
+/// `maxMsgSize` (pkg/kubelet/cri/remote), which it sets for what it
+/// receives; a request as large is also the most containerd's server
+/// accepts, so a larger one is refused here with its size rather than there.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
 /// Parses `unix:///path` (or a bare absolute path) into the socket path.
 ///
 /// # Errors
@@ -152,12 +158,22 @@ impl Runtime {
             endpoint: endpoint.to_string(),
             source,
         })?;
-        Ok(Self {
-            runtime: RuntimeServiceClient::new(channel.clone()),
-            images: ImageServiceClient::new(channel.clone()),
+        Ok(Self::over(channel, timeout))
+    }
+
+    /// The clients of `channel`, each message at most [`MAX_MESSAGE_BYTES`]
+    /// either way.
+    fn over(channel: Channel, timeout: Duration) -> Self {
+        Self {
+            runtime: RuntimeServiceClient::new(channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            images: ImageServiceClient::new(channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
             channel,
             timeout,
-        })
+        }
     }
 
     /// A handle to the runtime at `endpoint` that dials the socket only when a
@@ -167,12 +183,7 @@ impl Runtime {
     /// [`Error::Endpoint`] for a non-unix endpoint.
     pub fn connect_lazy(endpoint: &str, timeout: Duration) -> Result<Self> {
         let channel = unix_channel_lazy(socket_path(endpoint)?);
-        Ok(Self {
-            runtime: RuntimeServiceClient::new(channel.clone()),
-            images: ImageServiceClient::new(channel.clone()),
-            channel,
-            timeout,
-        })
+        Ok(Self::over(channel, timeout))
     }
 
     /// The runtime service client, for calls this handle does not wrap.

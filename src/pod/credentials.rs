@@ -265,17 +265,23 @@ fn key_matches(key: &str, host: &str, path: &str) -> bool {
     key_path.is_empty() || path == key_path || path.starts_with(&format!("{key_path}/"))
 }
 
-/// A shell-style match of one host label where `*` stands for any run of characters.
+/// One host label against a key's glob label, as the kubelet's
+/// `filepath.Match` per label: `*` is any run of characters, `?` any one.
+/// Linear in the label's length for every pattern (wildmatch's matcher never
+/// backtracks past its last `*`): a pull secret's key cannot make the agent
+/// try each way to split the host among its stars.
 fn glob(pattern: &str, text: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == text,
-        Some((head, tail)) => {
-            text.starts_with(head)
-                && (0..=text.len() - head.len())
-                    .filter(|i| text.is_char_boundary(head.len() + i))
-                    .any(|i| glob(tail, &text[head.len() + i..]))
-        }
-    }
+    wildmatch::WildMatch::new(pattern).matches(text)
+}
+
+/// Whether registry `pattern` (`host[:port][/path]`, globs per host label, a
+/// scheme ignored) covers `image`, as the kubelet's `URLsMatchStr`: the match
+/// pull secrets' keys are looked up by, and credential provider plugins'
+/// `matchImages` are.
+#[must_use]
+pub fn registry_matches(pattern: &str, image: &str) -> bool {
+    let (host, path) = image_location(image);
+    key_matches(pattern, &host, &path)
 }
 
 #[cfg(test)]
@@ -413,5 +419,23 @@ mod tests {
         assert!(glob("a*c", "abbbc"));
         assert!(!glob("a*c", "abbb"));
         assert!(glob("*-east", "us-east"));
+        assert!(glob("registry-?", "registry-1"));
+        assert!(!glob("registry-?", "registry-12"));
+    }
+
+    #[test]
+    fn a_glob_bomb_key_is_matched_without_backtracking() {
+        // C(60, 20) ways to place the stars: a backtracking matcher never
+        // returns from these; a linear one answers at once.
+        let bomb = format!("{}c.x", "*a".repeat(20));
+        let host = format!("{}.x", "a".repeat(60));
+        assert!(!registry_matches(&bomb, &format!("{host}/img:1")));
+        let near = format!("{}b.x", "a".repeat(60));
+        assert!(!glob(&bomb.replace(".x", ""), &near.replace(".x", "")));
+        let k = keyring(&format!(r#"{{"auths": {{"{bomb}": {{"auth": "dTpw"}}}}}}"#));
+        for _ in 0..100 {
+            assert!(k.lookup(&format!("{host}/img:1")).is_empty());
+        }
+        assert!(registry_matches("*.gcr.io", "eu.gcr.io/p/i:1"));
     }
 }

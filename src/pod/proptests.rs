@@ -1736,3 +1736,80 @@ fn hostile_quantities_never_panic() {
         },
     );
 }
+
+/// Expansion's memory and work are bounded by its limit and its input, never
+/// by the values it multiplies: references to a doubling chain of variables
+/// (`V0` is one byte, each next one twice the last), expanded to at most
+/// `max` bytes, give at most `max` bytes, exactly the full expansion when it
+/// fits, and one lookup per reference of the input at most.
+#[test]
+fn expansion_is_bounded_by_its_limit_and_its_input() {
+    let tokens = prop::collection::vec(prop_oneof![(0usize..16).prop_map(Some), Just(None)], 0..64);
+    run_cases(&(tokens, 0usize..(1 << 16)), cases(), |(tokens, max)| {
+        let mut vars = BTreeMap::from([("V0".to_string(), "x".to_string())]);
+        for i in 1..16 {
+            let doubled = vars[&format!("V{}", i - 1)].repeat(2);
+            vars.insert(format!("V{i}"), doubled);
+        }
+        // A reference, or an escaped `$`.
+        let input: String = tokens
+            .iter()
+            .map(|t| t.map_or_else(|| "$$".to_string(), |i| format!("$(V{i})")))
+            .collect();
+        let lookups = std::cell::Cell::new(0usize);
+        let bounded = crate::expansion::expand_at_most(
+            &input,
+            |k| {
+                lookups.set(lookups.get() + 1);
+                vars.get(k).cloned()
+            },
+            max,
+        );
+        prop_assert!(lookups.get() <= tokens.len(), "{} lookups", lookups.get());
+        let full = crate::expansion::expand(&input, |k| vars.get(k).cloned());
+        match bounded {
+            Some(out) => prop_assert_eq!(out, full),
+            None => prop_assert!(full.len() > max),
+        }
+        Ok(())
+    });
+}
+
+/// A wildcard match by dynamic programming: `*` any run, `?` any one
+/// character. Quadratic, obviously right, and only for small inputs.
+fn reference_glob(pattern: &[u8], text: &[u8]) -> bool {
+    let mut row = vec![false; text.len() + 1];
+    row[0] = true;
+    for &p in pattern {
+        let mut next = vec![false; text.len() + 1];
+        for j in 0..=text.len() {
+            next[j] = match p {
+                b'*' => row[j] || (j > 0 && next[j - 1]),
+                b'?' => j > 0 && row[j - 1],
+                c => j > 0 && row[j - 1] && text[j - 1] == c,
+            };
+        }
+        row = next;
+    }
+    row[text.len()]
+}
+
+/// Pull secrets' registry globs match a host label exactly when the
+/// reference matcher does (the glob bomb that a backtracking matcher never
+/// finishes is a unit test of `credentials`).
+#[test]
+fn registry_globs_match_as_the_reference_does() {
+    run_cases(
+        &("[ab*?]{0,10}", "[ab]{0,14}"),
+        cases().saturating_mul(10),
+        |(pattern, label)| {
+            let expected = reference_glob(pattern.as_bytes(), label.as_bytes());
+            let got = super::credentials::registry_matches(
+                &format!("{pattern}.example"),
+                &format!("{label}.example/img:1"),
+            );
+            prop_assert_eq!(got, expected, "{:?} against {:?}", pattern, label);
+            Ok(())
+        },
+    );
+}

@@ -672,6 +672,20 @@ impl RuntimeManager {
         let isolation = self.isolation(pod).await.map_err(failed)?;
         let mut config = translate::sandbox_config(pod, attempt, &self.node, &isolation)
             .map_err(|e| failed(e.to_string()))?;
+        let omitted = translate::oversized_metadata(pod);
+        if !omitted.is_empty() {
+            self.event(
+                pod,
+                None,
+                EventType::Warning,
+                event::SANDBOX_METADATA_OMITTED,
+                format!(
+                    "the pod's {} take more than {} bytes and were not passed to the container runtime",
+                    omitted.join(" and "),
+                    translate::MAX_SANDBOX_METADATA_BYTES
+                ),
+            );
+        }
         self.place_in_pod_cgroup(pod, &mut config, true)
             .map_err(|e| failed(e.to_string()))?;
         tokio::fs::create_dir_all(&config.log_directory)
@@ -1243,7 +1257,8 @@ impl RuntimeManager {
             match budget.deadline() {
                 Some(end) if end <= tokio::time::Instant::now() => {}
                 Some(end) => {
-                    let end = end + Duration::from_secs(1);
+                    // A grace period near the clock's end has no second past it.
+                    let end = end.checked_add(Duration::from_secs(1)).unwrap_or(end);
                     if tokio::time::timeout_at(end, turn).await.is_err() {
                         debug!(
                             container = name,

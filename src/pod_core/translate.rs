@@ -2,7 +2,7 @@
 //! and `generateContainerConfig` (kuberuntime_sandbox.go, kuberuntime_container.go).
 //! Pure: plain data in, CRI messages out.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
@@ -87,27 +87,68 @@ pub fn hash_matches(hash: &str, c: &Container) -> bool {
     hash == container_hash(c) || (hash.len() == 16 && hash == legacy_container_hash(c))
 }
 
+/// The most bytes (keys and values) of a pod's own labels, and apart of its
+/// annotations, that its sandbox carries to the runtime. The kubelet passes
+/// them all; every sandbox comes back in each unfiltered `ListPodSandbox`,
+/// whose answer is at most [`crate::cri::MAX_MESSAGE_BYTES`], so a few pods
+/// with a megabyte of labels would make that list fail for every caller.
+/// Capped, a node's 110 sandboxes take at most 14 MiB. A pod past the cap
+/// has that map left out whole (the runtime acts on neither, its
+/// identifying labels stay), and [`oversized_metadata`] names it for an Event.
+pub const MAX_SANDBOX_METADATA_BYTES: usize = 64 << 10;
+
+/// The bytes of a map's keys and values, saturating.
+fn metadata_bytes(map: Option<&BTreeMap<String, String>>) -> usize {
+    map.into_iter().flatten().fold(0usize, |n, (k, v)| {
+        n.saturating_add(k.len()).saturating_add(v.len())
+    })
+}
+
+/// Which of the pod's `labels` and `annotations` are too large
+/// ([`MAX_SANDBOX_METADATA_BYTES`]) to go to the runtime: empty for almost
+/// every pod.
+#[must_use]
+pub fn oversized_metadata(pod: &Pod) -> Vec<&'static str> {
+    let m = &pod.metadata;
+    [
+        ("labels", m.labels.as_ref()),
+        ("annotations", m.annotations.as_ref()),
+    ]
+    .into_iter()
+    .filter(|(_, map)| metadata_bytes(*map) > MAX_SANDBOX_METADATA_BYTES)
+    .map(|(what, _)| what)
+    .collect()
+}
+
 /// The pod's annotations, as the runtime takes them (the sandbox's, and an
-/// image volume's `ImageSpec`'s).
+/// image volume's `ImageSpec`'s): none when they are larger than
+/// [`MAX_SANDBOX_METADATA_BYTES`].
 #[must_use]
 pub fn pod_annotations(pod: &Pod) -> HashMap<String, String> {
-    pod.metadata
-        .annotations
-        .clone()
-        .unwrap_or_default()
+    let annotations = pod.metadata.annotations.as_ref();
+    if metadata_bytes(annotations) > MAX_SANDBOX_METADATA_BYTES {
+        return HashMap::new();
+    }
+    annotations
         .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
 
+/// The sandbox's labels: the pod's own (none when they are larger than
+/// [`MAX_SANDBOX_METADATA_BYTES`]) and the kubelet's identifying ones.
 fn pod_labels(pod: &Pod) -> HashMap<String, String> {
     let (ns, name, uid) = pod_identity(pod);
-    let mut labels: HashMap<String, String> = pod
-        .metadata
-        .labels
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
+    let own = pod.metadata.labels.as_ref();
+    let mut labels: HashMap<String, String> = if metadata_bytes(own) > MAX_SANDBOX_METADATA_BYTES {
+        HashMap::new()
+    } else {
+        own.into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
     labels.insert(POD_NAME_LABEL.into(), name);
     labels.insert(POD_NAMESPACE_LABEL.into(), ns);
     labels.insert(POD_UID_LABEL.into(), uid);
@@ -1158,6 +1199,35 @@ mod tests {
             cluster_domain: "cluster.local".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn oversized_labels_and_annotations_stay_out_of_the_sandbox() {
+        let mut p = pod("web").container("c", "busybox").build();
+        let big: BTreeMap<String, String> = (0..200)
+            .map(|i| (format!("k{i}"), "v".repeat(400)))
+            .collect();
+        p.metadata.labels = Some(big.clone());
+        p.metadata.annotations = Some(BTreeMap::from([("a".to_string(), "b".to_string())]));
+        assert_eq!(oversized_metadata(&p), vec!["labels"]);
+        let cfg = sandbox_config(&p, 0, &node(), &Isolation::default()).unwrap();
+        assert_eq!(
+            cfg.labels.len(),
+            3,
+            "identity only: {:?}",
+            cfg.labels.keys()
+        );
+        assert_eq!(cfg.labels[POD_NAME_LABEL], "web");
+        assert_eq!(cfg.annotations["a"], "b");
+        p.metadata.annotations = Some(big);
+        p.metadata.labels = None;
+        assert_eq!(oversized_metadata(&p), vec!["annotations"]);
+        assert!(pod_annotations(&p).is_empty());
+        // At the cap exactly, everything goes.
+        let exact = BTreeMap::from([("k".to_string(), "v".repeat(MAX_SANDBOX_METADATA_BYTES - 1))]);
+        p.metadata.annotations = Some(exact);
+        assert!(oversized_metadata(&p).is_empty());
+        assert_eq!(pod_annotations(&p).len(), 1);
     }
 
     #[test]

@@ -38,20 +38,42 @@ pub type PodVolumes = BTreeMap<String, MountedVolume>;
 /// runtime is to mount them (the kubelet's `ImageVolumes`).
 pub type ImageVolumes = BTreeMap<String, cri::ImageSpec>;
 
+/// The longest expanded `subPathExpr` (bytes): Linux's `PATH_MAX`, beyond
+/// which no path can be opened. The expansion stops as soon as it is passed,
+/// so references that multiply a large variable cost at most this much.
+pub const MAX_SUB_PATH_BYTES: usize = 4096;
+
 /// Expands `$(VAR)` references in a `subPathExpr` from `env` (`$$` is a
-/// literal `$`), as the kubelet's `ExpandContainerVolumeMounts`.
+/// literal `$`), as the kubelet's `ExpandContainerVolumeMounts`, to at most
+/// [`MAX_SUB_PATH_BYTES`].
 ///
 /// # Errors
-/// [`Error::Mount`] naming the variables that are undefined or empty.
+/// [`Error::Mount`] naming the variables that are undefined or empty, or
+/// when the expansion is longer than [`MAX_SUB_PATH_BYTES`].
 pub fn expand_sub_path_expr(expr: &str, env: &BTreeMap<String, String>) -> Result<String> {
     let missing = std::cell::RefCell::new(BTreeSet::new());
-    let out = crate::expansion::expand(expr, |name| {
-        let value = env.get(name).filter(|v| !v.is_empty()).cloned();
-        if value.is_none() {
-            missing.borrow_mut().insert(name.to_string());
-        }
-        Some(value.unwrap_or_default())
-    });
+    let out = crate::expansion::expand_at_most(
+        expr,
+        |name| {
+            // Only values that can still fit are copied: a 2 MiB variable
+            // referenced 300 times copies nothing.
+            let value = env
+                .get(name)
+                .filter(|v| !v.is_empty())
+                .map(|v| v.get(..=MAX_SUB_PATH_BYTES).unwrap_or(v).to_string());
+            if value.is_none() {
+                missing.borrow_mut().insert(name.to_string());
+            }
+            Some(value.unwrap_or_default())
+        },
+        MAX_SUB_PATH_BYTES,
+    )
+    .ok_or_else(|| {
+        Error::Mount(format!(
+            "subPathExpr {:?} expands to more than {MAX_SUB_PATH_BYTES} bytes",
+            expr.chars().take(64).collect::<String>()
+        ))
+    })?;
     let missing = missing.into_inner();
     if missing.is_empty() {
         Ok(out)
@@ -310,6 +332,21 @@ mod tests {
                 .to_string(),
             "missing value for EMPTY, NOPE"
         );
+    }
+
+    #[test]
+    fn sub_path_expr_is_bounded_by_path_max() {
+        let big = "x".repeat(2 << 20);
+        let e = env(&[("BIG", big.as_str()), ("A", "a")]);
+        let err = expand_sub_path_expr(&"$(BIG)".repeat(300), &e).unwrap_err();
+        assert!(
+            err.to_string().contains("expands to more than 4096 bytes"),
+            "{err}"
+        );
+        let fits = "$(A)".repeat(MAX_SUB_PATH_BYTES);
+        assert_eq!(expand_sub_path_expr(&fits, &e).unwrap().len(), 4096);
+        let over = "$(A)".repeat(MAX_SUB_PATH_BYTES + 1);
+        assert!(expand_sub_path_expr(&over, &e).is_err());
     }
 
     #[test]

@@ -16,9 +16,7 @@ mod common;
 
 mod bootstrap;
 mod csi;
-mod csi_in_cluster;
 mod hooks;
-mod hostile_bounded;
 mod hostile_isolation;
 mod hostile_leaks;
 mod hostile_numbers;

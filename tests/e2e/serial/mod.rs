@@ -2,14 +2,19 @@
 //! topic: they restart the agent ([`restart`], [`eviction`], [`devices`],
 //! [`client_cert`]), add a node of their own ([`image_gc`]), take most of the
 //! node's cpu ([`admission`]), measure the agent's memory and the API
-//! server's TokenReviews under load ([`hostile_nodeapi`]), or assert that
+//! server's TokenReviews under load ([`hostile_nodeapi`]) or the agent's
+//! peak memory ([`hostile_bounded`]: other topics' pods would add to it),
+//! deploy the CSI driver that [`crate::csi`] runs on the host under the same
+//! name ([`csi_in_cluster`]), or assert that
 //! the Node is not written while nothing on the node changes
 //! ([`node_status`]).
 
 mod admission;
 mod client_cert;
+mod csi_in_cluster;
 mod devices;
 mod eviction;
+mod hostile_bounded;
 mod hostile_nodeapi;
 mod image_gc;
 mod node_status;

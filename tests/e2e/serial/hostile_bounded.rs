@@ -3,8 +3,11 @@
 //! termination message file, or 400 MiB of log and a failure under
 //! `FallbackToLogsOnError`, gets a termination message of at most what the
 //! kubelet reads (the last 4 KiB of the file; the last 2 KiB of the last 80 log
-//! lines), and the agent's peak resident memory (`VmHWM`) grows by less than
-//! 32 MiB over what it held before these pods came.
+//! lines); an environment that doubles itself, and a `subPathExpr` that
+//! repeats a 2 MiB variable 300 times, are refused with
+//! `CreateContainerConfigError`; and through all of it the agent's peak
+//! resident memory (`VmHWM`) grows by less than 32 MiB over what it held
+//! before these pods came.
 
 use crate::common::*;
 use kube::ResourceExt;
@@ -179,4 +182,61 @@ async fn an_environment_that_doubles_itself_is_refused_within_bounded_memory() {
         "{message}"
     );
     assert_bounded_growth(base, "environment bomb");
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn a_sub_path_expr_that_repeats_a_large_variable_is_refused_within_bounded_memory() {
+    let base = reset_agent_hwm_once();
+    let client = client().await;
+    let ns = namespace(&client, "e2e-subpath-bomb").await;
+    // V0 is 8 bytes and each next one twice the last: V18 is 2 MiB, the whole
+    // environment 4 MiB (within the 6 MiB an environment may take); the
+    // sub path names V18 300 times, 600 MiB if it were expanded.
+    let mut env = vec![serde_json::json!({ "name": "V0", "value": "xxxxxxxx" })];
+    for i in 1..=18 {
+        let prev = format!("$(V{})", i - 1);
+        env.push(serde_json::json!({ "name": format!("V{i}"), "value": prev.repeat(2) }));
+    }
+    let p = from_json(serde_json::json!({
+        "metadata": { "name": "subpathbomb" },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{ "name": "scratch", "emptyDir": {} }],
+            "containers": [{
+                "name": "c",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["true"],
+                "env": env,
+                "volumeMounts": [{
+                    "name": "scratch",
+                    "mountPath": "/scratch",
+                    "subPathExpr": "$(V18)".repeat(300),
+                }],
+            }]
+        }
+    }));
+    create(&client, &ns, &p).await;
+    let waiting = wait_for(
+        &client,
+        &ns,
+        "subpathbomb",
+        90,
+        "CreateContainerConfigError",
+        waiting_reason("CreateContainerConfigError"),
+    )
+    .await;
+    let message = container_status(&waiting)
+        .state
+        .and_then(|s| s.waiting)
+        .and_then(|w| w.message)
+        .unwrap_or_default();
+    drop_namespace(&client, &ns).await;
+    assert!(
+        message.contains("expands to more than 4096 bytes"),
+        "{message}"
+    );
+    assert_bounded_growth(base, "subPathExpr bomb");
 }
