@@ -169,6 +169,10 @@ pub mod event {
     pub const PROBE_WARNING: &str = "ProbeWarning";
     /// A pod sync failed (`FailedSync`).
     pub const FAILED_SYNC: &str = "FailedSync";
+    /// rustlet's own node event: the eviction manager could not read the
+    /// node's statistics (the runtime did not answer, or answered too much)
+    /// and takes no decision until it can; the kubelet only logs it.
+    pub const EVICTION_STATS_UNAVAILABLE: &str = "EvictionStatsUnavailable";
     /// Node event: an eviction threshold is met, the node reclaims
     /// (`EvictionThresholdMet`).
     pub const EVICTION_THRESHOLD_MET: &str = "EvictionThresholdMet";

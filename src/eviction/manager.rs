@@ -85,12 +85,31 @@ pub async fn run<P: Pods, I: Images>(
     let mut state = State::default();
     let mut tick = tokio::time::interval(MONITORING_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Whether the last summary failed: its failure is said once, on the
+    // Node and in the log, not every 10 s.
+    let mut blind = false;
     loop {
         tick.tick().await;
         let summary = match stats.summary(false).await {
-            Ok(s) => s,
+            Ok(s) => {
+                if blind {
+                    info!("eviction manager: node statistics are back");
+                    blind = false;
+                }
+                s
+            }
             Err(e) => {
-                debug!(error = %e, "eviction manager: no stats");
+                if !blind {
+                    warn!(error = %e, "eviction manager: no node statistics; no eviction until they are back");
+                    publish_node(
+                        &recorder,
+                        &cfg.node_name,
+                        EventType::Warning,
+                        crate::reasons::event::EVICTION_STATS_UNAVAILABLE,
+                        format!("The eviction manager has no node statistics and cannot act: {e}"),
+                    );
+                    blind = true;
+                }
                 continue;
             }
         };

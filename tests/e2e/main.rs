@@ -1,10 +1,12 @@
 //! The end-to-end tests: one test binary, a module per topic, against the
 //! local cluster of `hack/local-up.sh --agent rustlet --metrics-server
-//! --registry-mirror` (the real kube-apiserver, containerd and the agent
-//! under test). Every test is `#[ignore]`d so that `cargo test` without a
-//! cluster skips them; `hack/test.sh` runs them with `--ignored`, each
-//! topic's tests together, and the [`serial`] topics one test at a time,
-//! after the others.
+//! --registry-mirror --test-images` (the real kube-apiserver, containerd
+//! and the agent under test). Every test is `#[ignore]`d so that `cargo
+//! test` without a cluster skips them; `hack/test-e2e.sh` runs them with
+//! `--ignored`: several topics side by side, each topic's tests a few at a
+//! time (so a topic's tests must not disturb each other's or another
+//! topic's: each works in a namespace of its own), then the [`serial`]
+//! topics alone, one test at a time.
 //!
 //! The helpers every topic shares are in [`common`].
 #![allow(
@@ -22,6 +24,7 @@ mod hostile_leaks;
 mod hostile_numbers;
 mod hostile_redact;
 mod hostile_subpath;
+mod hostile_work;
 mod images;
 mod lifecycle;
 mod local_storage;
