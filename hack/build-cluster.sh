@@ -243,7 +243,7 @@ cached() {
   fi
   mkdir -p "$cache"
   local stage
-  stage=$(mktemp -d "$cache/.build-$target.XXXXXX")
+  stage=$(mktemp -d "$cache/.build-$target.XXXXXX") || return 1
   if ! (bin=$stage && "$fn"); then
     rm -rf "$stage"
     return 1
@@ -266,7 +266,9 @@ case "$what" in
     chains=("k8s kubelet agnhost" "containerd images" "registry" "busybox")
     pids=()
     for chain in "${chains[@]}"; do
-      (for t in $chain; do cached "$t" || exit 1; done) &
+      # No `|| exit` here: it would turn errexit off inside cached; the
+      # subshell stops at the first failure by itself.
+      (for t in $chain; do cached "$t"; done) &
       pids+=($!)
     done
     failed=0

@@ -420,7 +420,9 @@ rm -rf "$LOCAL/etcd"
 log "bringing up the local cluster with $agent"
 # On failure local-up.sh stops what it started itself; only a cluster that
 # came up is taken down here.
-local_up_args=(--agent "$agent")
+# The test images are imported before the registry mirror starts, which
+# serves what containerd holds.
+local_up_args=(--agent "$agent" --test-images)
 ! $node_suite || local_up_args+=(--node-e2e)
 # The storage tests' hostexec pods enter the mount namespace of the pid 1
 # they see (hack/local-up.sh --runtime-pid-ns).

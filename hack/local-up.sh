@@ -144,6 +144,8 @@ imageGCLowThresholdPercent: 99'
 
 t_start=$(now_ms)
 timings=()
+# The background builds of this run (name -> pid).
+declare -A builds=()
 phase_t=$t_start
 phase() { timings+=("$1 $(since "$phase_t")"); phase_t=$(now_ms); }
 
@@ -151,6 +153,9 @@ phase() { timings+=("$1 $(since "$phase_t")"); phase_t=$(now_ms); }
 on_exit() {
   local rc=$?
   trap - EXIT INT TERM
+  # Builds still running in the background stop with this run.
+  local pid
+  for pid in "${builds[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done
   if ((rc != 0 && ${#STARTED[@]} > 0)); then
     warn "failed; stopping what this run started: ${STARTED[*]}"
     local i name
@@ -209,7 +214,6 @@ fi
 # _output/local/logs/build-<target>.log); the test images' binaries are
 # built when a test asks for them (--test-images, hack/images.sh --tests).
 mkdir -p "$LOGS"
-declare -A builds=()
 declare -A bins_of=(
   [k8s]="kube-apiserver kube-controller-manager kube-scheduler etcd"
   [kubelet]=kubelet
@@ -234,7 +238,9 @@ build_chain() {
   ((${#todo[@]})) || return 0
   need_cmd go "needed to build ${todo[*]}"
   log "building ${todo[*]} (log: ${LOGS#"$ROOT"/}/build-$name.log)"
-  (for t in "${todo[@]}"; do "$ROOT/hack/build-cluster.sh" "$t" || exit 1; done) >"$LOGS/build-$name.log" 2>&1 &
+  # A process group of its own (setsid), so that a stopped start stops it.
+  setsid bash -c 'for t; do "$0" "$t" || exit 1; done' "$ROOT/hack/build-cluster.sh" "${todo[@]}" \
+    >"$LOGS/build-$name.log" 2>&1 &
   builds[$name]=$!
 }
 control_plane=(k8s)

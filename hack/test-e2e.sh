@@ -3,7 +3,7 @@
 # with rustlet as the node agent: brings the cluster up with metrics-server
 # (tests/e2e/stats.rs checks `kubectl top`) and the registry mirror
 # (tests/e2e/images.rs pulls with Always), imports the in-cluster CSI
-# driver's image (tests/e2e/csi_in_cluster.rs), runs the topics side by side
+# driver's image (tests/e2e/serial/csi_in_cluster.rs), runs the topics side by side
 # (E2E_JOBS topics at a time, default 3, each running E2E_THREADS of its
 # tests at a time, default 3; the longest of the last run first), then the
 # topics of tests/e2e/serial alone, one test at a time, and takes the
@@ -30,8 +30,15 @@ rows=()
 finish() {
   local rc=$?
   trap - EXIT
-  local pid
-  for pid in "${!topic_of_pid[@]}"; do kill "$pid" 2>/dev/null || true; done
+  local pid t
+  # Topics still running (a time limit, an interrupt): what they printed so
+  # far, then their process groups go.
+  for pid in "${!topic_of_pid[@]}"; do
+    t=${topic_of_pid[$pid]}
+    log "== $t: stopped before it ended; its output so far:"
+    tail -n 200 "$out/${t//:/_}.log" 2>/dev/null || true
+    kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
+  done
   [[ -z $out ]] || rm -rf "$out"
   if $up; then
     ((rc == 0)) || tail_log rustlet 60
@@ -46,7 +53,7 @@ trap finish EXIT
 # topics run it directly, several at once (cargo would serialise them on
 # its build directory's lock), from the package root as cargo test does.
 log "building the e2e test binary (cargo test --test e2e --no-run)"
-e2e=$(cargo test --test e2e --no-run --message-format=json |
+e2e=$(cargo test --test e2e --no-run --message-format=json-render-diagnostics |
   jq -r 'select(.reason == "compiler-artifact" and .target.name == "e2e" and .executable != null) | .executable' | tail -1)
 [[ -x $e2e ]] || die "cargo built no e2e test binary"
 
@@ -102,7 +109,9 @@ start() {
   read -ra group <<<"${tests_of[$t]}"
   log "== $t (${#group[@]} tests, $n at a time)"
   started[$t]=$(now_ms)
-  "$e2e" --ignored --exact --test-threads "$n" "${group[@]}" >"$out/${t//:/_}.log" 2>&1 &
+  # A process group of its own: stopping the run stops what the tests
+  # started too (kubectl, a second agent).
+  setsid "$e2e" --ignored --exact --test-threads "$n" "${group[@]}" >"$out/${t//:/_}.log" 2>&1 &
   topic_of_pid[$!]=$t
 }
 # finish PID STATUS: prints the topic's output and its row.
@@ -119,8 +128,21 @@ finish_topic() {
 }
 # await_one: waits for any running topic and finishes it.
 await_one() {
-  local pid status=0
+  local pid='' status=0 p
   wait -n -p pid "${!topic_of_pid[@]}" || status=$?
+  if [[ -z $pid ]]; then
+    # `wait -n` can miss a job whose end was reported with another's: find
+    # one that has ended and collect its status.
+    status=0
+    for p in "${!topic_of_pid[@]}"; do
+      if ! kill -0 "$p" 2>/dev/null; then
+        pid=$p
+        wait "$p" || status=$?
+        break
+      fi
+    done
+    [[ -n $pid ]] || return 0
+  fi
   finish_topic "$pid" "$status"
 }
 

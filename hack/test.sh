@@ -175,7 +175,7 @@ if ! $quick; then
   # in the background, niced, from now on: the Rust builds take the cpu
   # first, the Go builds what they leave and the module downloads overlap
   # them.
-  build_in_background "Go builds" 50 bash -c 'hack/build-cluster.sh all && hack/build-cluster.sh metrics-server &&
+  build_in_background "Go builds" 70 bash -c 'hack/build-cluster.sh all && hack/build-cluster.sh metrics-server &&
     hack/build-cluster.sh csi && hack/build-cluster.sh helm && hack/build-cluster.sh kind'
 fi
 # The binaries as `cargo build` makes them too (hack/local-up.sh runs that):

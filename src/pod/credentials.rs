@@ -265,19 +265,26 @@ fn key_matches(key: &str, host: &str, path: &str) -> bool {
     key_path.is_empty() || path == key_path || path.starts_with(&format!("{key_path}/"))
 }
 
+/// The longest host label (bytes) that is matched at all: a DNS label's
+/// 63. A longer label, in a key or in an image's host, names no registry.
+pub const MAX_LABEL_BYTES: usize = 63;
+
 /// One host label against a key's glob label, as the kubelet's
 /// `filepath.Match` per label: `*` is any run of characters, `?` any one.
-/// Linear in the label's length for every pattern (wildmatch's matcher never
-/// backtracks past its last `*`): a pull secret's key cannot make the agent
-/// try each way to split the host among its stars.
+/// wildmatch's matcher never backtracks past its last `*`, so the work is
+/// at most the product of the two lengths, each at most
+/// [`MAX_LABEL_BYTES`]: a pull secret's key cannot make the agent try each
+/// way to split a host among its stars.
 fn glob(pattern: &str, text: &str) -> bool {
-    wildmatch::WildMatch::new(pattern).matches(text)
+    pattern.len() <= MAX_LABEL_BYTES
+        && text.len() <= MAX_LABEL_BYTES
+        && wildmatch::WildMatch::new(pattern).matches(text)
 }
 
 /// Whether registry `pattern` (`host[:port][/path]`, globs per host label, a
-/// scheme ignored) covers `image`, as the kubelet's `URLsMatchStr`: the match
-/// pull secrets' keys are looked up by, and credential provider plugins'
-/// `matchImages` are.
+/// scheme ignored) covers `image`, as the kubelet's `URLsMatchStr`: the rule
+/// pull secrets' keys are looked up by, which the kubelet also applies to
+/// credential provider plugins' `matchImages`.
 #[must_use]
 pub fn registry_matches(pattern: &str, image: &str) -> bool {
     let (host, path) = image_location(image);
@@ -437,5 +444,13 @@ mod tests {
             assert!(k.lookup(&format!("{host}/img:1")).is_empty());
         }
         assert!(registry_matches("*.gcr.io", "eu.gcr.io/p/i:1"));
+        // Past a DNS label's length nothing matches, not even `*`: the work
+        // stays bounded whatever a key or an image's host holds.
+        assert!(glob("*", &"a".repeat(MAX_LABEL_BYTES)));
+        assert!(!glob("*", &"a".repeat(MAX_LABEL_BYTES + 1)));
+        assert!(!glob(
+            &format!("*{}b", "a".repeat(500_000)),
+            &"a".repeat(1 << 20)
+        ));
     }
 }

@@ -680,9 +680,9 @@ impl RuntimeManager {
                 EventType::Warning,
                 event::SANDBOX_METADATA_OMITTED,
                 format!(
-                    "the pod's {} take more than {} bytes and were not passed to the container runtime",
-                    omitted.join(" and "),
-                    translate::MAX_SANDBOX_METADATA_BYTES
+                    "the pod's labels and annotations take more than {} bytes: its {} were not passed to the container runtime",
+                    translate::MAX_SANDBOX_METADATA_BYTES,
+                    omitted.join(" and ")
                 ),
             );
         }

@@ -87,64 +87,81 @@ pub fn hash_matches(hash: &str, c: &Container) -> bool {
     hash == container_hash(c) || (hash.len() == 16 && hash == legacy_container_hash(c))
 }
 
-/// The most bytes (keys and values) of a pod's own labels, and apart of its
-/// annotations, that its sandbox carries to the runtime. The kubelet passes
-/// them all; every sandbox comes back in each unfiltered `ListPodSandbox`,
-/// whose answer is at most [`crate::cri::MAX_MESSAGE_BYTES`], so a few pods
-/// with a megabyte of labels would make that list fail for every caller.
-/// Capped, a node's 110 sandboxes take at most 14 MiB. A pod past the cap
-/// has that map left out whole (the runtime acts on neither, its
-/// identifying labels stay), and [`oversized_metadata`] names it for an Event.
-pub const MAX_SANDBOX_METADATA_BYTES: usize = 64 << 10;
+/// The most bytes a pod's own labels and annotations, together, may take in
+/// its sandbox's config (counted as they are encoded: each entry's key and
+/// value and [`ENTRY_OVERHEAD_BYTES`]). The kubelet passes them all; every
+/// sandbox, ready or not, comes back in each unfiltered `ListPodSandbox`,
+/// whose answer is at most [`crate::cri::MAX_MESSAGE_BYTES`], so a few dozen
+/// pods with many small labels would make that list fail for every caller.
+/// Capped, 110 pods with a ready and a dead sandbox each list in about 7 MiB.
+/// Past the cap the labels are left out, and when the annotations alone are
+/// still past it they are too; the identifying labels always stay, and
+/// [`oversized_metadata`] names what was left out, for an Event. Labels are
+/// informational to the runtime; annotations may not be (containerd can
+/// hand them to the OCI runtime), which is why they go last and are named.
+pub const MAX_SANDBOX_METADATA_BYTES: usize = 32 << 10;
 
-/// The bytes of a map's keys and values, saturating.
+/// The bytes a map entry takes in a protobuf message beside its key and
+/// value (tags and lengths), rounded up.
+pub const ENTRY_OVERHEAD_BYTES: usize = 8;
+
+/// The encoded bytes of a map's entries, saturating.
 fn metadata_bytes(map: Option<&BTreeMap<String, String>>) -> usize {
     map.into_iter().flatten().fold(0usize, |n, (k, v)| {
-        n.saturating_add(k.len()).saturating_add(v.len())
+        n.saturating_add(k.len())
+            .saturating_add(v.len())
+            .saturating_add(ENTRY_OVERHEAD_BYTES)
     })
 }
 
-/// Which of the pod's `labels` and `annotations` are too large
-/// ([`MAX_SANDBOX_METADATA_BYTES`]) to go to the runtime: empty for almost
-/// every pod.
+/// Which of the pod's `labels` and `annotations` its sandbox leaves out
+/// ([`MAX_SANDBOX_METADATA_BYTES`]): empty for almost every pod.
 #[must_use]
 pub fn oversized_metadata(pod: &Pod) -> Vec<&'static str> {
     let m = &pod.metadata;
-    [
-        ("labels", m.labels.as_ref()),
-        ("annotations", m.annotations.as_ref()),
-    ]
-    .into_iter()
-    .filter(|(_, map)| metadata_bytes(*map) > MAX_SANDBOX_METADATA_BYTES)
-    .map(|(what, _)| what)
-    .collect()
+    let (labels, annotations) = (
+        metadata_bytes(m.labels.as_ref()),
+        metadata_bytes(m.annotations.as_ref()),
+    );
+    if labels.saturating_add(annotations) <= MAX_SANDBOX_METADATA_BYTES {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    if labels > 0 {
+        out.push("labels");
+    }
+    if annotations > MAX_SANDBOX_METADATA_BYTES {
+        out.push("annotations");
+    }
+    out
 }
 
 /// The pod's annotations, as the runtime takes them (the sandbox's, and an
-/// image volume's `ImageSpec`'s): none when they are larger than
-/// [`MAX_SANDBOX_METADATA_BYTES`].
+/// image volume's `ImageSpec`'s): none when [`oversized_metadata`] leaves
+/// them out.
 #[must_use]
 pub fn pod_annotations(pod: &Pod) -> HashMap<String, String> {
-    let annotations = pod.metadata.annotations.as_ref();
-    if metadata_bytes(annotations) > MAX_SANDBOX_METADATA_BYTES {
+    if oversized_metadata(pod).contains(&"annotations") {
         return HashMap::new();
     }
-    annotations
-        .into_iter()
+    pod.metadata
+        .annotations
+        .iter()
         .flatten()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
 
-/// The sandbox's labels: the pod's own (none when they are larger than
-/// [`MAX_SANDBOX_METADATA_BYTES`]) and the kubelet's identifying ones.
+/// The sandbox's labels: the pod's own (none when [`oversized_metadata`]
+/// leaves them out) and the kubelet's identifying ones.
 fn pod_labels(pod: &Pod) -> HashMap<String, String> {
     let (ns, name, uid) = pod_identity(pod);
-    let own = pod.metadata.labels.as_ref();
-    let mut labels: HashMap<String, String> = if metadata_bytes(own) > MAX_SANDBOX_METADATA_BYTES {
+    let mut labels: HashMap<String, String> = if oversized_metadata(pod).contains(&"labels") {
         HashMap::new()
     } else {
-        own.into_iter()
+        pod.metadata
+            .labels
+            .iter()
             .flatten()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
@@ -1204,10 +1221,10 @@ mod tests {
     #[test]
     fn oversized_labels_and_annotations_stay_out_of_the_sandbox() {
         let mut p = pod("web").container("c", "busybox").build();
-        let big: BTreeMap<String, String> = (0..200)
-            .map(|i| (format!("k{i}"), "v".repeat(400)))
-            .collect();
-        p.metadata.labels = Some(big.clone());
+        // Many small labels: what counts is their encoded size.
+        let many: BTreeMap<String, String> =
+            (0..4000).map(|i| (format!("{i}"), String::new())).collect();
+        p.metadata.labels = Some(many.clone());
         p.metadata.annotations = Some(BTreeMap::from([("a".to_string(), "b".to_string())]));
         assert_eq!(oversized_metadata(&p), vec!["labels"]);
         let cfg = sandbox_config(&p, 0, &node(), &Isolation::default()).unwrap();
@@ -1219,13 +1236,15 @@ mod tests {
         );
         assert_eq!(cfg.labels[POD_NAME_LABEL], "web");
         assert_eq!(cfg.annotations["a"], "b");
-        p.metadata.annotations = Some(big);
-        p.metadata.labels = None;
-        assert_eq!(oversized_metadata(&p), vec!["annotations"]);
+        // Annotations past the cap on their own go too.
+        p.metadata.annotations = Some(many);
+        p.metadata.labels = Some(BTreeMap::from([("app".to_string(), "web".to_string())]));
+        assert_eq!(oversized_metadata(&p), vec!["labels", "annotations"]);
         assert!(pod_annotations(&p).is_empty());
         // At the cap exactly, everything goes.
-        let exact = BTreeMap::from([("k".to_string(), "v".repeat(MAX_SANDBOX_METADATA_BYTES - 1))]);
-        p.metadata.annotations = Some(exact);
+        let exact = "v".repeat(MAX_SANDBOX_METADATA_BYTES - ENTRY_OVERHEAD_BYTES - 1);
+        p.metadata.labels = None;
+        p.metadata.annotations = Some(BTreeMap::from([("k".to_string(), exact)]));
         assert!(oversized_metadata(&p).is_empty());
         assert_eq!(pod_annotations(&p).len(), 1);
     }

@@ -43,6 +43,20 @@ pub type ImageVolumes = BTreeMap<String, cri::ImageSpec>;
 /// so references that multiply a large variable cost at most this much.
 pub const MAX_SUB_PATH_BYTES: usize = 4096;
 
+/// `value`, or its start when it is longer than [`MAX_SUB_PATH_BYTES`]: just
+/// past the bound (cut at a character boundary), which is enough for the
+/// expansion to see that it does not fit.
+fn past_the_bound(value: &str) -> &str {
+    if value.len() <= MAX_SUB_PATH_BYTES {
+        return value;
+    }
+    let mut end = MAX_SUB_PATH_BYTES + 1;
+    while !value.is_char_boundary(end) {
+        end += 1;
+    }
+    &value[..end]
+}
+
 /// Expands `$(VAR)` references in a `subPathExpr` from `env` (`$$` is a
 /// literal `$`), as the kubelet's `ExpandContainerVolumeMounts`, to at most
 /// [`MAX_SUB_PATH_BYTES`].
@@ -60,7 +74,7 @@ pub fn expand_sub_path_expr(expr: &str, env: &BTreeMap<String, String>) -> Resul
             let value = env
                 .get(name)
                 .filter(|v| !v.is_empty())
-                .map(|v| v.get(..=MAX_SUB_PATH_BYTES).unwrap_or(v).to_string());
+                .map(|v| past_the_bound(v).to_string());
             if value.is_none() {
                 missing.borrow_mut().insert(name.to_string());
             }

@@ -2,7 +2,7 @@
 //! (`hack/local-up.sh --agent rustlet`): pull secrets whose registry key is a
 //! glob that a backtracking matcher never finishes against the image's host
 //! (it held the agent's async workers, its lease and every other pod), and
-//! pods with over a megabyte of labels each (their sandboxes' labels made
+//! pods with a megabyte of labels each (their sandboxes' labels made
 //! the runtime's unfiltered sandbox list larger than a CRI message, and the
 //! eviction manager, container GC and stats stopped). Through both, another
 //! pod still starts, the Lease is renewed and the eviction manager acts.
@@ -49,7 +49,8 @@ async fn a_glob_bomb_pull_secret_leaves_the_agent_working() {
         .create(&PostParams::default(), &secret)
         .await
         .expect("secret");
-    // One pod per async worker of the agent, and one more.
+    // More pods than the agent has async workers on this machine (one per
+    // cpu, two here): each held one for good with a backtracking matcher.
     for i in 0..3 {
         create(&client, &ns, &from_json(serde_json::json!({
             "metadata": { "name": format!("bomb-{i}") },
@@ -116,10 +117,12 @@ fn labelled(name: &str, size: usize) -> k8s_openapi::api::core::v1::Pod {
 async fn pods_with_a_megabyte_of_labels_leave_the_runtime_lists_and_eviction_working() {
     let client = client().await;
     let ns = namespace(&client, "e2e-big-labels").await;
-    for i in 0..3 {
-        create(&client, &ns, &labelled(&format!("big-{i}"), 1_200_000)).await;
+    // Five pods of 1 MB of labels (each well under etcd's 1.5 MiB object
+    // limit): 5 MB of sandbox labels, past the 4 MiB a CRI answer could take.
+    for i in 0..5 {
+        create(&client, &ns, &labelled(&format!("big-{i}"), 1_000_000)).await;
     }
-    for i in 0..3 {
+    for i in 0..5 {
         wait_for(
             &client,
             &ns,
@@ -136,13 +139,13 @@ async fn pods_with_a_megabyte_of_labels_leave_the_runtime_lists_and_eviction_wor
         &ns,
         Involving::Any,
         30,
-        "three SandboxMetadataOmitted events",
-        |evs| messages(evs, "SandboxMetadataOmitted").filter(|m| m.len() >= 3),
+        "five SandboxMetadataOmitted events",
+        |evs| messages(evs, "SandboxMetadataOmitted").filter(|m| m.len() >= 5),
     )
     .await;
     assert!(
         note.iter()
-            .all(|m| m.contains("labels take more than 65536 bytes")),
+            .all(|m| m.ends_with("its labels were not passed to the container runtime")),
         "{note:?}"
     );
     // Every sandbox of the node in one unfiltered list, as the eviction
@@ -152,7 +155,7 @@ async fn pods_with_a_megabyte_of_labels_leave_the_runtime_lists_and_eviction_wor
         .list_pod_sandboxes(std::collections::HashMap::new())
         .await
         .expect("ListPodSandbox");
-    assert!(sandboxes.len() >= 3, "{} sandboxes", sandboxes.len());
+    assert!(sandboxes.len() >= 5, "{} sandboxes", sandboxes.len());
     // And the eviction manager still acts: a pod over its emptyDir limit goes.
     create(&client, &ns, &from_json(serde_json::json!({
         "metadata": { "name": "over" },
