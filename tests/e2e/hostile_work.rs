@@ -7,28 +7,12 @@
 //! eviction manager, container GC and stats stopped). Through both, another
 //! pod still starts, the Lease is renewed and the eviction manager acts.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::common::*;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::PostParams;
-
-/// Waits for this node's Lease to be renewed after now, at most `secs`.
-async fn lease_renewed(client: &kube::Client, secs: u64) {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-    let renew = |l: Lease| l.spec.and_then(|s| s.renew_time).expect("renewTime").0;
-    let first = renew(leases.get(&node_name()).await.expect("lease"));
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while renew(leases.get(&node_name()).await.expect("lease")) <= first {
-        assert!(
-            Instant::now() < deadline,
-            "the Lease was not renewed in {secs} s"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
 
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]

@@ -403,3 +403,21 @@ pub fn messages(events: &[k8s_openapi::api::core::v1::Event], reason: &str) -> O
         .collect();
     (!found.is_empty()).then_some(found)
 }
+
+/// Waits for this node's Lease to be renewed after now, at most `secs`.
+pub async fn lease_renewed(client: &Client, secs: u64) {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "kube-node-lease");
+    let renew = |l: k8s_openapi::api::coordination::v1::Lease| {
+        l.spec.and_then(|s| s.renew_time).expect("renewTime").0
+    };
+    let first = renew(leases.get(&node_name()).await.expect("lease"));
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while renew(leases.get(&node_name()).await.expect("lease")) <= first {
+        assert!(
+            Instant::now() < deadline,
+            "the Lease was not renewed in {secs} s"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -89,6 +89,38 @@ fn terminated_message(p: &k8s_openapi::api::core::v1::Pod) -> String {
         .unwrap_or_default()
 }
 
+/// Environment variables `V0` (8 bytes) to `V<last>`, each the one before
+/// it twice: `V<n>` is 8·2ⁿ bytes once expanded.
+fn doubling_env(last: u32) -> Vec<serde_json::Value> {
+    let mut env = vec![serde_json::json!({ "name": "V0", "value": "xxxxxxxx" })];
+    for i in 1..=last {
+        let prev = format!("$(V{})", i - 1);
+        env.push(serde_json::json!({ "name": format!("V{i}"), "value": prev.repeat(2) }));
+    }
+    env
+}
+
+/// Waits for pod `name`'s container to wait with
+/// `CreateContainerConfigError`, drops the namespace and returns the
+/// waiting message.
+async fn config_error(client: &kube::Client, ns: &str, name: &str) -> String {
+    let waiting = wait_for(
+        client,
+        ns,
+        name,
+        90,
+        "CreateContainerConfigError",
+        waiting_reason("CreateContainerConfigError"),
+    )
+    .await;
+    drop_namespace(client, ns).await;
+    container_status(&waiting)
+        .state
+        .and_then(|s| s.waiting)
+        .and_then(|w| w.message)
+        .unwrap_or_default()
+}
+
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_400_mib_termination_message_file_gives_its_last_4_kib() {
@@ -141,12 +173,8 @@ async fn an_environment_that_doubles_itself_is_refused_within_bounded_memory() {
     let base = reset_agent_hwm_once();
     let client = client().await;
     let ns = namespace(&client, "e2e-env-bomb").await;
-    // V0 is 8 bytes and each next one twice the last: V24 alone is 128 MiB.
-    let mut env = vec![serde_json::json!({ "name": "V0", "value": "xxxxxxxx" })];
-    for i in 1..=24 {
-        let prev = format!("$(V{})", i - 1);
-        env.push(serde_json::json!({ "name": format!("V{i}"), "value": prev.repeat(2) }));
-    }
+    // V24 alone is 128 MiB.
+    let env = doubling_env(24);
     let p = from_json(serde_json::json!({
         "metadata": { "name": "envbomb" },
         "spec": {
@@ -162,21 +190,7 @@ async fn an_environment_that_doubles_itself_is_refused_within_bounded_memory() {
         }
     }));
     create(&client, &ns, &p).await;
-    let waiting = wait_for(
-        &client,
-        &ns,
-        "envbomb",
-        90,
-        "CreateContainerConfigError",
-        waiting_reason("CreateContainerConfigError"),
-    )
-    .await;
-    let message = container_status(&waiting)
-        .state
-        .and_then(|s| s.waiting)
-        .and_then(|w| w.message)
-        .unwrap_or_default();
-    drop_namespace(&client, &ns).await;
+    let message = config_error(&client, &ns, "envbomb").await;
     assert!(
         message.contains("takes more than 6291456 bytes with variable \"V19\""),
         "{message}"
@@ -193,11 +207,7 @@ async fn a_sub_path_expr_that_repeats_a_large_variable_is_refused_within_bounded
     // V0 is 8 bytes and each next one twice the last: V18 is 2 MiB, the whole
     // environment 4 MiB (within the 6 MiB an environment may take); the
     // sub path names V18 300 times, 600 MiB if it were expanded.
-    let mut env = vec![serde_json::json!({ "name": "V0", "value": "xxxxxxxx" })];
-    for i in 1..=18 {
-        let prev = format!("$(V{})", i - 1);
-        env.push(serde_json::json!({ "name": format!("V{i}"), "value": prev.repeat(2) }));
-    }
+    let env = doubling_env(18);
     let p = from_json(serde_json::json!({
         "metadata": { "name": "subpathbomb" },
         "spec": {
@@ -219,21 +229,7 @@ async fn a_sub_path_expr_that_repeats_a_large_variable_is_refused_within_bounded
         }
     }));
     create(&client, &ns, &p).await;
-    let waiting = wait_for(
-        &client,
-        &ns,
-        "subpathbomb",
-        90,
-        "CreateContainerConfigError",
-        waiting_reason("CreateContainerConfigError"),
-    )
-    .await;
-    let message = container_status(&waiting)
-        .state
-        .and_then(|s| s.waiting)
-        .and_then(|w| w.message)
-        .unwrap_or_default();
-    drop_namespace(&client, &ns).await;
+    let message = config_error(&client, &ns, "subpathbomb").await;
     assert!(
         message.contains("expands to more than 4096 bytes"),
         "{message}"
