@@ -20,6 +20,8 @@ PROG=test-e2e
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export CARGO_TARGET_DIR
+# The tests find the repository here, as under cargo test.
+export CARGO_MANIFEST_DIR=$ROOT
 cd "$ROOT"
 
 only=("$@")
@@ -27,6 +29,7 @@ up=false
 out=''
 declare -A topic_of_pid=()
 rows=()
+failures=()
 finish() {
   local rc=$?
   trap - EXIT
@@ -45,6 +48,7 @@ finish() {
     "$ROOT/hack/local-down.sh" || rc=1
   fi
   ((${#rows[@]} == 0)) || printf '%s\n' "e2e topics:" "${rows[@]}"
+  ((${#failures[@]} == 0)) || printf '%s\n' "failed tests:" "${failures[@]}"
   exit "$rc"
 }
 trap finish EXIT
@@ -120,7 +124,13 @@ finish_topic() {
   unset "topic_of_pid[$1]"
   read -ra count <<<"${tests_of[$t]}"
   cat "$out/${t//:/_}.log"
-  ((status == 0)) || { result=FAIL; rc=1; }
+  if ((status != 0)); then
+    result=FAIL rc=1
+    # Each failed test with the first line of its panic, for the summary.
+    mapfile -t -O "${#failures[@]}" failures < <(awk '
+      /^thread .* panicked at/ { name = $2; gsub(/\x27/, "", name); getline msg; print "  FAILED " name ": " substr(msg, 1, 200) }
+    ' "$out/${t//:/_}.log")
+  fi
   secs=$(since "${started[$t]}")
   took[$t]=${secs%s}
   rows+=("$(printf '  %s %-28s %3d tests %8s' "$result" "$t" "${#count[@]}" "$secs")")

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The layers, lowest first: (what the layer is, its top-level modules).
 const LAYERS: &[(&str, &[&str])] = &[
@@ -304,7 +304,11 @@ fn read_sources(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
 }
 
 fn sources() -> Vec<(String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The run's package root: a build shared between checkouts keeps the
+    // path of the first.
+    let root = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    let root = root.as_path();
     let mut files = Vec::new();
     read_sources(root, &root.join("src"), &mut files);
     assert!(!files.is_empty(), "no sources under {}", root.display());

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
 /// A container that exits at once on SIGTERM.
@@ -153,15 +153,20 @@ async fn a_failed_post_start_hook_kills_and_restarts_the_container() {
         .is_some_and(|c| c.restart_count >= 1)
     })
     .await;
-    let events = Api::<Event>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    let failed = events
-        .items
-        .iter()
-        .find(|e| e.reason.as_deref() == Some("FailedPostStartHook"))
-        .expect("FailedPostStartHook event");
+    let failed = wait_for_events(
+        &client,
+        &ns,
+        Involving::Any,
+        60,
+        "a FailedPostStartHook event",
+        |events| {
+            events
+                .iter()
+                .find(|e| e.reason.as_deref() == Some("FailedPostStartHook"))
+                .cloned()
+        },
+    )
+    .await;
     assert_eq!(failed.type_.as_deref(), Some("Warning"));
     let msg = failed.message.as_deref().unwrap_or_default();
     assert!(

@@ -7,23 +7,31 @@
 
 use crate::common::registry::{Registry, private_pod};
 use crate::common::*;
-use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::Api;
-use kube::api::ListParams;
+use k8s_openapi::api::core::v1::Pod;
 
 /// The loopback address of the test registry.
 const REGISTRY: &str = "127.0.0.1:5443";
 
-async fn events_of(client: &kube::Client, ns: &str, pod: &str) -> Vec<(String, String)> {
-    Api::<Event>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(pod))
-        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
-        .collect()
+/// Waits, at most 60 s, until the Events of pod `pod` as (reason, message)
+/// pass `check`: Events trail the status that caused them.
+async fn events_until(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+    what: &str,
+    check: impl Fn(&[(String, String)]) -> bool,
+) {
+    wait_for_events(client, ns, Involving::Name(pod), 60, what, |events| {
+        let pairs: Vec<(String, String)> = events
+            .iter()
+            .map(|e| {
+                let reason = e.reason.clone().unwrap_or_default();
+                (reason, e.message.clone().unwrap_or_default())
+            })
+            .collect();
+        check(&pairs).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -51,14 +59,19 @@ async fn image_pull_secrets_authenticate_private_pulls() {
     )
     .await;
     wait_for(&client, &ns, "with", 90, "Running", phase("Running")).await;
-    let events = events_of(&client, &ns, "with").await;
-    assert!(
-        events
-            .iter()
-            .any(|(r, m)| r == "FailedToRetrieveImagePullSecret" && m.contains("absent")),
-        "{events:?}"
-    );
-    assert!(events.iter().any(|(r, _)| r == "Pulled"), "{events:?}");
+    events_until(
+        &client,
+        &ns,
+        "with",
+        "FailedToRetrieveImagePullSecret naming the absent secret, and Pulled",
+        |events| {
+            events
+                .iter()
+                .any(|(r, m)| r == "FailedToRetrieveImagePullSecret" && m.contains("absent"))
+                && events.iter().any(|(r, _)| r == "Pulled")
+        },
+    )
+    .await;
 
     // Without it: the registry refuses, and the pod waits in ErrImagePull.
     create(
@@ -90,13 +103,18 @@ async fn image_pull_secrets_authenticate_private_pulls() {
         },
     )
     .await;
-    let events = events_of(&client, &ns, "without").await;
-    assert!(
-        events
-            .iter()
-            .any(|(r, m)| r == "Failed" && m.contains("Failed to pull image")),
-        "{events:?}"
-    );
+    events_until(
+        &client,
+        &ns,
+        "without",
+        "Failed: Failed to pull image",
+        |events| {
+            events
+                .iter()
+                .any(|(r, m)| r == "Failed" && m.contains("Failed to pull image"))
+        },
+    )
+    .await;
     drop_namespace(&client, &ns).await;
 }
 
@@ -114,18 +132,20 @@ async fn always_pulls_a_registry_k8s_io_image_through_the_mirror() {
     wait_for(&client, &ns, "always", 90, "Succeeded", phase("Succeeded")).await;
     // Pulled, not taken from the node as it was: the kubelet's events of
     // a pull that went to the registry.
-    let events = events_of(&client, &ns, "always").await;
-    assert!(
-        events
-            .iter()
-            .any(|(r, m)| r == "Pulling" && m.contains(image)),
-        "{events:?}"
-    );
-    assert!(
-        events
-            .iter()
-            .any(|(r, m)| r == "Pulled" && m.contains("Successfully pulled image")),
-        "{events:?}"
-    );
+    events_until(
+        &client,
+        &ns,
+        "always",
+        "Pulling and Successfully pulled",
+        |events| {
+            events
+                .iter()
+                .any(|(r, m)| r == "Pulling" && m.contains(image))
+                && events
+                    .iter()
+                    .any(|(r, m)| r == "Pulled" && m.contains("Successfully pulled image"))
+        },
+    )
+    .await;
     drop_namespace(&client, &ns).await;
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{DeleteParams, ListParams};
+use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use rustlet::labels::POD_UID_LABEL;
 
@@ -290,11 +290,21 @@ async fn restart_policy_always_restarts_with_backoff() {
     assert!(container_status(&backoff).restart_count >= 2);
     // The restarts repeat identical events: each is one Event with a count,
     // from the kubelet's source, as the kubelet's event correlator records them.
-    let events = Api::<Event>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    // (Events trail the status: wait for the count to reach the restarts.)
+    let events = wait_for_events(
+        &client,
+        &ns,
+        Involving::Any,
+        60,
+        "a Started event counted twice",
+        |events| {
+            events
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("Started") && e.count.unwrap_or(0) >= 2)
+                .then(|| events.to_vec())
+        },
+    )
+    .await;
     let started: Vec<&Event> = events
         .iter()
         .filter(|e| e.reason.as_deref() == Some("Started"))
@@ -355,19 +365,20 @@ async fn missing_image_gives_err_image_pull_then_backoff_and_events() {
     )
     .await;
     wait_for(&client, &ns, "fine", 60, "Running", phase("Running")).await;
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    let list = events.list(&ListParams::default()).await.unwrap();
-    let failed = list
-        .items
-        .iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some("nope"))
-        .find(|e| e.reason.as_deref() == Some("Failed"))
-        .unwrap_or_else(|| {
-            panic!(
-                "no Failed event for the pull: {:#?}",
-                list.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
-            )
-        });
+    let failed = wait_for_events(
+        &client,
+        &ns,
+        Involving::Name("nope"),
+        60,
+        "a Failed event for the pull",
+        |events| {
+            events
+                .iter()
+                .find(|e| e.reason.as_deref() == Some("Failed"))
+                .cloned()
+        },
+    )
+    .await;
     assert_eq!(
         failed.involved_object.field_path.as_deref(),
         Some("spec.containers{c}")

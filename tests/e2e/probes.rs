@@ -3,9 +3,7 @@
 //! restarts with `Unhealthy` events, and startup probes holding readiness.
 
 use crate::common::*;
-use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::Api;
-use kube::api::ListParams;
+use k8s_openapi::api::core::v1::Pod;
 
 fn ready(p: Option<&Pod>) -> bool {
     p.and_then(|p| {
@@ -102,15 +100,20 @@ async fn failing_liveness_restarts_the_container() {
         .unwrap_or(false)
     })
     .await;
-    let events = Api::<Event>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    let unhealthy = events
-        .items
-        .iter()
-        .find(|e| e.reason.as_deref() == Some("Unhealthy"))
-        .expect("Unhealthy event");
+    let unhealthy = wait_for_events(
+        &client,
+        &ns,
+        Involving::Name("live"),
+        60,
+        "an Unhealthy event",
+        |events| {
+            events
+                .iter()
+                .find(|e| e.reason.as_deref() == Some("Unhealthy"))
+                .cloned()
+        },
+    )
+    .await;
     assert!(
         unhealthy
             .message

@@ -6,9 +6,8 @@
 //! the node's cpu, so it runs alone (hack/test.sh).
 
 use crate::common::*;
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::ListParams;
 
 /// A pod bound straight to the node under test, sleeping, with `extra`
 /// merged into its container and `spec` into its spec.
@@ -126,18 +125,22 @@ async fn pods_that_do_not_fit_fail_with_the_kubelets_reasons_and_the_others_run(
         }
         // The QoS class stays, as the kubelet's rejectPod keeps it.
         assert!(st.qos_class.is_some(), "{name}");
-        let events = Api::<Event>::namespaced(client.clone(), &ns)
-            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-            .await
-            .expect("events");
-        assert!(
-            events
-                .items
-                .iter()
-                .any(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning")),
-            "{name}: no {reason} event in {:?}",
-            events.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
-        );
+        wait_for_events(
+            &client,
+            &ns,
+            Involving::Name(name),
+            60,
+            &format!("{name}: a Warning event {reason}"),
+            |events| {
+                events
+                    .iter()
+                    .any(|e| {
+                        e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning")
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
     }
     // What fits still runs beside them.
     wait_for(&client, &ns, "small", 60, "Running", phase("Running")).await;
