@@ -945,10 +945,10 @@ evictionPressureTransitionPeriod: 30s"
       cat >"$LOCAL/rustlet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-# Static pods: the manifests of this directory (tests/e2e_static_pods.rs).
+# Static pods: the manifests of this directory (tests/e2e/static_pods.rs).
 staticPodPath: $LOCAL/rustlet/manifests
 # The client certificate is renewed from the certificates API, kept in
-# $LOCAL/rustlet/pki (tests/e2e_client_cert.rs).
+# $LOCAL/rustlet/pki (tests/e2e/serial/client_cert.rs).
 rotateCertificates: true
 # In the file, as the kubelet's: a configuration that replaces this one
 # (the node suite's) names its own client CA.

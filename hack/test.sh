@@ -196,6 +196,7 @@ if ! $quick; then
   build_in_background "build e2e.test" 40 hack/build-cluster.sh e2e
   step "end-to-end tests (rustlet)" 45 "cargo build (every target),Go builds" hack/test-e2e.sh
   step "Helm chart: lint, template, schema and RBAC" 10 "Go builds" hack/chart-lint.sh
+  step "feature gates table: the kubelet's of k8s.io/kubernetes" 5 "Go builds" hack/feature-gates.sh --check
   step "self-hosted control plane (rustlet)" 10 "Go builds,cargo build (every target)" hack/test-self-hosted.sh
   step "Helm chart on a cluster: install, upgrade, uninstall" 15 "Go builds,cargo build (every target)" hack/test-chart.sh
   step "Helm chart on kind" 30 "Go builds,cargo build (every target)" hack/kind-e2e.sh

@@ -194,6 +194,9 @@ pub fn settings(args: &RunArgs) -> anyhow::Result<Settings> {
         if !ignored.is_empty() {
             warn!(fields = ?ignored, "config file: these KubeletConfiguration fields are not supported and are ignored");
         }
+        if !s.gates_without_effect.is_empty() {
+            warn!(gates = ?s.gates_without_effect, "config file: these feature gates are on, as in the kubelet, but this agent does not have their features");
+        }
     }
     if let Some(v) = &args.container_runtime_endpoint {
         s.container_runtime_endpoint.clone_from(v);
@@ -1421,6 +1424,12 @@ fn pod_cgroups(
     machine: &MachineInfo,
 ) -> anyhow::Result<Option<crate::cgroups::CgroupManager>> {
     if !settings.cgroups_per_qos {
+        if settings.pod_pids_limit > 0 {
+            warn!(
+                pod_pids_limit = settings.pod_pids_limit,
+                "podPidsLimit has no effect with cgroupsPerQOS false: pods get no cgroups of their own (as the kubelet's)"
+            );
+        }
         return Ok(None);
     }
     let Some(mut manager) = crate::cgroups::CgroupManager::detect(
@@ -1437,7 +1446,8 @@ fn pod_cgroups(
             .map_err(|e| anyhow::anyhow!("cgroupDriver systemd: {e}"))?;
         manager = manager.using_systemd(systemd, &settings.cgroup_root, "kubepods");
     }
-    info!(version = ?manager.version(), driver = settings.cgroup_driver, "pod cgroups");
+    let manager = manager.with_pod_pids_limit(settings.pod_pids_limit)?;
+    info!(version = ?manager.version(), driver = settings.cgroup_driver, pod_pids_limit = settings.pod_pids_limit, "pod cgroups");
     let reserved = |name: &str| -> i128 {
         [
             &settings.reservations.kube_reserved,

@@ -19,8 +19,10 @@
 //! memory limit when every container has a memory limit. `besteffort` has
 //! the smallest share (2), `burstable` the shares of its pods' requests, and
 //! `kubepods` the node's allocatable cpu and memory when
-//! `enforceNodeAllocatable` has `pods`. A pod's cgroup is removed once
-//! nothing of it runs.
+//! `enforceNodeAllocatable` has `pods`. With `podPidsLimit` above 0
+//! ([`CgroupManager::with_pod_pids_limit`]) each pod's cgroup holds at most
+//! that many processes (`pids.max`), as the kubelet's pod container manager.
+//! A pod's cgroup is removed once nothing of it runs.
 //!
 //! With the `systemd` driver ([`CgroupManager::using_systemd`]) the same
 //! cgroups are systemd slices named as the kubelet's `CgroupName.ToSystemd`
@@ -50,6 +52,9 @@ pub enum Error {
     /// systemd refused a slice or its properties (the `systemd` driver).
     #[error(transparent)]
     Systemd(#[from] crate::systemd::Error),
+    /// `podPidsLimit` above 0 where no `pids` controller is.
+    #[error("podPidsLimit {0}: the pids cgroup controller is not available")]
+    NoPidsController(u64),
     /// The cgroup filesystem refused a change.
     #[error("cgroup {path}: {source}")]
     Io {
@@ -124,6 +129,10 @@ pub struct CgroupManager {
     memory: Option<PathBuf>,
     /// The directory of `cpuset` (whose new cgroups need cpus and mems).
     cpuset: Option<PathBuf>,
+    /// The directory of `pids` (the v2 root when it offers the controller).
+    pids: Option<PathBuf>,
+    /// `pids.max` of each pod's cgroup (`podPidsLimit` above 0), or none.
+    pod_pids_limit: Option<u64>,
     /// `<cgroupRoot>/kubepods` as a relative path (`kubepods`;
     /// `kubepods.slice` with the `systemd` driver).
     root: PathBuf,
@@ -172,6 +181,15 @@ impl CgroupManager {
             return None;
         }
         let cpuset = find("cpuset.cpus");
+        // The `pids` hierarchy's root has no `pids.*` file: it is found by
+        // its name (`pids`, or a list of controllers holding it).
+        let pids = hierarchies
+            .iter()
+            .find(|h| {
+                h.file_name()
+                    .is_some_and(|n| n.to_string_lossy().split(',').any(|c| c == "pids"))
+            })
+            .cloned();
         let root_parts = cgroupfs_parts(cgroup_root, name);
         let unified = Some(mount.join("unified")).filter(|u| u.join("cgroup.procs").is_file());
         Some(Self {
@@ -180,6 +198,8 @@ impl CgroupManager {
             cpu,
             memory,
             cpuset,
+            pids,
+            pod_pids_limit: None,
             root: root_parts.iter().collect(),
             root_parts,
             systemd: None,
@@ -203,6 +223,8 @@ impl CgroupManager {
             cpu: Some(mount.to_path_buf()),
             memory: Some(mount.to_path_buf()),
             cpuset: None,
+            pids: offered.contains("pids").then(|| mount.to_path_buf()),
+            pod_pids_limit: None,
             root: cgroupfs_parts(cgroup_root, name).iter().collect(),
             root_parts: cgroupfs_parts(cgroup_root, name),
             systemd: None,
@@ -240,6 +262,44 @@ impl CgroupManager {
         self.root = self.dir_of(&parts);
         self.root_parts = parts;
         self
+    }
+
+    /// This manager with each pod's cgroup holding at most `limit`
+    /// processes (`podPidsLimit`; 0 or below: no limit), as the kubelet's
+    /// pod container manager sets `PidsLimit`.
+    ///
+    /// # Errors
+    /// [`Error::NoPidsController`]: a limit above 0 where the hierarchy has
+    /// no `pids` controller (the kubelet will not start without it either).
+    pub fn with_pod_pids_limit(mut self, limit: i64) -> Result<Self, Error> {
+        let Ok(limit @ 1..) = u64::try_from(limit) else {
+            self.pod_pids_limit = None;
+            return Ok(self);
+        };
+        if self.pids.is_none() {
+            return Err(Error::NoPidsController(limit));
+        }
+        self.pod_pids_limit = Some(limit);
+        Ok(self)
+    }
+
+    /// Writes the pod pids limit to pod cgroup `dir`: systemd's `TasksMax`
+    /// on its slice first (with the `systemd` driver), then `pids.max`.
+    fn set_pod_pids(&self, dir: &Path) -> Result<(), Error> {
+        let (Some(limit), Some(pids)) = (self.pod_pids_limit, &self.pids) else {
+            return Ok(());
+        };
+        if let (Some(systemd), Some(unit)) = (&self.systemd, dir.file_name()) {
+            use crate::systemd::Property;
+            systemd.set_properties(
+                &unit.to_string_lossy(),
+                &[
+                    Property::Bool("TasksAccounting", true),
+                    Property::U64("TasksMax", limit),
+                ],
+            )?;
+        }
+        write(&pids.join(dir).join("pids.max"), &limit.to_string())
     }
 
     /// The directory, relative to the hierarchies' roots, of the cgroup
@@ -627,7 +687,8 @@ impl CgroupManager {
         let dir = self.pod_dir(qos, uid)?;
         self.make(&dir)?;
         self.set(&dir, limits)?;
-        debug!(cgroup = %dir.display(), ?limits, "pod cgroup");
+        self.set_pod_pids(&dir)?;
+        debug!(cgroup = %dir.display(), ?limits, pids = ?self.pod_pids_limit, "pod cgroup");
         self.cgroup_parent(qos, uid)
     }
 
@@ -985,6 +1046,49 @@ mod tests {
         });
     }
 
+    /// On this machine's cgroup v1 `pids` hierarchy, the kernel takes the
+    /// pod's `pids.max` and a pod cgroup refuses a process past it.
+    #[test]
+    fn the_pod_pids_limit_holds_on_the_real_pids_hierarchy() {
+        let name = format!("rustlet-pids-test-{}", std::process::id());
+        let Some(m) = real(&name) else {
+            assert!(!crate::fixtures::requires(
+                "a writable cgroup v1 hierarchy",
+                false
+            ));
+            return;
+        };
+        let Ok(m) = m.with_pod_pids_limit(1) else {
+            assert!(!crate::fixtures::requires(
+                "a cgroup v1 pids hierarchy",
+                false
+            ));
+            return;
+        };
+        with_cleanup(&m, || {
+            m.ensure_qos(None).unwrap();
+            m.ensure_pod(QosClass::BestEffort, "p1", SMALL).unwrap();
+            let dir = m
+                .pids
+                .as_ref()
+                .unwrap()
+                .join(m.pod_dir(QosClass::BestEffort, "p1").unwrap());
+            let max = std::fs::read_to_string(dir.join("pids.max")).unwrap();
+            assert_eq!(max.trim(), "1");
+            // A shell in the pod's cgroup may not fork a second process.
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "echo $$ > {}/cgroup.procs && /bin/true && echo forked",
+                    dir.display()
+                ))
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(!stdout.contains("forked"), "a second process ran: {out:?}");
+        });
+    }
+
     #[test]
     fn cpu_weight_is_the_kubelets_linear_conversion_of_shares() {
         for (shares, weight) in [
@@ -1045,6 +1149,36 @@ mod tests {
             std::fs::create_dir(dir.path().join("kubepods/burstable").join(name)).unwrap();
         }
         assert_eq!(m.pods(), vec![(QosClass::Burstable, "0a-1b".to_string())]);
+    }
+
+    /// `podPidsLimit` becomes each pod's `pids.max` (not the QoS
+    /// cgroups'); none at 0 or -1; refused where no pids controller is.
+    #[test]
+    fn the_pod_pids_limit_is_each_pods_pids_max_on_cgroup_v2() {
+        let (dir, m) = fake_v2(
+            "cpu memory pids",
+            &["kubepods", "kubepods/burstable", "kubepods/besteffort"],
+        );
+        let m = m.with_pod_pids_limit(64).unwrap();
+        m.ensure_qos(None).unwrap();
+        m.ensure_pod(QosClass::BestEffort, "u1", SMALL).unwrap();
+        let root = dir.path();
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        assert_eq!(read("kubepods/besteffort/podu1/pids.max"), "64");
+        assert!(!root.join("kubepods/besteffort/pids.max").exists());
+        for none in [0, -1, i64::MIN] {
+            let m = m.clone().with_pod_pids_limit(none).unwrap();
+            m.ensure_pod(QosClass::BestEffort, "u2", SMALL).unwrap();
+            assert!(!root.join("kubepods/besteffort/podu2/pids.max").exists());
+        }
+
+        let (_dir, no_pids) = fake_v2("cpu memory", &["kubepods"]);
+        let refused = no_pids.with_pod_pids_limit(64).unwrap_err().to_string();
+        assert_eq!(
+            refused,
+            "podPidsLimit 64: the pids cgroup controller is not available"
+        );
+        assert!(fake_v2("cpu memory", &[]).1.with_pod_pids_limit(-1).is_ok());
     }
 
     #[test]
@@ -1151,6 +1285,8 @@ mod tests {
             cpu: None,
             memory: None,
             cpuset: None,
+            pids: None,
+            pod_pids_limit: None,
             root: Path::new(&name).join("kubepods"),
             root_parts: vec![name.clone(), "kubepods".into()],
             systemd: None,

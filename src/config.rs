@@ -114,6 +114,10 @@ pub struct Settings {
     pub cgroups_per_qos: bool,
     /// `cgroupRoot` (`/`): where the QoS hierarchy is made.
     pub cgroup_root: String,
+    /// `podPidsLimit` (-1): the most processes (tasks) each pod's cgroup
+    /// holds, `pids.max`; 0 or below sets none, as the kubelet's pod
+    /// container manager.
+    pub pod_pids_limit: i64,
     /// `enforceNodeAllocatable` (`[pods]`): with `pods`, the `kubepods`
     /// cgroup is limited to the node's capacity less what is reserved.
     pub enforce_node_allocatable: Vec<String>,
@@ -136,8 +140,9 @@ pub struct Settings {
     /// `seccompDefault` (false): containers without a seccomp profile run
     /// under the runtime's default profile instead of none.
     pub seccomp_default: bool,
-    /// `featureGates.UserNamespacesSupport` (true, as the kubelet since
-    /// 1.33): pods may ask for their own user namespace (`hostUsers: false`).
+    /// `featureGates.UserNamespacesSupport` (true: GA and locked on in the
+    /// kubelet of this version, so a file may only set it to true): pods may
+    /// ask for their own user namespace (`hostUsers: false`).
     pub user_namespaces_support: bool,
     /// `featureGates.ReloadKubeletClientCAFile` (true, as the kubelet since
     /// 1.36): the client CA bundle is reloaded when its file changes.
@@ -149,6 +154,10 @@ pub struct Settings {
     /// `featureGates.RotateKubeletServerCertificate` (true, as the kubelet):
     /// `serverTLSBootstrap` takes effect only with it.
     pub rotate_server_certificate: bool,
+    /// Gates the file turns on, at the kubelet's default, whose features
+    /// this agent does not have (not in [`HONOURED_GATES`]): the agent says
+    /// so once at start.
+    pub gates_without_effect: Vec<String>,
     /// `failSwapOn` as set in the file: true makes the agent refuse to start
     /// on a node with swap enabled (unset: not checked).
     pub fail_swap_on: Option<bool>,
@@ -356,6 +365,7 @@ impl Default for Settings {
             rotate_certificates: false,
             cgroups_per_qos: true,
             cgroup_root: "/".into(),
+            pod_pids_limit: -1,
             enforce_node_allocatable: vec!["pods".into()],
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
@@ -367,6 +377,7 @@ impl Default for Settings {
             reload_client_ca_file: true,
             reload_server_certificate_file: true,
             rotate_server_certificate: true,
+            gates_without_effect: Vec::new(),
             fail_swap_on: None,
             reservations: Reservations::default(),
             eviction: EvictionSettings::default(),
@@ -430,6 +441,7 @@ impl Settings {
             "rotateCertificates": self.rotate_certificates,
             "cgroupsPerQOS": self.cgroups_per_qos,
             "cgroupRoot": self.cgroup_root,
+            "podPidsLimit": self.pod_pids_limit,
             "enforceNodeAllocatable": self.enforce_node_allocatable,
             "tlsCertFile": self.tls_cert_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             "tlsPrivateKeyFile": self.tls_private_key_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
@@ -443,7 +455,6 @@ impl Settings {
             "localStorageCapacityIsolation": true,
             "enableControllerAttachDetach": true,
             "protectKernelDefaults": false,
-            "podPidsLimit": -1,
             "tlsMinVersion": "VersionTLS12",
             "userNamespaces": {"idsPerPod": 65536},
             "registerWithTaints": self.register_with_taints,
@@ -539,14 +550,37 @@ pub fn binary_quantity(bytes: u64) -> String {
     bytes.to_string()
 }
 
-/// Feature gates that are GA and locked on in the kubelet and whose
-/// behaviour this agent has: accepted when set to true (the kubelet refuses
-/// them set to false).
-pub const LOCKED_ON_GATES: &[&str] = &["ImageMaximumGCAge"];
+/// Feature gates on by default in the kubelet whose features this agent
+/// has: set to true (their default) they are accepted without a warning.
+/// The [`SETTABLE_GATES`] aside, every other gate set to true is named in
+/// [`Settings::gates_without_effect`].
+pub const HONOURED_GATES: &[&str] = &[
+    "ContainerRestartRules",
+    "EnvFiles",
+    "ExecProbeTimeout",
+    "ExtendWebSocketsToKubelet",
+    "HostnameOverride",
+    "ImageMaximumGCAge",
+    "ImageVolume",
+    "InPlacePodLevelResourcesVerticalScaling",
+    "InPlacePodVerticalScaling",
+    "InPlacePodVerticalScalingInitContainers",
+    "KubeletCgroupDriverFromCRI",
+    "KubeletPSI",
+    "KubeletPodResourcesGet",
+    "NodeDeclaredFeatures",
+    "PodObservedGenerationTracking",
+    "PodReadyToStartContainersCondition",
+    "PortForwardWebsockets",
+    "ProcMountType",
+    "RecursiveReadOnlyMounts",
+    "RestartAllContainersOnContainerExits",
+    "SupplementalGroupsPolicy",
+    "UserNamespacesSupport",
+];
 
 /// Feature gates of the kubelet this agent can turn on and off.
 pub const SETTABLE_GATES: &[&str] = &[
-    "UserNamespacesSupport",
     "ReloadKubeletClientCAFile",
     "ReloadKubeletServerCertificateFile",
     "RotateKubeletServerCertificate",
@@ -574,6 +608,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "tlsCertFile",
     "tlsPrivateKeyFile",
     "cgroupDriver",
+    "podPidsLimit",
     "registerWithTaints",
     "staticPodURLHeader",
     "httpCheckFrequency",
@@ -634,11 +669,6 @@ pub const SECURITY_FIELDS: &[(&str, &[&str], &str)] = &[
         "protectKernelDefaults",
         &["false"],
         "kernel tunables are not checked",
-    ),
-    (
-        "podPidsLimit",
-        &["-1", "0"],
-        "no per-pod process limit is set",
     ),
     (
         "enableDebuggingHandlers",
@@ -881,6 +911,9 @@ struct KubeletConfiguration {
     /// `cgroupRoot`.
     #[serde(deserialize_with = "cgroup_root")]
     cgroup_root: Option<String>,
+    /// `podPidsLimit`.
+    #[serde(deserialize_with = "pids_limit")]
+    pod_pids_limit: Option<i64>,
     /// `enforceNodeAllocatable`.
     #[serde(deserialize_with = "allocatable")]
     enforce_node_allocatable: Option<Vec<String>>,
@@ -1095,6 +1128,7 @@ impl KubeletConfiguration {
         set(&mut s.cgroup_driver, self.cgroup_driver.clone());
         set(&mut s.cgroups_per_qos, self.cgroups_per_qos);
         set(&mut s.cgroup_root, self.cgroup_root.clone());
+        set(&mut s.pod_pids_limit, self.pod_pids_limit);
         set(
             &mut s.enforce_node_allocatable,
             self.enforce_node_allocatable.clone(),
@@ -1114,9 +1148,14 @@ impl KubeletConfiguration {
             &mut s.node_status_update_frequency,
             self.node_status_update_frequency,
         );
+        // Unset, it follows an explicit nodeStatusUpdateFrequency, as the
+        // kubelet's defaulting keeps older configurations writing as often.
+        let explicit_update = self.node_status_update_frequency.filter(|d| !d.is_zero());
         nonzero(
             &mut s.node_status_report_frequency,
-            self.node_status_report_frequency,
+            self.node_status_report_frequency
+                .filter(|d| !d.is_zero())
+                .or(explicit_update),
         );
         set(
             &mut s.node_lease_duration_seconds,
@@ -1244,37 +1283,58 @@ impl KubeletConfiguration {
         );
     }
 
-    /// The feature gates: [`SETTABLE_GATES`] as set, [`LOCKED_ON_GATES`]
-    /// only on.
+    /// The feature gates, as the kubelet's `SetFromMap` with the table of
+    /// its gates ([`crate::feature_gates`]): [`SETTABLE_GATES`] as set;
+    /// any other gate at its default (a default-on gate of a feature this
+    /// agent lacks, [`HONOURED_GATES`] aside, is named in
+    /// [`Settings::gates_without_effect`] for a warning).
     ///
     /// # Errors
     /// [`Error::Parse`] for a gate that is not true or false;
-    /// [`Error::Unsupported`] for any other gate, as the kubelet refuses a
-    /// gate it does not know.
+    /// [`Error::Unsupported`] for a gate the kubelet does not know or has
+    /// locked to the other value (the kubelet's messages), or any other gate
+    /// away from its default (a feature this agent lacks).
     fn apply_feature_gates(&self, path: &Path, s: &mut Settings) -> Result<(), Error> {
+        let refuse = |field: String, message: String| Error::Unsupported {
+            path: path.to_path_buf(),
+            field,
+            message,
+        };
         for (gate, on) in self.feature_gates.iter().flatten() {
             let field = format!("featureGates.{gate}");
             let on = on
                 .as_bool()
                 .ok_or_else(|| bad(path, &field, "true or false"))?;
+            let Some(spec) = crate::feature_gates::lookup(gate) else {
+                return Err(refuse(field, format!("unrecognized feature gate: {gate}")));
+            };
+            if spec.locked && on != spec.default {
+                return Err(refuse(
+                    field,
+                    format!(
+                        "cannot set feature gate {gate} to {on}, feature is locked to {}",
+                        spec.default
+                    ),
+                ));
+            }
             match gate.as_str() {
-                "UserNamespacesSupport" => s.user_namespaces_support = on,
                 "ReloadKubeletClientCAFile" => s.reload_client_ca_file = on,
                 "ReloadKubeletServerCertificateFile" => s.reload_server_certificate_file = on,
                 "RotateKubeletServerCertificate" => s.rotate_server_certificate = on,
-                // GA and locked on in the kubelet; this agent has it.
-                g if LOCKED_ON_GATES.contains(&g) && on => {}
-                _ => {
-                    return Err(Error::Unsupported {
-                        path: path.to_path_buf(),
+                _ if on != spec.default => {
+                    return Err(refuse(
                         field,
-                        message: format!(
-                            "unrecognized feature gate, or a locked one turned off (supported: {}, and {} locked on)",
-                            SETTABLE_GATES.join(", "),
-                            LOCKED_ON_GATES.join(", ")
+                        format!(
+                            "{gate}={on} is not supported by this agent: it has the kubelet's default, {}, for every gate but {}",
+                            spec.default,
+                            SETTABLE_GATES.join(", ")
                         ),
-                    });
+                    ));
                 }
+                g if on && !HONOURED_GATES.contains(&g) => {
+                    s.gates_without_effect.push(gate.clone());
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -1383,6 +1443,11 @@ fn parse_duration(v: &Value) -> Result<Duration, String> {
 /// `maxPods`: a count.
 fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     read(d, "a count", Some)
+}
+
+/// `podPidsLimit`: a number of processes (-1 for none).
+fn pids_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    read(d, "a number of processes", Some)
 }
 
 /// `nodeLeaseDurationSeconds`: seconds.
@@ -2051,6 +2116,108 @@ volumeStatsAggPeriod: 0s
         );
     }
 
+    /// The gates this agent names are the kubelet's, and the honoured ones
+    /// are on by default there (a new Kubernetes version that drops or
+    /// turns one off shows here).
+    #[test]
+    fn the_named_gates_are_in_the_kubelets_table() {
+        for name in HONOURED_GATES.iter().chain(SETTABLE_GATES) {
+            let gate = crate::feature_gates::lookup(name)
+                .unwrap_or_else(|| panic!("{name} is no gate of the kubelet"));
+            assert!(
+                gate.default || SETTABLE_GATES.contains(name),
+                "{name} is off by default"
+            );
+        }
+    }
+
+    /// Feature gates as the kubelet's `SetFromMap` with its table: any gate
+    /// at its default starts (a default-on one without its feature here is
+    /// named for the warning); the settable ones take effect; an unknown
+    /// gate, a locked one turned over, or another gate away from its
+    /// default stops the agent, by name.
+    #[test]
+    fn feature_gates_are_read_as_the_kubelet_reads_them() {
+        let locked_on = crate::feature_gates::all()
+            .find(|g| g.locked && g.default && HONOURED_GATES.contains(&g.name))
+            .expect("a gate locked on");
+        let default_on_lacking = crate::feature_gates::all()
+            .find(|g| {
+                g.default
+                    && !g.locked
+                    && !HONOURED_GATES.contains(&g.name)
+                    && !SETTABLE_GATES.contains(&g.name)
+            })
+            .expect("a default-on gate this agent lacks");
+        let alpha = crate::feature_gates::all()
+            .find(|g| !g.default && !g.locked && !SETTABLE_GATES.contains(&g.name))
+            .expect("a default-off gate");
+        // A kubeadm-style file: gates at their defaults, one turned off
+        // that this agent can turn off.
+        let text = format!(
+            "featureGates:\n  {}: true\n  {}: true\n  {}: false\n  AllAlpha: false\n  RotateKubeletServerCertificate: false\n",
+            locked_on.name, default_on_lacking.name, alpha.name
+        );
+        let mut s = Settings::default();
+        apply_file_text(&mut s, Path::new("k.yaml"), &text).unwrap();
+        assert!(!s.rotate_server_certificate);
+        assert_eq!(s.gates_without_effect, [default_on_lacking.name]);
+
+        for (text, message) in [
+            (
+                "featureGates: {NoSuchGate: true}\n".to_string(),
+                "unrecognized feature gate: NoSuchGate".to_string(),
+            ),
+            (
+                format!("featureGates: {{{}: false}}\n", locked_on.name),
+                format!(
+                    "cannot set feature gate {} to false, feature is locked to true",
+                    locked_on.name
+                ),
+            ),
+            (
+                format!("featureGates: {{{}: true}}\n", alpha.name),
+                format!("{}=true is not supported by this agent", alpha.name),
+            ),
+            (
+                "featureGates: {AllAlpha: true}\n".to_string(),
+                "AllAlpha=true is not supported by this agent".to_string(),
+            ),
+        ] {
+            let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), &text)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&message), "{text}: {err}");
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+    }
+
+    /// `podPidsLimit` is read as the kubelet reads it; an unset
+    /// `nodeStatusReportFrequency` follows an explicit
+    /// `nodeStatusUpdateFrequency`, as the kubelet's defaulting.
+    #[test]
+    fn pod_pids_limit_and_the_report_frequency_default() {
+        let mut s = Settings::default();
+        assert_eq!(s.pod_pids_limit, -1);
+        let text = "podPidsLimit: 4096\nnodeStatusUpdateFrequency: 4s\n";
+        assert!(
+            apply_file_text(&mut s, Path::new("k.yaml"), text)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(s.pod_pids_limit, 4096);
+        assert_eq!(s.node_status_report_frequency, Duration::from_secs(4));
+        let mut s = Settings::default();
+        let text = "nodeStatusUpdateFrequency: 4s\nnodeStatusReportFrequency: 1m\n";
+        apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert_eq!(s.node_status_report_frequency, Duration::from_secs(60));
+        let mut s = Settings::default();
+        apply_file_text(&mut s, Path::new("k.yaml"), "maxPods: 9\n").unwrap();
+        assert_eq!(s.node_status_report_frequency, Duration::from_secs(300));
+        let err = apply_file_text(&mut s, Path::new("k.yaml"), "podPidsLimit: 1.5\n").unwrap_err();
+        assert!(err.to_string().contains("podPidsLimit"), "{err}");
+    }
+
     #[test]
     fn the_configuration_shown_holds_every_field_read_and_the_security_values() {
         // The node suite reconfigures an agent by writing its /configz
@@ -2285,10 +2452,13 @@ volumeStatsAggPeriod: 0s
             ),
             ("authorization: {mode: Webhook}\n", None),
             (
-                "readOnlyPort: 0\nprotectKernelDefaults: false\npodPidsLimit: -1\n",
+                "readOnlyPort: 0\nprotectKernelDefaults: false\npodPidsLimit: 1024\n",
                 None,
             ),
-            ("featureGates: {UserNamespacesSupport: false}\n", None),
+            (
+                "featureGates: {UserNamespacesSupport: false}\n",
+                Some("featureGates.UserNamespacesSupport"),
+            ),
             (
                 "featureGates: {ReloadKubeletClientCAFile: true, ReloadKubeletServerCertificateFile: false, RotateKubeletServerCertificate: false}\n",
                 None,
@@ -2320,7 +2490,6 @@ volumeStatsAggPeriod: 0s
                 "protectKernelDefaults: true\n",
                 Some("protectKernelDefaults"),
             ),
-            ("podPidsLimit: 1024\n", Some("podPidsLimit")),
             (
                 "enableDebuggingHandlers: false\n",
                 Some("enableDebuggingHandlers"),
@@ -2366,13 +2535,14 @@ volumeStatsAggPeriod: 0s
             s.user_namespaces_support && !s.seccomp_default,
             "the kubelet's defaults"
         );
-        let text = "seccompDefault: true\nfeatureGates: {UserNamespacesSupport: false}\nfailSwapOn: true\n";
+        let text =
+            "seccompDefault: true\nfeatureGates: {UserNamespacesSupport: true}\nfailSwapOn: true\n";
         assert!(
             apply_file_text(&mut s, Path::new("k.yaml"), text)
                 .unwrap()
                 .is_empty()
         );
-        assert!(s.seccomp_default && !s.user_namespaces_support);
+        assert!(s.seccomp_default && s.user_namespaces_support);
         assert_eq!(s.fail_swap_on, Some(true));
         let reloads = |s: &Settings| {
             (

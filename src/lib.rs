@@ -23,6 +23,7 @@ pub mod device_manager;
 pub mod events;
 pub mod eviction;
 pub mod expansion;
+pub mod feature_gates;
 pub mod grpc_socket;
 pub mod image_gc;
 pub mod labels;

@@ -34,6 +34,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "node_selector",
             "names",
             "metrics",
+            "feature_gates",
             "config",
             "fixtures",
             "fake_api",

@@ -244,7 +244,11 @@ pub async fn status_loop(
             }
         };
         match api
-            .patch_status(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(
+                &cfg.name,
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
             .await
         {
             Ok(_) => {

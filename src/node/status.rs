@@ -406,7 +406,7 @@ pub fn set_device_resources(status: &mut NodeStatus, devices: &DeviceResources) 
 
 /// Sets `status.volumesInUse` to `in_use` (the attached CSI volumes pods
 /// use, [`crate::volume::csi::in_use`]), as the kubelet's `VolumesInUse`
-/// setter: an empty list where `old` had some (so the merge patch clears
+/// setter: an empty list where `old` had some (so the patch clears
 /// it), else none while empty.
 pub fn set_volumes_in_use(new: &mut NodeStatus, old: Option<&NodeStatus>, in_use: Vec<String>) {
     let had = old
@@ -415,10 +415,21 @@ pub fn set_volumes_in_use(new: &mut NodeStatus, old: Option<&NodeStatus>, in_use
     new.volumes_in_use = (had || !in_use.is_empty()).then_some(in_use);
 }
 
-/// The JSON merge patch that writes `new` over the stored `old`: `new`
-/// itself, with `null` for each capacity and allocatable entry of `old` that
-/// `new` drops (a merge patch keeps map entries it does not name), as the
-/// kubelet's two-way `PatchNodeStatus`.
+/// The condition types this agent writes; every other condition of the
+/// Node (node-problem-detector's `KernelDeadlock`, a cloud's
+/// `NetworkUnavailable`) belongs to another writer and is never sent.
+pub const OWN_CONDITIONS: [&str; 4] = [MEMORY_PRESSURE, DISK_PRESSURE, PID_PRESSURE, READY];
+
+/// The strategic merge patch that writes `new` over the stored `old`, as
+/// the kubelet's `PatchNodeStatus`: `{"status": ...}` holding `new` with
+/// - `conditions` only of the [`OWN_CONDITIONS`] types: the API server
+///   merges them by `type`, so conditions of other writers stay as they are,
+///   even when written between the agent's read and its patch;
+/// - `addresses` with a `{"$patch": "replace"}` element, as the kubelet's
+///   `fixupPatchForNodeStatusAddresses` (the list's merge key, `type`, is not
+///   unique: two InternalIPs);
+/// - `null` for each capacity and allocatable entry of `old` that `new`
+///   drops (maps merge key by key).
 ///
 /// # Errors
 /// `new` does not serialize (never for a status built by [`status`]).
@@ -426,8 +437,18 @@ pub fn status_patch(
     old: Option<&NodeStatus>,
     new: &NodeStatus,
 ) -> Result<serde_json::Value, serde_json::Error> {
-    let mut status = serde_json::to_value(new)?;
-    if let (Some(old), Some(obj)) = (old, status.as_object_mut()) {
+    let mut own = new.clone();
+    if let Some(cs) = own.conditions.as_mut() {
+        cs.retain(|c| OWN_CONDITIONS.contains(&c.type_.as_str()));
+    }
+    let mut status = serde_json::to_value(&own)?;
+    let Some(obj) = status.as_object_mut() else {
+        return Ok(serde_json::json!({ "status": status }));
+    };
+    if let Some(serde_json::Value::Array(addresses)) = obj.get_mut("addresses") {
+        addresses.push(serde_json::json!({ "$patch": "replace" }));
+    }
+    if let Some(old) = old {
         for (field, was, now) in [
             ("capacity", &old.capacity, &new.capacity),
             ("allocatable", &old.allocatable, &new.allocatable),
@@ -452,6 +473,30 @@ pub fn status_patch(
         }
     }
     Ok(serde_json::json!({ "status": status }))
+}
+
+/// The conditions of the new status: `old`'s list in its order, each of
+/// the [`OWN_CONDITIONS`] replaced by its entry in `own` and the others
+/// (other writers') kept as they were, then those of `own` that `old`
+/// lacks; as the kubelet's setters update the Node it read.
+fn merge_conditions(old: Option<&NodeStatus>, own: Vec<NodeCondition>) -> Vec<NodeCondition> {
+    let mut own: Vec<Option<NodeCondition>> = own.into_iter().map(Some).collect();
+    let mut merged = Vec::with_capacity(own.len());
+    for c in old
+        .and_then(|o| o.conditions.as_deref())
+        .unwrap_or_default()
+    {
+        match own
+            .iter_mut()
+            .find(|o| o.as_ref().is_some_and(|o| o.type_ == c.type_))
+        {
+            Some(slot) => merged.extend(slot.take()),
+            None if OWN_CONDITIONS.contains(&c.type_.as_str()) => {}
+            None => merged.push(c.clone()),
+        }
+    }
+    merged.extend(own.into_iter().flatten());
+    merged
 }
 
 fn condition(
@@ -487,7 +532,8 @@ fn condition(
 }
 
 /// The node's status at `now`, keeping the transition times of `old`'s
-/// conditions and the resources other writers added to its capacity.
+/// conditions, the conditions of other writers (untouched) and the
+/// resources other writers added to its capacity.
 /// Conditions and reasons as the kubelet's `MemoryPressureCondition`,
 /// `DiskPressureCondition`, `PIDPressureCondition` and `ReadyCondition`;
 /// `pressures` are the eviction manager's.
@@ -528,58 +574,61 @@ pub fn status(
         capacity: Some(capacity),
         allocatable: Some(allocatable),
         addresses: Some(addresses),
-        conditions: Some(vec![
-            condition(
-                MEMORY_PRESSURE,
-                !pressures.contains(&Pressure::Memory),
-                (
-                    reason::KUBELET_HAS_SUFFICIENT_MEMORY,
-                    reason::KUBELET_HAS_INSUFFICIENT_MEMORY,
+        conditions: Some(merge_conditions(
+            old,
+            vec![
+                condition(
+                    MEMORY_PRESSURE,
+                    !pressures.contains(&Pressure::Memory),
+                    (
+                        reason::KUBELET_HAS_SUFFICIENT_MEMORY,
+                        reason::KUBELET_HAS_INSUFFICIENT_MEMORY,
+                    ),
+                    (
+                        "kubelet has sufficient memory available",
+                        "kubelet has insufficient memory available".into(),
+                    ),
+                    old,
+                    now,
                 ),
-                (
-                    "kubelet has sufficient memory available",
-                    "kubelet has insufficient memory available".into(),
+                condition(
+                    DISK_PRESSURE,
+                    !pressures.contains(&Pressure::Disk),
+                    (
+                        reason::KUBELET_HAS_NO_DISK_PRESSURE,
+                        reason::KUBELET_HAS_DISK_PRESSURE,
+                    ),
+                    (
+                        "kubelet has no disk pressure",
+                        "kubelet has disk pressure".into(),
+                    ),
+                    old,
+                    now,
                 ),
-                old,
-                now,
-            ),
-            condition(
-                DISK_PRESSURE,
-                !pressures.contains(&Pressure::Disk),
-                (
-                    reason::KUBELET_HAS_NO_DISK_PRESSURE,
-                    reason::KUBELET_HAS_DISK_PRESSURE,
+                condition(
+                    PID_PRESSURE,
+                    !pressures.contains(&Pressure::Pid),
+                    (
+                        reason::KUBELET_HAS_SUFFICIENT_PID,
+                        reason::KUBELET_HAS_INSUFFICIENT_PID,
+                    ),
+                    (
+                        "kubelet has sufficient PID available",
+                        "kubelet has insufficient PID available".into(),
+                    ),
+                    old,
+                    now,
                 ),
-                (
-                    "kubelet has no disk pressure",
-                    "kubelet has disk pressure".into(),
+                condition(
+                    READY,
+                    ready,
+                    (reason::KUBELET_READY, reason::KUBELET_NOT_READY),
+                    ("kubelet is posting ready status", problems.join(", ")),
+                    old,
+                    now,
                 ),
-                old,
-                now,
-            ),
-            condition(
-                PID_PRESSURE,
-                !pressures.contains(&Pressure::Pid),
-                (
-                    reason::KUBELET_HAS_SUFFICIENT_PID,
-                    reason::KUBELET_HAS_INSUFFICIENT_PID,
-                ),
-                (
-                    "kubelet has sufficient PID available",
-                    "kubelet has insufficient PID available".into(),
-                ),
-                old,
-                now,
-            ),
-            condition(
-                READY,
-                ready,
-                (reason::KUBELET_READY, reason::KUBELET_NOT_READY),
-                ("kubelet is posting ready status", problems.join(", ")),
-                old,
-                now,
-            ),
-        ]),
+            ],
+        )),
         daemon_endpoints: Some(NodeDaemonEndpoints {
             kubelet_endpoint: Some(DaemonEndpoint { port: cfg.port }),
         }),
@@ -773,6 +822,61 @@ mod tests {
         assert!(changed(Some(&stored), &again));
         let patch = status_patch(Some(&stored), &again).unwrap();
         assert_eq!(patch["status"]["volumesInUse"], serde_json::json!([]));
+    }
+
+    /// node-problem-detector's conditions (and any other writer's) stay in
+    /// the status in their place, are never sent, and are no change; the
+    /// agent's own are merged by type; addresses replace the stored list.
+    #[test]
+    fn conditions_of_other_writers_are_kept_and_never_sent() {
+        let ok = RuntimeFacts::default();
+        let foreign = |status: &str| NodeCondition {
+            type_: "KernelDeadlock".into(),
+            status: status.into(),
+            reason: Some("KernelHasNoDeadlock".into()),
+            message: Some("kernel has no deadlock".into()),
+            last_heartbeat_time: Some(Time(t(1))),
+            last_transition_time: Some(Time(t(1))),
+        };
+        let mut stored = status(&cfg(), &machine(), &ok, None, t(0), &[]);
+        let conditions = stored.conditions.get_or_insert_with(Vec::new);
+        conditions.insert(1, foreign("False"));
+        let again = status(&cfg(), &machine(), &ok, Some(&stored), t(10), &[]);
+        let types = |s: &NodeStatus| -> Vec<String> {
+            s.conditions
+                .iter()
+                .flatten()
+                .map(|c| c.type_.clone())
+                .collect()
+        };
+        assert_eq!(types(&again), types(&stored), "same list, same order");
+        assert_eq!(again.conditions.as_ref().unwrap()[1], foreign("False"));
+        assert!(!changed(Some(&stored), &again), "only heartbeats moved");
+
+        let patch = status_patch(Some(&stored), &again).unwrap();
+        let sent: Vec<&str> = patch["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(sent, OWN_CONDITIONS, "only the agent's own conditions");
+        let addresses = patch["status"]["addresses"].as_array().unwrap();
+        assert_eq!(
+            addresses.last(),
+            Some(&serde_json::json!({ "$patch": "replace" }))
+        );
+        assert_eq!(addresses.len(), again.addresses.as_ref().unwrap().len() + 1);
+
+        // A condition of the agent's type that a stale copy lacks comes back.
+        let mut lost = stored.clone();
+        lost.conditions
+            .as_mut()
+            .unwrap()
+            .retain(|c| c.type_ != READY);
+        let healed = status(&cfg(), &machine(), &ok, Some(&lost), t(20), &[]);
+        assert_eq!(types(&healed).len(), 5);
+        assert!(types(&healed).iter().any(|c| c == READY));
     }
 
     /// An untagged image is sent with `names: []` and read back without

@@ -83,6 +83,34 @@ pub fn kill_and_restart_agent() -> u32 {
     new
 }
 
+/// Stops the agent (SIGTERM) and starts it again with `hack/local-up.sh
+/// --agent rustlet`, reading the KubeletConfiguration `config`, or its usual
+/// one (`_output/local/rustlet.yaml`) with `None`.
+pub fn restart_agent(config: Option<&std::path::Path>) {
+    let pid = agent_pid();
+    let killed = std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "kill {pid}");
+    for _ in 0..50 {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut up = std::process::Command::new(root().join("hack/local-up.sh"));
+    up.args(["--agent", "rustlet"]);
+    match config {
+        Some(c) => up.env("RUSTLET_CONFIG", c),
+        None => up.env_remove("RUSTLET_CONFIG"),
+    };
+    assert!(
+        up.status().expect("local-up").success(),
+        "restart the agent"
+    );
+}
+
 /// The node under test.
 pub fn node_name() -> String {
     std::env::var("NODE_NAME").unwrap_or_else(|_| "local-node".into())

@@ -31,32 +31,6 @@ fn memory_available() -> u64 {
         .expect("node.memory.availableBytes")
 }
 
-/// Restarts the agent, with the KubeletConfiguration `config` or without.
-fn restart_agent(config: Option<&std::path::Path>) {
-    let pid = agent_pid();
-    let killed = std::process::Command::new("kill")
-        .arg(pid.to_string())
-        .status()
-        .expect("kill");
-    assert!(killed.success(), "kill {pid}");
-    for _ in 0..50 {
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let mut up = std::process::Command::new(root().join("hack/local-up.sh"));
-    up.args(["--agent", "rustlet"]);
-    match config {
-        Some(c) => up.env("RUSTLET_CONFIG", c),
-        None => up.env_remove("RUSTLET_CONFIG"),
-    };
-    assert!(
-        up.status().expect("local-up").success(),
-        "restart the agent"
-    );
-}
-
 async fn memory_pressure(client: &Client) -> Option<String> {
     let node = Api::<Node>::all(client.clone())
         .get(&node_name())

@@ -1,13 +1,13 @@
 //! The topics that must run alone, one test at a time, after every other
 //! topic: they restart the agent ([`restart`], [`eviction`], [`devices`],
-//! [`client_cert`]), add a node of their own ([`image_gc`]), take most of the
+//! [`client_cert`], [`pids`]), add a node of their own ([`image_gc`]), take most of the
 //! node's cpu ([`admission`]), measure the agent's memory and the API
 //! server's TokenReviews under load ([`hostile_nodeapi`]) or the agent's
 //! peak memory ([`hostile_bounded`]: other topics' pods would add to it),
 //! deploy the CSI driver that [`crate::csi`] runs on the host under the same
 //! name ([`csi_in_cluster`]), or assert that
-//! the Node is not written while nothing on the node changes
-//! ([`node_status`]).
+//! the Node is not written while nothing on the node changes, or restart
+//! the agent ([`node_status`]).
 
 mod admission;
 mod client_cert;
@@ -18,4 +18,5 @@ mod hostile_bounded;
 mod hostile_nodeapi;
 mod image_gc;
 mod node_status;
+mod pids;
 mod restart;

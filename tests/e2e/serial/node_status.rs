@@ -3,9 +3,11 @@
 //! on the Node by a cluster administrator, as in "Advertise Extended
 //! Resources for a Node", which the agent gives an equal allocatable, keeps
 //! across its own status patches, and stops writing the Node once the two
-//! agree. Serial: each test asserts that the Node is not written for a
-//! while, which any other test's change to the node (an image pulled, a
-//! resource advertised) would break.
+//! agree; and the conditions of other writers (node-problem-detector's)
+//! survive the agent's restart and its status writes. Serial: each test
+//! asserts that the Node is not written for a while, which any other test's
+//! change to the node (an image pulled, a resource advertised) would break,
+//! or restarts the agent.
 
 use std::time::{Duration, Instant};
 
@@ -102,4 +104,107 @@ async fn an_advertised_extended_resource_becomes_allocatable_and_stays() {
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// The condition node-problem-detector writes, as it writes it: a
+/// strategic merge patch of `nodes/status` holding only its conditions.
+async fn write_kernel_deadlock(nodes: &Api<Node>, heartbeat: &str) {
+    let patch = serde_json::json!({ "status": { "conditions": [{
+        "type": "KernelDeadlock",
+        "status": "False",
+        "reason": "KernelHasNoDeadlock",
+        "message": "kernel has no deadlock",
+        "lastHeartbeatTime": heartbeat,
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }] } });
+    nodes
+        .patch_status(
+            &node_name(),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+        .expect("write the KernelDeadlock condition");
+}
+
+/// The Node's condition of `type_`: (status, lastHeartbeatTime).
+fn condition_of(n: &Node, type_: &str) -> Option<(String, String)> {
+    let c = n
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)?
+        .clone();
+    Some((c.status, c.last_heartbeat_time?.0.to_string()))
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn conditions_of_other_writers_survive_a_restart_and_a_minute_of_status_updates() {
+    let client = client().await;
+    let nodes = Api::<Node>::all(client);
+    let name = node_name();
+    write_kernel_deadlock(&nodes, "2026-01-01T00:00:01Z").await;
+    // The agent again, writing the Node every second whether or not it
+    // changed: each write would have replaced the condition list.
+    let usual = std::fs::read_to_string(local().join("rustlet.yaml")).expect("rustlet.yaml");
+    let config = local().join("rustlet-status-1s.yaml");
+    std::fs::write(
+        &config,
+        format!("{usual}nodeStatusUpdateFrequency: 1s\nnodeStatusReportFrequency: 1s\n"),
+    )
+    .expect("write the configuration");
+    restart_agent(Some(&config));
+    let restarted = nodes.get(&name).await.expect("node");
+    let (_, ready_then) = condition_of(&restarted, "Ready").expect("Ready");
+    let mut heartbeat = "2026-01-01T00:00:01Z".to_string();
+    let mut agent_writes = std::collections::BTreeSet::new();
+    let end = Instant::now() + Duration::from_secs(60);
+    let mut second = 0u32;
+    while Instant::now() < end {
+        // node-problem-detector renews its condition meanwhile; the agent
+        // never brings an older copy back.
+        if second % 10 == 5 {
+            heartbeat = format!("2026-01-01T00:01:{second:02}Z");
+            write_kernel_deadlock(&nodes, &heartbeat).await;
+        }
+        let n = nodes.get(&name).await.expect("node");
+        let kernel = condition_of(&n, "KernelDeadlock");
+        assert_eq!(
+            kernel,
+            Some(("False".to_string(), heartbeat.clone())),
+            "second {second}: the KernelDeadlock condition was changed"
+        );
+        if let Some((_, ready)) = condition_of(&n, "Ready") {
+            agent_writes.insert(ready);
+        }
+        second += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    restart_agent(None);
+    let after = nodes.get(&name).await.expect("node");
+    assert_eq!(
+        condition_of(&after, "KernelDeadlock").map(|c| c.1),
+        Some(heartbeat),
+        "gone after the agent's restart"
+    );
+    // The agent did write its own conditions all along: a new Ready
+    // heartbeat in most of the (about 30) looks.
+    agent_writes.remove(&ready_then);
+    assert!(
+        agent_writes.len() >= 20,
+        "the agent's writes seen in a minute: {}",
+        agent_writes.len()
+    );
+    // Gone for the next tests.
+    let remove = serde_json::json!({ "status": { "conditions": [
+        { "type": "KernelDeadlock", "$patch": "delete" }
+    ] } });
+    nodes
+        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&remove))
+        .await
+        .expect("remove the KernelDeadlock condition");
+    let _ = std::fs::remove_file(&config);
 }
