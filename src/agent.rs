@@ -296,8 +296,13 @@ struct Base {
     args: RunArgs,
     /// Flags over file over defaults ([`settings`]).
     settings: Settings,
-    /// The API client with the node's credentials.
+    /// The API client with the node's credentials, behind the
+    /// `kubeAPIQPS`/`kubeAPIBurst` token bucket ([`crate::throttle`]).
     client: Client,
+    /// The same connection unthrottled: the Lease and node status (the
+    /// kubelet's `HeartbeatClient`), and under the event recorder's own
+    /// bucket (`eventRecordQPS`/`eventBurst`).
+    heartbeat: Client,
     /// The container runtime.
     runtime: RuntimeInfo,
     /// The node's name.
@@ -429,7 +434,14 @@ async fn connect(args: RunArgs) -> anyhow::Result<(Base, Rotation, Option<ResetO
         check_no_swap(Path::new("/proc/swaps"))?;
     }
     let node_name = args.node_name.clone().unwrap_or_else(hostname);
-    let (client, rotation) = api_client(&args, &settings, &node_name).await?;
+    let (heartbeat, rotation) = api_client(&args, &settings, &node_name).await?;
+    let client = crate::throttle::throttled(
+        heartbeat.clone(),
+        crate::throttle::Rate {
+            qps: settings.kube_api_qps,
+            burst: settings.kube_api_burst,
+        },
+    );
     let owner = reset_owner(&args).await?;
     let runtime = connect_runtime(&mut settings).await?;
     let node_ip = args
@@ -441,6 +453,7 @@ async fn connect(args: RunArgs) -> anyhow::Result<(Base, Rotation, Option<ResetO
         args,
         settings,
         client,
+        heartbeat,
         runtime,
         node_name,
         node_ip,
@@ -715,7 +728,7 @@ fn start_node_loops(
     );
     devices.serve()?;
     tokio::spawn(crate::node::registration::status_loop(
-        client.clone(),
+        base.heartbeat.clone(),
         crate::node::registration::Observed {
             store: node_store.clone(),
             pressures: pressures.clone(),
@@ -743,7 +756,7 @@ fn start_node_loops(
         settings.container_logs,
     ));
     tokio::spawn({
-        let (client, node_name) = (client.clone(), node_name.clone());
+        let (client, node_name) = (base.heartbeat.clone(), node_name.clone());
         let duration = settings.node_lease_duration_seconds;
         async move {
             match registered.await {
@@ -785,7 +798,16 @@ fn pod_worker(
     let host_dns =
         HostDns::parse(&std::fs::read_to_string(&settings.resolv_conf).unwrap_or_default());
     let (pleg_events, pleg_connected) = pleg::start(runtime);
-    let recorder = crate::events::Recorder::new(client.clone(), base.node_name.clone());
+    let recorder = crate::events::Recorder::new(
+        crate::throttle::throttled(
+            base.heartbeat.clone(),
+            crate::throttle::Rate {
+                qps: settings.event_record_qps,
+                burst: settings.event_burst,
+            },
+        ),
+        base.node_name.clone(),
+    );
     let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
     let prober = crate::prober::manager::Manager::new(runtime.clone(), recorder.clone(), probe_tx);
     // The stores exist before the controller, so the context is built once.

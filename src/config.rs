@@ -64,6 +64,16 @@ pub struct Settings {
     pub node_lease_duration_seconds: i32,
     /// Cluster DNS server IPs (`clusterDNS`; empty: pods use the host's resolver).
     pub cluster_dns: Vec<String>,
+    /// Requests per second of the agent's API client (`kubeAPIQPS`, 50;
+    /// 0 takes client-go's 5); the Lease and node status are not counted.
+    pub kube_api_qps: u32,
+    /// The burst of the agent's API client (`kubeAPIBurst`, 100; 0 takes
+    /// client-go's 10).
+    pub kube_api_burst: u32,
+    /// Events written per second (`eventRecordQPS`, 50; 0 takes client-go's 5).
+    pub event_record_qps: u32,
+    /// The burst of event writes (`eventBurst`, 100; 0 takes client-go's 10).
+    pub event_burst: u32,
     /// Cluster domain (`clusterDomain`, `cluster.local`).
     pub cluster_domain: String,
     /// The host resolver file (`resolvConf`, `/etc/resolv.conf`).
@@ -345,6 +355,10 @@ impl Default for Settings {
             node_status_report_frequency: Duration::from_secs(300),
             node_lease_duration_seconds: 40,
             cluster_dns: Vec::new(),
+            kube_api_qps: 50,
+            kube_api_burst: 100,
+            event_record_qps: 50,
+            event_burst: 100,
             cluster_domain: "cluster.local".into(),
             resolv_conf: "/etc/resolv.conf".into(),
             port: 10250,
@@ -472,8 +486,18 @@ impl Settings {
                 },
             },
         });
-        if let (Some(doc), Value::Object(more)) = (doc.as_object_mut(), static_pods) {
-            doc.extend(more);
+        let clients = serde_json::json!({
+            "kubeAPIQPS": self.kube_api_qps,
+            "kubeAPIBurst": self.kube_api_burst,
+            "eventRecordQPS": self.event_record_qps,
+            "eventBurst": self.event_burst,
+        });
+        if let Some(doc) = doc.as_object_mut() {
+            for more in [static_pods, clients] {
+                if let Value::Object(more) = more {
+                    doc.extend(more);
+                }
+            }
         }
         doc
     }
@@ -609,6 +633,10 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "tlsPrivateKeyFile",
     "cgroupDriver",
     "podPidsLimit",
+    "kubeAPIQPS",
+    "kubeAPIBurst",
+    "eventRecordQPS",
+    "eventBurst",
     "registerWithTaints",
     "staticPodURLHeader",
     "httpCheckFrequency",
@@ -914,6 +942,18 @@ struct KubeletConfiguration {
     /// `podPidsLimit`.
     #[serde(deserialize_with = "pids_limit")]
     pod_pids_limit: Option<i64>,
+    /// `kubeAPIQPS`.
+    #[serde(rename = "kubeAPIQPS", deserialize_with = "rate")]
+    kube_api_qps: Option<u32>,
+    /// `kubeAPIBurst`.
+    #[serde(rename = "kubeAPIBurst", deserialize_with = "rate")]
+    kube_api_burst: Option<u32>,
+    /// `eventRecordQPS`.
+    #[serde(rename = "eventRecordQPS", deserialize_with = "rate")]
+    event_record_qps: Option<u32>,
+    /// `eventBurst`.
+    #[serde(deserialize_with = "rate")]
+    event_burst: Option<u32>,
     /// `enforceNodeAllocatable`.
     #[serde(deserialize_with = "allocatable")]
     enforce_node_allocatable: Option<Vec<String>>,
@@ -1144,6 +1184,10 @@ impl KubeletConfiguration {
     /// The Node, its status and lease, and the pods' DNS.
     fn apply_node(&self, s: &mut Settings) {
         set(&mut s.max_pods, self.max_pods);
+        set(&mut s.kube_api_qps, self.kube_api_qps);
+        set(&mut s.kube_api_burst, self.kube_api_burst);
+        set(&mut s.event_record_qps, self.event_record_qps);
+        set(&mut s.event_burst, self.event_burst);
         nonzero(
             &mut s.node_status_update_frequency,
             self.node_status_update_frequency,
@@ -1443,6 +1487,12 @@ fn parse_duration(v: &Value) -> Result<Duration, String> {
 /// `maxPods`: a count.
 fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     read(d, "a count", Some)
+}
+
+/// `kubeAPIQPS`, `kubeAPIBurst`, `eventRecordQPS`, `eventBurst`: a
+/// number of requests, not negative (the kubelet's validation).
+fn rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    read(d, "a number of requests, 0 or more", Some)
 }
 
 /// `podPidsLimit`: a number of processes (-1 for none).

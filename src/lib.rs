@@ -47,6 +47,7 @@ pub mod server;
 pub mod static_pod;
 pub mod stats;
 pub mod systemd;
+pub mod throttle;
 pub mod volume;
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "clients of the runtime and of the host's service manager, gRPC servers",
-        &["cri", "systemd", "proto", "grpc_socket"],
+        &["cri", "systemd", "proto", "grpc_socket", "throttle"],
     ),
     ("runtime's view of a pod", &["container"]),
     (

@@ -386,8 +386,11 @@ async fn container_logs_are_rotated_compressed_and_followed() {
     let client = client().await;
     let ns = namespace(&client, "e2e-logrotate").await;
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    // Each round writes 11 MB (over the default containerLogMaxSize of 10 Mi),
-    // then waits longer than the 10 s containerLogMonitorInterval.
+    // Once the follow is open (/tmp/go), each round writes 11 MB (over the
+    // default containerLogMaxSize of 10 Mi), then waits longer than the 10 s
+    // containerLogMonitorInterval. (Written earlier, a round could be
+    // rotated away before the follow opens the log, which then reads only
+    // the current file, as the kubelet's.)
     let p = create(
         &client,
         &ns,
@@ -398,7 +401,7 @@ async fn container_logs_are_rotated_compressed_and_followed() {
             &[
                 "sh",
                 "-c",
-                "l=$(printf '%01000d' 0); for i in 1 2 3; do yes $l | head -n 11000; echo marker $i; sleep 11; done",
+                "until [ -e /tmp/go ]; do sleep 0.2; done; l=$(printf '%01000d' 0); for i in 1 2 3; do yes $l | head -n 11000; echo marker $i; sleep 11; done",
             ],
         ),
     )
@@ -408,10 +411,11 @@ async fn container_logs_are_rotated_compressed_and_followed() {
         follow: true,
         ..LogParams::default()
     };
+    let stream = api.log_stream("chatty", &follow).await.expect("log stream");
+    let (code, _, err) = kubectl(&["exec", "-n", &ns, "chatty", "--", "touch", "/tmp/go"], "");
+    assert_eq!(code, 0, "start the writes: {err}");
     let markers: Vec<String> = tokio::time::timeout(Duration::from_secs(120), async {
-        api.log_stream("chatty", &follow)
-            .await
-            .expect("log stream")
+        stream
             .lines()
             .try_filter(|l| std::future::ready(l.starts_with("marker")))
             .try_collect()

@@ -32,14 +32,15 @@ async fn a_fork_bomb_stops_at_the_pod_pids_limit_and_the_node_stays_ready() {
     restart_agent(Some(&config));
     let client = client().await;
     let ns = namespace(&client, "e2e-pids").await;
-    // An inner shell forks sleepers until a fork fails, which ends it; the
-    // outer one then says so and stays.
+    // An inner shell forks up to 200 sleepers (a bound of its own: without
+    // the limit, a node would not be brought down) and ends at the first
+    // fork that fails; the outer one then says so and stays.
     let bomb = from_json::<Pod>(serde_json::json!({
         "metadata": { "name": "bomb" },
         "spec": { "terminationGracePeriodSeconds": 1, "containers": [{
             "name": "c", "image": BUSYBOX,
             "command": ["sh", "-c",
-                "sh -c 'while :; do sleep 600 & done' 2>/dev/null; echo bomb stopped; exec sleep 3600"]
+                "sh -c 'i=0; while [ $i -lt 200 ]; do sleep 600 & i=$((i+1)); done' 2>/dev/null; echo bomb stopped; exec sleep 3600"]
         }] }
     }));
     let bomb = create(&client, &ns, &bomb).await;
