@@ -153,20 +153,7 @@ async fn a_failed_post_start_hook_kills_and_restarts_the_container() {
         .is_some_and(|c| c.restart_count >= 1)
     })
     .await;
-    let failed = wait_for_events(
-        &client,
-        &ns,
-        Involving::Any,
-        60,
-        "a FailedPostStartHook event",
-        |events| {
-            events
-                .iter()
-                .find(|e| e.reason.as_deref() == Some("FailedPostStartHook"))
-                .cloned()
-        },
-    )
-    .await;
+    let failed = wait_for_event(&client, &ns, Involving::Any, "FailedPostStartHook").await;
     assert_eq!(failed.type_.as_deref(), Some("Warning"));
     let msg = failed.message.as_deref().unwrap_or_default();
     assert!(

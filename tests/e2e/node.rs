@@ -365,20 +365,7 @@ async fn missing_image_gives_err_image_pull_then_backoff_and_events() {
     )
     .await;
     wait_for(&client, &ns, "fine", 60, "Running", phase("Running")).await;
-    let failed = wait_for_events(
-        &client,
-        &ns,
-        Involving::Name("nope"),
-        60,
-        "a Failed event for the pull",
-        |events| {
-            events
-                .iter()
-                .find(|e| e.reason.as_deref() == Some("Failed"))
-                .cloned()
-        },
-    )
-    .await;
+    let failed = wait_for_event(&client, &ns, Involving::Name("nope"), "Failed").await;
     assert_eq!(
         failed.involved_object.field_path.as_deref(),
         Some("spec.containers{c}")

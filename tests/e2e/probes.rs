@@ -100,20 +100,7 @@ async fn failing_liveness_restarts_the_container() {
         .unwrap_or(false)
     })
     .await;
-    let unhealthy = wait_for_events(
-        &client,
-        &ns,
-        Involving::Name("live"),
-        60,
-        "an Unhealthy event",
-        |events| {
-            events
-                .iter()
-                .find(|e| e.reason.as_deref() == Some("Unhealthy"))
-                .cloned()
-        },
-    )
-    .await;
+    let unhealthy = wait_for_event(&client, &ns, Involving::Name("live"), "Unhealthy").await;
     assert!(
         unhealthy
             .message

@@ -420,6 +420,30 @@ pub async fn wait_for_events<T>(
     }
 }
 
+/// The first Event of namespace `ns` about `involving` with `reason`,
+/// waited for at most 60 s ([`wait_for_events`]).
+pub async fn wait_for_event(
+    client: &Client,
+    ns: &str,
+    involving: Involving<'_>,
+    reason: &str,
+) -> k8s_openapi::api::core::v1::Event {
+    wait_for_events(
+        client,
+        ns,
+        involving,
+        60,
+        &format!("a {reason} event"),
+        |events| {
+            events
+                .iter()
+                .find(|e| e.reason.as_deref() == Some(reason))
+                .cloned()
+        },
+    )
+    .await
+}
+
 /// The messages of the `events` with `reason`, one per occurrence (an Event
 /// counted `n` times gives its message `n` times); `None` if there is none,
 /// as [`wait_for_events`] takes it.
