@@ -81,11 +81,14 @@ log "building rustlet (cargo ${cargo_args[*]})"
 RUSTLET=$CARGO_TARGET_DIR/$profile/rustlet
 
 # build NAME ARGS...: _output/images/NAME.tar tagged NAME:<version> and
-# NAME:latest; prints its image ID.
+# NAME:latest; prints its image ID. The tarball is written beside and renamed
+# into place, so that a reader of the last one (another test's import or
+# `kind load`) never sees half of it.
 build() {
   local name=$1
   shift
-  "$BIN/imagebuild" --out "$OUT/$name.tar" --tag "$name:$version" --tag "$name:latest" "$@" >/dev/null
+  "$BIN/imagebuild" --out "$OUT/.$name.tar.$$" --tag "$name:$version" --tag "$name:latest" "$@" >/dev/null
+  mv -f "$OUT/.$name.tar.$$" "$OUT/$name.tar"
   local id
   id=$(tar -xOf "$OUT/$name.tar" manifest.json | jq -r '.[0].Config')
   log "$name:$version: ${OUT#"$ROOT"/}/$name.tar (${id:7:12})"

@@ -16,6 +16,11 @@
 #                           is registered (hack/local-up.sh --metrics-server)
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# cargo sets CARGO_MANIFEST_DIR for the test binaries it runs, and a test
+# that starts one of these scripts passes it on. ring's build script reruns
+# whenever that variable changes, and with it every crate above ring: a
+# cargo run from here sees the variable as a plain shell does, unset.
+unset CARGO_MANIFEST_DIR
 BIN=$ROOT/_output/bin
 LOCAL=$ROOT/_output/local
 LOGS=$LOCAL/logs
@@ -42,6 +47,9 @@ NODE_KUBECONFIG=$LOCAL/node.kubeconfig
 # checkouts building at the same time would swap each other's uplifted
 # binaries (target/debug/rustlet): give one of them its own CARGO_TARGET_DIR.
 CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/rustlet/target}
+# hack/test.sh's clippy runs beside the tests, in a build directory of its
+# own: cargo holds a build directory's lock for the whole of a command.
+CLIPPY_TARGET_DIR=${CLIPPY_TARGET_DIR:-${CARGO_TARGET_DIR%/*}/clippy-target}
 # Debian packages unpacked (not installed) for the local images, by
 # hack/install-deps.sh: _output/debs/<package>/.
 DEBS=$ROOT/_output/debs

@@ -20,8 +20,6 @@ PROG=test-e2e
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export CARGO_TARGET_DIR
-# The tests find the repository here, as under cargo test.
-export CARGO_MANIFEST_DIR=$ROOT
 cd "$ROOT"
 
 only=("$@")
@@ -60,6 +58,9 @@ log "building the e2e test binary (cargo test --test e2e --no-run)"
 e2e=$(cargo test --test e2e --no-run --message-format=json-render-diagnostics |
   jq -r 'select(.reason == "compiler-artifact" and .target.name == "e2e" and .executable != null) | .executable' | tail -1)
 [[ -x $e2e ]] || die "cargo built no e2e test binary"
+# The tests find the repository here, as under cargo test (set only now:
+# the build above runs without it, as hack/lib.sh explains).
+export CARGO_MANIFEST_DIR=$ROOT
 
 # Every test's full name (topic::…::test), from the binary itself.
 mapfile -t names < <("$e2e" --ignored --list --format terse 2>/dev/null | sed -n 's/: test$//p')
