@@ -197,6 +197,12 @@ pub fn settings(args: &RunArgs) -> anyhow::Result<Settings> {
         if !s.gates_without_effect.is_empty() {
             warn!(gates = ?s.gates_without_effect, "config file: these feature gates are on, as in the kubelet, but this agent does not have their features");
         }
+        if s.registry_pull_qps > 0 && s.registry_burst == 0 {
+            warn!(
+                registry_pull_qps = s.registry_pull_qps,
+                "config file: registryBurst 0 lets no image pull through, as in the kubelet: every pull fails with \"pull QPS exceeded\""
+            );
+        }
     }
     if let Some(v) = &args.container_runtime_endpoint {
         s.container_runtime_endpoint.clone_from(v);
@@ -824,6 +830,7 @@ fn pod_worker(
                 recorder.clone(),
                 pull_concurrency(settings),
             )
+            .with_pull_rate(settings.registry_pull_qps, settings.registry_burst)
             .with_pull_records(&settings.root_dir),
             sources: SourceReader {
                 client: client.clone(),

@@ -140,6 +140,13 @@ pub struct Settings {
     /// `maxParallelImagePulls`: the most pulls at once when
     /// `serializeImagePulls` is false (none: no limit).
     pub max_parallel_image_pulls: Option<u32>,
+    /// `registryPullQPS` (5): image pulls started per second; 0: no limit.
+    /// A pull past the bucket fails at once with "pull QPS exceeded", as
+    /// the kubelet's `throttleImagePulling`.
+    pub registry_pull_qps: u32,
+    /// `registryBurst` (10): the pulls the bucket holds (with a limit, 0
+    /// lets no pull through, as in the kubelet).
+    pub registry_burst: u32,
     /// `authentication.webhook.cacheTTL` (2 min): how long a token review's
     /// result is cached.
     pub authentication_cache_ttl: Duration,
@@ -383,6 +390,8 @@ impl Default for Settings {
             enforce_node_allocatable: vec!["pods".into()],
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
+            registry_pull_qps: 5,
+            registry_burst: 10,
             authentication_cache_ttl: Duration::from_secs(120),
             authorization_cache_authorized_ttl: Duration::from_secs(300),
             authorization_cache_unauthorized_ttl: Duration::from_secs(30),
@@ -532,6 +541,8 @@ impl Settings {
             "serverTLSBootstrap": self.server_tls_bootstrap,
             "serializeImagePulls": self.serialize_image_pulls,
             "maxParallelImagePulls": self.max_parallel_image_pulls,
+            "registryPullQPS": self.registry_pull_qps,
+            "registryBurst": self.registry_burst,
             "seccompDefault": self.seccomp_default,
             "featureGates": {
                 "UserNamespacesSupport": self.user_namespaces_support,
@@ -637,6 +648,8 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "kubeAPIBurst",
     "eventRecordQPS",
     "eventBurst",
+    "registryPullQPS",
+    "registryBurst",
     "registerWithTaints",
     "staticPodURLHeader",
     "httpCheckFrequency",
@@ -963,6 +976,12 @@ struct KubeletConfiguration {
     /// `maxParallelImagePulls`.
     #[serde(deserialize_with = "parallel_pulls")]
     max_parallel_image_pulls: Option<u32>,
+    /// `registryPullQPS`.
+    #[serde(rename = "registryPullQPS", deserialize_with = "pull_rate")]
+    registry_pull_qps: Option<u32>,
+    /// `registryBurst`.
+    #[serde(deserialize_with = "pull_rate")]
+    registry_burst: Option<u32>,
     /// `authentication`.
     authentication: Option<Authentication>,
     /// `authorization`.
@@ -1283,6 +1302,8 @@ impl KubeletConfiguration {
             &mut s.max_parallel_image_pulls,
             self.max_parallel_image_pulls.map(Some),
         );
+        set(&mut s.registry_pull_qps, self.registry_pull_qps);
+        set(&mut s.registry_burst, self.registry_burst);
         let gc = &mut s.image_gc;
         set(&mut gc.high_percent, self.image_gc_high_threshold_percent);
         set(&mut gc.low_percent, self.image_gc_low_threshold_percent);
@@ -1493,6 +1514,12 @@ fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
 /// number of requests, not negative (the kubelet's validation).
 fn rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     read(d, "a number of requests, 0 or more", Some)
+}
+
+/// `registryPullQPS`, `registryBurst`: a number of pulls, not negative (the
+/// kubelet's validation).
+fn pull_rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    read(d, "a number of pulls, 0 or more", Some)
 }
 
 /// `podPidsLimit`: a number of processes (-1 for none).
@@ -2426,6 +2453,31 @@ volumeStatsAggPeriod: 0s
             let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), bad);
             let err = err.unwrap_err().to_string();
             assert!(err.contains("maxParallelImagePulls"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn image_pull_rate_fields() {
+        let mut s = Settings::default();
+        assert_eq!(
+            (s.registry_pull_qps, s.registry_burst),
+            (5, 10),
+            "the kubelet's defaults"
+        );
+        let text = "registryPullQPS: 0\nregistryBurst: 3\n";
+        apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert_eq!((s.registry_pull_qps, s.registry_burst), (0, 3));
+        let c = s.kubelet_configuration();
+        assert_eq!((&c["registryPullQPS"], &c["registryBurst"]), (&0.into(), &3.into()));
+        for bad in [
+            "registryPullQPS: -1",
+            "registryBurst: -1",
+            "registryPullQPS: 1.5",
+            "registryBurst: 9999999999999",
+        ] {
+            let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), bad);
+            let err = err.unwrap_err().to_string();
+            assert!(err.contains("registry"), "{bad}: {err}");
         }
     }
 

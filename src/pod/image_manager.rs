@@ -1,10 +1,12 @@
 //! The image manager: makes sure a container's image is on the node before it
 //! is created, as the kubelet's `pkg/kubelet/images` (`EnsureImageExists` with
 //! its pull policies, events and back-off) with the credentials of the pod's
-//! `imagePullSecrets` (the kubelet's keyring, [`super::credentials`]) and the
-//! pull concurrency of `serializeImagePulls` / `maxParallelImagePulls`.
+//! `imagePullSecrets` (the kubelet's keyring, [`super::credentials`]), the
+//! pull concurrency of `serializeImagePulls` / `maxParallelImagePulls` and
+//! the pull rate of `registryPullQPS` / `registryBurst`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
@@ -32,6 +34,33 @@ pub enum PullConcurrency {
     Limited(u32),
     /// No limit (`serializeImagePulls: false`, no `maxParallelImagePulls`).
     Unlimited,
+}
+
+/// The pulls' token bucket (`registryPullQPS`, `registryBurst`), as the
+/// kubelet's `throttleImagePulling`: each pull the runtime is asked for
+/// takes a token or fails at once, never waits.
+struct PullBucket {
+    /// None: a burst of 0, which lets no pull through (as a
+    /// `flowcontrol.NewTokenBucketRateLimiter` of burst 0).
+    limiter: Option<governor::DefaultDirectRateLimiter>,
+}
+
+impl PullBucket {
+    /// A token for one pull, if the bucket has one.
+    fn take(&self) -> bool {
+        self.limiter.as_ref().is_some_and(|l| l.check().is_ok())
+    }
+}
+
+/// Why a pull failed: the runtime's answer, or no token in the bucket.
+#[derive(Debug, thiserror::Error)]
+enum PullError {
+    /// The pull rate's bucket was empty (the kubelet's words).
+    #[error("pull QPS exceeded")]
+    Throttled,
+    /// The runtime refused or failed the pull.
+    #[error(transparent)]
+    Runtime(#[from] crate::cri::Error),
 }
 
 /// What a container is created from: the image ID and the image's user.
@@ -65,6 +94,8 @@ pub struct ImageManager {
     recorder: Recorder,
     /// Pull slots; none: unlimited.
     slots: Option<Semaphore>,
+    /// The pull rate; none: unlimited.
+    rate: Option<PullBucket>,
     /// Pull back-offs by pod UID, then container name.
     backoffs: Mutex<HashMap<String, Backoffs>>,
     /// Which credentials pulled which image; none: images present are used
@@ -92,9 +123,24 @@ impl ImageManager {
             client,
             recorder,
             slots: slots.map(|n| Semaphore::new(n.min(Semaphore::MAX_PERMITS))),
+            rate: None,
             backoffs: Mutex::new(HashMap::new()),
             records: None,
         }
+    }
+
+    /// Limits pulls to `qps` a second with a burst of `burst`
+    /// (`registryPullQPS`, `registryBurst`): a pull past them fails with
+    /// "pull QPS exceeded" and goes through the image back-off, as the
+    /// kubelet's `throttleImagePulling`. A `qps` of 0 sets no limit.
+    #[must_use]
+    pub fn with_pull_rate(mut self, qps: u32, burst: u32) -> Self {
+        self.rate = NonZeroU32::new(qps).map(|qps| PullBucket {
+            limiter: NonZeroU32::new(burst).map(|burst| {
+                governor::RateLimiter::direct(governor::Quota::per_second(qps).allow_burst(burst))
+            }),
+        });
+        self
     }
 
     /// Keeps image pull records under `root_dir/image_manager` and verifies
@@ -364,7 +410,7 @@ impl ImageManager {
         image: &str,
         sandbox_config: &cri::PodSandboxConfig,
         credentials: Vec<(Option<SecretSource>, cri::AuthConfig)>,
-    ) -> crate::cri::Result<(String, PullCredentials)> {
+    ) -> Result<(String, PullCredentials), PullError> {
         let used = |source: Option<SecretSource>, auth: Option<&cri::AuthConfig>| {
             match (source, auth) {
                 (Some(s), Some(auth)) => PullCredentials {
@@ -390,18 +436,28 @@ impl ImageManager {
         // The last try's outcome is the answer; with no credentials it is anonymous.
         let (last_source, last) = tries.pop().unwrap_or((None, None));
         for (source, auth) in tries {
-            let pulled = self
-                .runtime
-                .pull_image(image, sandbox_config.clone(), auth.clone());
-            if let Ok(image_ref) = pulled.await {
+            if let Ok(image_ref) = self.pull(image, sandbox_config, auth.clone()).await {
                 return Ok((image_ref, used(source, auth.as_ref())));
             }
         }
-        let image_ref = self
-            .runtime
-            .pull_image(image, sandbox_config.clone(), last.clone())
-            .await?;
+        let image_ref = self.pull(image, sandbox_config, last.clone()).await?;
         Ok((image_ref, used(last_source, last.as_ref())))
+    }
+
+    /// One pull by the runtime, once the pull rate gives a token.
+    async fn pull(
+        &self,
+        image: &str,
+        sandbox_config: &cri::PodSandboxConfig,
+        auth: Option<cri::AuthConfig>,
+    ) -> Result<String, PullError> {
+        if self.rate.as_ref().is_some_and(|r| !r.take()) {
+            return Err(PullError::Throttled);
+        }
+        Ok(self
+            .runtime
+            .pull_image(image, sandbox_config.clone(), auth)
+            .await?)
     }
 
     /// The pod's `imagePullSecrets` as a keyring. Secrets that are missing or
@@ -835,6 +891,82 @@ mod tests {
             name: name.into(),
             credential_hash: hash.into(),
         }
+    }
+
+    /// An image manager pulling from a fake runtime on a unix socket, with
+    /// events to a fake API server; the runtime is returned to read its calls.
+    async fn manager(
+        dir: &Path,
+        qps: u32,
+        burst: u32,
+    ) -> (ImageManager, crate::cri::fake::FakeRuntime) {
+        std::fs::create_dir_all(dir).expect("runtime directory");
+        let (cri, _) = crate::cri::fake::FakeRuntime::serve(dir).expect("serve the fake runtime");
+        let runtime = cri
+            .client(std::time::Duration::from_secs(10))
+            .await
+            .expect("client");
+        let client = crate::fake_api::FakeApi::default().client();
+        let recorder = Recorder::new(client.clone(), "node-1".into());
+        let images = ImageManager::new(runtime, client, recorder, PullConcurrency::Unlimited)
+            .with_pull_rate(qps, burst);
+        (images, cri)
+    }
+
+    fn pod() -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("p".into());
+        pod.metadata.namespace = Some("default".into());
+        pod.metadata.uid = Some("uid-p".into());
+        pod
+    }
+
+    /// How many pulls reached the runtime since the last call.
+    fn pulls(cri: &crate::cri::fake::FakeRuntime) -> usize {
+        let calls = cri.take_calls();
+        calls.iter().filter(|c| c.starts_with("PullImage ")).count()
+    }
+
+    #[tokio::test]
+    async fn pulls_past_the_registry_burst_fail_without_reaching_the_runtime() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (images, cri) = manager(dir.path(), 1, 2).await;
+        let (pod, config) = (pod(), cri::PodSandboxConfig::default());
+        for i in 0..2 {
+            let image = format!("registry.example/app:{i}");
+            let pulled = images.ensure_image(&pod, "c", &image, "IfNotPresent", &config);
+            pulled.await.expect("a pull within the burst");
+        }
+        assert_eq!(pulls(&cri), 2);
+        let image = "registry.example/app:2";
+        let refused = images.ensure_image(&pod, "c", image, "IfNotPresent", &config);
+        let refused = refused.await.expect_err("a pull past the burst");
+        assert_eq!(refused.reason, waiting::ERR_IMAGE_PULL);
+        assert_eq!(refused.message, "pull QPS exceeded");
+        assert_eq!(pulls(&cri), 0, "the runtime is not asked");
+        // At 1 a second, a token is back within the second.
+        tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+        let pulled = images.ensure_image(&pod, "c", image, "IfNotPresent", &config);
+        pulled.await.expect("a pull a second later");
+        assert_eq!(pulls(&cri), 1);
+    }
+
+    #[tokio::test]
+    async fn no_pull_rate_at_qps_zero_and_no_pull_at_burst_zero() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (pod, config) = (pod(), cri::PodSandboxConfig::default());
+        let (unlimited, cri) = manager(&dir.path().join("a"), 0, 0).await;
+        for i in 0..30 {
+            let image = format!("registry.example/app:{i}");
+            let pulled = unlimited.ensure_image(&pod, "c", &image, "Always", &config);
+            pulled.await.expect("no limit at registryPullQPS 0");
+        }
+        assert_eq!(pulls(&cri), 30);
+        let (closed, cri) = manager(&dir.path().join("b"), 5, 0).await;
+        let refused = closed.ensure_image(&pod, "c", "registry.example/app:0", "Always", &config);
+        let refused = refused.await.expect_err("burst 0 lets no pull through");
+        assert_eq!(refused.message, "pull QPS exceeded");
+        assert_eq!(pulls(&cri), 0);
     }
 
     #[test]
