@@ -979,6 +979,9 @@ fn node_context(base: &Base, facts: &NodeFacts, host_dns: HostDns) -> NodeContex
         user_namespaces_support: settings.user_namespaces_support,
         initial_labels: crate::node::status::labels(&facts.cfg),
         initial_taints: facts.cfg.taints.clone(),
+        crash_backoff: crate::pod_core::backoff::CrashBackoff::with_max(
+            settings.crash_loop_max_restart_period,
+        ),
     }
 }
 

@@ -140,6 +140,10 @@ pub struct Settings {
     /// `maxParallelImagePulls`: the most pulls at once when
     /// `serializeImagePulls` is false (none: no limit).
     pub max_parallel_image_pulls: Option<u32>,
+    /// `crashLoopBackOff.maxContainerRestartPeriod` (300 s, from 1 s to
+    /// 300 s): the longest CrashLoopBackOff wait, under the
+    /// `KubeletCrashLoopBackOffMax` gate (on by default).
+    pub crash_loop_max_restart_period: Duration,
     /// `registryPullQPS` (5): image pulls started per second; 0: no limit.
     /// A pull past the bucket fails at once with "pull QPS exceeded", as
     /// the kubelet's `throttleImagePulling`.
@@ -390,6 +394,7 @@ impl Default for Settings {
             enforce_node_allocatable: vec!["pods".into()],
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
+            crash_loop_max_restart_period: Duration::from_secs(300),
             registry_pull_qps: 5,
             registry_burst: 10,
             authentication_cache_ttl: Duration::from_secs(120),
@@ -541,6 +546,9 @@ impl Settings {
             "serverTLSBootstrap": self.server_tls_bootstrap,
             "serializeImagePulls": self.serialize_image_pulls,
             "maxParallelImagePulls": self.max_parallel_image_pulls,
+            "crashLoopBackOff": {
+                "maxContainerRestartPeriod": go_duration(self.crash_loop_max_restart_period),
+            },
             "registryPullQPS": self.registry_pull_qps,
             "registryBurst": self.registry_burst,
             "seccompDefault": self.seccomp_default,
@@ -601,6 +609,7 @@ pub const HONOURED_GATES: &[&str] = &[
     "InPlacePodVerticalScaling",
     "InPlacePodVerticalScalingInitContainers",
     "KubeletCgroupDriverFromCRI",
+    "KubeletCrashLoopBackOffMax",
     "KubeletPSI",
     "KubeletPodResourcesGet",
     "NodeDeclaredFeatures",
@@ -650,6 +659,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "eventBurst",
     "registryPullQPS",
     "registryBurst",
+    "crashLoopBackOff",
     "registerWithTaints",
     "staticPodURLHeader",
     "httpCheckFrequency",
@@ -976,6 +986,9 @@ struct KubeletConfiguration {
     /// `maxParallelImagePulls`.
     #[serde(deserialize_with = "parallel_pulls")]
     max_parallel_image_pulls: Option<u32>,
+    /// `crashLoopBackOff`.
+    #[serde(rename = "crashLoopBackOff")]
+    crash_loop_back_off: Option<CrashLoopBackOff>,
     /// `registryPullQPS`.
     #[serde(rename = "registryPullQPS", deserialize_with = "pull_rate")]
     registry_pull_qps: Option<u32>,
@@ -1035,6 +1048,21 @@ struct KubeletConfiguration {
     /// `imageMaximumGCAge` (0: off).
     #[serde(rename = "imageMaximumGCAge", deserialize_with = "duration")]
     image_maximum_gc_age: Option<Duration>,
+    /// Every other field, by name.
+    #[serde(flatten)]
+    rest: BTreeMap<String, IgnoredAny>,
+}
+
+/// `crashLoopBackOff`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, expecting = "a mapping")]
+struct CrashLoopBackOff {
+    /// `maxContainerRestartPeriod`.
+    #[serde(
+        rename = "maxContainerRestartPeriod",
+        deserialize_with = "restart_period"
+    )]
+    max_container_restart_period: Option<Duration>,
     /// Every other field, by name.
     #[serde(flatten)]
     rest: BTreeMap<String, IgnoredAny>,
@@ -1302,6 +1330,12 @@ impl KubeletConfiguration {
             &mut s.max_parallel_image_pulls,
             self.max_parallel_image_pulls.map(Some),
         );
+        set(
+            &mut s.crash_loop_max_restart_period,
+            self.crash_loop_back_off
+                .as_ref()
+                .and_then(|c| c.max_container_restart_period),
+        );
         set(&mut s.registry_pull_qps, self.registry_pull_qps);
         set(&mut s.registry_burst, self.registry_burst);
         let gc = &mut s.image_gc;
@@ -1411,7 +1445,11 @@ impl KubeletConfiguration {
         let top = self.rest.keys().filter(|k| !is_checked_field(k)).cloned();
         let authn = self.authentication.iter().flat_map(Authentication::ignored);
         let authz = self.authorization.iter().flat_map(Authorization::ignored);
-        let mut ignored: Vec<String> = top.chain(authn).chain(authz).collect();
+        let crash = self
+            .crash_loop_back_off
+            .iter()
+            .flat_map(|c| prefixed("crashLoopBackOff.", &c.rest));
+        let mut ignored: Vec<String> = top.chain(authn).chain(authz).chain(crash).collect();
         ignored.sort();
         ignored
     }
@@ -1503,6 +1541,23 @@ fn parse_duration(v: &Value) -> Result<Duration, String> {
     u64::try_from(nanos)
         .map(Duration::from_nanos)
         .map_err(|_| format!("{s:?} is negative"))
+}
+
+/// `crashLoopBackOff.maxContainerRestartPeriod`: a duration from 1 s to
+/// 300 s, as the kubelet's validation.
+fn restart_period<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let Some(v) = Option::<Value>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let period = parse_duration(&v).map_err(D::Error::custom)?;
+    if (Duration::from_secs(1)..=Duration::from_secs(300)).contains(&period) {
+        Ok(Some(period))
+    } else {
+        Err(D::Error::custom(format_args!(
+            "{} must be set between 1s and 300s",
+            go_duration(period)
+        )))
+    }
 }
 
 /// `maxPods`: a count.
@@ -1925,7 +1980,6 @@ volumeStatsAggPeriod: 0s
             ignored,
             [
                 "cpuManagerReconcilePeriod",
-                "crashLoopBackOff",
                 "healthzBindAddress",
                 "healthzPort",
                 "logging",
@@ -2457,6 +2511,27 @@ volumeStatsAggPeriod: 0s
     }
 
     #[test]
+    fn crash_loop_maximum_restart_period() {
+        let mut s = Settings::default();
+        assert_eq!(s.crash_loop_max_restart_period, Duration::from_secs(300));
+        let text = "crashLoopBackOff:\n  maxContainerRestartPeriod: 2s\n";
+        let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(s.crash_loop_max_restart_period, Duration::from_secs(2));
+        let c = s.kubelet_configuration();
+        assert_eq!(c["crashLoopBackOff"]["maxContainerRestartPeriod"], "2s");
+        for bad in ["0s", "500ms", "301s", "10m", "-1s", "soon"] {
+            let text = format!("crashLoopBackOff:\n  maxContainerRestartPeriod: {bad}\n");
+            let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), &text);
+            let err = err.unwrap_err().to_string();
+            assert!(err.contains("maxContainerRestartPeriod"), "{bad}: {err}");
+        }
+        let text = "crashLoopBackOff:\n  someday: 1\n";
+        let ignored = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), text);
+        assert_eq!(ignored.unwrap(), ["crashLoopBackOff.someday"]);
+    }
+
+    #[test]
     fn image_pull_rate_fields() {
         let mut s = Settings::default();
         assert_eq!(
@@ -2468,7 +2543,10 @@ volumeStatsAggPeriod: 0s
         apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
         assert_eq!((s.registry_pull_qps, s.registry_burst), (0, 3));
         let c = s.kubelet_configuration();
-        assert_eq!((&c["registryPullQPS"], &c["registryBurst"]), (&0.into(), &3.into()));
+        assert_eq!(
+            (&c["registryPullQPS"], &c["registryBurst"]),
+            (&0.into(), &3.into())
+        );
         for bad in [
             "registryPullQPS: -1",
             "registryBurst: -1",

@@ -21,7 +21,8 @@ use tracing::{debug, warn};
 use super::credentials::{Keyring, SecretSource};
 use crate::cri::Runtime;
 use crate::events::{EventType, Recorder};
-use crate::pod_core::plan::{PullBackoff, Waiting, crash_backoff};
+use crate::pod_core::backoff::crash_backoff;
+use crate::pod_core::plan::{PullBackoff, Waiting};
 use crate::reasons::{event, waiting};
 
 /// How many image pulls run at once, from the KubeletConfiguration.

@@ -24,7 +24,7 @@ use crate::container::observe;
 use crate::events::EventType;
 use crate::pod_core::facts::pod_identity;
 use crate::pod_core::kind::PodKind;
-use crate::pod_core::plan::{self, Plan, VolumeNeed, Volumes, Waiting, plan_evicted_with};
+use crate::pod_core::plan::{self, Plan, Policy, VolumeNeed, Volumes, Waiting, plan_with};
 use crate::pod_core::runtime::PodRuntime;
 use crate::pod_core::status;
 use crate::reasons::{event, waiting};
@@ -101,8 +101,11 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     sync_probes(&pod, &rt, &ctx);
     let probes = ctx.prober().results(&pod, &rt);
     let backoffs = ctx.images().backoffs(&uid);
-    let grace = eviction.map_or(crate::pod_core::spec::EVICTION_GRACE_SECONDS, |e| e.grace);
-    let plan = plan_evicted_with(&pod, &rt, &backoffs, &probes, ready, now, grace);
+    let policy = Policy {
+        eviction_grace: eviction.map_or(crate::pod_core::spec::EVICTION_GRACE_SECONDS, |e| e.grace),
+        crash_backoff: ctx.node().crash_backoff,
+    };
+    let plan = plan_with(&pod, &rt, &backoffs, &probes, ready, now, &policy);
     if !plan.steps.is_empty() {
         debug!(steps = ?plan.steps, "plan");
     }

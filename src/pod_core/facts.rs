@@ -51,6 +51,8 @@ pub struct NodeContext {
     /// `registerWithTaints`, the taints the Node is registered with, read
     /// alike.
     pub initial_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// The CrashLoopBackOff curve of `crashLoopBackOff.maxContainerRestartPeriod`.
+    pub crash_backoff: super::backoff::CrashBackoff,
 }
 
 impl NodeContext {

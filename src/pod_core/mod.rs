@@ -8,6 +8,7 @@
 //! | module | job | the kubelet's part |
 //! |---|---|---|
 //! | [`plan`] | what to do next for a pod: sandbox, containers to start and kill, back-off | `computePodActions` |
+//! | [`backoff`] | the CrashLoopBackOff curve | `newCrashLoopBackOff`, `flowcontrol.Backoff` |
 //! | [`status`] | the pod's status from its spec and runtime state | `generateAPIPodStatus`, `getPhase` |
 //! | [`translate`] | a pod spec as CRI sandbox and container configs | `kuberuntime_sandbox.go`, `kuberuntime_container.go` |
 //! | [`facts`] | what the translators know of the node and of one pod | `kubeGenericRuntimeManager`'s fields |
@@ -24,6 +25,7 @@
 
 pub mod admit;
 pub mod allocation;
+pub mod backoff;
 pub mod env;
 pub mod facts;
 pub mod fit;

@@ -18,10 +18,7 @@ use super::spec::{
 use super::translate::hash_matches;
 use crate::reasons::waiting;
 
-/// Initial CrashLoopBackOff delay (10 s), doubled per restart up to [`MAX_BACKOFF`].
-pub const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
-/// Maximum CrashLoopBackOff and image pull back-off delay (300 s).
-pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+use super::backoff::CrashBackoff;
 
 /// One action on the runtime or the API server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,20 +152,24 @@ fn same_definition(x: &RuntimeContainer, c: &Container) -> bool {
 }
 
 /// Whether the back-off of exited record `x` expired, as the kubelet's
-/// `flowcontrol.Backoff` lets an entry expire: more than twice
-/// [`MAX_BACKOFF`] from the crash before (`older`'s finish; without it,
-/// `x`'s creation, which is later) to `x`'s.
-fn backoff_expired(x: &RuntimeContainer, older: Option<&RuntimeContainer>) -> bool {
+/// `flowcontrol.Backoff` lets an entry expire: more than twice the curve's
+/// maximum ([`CrashBackoff::expiry`]) from the crash before (`older`'s
+/// finish; without it, `x`'s creation, which is later) to `x`'s.
+fn backoff_expired(
+    x: &RuntimeContainer,
+    older: Option<&RuntimeContainer>,
+    backoff: &CrashBackoff,
+) -> bool {
     let Some(finished) = x.finished_at else {
         return false;
     };
     let since = older.and_then(|o| o.finished_at).unwrap_or(x.created_at);
     finished.duration_since(since)
-        > SignedDuration::try_from(MAX_BACKOFF * 2).unwrap_or(SignedDuration::MAX)
+        > SignedDuration::try_from(backoff.expiry()).unwrap_or(SignedDuration::MAX)
 }
 
 /// Restarts of exited record `x`'s back-off series so far: what
-/// [`crash_backoff`] takes for its restart. As the kubelet keeps one
+/// [`CrashBackoff::delay`] takes for its restart. As the kubelet keeps one
 /// back-off per container definition (`GetStableKey`: pod, container name
 /// and spec hash), a record of another definition than `c`'s starts a new
 /// series (its restart is at once), and so does one whose back-off expired
@@ -178,8 +179,9 @@ pub fn backoff_series(
     c: &Container,
     x: &RuntimeContainer,
     older: Option<&RuntimeContainer>,
+    backoff: &CrashBackoff,
 ) -> u32 {
-    if !same_definition(x, c) || backoff_expired(x, older) {
+    if !same_definition(x, c) || backoff_expired(x, older, backoff) {
         0
     } else {
         x.attempt.saturating_sub(x.backoff_since)
@@ -198,24 +200,15 @@ pub fn backoff_since(
     previous: Option<&RuntimeContainer>,
     older: Option<&RuntimeContainer>,
     attempt: u32,
+    backoff: &CrashBackoff,
 ) -> u32 {
     match previous {
         None => attempt,
-        Some(p) if !same_definition(p, c) || backoff_expired(p, older) => p.attempt.min(attempt),
+        Some(p) if !same_definition(p, c) || backoff_expired(p, older, backoff) => {
+            p.attempt.min(attempt)
+        }
         Some(p) => p.backoff_since.min(attempt),
     }
-}
-
-/// The CrashLoopBackOff delay before restart number `restarts + 1`:
-/// 0 for the first restart, then 10 s doubling to 300 s (the kubelet's
-/// `backOff.Next` with its 10 s initial and 300 s maximum).
-#[must_use]
-pub fn crash_backoff(restarts: u32) -> Duration {
-    if restarts == 0 {
-        return Duration::ZERO;
-    }
-    let factor = 1u32.checked_shl(restarts - 1).unwrap_or(u32::MAX);
-    INITIAL_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF)
 }
 
 /// Reason of a pod failed for its active deadline (the kubelet's active_deadline.go).
@@ -574,7 +567,8 @@ pub enum Volumes {
 /// pull back-offs of this pod's containers by name, `probes` what the probe
 /// manager says of its running containers (a failed liveness or startup probe
 /// kills the container, which then restarts as its restart policy says),
-/// `volumes` whether the pod's volumes are set up ([`volume_need`]).
+/// `volumes` whether the pod's volumes are set up ([`volume_need`]); with
+/// the node's default [`Policy`].
 #[must_use]
 pub fn plan(
     pod: &Pod,
@@ -584,31 +578,42 @@ pub fn plan(
     volumes: Volumes,
     now: Timestamp,
 ) -> Plan {
-    plan_evicted_with(
-        pod,
-        rt,
-        pull_backoff,
-        probes,
-        volumes,
-        now,
-        EVICTION_GRACE_SECONDS,
-    )
+    let policy = Policy::default();
+    plan_with(pod, rt, pull_backoff, probes, volumes, now, &policy)
 }
 
-/// [`plan`], where an evicted pod's containers stop with `eviction_grace`
-/// seconds (the eviction manager's grace period override: 1 for a hard
-/// threshold, `evictionMaxPodGracePeriod` at most for a soft one).
+/// What the node's configuration and its eviction manager set for a plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Seconds an evicted pod's containers get to stop: the eviction
+    /// manager's grace period override, 1 for a hard threshold and at most
+    /// `evictionMaxPodGracePeriod` for a soft one.
+    pub eviction_grace: i64,
+    /// The CrashLoopBackOff curve (`crashLoopBackOff.maxContainerRestartPeriod`).
+    pub crash_backoff: CrashBackoff,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            eviction_grace: EVICTION_GRACE_SECONDS,
+            crash_backoff: CrashBackoff::default(),
+        }
+    }
+}
+
+/// [`plan`] under `policy`.
 #[must_use]
-pub fn plan_evicted_with(
+pub fn plan_with(
     pod: &Pod,
     rt: &PodRuntime,
     pull_backoff: &BTreeMap<String, PullBackoff>,
     probes: &BTreeMap<String, ContainerProbes>,
     volumes: Volumes,
     now: Timestamp,
-    eviction_grace: i64,
+    policy: &Policy,
 ) -> Plan {
-    let mut plan = plan_ready(pod, rt, pull_backoff, probes, now, eviction_grace);
+    let mut plan = plan_ready(pod, rt, pull_backoff, probes, now, policy);
     if volumes == Volumes::NotReady {
         // Nothing starts before the volumes it mounts exist.
         let starts =
@@ -629,8 +634,9 @@ fn plan_ready(
     pull_backoff: &BTreeMap<String, PullBackoff>,
     probes: &BTreeMap<String, ContainerProbes>,
     now: Timestamp,
-    eviction_grace: i64,
+    policy: &Policy,
 ) -> Plan {
+    let eviction_grace = policy.eviction_grace;
     let mut plan = Plan::default();
     if pod.metadata.deletion_timestamp.is_some() {
         terminate(pod, rt, &mut plan);
@@ -702,6 +708,7 @@ fn plan_ready(
                 pull_backoff,
                 probes,
                 now,
+                backoff: policy.crash_backoff,
                 plan: &mut plan,
             };
             planner.in_sandbox(&sandbox_id);
@@ -711,7 +718,7 @@ fn plan_ready(
                 .map(|c| c.name.as_str());
             garbage(rt, &sandbox_id, names, ephemeral_names(pod), &mut plan);
         }
-        latest => new_sandbox(pod, rt, latest, now, &mut plan),
+        latest => new_sandbox(pod, rt, latest, (now, &policy.crash_backoff), &mut plan),
     }
     plan
 }
@@ -719,16 +726,15 @@ fn plan_ready(
 /// The CrashLoopBackOff that holds container `c` back at `now`, given its
 /// latest record `x` (exited) and the one before it (`older`): the Waiting
 /// state it shows and when the back-off ends; None when it may start now
-/// (the kubelet's `doBackOff`, with [`backoff_series`] and
-/// [`crash_backoff`]).
+/// (the kubelet's `doBackOff`, with [`backoff_series`] on the node's curve).
 fn crash_loop(
     pod: &Pod,
     c: &Container,
-    x: &RuntimeContainer,
-    older: Option<&RuntimeContainer>,
+    (x, older): (&RuntimeContainer, Option<&RuntimeContainer>),
     now: Timestamp,
+    backoff: &CrashBackoff,
 ) -> Option<(Waiting, Timestamp)> {
-    let delay = crash_backoff(backoff_series(c, x, older));
+    let delay = backoff.delay(backoff_series(c, x, older, backoff));
     let due = x.finished_at.unwrap_or(x.created_at) + delay;
     if due <= now {
         return None;
@@ -755,7 +761,7 @@ fn new_sandbox(
     pod: &Pod,
     rt: &PodRuntime,
     latest: Option<&super::runtime::Sandbox>,
-    now: Timestamp,
+    (now, backoff): (Timestamp, &CrashBackoff),
     plan: &mut Plan,
 ) {
     let policy = restart_policy(pod);
@@ -773,7 +779,7 @@ fn new_sandbox(
     let start = |c: &Container, plan: &mut Plan| {
         let (previous, older) = rt.latest_two(&c.name);
         if let Some(x) = previous.filter(|x| x.state == ContainerState::Exited)
-            && let Some((held, due)) = crash_loop(pod, c, x, older, now)
+            && let Some((held, due)) = crash_loop(pod, c, (x, older), now, backoff)
         {
             plan.waiting.insert(c.name.clone(), held);
             plan.requeue_at(now, due);
@@ -783,7 +789,7 @@ fn new_sandbox(
         plan.steps.push(Step::StartContainer {
             name: c.name.clone(),
             attempt,
-            backoff_since: backoff_since(c, previous, older, attempt),
+            backoff_since: backoff_since(c, previous, older, attempt, backoff),
         });
     };
     if let Some(first) = init_containers(pod).first() {
@@ -840,6 +846,8 @@ struct Planner<'a> {
     pull_backoff: &'a BTreeMap<String, PullBackoff>,
     probes: &'a BTreeMap<String, ContainerProbes>,
     now: Timestamp,
+    /// The node's CrashLoopBackOff curve.
+    backoff: CrashBackoff,
     plan: &'a mut Plan,
 }
 
@@ -981,7 +989,8 @@ impl Planner<'_> {
             Some(x) => {
                 if x.sandbox_id != sandbox_id || container_should_restart(c, policy, x.exit_code) {
                     let older = self.history.latest_two(&c.name).1;
-                    if let Some((held, due)) = crash_loop(pod, c, x, older, now) {
+                    let backoff = &self.backoff;
+                    if let Some((held, due)) = crash_loop(pod, c, (x, older), now, backoff) {
                         self.plan.waiting.insert(c.name.clone(), held);
                         self.plan.requeue_at(now, due);
                         false
@@ -1001,7 +1010,7 @@ impl Planner<'_> {
         self.plan.steps.push(Step::StartContainer {
             name: c.name.clone(),
             attempt,
-            backoff_since: backoff_since(c, previous, older, attempt),
+            backoff_since: backoff_since(c, previous, older, attempt, &self.backoff),
         });
     }
 }
@@ -1121,6 +1130,7 @@ fn terminate(pod: &Pod, rt: &PodRuntime, plan: &mut Plan) {
 mod tests {
     use super::*;
     use crate::fixtures::{ctr, exited, pod, runtime, sandbox, t};
+    use crate::pod_core::backoff::MAX_BACKOFF;
     use ContainerState::{Created, Running};
 
     fn start(name: &str, attempt: u32) -> Step {
@@ -1129,13 +1139,6 @@ mod tests {
             attempt,
             backoff_since: 0,
         }
-    }
-
-    #[test]
-    fn crash_backoff_doubles_to_five_minutes() {
-        let secs: Vec<u64> = (0..8).map(|n| crash_backoff(n).as_secs()).collect();
-        assert_eq!(secs, vec![0, 10, 20, 40, 80, 160, 300, 300]);
-        assert_eq!(crash_backoff(40), MAX_BACKOFF);
     }
 
     #[test]
@@ -1655,7 +1658,67 @@ mod tests {
         let legacy = vec![made("c9", 9, 0, &new, 300), made("c8", 8, 0, &new, 280)];
         held(&go(&new, legacy, 305), 300);
         let c = &super::super::spec::main_containers(&new)[0];
-        assert_eq!(backoff_since(c, None, None, 0), 0);
+        assert_eq!(backoff_since(c, None, None, 0, &CrashBackoff::default()), 0);
+    }
+
+    /// `crashLoopBackOff.maxContainerRestartPeriod`: the node's curve holds a
+    /// crashing container at most its maximum, from its first wait on when
+    /// the maximum is below 10 s, and forgets a series after twice it.
+    #[test]
+    fn the_nodes_crash_loop_maximum_caps_the_wait_and_the_series() {
+        let p = pod("web").container("a", "busybox:1").build();
+        let made = |id: &str, attempt, at| {
+            let mut c = exited(ctr(id, "a", attempt, "s0", Running), 1, t(at));
+            c.hash = super::super::translate::container_hash(
+                &super::super::spec::main_containers(&p)[0],
+            );
+            c.created_at = t(at - 1);
+            c
+        };
+        let policy = |max| Policy {
+            crash_backoff: CrashBackoff::with_max(Duration::from_secs(max)),
+            ..Policy::default()
+        };
+        let go = |containers: Vec<RuntimeContainer>, now, policy: &Policy| {
+            let rt = runtime(vec![sandbox("s0", 0, true)], containers);
+            let (none, probes) = (BTreeMap::new(), BTreeMap::new());
+            plan_with(&p, &rt, &none, &probes, Volumes::Ready, t(now), policy)
+        };
+        let wait = |p: &Plan| p.waiting.get("a").map(|w| w.message.clone());
+        // A fourth crash in a row: 80 s by default, 60 s at a one-minute maximum.
+        let crashes = || vec![made("c4", 4, 100), made("c3", 3, 90)];
+        let default = go(crashes(), 101, &Policy::default());
+        assert!(
+            wait(&default).is_some_and(|m| m.starts_with("back-off 80s")),
+            "{default:?}"
+        );
+        let minute = go(crashes(), 101, &policy(60));
+        assert!(
+            wait(&minute).is_some_and(|m| m.starts_with("back-off 60s")),
+            "{minute:?}"
+        );
+        assert_eq!(minute.requeue_after, Some(Duration::from_secs(59)));
+        // A 2 s maximum: 2 s from the first wait on.
+        let second = || vec![made("c1", 1, 100), made("c0", 0, 97)];
+        let two = go(second(), 101, &policy(2));
+        assert!(
+            wait(&two).is_some_and(|m| m.starts_with("back-off 2s")),
+            "{two:?}"
+        );
+        assert_eq!(go(second(), 102, &policy(2)).waiting, BTreeMap::new());
+        // Crashes 5 s apart are more than twice a 2 s maximum apart: the
+        // series expired, and the restart is at once.
+        let apart = go(vec![made("c1", 1, 100), made("c0", 0, 94)], 100, &policy(2));
+        assert!(apart.waiting.is_empty(), "{apart:?}");
+        let apart = go(
+            vec![made("c1", 1, 100), made("c0", 0, 94)],
+            100,
+            &Policy::default(),
+        );
+        assert!(
+            wait(&apart).is_some_and(|m| m.starts_with("back-off 10s")),
+            "{apart:?}"
+        );
     }
 
     #[test]
