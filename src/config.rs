@@ -500,14 +500,21 @@ impl Settings {
                 },
             },
         });
-        let clients = serde_json::json!({
+        // In a document of its own: one json! of every field passes the
+        // macro's recursion limit.
+        let limits = serde_json::json!({
             "kubeAPIQPS": self.kube_api_qps,
             "kubeAPIBurst": self.kube_api_burst,
             "eventRecordQPS": self.event_record_qps,
             "eventBurst": self.event_burst,
+            "registryPullQPS": self.registry_pull_qps,
+            "registryBurst": self.registry_burst,
+            "crashLoopBackOff": {
+                "maxContainerRestartPeriod": go_duration(self.crash_loop_max_restart_period),
+            },
         });
         if let Some(doc) = doc.as_object_mut() {
-            for more in [static_pods, clients] {
+            for more in [static_pods, limits] {
                 if let Value::Object(more) = more {
                     doc.extend(more);
                 }
@@ -546,11 +553,6 @@ impl Settings {
             "serverTLSBootstrap": self.server_tls_bootstrap,
             "serializeImagePulls": self.serialize_image_pulls,
             "maxParallelImagePulls": self.max_parallel_image_pulls,
-            "crashLoopBackOff": {
-                "maxContainerRestartPeriod": go_duration(self.crash_loop_max_restart_period),
-            },
-            "registryPullQPS": self.registry_pull_qps,
-            "registryBurst": self.registry_burst,
             "seccompDefault": self.seccomp_default,
             "featureGates": {
                 "UserNamespacesSupport": self.user_namespaces_support,

@@ -111,6 +111,17 @@ pub fn restart_agent(config: Option<&std::path::Path>) {
     );
 }
 
+/// Restarts the agent ([`restart_agent`]) with its usual configuration
+/// plus the KubeletConfiguration lines `extra`, written to
+/// `_output/local/rustlet-<name>.yaml`; returns that file's path.
+pub fn restart_agent_with(name: &str, extra: &str) -> std::path::PathBuf {
+    let usual = std::fs::read_to_string(local().join("rustlet.yaml")).expect("rustlet.yaml");
+    let config = local().join(format!("rustlet-{name}.yaml"));
+    std::fs::write(&config, format!("{usual}{extra}")).expect("write the configuration");
+    restart_agent(Some(&config));
+    config
+}
+
 /// The node under test.
 pub fn node_name() -> String {
     std::env::var("NODE_NAME").unwrap_or_else(|_| "local-node".into())

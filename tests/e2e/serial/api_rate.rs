@@ -81,15 +81,11 @@ async fn a_restart_under_30_pods_keeps_to_the_api_rate_limit() {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 
-    let usual = std::fs::read_to_string(local().join("rustlet.yaml")).expect("rustlet.yaml");
-    let config = local().join("rustlet-rate.yaml");
-    std::fs::write(
-        &config,
-        format!("{usual}kubeAPIQPS: {QPS}\nkubeAPIBurst: {BURST}\n"),
-    )
-    .expect("write config");
     let since = Timestamp::now();
-    restart_agent(Some(&config));
+    let config = restart_agent_with(
+        "rate",
+        &format!("kubeAPIQPS: {QPS}\nkubeAPIBurst: {BURST}\n"),
+    );
     // The restart's work: the pods synced again, their tokens requested.
     tokio::time::sleep(Duration::from_secs(40)).await;
     let times = counted_requests(since);

@@ -149,14 +149,10 @@ async fn conditions_of_other_writers_survive_a_restart_and_a_minute_of_status_up
     write_kernel_deadlock(&nodes, "2026-01-01T00:00:01Z").await;
     // The agent again, writing the Node every second whether or not it
     // changed: each write would have replaced the condition list.
-    let usual = std::fs::read_to_string(local().join("rustlet.yaml")).expect("rustlet.yaml");
-    let config = local().join("rustlet-status-1s.yaml");
-    std::fs::write(
-        &config,
-        format!("{usual}nodeStatusUpdateFrequency: 1s\nnodeStatusReportFrequency: 1s\n"),
-    )
-    .expect("write the configuration");
-    restart_agent(Some(&config));
+    let config = restart_agent_with(
+        "status-1s",
+        "nodeStatusUpdateFrequency: 1s\nnodeStatusReportFrequency: 1s\n",
+    );
     let restarted = nodes.get(&name).await.expect("node");
     let (_, ready_then) = condition_of(&restarted, "Ready").expect("Ready");
     let mut heartbeat = "2026-01-01T00:00:01Z".to_string();

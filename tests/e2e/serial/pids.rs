@@ -26,10 +26,7 @@ fn pids_file(uid: &str, file: &str) -> String {
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_fork_bomb_stops_at_the_pod_pids_limit_and_the_node_stays_ready() {
-    let usual = std::fs::read_to_string(local().join("rustlet.yaml")).expect("rustlet.yaml");
-    let config = local().join("rustlet-pids.yaml");
-    std::fs::write(&config, format!("{usual}podPidsLimit: {LIMIT}\n")).expect("write config");
-    restart_agent(Some(&config));
+    let config = restart_agent_with("pids", &format!("podPidsLimit: {LIMIT}\n"));
     let client = client().await;
     let ns = namespace(&client, "e2e-pids").await;
     // An inner shell forks up to 200 sleepers (a bound of its own: without
