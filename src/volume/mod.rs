@@ -32,6 +32,7 @@ pub mod remove;
 pub mod secret;
 pub mod subpath;
 pub mod token;
+pub mod trust_bundle;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
@@ -195,6 +196,8 @@ pub struct Fetched {
     pub secrets: BTreeMap<String, Result<Option<Arc<Secret>>, String>>,
     /// Service account tokens by request.
     pub tokens: HashMap<TokenKey, Result<String, String>>,
+    /// ClusterTrustBundle anchors by request: `None` when no bundle matches.
+    pub trust_bundles: BTreeMap<trust_bundle::TrustKey, Result<Option<Vec<u8>>, String>>,
     /// The claims of claim volumes, by volume name: the claim and its bound
     /// volume, and whether the volume is yet to be set up for the pod the
     /// first time; `Err`: why not ([`claim::resolve`]).
@@ -238,6 +241,10 @@ impl std::fmt::Debug for Fetched {
             .field("config_maps", &self.config_maps.keys().collect::<Vec<_>>())
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
             .field("tokens", &self.tokens.keys().collect::<Vec<_>>())
+            .field(
+                "trust_bundles",
+                &self.trust_bundles.keys().collect::<Vec<_>>(),
+            )
             .field("claims", &self.claims.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -390,6 +397,7 @@ pub struct VolumeManager {
     config_maps: ObjectCache<ConfigMap>,
     secrets: ObjectCache<Secret>,
     tokens: TokenManager,
+    trust_bundles: trust_bundle::TrustBundles,
     /// Claims resolved, by pod UID and volume name: a claim's binding does
     /// not change, so each is read once per pod (as the kubelet's populator
     /// processes a pod's volumes once); with whether its volume was set up.
@@ -419,6 +427,7 @@ impl VolumeManager {
             config_maps: ObjectCache::default(),
             secrets: ObjectCache::default(),
             tokens: TokenManager::default(),
+            trust_bundles: trust_bundle::TrustBundles::default(),
             claims: Mutex::new(HashMap::new()),
             csi: None,
         }
@@ -473,6 +482,10 @@ impl VolumeManager {
         for key in tokens {
             let got = self.tokens.get(&self.client, &key).await;
             fetched.tokens.insert(key, got.map_err(|e| e.to_string()));
+        }
+        for key in trust_bundle::references(pod) {
+            let got = self.trust_bundles.get(&self.client, &key).await;
+            fetched.trust_bundles.insert(key, got);
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {

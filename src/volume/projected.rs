@@ -1,5 +1,5 @@
 //! The projected volume plugin (pkg/volume/projected): configMap, secret,
-//! downwardAPI and serviceAccountToken sources merged into one directory,
+//! downwardAPI, serviceAccountToken and clusterTrustBundle sources merged into one directory,
 //! written with the atomic writer onto a tmpfs under `kubernetes.io~projected`.
 //! The `kube-api-access-*` volume that ServiceAccount admission adds to every
 //! pod is one: `token`, `ca.crt` from the `kube-root-ca.crt` config map, and
@@ -14,7 +14,7 @@ use super::atomic_writer::{FileProjection, Payload};
 use super::token::{DEFAULT_EXPIRATION_SECONDS, TokenKey};
 use super::{
     DEFAULT_MODE, Error, Fetched, Result, aggregate, configmap, downward_api, file_mode, secret,
-    to_uid,
+    to_uid, trust_bundle,
 };
 
 /// The plugin's directory name under `<pod>/volumes/`.
@@ -111,10 +111,21 @@ pub fn payload(
                     },
                 )])
             })
-        } else if p.cluster_trust_bundle.is_some() {
-            Err(Error::Unsupported(
-                "clusterTrustBundle projections are not supported by this node".into(),
-            ))
+        } else if let Some(b) = &p.cluster_trust_bundle {
+            let optional = b.optional.unwrap_or(false);
+            trust_bundle::key(b)
+                .and_then(|key| trust_bundle::file(&key, optional, fetched.trust_bundles.get(&key)))
+                .map(|anchors| {
+                    Payload::from([(
+                        b.path.clone(),
+                        FileProjection {
+                            data: anchors,
+                            mode: file_mode(default_mode.unwrap_or(DEFAULT_MODE)),
+                            fs_user: to_uid(default_user),
+                        },
+                    )])
+                })
+                .map_err(Error::Payload)
         } else if p.pod_certificate.is_some() {
             Err(Error::Unsupported(
                 "podCertificate projections are not supported by this node".into(),
@@ -284,5 +295,52 @@ mod tests {
         fetched.tokens.insert(key, Ok("jwt".into()));
         let out = payload(&source, &p, &fetched, &BTreeMap::new()).unwrap();
         assert_eq!(out["token"].mode, 0o600);
+    }
+
+    #[test]
+    fn trust_bundles_are_files_with_the_default_mode_and_missing_ones_fail_unless_optional() {
+        use k8s_openapi::api::core::v1::ClusterTrustBundleProjection;
+        use trust_bundle::TrustKey;
+        let p = pod("web").container("c", "busybox").build();
+        let projection = |name: &str, optional: bool, path: &str| VolumeProjection {
+            cluster_trust_bundle: Some(ClusterTrustBundleProjection {
+                name: Some(name.into()),
+                optional: Some(optional),
+                path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let source = ProjectedVolumeSource {
+            default_mode: Some(0o440),
+            sources: Some(vec![
+                projection("roots", false, "ca.pem"),
+                projection("gone", true, "optional.pem"),
+            ]),
+            ..Default::default()
+        };
+        let mut fetched = Fetched::default();
+        let anchors = b"-----BEGIN CERTIFICATE-----\n".to_vec();
+        fetched
+            .trust_bundles
+            .insert(TrustKey::Name("roots".into()), Ok(Some(anchors.clone())));
+        fetched
+            .trust_bundles
+            .insert(TrustKey::Name("gone".into()), Ok(None));
+        let out = payload(&source, &p, &fetched, &BTreeMap::new()).unwrap();
+        assert_eq!(out["ca.pem"].data, anchors);
+        assert_eq!(out["ca.pem"].mode, 0o440);
+        assert_eq!(out["optional.pem"].data, b"");
+        // Not optional, and missing: the volume fails in the kubelet's words.
+        let source = ProjectedVolumeSource {
+            sources: Some(vec![projection("gone", false, "ca.pem")]),
+            ..Default::default()
+        };
+        let err = payload(&source, &p, &fetched, &BTreeMap::new()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("clustertrustbundles.certificates.k8s.io \"gone\" not found"),
+            "{err}"
+        );
     }
 }

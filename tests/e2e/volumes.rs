@@ -1,7 +1,8 @@
 //! End-to-end scenarios of the volume manager on the local cluster
 //! (`hack/local-up.sh --agent rustlet`): configMap, secret, emptyDir,
-//! downwardAPI, hostPath and the service account token volume, seen from the
-//! node (`_output/local/rustlet/pods/<uid>/volumes/...`) and from inside the
+//! downwardAPI, hostPath, the service account token volume and
+//! ClusterTrustBundle projections, seen from the node
+//! (`_output/local/rustlet/pods/<uid>/volumes/...`) and from inside the
 //! containers (their log files), plus missing sources, subPath, and teardown.
 
 use std::path::{Path, PathBuf};
@@ -492,4 +493,159 @@ async fn a_finished_pod_gives_its_volumes_back() {
     assert_eq!(mounted_under(&volumes), Vec::<String>::new());
     delete_and_check_teardown(&client, &ns, "done", &uid).await;
     drop_namespace(&client, &ns).await;
+}
+
+/// A self-signed root named `name`, PEM, and its DER.
+fn root(name: &str) -> (String, Vec<u8>) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::new()).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).expect("self-signed");
+    (cert.pem(), cert.der().to_vec())
+}
+
+/// The DER of each certificate in PEM file `path` (none while it is missing).
+fn ders(path: &Path) -> Vec<Vec<u8>> {
+    let text = std::fs::read(path).unwrap_or_default();
+    pem::parse_many(text)
+        .expect("the file is PEM")
+        .into_iter()
+        .map(pem::Pem::into_contents)
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn cluster_trust_bundles_are_projected_by_name_and_by_signer_and_refreshed() {
+    use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
+    let client = client().await;
+    let ns = namespace(&client, "e2e-ctb").await;
+    let bundles = Api::<ClusterTrustBundle>::all(client.clone());
+    // Cluster-scoped: named after the namespace, so that runs never meet.
+    let signer = format!("e2e.rustlet.io/{ns}");
+    let prefix = signer.replace('/', ":");
+    let ((a, a_der), (b, b_der), (c, _), (d, d_der)) = (root("a"), root("b"), root("c"), root("d"));
+    let ctb = |name: &str, signer: Option<&str>, live: &str, pem: &str| {
+        from_json::<ClusterTrustBundle>(serde_json::json!({
+            "metadata": { "name": name, "labels": { "live": live } },
+            "spec": { "signerName": signer, "trustBundle": pem }
+        }))
+    };
+    let by_name = format!("{ns}-roots");
+    // The signer's bundles "one" and "three" hold the same anchor.
+    let made = [
+        ctb(&by_name, None, "yes", &a),
+        ctb(&format!("{prefix}:one"), Some(&signer), "yes", &b),
+        ctb(&format!("{prefix}:two"), Some(&signer), "no", &c),
+        ctb(&format!("{prefix}:three"), Some(&signer), "yes", &b),
+    ];
+    for b in &made {
+        bundles
+            .create(&PostParams::default(), b)
+            .await
+            .expect("create bundle");
+    }
+    let pod = from_json::<Pod>(serde_json::json!({
+        "metadata": { "name": "ctb" },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{ "name": "c", "image": BUSYBOX, "command": ["sleep", "3600"],
+                "volumeMounts": [{ "name": "roots", "mountPath": "/roots" }] }],
+            "volumes": [{ "name": "roots", "projected": { "sources": [
+                { "clusterTrustBundle": { "name": by_name, "path": "by-name.pem" } },
+                { "clusterTrustBundle": { "signerName": signer,
+                    "labelSelector": { "matchLabels": { "live": "yes" } }, "path": "by-signer.pem" } },
+                { "clusterTrustBundle": { "name": format!("{ns}-absent"), "optional": true,
+                    "path": "optional.pem" } }
+            ] } }]
+        }
+    }));
+    let pod = create(&client, &ns, &pod).await;
+    let uid = pod.metadata.uid.clone().expect("uid");
+    wait_for(&client, &ns, "ctb", 90, "Running", phase("Running")).await;
+    let dir = volume_path(&uid, "kubernetes.io~projected", "roots");
+    // Each anchor once; the signer's bundle that the selector leaves out is not there.
+    assert_eq!(ders(&dir.join("by-name.pem")), vec![a_der.clone()]);
+    assert_eq!(ders(&dir.join("by-signer.pem")), vec![b_der]);
+    assert_eq!(
+        std::fs::read(dir.join("optional.pem")).expect("optional.pem"),
+        b""
+    );
+    // The container sees the same files.
+    let (code, out, err) = kubectl(
+        &["exec", "-n", &ns, "ctb", "--", "cat", "/roots/by-name.pem"],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.as_bytes(),
+        std::fs::read(dir.join("by-name.pem")).expect("by-name.pem")
+    );
+
+    // A bundle changed is projected again at the pod's next sync.
+    let mut changed = bundles.get(&by_name).await.expect("get bundle");
+    changed.spec.trust_bundle = format!("{a}{d}");
+    bundles
+        .replace(&by_name, &PostParams::default(), &changed)
+        .await
+        .expect("replace bundle");
+    let mut want = vec![a_der, d_der];
+    want.sort();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut have = ders(&dir.join("by-name.pem"));
+        have.sort();
+        if have == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bundle's change was not projected: {} certificates",
+            have.len()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    // A bundle that does not exist and is not optional keeps its pod from
+    // starting, in the kubelet's words.
+    let missing = from_json::<Pod>(serde_json::json!({
+        "metadata": { "name": "ctb-missing" },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{ "name": "c", "image": BUSYBOX, "command": ["sleep", "3600"],
+                "volumeMounts": [{ "name": "roots", "mountPath": "/roots" }] }],
+            "volumes": [{ "name": "roots", "projected": { "sources": [
+                { "clusterTrustBundle": { "name": format!("{ns}-absent"), "path": "ca.pem" } }
+            ] } }]
+        }
+    }));
+    create(&client, &ns, &missing).await;
+    let want = format!("clustertrustbundles.certificates.k8s.io \"{ns}-absent\" not found");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !failed_mounts(&client, &ns, "ctb-missing")
+        .await
+        .iter()
+        .any(|m| m.contains(&want))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no FailedMount naming the missing bundle"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let p = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get("ctb-missing")
+        .await
+        .expect("get");
+    assert_eq!(p.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
+
+    drop_namespace(&client, &ns).await;
+    for b in &made {
+        let _ = bundles
+            .delete(&b.name_any(), &DeleteParams::default())
+            .await;
+    }
 }
