@@ -6,8 +6,10 @@
 # driver's image (tests/e2e/serial/csi_in_cluster.rs), runs the topics side by side
 # (E2E_JOBS topics at a time, default 3, each running E2E_THREADS of its
 # tests at a time, default 3; the longest of the last run first), then the
-# topics of tests/e2e/serial alone, one test at a time, and takes the
-# cluster down, also when it fails or is stopped.
+# topics of tests/e2e/serial alone, one test at a time (serial::eviction,
+# which measures the host's free memory, last, once the processes named in
+# E2E_QUIET_AFTER have ended), and takes the cluster down, also when it
+# fails or is stopped.
 #
 #   hack/test-e2e.sh [TOPIC...]     (default: every topic; e.g. pod serial::restart)
 #
@@ -95,8 +97,15 @@ fi
 mapfile -t parallel < <(for t in "${topics[@]}"; do
   [[ $t == serial::* ]] || printf '%s %s\n' "${took[$t]:-9999}" "$t"
 done | sort -k1,1nr -k2 | cut -d' ' -f2)
+# The serial topics that measure the host's free memory (serial::eviction
+# sets its threshold from it) run last, and not before the processes whose
+# IDs E2E_QUIET_AFTER names (the caller's background builds) have ended.
+quiet=(serial::eviction)
 serial=()
-for t in "${topics[@]}"; do [[ $t != serial::* ]] || serial+=("$t"); done
+for t in "${topics[@]}"; do
+  [[ $t == serial::* && " ${quiet[*]} " != *" $t "* ]] && serial+=("$t")
+done
+for t in "${quiet[@]}"; do [[ -z ${tests_of[$t]:-} ]] || serial+=("$t"); done
 
 up=true
 "$ROOT/hack/local-up.sh" --agent rustlet --metrics-server --registry-mirror --test-images
@@ -163,6 +172,14 @@ for t in "${parallel[@]}"; do
 done
 while ((${#topic_of_pid[@]})); do await_one; done
 for t in "${serial[@]}"; do
+  if [[ " ${quiet[*]} " == *" $t "* ]]; then
+    for pid in ${E2E_QUIET_AFTER:-}; do
+      if kill -0 "$pid" 2>/dev/null; then
+        log "$t: waiting for process $pid to end (a build beside the tests)"
+        while kill -0 "$pid" 2>/dev/null; do sleep 2; done
+      fi
+    done
+  fi
   start "$t" 1
   await_one
 done

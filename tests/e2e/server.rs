@@ -592,7 +592,12 @@ async fn kubectl_exec_runs_commands_with_stdin_and_exit_codes() {
         .output()
         .expect("run script");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("/dev/pts/"), "{text}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("/dev/pts/"),
+        "script exited {:?}; its output: {text:?}; its errors: {said:?}",
+        out.status.code()
+    );
     assert_eq!(out.status.code(), Some(4), "{text}");
     drop_namespace(&client, &ns).await;
 }
