@@ -59,7 +59,7 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::DeleteNodes(args) => {
-            init_logging(LogFormat::Plain);
+            init_logging(LogFormat::Plain, 0);
             let deleted = async {
                 let config = kube_config(args.kubeconfig.as_deref()).await?;
                 let client = Client::try_from(config).context("build API client")?;
@@ -85,7 +85,17 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Run(args) => {
-            init_logging(args.log_format);
+            // The file's `logging` sets the log, under the flag and RUST_LOG.
+            // This read is quiet (nothing logs yet): the agent reads the
+            // file again once logging is set up, and says then what it
+            // found wrong in it.
+            let file = settings(&args).map(|s| s.logging).unwrap_or_default();
+            let format = args.log_format.unwrap_or(if file.json {
+                LogFormat::Json
+            } else {
+                LogFormat::Plain
+            });
+            init_logging(format, file.verbosity);
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -146,15 +156,30 @@ fn one_line(text: &str) -> String {
         .join(" | ")
 }
 
-fn init_logging(format: LogFormat) {
+/// Logs to stderr in `format`; `RUST_LOG` filters, or else the kubelet's
+/// `verbosity` ([`log_directives`]).
+fn init_logging(format: LogFormat, verbosity: u32) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_directives(verbosity)));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// The log filter of the kubelet's `logging.verbosity` (klog's `-v`): up to
+/// 3 the agent's info lines, as the kubelet's steady-state levels; 4 and 5
+/// its debug lines (klog's debug levels); 6 and above its trace lines. Other
+/// crates stay at info.
+#[must_use]
+pub fn log_directives(verbosity: u32) -> &'static str {
+    match verbosity {
+        0..=3 => "info",
+        4..=5 => "info,rustlet=debug",
+        _ => "info,rustlet=trace",
     }
 }
 
@@ -621,9 +646,9 @@ async fn connect_runtime(settings: &mut Settings) -> anyhow::Result<RuntimeInfo>
     })
 }
 
-/// Raises the open-file limit and makes the root and pod log directories,
-/// the root one a shared mount, as the kubelet's `maxOpenFiles` and
-/// `setupDataDirs`.
+/// Raises the open-file limit, sets the agent's own OOM score and makes
+/// the root and pod log directories, the root one a shared mount, as the
+/// kubelet's `maxOpenFiles`, `oomScoreAdj` and `setupDataDirs`.
 ///
 /// # Errors
 /// A directory could not be made or made shared.
@@ -633,6 +658,20 @@ fn prepare_host(settings: &Settings) -> anyhow::Result<()> {
     match crate::server::raise_open_files_limit(crate::server::MAX_OPEN_FILES) {
         Ok(n) => info!(open_files = n, "open-file limit"),
         Err(e) => warn!(error = %e, "failed to raise the open-file limit"),
+    }
+    // As the kubelet's ApplyOOMScoreAdj at start: the OOM killer takes the
+    // agent last; a refusal (no CAP_SYS_RESOURCE) is only logged, as there.
+    match std::fs::write(
+        "/proc/self/oom_score_adj",
+        settings.oom_score_adj.to_string(),
+    ) {
+        Ok(()) => info!(
+            oom_score_adj = settings.oom_score_adj,
+            "the agent's OOM score"
+        ),
+        Err(e) => {
+            warn!(error = %e, oom_score_adj = settings.oom_score_adj, "failed to apply oomScoreAdj")
+        }
     }
     for dir in [&settings.root_dir, &settings.pod_logs_dir] {
         std::fs::create_dir_all(dir)
@@ -982,6 +1021,7 @@ fn node_context(base: &Base, facts: &NodeFacts, host_dns: HostDns) -> NodeContex
         crash_backoff: crate::pod_core::backoff::CrashBackoff::with_max(
             settings.crash_loop_max_restart_period,
         ),
+        swap: crate::node::info::swap(settings.limited_swap),
     }
 }
 
@@ -1635,4 +1675,20 @@ fn server_config(
         denied: settings.authorization_cache_unauthorized_ttl,
     };
     Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbosity_picks_the_agents_log_level() {
+        assert_eq!(log_directives(0), "info");
+        assert_eq!(log_directives(2), "info");
+        assert_eq!(log_directives(4), "info,rustlet=debug");
+        assert_eq!(log_directives(10), "info,rustlet=trace");
+        for v in [0, 4, 10] {
+            assert!(tracing_subscriber::EnvFilter::try_new(log_directives(v)).is_ok());
+        }
+    }
 }

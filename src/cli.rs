@@ -100,9 +100,9 @@ pub struct RunArgs {
     /// A KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Plain)]
-    pub log_format: LogFormat,
+    /// Log format [default: the configuration file's `logging.format`, else plain].
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
     /// Port of the node API (HTTPS on 0.0.0.0) [default: 10250].
     #[arg(long)]
     pub port: Option<u16>,

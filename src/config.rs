@@ -144,6 +144,15 @@ pub struct Settings {
     /// 300 s): the longest CrashLoopBackOff wait, under the
     /// `KubeletCrashLoopBackOffMax` gate (on by default).
     pub crash_loop_max_restart_period: Duration,
+    /// `logging`: the log's format and verbosity.
+    pub logging: Logging,
+    /// `oomScoreAdj` (-999, from -1000 to 1000): the agent's own
+    /// `oom_score_adj`, so that the kernel's OOM killer takes it last.
+    pub oom_score_adj: i32,
+    /// `memorySwap.swapBehavior` is `LimitedSwap` (else `NoSwap`, the
+    /// default): Burstable containers may swap a share of the node's swap
+    /// on cgroup v2.
+    pub limited_swap: bool,
     /// `registryPullQPS` (5): image pulls started per second; 0: no limit.
     /// A pull past the bucket fails at once with "pull QPS exceeded", as
     /// the kubelet's `throttleImagePulling`.
@@ -395,6 +404,9 @@ impl Default for Settings {
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
             crash_loop_max_restart_period: Duration::from_secs(300),
+            limited_swap: false,
+            logging: Logging::default(),
+            oom_score_adj: -999,
             registry_pull_qps: 5,
             registry_burst: 10,
             authentication_cache_ttl: Duration::from_secs(120),
@@ -511,6 +523,14 @@ impl Settings {
             "registryBurst": self.registry_burst,
             "crashLoopBackOff": {
                 "maxContainerRestartPeriod": go_duration(self.crash_loop_max_restart_period),
+            },
+            "oomScoreAdj": self.oom_score_adj,
+            "logging": {
+                "format": if self.logging.json { "json" } else { "text" },
+                "verbosity": self.logging.verbosity,
+            },
+            "memorySwap": {
+                "swapBehavior": if self.limited_swap { "LimitedSwap" } else { "NoSwap" },
             },
         });
         if let Some(doc) = doc.as_object_mut() {
@@ -662,6 +682,9 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "registryPullQPS",
     "registryBurst",
     "crashLoopBackOff",
+    "memorySwap",
+    "logging",
+    "oomScoreAdj",
     "registerWithTaints",
     "staticPodURLHeader",
     "httpCheckFrequency",
@@ -991,6 +1014,14 @@ struct KubeletConfiguration {
     /// `crashLoopBackOff`.
     #[serde(rename = "crashLoopBackOff")]
     crash_loop_back_off: Option<CrashLoopBackOff>,
+    /// `memorySwap`.
+    #[serde(rename = "memorySwap")]
+    memory_swap: Option<MemorySwap>,
+    /// `logging`.
+    logging: Option<LoggingFile>,
+    /// `oomScoreAdj`.
+    #[serde(rename = "oomScoreAdj", deserialize_with = "oom_score")]
+    oom_score_adj: Option<i32>,
     /// `registryPullQPS`.
     #[serde(rename = "registryPullQPS", deserialize_with = "pull_rate")]
     registry_pull_qps: Option<u32>,
@@ -1065,6 +1096,50 @@ struct CrashLoopBackOff {
         deserialize_with = "restart_period"
     )]
     max_container_restart_period: Option<Duration>,
+    /// Every other field, by name.
+    #[serde(flatten)]
+    rest: BTreeMap<String, IgnoredAny>,
+}
+
+/// The agent's log as `logging` sets it (the kubelet's
+/// `LoggingConfiguration`; `--log-format` and `RUST_LOG` go over it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Logging {
+    /// `format: json` (else `text`).
+    pub json: bool,
+    /// `verbosity`, klog's `-v` (0).
+    pub verbosity: u32,
+}
+
+/// `logging`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, expecting = "a mapping")]
+struct LoggingFile {
+    /// `format`: `json` is true, `text` false.
+    #[serde(deserialize_with = "log_format")]
+    format: Option<bool>,
+    /// `verbosity`.
+    #[serde(deserialize_with = "verbosity")]
+    verbosity: Option<u32>,
+    /// `flushFrequency` and `options` (their buffers): the agent's log is
+    /// written as each line is made, so they have nothing to set.
+    #[serde(rename = "flushFrequency")]
+    _flush_frequency: Option<IgnoredAny>,
+    /// `options`.
+    #[serde(rename = "options")]
+    _options: Option<IgnoredAny>,
+    /// Every other field (`vmodule`), by name.
+    #[serde(flatten)]
+    rest: BTreeMap<String, IgnoredAny>,
+}
+
+/// `memorySwap`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, expecting = "a mapping")]
+struct MemorySwap {
+    /// `swapBehavior`: `LimitedSwap` is true; `NoSwap` or empty false.
+    #[serde(rename = "swapBehavior", deserialize_with = "swap_behavior")]
+    swap_behavior: Option<bool>,
     /// Every other field, by name.
     #[serde(flatten)]
     rest: BTreeMap<String, IgnoredAny>,
@@ -1338,6 +1413,15 @@ impl KubeletConfiguration {
                 .as_ref()
                 .and_then(|c| c.max_container_restart_period),
         );
+        set(
+            &mut s.limited_swap,
+            self.memory_swap.as_ref().and_then(|m| m.swap_behavior),
+        );
+        set(&mut s.oom_score_adj, self.oom_score_adj);
+        if let Some(l) = &self.logging {
+            set(&mut s.logging.json, l.format);
+            set(&mut s.logging.verbosity, l.verbosity);
+        }
         set(&mut s.registry_pull_qps, self.registry_pull_qps);
         set(&mut s.registry_burst, self.registry_burst);
         let gc = &mut s.image_gc;
@@ -1451,7 +1535,21 @@ impl KubeletConfiguration {
             .crash_loop_back_off
             .iter()
             .flat_map(|c| prefixed("crashLoopBackOff.", &c.rest));
-        let mut ignored: Vec<String> = top.chain(authn).chain(authz).chain(crash).collect();
+        let swap = self
+            .memory_swap
+            .iter()
+            .flat_map(|m| prefixed("memorySwap.", &m.rest));
+        let logging = self
+            .logging
+            .iter()
+            .flat_map(|l| prefixed("logging.", &l.rest));
+        let mut ignored: Vec<String> = top
+            .chain(authn)
+            .chain(authz)
+            .chain(crash)
+            .chain(swap)
+            .chain(logging)
+            .collect();
         ignored.sort();
         ignored
     }
@@ -1560,6 +1658,44 @@ fn restart_period<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D
             go_duration(period)
         )))
     }
+}
+
+/// `logging.format`: `json` (true) or `text` (false), the formats the
+/// kubelet registers.
+fn log_format<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    read(d, "one of: \"json\", \"text\"", |v: String| {
+        match v.as_str() {
+            "json" => Some(true),
+            "text" => Some(false),
+            _ => None,
+        }
+    })
+}
+
+/// `oomScoreAdj`: from -1000 to 1000, as the kubelet's validation.
+fn oom_score<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+    read(d, "a score from -1000 to 1000", |v: i32| {
+        (-1000..=1000).contains(&v).then_some(v)
+    })
+}
+
+/// `logging.verbosity`: klog's `-v`, 0 or more.
+fn verbosity<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    read(d, "a verbosity, 0 or more", Some)
+}
+
+/// `memorySwap.swapBehavior`: `LimitedSwap` (true), or `NoSwap` or empty
+/// (false), as the kubelet's validation allows.
+fn swap_behavior<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    read(
+        d,
+        "one of: \"\", \"LimitedSwap\" or \"NoSwap\"",
+        |v: String| match v.as_str() {
+            "LimitedSwap" => Some(true),
+            "NoSwap" | "" => Some(false),
+            _ => None,
+        },
+    )
 }
 
 /// `maxPods`: a count.
@@ -1984,8 +2120,6 @@ volumeStatsAggPeriod: 0s
                 "cpuManagerReconcilePeriod",
                 "healthzBindAddress",
                 "healthzPort",
-                "logging",
-                "memorySwap",
                 "shutdownGracePeriod",
                 "shutdownGracePeriodCriticalPods",
                 "streamingConnectionIdleTimeout",
@@ -2531,6 +2665,85 @@ volumeStatsAggPeriod: 0s
         let text = "crashLoopBackOff:\n  someday: 1\n";
         let ignored = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), text);
         assert_eq!(ignored.unwrap(), ["crashLoopBackOff.someday"]);
+    }
+
+    #[test]
+    fn the_agents_own_oom_score() {
+        let mut s = Settings::default();
+        assert_eq!(s.oom_score_adj, -999, "the kubelet's default");
+        apply_file_text(&mut s, Path::new("k.yaml"), "oomScoreAdj: 0\n").unwrap();
+        assert_eq!(s.oom_score_adj, 0);
+        assert_eq!(s.kubelet_configuration()["oomScoreAdj"], 0);
+        for bad in [
+            "oomScoreAdj: 1001",
+            "oomScoreAdj: -1001",
+            "oomScoreAdj: low",
+        ] {
+            let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), bad);
+            assert!(
+                err.unwrap_err().to_string().contains("oomScoreAdj"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn logging_format_and_verbosity() {
+        let mut s = Settings::default();
+        assert_eq!(s.logging, Logging::default());
+        let text = "logging:\n  format: json\n  verbosity: 4\n  flushFrequency: 5s\n  options:\n    json:\n      infoBufferSize: \"0\"\n";
+        let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(
+            s.logging,
+            Logging {
+                json: true,
+                verbosity: 4
+            }
+        );
+        let c = s.kubelet_configuration();
+        assert_eq!(
+            (&c["logging"]["format"], &c["logging"]["verbosity"]),
+            (&"json".into(), &4.into())
+        );
+        let text = "logging:\n  vmodule:\n  - pattern: x\n    verbosity: 9\n";
+        let ignored = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), text);
+        assert_eq!(ignored.unwrap(), ["logging.vmodule"]);
+        for bad in ["logging:\n  format: xml\n", "logging:\n  verbosity: -1\n"] {
+            let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), bad);
+            let err = err.unwrap_err().to_string();
+            assert!(err.contains("logging."), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn memory_swap_behavior() {
+        let mut s = Settings::default();
+        assert!(!s.limited_swap, "NoSwap by default, as the kubelet");
+        assert_eq!(
+            s.kubelet_configuration()["memorySwap"]["swapBehavior"],
+            "NoSwap"
+        );
+        let text = "memorySwap:\n  swapBehavior: LimitedSwap\n";
+        apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert!(s.limited_swap);
+        assert_eq!(
+            s.kubelet_configuration()["memorySwap"]["swapBehavior"],
+            "LimitedSwap"
+        );
+        for (value, limited) in [("NoSwap", false), ("\"\"", false)] {
+            let text = format!("memorySwap:\n  swapBehavior: {value}\n");
+            let mut s = Settings::default();
+            apply_file_text(&mut s, Path::new("k.yaml"), &text).unwrap();
+            assert_eq!(s.limited_swap, limited, "{value}");
+        }
+        let text = "memorySwap:\n  swapBehavior: UnlimitedSwap\n";
+        let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), text);
+        let err = err.unwrap_err().to_string();
+        assert!(
+            err.contains("swapBehavior") && err.contains("LimitedSwap"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -115,6 +115,41 @@ impl MachineInfo {
     }
 }
 
+/// The node's swap, as the kubelet finds its swap controller
+/// (`swapControllerAvailable`): `memory.memsw.limit_in_bytes` of the memory
+/// hierarchy's root on cgroup v1, `memory.swap.max` of this process's own
+/// cgroup on v2 (the unified root has none); `limited` is
+/// `memorySwap.swapBehavior: LimitedSwap`.
+#[must_use]
+pub fn swap(limited: bool) -> crate::pod_core::facts::Swap {
+    let root = Path::new("/sys/fs/cgroup");
+    let cgroup_v2 = root.join("cgroup.controllers").is_file();
+    let controller = if cgroup_v2 {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        unified_cgroup(&own).is_some_and(|p| {
+            root.join(p.trim_start_matches('/'))
+                .join("memory.swap.max")
+                .exists()
+        })
+    } else {
+        root.join("memory/memory.memsw.limit_in_bytes").exists()
+    };
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    crate::pod_core::facts::Swap {
+        controller,
+        cgroup_v2,
+        limited,
+        capacity_bytes: crate::stats::summary::meminfo_bytes(&meminfo, "SwapTotal").unwrap_or(0),
+    }
+}
+
+/// The path of the unified hierarchy's line (`0::<path>`) of a
+/// `/proc/<pid>/cgroup` text.
+#[must_use]
+pub fn unified_cgroup(text: &str) -> Option<&str> {
+    text.lines().find_map(|l| l.strip_prefix("0::"))
+}
+
 /// The architecture as Kubernetes names it (`amd64`, `arm64`, …).
 #[must_use]
 pub fn go_arch() -> &'static str {
@@ -130,6 +165,16 @@ pub fn go_arch() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_unified_cgroup_of_a_process() {
+        let v2 = "0::/system.slice/rustlet.service\n";
+        assert_eq!(unified_cgroup(v2), Some("/system.slice/rustlet.service"));
+        let v1 = "12:memory:/user.slice\n11:pids:/user.slice\n";
+        assert_eq!(unified_cgroup(v1), None);
+        let hybrid = "1:name=systemd:/a\n0::/a\n";
+        assert_eq!(unified_cgroup(hybrid), Some("/a"));
+    }
 
     #[test]
     fn parses_meminfo_and_os_release() {

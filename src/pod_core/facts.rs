@@ -53,6 +53,24 @@ pub struct NodeContext {
     pub initial_taints: Vec<k8s_openapi::api::core::v1::Taint>,
     /// The CrashLoopBackOff curve of `crashLoopBackOff.maxContainerRestartPeriod`.
     pub crash_backoff: super::backoff::CrashBackoff,
+    /// What containers may swap.
+    pub swap: Swap,
+}
+
+/// What the node offers containers of swap, for the kubelet's
+/// `configureContainerSwapResources`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Swap {
+    /// The node has a swap controller (`memory.memsw.limit_in_bytes` on
+    /// cgroup v1, `memory.swap.max` on v2: the kubelet's
+    /// `swapControllerAvailable`); without one no container gets a swap setting.
+    pub controller: bool,
+    /// The node's cgroups are v2.
+    pub cgroup_v2: bool,
+    /// `memorySwap.swapBehavior` is `LimitedSwap` (else `NoSwap`).
+    pub limited: bool,
+    /// The node's swap in bytes (`SwapTotal`).
+    pub capacity_bytes: u64,
 }
 
 impl NodeContext {

@@ -586,14 +586,70 @@ pub fn linux_resources(
         QosClass::BestEffort => 1000,
         QosClass::Burstable => burstable_oom_score_adj(memory_request, node.memory_capacity_bytes),
     };
-    cri::LinuxContainerResources {
+    let mut resources = cri::LinuxContainerResources {
         cpu_period: limits.cpu_period,
         cpu_quota: limits.cpu_quota,
         cpu_shares: limits.cpu_shares,
         memory_limit_in_bytes: limits.memory_limit_in_bytes,
         oom_score_adj,
         ..Default::default()
+    };
+    set_swap(&mut resources, pod, c, node);
+    resources
+}
+
+/// `memory.swap.max`, the cgroup v2 file of a container's swap.
+pub const SWAP_MAX: &str = "memory.swap.max";
+
+/// The container's swap, as the kubelet's `configureContainerSwapResources`
+/// (nothing where the node has no swap controller): with `LimitedSwap` on
+/// cgroup v2, a container of a Burstable pod that is not critical, whose
+/// memory request is set and differs from its limit, may swap its share of
+/// the node's swap, in proportion of its request to the node's memory
+/// (`calcSwapForBurstablePods`); every other container swaps nothing beyond
+/// its limit (`NoSwap`: on cgroup v1 a memory+swap limit equal to the memory
+/// limit, on v2 `memory.swap.max` 0).
+fn set_swap(r: &mut cri::LinuxContainerResources, pod: &Pod, c: &Container, node: &NodeContext) {
+    let swap = node.swap;
+    if !swap.controller {
+        return;
     }
+    if !swap.cgroup_v2 {
+        r.memory_swap_limit_in_bytes = r.memory_limit_in_bytes;
+        return;
+    }
+    let bytes = limited_swap(pod, c, node).unwrap_or(0);
+    r.unified.insert(SWAP_MAX.into(), bytes.to_string());
+}
+
+/// The swap bytes of a container under `LimitedSwap`, or None where it gets none.
+fn limited_swap(pod: &Pod, c: &Container, node: &NodeContext) -> Option<i64> {
+    if !node.swap.limited
+        || qos_class(pod) != QosClass::Burstable
+        || super::kind::PodKind::of(pod).is_critical
+    {
+        return None;
+    }
+    let limit = memory_limit_bytes(amount(
+        c.resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|m| m.get("memory")),
+        false,
+    ));
+    let request = memory_request(c).unwrap_or(0);
+    if (request == 0 && limit == 0) || request == limit {
+        return None;
+    }
+    let capacity = i64::try_from(node.memory_capacity_bytes)
+        .ok()
+        .filter(|&m| m > 0)?;
+    if request > capacity {
+        return None;
+    }
+    // As the kubelet's float64 arithmetic; a share of the swap, so in range.
+    let share = (request as f64 / capacity as f64 * node.swap.capacity_bytes as f64) as i64;
+    Some(share)
 }
 
 /// The limits of `pod`'s cgroup, as the kubelet's `ResourceConfigForPod`:
@@ -1409,6 +1465,100 @@ mod tests {
         let mut odd = c.clone();
         odd.image = Some("a<b>&c".into());
         assert_ne!(container_hash(&odd), container_hash(&c));
+    }
+
+    /// As the kubelet's `configureContainerSwapResources` on each kind of node.
+    #[test]
+    fn swap_is_none_beyond_the_limit_unless_limited_swap_gives_a_share() {
+        use super::super::facts::Swap;
+        let memory = |request: Option<&str>, limit: Option<&str>| {
+            let mut p = pod("web").container("c", "busybox").build();
+            let q = |v: Option<&str>| {
+                v.map(|v| BTreeMap::from([("memory".to_string(), Quantity(v.into()))]))
+            };
+            p.spec.as_mut().unwrap().containers[0].resources =
+                Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                    requests: q(request),
+                    limits: q(limit),
+                    ..Default::default()
+                });
+            p
+        };
+        let burstable = memory(Some("256Mi"), Some("512Mi"));
+        let mut n = node();
+        n.memory_capacity_bytes = 1 << 30;
+        let r = |p: &Pod, n: &NodeContext| {
+            linux_resources(p, &p.spec.as_ref().unwrap().containers[0], n)
+        };
+        // No swap controller: nothing is set.
+        let none = r(&burstable, &n);
+        assert_eq!(
+            (none.memory_swap_limit_in_bytes, none.unified.len()),
+            (0, 0)
+        );
+        // cgroup v1: memory+swap is the memory limit, whatever the behaviour.
+        n.swap = Swap {
+            controller: true,
+            limited: true,
+            capacity_bytes: 1 << 30,
+            ..Swap::default()
+        };
+        let v1 = r(&burstable, &n);
+        assert_eq!(v1.memory_swap_limit_in_bytes, 512 << 20);
+        assert!(v1.unified.is_empty());
+        // cgroup v2, LimitedSwap: a quarter of the memory, a quarter of the swap.
+        n.swap.cgroup_v2 = true;
+        let limited = r(&burstable, &n);
+        assert_eq!(
+            limited.unified.get(SWAP_MAX).map(String::as_str),
+            Some("268435456")
+        );
+        assert_eq!(limited.memory_swap_limit_in_bytes, 0);
+        // Guaranteed, BestEffort, request equal to its limit, or a critical pod: none.
+        let guaranteed = {
+            let mut p = memory(Some("512Mi"), Some("512Mi"));
+            let r = p.spec.as_mut().unwrap().containers[0]
+                .resources
+                .as_mut()
+                .unwrap();
+            for m in [&mut r.requests, &mut r.limits] {
+                m.as_mut()
+                    .unwrap()
+                    .insert("cpu".into(), Quantity("1".into()));
+            }
+            p
+        };
+        let mut critical = burstable.clone();
+        critical.spec.as_mut().unwrap().priority = Some(2_000_000_000);
+        let mut other = pod("web").container("c", "busybox").build();
+        other.spec.as_mut().unwrap().containers.push(
+            memory(Some("64Mi"), None)
+                .spec
+                .unwrap()
+                .containers
+                .remove(0),
+        );
+        other.spec.as_mut().unwrap().containers[1].name = "d".into();
+        for (what, p) in [
+            ("guaranteed", guaranteed),
+            ("best effort", pod("web").container("c", "busybox").build()),
+            ("request = limit", memory(Some("512Mi"), Some("512Mi"))),
+            ("critical", critical),
+            ("no memory asked", other),
+        ] {
+            let got = r(&p, &n);
+            assert_eq!(
+                got.unified.get(SWAP_MAX).map(String::as_str),
+                Some("0"),
+                "{what}"
+            );
+        }
+        // NoSwap on v2: 0.
+        n.swap.limited = false;
+        assert_eq!(
+            r(&burstable, &n).unified.get(SWAP_MAX).map(String::as_str),
+            Some("0")
+        );
     }
 
     #[test]

@@ -154,6 +154,10 @@ async fn cpu_and_memory_are_resized_in_place_and_an_infeasible_resize_waits() {
         cgroup_file(&ns, "web", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
         "20000"
     );
+    // NoSwap (this machine's cgroup v1 accounts swap): memory and swap
+    // together are held to the memory limit, before and after each resize.
+    let memsw = "/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes";
+    assert_eq!(cgroup_file(&ns, "web", memsw), (128u64 << 20).to_string());
 
     // Up.
     let (code, out) = resize(&ns, "web", ("200m", "400m"), ("64Mi", "192Mi"));
@@ -193,6 +197,7 @@ async fn cpu_and_memory_are_resized_in_place_and_an_infeasible_resize_waits() {
         cgroup_file(&ns, "web", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
         (192u64 << 20).to_string()
     );
+    assert_eq!(cgroup_file(&ns, "web", memsw), (192u64 << 20).to_string());
 
     // Down.
     let (code, out) = resize(&ns, "web", ("100m", "150m"), ("64Mi", "160Mi"));
@@ -217,6 +222,7 @@ async fn cpu_and_memory_are_resized_in_place_and_an_infeasible_resize_waits() {
         cgroup_file(&ns, "web", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
         (160u64 << 20).to_string()
     );
+    assert_eq!(cgroup_file(&ns, "web", memsw), (160u64 << 20).to_string());
 
     // Beyond any node the API server refuses it itself.
     let (code, out) = resize(&ns, "web", ("1000", "1000"), ("64Mi", "160Mi"));
