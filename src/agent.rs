@@ -1308,7 +1308,8 @@ fn stats_provider(
         settings.root_dir.clone(),
         settings.pod_logs_dir.clone(),
     )
-    .with_csi(drivers.clone());
+    .with_csi(drivers.clone())
+    .with_volume_stats_agg_period(settings.volume_stats_agg_period);
     if let Some(manager) = cgroups {
         stats = stats.with_pod_cgroups(manager);
     }

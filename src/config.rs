@@ -200,6 +200,10 @@ pub struct Settings {
     pub node_status_max_images: i32,
     /// The image GC policy.
     pub image_gc: ImageGcPolicy,
+    /// `volumeStatsAggPeriod` (1 m): how often each volume's disk usage is
+    /// measured in the background for the stats and the eviction manager,
+    /// as the kubelet's volume stat calculators.
+    pub volume_stats_agg_period: Duration,
 }
 
 /// The image GC policy of the KubeletConfiguration, as the kubelet's
@@ -423,6 +427,7 @@ impl Default for Settings {
             eviction: EvictionSettings::default(),
             node_status_max_images: 50,
             image_gc: ImageGcPolicy::default(),
+            volume_stats_agg_period: Duration::from_secs(60),
         }
     }
 }
@@ -561,6 +566,7 @@ impl Settings {
             "nodeStatusUpdateFrequency": go_duration(self.node_status_update_frequency),
             "nodeStatusReportFrequency": go_duration(self.node_status_report_frequency),
             "nodeLeaseDurationSeconds": self.node_lease_duration_seconds,
+            "volumeStatsAggPeriod": go_duration(self.volume_stats_agg_period),
             "clusterDNS": self.cluster_dns,
             "clusterDomain": self.cluster_domain,
             "resolvConf": self.resolv_conf.display().to_string(),
@@ -717,6 +723,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "imageGCLowThresholdPercent",
     "imageMinimumGCAge",
     "imageMaximumGCAge",
+    "volumeStatsAggPeriod",
 ];
 
 /// KubeletConfiguration fields that guard the node's security, with the
@@ -1081,6 +1088,9 @@ struct KubeletConfiguration {
     /// `imageMaximumGCAge` (0: off).
     #[serde(rename = "imageMaximumGCAge", deserialize_with = "duration")]
     image_maximum_gc_age: Option<Duration>,
+    /// `volumeStatsAggPeriod` (0: the default).
+    #[serde(deserialize_with = "duration")]
+    volume_stats_agg_period: Option<Duration>,
     /// Every other field, by name.
     #[serde(flatten)]
     rest: BTreeMap<String, IgnoredAny>,
@@ -1430,6 +1440,7 @@ impl KubeletConfiguration {
         nonzero(&mut gc.min_age, self.image_minimum_gc_age);
         // Zero is a value here: no maximum age.
         set(&mut gc.max_age, self.image_maximum_gc_age);
+        nonzero(&mut s.volume_stats_agg_period, self.volume_stats_agg_period);
     }
 
     /// Container log rotation; the interval is at least 3 s.
@@ -2124,7 +2135,6 @@ volumeStatsAggPeriod: 0s
                 "shutdownGracePeriodCriticalPods",
                 "streamingConnectionIdleTimeout",
                 "syncFrequency",
-                "volumeStatsAggPeriod",
             ]
         );
     }

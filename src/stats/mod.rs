@@ -33,11 +33,12 @@
 pub mod cadvisor;
 pub mod kernel_files;
 pub mod summary;
+pub mod volume_usage;
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_cri::v1 as cri;
@@ -393,40 +394,13 @@ fn fs_info(path: &Path, time: Time) -> Option<FsStats> {
     })
 }
 
-/// Bytes allocated and inodes used under `path` (the kubelet's `du` and
-/// `find -xdev` of a directory), without following symbolic links or
-/// crossing into other filesystems.
-fn disk_usage(path: &Path) -> Option<(u64, u64)> {
-    let top = std::fs::symlink_metadata(path).ok()?;
-    let dev = top.dev();
-    let mut bytes = 0u64;
-    let mut inodes = 0u64;
-    let mut stack = vec![path.to_path_buf()];
-    while let Some(p) = stack.pop() {
-        let Ok(md) = std::fs::symlink_metadata(&p) else {
-            continue;
-        };
-        if md.dev() != dev {
-            continue;
-        }
-        bytes = bytes.saturating_add(md.blocks().saturating_mul(512));
-        inodes += 1;
-        if md.is_dir()
-            && let Ok(rd) = std::fs::read_dir(&p)
-        {
-            stack.extend(rd.flatten().map(|e| e.path()));
-        }
-    }
-    Some((bytes, inodes))
-}
-
 /// Usage of directory `path` on the filesystem described by `fs`.
 async fn dir_stats(path: PathBuf, fs: Option<FsStats>, time: Time) -> Option<FsStats> {
-    let (used, inodes) = tokio::task::spawn_blocking(move || disk_usage(&path))
+    let usage = tokio::task::spawn_blocking(move || crate::volume::tree::usage(&path))
         .await
-        .ok()
-        .flatten()?;
-    Some(usage_on(fs, time, Some(used), Some(inodes)))
+        .ok()?
+        .ok()?;
+    Some(usage_on(fs, time, Some(usage.bytes), Some(usage.inodes)))
 }
 
 /// What an object uses (`used`, `inodes`, at `time`) on the filesystem `fs`:
@@ -524,6 +498,8 @@ pub struct Provider {
     csi: Option<crate::plugin_manager::Drivers>,
     /// The pod cgroups, when this agent makes them.
     pod_cgroups: Option<crate::cgroups::CgroupManager>,
+    /// The emptyDir volumes' usage, measured in the background.
+    volume_usage: Arc<volume_usage::UsageCache>,
 }
 
 impl std::fmt::Debug for Provider {
@@ -574,7 +550,16 @@ impl Provider {
             rates: Mutex::new(CpuRates::default()),
             csi: None,
             pod_cgroups: None,
+            volume_usage: volume_usage::UsageCache::new(Duration::from_secs(60)),
         }
+    }
+
+    /// The provider measuring each emptyDir's usage every `period`
+    /// (`volumeStatsAggPeriod`; 1 m unless set).
+    #[must_use]
+    pub fn with_volume_stats_agg_period(mut self, period: Duration) -> Self {
+        self.volume_usage = volume_usage::UsageCache::new(period);
+        self
     }
 
     fn rate(&self, id: &str, time: i64, usage: u64) -> Option<u64> {
@@ -1118,7 +1103,8 @@ impl Provider {
         self
     }
 
-    /// The pod's emptyDir volumes (`<pod dir>/volumes/kubernetes.io~empty-dir/*`).
+    /// The pod's emptyDir volumes (`<pod dir>/volumes/kubernetes.io~empty-dir/*`),
+    /// each with its last background measurement (none before the first).
     async fn empty_dirs(&self, pod_dir: &Path, fs: Option<FsStats>, now: Time) -> Vec<VolumeStats> {
         let dir = pod_dir
             .join(crate::volume::VOLUMES_DIR)
@@ -1136,9 +1122,9 @@ impl Provider {
             let path = dir.join(&name);
             // A memory-backed emptyDir is its own tmpfs: its size and free space.
             let fs = fs_info(&path, now).or(fs);
-            if let Some(st) = dir_stats(path, fs, now).await {
+            if let Some(usage) = self.volume_usage.get(&path) {
                 out.push(VolumeStats {
-                    fs: st,
+                    fs: usage_on(fs, now, Some(usage.bytes), Some(usage.inodes)),
                     name,
                     pvc_ref: None,
                 });

@@ -259,14 +259,41 @@ impl VolData {
 }
 
 /// Whether `path` is a mount point now (`/proc/self/mountinfo`).
-fn is_mounted(path: &Path) -> bool {
+///
+/// # Errors
+/// The mount table cannot be read: nothing can be said, and no caller may
+/// take it for "not mounted" (a teardown would remove a live mount's files).
+fn is_mounted(path: &Path) -> Result<bool, String> {
     std::fs::read_to_string("/proc/self/mountinfo")
         .map(|t| {
             super::mount::mounts_under(&t, path)
                 .iter()
                 .any(|m| m == path)
         })
-        .unwrap_or(false)
+        .map_err(|e| format!("read /proc/self/mountinfo: {e}"))
+}
+
+/// Removes directory `dir` if it is empty and there; a directory that
+/// still holds something (a driver's leftovers, a mount) is an error, never
+/// emptied: teardown removes only what it made, as the kubelet's
+/// `removeMountDir`.
+fn remove_empty_dir(dir: &Path) -> Result<(), String> {
+    match std::fs::remove_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("remove {}: {e}", dir.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Removes file `file` if it is there.
+fn remove_file(file: &Path) -> Result<(), String> {
+    match std::fs::remove_file(file) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("remove {}: {e}", file.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// What a CSI set-up needs of the agent: the API client (CSIDriver,
@@ -311,7 +338,7 @@ pub async fn set_up(host: &Host, pod: &Pod, source: &Source) -> Result<MountedVo
         image: None,
         block: source.block,
     };
-    if is_mounted(&target) {
+    if is_mounted(&target)? {
         return Ok(published);
     }
     let driver_spec = csi_driver_spec(host, source).await?;
@@ -451,7 +478,7 @@ async fn stage(
     } else {
         staging_path(&host.root, &source.driver, &source.volume_handle)
     };
-    if !is_mounted(&path) {
+    if !is_mounted(&path)? {
         std::fs::create_dir_all(&path)
             .map_err(|e| format!("make staging path {}: {e}", path.display()))?;
         let secrets = secret(host, source.stage_secret.as_ref()).await?;
@@ -737,7 +764,7 @@ pub async fn usage(drivers: &Drivers, root: &Path, uid: &str) -> Vec<Usage> {
         // A block volume at its device file, as the kubelet's block mapper
         // asks its driver (only the driver knows a device's use).
         let target = data.target(&entry.path());
-        if !is_mounted(&target) {
+        if !is_mounted(&target).unwrap_or(false) {
             continue;
         }
         let Some(driver) = drivers.get(&data.driver_name) else {
@@ -882,9 +909,11 @@ async fn tear_down_volume(host: &Host, dir: &Path) -> Result<(), String> {
     let data: VolData = match std::fs::read(dir.join(VOL_DATA_FILE)) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map_err(|e| format!("{}: {e}", dir.join(VOL_DATA_FILE).display()))?,
-        Err(_) if !is_mounted(&dir.join("mount")) => {
-            // Never published (set-up failed before): nothing to undo.
-            return std::fs::remove_dir_all(dir).map_err(|e| e.to_string());
+        Err(_) if !is_mounted(&dir.join("mount"))? => {
+            // Never published (set-up failed before): nothing to undo but
+            // the directories set-up made.
+            remove_empty_dir(&dir.join("mount"))?;
+            return remove_empty_dir(dir);
         }
         Err(e) => return Err(format!("{}: {e}", dir.join(VOL_DATA_FILE).display())),
     };
@@ -911,7 +940,7 @@ async fn tear_down_volume(host: &Host, dir: &Path) -> Result<(), String> {
                 data.volume_handle
             )
         })?;
-    if is_mounted(&target) {
+    if is_mounted(&target)? {
         return Err(format!(
             "{} is still mounted after NodeUnpublishVolume",
             target.display()
@@ -919,17 +948,16 @@ async fn tear_down_volume(host: &Host, dir: &Path) -> Result<(), String> {
     }
     if !data.publish_path.is_empty() {
         // The driver removes the device file; its directory goes once empty.
-        match std::fs::remove_file(&target) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(format!("remove {}: {e}", target.display()));
-            }
-            _ => {}
-        }
+        remove_file(&target)?;
         if let Some(parent) = target.parent() {
             let _ = std::fs::remove_dir(parent);
         }
     }
-    std::fs::remove_dir_all(dir).map_err(|e| format!("remove {}: {e}", dir.display()))?;
+    // What set-up made, each only if empty: never a walk that could cross
+    // a mount the driver left below the target.
+    remove_file(&dir.join(VOL_DATA_FILE))?;
+    remove_empty_dir(&dir.join("mount"))?;
+    remove_empty_dir(dir)?;
     info!(
         volume = data.spec_vol_id,
         driver = data.driver_name,

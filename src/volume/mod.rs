@@ -32,6 +32,7 @@ pub mod remove;
 pub mod secret;
 pub mod subpath;
 pub mod token;
+pub mod tree;
 pub mod trust_bundle;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

@@ -3,10 +3,15 @@
 //! gets the group, files `g+rw` (`g+r` on read-only volumes), directories also
 //! `g+x` and setgid. Symlinks get the group but keep their mode.
 
+use std::ffi::CStr;
 use std::fs;
 use std::io;
-use std::os::unix::fs::{PermissionsExt, lchown};
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
 use std::path::Path;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+
+use super::tree::{self, Visitor};
 
 /// Group bits added on a writable volume.
 const RW_MASK: u32 = 0o660;
@@ -17,29 +22,88 @@ const EXEC_MASK: u32 = 0o110;
 /// The setgid bit, added to directories.
 const SETGID: u32 = 0o2000;
 
-/// Applies `fs_group` to `path` and everything under it, children before parents.
+/// Gives each entry a walk meets the group and its bits, on descriptors
+/// only: a name swapped for a link between the `lstat` and the change is
+/// never followed.
+struct Owner {
+    gid: rustix::fs::Gid,
+    mask: u32,
+}
+
+impl Owner {
+    fn mode(&self, stat: &Stat, dir: bool) -> Mode {
+        let extra = if dir { SETGID | EXEC_MASK } else { 0 };
+        Mode::from_raw_mode((stat.st_mode & 0o7777) | self.mask | extra)
+    }
+}
+
+impl Visitor for Owner {
+    fn entry(&mut self, parent: BorrowedFd<'_>, name: &CStr, stat: &Stat) -> io::Result<()> {
+        let group = Some(self.gid);
+        if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink {
+            // The link's own group (`lchown`); links keep their mode.
+            let _ = rustix::fs::chownat(parent, name, None, group, AtFlags::SYMLINK_NOFOLLOW);
+            return Ok(());
+        }
+        // An O_PATH descriptor of the entry itself, never of what a link
+        // swapped in names; opening it has no effect on a device or FIFO.
+        let Ok(fd) = rustix::fs::openat(
+            parent,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            return Ok(());
+        };
+        let Ok(now) = rustix::fs::fstat(&fd) else {
+            return Ok(());
+        };
+        if (now.st_dev, now.st_ino) != (stat.st_dev, stat.st_ino)
+            || FileType::from_raw_mode(now.st_mode) == FileType::Symlink
+        {
+            // Replaced since the walk read it: passed over.
+            return Ok(());
+        }
+        let _ = rustix::fs::chownat(&fd, c"", None, group, AtFlags::EMPTY_PATH);
+        // The mode through the descriptor's /proc/self/fd entry, which
+        // names the inode itself (fchmod refuses O_PATH descriptors).
+        let proc_fd = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let _ = rustix::fs::chmod(proc_fd.as_str(), self.mode(&now, false));
+        Ok(())
+    }
+
+    fn leave(&mut self, dir: BorrowedFd<'_>, stat: &Stat) -> io::Result<()> {
+        let _ = rustix::fs::fchown(dir, None, Some(self.gid));
+        let _ = rustix::fs::fchmod(dir, self.mode(stat, true));
+        Ok(())
+    }
+}
+
+/// Applies `fs_group` to `path` and everything under it, children before
+/// parents, by descriptors ([`tree::walk`]): at any depth, never through a
+/// link, not into another filesystem mounted below.
 ///
 /// # Errors
-/// The first directory that cannot be read; failed `lchown`/`chmod` calls on
-/// single entries are ignored, as the kubelet logs and goes on.
+/// `path` cannot be read; a directory of the volume cannot be read or was
+/// moved while the walk ran. Failed changes of single entries are ignored,
+/// as the kubelet logs and goes on.
 pub fn apply(path: &Path, fs_group: u32, read_only: bool) -> io::Result<()> {
-    let meta = fs::symlink_metadata(path)?;
-    if meta.is_dir() {
-        for entry in fs::read_dir(path)? {
-            apply(&entry?.path(), fs_group, read_only)?;
-        }
+    let mut owner = Owner {
+        gid: rustix::fs::Gid::from_raw(fs_group),
+        mask: if read_only { RO_MASK } else { RW_MASK },
+    };
+    let stat = rustix::fs::lstat(path)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
+        let parent = path.parent().unwrap_or_else(|| Path::new("/"));
+        let name = path
+            .file_name()
+            .ok_or_else(|| io::Error::other(format!("{} has no name", path.display())))?;
+        let parent = tree::open_path(parent)?;
+        let name = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name))
+            .map_err(io::Error::other)?;
+        return owner.entry(parent.as_fd(), &name, &stat);
     }
-    let _ = lchown(path, None, Some(fs_group));
-    if meta.file_type().is_symlink() {
-        return Ok(());
-    }
-    let mut mask = if read_only { RO_MASK } else { RW_MASK };
-    if meta.is_dir() {
-        mask |= SETGID | EXEC_MASK;
-    }
-    let mode = meta.permissions().mode() & 0o7777;
-    let _ = fs::set_permissions(path, fs::Permissions::from_mode(mode | mask));
-    Ok(())
+    tree::walk(tree::open_path(path)?, &mut owner)
 }
 
 /// Whether `path` (a volume's root) needs its ownership changed for
@@ -87,7 +151,7 @@ pub fn apply_with_policy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
     fn adds_group_bits_and_setgid_on_dirs() {
@@ -154,5 +218,66 @@ mod tests {
             root_mismatch(&d, gid.wrapping_add(1), false),
             "another group"
         );
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_link_mid_walk_changes_nothing_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("etc");
+        fs::create_dir(&outside).unwrap();
+        for i in 0..50 {
+            // The names the volume's directory holds.
+            let f = outside.join(format!("g{i}"));
+            fs::write(&f, "secret").unwrap();
+            fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        fs::set_permissions(&outside, fs::Permissions::from_mode(0o700)).unwrap();
+        let before: Vec<_> = fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| {
+                let m = e.unwrap().metadata().unwrap();
+                (m.ino(), m.mode(), m.gid())
+            })
+            .collect();
+        let v = dir.path().join("v");
+        let d = v.join("d");
+        fs::create_dir_all(&d).unwrap();
+        for i in 0..200 {
+            fs::write(d.join(format!("g{i}")), "x").unwrap();
+        }
+        let gid = fs::metadata(dir.path()).unwrap().gid().wrapping_add(1);
+        // A fixed number of swaps, each `d` for a link to `etc` and back,
+        // while the group is applied again and again.
+        let swapper = {
+            let (d, outside) = (d.clone(), outside.clone());
+            let aside = v.join("aside");
+            std::thread::spawn(move || {
+                for _ in 0..2000 {
+                    fs::rename(&d, &aside).unwrap();
+                    std::os::unix::fs::symlink(&outside, &d).unwrap();
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    fs::remove_file(&d).unwrap();
+                    fs::rename(&aside, &d).unwrap();
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            })
+        };
+        while !swapper.is_finished() {
+            let _ = apply(&v, gid, false);
+        }
+        swapper.join().unwrap();
+        let after: Vec<_> = fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| {
+                let m = e.unwrap().metadata().unwrap();
+                (m.ino(), m.mode(), m.gid())
+            })
+            .collect();
+        assert_eq!(before, after, "a file under the link's target changed");
+        let top = fs::metadata(&outside).unwrap();
+        assert_eq!(top.mode() & 0o7777, 0o700);
+        // The volume itself got the group.
+        apply(&v, gid, false).unwrap();
+        assert_eq!(fs::metadata(d.join("g0")).unwrap().gid(), gid);
     }
 }

@@ -8,33 +8,68 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
 
-/// The deepest a tree is walked; deeper is refused.
-const MAX_DEPTH: usize = 256;
+use super::tree::{self, Visitor};
 
-fn open_dir(dirfd: &OwnedFd, name: &CStr) -> io::Result<OwnedFd> {
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    Ok(rustix::fs::openat(dirfd, name, flags, Mode::empty())?)
+/// Removes what a walk meets: files and links as they are met, each
+/// directory once it is left and empty.
+struct Remover<'a> {
+    top: &'a Path,
 }
 
-fn crossing(path: &Path) -> io::Error {
-    io::Error::other(format!(
-        "{} is on another filesystem (a mount point): not removed",
-        path.display()
-    ))
+/// `unlinkat`, a name already gone being fine.
+fn unlink(parent: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> io::Result<()> {
+    match rustix::fs::unlinkat(parent, name, flags) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
-/// Removes `path` and everything under it, on its own filesystem only. A
-/// path that does not exist is fine; a non-directory is unlinked.
+impl Visitor for Remover<'_> {
+    const NAMES_CHILDREN: bool = true;
+
+    fn entry(
+        &mut self,
+        parent: BorrowedFd<'_>,
+        name: &CStr,
+        _: &rustix::fs::Stat,
+    ) -> io::Result<()> {
+        unlink(parent, name, AtFlags::empty())
+    }
+
+    fn mount_point(&mut self, _: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+        Err(io::Error::other(format!(
+            "{} holds {} on another filesystem (a mount point): not removed",
+            self.top.display(),
+            name.to_string_lossy()
+        )))
+    }
+
+    fn left(&mut self, parent: BorrowedFd<'_>, name: Option<&CStr>) -> io::Result<()> {
+        match name {
+            Some(name) => unlink(parent, name, AtFlags::REMOVEDIR),
+            None => Err(io::Error::other(format!(
+                "a directory under {} was moved while it was removed",
+                self.top.display()
+            ))),
+        }
+    }
+}
+
+/// Removes `path` and everything under it, on its own filesystem only, at
+/// any depth ([`tree::walk`]). A path that does not exist is fine; a
+/// non-directory (a link included) is unlinked.
 ///
 /// # Errors
-/// A mount point under `path` (another device), a tree deeper than 256
-/// levels, or the I/O error of a step; what was removed before stays removed.
+/// A mount point under `path` (another device), a directory moved while the
+/// walk ran, or the I/O error of a step; what was removed before stays
+/// removed.
 pub fn remove_all_one_filesystem(path: &Path) -> io::Result<()> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
@@ -54,52 +89,13 @@ pub fn remove_all_one_filesystem(path: &Path) -> io::Result<()> {
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    let top = open_dir(&parent_fd, &name)?;
-    let dev = rustix::fs::fstat(&top)?.st_dev;
-    remove_contents(&top, dev, path, 0)?;
-    drop(top);
-    rustix::fs::unlinkat(&parent_fd, name.as_c_str(), AtFlags::REMOVEDIR)?;
-    Ok(())
-}
-
-/// Removes what directory `dir` (at `path`, on device `dev`) holds.
-fn remove_contents(dir: &OwnedFd, dev: u64, path: &Path, depth: usize) -> io::Result<()> {
-    if depth > MAX_DEPTH {
-        return Err(io::Error::other(format!(
-            "{} is more than {MAX_DEPTH} levels deep: not removed",
-            path.display()
-        )));
-    }
-    let names: Vec<CString> = Dir::read_from(dir)?
-        .filter_map(|e| match e {
-            Ok(e) => {
-                let n = e.file_name();
-                (n != c"." && n != c"..").then(|| Ok(n.to_owned()))
-            }
-            Err(e) => Some(Err(io::Error::from(e))),
-        })
-        .collect::<io::Result<_>>()?;
-    for name in names {
-        let child: PathBuf = path.join(std::ffi::OsStr::from_bytes(name.as_bytes()));
-        let st = rustix::fs::statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-            rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::empty())?;
-            continue;
-        }
-        if st.st_dev != dev {
-            return Err(crossing(&child));
-        }
-        // Opened without following a link, and checked again on the
-        // descriptor: what is walked is what was checked.
-        let sub = open_dir(dir, &name)?;
-        if rustix::fs::fstat(&sub)?.st_dev != dev {
-            return Err(crossing(&child));
-        }
-        remove_contents(&sub, dev, &child, depth.saturating_add(1))?;
-        drop(sub);
-        rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::REMOVEDIR)?;
-    }
-    Ok(())
+    let top = tree::open_dir(rustix::fd::AsFd::as_fd(&parent_fd), &name)?;
+    tree::walk(top, &mut Remover { top: path })?;
+    unlink(
+        rustix::fd::AsFd::as_fd(&parent_fd),
+        &name,
+        AtFlags::REMOVEDIR,
+    )
 }
 
 #[cfg(test)]
@@ -144,6 +140,7 @@ mod tests {
         std::fs::write(mnt.join("data"), "z").unwrap();
         let err = remove_all_one_filesystem(&pod).unwrap_err();
         assert!(err.to_string().contains("another filesystem"), "{err}");
+        assert!(err.to_string().contains("holds m "), "{err}");
         assert_eq!(std::fs::read_to_string(mnt.join("data")).unwrap(), "z");
         rustix::mount::unmount(&mnt, rustix::mount::UnmountFlags::DETACH).unwrap();
         remove_all_one_filesystem(&pod).unwrap();
