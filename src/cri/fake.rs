@@ -985,6 +985,13 @@ impl State {
         if name.is_empty() {
             return Err(Status::invalid_argument("image name must not be empty"));
         }
+        // An ID names no registry to pull from (containerd resolves it as a
+        // repository `sha256` on docker.io, which has none).
+        if name.starts_with("sha256:") {
+            return Err(Status::not_found(format!(
+                "failed to pull and unpack image \"{name}\": failed to resolve reference \"docker.io/library/{name}\": not found"
+            )));
+        }
         let image_ref = self.add_image(&name);
         Ok(cri::PullImageResponse { image_ref })
     }

@@ -147,22 +147,35 @@ impl Keyring {
         found.sort_by_key(|f| std::cmp::Reverse(f.0));
         found
             .into_iter()
-            .map(|(_, e, source)| {
-                (
-                    source.clone(),
-                    cri::AuthConfig {
-                        username: e.username.clone(),
-                        password: e.password.expose().clone(),
-                        auth: String::new(),
-                        // Left empty as the kubelet's keyring does: the key already
-                        // matched the image's registry.
-                        server_address: String::new(),
-                        identity_token: e.identity_token.expose().clone(),
-                        registry_token: e.registry_token.expose().clone(),
-                    },
-                )
-            })
+            .map(|(_, e, source)| (source.clone(), e.auth_config()))
             .collect()
+    }
+
+    /// Every credential, whatever registry it is for, each with its Secret:
+    /// what a pod holds for an image named by its ID, which names no
+    /// registry.
+    #[must_use]
+    pub fn all_sourced(&self) -> Vec<(Option<SecretSource>, cri::AuthConfig)> {
+        self.entries
+            .iter()
+            .map(|(_, e, source)| (source.clone(), e.auth_config()))
+            .collect()
+    }
+}
+
+impl Entry {
+    /// The CRI credential of this entry.
+    fn auth_config(&self) -> cri::AuthConfig {
+        cri::AuthConfig {
+            username: self.username.clone(),
+            password: self.password.expose().clone(),
+            auth: String::new(),
+            // Left empty as the kubelet's keyring does: the key already
+            // matched the image's registry.
+            server_address: String::new(),
+            identity_token: self.identity_token.expose().clone(),
+            registry_token: self.registry_token.expose().clone(),
+        }
     }
 }
 

@@ -165,7 +165,10 @@ impl ImageManager {
     /// credential with the same hash), or by any pod once it was pulled
     /// without credentials. A record that cannot be read, or a pull of this
     /// name that was cut short, means verifying; an image the agent never
-    /// pulled under this name (preloaded) is used as it is.
+    /// pulled under this name (preloaded) is used as it is. An image named
+    /// by its ID is used by a pod that could use it under one of the names
+    /// it was pulled under, else verified (a pull by ID, which a registry
+    /// cannot serve: the pod cannot reach content it has no credential for).
     #[must_use]
     pub fn must_verify(&self, image: &str, image_ref: &str, secrets: &[PullSecret]) -> bool {
         let Some(records) = &self.records else {
@@ -179,23 +182,25 @@ impl ImageManager {
                 return true;
             }
         };
-        // The record is of the image's content; a name the agent never
-        // pulled it under (no credentials recorded for it, no pull of it
-        // interrupted) came onto the node another way: preloaded, as an
-        // image the agent never pulled at all.
+        // The record is of the image's content. An image named by its ID
+        // names the content alone: a pod may use it as it could under any
+        // name it was pulled under, with any of its secrets (the kubelet
+        // goes further and verifies every ID of an image it pulled).
+        if is_image_id(image) {
+            return !record.credential_mapping.values().any(|allowed| {
+                allowed.node_pods_accessible || matching(allowed, secrets).is_some()
+            });
+        }
+        // A name the agent never pulled it under (no credentials recorded
+        // for it, no pull of it interrupted) came onto the node another way:
+        // preloaded, as an image the agent never pulled at all.
         let Some(allowed) = record.credential_mapping.get(image_name(image)) else {
             return records.pulling(image);
         };
         if allowed.node_pods_accessible {
             return false;
         }
-        let matching = secrets.iter().find(|p| {
-            allowed.secrets.iter().any(|s| {
-                (!s.credential_hash.is_empty() && s.credential_hash == p.credential_hash)
-                    || (&s.uid, &s.namespace, &s.name) == (&p.uid, &p.namespace, &p.name)
-            })
-        });
-        let Some(matching) = matching else {
+        let Some(matching) = matching(allowed, secrets) else {
             return true;
         };
         // Remember the pod's secret too (a new one with a known credential,
@@ -523,11 +528,15 @@ impl ImageManager {
     }
 }
 
-/// The pod's pull secrets that have a credential for `image`, as a record
-/// would hold them.
+/// The pod's pull secrets that have a credential for `image` (every one,
+/// for an image named by its ID), as a record would hold them.
 fn pod_secrets(keyring: &Keyring, image: &str) -> Vec<PullSecret> {
-    keyring
-        .lookup_sourced(image)
+    let sourced = if is_image_id(image) {
+        keyring.all_sourced()
+    } else {
+        keyring.lookup_sourced(image)
+    };
+    sourced
         .into_iter()
         .filter_map(|(source, auth)| {
             let s = source?;
@@ -646,6 +655,26 @@ pub fn image_name(image: &str) -> &str {
         (Some(c), None) => &name[..c],
         _ => name,
     }
+}
+
+/// Whether `image` names an image by its ID (`sha256:<hex>`), not by a
+/// repository.
+#[must_use]
+pub fn is_image_id(image: &str) -> bool {
+    image
+        .strip_prefix("sha256:")
+        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The first of `secrets` that `allowed` names: the same Secret (UID,
+/// namespace, name) or the same credential (its hash).
+fn matching<'a>(allowed: &PullCredentials, secrets: &'a [PullSecret]) -> Option<&'a PullSecret> {
+    secrets.iter().find(|p| {
+        allowed.secrets.iter().any(|s| {
+            (!s.credential_hash.is_empty() && s.credential_hash == p.credential_hash)
+                || (&s.uid, &s.namespace, &s.name) == (&p.uid, &p.namespace, &p.name)
+        })
+    })
 }
 
 /// SHA-256 (hex) of a CRI credential, the hash a record keeps of it.

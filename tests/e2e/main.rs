@@ -24,6 +24,7 @@ mod hostile_leaks;
 mod hostile_numbers;
 mod hostile_redact;
 mod hostile_subpath;
+mod hostile_trees;
 mod hostile_work;
 mod images;
 mod lifecycle;

@@ -231,6 +231,50 @@ async fn an_image_pulled_with_a_secret_is_pulled_again_for_a_pod_without_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_pulled_with_a_secret_named_by_its_id_is_for_holders_of_the_secret() {
+    let mut n = Node::start().await;
+    n.cri.require_auth(PRIVATE, "user", "pass");
+    put_pull_secret(&n, "regcred", "user", "pass");
+    let a = n.bind(private_pod("a", "IfNotPresent", &["regcred"]));
+    n.sync(&a).await;
+    assert_eq!(state(&n.status("a"), "c").0, "running");
+    let id = n.cri.add_image(PRIVATE);
+    n.cri_calls();
+    // The same content by its ID: a pod without the secret must pull it,
+    // and an ID cannot be pulled; with Never it fails at once.
+    for (name, policy, secrets, calls, want) in [
+        (
+            "b",
+            "IfNotPresent",
+            &[][..],
+            &[format!("PullImage {id}")][..],
+            "waiting:ErrImagePull",
+        ),
+        ("never", "Never", &[], &[], "waiting:ErrImageNeverPull"),
+        // A holder of the secret uses it as it is.
+        (
+            "c",
+            "IfNotPresent",
+            &["regcred"],
+            &[
+                "CreateContainer c".to_string(),
+                "StartContainer c".to_string(),
+            ],
+            "running",
+        ),
+    ] {
+        let mut p = private_pod(name, policy, secrets);
+        edit_container(&mut p, |c| c.image = Some(id.clone()));
+        let p = n.bind(p);
+        n.sync(&p).await;
+        let mut expected = vec![format!("RunPodSandbox default/{name}")];
+        expected.extend(calls.iter().cloned());
+        assert_eq!(n.cri_calls(), expected, "{name}");
+        assert_eq!(state(&n.status(name), "c").0, want, "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preloaded_images_are_used_without_verification() {
     // An image in the runtime that the agent never pulled (busybox here) is
     // used by a pod without secrets as it is: the default policy,
