@@ -26,7 +26,7 @@ pub enum Command {
     Run(RunArgs),
     /// Approve the client certificate requests of the Helm chart's
     /// companion nodes, each only for the node its DaemonSet pod runs on
-    /// (the chart's approver Deployment; see `csr_approver`).
+    /// (the chart's approver Deployment).
     ApproveCsrs(ApproveCsrsArgs),
     /// Delete the Nodes recorded in a ConfigMap by `approve-csrs`, then the
     /// ConfigMap (the Helm chart's uninstall hook: a node may not delete its
@@ -66,8 +66,9 @@ pub struct ApproveCsrsArgs {
     /// The DaemonSet whose pods request certificates.
     #[arg(long, value_parser = dns_subdomain)]
     pub daemonset: String,
-    /// The suffix of a companion node's name after its host node's.
-    #[arg(long)]
+    /// The suffix of a companion node's name after its host node's (such
+    /// as `-rustlet`).
+    #[arg(long, allow_hyphen_values = true)]
     pub node_name_suffix: String,
     /// The ConfigMap (in --namespace) where approved node names are
     /// recorded for the uninstall hook.
@@ -429,6 +430,35 @@ mod tests {
         assert_eq!((args.port, args.healthz_port), (Some(11250), 0));
         assert_eq!(args.client_ca_file, Some(PathBuf::from("/pki/ca.crt")));
         assert!(Cli::try_parse_from(["rustlet", "run", "--tls-cert-file", "/c.crt"]).is_err());
+    }
+
+    #[test]
+    fn approve_csrs_names_its_release_in_full() {
+        let cli = Cli::try_parse_from([
+            "rustlet",
+            "approve-csrs",
+            "--namespace=rustlet-system",
+            "--service-account=rustlet",
+            "--daemonset=rustlet",
+            "--node-name-suffix",
+            "-rustlet",
+            "--record=rustlet-nodes",
+        ])
+        .unwrap();
+        let Command::ApproveCsrs(args) = cli.command else {
+            panic!("not approve-csrs")
+        };
+        assert_eq!(
+            (args.namespace.as_str(), args.node_name_suffix.as_str()),
+            ("rustlet-system", "-rustlet")
+        );
+        assert!(Cli::try_parse_from(["rustlet", "approve-csrs", "--namespace=a.b"]).is_err());
+        let cli =
+            Cli::try_parse_from(["rustlet", "delete-nodes", "--record=ns/rustlet-nodes"]).unwrap();
+        let Command::DeleteNodes(args) = cli.command else {
+            panic!("not delete-nodes")
+        };
+        assert_eq!(args.record, ("ns".into(), "rustlet-nodes".into()));
     }
 
     #[test]
