@@ -5,7 +5,11 @@
 #   rustlet:<version>               the release rustlet binary at
 #                                   /usr/local/bin/rustlet, the shared
 #                                   libraries ldd finds for it, and the CA
-#                                   certificates (/etc/ssl/certs); nothing else
+#                                   certificates (/etc/ssl/certs); nothing else.
+#                                   The chart runs it three ways: the agent
+#                                   (`run`), the certificate approver
+#                                   (`approve-csrs`) and the uninstall hook
+#                                   (`delete-nodes`)
 #   rustlet-node-runtime:<version>  the node runtime the chart runs beside it:
 #                                   containerd, containerd-shim-runc-v2 and ctr
 #                                   (_output/bin), runc (Debian's), the CNI

@@ -3,14 +3,21 @@
 # upstream kubelet as the host's agent: `helm install`s it as a user would
 # (the images from hack/image.sh imported into the host's containerd, as a
 # registry would serve them), then checks that the companion node registers
-# through the TLS bootstrap and is Ready within 60 s, that a pod tolerating
+# through the TLS bootstrap and is Ready within 60 s, its certificate
+# approved by the release's approver and its name recorded, that the chart's
+# ServiceAccount is refused a certificate for any other node's name (and for
+# its own companion's without a token bound to the DaemonSet's pod), that
+# the runtime container holds no ServiceAccount token, that the containers'
+# securityContexts are the chart's, that a pod tolerating
 # its taint runs there with an address of the companion Node's pod CIDR,
 # that `kubectl logs`, `exec` and `port-forward` reach it through the API
 # server, that the host kubelet's pod is untouched, and that the chart's
 # ServiceAccount may not read Secrets or ConfigMaps, make tokens or list
-# pods. Then `helm upgrade`s it to new images and checks that the pod on
+# pods, and that the approver may approve nothing but kubelet client
+# requests. Then `helm upgrade`s it to new images and checks that the pod on
 # the companion node runs on, not restarted; then `helm uninstall`s it and checks that the companion node reset
-# itself: its Node and pods deleted, no mount, bridge or process left.
+# itself: its Node and pods deleted, no mount, bridge or process left, and
+# the record the hook read deleted.
 # Brings the cluster down at the end.
 #
 #   hack/test-chart.sh [--release] [--kind CLUSTER --kubeconfig FILE]
@@ -55,6 +62,11 @@ if [[ -n $kind_cluster ]]; then
   HOST_DIR=/var/lib/rustlet-companion
 fi
 COMPANION=$NODE_NAME-rustlet
+# The ConfigMap where the approver records the companion Nodes it approved.
+RECORD=$RELEASE-nodes
+# The certificate requests the chart's ServiceAccount makes for names that
+# are not its companion's (or without its pod's token), which must be refused.
+FORGED=(chart-test-other-node chart-test-host-node chart-test-unbound)
 
 # on_host COMMAND...: runs COMMAND where the host agent runs: here, or in the
 # kind node's container (stdin passed on).
@@ -101,11 +113,14 @@ finish() {
     if ((failed > 0 || rc != 0)); then
       kubectl_admin -n "$NS" logs "ds/$RELEASE" -c rustlet --tail 40 2>&1 | sed 's/^/  rustlet: /' || true
       kubectl_admin -n "$NS" logs "ds/$RELEASE" -c runtime --tail 20 2>&1 | sed 's/^/  runtime: /' || true
+      kubectl_admin -n "$NS" logs "deploy/$RELEASE-csr-approver" --tail 20 2>&1 | sed 's/^/  approver: /' || true
     fi
     "$HELM" --kubeconfig "$ADMIN_KUBECONFIG" uninstall -n "$NS" "$RELEASE" --wait >/dev/null 2>&1 || true
     # The cluster's state outlives this script: the next test must find the
     # one node it expects.
     kubectl_admin delete node "$COMPANION" --ignore-not-found >/dev/null 2>&1 || true
+    kubectl_admin -n "$NS" delete configmap "$RECORD" --ignore-not-found >/dev/null 2>&1 || true
+    kubectl_admin delete csr "${FORGED[@]}" --ignore-not-found >/dev/null 2>&1 || true
     kubectl_admin delete pod --all -n chart-test --grace-period=0 --force >/dev/null 2>&1 || true
     kubectl_admin delete namespace chart-test --ignore-not-found --wait=false >/dev/null 2>&1 || true
     # The kind cluster is its caller's to remove.
@@ -163,6 +178,8 @@ fi
 kubectl_admin delete pod --all -n chart-test --grace-period=0 --force >/dev/null 2>&1 || true
 kubectl_admin delete namespace chart-test --ignore-not-found --wait=true >/dev/null
 kubectl_admin delete node "$COMPANION" --ignore-not-found >/dev/null
+kubectl_admin -n "$NS" delete configmap "$RECORD" --ignore-not-found >/dev/null 2>&1 || true
+kubectl_admin delete csr "${FORGED[@]}" --ignore-not-found >/dev/null
 
 # A pod of the host kubelet, to see that the install leaves it alone.
 kubectl_admin create namespace chart-test >/dev/null
@@ -198,6 +215,95 @@ check "the node's certificate came from the ServiceAccount's request" bash -c \
    | select(.spec.username == \"system:serviceaccount:$NS:$RELEASE\")
    | select(.spec.signerName == \"kubernetes.io/kube-apiserver-client-kubelet\")
    | select(.status.certificate != null)'"
+check "it was approved by the release's approver" bash -c \
+  "kubectl --kubeconfig '$ADMIN_KUBECONFIG' get csr -o json | jq -e '.items[]
+   | select(.spec.username == \"system:serviceaccount:$NS:$RELEASE\" and .status.certificate != null)
+   | select(any(.status.conditions[]; .type == \"Approved\" and .reason == \"RustletCompanionApproved\"))'"
+check "the approver recorded $COMPANION in ConfigMap $NS/$RECORD" bash -c \
+  "kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n '$NS' get configmap '$RECORD' -o json | jq -e '.data[\"$COMPANION\"]'"
+
+# The chart's ServiceAccount asks for certificates it must not get: another
+# node's companion and the host (control-plane) node itself, with a token
+# bound to its own DaemonSet pod as the agent's is, and its own companion's
+# name with a token bound to nothing (`kubectl create token`). The approver
+# denies each; nothing approves them.
+ds_pod=$(kubectl_admin -n "$NS" get pod -l app.kubernetes.io/name=rustlet,app.kubernetes.io/instance="$RELEASE" \
+  -o jsonpath='{.items[0].metadata.name} {.items[0].metadata.uid}')
+read -r ds_pod_name ds_pod_uid <<<"$ds_pod"
+bound_token=$(kubectl_admin -n "$NS" create token "$RELEASE" --duration 10m \
+  --bound-object-kind Pod --bound-object-name "$ds_pod_name" --bound-object-uid "$ds_pod_uid")
+unbound_token=$(kubectl_admin -n "$NS" create token "$RELEASE" --duration 10m)
+api_server=$(kubectl_admin config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')
+api_ca=$(kubectl_admin config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+# forge_csr NAME TOKEN CN: CertificateSigningRequest NAME for CN (O=system:nodes,
+# a new P-256 key) with the usages the agent asks for, created with TOKEN alone.
+forge_csr() {
+  local kubeconfig request rc=0
+  kubeconfig=$(mktemp)
+  printf '%s\n' "apiVersion: v1" "kind: Config" \
+    "clusters: [{name: c, cluster: {server: \"$api_server\", certificate-authority-data: \"$api_ca\"}}]" \
+    "users: [{name: u, user: {token: \"$2\"}}]" \
+    "contexts: [{name: x, context: {cluster: c, user: u}}]" "current-context: x" >"$kubeconfig"
+  request=$(openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout /dev/null \
+    -subj "/O=system:nodes/CN=$3" 2>/dev/null | base64 -w0)
+  printf '%s\n' "apiVersion: certificates.k8s.io/v1" "kind: CertificateSigningRequest" \
+    "metadata: { name: $1 }" "spec:" "  signerName: kubernetes.io/kube-apiserver-client-kubelet" \
+    "  usages: [digital signature, client auth]" "  request: $request" |
+    kubectl --kubeconfig "$kubeconfig" create -f - >/dev/null || rc=$?
+  rm -f "$kubeconfig"
+  return $rc
+}
+check "the ServiceAccount may create a request for another node's companion" \
+  forge_csr chart-test-other-node "$bound_token" "system:node:other-node-rustlet"
+check "the ServiceAccount may create a request for the host node $NODE_NAME" \
+  forge_csr chart-test-host-node "$bound_token" "system:node:$NODE_NAME"
+check "the ServiceAccount may create a request for $COMPANION with an unbound token" \
+  forge_csr chart-test-unbound "$unbound_token" "system:node:$COMPANION"
+# csr_state NAME: "<Approved or -> <Denied or -> <issued or -> <reason: message; ...>".
+csr_state() {
+  kubectl_admin get csr "$1" -o json 2>/dev/null | jq -r '[
+    (if any(.status.conditions[]?; .type == "Approved") then "Approved" else "-" end),
+    (if any(.status.conditions[]?; .type == "Denied") then "Denied" else "-" end),
+    (if (.status.certificate // "") != "" then "issued" else "-" end),
+    ([.status.conditions[]? | "\(.reason): \(.message)"] | join("; "))] | join(" ")'
+}
+# Up to 20 s for the approver, or anything else, to act on them.
+for _ in $(seq 1 20); do
+  all_denied=true
+  for csr in "${FORGED[@]}"; do [[ $(csr_state "$csr") == "- Denied"* ]] || all_denied=false; done
+  $all_denied && break
+  sleep 1
+done
+for csr in "${FORGED[@]}"; do
+  state=$(csr_state "$csr")
+  read -r approved _ issued _ <<<"$state"
+  check "$csr: refused, neither approved nor issued ($state)" test "$approved $issued" = "- -"
+  check "$csr: denied by the approver" bash -c '[[ $1 == "- Denied - RustletCompanionDenied:"* ]]' _ "$state"
+done
+kubectl_admin delete csr "${FORGED[@]}" --ignore-not-found >/dev/null
+
+# No ServiceAccount token in the runtime container: none mounted (the pod
+# mounts none automatically; the agent container's projected volume is its
+# own), and none inside it (its image has busybox's sh).
+check "the pod mounts no token automatically; only the agent container has the projected one" bash -c \
+  "kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n '$NS' get pod '$ds_pod_name' -o json | jq -e '
+   .spec.automountServiceAccountToken == false
+   and ([.spec.containers[] | select(.name == \"runtime\") | .volumeMounts[]? | select(.mountPath | startswith(\"/var/run/secrets\") or startswith(\"/run/secrets\"))] | length == 0)
+   and ([.spec.containers[] | select(.name == \"rustlet\") | .volumeMounts[] | select(.name == \"agent-token\" and .mountPath == \"/var/run/secrets/kubernetes.io/serviceaccount\")] | length == 1)'"
+check "no ServiceAccount token inside the runtime container" \
+  kubectl_admin -n "$NS" exec "$ds_pod_name" -c runtime -- /bin/sh -c \
+  '! test -e /var/run/secrets/kubernetes.io/serviceaccount && ! test -e /run/secrets/kubernetes.io/serviceaccount'
+# The securityContexts as the chart sets them: the two DaemonSet containers
+# privileged, for their Bidirectional host directory mount, and nothing
+# more; the approver non-root, without capabilities, on a read-only root.
+check "the agent and runtime containers' securityContext is privileged only" bash -c \
+  "kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n '$NS' get pod '$ds_pod_name' -o json |
+   jq -e '[.spec.containers[].securityContext] == [{\"privileged\": true}, {\"privileged\": true}]'"
+check "the approver runs non-root, without capabilities, on a read-only root" bash -c \
+  "kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n '$NS' get pod -l app.kubernetes.io/name=rustlet-csr-approver -o json | jq -e '
+   (.items | length == 1) and (.items[0].spec.securityContext.runAsNonRoot == true)
+   and (.items[0].spec.containers[0].securityContext == {\"allowPrivilegeEscalation\": false, \"readOnlyRootFilesystem\": true, \"capabilities\": {\"drop\": [\"ALL\"]}})
+   and (.items[0].status.phase == \"Running\")'"
 pod_cidr=$(kubectl_admin get node "$COMPANION" -o jsonpath='{.spec.podCIDR}')
 
 # The companion runtime pulls from registries; here its images come from
@@ -277,6 +383,18 @@ for what in "get secrets" "get configmaps" "create serviceaccounts --subresource
   answer=$(kubectl_admin auth can-i $what --all-namespaces --as "$sa" 2>/dev/null || true)
   check "the ServiceAccount may not $what ($answer)" test "$answer" = no
 done
+answer=$(kubectl_admin auth can-i update certificatesigningrequests --subresource=approval --as "$sa" 2>/dev/null || true)
+check "the ServiceAccount may not approve requests ($answer)" test "$answer" = no
+approver=system:serviceaccount:$NS:$RELEASE-csr-approver
+answer=$(kubectl_admin auth can-i approve signers.certificates.k8s.io/kubernetes.io/kube-apiserver-client-kubelet --as "$approver" 2>/dev/null || true)
+check "the approver may approve kubelet client requests ($answer)" test "$answer" = yes
+for what in "approve signers.certificates.k8s.io/kubernetes.io/kube-apiserver-client" \
+  "approve signers.certificates.k8s.io/kubernetes.io/kubelet-serving" \
+  "get secrets" "list pods" "patch nodes" "delete nodes" "create serviceaccounts --subresource=token"; do
+  # shellcheck disable=SC2086 # the verb, resource and flags are separate words
+  answer=$(kubectl_admin auth can-i $what --all-namespaces --as "$approver" 2>/dev/null || true)
+  check "the approver may not $what ($answer)" test "$answer" = no
+done
 
 # helm upgrade to new images (the same builds under another tag): the
 # DaemonSet pod is replaced, runtime and agent both restart, and the
@@ -341,9 +459,13 @@ for p in $procs; do what+=" $p:$(on_host cat "/proc/$p/cmdline" 2>/dev/null | tr
 check "uninstall: no process left in the companion's cgroups${what:+ (}${what# }${what:+)}" test -z "$procs"
 cgroups_left=$({ on_host bash -c 'find /sys/fs/cgroup/*/rustlet -type d 2>/dev/null' || true; } | head -5 | tr '\n' ' ')
 check "uninstall: no cgroup left (/rustlet: shims, pods, QoS classes)${cgroups_left:+ ($cgroups_left)}" test -z "$cgroups_left"
-check "uninstall: the hook's ServiceAccount and role are gone" bash -c \
+check "uninstall: the hook's ServiceAccount and roles are gone" bash -c \
   "! kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n '$NS' get serviceaccount '$RELEASE-uninstall' >/dev/null 2>&1 &&
-   ! kubectl --kubeconfig '$ADMIN_KUBECONFIG' get clusterrole '$RELEASE-uninstall' >/dev/null 2>&1"
+   ! kubectl --kubeconfig '$ADMIN_KUBECONFIG' get clusterrole '$RELEASE-uninstall' >/dev/null 2>&1 &&
+   ! kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n '$NS' get role '$RELEASE-uninstall' >/dev/null 2>&1"
+check "uninstall: the record $RECORD is deleted, and the approver's role" bash -c \
+  "! kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n '$NS' get configmap '$RECORD' >/dev/null 2>&1 &&
+   ! kubectl --kubeconfig '$ADMIN_KUBECONFIG' get clusterrole '$RELEASE-csr-approver' >/dev/null 2>&1"
 kill "$follow" "$follow_runtime" 2>/dev/null || true
 [[ -z $procs ]] || grep -vi deprecat "$runtime_log" | tail -30 | cut -c1-300 | sed 's/^/  runtime: /'
 rm -f "$runtime_log"

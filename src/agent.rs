@@ -60,24 +60,44 @@ pub fn main() -> ExitCode {
         }
         Command::DeleteNodes(args) => {
             init_logging(LogFormat::Plain, 0);
+            let (namespace, name) = args.record;
             let deleted = async {
                 let config = kube_config(args.kubeconfig.as_deref()).await?;
                 let client = Client::try_from(config).context("build API client")?;
-                crate::node::reset::delete_nodes(&client, &args.selector)
+                crate::node::reset::delete_nodes(&client, &namespace, &name)
                     .await
-                    .with_context(|| format!("delete the nodes of {:?}", args.selector))
+                    .with_context(|| format!("delete the nodes recorded in {namespace}/{name}"))
             };
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            match rt
-                .map_err(anyhow::Error::from)
-                .and_then(|rt| rt.block_on(deleted))
-            {
+            match block_on_current_thread(deleted) {
                 Ok(names) => {
                     println!("deleted {} node(s): {}", names.len(), names.join(" "));
                     ExitCode::SUCCESS
                 }
+                Err(e) => {
+                    eprintln!("rustlet: error: {}", one_line(&format!("{e:#}")));
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::ApproveCsrs(args) => {
+            init_logging(LogFormat::Plain, 0);
+            let release = crate::csr_approver::Release {
+                namespace: args.namespace,
+                service_account: args.service_account,
+                daemonset: args.daemonset,
+                node_name_suffix: args.node_name_suffix,
+                record: args.record,
+            };
+            let approve = async {
+                let config = kube_config(args.kubeconfig.as_deref()).await?;
+                let client = Client::try_from(config).context("build API client")?;
+                tokio::select! {
+                    r = crate::csr_approver::run(client, release) => r,
+                    () = stop_signal() => Ok(()),
+                }
+            };
+            match block_on_current_thread(approve) {
+                Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("rustlet: error: {}", one_line(&format!("{e:#}")));
                     ExitCode::FAILURE
@@ -120,6 +140,17 @@ pub fn main() -> ExitCode {
             code
         }
     }
+}
+
+/// Runs `work` on a single-threaded runtime (the short-lived subcommands).
+fn block_on_current_thread<T>(
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(work))
 }
 
 /// How long the pod workers have, once SIGTERM or SIGINT came, to finish

@@ -1,5 +1,6 @@
-//! Command line: `rustlet run`, `rustlet delete-nodes` and `rustlet version` (clap derive). Flags
-//! override the `--config` file, which overrides the kubelet's defaults.
+//! Command line: `rustlet run`, `rustlet approve-csrs`, `rustlet delete-nodes` and `rustlet
+//! version` (clap derive). Flags of `run` override the `--config` file, which overrides the
+//! kubelet's defaults.
 
 use std::path::PathBuf;
 
@@ -23,8 +24,13 @@ pub struct Cli {
 pub enum Command {
     /// Register this node and run the pods bound to it.
     Run(RunArgs),
-    /// Delete the Nodes a label selector selects (the Helm chart's
-    /// uninstall hook: a node may not delete its own Node object).
+    /// Approve the client certificate requests of the Helm chart's
+    /// companion nodes, each only for the node its DaemonSet pod runs on
+    /// (the chart's approver Deployment).
+    ApproveCsrs(ApproveCsrsArgs),
+    /// Delete the Nodes recorded in a ConfigMap by `approve-csrs`, then the
+    /// ConfigMap (the Helm chart's uninstall hook: a node may not delete its
+    /// own Node object).
     DeleteNodes(DeleteNodesArgs),
     /// Print the version.
     Version,
@@ -37,18 +43,60 @@ pub struct DeleteNodesArgs {
     /// $KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// The label selector of the Nodes to delete (`key=value,...`); an
-    /// empty one is refused.
-    #[arg(long, value_parser = non_empty)]
-    pub selector: String,
+    /// `<namespace>/<name>` of the ConfigMap whose keys name the Nodes to
+    /// delete (the record `approve-csrs` keeps of the nodes it approved).
+    #[arg(long, value_parser = namespaced_name)]
+    pub record: (String, String),
 }
 
-/// Refuses the empty string.
-fn non_empty(s: &str) -> Result<String, String> {
-    if s.trim().is_empty() {
-        Err("must not be empty".to_string())
-    } else {
+/// Flags of `rustlet approve-csrs`.
+#[derive(Debug, Parser)]
+pub struct ApproveCsrsArgs {
+    /// Kubeconfig to reach the API server (default: in-cluster config, then
+    /// $KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The release's namespace: its DaemonSet's, its agent
+    /// ServiceAccount's, and the record's.
+    #[arg(long, value_parser = dns_label)]
+    pub namespace: String,
+    /// The agent's ServiceAccount: only its requests are judged.
+    #[arg(long, value_parser = dns_subdomain)]
+    pub service_account: String,
+    /// The DaemonSet whose pods request certificates.
+    #[arg(long, value_parser = dns_subdomain)]
+    pub daemonset: String,
+    /// The suffix of a companion node's name after its host node's (such
+    /// as `-rustlet`).
+    #[arg(long, allow_hyphen_values = true)]
+    pub node_name_suffix: String,
+    /// The ConfigMap (in --namespace) where approved node names are
+    /// recorded for the uninstall hook.
+    #[arg(long, value_parser = dns_subdomain)]
+    pub record: String,
+}
+
+/// A DNS label (RFC 1123): a namespace's name.
+fn dns_label(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
         Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not a DNS label"))
+    }
+}
+
+/// A DNS subdomain (RFC 1123): most objects' names.
+fn dns_subdomain(s: &str) -> Result<String, String> {
+    if s.len() <= 253 && s.split('.').all(|l| dns_label(l).is_ok()) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not a DNS subdomain"))
     }
 }
 
@@ -382,6 +430,35 @@ mod tests {
         assert_eq!((args.port, args.healthz_port), (Some(11250), 0));
         assert_eq!(args.client_ca_file, Some(PathBuf::from("/pki/ca.crt")));
         assert!(Cli::try_parse_from(["rustlet", "run", "--tls-cert-file", "/c.crt"]).is_err());
+    }
+
+    #[test]
+    fn approve_csrs_names_its_release_in_full() {
+        let cli = Cli::try_parse_from([
+            "rustlet",
+            "approve-csrs",
+            "--namespace=rustlet-system",
+            "--service-account=rustlet",
+            "--daemonset=rustlet",
+            "--node-name-suffix",
+            "-rustlet",
+            "--record=rustlet-nodes",
+        ])
+        .unwrap();
+        let Command::ApproveCsrs(args) = cli.command else {
+            panic!("not approve-csrs")
+        };
+        assert_eq!(
+            (args.namespace.as_str(), args.node_name_suffix.as_str()),
+            ("rustlet-system", "-rustlet")
+        );
+        assert!(Cli::try_parse_from(["rustlet", "approve-csrs", "--namespace=a.b"]).is_err());
+        let cli =
+            Cli::try_parse_from(["rustlet", "delete-nodes", "--record=ns/rustlet-nodes"]).unwrap();
+        let Command::DeleteNodes(args) = cli.command else {
+            panic!("not delete-nodes")
+        };
+        assert_eq!(args.record, ("ns".into(), "rustlet-nodes".into()));
     }
 
     #[test]

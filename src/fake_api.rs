@@ -3,7 +3,8 @@
 //! answers the requests the pod worker and the plugin manager make as the
 //! API server does (service account TokenRequests, merge patches of `pods/status` with the UID
 //! precondition and of Nodes, deletes with preconditions, `get`s, CSINode
-//! creates and replaces, Events), and records each request so a test can
+//! creates and replaces, Events, ConfigMap creates and merge patches, the
+//! `approval` subresource of CertificateSigningRequests), and records each request so a test can
 //! assert the exact API traffic. Anything else is answered 404 and recorded
 //! as unexpected.
 
@@ -277,6 +278,26 @@ impl FakeApi {
                 st.objects.insert(key, replaced.clone());
                 return (StatusCode::OK, replaced);
             }
+            // The approver's decisions, kept as sent.
+            (
+                "PUT",
+                [
+                    "apis",
+                    "certificates.k8s.io",
+                    "v1",
+                    "certificatesigningrequests",
+                    name,
+                    "approval",
+                ],
+            ) => {
+                let key = (
+                    "certificatesigningrequests".to_string(),
+                    String::new(),
+                    (*name).to_string(),
+                );
+                st.objects.insert(key, body.clone());
+                return (StatusCode::OK, body);
+            }
             ("GET", ["api", "v1", resource, name]) if *resource != "namespaces" => {
                 let key = ((*resource).to_string(), String::new(), (*name).to_string());
                 return match st.objects.get(&key) {
@@ -343,6 +364,32 @@ impl FakeApi {
                 created["metadata"]["resourceVersion"] = json!(st.revision.to_string());
                 st.objects.insert(key, created.clone());
                 (StatusCode::CREATED, created)
+            }
+            ("POST", "configmaps", "") => {
+                let name = body["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let key = ("configmaps".to_string(), ns.to_string(), name);
+                if st.objects.contains_key(&key) {
+                    return status(StatusCode::CONFLICT, "AlreadyExists", "configmap exists");
+                }
+                st.revision += 1;
+                let mut created = body.clone();
+                created["metadata"]["namespace"] = json!(ns);
+                created["metadata"]["resourceVersion"] = json!(st.revision.to_string());
+                st.objects.insert(key, created.clone());
+                (StatusCode::CREATED, created)
+            }
+            ("PATCH", "configmaps", "") => {
+                st.revision += 1;
+                let revision = st.revision.to_string();
+                let Some(stored) = st.objects.get_mut(&key) else {
+                    return status(StatusCode::NOT_FOUND, "NotFound", "configmap not found");
+                };
+                merge(stored, &body);
+                stored["metadata"]["resourceVersion"] = json!(revision);
+                (StatusCode::OK, stored.clone())
             }
             ("POST", "serviceaccounts", "token") => {
                 if st.tokens_refused > 0 {

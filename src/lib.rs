@@ -19,6 +19,7 @@ pub mod config;
 pub mod container;
 pub mod container_gc;
 pub mod cri;
+pub mod csr_approver;
 pub mod device_manager;
 pub mod events;
 pub mod eviction;

@@ -156,17 +156,44 @@ fn rotation_without_a_client_certificate_is_one_line_and_exit_1() {
 }
 
 #[test]
-fn bad_reset_and_delete_nodes_flags_are_one_line_and_exit_2() {
+fn bad_reset_delete_nodes_and_approve_csrs_flags_are_one_line_and_exit_2() {
     for args in [
         &["run", "--reset-when-gone", "no-slash"][..],
         &["run", "--reset-when-gone", "ns/"],
         &["run", "--reset-when-gone", "a/b/c"],
         // The bridge only goes with a reset.
         &["run", "--reset-cni-bridge", "br0"],
-        // An empty selector would select every Node.
-        &["delete-nodes", "--selector", ""],
-        &["delete-nodes", "--selector", "  "],
+        // The record is a namespaced name.
+        &["delete-nodes", "--record", ""],
+        &["delete-nodes", "--record", "rustlet-nodes"],
+        &["delete-nodes", "--selector", "rustlet.dev/companion=true"],
         &["delete-nodes"],
+        // The approver needs its release named in full, with valid names.
+        &["approve-csrs"],
+        &[
+            "approve-csrs",
+            "--namespace",
+            "ns",
+            "--service-account",
+            "sa",
+            "--daemonset",
+            "ds",
+            "--node-name-suffix",
+            "-x",
+        ],
+        &[
+            "approve-csrs",
+            "--namespace",
+            "Bad_NS",
+            "--service-account",
+            "sa",
+            "--daemonset",
+            "ds",
+            "--node-name-suffix",
+            "-x",
+            "--record",
+            "r",
+        ],
     ] {
         let (code, err) = rustlet(args);
         assert_eq!(code, 2, "{args:?}: {err}");
@@ -180,8 +207,8 @@ fn delete_nodes_with_an_unreadable_kubeconfig_is_one_line_and_exit_1() {
         "delete-nodes",
         "--kubeconfig",
         "/nonexistent/kubeconfig",
-        "--selector",
-        "rustlet.dev/companion=true",
+        "--record",
+        "rustlet-system/rustlet-nodes",
     ]);
     assert_eq!(code, 1);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -189,10 +216,10 @@ fn delete_nodes_with_an_unreadable_kubeconfig_is_one_line_and_exit_1() {
 }
 
 /// `delete-nodes` against a mock API server that asserts each request: the
-/// nodes of the selector are listed, then each is deleted, every request
-/// with the agent's `User-Agent`.
+/// record is read, each node it names is deleted, then the record, every
+/// request with the agent's `User-Agent`.
 #[test]
-fn delete_nodes_lists_then_deletes_with_the_agents_user_agent() {
+fn delete_nodes_deletes_the_recorded_nodes_then_the_record_with_the_agents_user_agent() {
     use std::sync::{Arc, Mutex};
     let seen = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -214,7 +241,7 @@ fn delete_nodes_lists_then_deletes_with_the_agents_user_agent() {
                     .to_string();
                 let line = format!("{} {}", req.method(), req.uri());
                 let answer = if req.method() == hyper::Method::GET {
-                    r#"{"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"n1"}}]}"#
+                    r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"rustlet-nodes","namespace":"rustlet-system"},"data":{"n1-rustlet":"csr-1","n2-rustlet":"csr-2"}}"#
                 } else {
                     r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success"}"#
                 };
@@ -233,8 +260,8 @@ fn delete_nodes_lists_then_deletes_with_the_agents_user_agent() {
         "delete-nodes",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
-        "--selector",
-        "rustlet.dev/companion=true",
+        "--record",
+        "rustlet-system/rustlet-nodes",
     ]);
     assert_eq!(code, 0, "{err}");
     let seen = seen.lock().unwrap().clone();
@@ -242,8 +269,10 @@ fn delete_nodes_lists_then_deletes_with_the_agents_user_agent() {
     assert_eq!(
         requests,
         [
-            "GET /api/v1/nodes?&labelSelector=rustlet.dev%2Fcompanion%3Dtrue",
-            "DELETE /api/v1/nodes/n1?",
+            "GET /api/v1/namespaces/rustlet-system/configmaps/rustlet-nodes",
+            "DELETE /api/v1/nodes/n1-rustlet?",
+            "DELETE /api/v1/nodes/n2-rustlet?",
+            "DELETE /api/v1/namespaces/rustlet-system/configmaps/rustlet-nodes?",
         ]
     );
     let want = rustlet::user_agent();

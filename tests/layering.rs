@@ -63,6 +63,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "container_gc",
             "static_pod",
             "certificate",
+            "csr_approver",
             "cgroups",
             "plugin_manager",
             "device_manager",

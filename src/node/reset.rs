@@ -8,7 +8,7 @@
 //! once the runtime's shims have left it. The Node object too, where the
 //! cluster lets a node delete it: the Node authorizer's `system:node` role
 //! does not, so the Helm chart deletes companion Nodes from its uninstall
-//! hook instead ([`delete_nodes`]).
+//! hook instead ([`delete_nodes`]), those its approver recorded.
 //!
 //! The Helm chart's companion node resets itself this way when it stops
 //! after its DaemonSet was deleted (`helm uninstall`), and only then: a
@@ -22,7 +22,7 @@ use std::time::Duration;
 use futures::TryStreamExt as _;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::{Api, Client};
 use tracing::{info, warn};
@@ -201,24 +201,40 @@ pub async fn reset(target: Target<'_>) -> Report {
     report
 }
 
-/// Deletes every Node that label selector `selector` selects, with
-/// `client` (credentials that may delete Nodes: the chart's uninstall hook);
-/// returns their names. A Node already gone is no error.
+/// Deletes every Node named by a key of ConfigMap `namespace`/`record`,
+/// then the ConfigMap, with `client` (the chart's uninstall hook, which may
+/// delete Nodes and that one ConfigMap); returns the names deleted. The
+/// record is the one `rustlet approve-csrs` keeps of the companion nodes it
+/// approved ([`crate::csr_approver`]): a node cannot write it, as it can
+/// label itself, so only Nodes this release made are deleted. A missing
+/// record deletes nothing; a Node already gone is no error.
 ///
 /// # Errors
-/// Listing the Nodes failed, or a delete other than a 404 did.
-pub async fn delete_nodes(client: &Client, selector: &str) -> kube::Result<Vec<String>> {
+/// Reading the record failed, or a delete other than a 404 did (the record
+/// is then kept, for the hook's next try).
+pub async fn delete_nodes(
+    client: &Client,
+    namespace: &str,
+    record: &str,
+) -> kube::Result<Vec<String>> {
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let Some(recorded) = configmaps.get_opt(record).await? else {
+        return Ok(Vec::new());
+    };
     let nodes: Api<Node> = Api::all(client.clone());
-    let listed = nodes.list(&ListParams::default().labels(selector)).await?;
     let mut deleted = Vec::new();
-    for name in listed.items.into_iter().filter_map(|n| n.metadata.name) {
+    for name in recorded.data.unwrap_or_default().into_keys() {
         match nodes.delete(&name, &DeleteParams::default()).await {
             Ok(_) => deleted.push(name),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(deleted)
+    match configmaps.delete(record, &DeleteParams::default()).await {
+        Ok(_) => Ok(deleted),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(deleted),
+        Err(e) => Err(e),
+    }
 }
 
 /// Stops (at most [`STOP_GRACE_SECONDS`]) and removes every container,

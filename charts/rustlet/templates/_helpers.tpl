@@ -54,3 +54,25 @@ current-context: serviceaccount
 {{- define "rustlet.companionSelector" -}}
 rustlet.dev/companion=true,rustlet.dev/release={{ .Release.Name }}
 {{- end }}
+
+{{/* The ConfigMap where the approver records the companion Nodes it
+approved; not Helm's: the uninstall hook deletes those Nodes, then it. */}}
+{{- define "rustlet.record" -}}
+{{ .Release.Name }}-nodes
+{{- end }}
+
+{{/* The securityContext of the approver's and the uninstall hook's pods:
+API clients only, nothing of the host. */}}
+{{- define "rustlet.restrictedPod" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+{{- define "rustlet.restrictedContainer" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end }}
