@@ -223,6 +223,9 @@ pub(super) struct WriteDeadline<T> {
     timeout: Duration,
     /// Set while a write waits: when it fails.
     stalled: Option<Pin<Box<Sleep>>>,
+    /// Told of every write the client takes, when that is progress of the
+    /// connection's one response (HTTP/1.1).
+    progress: Option<Arc<WriteWatch>>,
 }
 
 impl<T> WriteDeadline<T> {
@@ -231,7 +234,18 @@ impl<T> WriteDeadline<T> {
             inner,
             timeout,
             stalled: None,
+            progress: None,
         }
+    }
+
+    /// Bytes the client takes relieve `watch`: on HTTP/1.1, where a
+    /// response's bytes are the only ones written while it is sent, a
+    /// slow client that still reads is not stalled. Not for HTTP/2, whose
+    /// control frames (a PING's answer) flow while a stream's window stays
+    /// shut.
+    pub(super) fn relieving(mut self, watch: Arc<WriteWatch>) -> Self {
+        self.progress = Some(watch);
+        self
     }
 
     /// The result of a write-side poll, failed when it has been pending
@@ -243,6 +257,9 @@ impl<T> WriteDeadline<T> {
     ) -> Poll<std::io::Result<R>> {
         if polled.is_ready() {
             self.stalled = None;
+            if let (Some(watch), Poll::Ready(Ok(_))) = (&self.progress, &polled) {
+                watch.progressed();
+            }
             return polled;
         }
         let timeout = self.timeout;
@@ -309,9 +326,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
 /// frame it yields, until the connection asks for its next frame (for
 /// HTTP/2, once the client's flow-control window lets the last one out).
 /// The connection is stalled when a body has been owed for the write
-/// deadline and no owed body has been relieved within it either: a client
-/// that opens no window stalls its connection, while a busy connection
-/// with one slow stream among others that flow does not.
+/// deadline and no owed body has been relieved within it either (on
+/// HTTP/1.1, nor any byte taken by the client, [`WriteDeadline::relieving`]):
+/// a client that opens no window stalls its connection, while a busy
+/// connection with one slow stream among others that flow does not.
 #[derive(Debug)]
 pub(super) struct WriteWatch {
     state: Mutex<Owed>,
@@ -361,6 +379,11 @@ impl WriteWatch {
         if s.since.remove(&id).is_some() {
             s.relieved = Instant::now();
         }
+    }
+
+    /// The client took bytes of the connection's one response.
+    fn progressed(&self) {
+        self.lock().relieved = Instant::now();
     }
 
     /// Body `id` yielded a frame: owed its next poll.
@@ -498,5 +521,45 @@ mod tests {
         let took = started.elapsed();
         assert!(took >= Duration::from_millis(300), "{took:?}");
         assert!(took < Duration::from_secs(3), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn a_body_owed_a_poll_stalls_its_connection_unless_something_moves() {
+        let timeout = Duration::from_millis(300);
+        let watch = WriteWatch::new();
+        // No body: nothing stalls.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(500), watch.stalled(timeout))
+                .await
+                .is_err()
+        );
+        // A body the connection never polls stalls it after the deadline.
+        let body = Watched::new(axum::body::Body::from("x"), watch.clone(), ());
+        let started = Instant::now();
+        watch.stalled(timeout).await;
+        assert!(started.elapsed() >= timeout);
+        // Bytes the client takes meanwhile (HTTP/1.1) keep it going.
+        watch.progressed();
+        let moving = async {
+            for _ in 0..10 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                watch.progressed();
+            }
+        };
+        tokio::select! {
+            () = watch.stalled(timeout) => panic!("stalled while bytes moved"),
+            () = moving => {}
+        }
+        // Once polled to its end, the body owes nothing.
+        let mut body = std::pin::pin!(body);
+        let frame = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
+        assert!(frame.is_some());
+        let end = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
+        assert!(end.is_none());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(500), watch.stalled(timeout))
+                .await
+                .is_err()
+        );
     }
 }

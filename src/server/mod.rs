@@ -909,7 +909,8 @@ async fn serve_connection<I>(
         }
     });
     let builder = conn_builder(&limits, h2);
-    let io = TokioIo::new(fair::WriteDeadline::new(io, limits.write_timeout));
+    let io = fair::WriteDeadline::new(io, limits.write_timeout);
+    let io = TokioIo::new(if h2 { io } else { io.relieving(writes.clone()) });
     let conn = builder.serve_connection_with_upgrades(io, svc);
     tokio::pin!(conn);
     let idle = in_flight.idle_for(limits.idle_timeout);
