@@ -19,6 +19,13 @@
 //! one for 30 seconds. Both caches are bounded ([`TOKEN_CACHE_MAX`],
 //! [`DECISION_CACHE_MAX`]), tokens are cached under their SHA-256 only, and
 //! concurrent identical reviews are made once.
+//!
+//! Reviews go through the agent's rate-limited API client (the kubelet's
+//! `kubeAPIQPS`/`kubeAPIBurst`, [`crate::throttle`]); at most
+//! [`MAX_TOKEN_REVIEWS`] token reviews and [`MAX_ACCESS_REVIEWS`] access
+//! reviews wait for it at once, each kind on its own so that a flood of bad
+//! tokens never holds up the access reviews of certificate users (the API
+//! server's); a request past that is answered 429 with `Retry-After: 1`.
 
 use std::collections::BTreeMap;
 use std::hash::Hash;
@@ -53,6 +60,10 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// As many reviews of this kind as allowed already wait for the API
+    /// server ([`Auth::with_review_caps`]); the request is answered 429.
+    #[error("too many {0} reviews are waiting for the API server")]
+    Busy(&'static str),
 }
 
 /// An authenticated user, as the API server's `user.Info`.
@@ -222,6 +233,14 @@ pub const TOKEN_CACHE_MAX: u64 = 8192;
 /// Access decisions kept at most (the webhook authorizer's LRU of 8192).
 pub const DECISION_CACHE_MAX: u64 = 8192;
 
+/// Token reviews waiting for the API server at once, by default (100, the
+/// kubelet's `kubeAPIBurst`; the kubelet queues them without bound in its
+/// client's rate limiter).
+pub const MAX_TOKEN_REVIEWS: usize = 100;
+/// Access reviews waiting for the API server at once, by default (100, as
+/// [`MAX_TOKEN_REVIEWS`]).
+pub const MAX_ACCESS_REVIEWS: usize = 100;
+
 /// How long an authentication result is trusted without asking again (the
 /// kubelet's `authentication.webhook.cacheTTL`, 2 min, for tokens that
 /// authenticate and for tokens that do not alike).
@@ -264,6 +283,10 @@ pub struct Auth {
     /// while its review is made.
     tokens: TtlCache<[u8; 32], Option<User>>,
     decisions: TtlCache<String, bool>,
+    /// Places for token reviews waiting for the API server.
+    token_reviews: tokio::sync::Semaphore,
+    /// Places for access reviews waiting for the API server.
+    access_reviews: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for Auth {
@@ -292,7 +315,20 @@ impl Auth {
             ttls,
             tokens: ttl_cache(TOKEN_CACHE_MAX),
             decisions: ttl_cache(DECISION_CACHE_MAX),
+            token_reviews: tokio::sync::Semaphore::new(MAX_TOKEN_REVIEWS),
+            access_reviews: tokio::sync::Semaphore::new(MAX_ACCESS_REVIEWS),
         }
+    }
+
+    /// As it is, with at most `tokens` token reviews and `access` access
+    /// reviews waiting for the API server at once (a cached result or a
+    /// review already under way for the same question takes no place);
+    /// beyond them a look-up fails with [`Error::Busy`].
+    #[must_use]
+    pub fn with_review_caps(mut self, tokens: usize, access: usize) -> Self {
+        self.token_reviews = tokio::sync::Semaphore::new(tokens);
+        self.access_reviews = tokio::sync::Semaphore::new(access);
+        self
     }
 
     /// The user a bearer token belongs to, by `TokenReview` (no audiences);
@@ -302,10 +338,15 @@ impl Auth {
     /// one review; a failed review is not cached.
     ///
     /// # Errors
-    /// [`Error::TokenReview`] when the review cannot be made.
+    /// [`Error::TokenReview`] when the review cannot be made,
+    /// [`Error::Busy`] when too many wait already.
     pub async fn authenticate_token(&self, token: &str) -> Result<Option<User>, Arc<Error>> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let review = async {
+            let _place = self
+                .token_reviews
+                .try_acquire()
+                .map_err(|_| Error::Busy("token"))?;
             let user = self.review_token(token).await?;
             Ok::<_, Error>(Cached {
                 value: user,
@@ -350,7 +391,8 @@ impl Auth {
     /// failed review is not cached.
     ///
     /// # Errors
-    /// [`Error::SubjectAccessReview`] when the review cannot be made.
+    /// [`Error::SubjectAccessReview`] when the review cannot be made,
+    /// [`Error::Busy`] when too many wait already.
     pub async fn authorize(
         &self,
         user: &User,
@@ -376,6 +418,10 @@ impl Auth {
         };
         let key = serde_json::to_string(&spec).unwrap_or_default();
         let review = async {
+            let _place = self
+                .access_reviews
+                .try_acquire()
+                .map_err(|_| Error::Busy("access"))?;
             let got = Api::<SubjectAccessReview>::all(self.client.clone())
                 .create(
                     &PostParams::default(),
@@ -418,7 +464,10 @@ fn text(status: StatusCode, body: String) -> Response {
 
 /// The auth filter in front of every node API route: 401 `Unauthorized` without
 /// valid credentials, 500 `Authorization error (…)` when a review fails, 403
-/// `Forbidden (…)` when no attribute set is allowed.
+/// `Forbidden (…)` when no attribute set is allowed, 429 with `Retry-After:
+/// 1` when too many reviews wait for the API server. A request let through
+/// takes its connection out of the pool of unauthenticated connections
+/// (a token that authenticates but may not use the node API does not).
 pub async fn filter(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
     let from_cert = req.extensions().get::<PeerCert>().and_then(|p| p.0.clone());
     let user = match from_cert {
@@ -426,6 +475,10 @@ pub async fn filter(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> 
         None => match bearer_token(req.headers()) {
             Some(token) => match auth.authenticate_token(token).await {
                 Ok(u) => u,
+                Err(e) if matches!(*e, Error::Busy(_)) => {
+                    debug!(error = %e, "token review refused");
+                    return super::too_many(format!("{e}; try again later\n"));
+                }
                 Err(e) => {
                     warn!(error = %e, "unable to authenticate the request");
                     None
@@ -441,8 +494,19 @@ pub async fn filter(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> 
     let subs = subresources(req.uri().path());
     for sub in &subs {
         match auth.authorize(&user, verb, sub).await {
-            Ok(true) => return next.run(req).await,
+            Ok(true) => {
+                // The connection has proven itself: it leaves the pool of
+                // unauthenticated connections.
+                if let Some(a) = req.extensions().get::<super::fair::Admission>() {
+                    a.admitted();
+                }
+                return next.run(req).await;
+            }
             Ok(false) => {}
+            Err(e) if matches!(*e, Error::Busy(_)) => {
+                debug!(error = %e, "access review refused");
+                return super::too_many(format!("{e}; try again later\n"));
+            }
             Err(e) => {
                 warn!(error = %e, user = user.name, verb, subresource = sub, "authorization error");
                 return text(

@@ -24,19 +24,30 @@
 //! Any other path answers 404 `404 page not found` after authorization, as the
 //! kubelet's router does.
 //!
-//! Under abuse ([`Limits`]): a TLS handshake must finish within 10 s, a
-//! connection without a request in flight is closed after 90 s (the kubelet's
-//! `IdleTimeout`; for HTTP/1.1 this is also how long a request head may take),
-//! request heads are limited to 1 MiB (the kubelet's `MaxHeaderBytes`, 431
-//! past it), an HTTP/2 connection carries at most 250 streams at once (Go's
-//! default, which the kubelet keeps), connections beyond 4096 are closed as
-//! they are accepted, and at most 256 logs are followed at once (429 past
-//! it). Followed logs are read on the async runtime, not on blocking threads.
+//! Under abuse ([`Limits`]): a connection must finish its TLS handshake and
+//! send its first request head within 10 s of being accepted; one without a
+//! request in flight is closed after 90 s (the kubelet's `IdleTimeout`; for
+//! HTTP/1.1 this is also how long a later request head may take); request
+//! heads are limited to 1 MiB (the kubelet's `MaxHeaderBytes`, 431 past
+//! it); an HTTP/2 connection carries at most 250 streams at once (Go's
+//! default, which the kubelet keeps); connections beyond 4096 are closed as
+//! they are accepted. At most 1024 connections may be open without having
+//! authenticated (a verified client certificate, or a request let through
+//! by the auth filter): a newer one closes the oldest of them, so a flood
+//! never keeps out the API server's connections. A write that waits 60 s
+//! for the client (its socket full, or an HTTP/2 flow-control window it
+//! never opens) ends the connection. At most 256 logs are followed and 512
+//! exec/attach/port-forward streams are open at once, 64 and 128 of them in
+//! one namespace; at most 100 token reviews and 100 access reviews wait for
+//! the agent's rate-limited API client; every refusal is 429 with
+//! `Retry-After`. Followed logs are
+//! read on the async runtime, not on blocking threads.
 //! [`raise_open_files_limit`] lifts the agent's open-file limit at start as
 //! the kubelet does with `maxOpenFiles`.
 
 pub mod auth;
 pub mod csr;
+mod fair;
 pub mod logs;
 pub mod stream;
 pub mod tls;
@@ -131,12 +142,15 @@ pub struct ServerConfig {
     pub limits: Limits,
 }
 
-/// Timeouts and caps that keep the node API serving under abuse.
+/// Timeouts and caps that keep the node API serving under abuse, and fair
+/// to its clients (docs/security.md, "The node API under abuse", lists
+/// each beside the kubelet's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// A TLS handshake that takes longer is dropped (10 s; the kubelet's Go
-    /// server allows its 4 h read timeout).
-    pub handshake_timeout: Duration,
+    /// From accept to a connection's first request head, its TLS handshake
+    /// included (10 s): a connection that sends no request within it is
+    /// closed. The kubelet's Go server allows its 4 h read timeout.
+    pub first_request_timeout: Duration,
     /// A connection without a request in flight is closed after this long
     /// (the kubelet's `IdleTimeout`, 90 s); an HTTP/2 connection gets a GOAWAY.
     pub idle_timeout: Duration,
@@ -145,28 +159,72 @@ pub struct Limits {
     /// a kept-alive connection goes idle, so it is no shorter than the idle
     /// timeout; the kubelet allows 4 h).
     pub header_read_timeout: Duration,
+    /// How long one write may wait for the client to take bytes, HTTP/2
+    /// flow control included (60 s): a connection whose socket stays full,
+    /// or whose response bodies wait that long for a flow-control window
+    /// while none of its other responses moves, is closed. Upgraded streams
+    /// are sockets too. The kubelet has a 4 h `WriteTimeout` on a whole
+    /// response and none on a write.
+    pub write_timeout: Duration,
     /// The largest request head, in bytes (the kubelet's `MaxHeaderBytes`,
     /// 1 MiB); a larger HTTP/1.1 head is answered 431.
     pub max_header_bytes: usize,
-    /// Connections served at once (4096); more are closed as they are accepted.
+    /// Connections served at once (4096; the kubelet has no cap); more are
+    /// closed as they are accepted, before TLS, so unanswered.
     pub max_connections: usize,
+    /// Connections open at once that have not authenticated (1024, a
+    /// quarter of [`Limits::max_connections`]; the kubelet has no such
+    /// cap): in their handshake, or without a verified client certificate
+    /// and with no request yet authenticated and authorized. A new
+    /// connection beyond it closes the oldest of them, so connections that
+    /// authenticate (the API server's client certificate) always get in.
+    pub max_unauthenticated: usize,
     /// Streams one HTTP/2 connection may have open at once (250, Go's
     /// default `MaxConcurrentStreams`).
     pub max_concurrent_streams: u32,
-    /// Container logs followed at once (256); more are answered 429.
+    /// Container logs followed at once on the node (256; the kubelet has no
+    /// cap); more are answered 429 with `Retry-After: 1`.
     pub max_log_follows: usize,
+    /// Container logs followed at once in one namespace (64, a quarter of
+    /// the node's; the kubelet has no cap); more are answered 429 with
+    /// `Retry-After: 1`.
+    pub max_log_follows_per_namespace: usize,
+    /// Upgraded exec, attach and port-forward streams open at once on the
+    /// node (512; neither the kubelet nor the runtime's streaming server
+    /// has a cap); more are answered 429 with `Retry-After: 1` before the
+    /// runtime is asked.
+    pub max_streams: usize,
+    /// Upgraded streams open at once in one namespace (128, a quarter of
+    /// the node's); more are answered 429 with `Retry-After: 1`.
+    pub max_streams_per_namespace: usize,
+    /// Token reviews waiting for the API server at once
+    /// ([`auth::MAX_TOKEN_REVIEWS`], 100, the kubelet's `kubeAPIBurst`; the
+    /// kubelet queues them without bound); a request whose token would be
+    /// one more is answered 429 with `Retry-After: 1`.
+    pub max_token_reviews: usize,
+    /// Access reviews waiting for the API server at once
+    /// ([`auth::MAX_ACCESS_REVIEWS`], 100), apart from token reviews; more
+    /// are answered 429 with `Retry-After: 1`.
+    pub max_access_reviews: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            handshake_timeout: Duration::from_secs(10),
+            first_request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(90),
             header_read_timeout: Duration::from_secs(90),
+            write_timeout: Duration::from_secs(60),
             max_header_bytes: 1 << 20,
             max_connections: 4096,
+            max_unauthenticated: 1024,
             max_concurrent_streams: 250,
             max_log_follows: 256,
+            max_log_follows_per_namespace: 64,
+            max_streams: 512,
+            max_streams_per_namespace: 128,
+            max_token_reviews: auth::MAX_TOKEN_REVIEWS,
+            max_access_reviews: auth::MAX_ACCESS_REVIEWS,
         }
     }
 }
@@ -207,7 +265,11 @@ impl ServerConfig {
 /// What the node API reads and asks.
 #[derive(Clone)]
 pub struct Deps {
-    /// The agent's API client: token and subject access reviews.
+    /// The agent's API client for token and subject access reviews: its one
+    /// rate-limited client (`kubeAPIQPS`/`kubeAPIBurst`,
+    /// [`crate::throttle::throttled`]), never the unthrottled heartbeat
+    /// client, so that a flood of requests to the node API cannot push the
+    /// API server harder than the agent itself may.
     pub client: Client,
     /// The pods bound to this node (the pod controller's reflector store).
     pub pods: Store<Pod>,
@@ -276,8 +338,12 @@ pub fn raise_open_files_limit(want: u64) -> std::io::Result<u64> {
 struct App {
     /// True once the server drains: followed logs and proxied streams end.
     draining: tokio::sync::watch::Receiver<bool>,
-    /// Permits for followed logs ([`Limits::max_log_follows`]).
-    follows: Arc<tokio::sync::Semaphore>,
+    /// Followed logs, per node and per namespace
+    /// ([`Limits::max_log_follows`], [`Limits::max_log_follows_per_namespace`]).
+    follows: Arc<fair::Quota>,
+    /// Upgraded exec, attach and port-forward streams, per node and per
+    /// namespace ([`Limits::max_streams`], [`Limits::max_streams_per_namespace`]).
+    streams: Arc<fair::Quota>,
     configz: serde_json::Value,
     pods: Store<Pod>,
     statuses: Arc<crate::pod::status_manager::StatusManager>,
@@ -350,16 +416,16 @@ impl Server {
             Some(port) => Some(bind(SocketAddr::new(cfg.healthz_address, port)).await?),
             None => None,
         };
-        let auth = Arc::new(auth::Auth::with_ttls(
-            deps.client,
-            cfg.node_name.clone(),
-            cfg.auth_ttls,
-        ));
+        let auth = Arc::new(
+            auth::Auth::with_ttls(deps.client, cfg.node_name.clone(), cfg.auth_ttls)
+                .with_review_caps(cfg.limits.max_token_reviews, cfg.limits.max_access_reviews),
+        );
         let (draining, draining_rx) = tokio::sync::watch::channel(false);
         let limits = cfg.limits;
         let app = Arc::new(App {
             draining: draining_rx.clone(),
-            follows: Arc::new(tokio::sync::Semaphore::new(limits.max_log_follows)),
+            follows: fair::Quota::new(limits.max_log_follows, limits.max_log_follows_per_namespace),
+            streams: fair::Quota::new(limits.max_streams, limits.max_streams_per_namespace),
             configz: configz(&cfg),
             pods: deps.pods,
             statuses: deps.statuses,
@@ -505,6 +571,7 @@ impl Server {
         });
         // One permit per open connection; all of them back means all are closed.
         let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+        let unauthenticated = fair::Unauthenticated::new(limits.max_unauthenticated);
         let mut refused: u64 = 0;
         tokio::pin!(stop);
         let result = loop {
@@ -524,14 +591,19 @@ impl Server {
                             drop(tcp);
                             continue;
                         };
+                        let accepted = Accepted {
+                            peer,
+                            at: tokio::time::Instant::now(),
+                            ticket: Some(unauthenticated.admit()),
+                            slot,
+                        };
                         tokio::spawn(connection(
                             tokio_rustls::TlsAcceptor::from(tls.current()),
                             router.clone(),
                             tcp,
-                            peer,
+                            accepted,
                             limits,
                             draining.subscribe(),
-                            slot,
                         ));
                     }
                     Err(e) => {
@@ -614,15 +686,21 @@ async fn serve_plain(
                     drop(tcp);
                     continue;
                 };
+                // Nothing authenticates here: no pool to wait in.
+                let accepted = Accepted {
+                    peer,
+                    at: tokio::time::Instant::now(),
+                    ticket: None,
+                    slot,
+                };
                 tokio::spawn(serve_connection(
-                    TokioIo::new(tcp),
+                    tcp,
                     false,
                     auth::PeerCert(None),
                     routes.clone(),
-                    peer,
+                    accepted,
                     limits,
                     draining.clone(),
-                    slot,
                 ));
             }
             Err(e) => {
@@ -708,23 +786,64 @@ fn conn_builder(
     }
 }
 
+/// A connection as accepted: who from, when, its place in the pool of
+/// connections that have not authenticated yet (none where nothing
+/// authenticates), and its place among the open connections.
+struct Accepted {
+    peer: SocketAddr,
+    at: tokio::time::Instant,
+    ticket: Option<fair::Ticket>,
+    slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Accepted {
+    /// When the first request head must have arrived.
+    fn first_request_by(&self, limits: &Limits) -> tokio::time::Instant {
+        self.at + limits.first_request_timeout
+    }
+
+    /// Completes when the pool of unauthenticated connections closes this
+    /// one to make room; never once it has authenticated.
+    fn evicted(&self) -> impl Future<Output = ()> + use<> {
+        let closed = self.ticket.as_ref().map(fair::Ticket::closed);
+        async move {
+            match closed {
+                Some(c) => c.cancelled_owned().await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+}
+
+/// The TLS side of one node API connection: the handshake (within the
+/// first-request deadline, unless the pool of unauthenticated connections
+/// closes it first), then [`serve_connection`]; a verified client
+/// certificate takes the connection out of that pool.
 async fn connection(
     acceptor: tokio_rustls::TlsAcceptor,
     router: Router,
     tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
+    mut accepted: Accepted,
     limits: Limits,
     draining: tokio::sync::watch::Receiver<bool>,
-    _slot: tokio::sync::OwnedSemaphorePermit,
 ) {
-    let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            debug!(%peer, error = %e, "TLS handshake");
-            return;
-        }
-        Err(_) => {
-            debug!(%peer, "TLS handshake timed out");
+    let peer = accepted.peer;
+    let handshake =
+        tokio::time::timeout_at(accepted.first_request_by(&limits), acceptor.accept(tcp));
+    let tls = tokio::select! {
+        r = handshake => match r {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                debug!(%peer, error = %e, "TLS handshake");
+                return;
+            }
+            Err(_) => {
+                debug!(%peer, "TLS handshake timed out");
+                return;
+            }
+        },
+        () = accepted.evicted() => {
+            debug!(%peer, "closing a connection still in its TLS handshake to make room");
             return;
         }
     };
@@ -736,62 +855,78 @@ async fn connection(
             .and_then(|c| c.first())
             .and_then(|c| auth::cert_user(c)),
     );
-    serve_connection(
-        TokioIo::new(tls),
-        h2,
-        cert,
-        router,
-        peer,
-        limits,
-        draining,
-        _slot,
-    )
-    .await;
+    if cert.0.is_some() {
+        // Authenticated by its certificate.
+        accepted.ticket = None;
+    }
+    serve_connection(tls, h2, cert, router, accepted, limits, draining).await;
 }
 
 /// Serves one connection `io` (HTTP/2 when `h2`, else HTTP/1.1 with
 /// upgrades) with `router`, its requests carrying the client certificate's
-/// user `cert`; closes it when idle for the limit or when the server
-/// drains. `_slot` is its place among the open connections.
-#[allow(clippy::too_many_arguments)] // one connection's parts
+/// user `cert` and the connection's [`fair::Admission`]. Closes it when idle
+/// for the limit or when the server drains; drops it when no request came
+/// by the first-request deadline, when a write waited past the write
+/// deadline, or when the pool of unauthenticated connections makes room.
 async fn serve_connection<I>(
     io: I,
     h2: bool,
     cert: auth::PeerCert,
     router: Router,
-    peer: SocketAddr,
+    accepted: Accepted,
     limits: Limits,
     draining: tokio::sync::watch::Receiver<bool>,
-    _slot: tokio::sync::OwnedSemaphorePermit,
 ) where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let peer = accepted.peer;
+    let first_request_by = accepted.first_request_by(&limits);
+    let evicted = accepted.evicted();
+    let Accepted {
+        ticket,
+        slot: _slot,
+        ..
+    } = accepted;
+    let admission = fair::Admission::waiting(ticket);
     let in_flight = InFlight::new();
+    let writes = fair::WriteWatch::new();
+    // Cancelled by the first request.
+    let first = tokio_util::sync::CancellationToken::new();
     let svc = hyper::service::service_fn({
-        let in_flight = in_flight.clone();
+        let (in_flight, writes, first) = (in_flight.clone(), writes.clone(), first.clone());
         move |mut req: hyper::Request<hyper::body::Incoming>| {
+            first.cancel();
             let busy = in_flight.begin();
             req.extensions_mut().insert(cert.clone());
+            req.extensions_mut().insert(admission.clone());
             let resp = router.clone().oneshot(req);
+            let writes = writes.clone();
             async move {
                 let resp = resp.await?;
-                // Busy until the body is sent (or dropped).
-                Ok::<_, Infallible>(resp.map(|b| {
-                    Body::new(http_body_util::BodyExt::map_frame(b, move |f| {
-                        let _busy = &busy;
-                        f
-                    }))
-                }))
+                // Busy until the body is sent (or dropped); its writes watched.
+                Ok::<_, Infallible>(resp.map(|b| fair::Watched::new(b, writes, busy)))
             }
         }
     });
     let builder = conn_builder(&limits, h2);
+    let io = fair::WriteDeadline::new(io, limits.write_timeout);
+    let io = TokioIo::new(if h2 { io } else { io.relieving(writes.clone()) });
     let conn = builder.serve_connection_with_upgrades(io, svc);
     tokio::pin!(conn);
     let idle = in_flight.idle_for(limits.idle_timeout);
     tokio::pin!(idle);
     let drain = drained(draining);
     tokio::pin!(drain);
+    let no_first_request = async {
+        tokio::select! {
+            () = first.cancelled() => std::future::pending().await,
+            () = tokio::time::sleep_until(first_request_by) => {}
+        }
+    };
+    tokio::pin!(no_first_request);
+    tokio::pin!(evicted);
+    let stalled = writes.stalled(limits.write_timeout);
+    tokio::pin!(stalled);
     let mut closing = false;
     loop {
         tokio::select! {
@@ -799,6 +934,18 @@ async fn serve_connection<I>(
                 if let Err(e) = r {
                     debug!(%peer, error = %e, "connection");
                 }
+                return;
+            }
+            () = &mut no_first_request => {
+                debug!(%peer, "closing a connection that sent no request in time");
+                return;
+            }
+            () = &mut evicted => {
+                debug!(%peer, "closing an unauthenticated connection to make room");
+                return;
+            }
+            () = &mut stalled => {
+                debug!(%peer, "closing a connection whose client takes no response bytes");
                 return;
             }
             () = &mut idle, if !closing => {
@@ -834,6 +981,15 @@ pub async fn serve_until(
     stop: impl Future<Output = ()>,
 ) -> Result<()> {
     Server::bind(cfg, deps).await?.run_until(stop).await
+}
+
+/// A refusal for want of room: 429 with `Retry-After: 1` (seconds) and
+/// `message`.
+fn too_many(message: impl Into<String>) -> Response {
+    let mut resp = text(StatusCode::TOO_MANY_REQUESTS, message);
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    resp
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response {
@@ -1200,16 +1356,17 @@ async fn container_logs(
     };
     let follow = opts.follow;
     let permit = if follow {
-        match app.follows.clone().try_acquire_owned() {
+        match app.follows.try_take(&namespace) {
             Ok(p) => Some(p),
-            Err(_) => {
-                let mut resp = text(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "too many container logs are being followed on this node; try again later\n",
-                );
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-                return resp;
+            Err(full) => {
+                return too_many(match full {
+                    fair::Full::Node => {
+                        "too many container logs are being followed on this node; try again later\n"
+                    }
+                    fair::Full::Namespace => {
+                        "too many container logs of this namespace are being followed on this node; try again later\n"
+                    }
+                });
             }
         }
     } else {

@@ -32,7 +32,7 @@ use serde::Deserialize;
 use tokio::io::AsyncWriteExt as _;
 use tracing::debug;
 
-use super::{App, text};
+use super::{App, fair, text, too_many};
 use crate::cri::StreamIo;
 use crate::labels::{CONTAINER_NAME_LABEL, POD_UID_LABEL};
 
@@ -320,13 +320,17 @@ pub(super) async fn exec(
     RawQuery(query): RawQuery,
     req: Request,
 ) -> Response {
+    let permit = match stream_permit(&app.streams, &p.namespace) {
+        Ok(p) => p,
+        Err(resp) => return *resp,
+    };
     let query = query.unwrap_or_default();
     let (io, id, _) = match container_target(&app, &p, &query).await {
         Ok(t) => t,
         Err(resp) => return resp,
     };
     match app.runtime.exec_url(&id, exec_command(&query), io).await {
-        Ok(url) => proxy(req, &url, app.draining.clone()).await,
+        Ok(url) => proxy(req, &url, app.draining.clone(), permit).await,
         Err(e) => cri_error(&e),
     }
 }
@@ -339,6 +343,10 @@ pub(super) async fn attach(
     RawQuery(query): RawQuery,
     req: Request,
 ) -> Response {
+    let permit = match stream_permit(&app.streams, &p.namespace) {
+        Ok(p) => p,
+        Err(resp) => return *resp,
+    };
     let query = query.unwrap_or_default();
     let (io, id, tty) = match container_target(&app, &p, &query).await {
         Ok(t) => t,
@@ -346,7 +354,7 @@ pub(super) async fn attach(
     };
     let io = StreamIo { tty, ..io };
     match app.runtime.attach_url(&id, io).await {
-        Ok(url) => proxy(req, &url, app.draining.clone()).await,
+        Ok(url) => proxy(req, &url, app.draining.clone(), permit).await,
         Err(e) => cri_error(&e),
     }
 }
@@ -366,6 +374,10 @@ pub(super) async fn port_forward(
     ) {
         Ok(ports) => ports,
         Err(e) => return text(StatusCode::BAD_REQUEST, e),
+    };
+    let permit = match stream_permit(&app.streams, &p.namespace) {
+        Ok(p) => p,
+        Err(resp) => return *resp,
     };
     let pod = match find_pod(&app, &p.namespace, &p.pod, p.uid.as_deref()) {
         Ok(pod) => pod,
@@ -391,9 +403,28 @@ pub(super) async fn port_forward(
         );
     };
     match app.runtime.port_forward_url(&sandbox.id, ports).await {
-        Ok(url) => proxy(req, &url, app.draining.clone()).await,
+        Ok(url) => proxy(req, &url, app.draining.clone(), permit).await,
         Err(e) => cri_error(&e),
     }
+}
+
+/// A place for one more upgraded stream in `namespace`
+/// ([`super::Limits::max_streams`], [`super::Limits::max_streams_per_namespace`]),
+/// held until the stream ends; else 429 with `Retry-After: 1`.
+fn stream_permit(
+    streams: &Arc<fair::Quota>,
+    namespace: &str,
+) -> Result<fair::Permit, Box<Response>> {
+    streams.try_take(namespace).map_err(|full| {
+        Box::new(too_many(match full {
+            fair::Full::Node => {
+                "too many exec, attach and port-forward streams are open on this node; try again later\n"
+            }
+            fair::Full::Namespace => {
+                "too many exec, attach and port-forward streams of this namespace are open on this node; try again later\n"
+            }
+        }))
+    })
 }
 
 /// An error of the proxy itself, as the kubelet's `responder.Error`: 500 and
@@ -406,11 +437,14 @@ fn proxy_error(message: impl Into<String>) -> Response {
 
 /// Proxies the upgrade request `req` to the runtime's streaming `url` (the
 /// kubelet's `proxyStream`): 500 `Upgrade request required` for a plain
-/// request; the runtime's answer relayed; after `101` both connections spliced.
-async fn proxy(
+/// request; the runtime's answer relayed; after `101` both connections
+/// spliced, `hold` (the stream's place among those open) kept until the
+/// stream ends.
+async fn proxy<H: Send + 'static>(
     mut req: Request,
     url: &str,
     draining: tokio::sync::watch::Receiver<bool>,
+    hold: H,
 ) -> Response {
     if !is_upgrade_request(req.headers()) {
         return proxy_error("Upgrade request required");
@@ -452,7 +486,10 @@ async fn proxy(
     }
     debug!(url, headers = ?resp.headers(), "runtime switched protocols");
     let backend_upgrade = hyper::upgrade::on(&mut resp);
-    tokio::spawn(splice(client_upgrade, backend_upgrade, draining));
+    tokio::spawn(async move {
+        splice(client_upgrade, backend_upgrade, draining).await;
+        drop(hold);
+    });
     let mut out = Response::new(Body::empty());
     *out.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     *out.headers_mut() = resp.headers().clone();
@@ -710,6 +747,7 @@ mod tests {
                     req,
                     &format!("http://{runtime}/exec/{token}"),
                     tokio::sync::watch::channel(false).1,
+                    (),
                 )
                 .await
             }),
@@ -764,5 +802,66 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(body.to_bytes().trim_ascii(), b"Upgrade request required");
+    }
+
+    /// One stream per namespace: a second in the namespace is refused 429
+    /// while the first is open, another namespace's is not, and the place
+    /// comes back once the stream ends.
+    #[tokio::test]
+    async fn upgraded_streams_hold_their_place_until_they_end() {
+        let runtime = fake_runtime().await;
+        let streams = fair::Quota::new(4, 1);
+        let front = axum::Router::new().route(
+            "/{namespace}",
+            axum::routing::post(move |Path(ns): Path<String>, req: Request| async move {
+                match stream_permit(&streams, &ns) {
+                    Ok(permit) => {
+                        proxy(
+                            req,
+                            &format!("http://{runtime}/exec/tok"),
+                            tokio::sync::watch::channel(false).1,
+                            permit,
+                        )
+                        .await
+                    }
+                    Err(refused) => *refused,
+                }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let front_addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, front).await });
+        let open = |path: &'static str| async move {
+            let tcp = tokio::net::TcpStream::connect(front_addr).await.unwrap();
+            let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+                .await
+                .unwrap();
+            tokio::spawn(conn.with_upgrades());
+            let req = hyper::Request::post(path)
+                .header(header::CONNECTION, "Upgrade")
+                .header(header::UPGRADE, "SPDY/3.1")
+                .header("x-stream-protocol-version", "v4.channel.k8s.io")
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            tx.send_request(req).await.unwrap()
+        };
+        let mut first = open("/a").await;
+        assert_eq!(first.status(), StatusCode::SWITCHING_PROTOCOLS);
+        let io = hyper::upgrade::on(&mut first).await.unwrap();
+        let refused = open("/a").await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(open("/b").await.status(), StatusCode::SWITCHING_PROTOCOLS);
+        // The first stream ends: its namespace may open another.
+        drop(io);
+        let mut again = StatusCode::TOO_MANY_REQUESTS;
+        for _ in 0..50 {
+            again = open("/a").await.status();
+            if again == StatusCode::SWITCHING_PROTOCOLS {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(again, StatusCode::SWITCHING_PROTOCOLS);
     }
 }

@@ -107,8 +107,13 @@ fn fresh_pod() -> Pod {
 }
 
 fn pod() -> Pod {
+    pod_in("ns", "p", "u1")
+}
+
+/// Pod `namespace/name`: one running container, `c`, restarted once.
+fn pod_in(namespace: &str, name: &str, uid: &str) -> Pod {
     serde_json::from_value(json!({
-        "metadata": { "name": "p", "namespace": "ns", "uid": "u1" },
+        "metadata": { "name": name, "namespace": namespace, "uid": uid },
         "spec": { "containers": [{ "name": "c", "image": "busybox" }] },
         "status": { "containerStatuses": [{
             "name": "c", "image": "busybox", "imageID": "", "ready": true, "restartCount": 1,
@@ -181,6 +186,11 @@ async fn start_until_with(
     )
     .unwrap();
 
+    // The same in another namespace.
+    let other = dir.path().join("logs/other_q_u3/c");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("1.log"), "2024-05-01T11:00:00Z stdout F q\n").unwrap();
+
     let fresh = dir.path().join("logs/ns_fresh_u2/c");
     std::fs::create_dir_all(&fresh).unwrap();
     std::fs::write(fresh.join("0.log"), "2024-05-01T12:00:00Z stdout F hello\n").unwrap();
@@ -188,6 +198,9 @@ async fn start_until_with(
     let (store, mut writer) = kube::runtime::reflector::store::<Pod>();
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod()));
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(fresh_pod()));
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod_in(
+        "other", "q", "u3",
+    )));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let statuses = Arc::new(StatusManager::new(
         fake_api(seen.clone()),
@@ -277,6 +290,18 @@ impl Fixture {
         tokio::task::JoinHandle<hyper::Result<()>>,
         http::Response<hyper::body::Incoming>,
     ) {
+        self.follow_log("/containerLogs/ns/p/c?follow=true").await
+    }
+
+    /// Follows the log at `path` as [`Fixture::follow`] does.
+    async fn follow_log(
+        &self,
+        path: &str,
+    ) -> (
+        hyper::client::conn::http1::SendRequest<Empty<bytes::Bytes>>,
+        tokio::task::JoinHandle<hyper::Result<()>>,
+        http::Response<hyper::body::Incoming>,
+    ) {
         let tls = self.connect(self.tester(), &[]).await.unwrap();
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
@@ -284,7 +309,7 @@ impl Fixture {
         let conn = tokio::spawn(conn);
         let resp = sender
             .send_request(
-                http::Request::get("/containerLogs/ns/p/c?follow=true")
+                http::Request::get(path)
                     .header(http::header::HOST, "127.0.0.1")
                     .body(Empty::<bytes::Bytes>::new())
                     .unwrap(),
@@ -1161,4 +1186,216 @@ fn the_open_file_limit_is_raised_to_what_is_allowed() {
     );
     // Asking again changes nothing.
     assert_eq!(raise_open_files_limit(MAX_OPEN_FILES).unwrap(), soft);
+}
+
+#[tokio::test]
+async fn a_connection_without_a_request_is_closed_after_the_first_request_deadline() {
+    use tokio::io::AsyncReadExt as _;
+    // The idle timeout stays at 90 s: only the first-request deadline acts.
+    let f = start_with(|cfg| cfg.limits.first_request_timeout = Duration::from_millis(500)).await;
+    // The handshake finished, no request sent.
+    let started = std::time::Instant::now();
+    let mut tls = f.connect(None, &[]).await.unwrap();
+    assert!(closed_within(&mut tls, Duration::from_secs(5)).await);
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    // No handshake either.
+    let mut tcp = tokio::net::TcpStream::connect(f.addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
+    // A connection whose first request came in time is kept alive past
+    // the deadline.
+    let tls = f.connect(f.tester(), &[]).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let healthz = || {
+        http::Request::get("/healthz")
+            .header(http::header::HOST, "127.0.0.1")
+            .body(Empty::<bytes::Bytes>::new())
+            .unwrap()
+    };
+    let resp = sender.send_request(healthz()).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.into_body().collect().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!conn.is_finished(), "a kept-alive connection was closed");
+    let resp = sender.send_request(healthz()).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn connections_without_credentials_cannot_keep_out_a_client_certificate() {
+    let f = start_with(|cfg| {
+        cfg.limits.max_connections = 8;
+        cfg.limits.max_unauthenticated = 4;
+    })
+    .await;
+    // Opened before the flood: its certificate takes it out of the pool.
+    let early = f.connect(f.tester(), &[]).await.unwrap();
+    // Twelve idle connections without credentials: more than all the
+    // places there are.
+    let mut flood = Vec::new();
+    for i in 0..12 {
+        let tls = f.connect(None, &[]).await;
+        flood.push(tls.unwrap_or_else(|e| panic!("flood connection {i} refused: {e}")));
+    }
+    // The oldest eight were closed to make room; the newest four wait.
+    for (i, tls) in flood.iter_mut().enumerate().take(8) {
+        assert!(
+            closed_within(tls, Duration::from_secs(2)).await,
+            "flood connection {i} still open"
+        );
+    }
+    for (i, tls) in flood.iter_mut().enumerate().skip(8) {
+        assert!(
+            !closed_within(tls, Duration::from_millis(100)).await,
+            "flood connection {i} closed"
+        );
+    }
+    // Client certificates still get in and are served, old and new.
+    assert_eq!(
+        f.get("/healthz", f.tester(), None).await.unwrap(),
+        (StatusCode::OK, "ok".to_string())
+    );
+    assert_eq!(
+        request(TokioIo::new(early), "/healthz", None)
+            .await
+            .unwrap()
+            .0,
+        StatusCode::OK
+    );
+    // A token that authenticates but may not use the node API leaves its
+    // connection among those that can be closed to make room.
+    let tls = f.connect(None, &[]).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let resp = sender
+        .send_request(
+            http::Request::get("/healthz")
+                .header(http::header::HOST, "127.0.0.1")
+                .header(http::header::AUTHORIZATION, "Bearer good")
+                .body(Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    resp.into_body().collect().await.unwrap();
+    for _ in 0..4 {
+        flood.push(f.connect(None, &[]).await.unwrap());
+    }
+    tokio::time::timeout(Duration::from_secs(2), conn)
+        .await
+        .expect("the forbidden token's connection was kept")
+        .unwrap()
+        .ok();
+}
+
+#[tokio::test]
+async fn an_http2_client_that_opens_no_window_is_closed_after_the_write_deadline() {
+    let f = start_with(|cfg| cfg.limits.write_timeout = Duration::from_millis(500)).await;
+    let tls = f.connect(f.tester(), &[b"h2"]).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(0)
+        .handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let resp = sender
+        .send_request(
+            http::Request::get("https://127.0.0.1/pods")
+                .body(Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    // The head needs no window; the body waits for one that never opens.
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = tokio::spawn(resp.into_body().collect());
+    // Others are served meanwhile.
+    assert_eq!(
+        f.get("/healthz", f.tester(), None).await.unwrap(),
+        (StatusCode::OK, "ok".to_string())
+    );
+    tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("the zero-window connection is still open")
+        .unwrap()
+        .ok();
+    assert!(body.await.unwrap().is_err(), "the body was sent");
+}
+
+#[tokio::test]
+async fn one_namespaces_followers_do_not_refuse_another_namespaces() {
+    let f = start_with(|cfg| {
+        cfg.limits.max_log_follows = 4;
+        cfg.limits.max_log_follows_per_namespace = 1;
+    })
+    .await;
+    let (_s1, _c1, first) = f.follow().await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let (_s2, _c2, refused) = f.follow().await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()[http::header::RETRY_AFTER], "1");
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    assert!(
+        String::from_utf8_lossy(&body).contains("of this namespace"),
+        "{body:?}"
+    );
+    let (_s3, _c3, other) = f.follow_log("/containerLogs/other/q/c?follow=true").await;
+    assert_eq!(other.status(), StatusCode::OK);
+    let mut body = other.into_body();
+    let line = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(line, "q\n");
+}
+
+#[tokio::test]
+async fn upgraded_streams_beyond_the_cap_get_429_before_the_runtime_is_asked() {
+    let f = start_with(|cfg| cfg.limits.max_streams_per_namespace = 0).await;
+    for path in [
+        "/exec/ns/p/c?command=ls&output=1",
+        "/attach/ns/p/c?output=1",
+        "/portForward/ns/p",
+    ] {
+        let (status, body) = f.get(path, f.tester(), None).await.unwrap();
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{path}: {body}");
+        assert!(body.starts_with("too many exec"), "{path}: {body}");
+    }
+    // Another namespace is not limited by this one's streams: the runtime
+    // is asked (and is not there).
+    let f = start_with(|cfg| cfg.limits.max_streams_per_namespace = 1).await;
+    let (status, body) = f
+        .get("/exec/other/q/c?command=ls&output=1", f.tester(), None)
+        .await
+        .unwrap();
+    assert_ne!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+}
+
+#[tokio::test]
+async fn token_reviews_beyond_the_cap_get_429_and_spare_certificate_users() {
+    let f = start_with(|cfg| cfg.limits.max_token_reviews = 2).await;
+    // Twenty distinct bad tokens at once, each review taking 50 ms, and a
+    // certificate user among them.
+    let tokens: Vec<String> = (0..20).map(|i| format!("bad-{i}")).collect();
+    let bad = futures::future::join_all(tokens.iter().map(|t| f.get("/pods", None, Some(t))));
+    let (bad, tester) = tokio::join!(bad, f.get("/healthz", f.tester(), None));
+    assert_eq!(tester.unwrap(), (StatusCode::OK, "ok".to_string()));
+    let statuses: Vec<StatusCode> = bad.into_iter().map(|r| r.unwrap().0).collect();
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    let unauthorized = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::UNAUTHORIZED)
+        .count();
+    assert!(refused > 0, "{statuses:?}");
+    assert_eq!(refused + unauthorized, statuses.len(), "{statuses:?}");
+    // Only the tokens given a place were reviewed.
+    assert_eq!(f.count("TokenReview"), unauthorized);
 }
