@@ -386,11 +386,24 @@ done
 answer=$(kubectl_admin auth can-i update certificatesigningrequests --subresource=approval --as "$sa" 2>/dev/null || true)
 check "the ServiceAccount may not approve requests ($answer)" test "$answer" = no
 approver=system:serviceaccount:$NS:$RELEASE-csr-approver
-answer=$(kubectl_admin auth can-i approve signers.certificates.k8s.io/kubernetes.io/kube-apiserver-client-kubelet --as "$approver" 2>/dev/null || true)
-check "the approver may approve kubelet client requests ($answer)" test "$answer" = yes
-for what in "approve signers.certificates.k8s.io/kubernetes.io/kube-apiserver-client" \
-  "approve signers.certificates.k8s.io/kubernetes.io/kubelet-serving" \
-  "get secrets" "list pods" "patch nodes" "delete nodes" "create serviceaccounts --subresource=token"; do
+# may_approve USER SIGNER: whether USER may approve for SIGNER, asked with a
+# SubjectAccessReview (kubectl auth can-i cannot name a signer, whose name
+# holds a slash, as a resource name).
+may_approve() {
+  printf '%s\n' "apiVersion: authorization.k8s.io/v1" "kind: SubjectAccessReview" "spec:" \
+    "  user: $1" "  groups: [system:serviceaccounts, system:authenticated]" \
+    "  resourceAttributes: {group: certificates.k8s.io, resource: signers, name: \"$2\", verb: approve}" |
+    kubectl_admin create -f - -o jsonpath='{.status.allowed}'
+}
+answer=$(may_approve "$approver" kubernetes.io/kube-apiserver-client-kubelet 2>&1 || true)
+check "the approver may approve kubelet client requests ($answer)" test "$answer" = true
+answer=$(may_approve "$sa" kubernetes.io/kube-apiserver-client-kubelet 2>&1 || true)
+check "the ServiceAccount may not approve for the kubelet client signer ($answer)" test "$answer" = false
+for signer in kubernetes.io/kube-apiserver-client kubernetes.io/kubelet-serving; do
+  answer=$(may_approve "$approver" "$signer" 2>&1 || true)
+  check "the approver may not approve for $signer ($answer)" test "$answer" = false
+done
+for what in "get secrets" "list pods" "patch nodes" "delete nodes" "create serviceaccounts --subresource=token"; do
   # shellcheck disable=SC2086 # the verb, resource and flags are separate words
   answer=$(kubectl_admin auth can-i $what --all-namespaces --as "$approver" 2>/dev/null || true)
   check "the approver may not $what ($answer)" test "$answer" = no
