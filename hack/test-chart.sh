@@ -367,10 +367,18 @@ check "kubectl logs" bash -c \
 check "kubectl exec" bash -c \
   "[[ \$(kubectl --kubeconfig '$ADMIN_KUBECONFIG' -n chart-test exec companion-pod -- hostname) == companion-pod ]]"
 pf_log=$(mktemp)
-kubectl_admin -n chart-test port-forward pod/companion-pod 18080:8080 >"$pf_log" 2>&1 &
+# A local port of kubectl's choosing: the run on kind may be forwarding
+# beside this one on the same host.
+kubectl_admin -n chart-test port-forward pod/companion-pod :8080 >"$pf_log" 2>&1 &
 pf=$!
-for _ in $(seq 1 40); do grep -q Forwarding "$pf_log" && break; sleep 0.25; done
-check "kubectl port-forward" bash -c "[[ \$(curl -sf --max-time 5 http://127.0.0.1:18080/hostname) == companion-pod ]]"
+pf_port=''
+for _ in $(seq 1 40); do
+  pf_port=$(sed -n 's/^Forwarding from 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$pf_log" | head -1)
+  [[ -z $pf_port ]] || break
+  sleep 0.25
+done
+check "kubectl port-forward${pf_port:+ (local port $pf_port)}" bash -c \
+  "[[ -n '$pf_port' && \$(curl -sf --max-time 5 'http://127.0.0.1:$pf_port/hostname') == companion-pod ]]"
 kill "$pf" 2>/dev/null || true
 rm -f "$pf_log"
 
