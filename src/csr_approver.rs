@@ -466,15 +466,10 @@ async fn record(client: &Client, release: &Release, node: &str, csr: &str) -> Re
         let what = format!("{what} ConfigMap {}/{}", release.namespace, release.record);
         move |source| Error::Api { what, source }
     };
-    let patch = serde_json::json!({ "data": { node: csr } });
-    match api
-        .patch(
-            &release.record,
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
+    let patch = Patch::Merge(serde_json::json!({ "data": { node: csr } }));
+    let params = PatchParams::default();
+    let add = || api.patch(&release.record, &params, &patch);
+    match add().await {
         Ok(_) => return Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(err("record the node in")(e)),
@@ -500,15 +495,9 @@ async fn record(client: &Client, release: &Release, node: &str, csr: &str) -> Re
     match api.create(&PostParams::default(), &created).await {
         Ok(_) => Ok(()),
         // Made meanwhile (by an approver before this one): patch it.
-        Err(kube::Error::Api(s)) if s.code == 409 => api
-            .patch(
-                &release.record,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map(drop)
-            .map_err(err("record the node in")),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            add().await.map(drop).map_err(err("record the node in"))
+        }
         Err(e) => Err(err("create")(e)),
     }
 }

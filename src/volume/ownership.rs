@@ -94,13 +94,7 @@ pub fn apply(path: &Path, fs_group: u32, read_only: bool) -> io::Result<()> {
     };
     let stat = rustix::fs::lstat(path)?;
     if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
-        let parent = path.parent().unwrap_or_else(|| Path::new("/"));
-        let name = path
-            .file_name()
-            .ok_or_else(|| io::Error::other(format!("{} has no name", path.display())))?;
-        let parent = tree::open_path(parent)?;
-        let name = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name))
-            .map_err(io::Error::other)?;
+        let (parent, name) = tree::open_parent(path)?;
         return owner.entry(parent.as_fd(), &name, &stat);
     }
     tree::walk(tree::open_path(path)?, &mut owner)

@@ -6,13 +6,12 @@
 //! a container planted (or swapped in while the walk runs) stops the removal
 //! instead of redirecting it to the host.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::io;
-use std::os::fd::{BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt as _;
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::path::Path;
 
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
 use super::tree::{self, Visitor};
@@ -79,23 +78,10 @@ pub fn remove_all_one_filesystem(path: &Path) -> io::Result<()> {
     if !meta.is_dir() {
         return std::fs::remove_file(path);
     }
-    let parent = path.parent().unwrap_or_else(|| Path::new("/"));
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::other(format!("{} has no name", path.display())))?;
-    let name = CString::new(name.as_bytes()).map_err(io::Error::other)?;
-    let parent_fd: OwnedFd = rustix::fs::open(
-        parent,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let top = tree::open_dir(rustix::fd::AsFd::as_fd(&parent_fd), &name)?;
+    let (parent, name) = tree::open_parent(path)?;
+    let top = tree::open_dir(parent.as_fd(), &name)?;
     tree::walk(top, &mut Remover { top: path })?;
-    unlink(
-        rustix::fd::AsFd::as_fd(&parent_fd),
-        &name,
-        AtFlags::REMOVEDIR,
-    )
+    unlink(parent.as_fd(), &name, AtFlags::REMOVEDIR)
 }
 
 #[cfg(test)]

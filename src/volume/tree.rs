@@ -104,6 +104,22 @@ pub fn open_path(path: &Path) -> io::Result<OwnedFd> {
     Ok(rustix::fs::open(path, flags, Mode::empty())?)
 }
 
+/// The directory holding `path` (the agent's own path, links in it
+/// followed) and `path`'s last component, for the `*at` calls on it.
+///
+/// # Errors
+/// A path with no last component or with a NUL byte; opening its parent.
+pub fn open_parent(path: &Path) -> io::Result<(OwnedFd, CString)> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other(format!("{} has no name", path.display())))?;
+    let name =
+        CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name)).map_err(io::Error::other)?;
+    let parent = path.parent().unwrap_or_else(|| Path::new("/"));
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    Ok((rustix::fs::open(parent, flags, Mode::empty())?, name))
+}
+
 /// One directory above the one being read.
 struct Level {
     dev: u64,
