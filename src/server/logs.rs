@@ -525,6 +525,17 @@ pub fn restarts(dir: &Path) -> Vec<u32> {
     found
 }
 
+/// True when a later instance than restart `restart` has a log file in
+/// `dir`: the instance being followed was replaced. The live file missing
+/// (the log manager renamed it and the runtime is reopening it) is not
+/// that: rotation ends no follow.
+#[must_use]
+pub fn superseded(dir: &Path, restart: u32) -> bool {
+    restarts(dir)
+        .first()
+        .is_some_and(|newest| *newest > restart)
+}
+
 /// The file `which` names among `restarts` (newest first): its restart number
 /// and its path in `dir`.
 #[must_use]
@@ -549,6 +560,22 @@ mod tests {
 
     fn opts(q: &str) -> LogOptions {
         LogOptions::from_query(q, now()).unwrap()
+    }
+
+    #[test]
+    fn only_a_later_instance_supersedes_the_followed_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let touch = |name: &str| std::fs::write(dir.path().join(name), b"").unwrap();
+        // Between the rotation's rename and the runtime's reopen, only
+        // rotated files are there.
+        touch("0.log.20261129-170824");
+        touch("0.log.20261129-170814.gz");
+        assert!(!superseded(dir.path(), 0));
+        touch("0.log");
+        assert!(!superseded(dir.path(), 0));
+        touch("1.log");
+        assert!(superseded(dir.path(), 0));
+        assert!(!superseded(dir.path(), 1));
     }
 
     #[test]

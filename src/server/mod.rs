@@ -1382,7 +1382,7 @@ async fn container_logs(
         }
     };
     // Following ends when the container stops: its status says so, or a newer
-    // instance started (its file is no longer the newest); or the server drains.
+    // instance started (a later restart has a file); or the server drains.
     let draining = app.draining.clone();
     let pods = app.clone();
     let running = move || {
@@ -1396,7 +1396,7 @@ async fn container_logs(
             && container_status(&p, &container)
                 .and_then(|s| s.state.as_ref())
                 .is_some_and(|s| s.running.is_some())
-            && logs::restarts(&dir).first() == Some(&restart)
+            && !logs::superseded(&dir, restart)
     };
     // Two chunks in flight at most: a client that does not read holds 64 KiB.
     let (mut tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(2);
