@@ -5,7 +5,8 @@
 //! server's TokenReviews under load ([`hostile_nodeapi`]) or the agent's
 //! peak memory ([`hostile_bounded`]: other topics' pods would add to it),
 //! deploy the CSI driver that [`crate::csi`] runs on the host under the same
-//! name ([`csi_in_cluster`]), or assert that
+//! name ([`csi_in_cluster`]) or run that driver themselves
+//! ([`hostile_fsgroup`]), or assert that
 //! the Node is not written while nothing on the node changes, or restart
 //! the agent ([`node_status`]).
 
@@ -16,6 +17,7 @@ mod csi_in_cluster;
 mod devices;
 mod eviction;
 mod hostile_bounded;
+mod hostile_fsgroup;
 mod hostile_nodeapi;
 mod image_gc;
 mod node_limits;
