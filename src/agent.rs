@@ -918,6 +918,7 @@ fn pod_worker(
             log_links_dir: crate::paths::CONTAINER_LOGS_DIR.into(),
             cgroups: node.cgroups,
             devices: Some(node.devices),
+            dra: crate::dra::DraManager::new(client.clone()),
         },
         status: Arc::new(StatusManager::new(client.clone(), sources.clone())),
         status_context: StatusContext {

@@ -307,8 +307,10 @@ impl FakeApi {
             }
             _ => {}
         }
-        // /api/v1/namespaces/{ns}/{resource}/{name}[/{sub}]
+        // /api/v1/namespaces/{ns}/{resource}/{name}[/{sub}], and a named
+        // object of a group (`resourceclaims`), kept under its resource.
         let (ns, resource, name, sub) = match parts.as_slice() {
+            ["apis", _, _, "namespaces", ns, r, n] => (*ns, *r, *n, ""),
             ["api", "v1", "namespaces", ns, r] => (*ns, *r, "", ""),
             ["api", "v1", "namespaces", ns, r, n] => (*ns, *r, *n, ""),
             ["api", "v1", "namespaces", ns, r, n, s] => (*ns, *r, *n, *s),

@@ -21,6 +21,7 @@ pub mod container_gc;
 pub mod cri;
 pub mod csr_approver;
 pub mod device_manager;
+pub mod dra;
 pub mod events;
 pub mod eviction;
 pub mod expansion;

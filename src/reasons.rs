@@ -153,6 +153,9 @@ pub mod event {
     pub const SANDBOX_CHANGED: &str = "SandboxChanged";
     /// CRI `RunPodSandbox` failed (`FailedCreatePodSandBox`).
     pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+    /// The pod's ResourceClaims are not ready for it; no sandbox is made
+    /// (`FailedPrepareDynamicResources`, [`crate::dra`]).
+    pub const FAILED_PREPARE_DYNAMIC_RESOURCES: &str = "FailedPrepareDynamicResources";
     /// rustlet's own: the pod's labels or annotations are too large to go to
     /// the runtime with its sandbox and were left out
     /// (`translate::MAX_SANDBOX_METADATA_BYTES`; the kubelet has no cap).

@@ -67,6 +67,9 @@ pub struct RuntimeManager {
     /// The device manager: what containers get of the devices they were
     /// given (None: no device plugins).
     pub devices: Option<crate::device_manager::DeviceManager>,
+    /// The DRA manager: a pod's ResourceClaims are checked before its
+    /// sandbox is made.
+    pub dra: crate::dra::DraManager,
 }
 
 /// What carrying out a plan left behind.
@@ -165,6 +168,15 @@ impl RuntimeManager {
                         let note = "Pod sandbox changed, it will be killed and re-created.";
                         let reason = event::SANDBOX_CHANGED;
                         self.event(pod, None, EventType::Normal, reason, note.into());
+                    }
+                    // Claims first, as the kubelet's `SyncPod` before
+                    // `createPodSandbox`: a pod whose devices are not
+                    // prepared gets no sandbox, and waits.
+                    if let Err(e) = self.dra.prepare(pod).await {
+                        let reason = event::FAILED_PREPARE_DYNAMIC_RESOURCES;
+                        let note = format!("Failed to prepare dynamic resources: {e}");
+                        self.event(pod, None, EventType::Warning, reason, note);
+                        break;
                     }
                     match self.create_sandbox(pod, *attempt).await {
                         Ok(p) => placement = Some(p),

@@ -17,6 +17,7 @@
 mod common;
 
 mod bootstrap;
+mod claims;
 mod csi;
 mod hooks;
 mod hostile_isolation;

@@ -7,10 +7,11 @@
 //! scenario asserts the exact runtime calls and API requests of each sync.
 //! This module holds the harness ([`Node`]); the scenarios are in a module
 //! per topic: lifecycle, deletion, admission, eviction, restart (of the
-//! agent), volumes, static pods, resize, leaks, hostile numbers, and the
-//! node's reset.
+//! agent), volumes, ResourceClaims, static pods, resize, leaks, hostile
+//! numbers, and the node's reset.
 
 mod admission;
+mod claims;
 mod deletion;
 mod eviction;
 mod hostile;
@@ -179,6 +180,7 @@ impl Node {
                 log_links_dir: root.join("containers"),
                 cgroups,
                 devices: None,
+                dra: crate::dra::DraManager::new(client.clone()),
             },
             status: Arc::new(StatusManager::new(client.clone(), pods.clone())),
             status_context: StatusContext {

@@ -1,0 +1,286 @@
+//! Which ResourceClaims a pod uses and whether it may use them, as the
+//! kubelet's DRA manager checks them before preparing anything
+//! (`prepareResources`' validation pass, with `resourceclaim.Name`,
+//! `IsForPod` and `IsReservedForPod` of k8s.io/dynamic-resource-allocation).
+//! Pure: the claims are read by the caller.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{Pod, PodResourceClaim};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+
+/// A claim the pod uses, by name in its namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRef {
+    /// The ResourceClaim's name.
+    pub name: String,
+    /// The claim was generated from a template for this pod, which must be
+    /// its controlling owner ([`check`]).
+    pub must_check_owner: bool,
+}
+
+/// The names of the ResourceClaims `pod` uses, in the order of
+/// `spec.resourceClaims`, then the claim behind its extended resources
+/// (`status.extendedResourceClaimStatus`, `DRAExtendedResource`).
+///
+/// A claim from a template is named in `status.resourceClaimStatuses`;
+/// an entry there without a name means no claim was needed and is
+/// skipped, as `resourceclaim.Name`'s nil result.
+///
+/// # Errors
+/// The kubelet's messages: a template claim without its status entry
+/// (`pod "<ns>/<name>": ResourceClaim not created yet`), or a
+/// `spec.resourceClaims` entry naming neither a claim nor a template.
+pub fn claim_refs(pod: &Pod) -> Result<Vec<ClaimRef>, String> {
+    let spec = pod.spec.as_ref();
+    let status = pod.status.as_ref();
+    let mut out = Vec::new();
+    for pc in spec
+        .and_then(|s| s.resource_claims.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if let Some(r) = claim_name(pod, pc)? {
+            out.push(r);
+        }
+    }
+    if let Some(ext) = status.and_then(|s| s.extended_resource_claim_status.as_ref()) {
+        out.push(ClaimRef {
+            name: ext.resource_claim_name.clone(),
+            must_check_owner: false,
+        });
+    }
+    Ok(out)
+}
+
+/// `resourceclaim.Name`: the claim a `spec.resourceClaims` entry names
+/// (None: none was generated, nothing to do).
+fn claim_name(pod: &Pod, pc: &PodResourceClaim) -> Result<Option<ClaimRef>, String> {
+    let (ns, name) = (
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default(),
+    );
+    if let Some(claim) = &pc.resource_claim_name {
+        return Ok(Some(ClaimRef {
+            name: claim.clone(),
+            must_check_owner: false,
+        }));
+    }
+    if pc.resource_claim_template_name.is_some() {
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref());
+        return match statuses.into_iter().flatten().find(|s| s.name == pc.name) {
+            Some(s) => Ok(s.resource_claim_name.clone().map(|name| ClaimRef {
+                name,
+                must_check_owner: true,
+            })),
+            None => Err(format!(
+                "pod \"{ns}/{name}\": ResourceClaim not created yet"
+            )),
+        };
+    }
+    Err(format!(
+        "pod \"{ns}/{name}\", spec.resourceClaim {:?}: none of the supported fields are set",
+        pc.name
+    ))
+}
+
+/// Checks that `pod` may use `claim` (read for `r`) and returns the drivers
+/// that must prepare it: a claim from a template is controlled by the pod
+/// (`IsForPod`), the pod is among `status.reservedFor` (`IsReservedForPod`;
+/// reservations for a pod group are not honoured), and the claim is
+/// allocated; the drivers are those of its allocated devices.
+///
+/// # Errors
+/// The kubelet's messages: `ResourceClaim <ns>/<claim> was not created for
+/// pod <ns>/<pod> (pod is not owner)`, `pod <pod> (<uid>) is not allowed to
+/// use ResourceClaim <claim> (<uid>)`, `ResourceClaim <claim>: not
+/// allocated`.
+pub fn check(pod: &Pod, r: &ClaimRef, claim: &ResourceClaim) -> Result<BTreeSet<String>, String> {
+    let pod_ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let pod_uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let claim_ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+    let claim_uid = claim.metadata.uid.as_deref().unwrap_or_default();
+    if r.must_check_owner {
+        let controlled = claim
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true) && o.uid == pod_uid);
+        if claim_ns != pod_ns || !controlled {
+            return Err(format!(
+                "ResourceClaim {claim_ns}/{} was not created for pod {pod_ns}/{pod_name} (pod is not owner)",
+                r.name
+            ));
+        }
+    }
+    let status = claim.status.as_ref();
+    let reserved = status
+        .and_then(|s| s.reserved_for.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| !pod_uid.is_empty() && c.uid == pod_uid);
+    if !reserved {
+        return Err(format!(
+            "pod {pod_name} ({pod_uid}) is not allowed to use ResourceClaim {} ({claim_uid})",
+            r.name
+        ));
+    }
+    let Some(allocation) = status.and_then(|s| s.allocation.as_ref()) else {
+        return Err(format!("ResourceClaim {}: not allocated", r.name));
+    };
+    Ok(allocation
+        .devices
+        .as_ref()
+        .and_then(|d| d.results.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|d| d.driver.clone())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(claims: serde_json::Value, status: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "p", "namespace": "ns", "uid": "pod-uid" },
+            "spec": { "containers": [], "resourceClaims": claims },
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn claim(v: serde_json::Value) -> ResourceClaim {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn claims_are_named_by_the_spec_the_status_and_extended_resources() {
+        let p = pod(
+            serde_json::json!([
+                { "name": "direct", "resourceClaimName": "shared-gpu" },
+                { "name": "templated", "resourceClaimTemplateName": "t" },
+                { "name": "skipped", "resourceClaimTemplateName": "t" }
+            ]),
+            serde_json::json!({
+                "resourceClaimStatuses": [
+                    { "name": "templated", "resourceClaimName": "p-templated-x7" },
+                    { "name": "skipped" }
+                ],
+                "extendedResourceClaimStatus": {
+                    "resourceClaimName": "p-extended-resources-9",
+                    "requestMappings": []
+                }
+            }),
+        );
+        let names: Vec<(String, bool)> = claim_refs(&p)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.name, r.must_check_owner))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("shared-gpu".into(), false),
+                ("p-templated-x7".into(), true),
+                ("p-extended-resources-9".into(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_template_claim_not_yet_created_or_an_empty_entry_is_an_error() {
+        let p = pod(
+            serde_json::json!([{ "name": "gpu", "resourceClaimTemplateName": "t" }]),
+            serde_json::json!({}),
+        );
+        assert_eq!(
+            claim_refs(&p).unwrap_err(),
+            "pod \"ns/p\": ResourceClaim not created yet"
+        );
+        let p = pod(
+            serde_json::json!([{ "name": "gpu" }]),
+            serde_json::json!({}),
+        );
+        assert!(
+            claim_refs(&p)
+                .unwrap_err()
+                .ends_with("spec.resourceClaim \"gpu\": none of the supported fields are set")
+        );
+    }
+
+    fn allocated(reserved_uid: &str, owner_uid: Option<&str>) -> ResourceClaim {
+        let owners = owner_uid.map(|uid| {
+            serde_json::json!([{
+                "apiVersion": "v1", "kind": "Pod", "name": "p", "uid": uid, "controller": true
+            }])
+        });
+        claim(serde_json::json!({
+            "metadata": { "name": "c", "namespace": "ns", "uid": "claim-uid", "ownerReferences": owners },
+            "spec": {},
+            "status": {
+                "reservedFor": [{ "resource": "pods", "name": "p", "uid": reserved_uid }],
+                "allocation": { "devices": { "results": [
+                    { "request": "gpu", "driver": "gpu.example.com", "pool": "n", "device": "gpu-0" },
+                    { "request": "nic", "driver": "nic.example.com", "pool": "n", "device": "eth1" },
+                    { "request": "gpu2", "driver": "gpu.example.com", "pool": "n", "device": "gpu-1" }
+                ] } }
+            }
+        }))
+    }
+
+    #[test]
+    fn an_allocated_claim_reserved_for_the_pod_names_its_drivers() {
+        let p = pod(serde_json::json!([]), serde_json::json!({}));
+        let direct = ClaimRef {
+            name: "c".into(),
+            must_check_owner: false,
+        };
+        let drivers = check(&p, &direct, &allocated("pod-uid", None)).unwrap();
+        assert_eq!(
+            drivers.into_iter().collect::<Vec<_>>(),
+            ["gpu.example.com", "nic.example.com"]
+        );
+        let templated = ClaimRef {
+            must_check_owner: true,
+            ..direct.clone()
+        };
+        assert!(check(&p, &templated, &allocated("pod-uid", Some("pod-uid"))).is_ok());
+    }
+
+    #[test]
+    fn a_claim_of_another_pod_or_unreserved_or_unallocated_is_refused() {
+        let p = pod(serde_json::json!([]), serde_json::json!({}));
+        let templated = ClaimRef {
+            name: "c".into(),
+            must_check_owner: true,
+        };
+        assert_eq!(
+            check(&p, &templated, &allocated("pod-uid", Some("other"))).unwrap_err(),
+            "ResourceClaim ns/c was not created for pod ns/p (pod is not owner)"
+        );
+        let direct = ClaimRef {
+            must_check_owner: false,
+            ..templated
+        };
+        assert_eq!(
+            check(&p, &direct, &allocated("other", None)).unwrap_err(),
+            "pod p (pod-uid) is not allowed to use ResourceClaim c (claim-uid)"
+        );
+        let reserved_only = claim(serde_json::json!({
+            "metadata": { "name": "c", "namespace": "ns", "uid": "claim-uid" },
+            "spec": {},
+            "status": { "reservedFor": [{ "resource": "pods", "name": "p", "uid": "pod-uid" }] }
+        }));
+        assert_eq!(
+            check(&p, &direct, &reserved_only).unwrap_err(),
+            "ResourceClaim c: not allocated"
+        );
+    }
+}
