@@ -901,7 +901,7 @@ fn pod_worker(
                 pull_concurrency(settings),
             )
             .with_pull_rate(settings.registry_pull_qps, settings.registry_burst)
-            .with_pull_records(&settings.root_dir),
+            .with_pull_records(&settings.root_dir, settings.image_pull_verification.clone()),
             sources: SourceReader {
                 client: client.clone(),
                 services,

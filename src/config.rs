@@ -204,6 +204,11 @@ pub struct Settings {
     /// measured in the background for the stats and the eviction manager,
     /// as the kubelet's volume stat calculators.
     pub volume_stats_agg_period: Duration,
+    /// `imagePullCredentialsVerificationPolicy` (`NeverVerifyPreloadedImages`)
+    /// and `preloadedImagesVerificationAllowlist` (empty): which images
+    /// present on the node need a pod's credentials checked
+    /// ([`crate::image_policy`]).
+    pub image_pull_verification: crate::image_policy::VerificationPolicy,
 }
 
 /// The image GC policy of the KubeletConfiguration, as the kubelet's
@@ -428,6 +433,7 @@ impl Default for Settings {
             node_status_max_images: 50,
             image_gc: ImageGcPolicy::default(),
             volume_stats_agg_period: Duration::from_secs(60),
+            image_pull_verification: crate::image_policy::VerificationPolicy::default(),
         }
     }
 }
@@ -526,6 +532,8 @@ impl Settings {
             "eventBurst": self.event_burst,
             "registryPullQPS": self.registry_pull_qps,
             "registryBurst": self.registry_burst,
+            "imagePullCredentialsVerificationPolicy": self.image_pull_verification.name(),
+            "preloadedImagesVerificationAllowlist": self.image_pull_verification.allowlist(),
             "crashLoopBackOff": {
                 "maxContainerRestartPeriod": go_duration(self.crash_loop_max_restart_period),
             },
@@ -724,6 +732,8 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "imageMinimumGCAge",
     "imageMaximumGCAge",
     "volumeStatsAggPeriod",
+    "imagePullCredentialsVerificationPolicy",
+    "preloadedImagesVerificationAllowlist",
 ];
 
 /// KubeletConfiguration fields that guard the node's security, with the
@@ -1035,6 +1045,10 @@ struct KubeletConfiguration {
     /// `registryBurst`.
     #[serde(deserialize_with = "pull_rate")]
     registry_burst: Option<u32>,
+    /// `imagePullCredentialsVerificationPolicy`.
+    image_pull_credentials_verification_policy: Option<String>,
+    /// `preloadedImagesVerificationAllowlist`.
+    preloaded_images_verification_allowlist: Option<Vec<String>>,
     /// `authentication`.
     authentication: Option<Authentication>,
     /// `authorization`.
@@ -1282,6 +1296,7 @@ impl KubeletConfiguration {
         self.apply_container_logs(s);
         self.apply_eviction(s);
         self.apply_feature_gates(path, s)?;
+        self.apply_image_pull_verification(path, s)?;
         validate(path, s)
     }
 
@@ -1441,6 +1456,32 @@ impl KubeletConfiguration {
         // Zero is a value here: no maximum age.
         set(&mut gc.max_age, self.image_maximum_gc_age);
         nonzero(&mut s.volume_stats_agg_period, self.volume_stats_agg_period);
+    }
+
+    /// The image pull credentials verification policy and its allowlist,
+    /// checked together as the kubelet's validation does.
+    fn apply_image_pull_verification(&self, path: &Path, s: &mut Settings) -> Result<(), Error> {
+        if self.image_pull_credentials_verification_policy.is_none()
+            && self.preloaded_images_verification_allowlist.is_none()
+        {
+            return Ok(());
+        }
+        let policy = self
+            .image_pull_credentials_verification_policy
+            .as_deref()
+            .unwrap_or("");
+        let allowlist = self
+            .preloaded_images_verification_allowlist
+            .as_deref()
+            .unwrap_or(&[]);
+        s.image_pull_verification = crate::image_policy::VerificationPolicy::parse(
+            policy, allowlist,
+        )
+        .map_err(|message| Error::Parse {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        Ok(())
     }
 
     /// Container log rotation; the interval is at least 3 s.
@@ -2238,6 +2279,46 @@ volumeStatsAggPeriod: 0s
     }
 
     #[test]
+    fn image_pull_credentials_verification_policy_and_its_allowlist() {
+        use crate::image_policy::VerificationPolicy;
+        let read = |text: &str| {
+            let mut s = Settings::default();
+            apply_file_text(&mut s, Path::new("k.yaml"), text).map(|_| s)
+        };
+        assert_eq!(
+            Settings::default().image_pull_verification,
+            VerificationPolicy::NeverVerifyPreloadedImages
+        );
+        let s = read("imagePullCredentialsVerificationPolicy: AlwaysVerify\n").unwrap();
+        assert_eq!(s.image_pull_verification, VerificationPolicy::AlwaysVerify);
+        let s = read(
+            "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n\
+             preloadedImagesVerificationAllowlist: [registry.example/base/*]\n",
+        )
+        .unwrap();
+        let c = s.kubelet_configuration();
+        assert_eq!(
+            (
+                &c["imagePullCredentialsVerificationPolicy"],
+                &c["preloadedImagesVerificationAllowlist"]
+            ),
+            (
+                &serde_json::json!("NeverVerifyAllowlistedImages"),
+                &serde_json::json!(["registry.example/base/*"])
+            )
+        );
+        for bad in [
+            "imagePullCredentialsVerificationPolicy: Sometimes\n",
+            "preloadedImagesVerificationAllowlist: [registry.example/a]\n",
+            "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n\
+             preloadedImagesVerificationAllowlist: [busybox]\n",
+        ] {
+            let e = read(bad).unwrap_err().to_string();
+            assert!(e.contains("k.yaml"), "{e}");
+        }
+    }
+
+    #[test]
     fn docs_configuration_places_every_field() {
         let doc = include_str!("../docs/configuration.md");
         let fields: Vec<&str> = KUBELET_CONFIGURATION_FIELDS.split_whitespace().collect();
@@ -2259,6 +2340,23 @@ volumeStatsAggPeriod: 0s
             missing.is_empty(),
             "not in docs/configuration.md: {missing:?}"
         );
+        // A field read has an effect: none is listed as having none.
+        let (_, no_effect) = doc
+            .split_once("## Accepted, no effect")
+            .expect("the no-effect section");
+        let no_effect: String = no_effect
+            .split("\n## ")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|row| row.split('|').nth(1))
+            .collect();
+        for f in SUPPORTED_FIELDS {
+            assert!(
+                !no_effect.contains(&format!("`{f}`")),
+                "{f} is read, yet listed under \"Accepted, no effect\""
+            );
+        }
         // Each field read is one the type has.
         for f in SUPPORTED_FIELDS
             .iter()

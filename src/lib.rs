@@ -28,6 +28,7 @@ pub mod expansion;
 pub mod feature_gates;
 pub mod grpc_socket;
 pub mod image_gc;
+pub mod image_policy;
 pub mod labels;
 pub mod log_links;
 pub mod log_manager;

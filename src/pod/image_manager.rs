@@ -102,6 +102,8 @@ pub struct ImageManager {
     /// Which credentials pulled which image; none: images present are used
     /// without verification.
     records: Option<PullRecords>,
+    /// Which present images need a pod's credentials verified.
+    policy: crate::image_policy::VerificationPolicy,
 }
 
 impl ImageManager {
@@ -127,6 +129,7 @@ impl ImageManager {
             rate: None,
             backoffs: Mutex::new(HashMap::new()),
             records: None,
+            policy: crate::image_policy::VerificationPolicy::default(),
         }
     }
 
@@ -145,22 +148,30 @@ impl ImageManager {
     }
 
     /// Keeps image pull records under `root_dir/image_manager` and verifies
-    /// a pod's credentials before it may use an image pulled with a secret
-    /// (KEP-2535, the kubelet's `KubeletEnsureSecretPulledImages` with the
-    /// default `imagePullCredentialsVerificationPolicy`,
-    /// `NeverVerifyPreloadedImages`: images the agent did not pull are used
-    /// as they are).
+    /// a pod's credentials before it may use an image present on the node
+    /// (KEP-2535, the kubelet's `KubeletEnsureSecretPulledImages`), where
+    /// `policy` (`imagePullCredentialsVerificationPolicy`) asks for it: by
+    /// default (`NeverVerifyPreloadedImages`) the images the agent pulled.
     #[must_use]
-    pub fn with_pull_records(self, root_dir: &Path) -> Self {
+    pub fn with_pull_records(
+        self,
+        root_dir: &Path,
+        policy: crate::image_policy::VerificationPolicy,
+    ) -> Self {
         Self {
             records: Some(PullRecords::new(root_dir)),
+            policy,
             ..self
         }
     }
 
     /// Whether a pod presenting `secrets` (for `image`) must pull the present
     /// image `image_ref` again before it may use it (the kubelet's
-    /// `MustAttemptImagePull`): an image the agent pulled is used by a pod
+    /// `MustAttemptImagePull`). The policy decides first
+    /// ([`crate::image_policy::VerificationPolicy::requires_verification`]):
+    /// with `NeverVerify`, or an image the allowlist names, nothing is
+    /// checked; an image the policy wants verified that has no record for
+    /// its name (preloaded) is pulled again. Then an image the agent pulled is used by a pod
     /// whose secrets include one that pulled it (same coordinates, or a
     /// credential with the same hash), or by any pod once it was pulled
     /// without credentials. A record that cannot be read, or a pull of this
@@ -174,9 +185,14 @@ impl ImageManager {
         let Some(records) = &self.records else {
             return false;
         };
+        let policy = &self.policy;
         let record = match records.pulled(image_ref) {
             Ok(Some(r)) => r,
-            Ok(None) => return records.pulling(image),
+            Ok(None) => {
+                // Preloaded, unless a pull of it was cut short.
+                let pulled = records.pulling(image);
+                return policy.requires_verification(image_name(image), pulled);
+            }
             Err(e) => {
                 warn!(error = %e, image, "image pull record; verifying the pod's credentials");
                 return true;
@@ -187,6 +203,9 @@ impl ImageManager {
         // name it was pulled under, with any of its secrets (the kubelet
         // goes further and verifies every ID of an image it pulled).
         if is_image_id(image) {
+            if !policy.requires_verification(image, true) {
+                return false;
+            }
             return !record.credential_mapping.values().any(|allowed| {
                 allowed.node_pods_accessible || matching(allowed, secrets).is_some()
             });
@@ -195,8 +214,12 @@ impl ImageManager {
         // for it, no pull of it interrupted) came onto the node another way:
         // preloaded, as an image the agent never pulled at all.
         let Some(allowed) = record.credential_mapping.get(image_name(image)) else {
-            return records.pulling(image);
+            let pulled = records.pulling(image);
+            return policy.requires_verification(image_name(image), pulled);
         };
+        if !policy.requires_verification(image_name(image), true) {
+            return false;
+        }
         if allowed.node_pods_accessible {
             return false;
         }

@@ -295,6 +295,76 @@ async fn preloaded_images_are_used_without_verification() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_verification_policy_decides_for_preloaded_and_pulled_images() {
+    use crate::image_policy::VerificationPolicy;
+    let pull = format!("PullImage {PRIVATE}");
+    let started = ["CreateContainer c", "StartContainer c"];
+    let allowlisted = |names: &[&str]| {
+        let names: Vec<String> = names.iter().map(ToString::to_string).collect();
+        VerificationPolicy::parse("NeverVerifyAllowlistedImages", &names).unwrap()
+    };
+    // A preloaded private image and a pod without its secret: each policy's
+    // runtime calls after the sandbox, and the container's state.
+    let preloaded: [(VerificationPolicy, &[&str], &str); 5] = [
+        (
+            VerificationPolicy::AlwaysVerify,
+            &[&pull],
+            "waiting:ErrImagePull",
+        ),
+        (VerificationPolicy::NeverVerify, &started, "running"),
+        (
+            VerificationPolicy::NeverVerifyPreloadedImages,
+            &started,
+            "running",
+        ),
+        (
+            allowlisted(&["registry.example/private/*"]),
+            &started,
+            "running",
+        ),
+        (
+            allowlisted(&["registry.example/other/app"]),
+            &[&pull],
+            "waiting:ErrImagePull",
+        ),
+    ];
+    for (policy, calls, want) in preloaded {
+        let what = format!("{policy:?}");
+        let mut n = Node::start_with_image_policy(policy).await;
+        n.cri.add_image(PRIVATE);
+        n.cri.require_auth(PRIVATE, "user", "pass");
+        let a = n.bind(private_pod("a", "IfNotPresent", &[]));
+        n.sync(&a).await;
+        let mut expected = vec!["RunPodSandbox default/a".to_string()];
+        expected.extend(calls.iter().map(ToString::to_string));
+        assert_eq!(n.cri_calls(), expected, "{what}");
+        assert_eq!(state(&n.status("a"), "c").0, want, "{what}");
+    }
+    // Pulled with a secret: NeverVerify and an allowlisted name let a pod
+    // without it use the image; AlwaysVerify verifies as the default does.
+    let pulled: [(VerificationPolicy, &[&str]); 3] = [
+        (VerificationPolicy::NeverVerify, &started),
+        (allowlisted(&["registry.example/private/app"]), &started),
+        (VerificationPolicy::AlwaysVerify, &[&pull]),
+    ];
+    for (policy, calls) in pulled {
+        let what = format!("{policy:?}");
+        let mut n = Node::start_with_image_policy(policy).await;
+        n.cri.require_auth(PRIVATE, "user", "pass");
+        put_pull_secret(&n, "regcred", "user", "pass");
+        let a = n.bind(private_pod("a", "IfNotPresent", &["regcred"]));
+        n.sync(&a).await;
+        assert_eq!(state(&n.status("a"), "c").0, "running", "{what}");
+        n.cri_calls();
+        let b = n.bind(private_pod("b", "IfNotPresent", &[]));
+        n.sync(&b).await;
+        let mut expected = vec!["RunPodSandbox default/b".to_string()];
+        expected.extend(calls.iter().map(ToString::to_string));
+        assert_eq!(n.cri_calls(), expected, "{what}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_pulled_anonymously_is_for_every_pod_and_a_crash_mid_pull_is_verified() {
     let mut n = Node::start().await;
     let public = "registry.example/public/app:1";

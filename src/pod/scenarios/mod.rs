@@ -86,7 +86,16 @@ impl Node {
     }
 
     async fn with(api: FakeApi, cri: FakeRuntime, dir: Arc<tempfile::TempDir>) -> Self {
-        Self::with_node(api, cri, dir, true, None).await
+        Self::with_node(api, cri, dir, true, None, Default::default()).await
+    }
+
+    /// A node whose image manager verifies credentials by `policy`
+    /// (`imagePullCredentialsVerificationPolicy`).
+    async fn start_with_image_policy(policy: crate::image_policy::VerificationPolicy) -> Self {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let (cri, _) = FakeRuntime::serve(dir.path()).expect("serve the fake runtime");
+        cri.add_image(IMAGE);
+        Self::with_node(FakeApi::default(), cri, dir, true, None, policy).await
     }
 
     /// A node whose pods get cgroups of their own in `cgroups`.
@@ -94,7 +103,15 @@ impl Node {
         let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
         let (cri, _) = FakeRuntime::serve(dir.path()).expect("serve the fake runtime");
         cri.add_image(IMAGE);
-        Self::with_node(FakeApi::default(), cri, dir, true, Some(cgroups)).await
+        Self::with_node(
+            FakeApi::default(),
+            cri,
+            dir,
+            true,
+            Some(cgroups),
+            Default::default(),
+        )
+        .await
     }
 
     /// A node whose Node object is not listed yet (the API server has not
@@ -103,7 +120,15 @@ impl Node {
         let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
         let (cri, _) = FakeRuntime::serve(dir.path()).expect("serve the fake runtime");
         cri.add_image(IMAGE);
-        Self::with_node(FakeApi::default(), cri, dir, false, None).await
+        Self::with_node(
+            FakeApi::default(),
+            cri,
+            dir,
+            false,
+            None,
+            Default::default(),
+        )
+        .await
     }
 
     async fn with_node(
@@ -112,6 +137,7 @@ impl Node {
         dir: Arc<tempfile::TempDir>,
         node_listed: bool,
         cgroups: Option<crate::cgroups::CgroupManager>,
+        image_policy: crate::image_policy::VerificationPolicy,
     ) -> Self {
         let runtime = cri.client(Duration::from_secs(10)).await.expect("client");
         let client = api.client();
@@ -146,7 +172,7 @@ impl Node {
             recorder.clone(),
             PullConcurrency::Serial,
         )
-        .with_pull_records(&root);
+        .with_pull_records(&root, image_policy);
         // The Node as the watch lists it: 4 cpus, 8Gi, 110 pods.
         let (node_store, mut node_writer) = reflector::store();
         let mut api_node = k8s_openapi::api::core::v1::Node::default();

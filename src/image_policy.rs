@@ -1,0 +1,248 @@
+//! Which images present on the node need a pod's credentials verified
+//! before the pod may use them: the KubeletConfiguration's
+//! `imagePullCredentialsVerificationPolicy` and
+//! `preloadedImagesVerificationAllowlist` (KEP-2535), as the kubelet's
+//! `ImagePullPolicyEnforcer` (pkg/kubelet/images/pullmanager). Pure: the
+//! image manager asks it, then checks the pull records.
+
+use std::collections::BTreeSet;
+
+/// `imagePullCredentialsVerificationPolicy`, with its allowlist.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum VerificationPolicy {
+    /// `NeverVerify`: any pod uses any image present.
+    NeverVerify,
+    /// `NeverVerifyPreloadedImages` (the default): images the agent pulled
+    /// are verified; images that came onto the node another way are not.
+    #[default]
+    NeverVerifyPreloadedImages,
+    /// `NeverVerifyAllowlistedImages`: images the allowlist names are not
+    /// verified, whoever pulled them; every other image is.
+    NeverVerifyAllowlistedImages(Allowlist),
+    /// `AlwaysVerify`: every image is verified, preloaded ones included.
+    AlwaysVerify,
+}
+
+/// `preloadedImagesVerificationAllowlist`: image names without tag or
+/// digest (`registry.example/team/app`), and prefixes written with a
+/// trailing `/*` (`registry.example/team/*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Allowlist {
+    names: BTreeSet<String>,
+    prefixes: Vec<String>,
+}
+
+impl VerificationPolicy {
+    /// The policy named `policy` (empty: the default) with `allowlist`, as
+    /// the kubelet validates them.
+    ///
+    /// # Errors
+    /// An unknown policy; an allowlist with another policy than
+    /// `NeverVerifyAllowlistedImages`; a pattern with surrounding spaces, a
+    /// `*` other than a trailing `/*`, a tag or digest, or no registry host
+    /// (names are compared as written: `docker.io/library/busybox`, not
+    /// `busybox`).
+    pub fn parse(policy: &str, allowlist: &[String]) -> Result<Self, String> {
+        let parsed = match policy {
+            "NeverVerify" => Self::NeverVerify,
+            "" | "NeverVerifyPreloadedImages" => Self::NeverVerifyPreloadedImages,
+            "NeverVerifyAllowlistedImages" => {
+                Self::NeverVerifyAllowlistedImages(Allowlist::parse(allowlist)?)
+            }
+            "AlwaysVerify" => Self::AlwaysVerify,
+            other => {
+                return Err(format!(
+                    "option {other:?} specified for imagePullCredentialsVerificationPolicy. Valid options are \"NeverVerify\", \"NeverVerifyPreloadedImages\", \"NeverVerifyAllowlistedImages\" or \"AlwaysVerify\""
+                ));
+            }
+        };
+        if !allowlist.is_empty() && !matches!(parsed, Self::NeverVerifyAllowlistedImages(_)) {
+            return Err("can't set `preloadedImagesVerificationAllowlist` if `imagePullCredentialsVerificationPolicy` is not \"NeverVerifyAllowlistedImages\"".into());
+        }
+        Ok(parsed)
+    }
+
+    /// The policy's name, as the KubeletConfiguration spells it.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::NeverVerify => "NeverVerify",
+            Self::NeverVerifyPreloadedImages => "NeverVerifyPreloadedImages",
+            Self::NeverVerifyAllowlistedImages(_) => "NeverVerifyAllowlistedImages",
+            Self::AlwaysVerify => "AlwaysVerify",
+        }
+    }
+
+    /// The allowlist as configured (empty unless `NeverVerifyAllowlistedImages`).
+    #[must_use]
+    pub fn allowlist(&self) -> Vec<String> {
+        match self {
+            Self::NeverVerifyAllowlistedImages(a) => a
+                .names
+                .iter()
+                .cloned()
+                .chain(a.prefixes.iter().map(|p| format!("{p}*")))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether a pod's credentials must be verified for `image_name` (the
+    /// pod's image without tag or digest), present on the node, which the
+    /// agent pulled (`pulled_by_agent`: a pull record or an interrupted
+    /// pull) or not: `RequireCredentialVerificationForImage`. When true the
+    /// pull records decide; an image without records is pulled again.
+    #[must_use]
+    pub fn requires_verification(&self, image_name: &str, pulled_by_agent: bool) -> bool {
+        match self {
+            Self::NeverVerify => false,
+            Self::NeverVerifyPreloadedImages => pulled_by_agent,
+            Self::NeverVerifyAllowlistedImages(a) => !a.matches(image_name),
+            Self::AlwaysVerify => true,
+        }
+    }
+}
+
+impl Allowlist {
+    fn parse(patterns: &[String]) -> Result<Self, String> {
+        let mut out = Self::default();
+        for p in patterns {
+            let bad = |why: &str| {
+                Err(format!(
+                    "invalid image pattern in `preloadedImagesVerificationAllowlist`: {why}: {p}"
+                ))
+            };
+            if p.trim() != p {
+                return bad("leading/trailing spaces are not allowed");
+            }
+            let (trimmed, wildcard) = match p.strip_suffix('*') {
+                Some(t) if t.ends_with('/') => (t, true),
+                _ => (p.as_str(), false),
+            };
+            if trimmed.is_empty() {
+                return bad("the supplied pattern is too short");
+            }
+            if trimmed.contains('*') {
+                return bad(
+                    "not a valid wildcard pattern, only patterns ending with '/*' are allowed",
+                );
+            }
+            if wildcard {
+                if trimmed.len() == 1 {
+                    return bad("at least registry hostname is required");
+                }
+                out.prefixes.push(trimmed.to_string());
+                continue;
+            }
+            if trimmed.contains('@') || last_segment_has_tag(trimmed) {
+                return bad("neither tag nor digest is accepted in an image reference");
+            }
+            if !is_normalized_name(trimmed) {
+                return bad("not a normalized image name (registry host, then path)");
+            }
+            out.names.insert(trimmed.to_string());
+        }
+        Ok(out)
+    }
+
+    /// Whether `image_name` is named, or under a prefix.
+    fn matches(&self, image_name: &str) -> bool {
+        self.names.contains(image_name) || self.prefixes.iter().any(|p| image_name.starts_with(p))
+    }
+}
+
+/// A `:` after the last `/`: a tag.
+fn last_segment_has_tag(name: &str) -> bool {
+    name.rsplit('/')
+        .next()
+        .is_some_and(|last| last.contains(':'))
+}
+
+/// A registry host first (a `.` or `:` in it, or `localhost`), then a
+/// lower-case path; Docker Hub's names with their `library/`.
+fn is_normalized_name(name: &str) -> bool {
+    let Some((host, path)) = name.split_once('/') else {
+        return false;
+    };
+    let host_ok = host.contains('.') || host.contains(':') || host == "localhost";
+    let path_ok = !path.is_empty()
+        && path.split('/').all(|s| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+        });
+    let hub_ok = host != "docker.io" || path.contains('/');
+    host_ok && path_ok && hub_ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(p: &[&str]) -> Vec<String> {
+        p.iter().map(|s| (*s).to_string()).collect()
+    }
+
+    #[test]
+    fn each_policy_decides_as_the_kubelets_enforcer() {
+        let never = VerificationPolicy::parse("NeverVerify", &[]).unwrap();
+        let default = VerificationPolicy::parse("", &[]).unwrap();
+        let always = VerificationPolicy::parse("AlwaysVerify", &[]).unwrap();
+        let allow = VerificationPolicy::parse(
+            "NeverVerifyAllowlistedImages",
+            &list(&["registry.example/base/app", "registry.example/tools/*"]),
+        )
+        .unwrap();
+        assert_eq!(default, VerificationPolicy::NeverVerifyPreloadedImages);
+        for pulled in [false, true] {
+            assert!(!never.requires_verification("registry.example/x", pulled));
+            assert!(always.requires_verification("registry.example/x", pulled));
+            assert_eq!(
+                default.requires_verification("registry.example/x", pulled),
+                pulled
+            );
+            // The allowlist decides whoever pulled the image.
+            assert!(!allow.requires_verification("registry.example/base/app", pulled));
+            assert!(!allow.requires_verification("registry.example/tools/a/b", pulled));
+            assert!(allow.requires_verification("registry.example/base/app2", pulled));
+            assert!(allow.requires_verification("registry.example/tools", pulled));
+        }
+        assert_eq!(
+            allow.allowlist(),
+            ["registry.example/base/app", "registry.example/tools/*"]
+        );
+        assert_eq!(always.name(), "AlwaysVerify");
+    }
+
+    #[test]
+    fn bad_policies_and_patterns_are_refused_with_the_kubelets_reasons() {
+        let err =
+            |policy: &str, p: &[&str]| VerificationPolicy::parse(policy, &list(p)).unwrap_err();
+        assert!(err("Sometimes", &[]).contains("Valid options are"));
+        assert!(err("AlwaysVerify", &["registry.example/a"]).contains("can't set"));
+        let allow = "NeverVerifyAllowlistedImages";
+        for (pattern, why) in [
+            (" registry.example/a", "spaces"),
+            ("", "too short"),
+            ("*", "only patterns ending with '/*'"),
+            ("/*", "registry hostname"),
+            ("registry.example/*/a", "only patterns ending with '/*'"),
+            ("registry.example/a*", "only patterns ending with '/*'"),
+            ("registry.example/a:1", "neither tag nor digest"),
+            ("registry.example/a@sha256:00", "neither tag nor digest"),
+            ("busybox", "normalized"),
+            ("docker.io/busybox", "normalized"),
+            ("registry.example/App", "normalized"),
+        ] {
+            let e = err(allow, &[pattern]);
+            assert!(e.contains(why), "{pattern}: {e}");
+        }
+        assert!(
+            VerificationPolicy::parse(
+                allow,
+                &list(&["localhost:5000/a", "docker.io/library/busybox"])
+            )
+            .is_ok()
+        );
+    }
+}
