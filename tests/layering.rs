@@ -29,6 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "labels",
             "redact",
             "expansion",
+            "image_policy",
             "paths",
             "resource",
             "node_selector",
@@ -67,6 +68,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "cgroups",
             "plugin_manager",
             "device_manager",
+            "dra",
         ],
     ),
     (
