@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::csi::*;
 use crate::common::*;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::{Api, Client, ResourceExt};
 
@@ -50,10 +50,7 @@ async fn running_keeper(client: &Client, ns: &str, not_uid: &str) -> Pod {
 async fn a_stateful_set_keeps_its_csi_volume_and_the_volume_goes_with_its_pods() {
     let client = client().await;
     let node = node_name();
-    let _stack = start_stack(0);
-    let ns = namespace(&client, "e2e-csi").await;
-    let class = format!("csi-hostpath-{ns}");
-    driver_and_class(&class);
+    let (_stack, ns, class) = stack_in_namespace(&client, "e2e-csi", 0).await;
 
     // The driver registered with the agent: the node's CSINode lists it
     // with its topology key.
@@ -117,15 +114,7 @@ spec:
         .spec
         .and_then(|s| s.volume_name)
         .expect("the claim is bound");
-    let pv = Api::<PersistentVolume>::all(client.clone())
-        .get(&pv_name)
-        .await
-        .expect("pv");
-    let handle = pv
-        .spec
-        .and_then(|s| s.csi)
-        .map(|c| c.volume_handle)
-        .expect("a CSI volume");
+    let handle = volume_handle(&client, &pv_name).await;
     let kept = stack_dir().join("state/volumes").join(&handle);
     assert!(
         kept.join("runs").exists(),
@@ -319,14 +308,7 @@ spec:
     let raw_pv = bound_volume(&claims, "raw").await;
     let device = rustlet::volume::csi::block_publish_path(&rustlet_root, &raw_pv, &raw_uid);
     assert_eq!(times_mounted(&device), 1, "{}", device.display());
-    let raw_handle = Api::<PersistentVolume>::all(client.clone())
-        .get(&raw_pv)
-        .await
-        .expect("raw pv")
-        .spec
-        .and_then(|s| s.csi)
-        .map(|c| c.volume_handle)
-        .expect("a CSI volume");
+    let raw_handle = volume_handle(&client, &raw_pv).await;
     let image = stack_dir()
         .join("state/images")
         .join(format!("{raw_handle}.img"));

@@ -190,3 +190,31 @@ pub async fn bound_volume(
         .and_then(|s| s.volume_name)
         .unwrap_or_else(|| panic!("claim {name} is not bound"))
 }
+
+/// The CSI volume handle of PersistentVolume `pv`; panics when it is not a
+/// CSI volume.
+pub async fn volume_handle(client: &kube::Client, pv: &str) -> String {
+    kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone())
+        .get(pv)
+        .await
+        .unwrap_or_else(|e| panic!("PersistentVolume {pv}: {e}"))
+        .spec
+        .and_then(|s| s.csi)
+        .map(|c| c.volume_handle)
+        .unwrap_or_else(|| panic!("{pv} is not a CSI volume"))
+}
+
+/// Starts the stack ([`start_stack`] with `node_call_delay`), makes a
+/// namespace named from `prefix`, and the CSIDriver and a StorageClass of
+/// its own ([`driver_and_class`]): the stack, the namespace and the class.
+pub async fn stack_in_namespace(
+    client: &kube::Client,
+    prefix: &str,
+    node_call_delay: u64,
+) -> (Stack, String, String) {
+    let stack = start_stack(node_call_delay);
+    let ns = super::namespace(client, prefix).await;
+    let class = format!("csi-hostpath-{ns}");
+    driver_and_class(&class);
+    (stack, ns, class)
+}

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
 
 use crate::common::csi::*;
@@ -77,10 +77,7 @@ fn grouped(name: &str) -> k8s_openapi::api::core::v1::Pod {
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_volume_swapped_for_links_during_fs_group_changes_no_host_file() {
     let client = client().await;
-    let _stack = start_stack(0);
-    let ns = namespace(&client, "e2e-fsgroup-race").await;
-    let class = format!("csi-hostpath-{ns}");
-    driver_and_class(&class);
+    let (_stack, ns, class) = stack_in_namespace(&client, "e2e-fsgroup-race", 0).await;
 
     // The host directory the links name: files 0600 in a directory 0700,
     // all root's, none of them the pods'.
@@ -111,14 +108,7 @@ spec:
     wait_for(&client, &ns, "grouped-0", 180, "Running", phase("Running")).await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let pv = bound_volume(&claims, "shared").await;
-    let handle = Api::<PersistentVolume>::all(client.clone())
-        .get(&pv)
-        .await
-        .expect("pv")
-        .spec
-        .and_then(|s| s.csi)
-        .map(|c| c.volume_handle)
-        .expect("a CSI volume");
+    let handle = volume_handle(&client, &pv).await;
     let volume = stack_dir().join("state/volumes").join(&handle);
 
     // In the volume, pairs of a directory holding the host directory's file

@@ -248,16 +248,13 @@ async fn driver_begins(needle: &str) {
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn kill_during_a_csi_mount_and_its_teardown_leaves_it_mounted_once_or_not_at_all() {
     use crate::common::csi::*;
-    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     use kube::ResourceExt;
 
     let client = client().await;
     // Each mount and unmount of the driver waits 5 s: the agent is killed
     // meanwhile.
-    let _stack = start_stack(5);
-    let ns = namespace(&client, "e2e-csi-kill").await;
-    let class = format!("csi-hostpath-{ns}");
-    driver_and_class(&class);
+    let (_stack, ns, class) = stack_in_namespace(&client, "e2e-csi-kill", 5).await;
     let claim: PersistentVolumeClaim = from_json(serde_json::json!({
         "metadata": {"name": "data"},
         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
@@ -296,14 +293,7 @@ async fn kill_during_a_csi_mount_and_its_teardown_leaves_it_mounted_once_or_not_
         .spec
         .and_then(|s| s.volume_name)
         .expect("bound");
-    let handle = Api::<PersistentVolume>::all(client.clone())
-        .get(&pv_name)
-        .await
-        .expect("pv")
-        .spec
-        .and_then(|s| s.csi)
-        .map(|c| c.volume_handle)
-        .expect("a CSI volume");
+    let handle = volume_handle(&client, &pv_name).await;
     let rustlet_root = rustlet_root();
     let staging = rustlet::volume::csi::staging_path(&rustlet_root, DRIVER, &handle);
     let target = rustlet::volume::csi::volume_dir(&rustlet_root, &uid, &pv_name).join("mount");
