@@ -891,6 +891,13 @@ fn pod_worker(
     let (sources, outputs) = start_pod_sources(base);
     let store = sources.store();
     let node_context = node_context(base, facts, host_dns);
+    // No DRA driver has registered yet: the node's ResourceSlices go, in
+    // the background, as the kubelet's DRA plugin manager wipes them at start.
+    let dra = crate::dra::DraManager::new(client.clone());
+    tokio::spawn({
+        let (dra, node) = (dra.clone(), base.node_name.clone());
+        async move { dra.wipe_resource_slices(&node).await }
+    });
     let ctx = Arc::new(worker::Context::new(worker::Parts {
         runtime: RuntimeManager {
             runtime: runtime.clone(),
@@ -918,7 +925,7 @@ fn pod_worker(
             log_links_dir: crate::paths::CONTAINER_LOGS_DIR.into(),
             cgroups: node.cgroups,
             devices: Some(node.devices),
-            dra: crate::dra::DraManager::new(client.clone()),
+            dra,
         },
         status: Arc::new(StatusManager::new(client.clone(), sources.clone())),
         status_context: StatusContext {

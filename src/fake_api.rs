@@ -25,6 +25,8 @@ pub struct Seen {
     pub method: String,
     /// The path without the query.
     pub path: String,
+    /// The query, decoded (`fieldSelector=spec.nodeName=n`), empty without one.
+    pub query: String,
     /// The JSON body (`null` without one).
     pub body: Value,
 }
@@ -44,6 +46,8 @@ struct State {
     revision: u64,
     /// TokenRequests still to be refused with 403 before tokens are issued.
     tokens_refused: u32,
+    /// ResourceSlice deletions still to be refused with 401.
+    slice_deletes_refused: u32,
 }
 
 /// The fake API server; cheap to clone.
@@ -91,7 +95,12 @@ impl FakeApi {
                 let (parts, body) = req.into_parts();
                 let bytes = body.collect_bytes().await.unwrap_or_default();
                 let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let (code, out) = api.answer(&parts.method, parts.uri.path(), body);
+                let query = parts.uri.query().unwrap_or_default();
+                let query: String = form_urlencoded::parse(query.as_bytes())
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join("&");
+                let (code, out) = api.answer(&parts.method, parts.uri.path(), &query, body);
                 let resp = Response::builder()
                     .status(code)
                     .header("content-type", "application/json")
@@ -174,6 +183,12 @@ impl FakeApi {
         lock(&self.0).tokens_refused = n;
     }
 
+    /// Refuses the next `n` deletions of ResourceSlices with 401, as the API
+    /// server does while the node's credentials are not yet known.
+    pub fn refuse_slice_deletes(&self, n: u32) {
+        lock(&self.0).slice_deletes_refused = n;
+    }
+
     /// Every request but Event writes, in order, drained.
     pub fn take_requests(&self) -> Vec<Seen> {
         let mut st = lock(&self.0);
@@ -197,11 +212,12 @@ impl FakeApi {
             .collect()
     }
 
-    fn answer(&self, method: &Method, path: &str, body: Value) -> (StatusCode, Value) {
+    fn answer(&self, method: &Method, path: &str, query: &str, body: Value) -> (StatusCode, Value) {
         let mut st = lock(&self.0);
         st.requests.push(Seen {
             method: method.to_string(),
             path: path.to_string(),
+            query: query.to_string(),
             body: body.clone(),
         });
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -219,6 +235,27 @@ impl FakeApi {
                     "metadata": { "resourceVersion": st.revision.to_string() },
                     "items": items,
                 });
+                return (StatusCode::OK, list);
+            }
+            // A collection of ResourceSlices, by `spec.nodeName`.
+            ("DELETE", ["apis", "resource.k8s.io", "v1", "resourceslices"]) => {
+                if st.slice_deletes_refused > 0 {
+                    st.slice_deletes_refused -= 1;
+                    return status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
+                }
+                let node = query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix("fieldSelector=spec.nodeName="))
+                    .map(str::to_string);
+                let gone: Vec<Value> = st
+                    .objects
+                    .extract_if(.., |(r, _, _), v| {
+                        r == "resourceslices" && node.as_deref() == v["spec"]["nodeName"].as_str()
+                    })
+                    .map(|(_, v)| v)
+                    .collect();
+                let list = json!({ "kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
+                    "metadata": {}, "items": gone });
                 return (StatusCode::OK, list);
             }
             ("DELETE", ["api", "v1", "nodes", name]) => {

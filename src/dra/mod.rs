@@ -8,6 +8,11 @@
 //! at its next sync, as the kubelet's `SyncPod` returns before
 //! `createPodSandbox`.
 //!
+//! At start the node's ResourceSlices are deleted
+//! ([`DraManager::wipe_resource_slices`]), as the kubelet's DRA plugin
+//! manager wipes them: no driver has registered yet, and devices advertised
+//! by a driver that may never come back would draw pods that cannot start.
+//!
 //! No DRA driver can register with this agent yet (the plugin manager
 //! serves CSI drivers only, `docs/design.md`), so a claim with allocated
 //! devices always stops at "DRA driver … is not registered": the pod waits
@@ -16,9 +21,20 @@
 
 pub mod claims;
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use tracing::{debug, info};
+
+/// The first wait between attempts to wipe the node's ResourceSlices.
+const WIPE_FIRST_WAIT: Duration = Duration::from_secs(1);
+/// The longest wait between attempts.
+const WIPE_MAX_WAIT: Duration = Duration::from_secs(300);
+/// Attempts before the wipe gives up (the kubelet's `Steps`).
+const WIPE_ATTEMPTS: u32 = 100;
 
 /// Reads and checks the claims of the pods the pod workers start.
 #[derive(Clone)]
@@ -49,6 +65,36 @@ impl DraManager {
             .map_err(|e| format!("prepare dynamic resources: {e}"))
     }
 
+    /// Deletes every ResourceSlice of node `node` (field `spec.nodeName`),
+    /// as the kubelet's `wipeResourceSlices` at start: tried again, the wait
+    /// doubling from 1 s to 5 min, while the API server refuses (the node's
+    /// credentials may still be coming), up to 100 attempts. Returns whether
+    /// the slices are gone (or there were none).
+    pub async fn wipe_resource_slices(&self, node: &str) -> bool {
+        let api: Api<ResourceSlice> = Api::all(self.client.clone());
+        let of_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let mut wait = WIPE_FIRST_WAIT;
+        for _ in 0..WIPE_ATTEMPTS {
+            match api
+                .delete_collection(&DeleteParams::default(), &of_node)
+                .await
+            {
+                Ok(_) => {
+                    info!(
+                        node,
+                        "deleted the node's ResourceSlices: no DRA driver has registered"
+                    );
+                    return true;
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => return true,
+                Err(e) => debug!(error = %e, "delete the node's ResourceSlices; retrying"),
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(WIPE_MAX_WAIT);
+        }
+        false
+    }
+
     async fn check_claims(&self, pod: &Pod) -> Result<(), String> {
         let refs = claims::claim_refs(pod)?;
         if refs.is_empty() {
@@ -74,5 +120,40 @@ impl DraManager {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_wipe_deletes_the_nodes_slices_by_field_and_retries_a_refusal() {
+        let api = crate::fake_api::FakeApi::default();
+        let slice = |node: &str| {
+            serde_json::json!({ "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": { "name": format!("{node}-gpu") },
+                "spec": { "nodeName": node, "driver": "gpu.example.com",
+                    "pool": { "name": node, "generation": 1, "resourceSliceCount": 1 } } })
+        };
+        api.put_cluster("resourceslices", "node-1-gpu", slice("node-1"));
+        api.put_cluster("resourceslices", "node-2-gpu", slice("node-2"));
+        let dra = DraManager::new(api.client());
+        // Refused once (the node's credentials not known yet), then done
+        // after the first wait (1 s).
+        api.refuse_slice_deletes(1);
+        assert!(dra.wipe_resource_slices("node-1").await);
+        let seen: Vec<(String, String)> = api
+            .take_requests()
+            .into_iter()
+            .map(|r| (r.line(), r.query))
+            .collect();
+        let delete = (
+            "DELETE /apis/resource.k8s.io/v1/resourceslices".to_string(),
+            "fieldSelector=spec.nodeName=node-1".to_string(),
+        );
+        assert_eq!(seen, [delete.clone(), delete]);
+        assert!(api.cluster_object("resourceslices", "node-1-gpu").is_none());
+        assert!(api.cluster_object("resourceslices", "node-2-gpu").is_some());
     }
 }
