@@ -2311,7 +2311,7 @@ volumeStatsAggPeriod: 0s
             "imagePullCredentialsVerificationPolicy: Sometimes\n",
             "preloadedImagesVerificationAllowlist: [registry.example/a]\n",
             "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n\
-             preloadedImagesVerificationAllowlist: [busybox]\n",
+             preloadedImagesVerificationAllowlist: [busybox:1.36]\n",
         ] {
             let e = read(bad).unwrap_err().to_string();
             assert!(e.contains("k.yaml"), "{e}");

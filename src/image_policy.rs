@@ -30,6 +30,8 @@ pub enum VerificationPolicy {
 pub struct Allowlist {
     names: BTreeSet<String>,
     prefixes: Vec<String>,
+    /// The patterns as configured, in order, for `/configz`.
+    configured: Vec<String>,
 }
 
 impl VerificationPolicy {
@@ -39,9 +41,10 @@ impl VerificationPolicy {
     /// # Errors
     /// An unknown policy; an allowlist with another policy than
     /// `NeverVerifyAllowlistedImages`; a pattern with surrounding spaces, a
-    /// `*` other than a trailing `/*`, a tag or digest, or no registry host
-    /// (names are compared as written: `docker.io/library/busybox`, not
-    /// `busybox`).
+    /// `*` other than a trailing `/*`, a tag or digest, or that is not an
+    /// image name. Names are compared as pods write them, without tag or
+    /// digest: `busybox` allows a pod's `busybox:1.36`, not its
+    /// `docker.io/library/busybox:1.36`, as in the kubelet.
     pub fn parse(policy: &str, allowlist: &[String]) -> Result<Self, String> {
         let parsed = match policy {
             "NeverVerify" => Self::NeverVerify,
@@ -77,12 +80,7 @@ impl VerificationPolicy {
     #[must_use]
     pub fn allowlist(&self) -> Vec<String> {
         match self {
-            Self::NeverVerifyAllowlistedImages(a) => a
-                .names
-                .iter()
-                .cloned()
-                .chain(a.prefixes.iter().map(|p| format!("{p}*")))
-                .collect(),
+            Self::NeverVerifyAllowlistedImages(a) => a.configured.clone(),
             _ => Vec::new(),
         }
     }
@@ -105,7 +103,10 @@ impl VerificationPolicy {
 
 impl Allowlist {
     fn parse(patterns: &[String]) -> Result<Self, String> {
-        let mut out = Self::default();
+        let mut out = Self {
+            configured: patterns.to_vec(),
+            ..Self::default()
+        };
         for p in patterns {
             let bad = |why: &str| {
                 Err(format!(
@@ -137,8 +138,8 @@ impl Allowlist {
             if trimmed.contains('@') || last_segment_has_tag(trimmed) {
                 return bad("neither tag nor digest is accepted in an image reference");
             }
-            if !is_normalized_name(trimmed) {
-                return bad("not a normalized image name (registry host, then path)");
+            if !is_image_name(trimmed) {
+                return bad("failed to parse as an image name");
             }
             out.names.insert(trimmed.to_string());
         }
@@ -158,21 +159,41 @@ fn last_segment_has_tag(name: &str) -> bool {
         .is_some_and(|last| last.contains(':'))
 }
 
-/// A registry host first (a `.` or `:` in it, or `localhost`), then a
-/// lower-case path; Docker Hub's names with their `library/`.
-fn is_normalized_name(name: &str) -> bool {
-    let Some((host, path)) = name.split_once('/') else {
+/// The longest image name a reference may have (distribution's
+/// `NameTotalLengthMax`).
+const MAX_NAME: usize = 255;
+
+/// An image name as distribution's reference grammar has it: an optional
+/// registry host (a `.` or `:` in it, or `localhost`), then path components
+/// of lower-case letters and digits joined by `.`, `_` or `-`.
+fn is_image_name(name: &str) -> bool {
+    if name.is_empty() || name.len() > MAX_NAME {
         return false;
-    };
-    let host_ok = host.contains('.') || host.contains(':') || host == "localhost";
-    let path_ok = !path.is_empty()
-        && path.split('/').all(|s| {
-            !s.is_empty()
-                && s.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
-        });
-    let hub_ok = host != "docker.io" || path.contains('/');
-    host_ok && path_ok && hub_ok
+    }
+    let mut parts: Vec<&str> = name.split('/').collect();
+    let first = parts[0];
+    if parts.len() > 1 && (first.contains('.') || first.contains(':') || first == "localhost") {
+        let (host, port) = first.split_once(':').unwrap_or((first, ""));
+        let host_ok = !host.is_empty()
+            && host.split('.').all(|l| {
+                !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        let port_ok =
+            !first.contains(':') || (!port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()));
+        if !(host_ok && port_ok) {
+            return false;
+        }
+        parts.remove(0);
+    }
+    parts.iter().all(|c| {
+        let bytes = c.as_bytes();
+        let edge = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        edge(bytes.first())
+            && edge(bytes.last())
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(b))
+    })
 }
 
 #[cfg(test)]
@@ -230,19 +251,23 @@ mod tests {
             ("registry.example/a*", "only patterns ending with '/*'"),
             ("registry.example/a:1", "neither tag nor digest"),
             ("registry.example/a@sha256:00", "neither tag nor digest"),
-            ("busybox", "normalized"),
-            ("docker.io/busybox", "normalized"),
-            ("registry.example/App", "normalized"),
+            ("registry.example/App", "failed to parse"),
+            ("registry.example/a//b", "failed to parse"),
+            ("registry.example/-a", "failed to parse"),
         ] {
             let e = err(allow, &[pattern]);
             assert!(e.contains(why), "{pattern}: {e}");
         }
-        assert!(
-            VerificationPolicy::parse(
-                allow,
-                &list(&["localhost:5000/a", "docker.io/library/busybox"])
-            )
-            .is_ok()
-        );
+        // Names as pods write them, with or without a registry host.
+        let ok = [
+            "localhost:5000/a",
+            "docker.io/library/busybox",
+            "busybox",
+            "team/app",
+        ];
+        let p = VerificationPolicy::parse(allow, &list(&ok)).unwrap();
+        assert!(!p.requires_verification("busybox", true));
+        assert!(p.requires_verification("docker.io/library/app", true));
+        assert_eq!(p.allowlist(), ok);
     }
 }

@@ -19,43 +19,39 @@ pub struct ClaimRef {
     pub must_check_owner: bool,
 }
 
-/// The names of the ResourceClaims `pod` uses, in the order of
-/// `spec.resourceClaims`, then the claim behind its extended resources
-/// (`status.extendedResourceClaimStatus`, `DRAExtendedResource`).
-///
-/// A claim from a template is named in `status.resourceClaimStatuses`;
-/// an entry there without a name means no claim was needed and is
-/// skipped, as `resourceclaim.Name`'s nil result.
+/// The claims `pod` uses, each to be named with [`claim_name`] when its
+/// turn comes (the kubelet names, reads and checks one claim after the
+/// other): the entries of `spec.resourceClaims`, then the claim behind its
+/// extended resources (`status.extendedResourceClaimStatus`,
+/// `DRAExtendedResource`), as an entry naming it.
+#[must_use]
+pub fn pod_claims(pod: &Pod) -> Vec<PodResourceClaim> {
+    let mut out: Vec<PodResourceClaim> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.clone())
+        .unwrap_or_default();
+    let status = pod.status.as_ref();
+    if let Some(ext) = status.and_then(|s| s.extended_resource_claim_status.as_ref()) {
+        out.push(PodResourceClaim {
+            name: String::new(),
+            resource_claim_name: Some(ext.resource_claim_name.clone()),
+            ..Default::default()
+        });
+    }
+    out
+}
+
+/// `resourceclaim.Name`: the claim a [`pod_claims`] entry names (None: none
+/// was generated, nothing to do). A claim from a template is named in
+/// `status.resourceClaimStatuses`; an entry there without a name means no
+/// claim was needed.
 ///
 /// # Errors
 /// The kubelet's messages: a template claim without its status entry
-/// (`pod "<ns>/<name>": ResourceClaim not created yet`), or a
-/// `spec.resourceClaims` entry naming neither a claim nor a template.
-pub fn claim_refs(pod: &Pod) -> Result<Vec<ClaimRef>, String> {
-    let spec = pod.spec.as_ref();
-    let status = pod.status.as_ref();
-    let mut out = Vec::new();
-    for pc in spec
-        .and_then(|s| s.resource_claims.as_ref())
-        .into_iter()
-        .flatten()
-    {
-        if let Some(r) = claim_name(pod, pc)? {
-            out.push(r);
-        }
-    }
-    if let Some(ext) = status.and_then(|s| s.extended_resource_claim_status.as_ref()) {
-        out.push(ClaimRef {
-            name: ext.resource_claim_name.clone(),
-            must_check_owner: false,
-        });
-    }
-    Ok(out)
-}
-
-/// `resourceclaim.Name`: the claim a `spec.resourceClaims` entry names
-/// (None: none was generated, nothing to do).
-fn claim_name(pod: &Pod, pc: &PodResourceClaim) -> Result<Option<ClaimRef>, String> {
+/// (`pod "<ns>/<name>": ResourceClaim not created yet`), or an entry
+/// naming neither a claim nor a template.
+pub fn claim_name(pod: &Pod, pc: &PodResourceClaim) -> Result<Option<ClaimRef>, String> {
     let (ns, name) = (
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         pod.metadata.name.as_deref().unwrap_or_default(),
@@ -94,9 +90,10 @@ fn claim_name(pod: &Pod, pc: &PodResourceClaim) -> Result<Option<ClaimRef>, Stri
 /// allocated; the drivers are those of its allocated devices.
 ///
 /// # Errors
-/// The kubelet's messages: `ResourceClaim <ns>/<claim> was not created for
-/// pod <ns>/<pod> (pod is not owner)`, `pod <pod> (<uid>) is not allowed to
-/// use ResourceClaim <claim> (<uid>)`, `ResourceClaim <claim>: not
+/// The kubelet's messages: `ResourceClaim <ns>/<claim> is not in the same
+/// namespace as Pod <ns>/<pod>`, `ResourceClaim <ns>/<claim> was not created
+/// for Pod <ns>/<pod> (Pod is not owner)`, `pod <pod> (<uid>) is not allowed
+/// to use ResourceClaim <claim> (<uid>)`, `ResourceClaim <claim>: not
 /// allocated`.
 pub fn check(pod: &Pod, r: &ClaimRef, claim: &ResourceClaim) -> Result<BTreeSet<String>, String> {
     let pod_ns = pod.metadata.namespace.as_deref().unwrap_or_default();
@@ -111,9 +108,15 @@ pub fn check(pod: &Pod, r: &ClaimRef, claim: &ResourceClaim) -> Result<BTreeSet<
             .iter()
             .flatten()
             .any(|o| o.controller == Some(true) && o.uid == pod_uid);
-        if claim_ns != pod_ns || !controlled {
+        if claim_ns != pod_ns {
             return Err(format!(
-                "ResourceClaim {claim_ns}/{} was not created for pod {pod_ns}/{pod_name} (pod is not owner)",
+                "ResourceClaim {claim_ns}/{} is not in the same namespace as Pod {pod_ns}/{pod_name}",
+                r.name
+            ));
+        }
+        if !controlled {
+            return Err(format!(
+                "ResourceClaim {claim_ns}/{} was not created for Pod {pod_ns}/{pod_name} (Pod is not owner)",
                 r.name
             ));
         }
@@ -179,9 +182,9 @@ mod tests {
                 }
             }),
         );
-        let names: Vec<(String, bool)> = claim_refs(&p)
-            .unwrap()
-            .into_iter()
+        let names: Vec<(String, bool)> = pod_claims(&p)
+            .iter()
+            .filter_map(|pc| claim_name(&p, pc).unwrap())
             .map(|r| (r.name, r.must_check_owner))
             .collect();
         assert_eq!(
@@ -200,8 +203,9 @@ mod tests {
             serde_json::json!([{ "name": "gpu", "resourceClaimTemplateName": "t" }]),
             serde_json::json!({}),
         );
+        let first = |p: &Pod| claim_name(p, &pod_claims(p)[0]);
         assert_eq!(
-            claim_refs(&p).unwrap_err(),
+            first(&p).unwrap_err(),
             "pod \"ns/p\": ResourceClaim not created yet"
         );
         let p = pod(
@@ -209,7 +213,7 @@ mod tests {
             serde_json::json!({}),
         );
         assert!(
-            claim_refs(&p)
+            first(&p)
                 .unwrap_err()
                 .ends_with("spec.resourceClaim \"gpu\": none of the supported fields are set")
         );
@@ -263,7 +267,7 @@ mod tests {
         };
         assert_eq!(
             check(&p, &templated, &allocated("pod-uid", Some("other"))).unwrap_err(),
-            "ResourceClaim ns/c was not created for pod ns/p (pod is not owner)"
+            "ResourceClaim ns/c was not created for Pod ns/p (Pod is not owner)"
         );
         let direct = ClaimRef {
             must_check_owner: false,

@@ -1,6 +1,6 @@
 //! The DRA manager, as the kubelet's (`pkg/kubelet/cm/dra`): before a pod's
 //! sandbox is made, every ResourceClaim the pod uses
-//! ([`claims::claim_refs`]) is read from the API server and checked
+//! ([`claims::pod_claims`], [`claims::claim_name`]) is read from the API server and checked
 //! ([`claims::check`]: generated for the pod, reserved for it, allocated),
 //! and each driver of its allocated devices must be registered on the node
 //! to prepare it. A pod whose claims do not pass never gets a sandbox: it
@@ -27,14 +27,14 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 /// The first wait between attempts to wipe the node's ResourceSlices.
 const WIPE_FIRST_WAIT: Duration = Duration::from_secs(1);
-/// The longest wait between attempts.
+/// The longest wait between attempts: the wipe gives up once a doubled
+/// wait would pass it, after about 8.5 minutes and 10 attempts (the
+/// kubelet's `wait.Backoff` stops when it reaches its cap).
 const WIPE_MAX_WAIT: Duration = Duration::from_secs(300);
-/// Attempts before the wipe gives up (the kubelet's `Steps`).
-const WIPE_ATTEMPTS: u32 = 100;
 
 /// Reads and checks the claims of the pods the pod workers start.
 #[derive(Clone)]
@@ -66,16 +66,16 @@ impl DraManager {
     }
 
     /// Deletes every ResourceSlice of node `node` (field `spec.nodeName`),
-    /// as the kubelet's `wipeResourceSlices` at start: tried again, the wait
-    /// doubling from 1 s to 5 min, while the API server refuses (the node's
-    /// credentials may still be coming), up to 100 attempts. Returns whether
-    /// the slices are gone (or there were none).
+    /// as the kubelet's `wipeResourceSlices` at start: tried again while the
+    /// API server refuses (the node's credentials may still be coming), the
+    /// wait doubling from 1 s, until a wait would pass 5 min (then a
+    /// warning). Returns whether the slices are gone (or there were none).
     pub async fn wipe_resource_slices(&self, node: &str) -> bool {
         let api: Api<ResourceSlice> = Api::all(self.client.clone());
         let of_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let mut wait = WIPE_FIRST_WAIT;
-        for _ in 0..WIPE_ATTEMPTS {
-            match api
+        loop {
+            let why = match api
                 .delete_collection(&DeleteParams::default(), &of_node)
                 .await
             {
@@ -87,22 +87,35 @@ impl DraManager {
                     return true;
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => return true,
-                Err(e) => debug!(error = %e, "delete the node's ResourceSlices; retrying"),
+                Err(e) => e.to_string(),
+            };
+            if wait > WIPE_MAX_WAIT {
+                warn!(
+                    node,
+                    error = why,
+                    "gave up deleting the node's ResourceSlices"
+                );
+                return false;
             }
+            debug!(error = why, "delete the node's ResourceSlices; retrying");
             tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(WIPE_MAX_WAIT);
+            wait = wait.saturating_mul(2);
         }
-        false
     }
 
     async fn check_claims(&self, pod: &Pod) -> Result<(), String> {
-        let refs = claims::claim_refs(pod)?;
-        if refs.is_empty() {
+        let pod_claims = claims::pod_claims(pod);
+        if pod_claims.is_empty() {
             return Ok(());
         }
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), ns);
-        for r in &refs {
+        // One claim after the other, named, read and checked, as the
+        // kubelet's validation pass: the first that fails is the reason.
+        for pc in &pod_claims {
+            let Some(r) = claims::claim_name(pod, pc)? else {
+                continue;
+            };
             let claim = api.get(&r.name).await.map_err(|e| {
                 let why = match e {
                     kube::Error::Api(s) => s.message.clone(),
@@ -112,7 +125,7 @@ impl DraManager {
             })?;
             // The first driver (by name) of the claim's devices; none is
             // registered.
-            if let Some(driver) = claims::check(pod, r, &claim)?.into_iter().next() {
+            if let Some(driver) = claims::check(pod, &r, &claim)?.into_iter().next() {
                 if driver.is_empty() {
                     return Err("DRA driver name is empty".into());
                 }

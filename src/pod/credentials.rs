@@ -204,6 +204,22 @@ fn decode_auth(auth: &str) -> Option<(String, String)> {
     Some((user.to_string(), pass.trim_end_matches('\0').to_string()))
 }
 
+/// The repository an image reference names, with Docker Hub's defaults
+/// spelt out and tag and digest dropped: `busybox:1.36`,
+/// `docker.io/library/busybox` and `index.docker.io/library/busybox@sha256:…`
+/// all name `docker.io/library/busybox`, as the runtime resolves them to one
+/// image.
+#[must_use]
+pub fn normalized_repository(image: &str) -> String {
+    let (host, path) = image_location(image);
+    let host = if host == DOCKER_HUB {
+        "docker.io"
+    } else {
+        host.as_str()
+    };
+    format!("{host}/{path}")
+}
+
 /// The registry host (with port) and repository path of an image reference,
 /// with Docker Hub's defaults (`busybox` is `index.docker.io/library/busybox`).
 fn image_location(image: &str) -> (String, String) {

@@ -170,13 +170,13 @@ impl ImageManager {
     /// `MustAttemptImagePull`). The policy decides first
     /// ([`crate::image_policy::VerificationPolicy::requires_verification`]):
     /// with `NeverVerify`, or an image the allowlist names, nothing is
-    /// checked; an image the policy wants verified that has no record for
-    /// its name (preloaded) is pulled again. Then an image the agent pulled is used by a pod
+    /// checked; an image the policy wants verified that has no record
+    /// (preloaded) is pulled again. Then an image the agent pulled is used by a pod
     /// whose secrets include one that pulled it (same coordinates, or a
     /// credential with the same hash), or by any pod once it was pulled
     /// without credentials. A record that cannot be read, or a pull of this
-    /// name that was cut short, means verifying; an image the agent never
-    /// pulled under this name (preloaded) is used as it is. An image named
+    /// name that was cut short, means verifying; under the default policy
+    /// an image the agent never pulled (preloaded) is used as it is. An image named
     /// by its ID is used by a pod that could use it under one of the names
     /// it was pulled under, else verified (a pull by ID, which a registry
     /// cannot serve: the pod cannot reach content it has no credential for).
@@ -210,10 +210,20 @@ impl ImageManager {
                 allowed.node_pods_accessible || matching(allowed, secrets).is_some()
             });
         }
-        // A name the agent never pulled it under (no credentials recorded
-        // for it, no pull of it interrupted) came onto the node another way:
-        // preloaded, as an image the agent never pulled at all.
-        let Some(allowed) = record.credential_mapping.get(image_name(image)) else {
+        // The credentials recorded for this repository, under any of its
+        // spellings (`x`, `docker.io/library/x`: the runtime resolves them
+        // to one image, so a pod cannot reach a private image by another
+        // spelling of its name).
+        let repository = super::credentials::normalized_repository(image);
+        let allowed = record
+            .credential_mapping
+            .iter()
+            .find(|(name, _)| super::credentials::normalized_repository(name) == repository)
+            .map(|(_, allowed)| allowed);
+        // Another repository the agent never pulled this content under came
+        // onto the node another way: preloaded, unless a pull of this name
+        // was cut short.
+        let Some(allowed) = allowed else {
             let pulled = records.pulling(image);
             return policy.requires_verification(image_name(image), pulled);
         };

@@ -506,6 +506,21 @@ async fn the_same_content_preloaded_under_another_name_is_not_verified() {
     n.sync(&a).await;
     n.cri_calls();
     let image_ref = n.cri.add_image(IMAGE);
+    record_private_pull(&n, private, &image_ref);
+    let b = n.bind(pod("b").container("c", IMAGE).build());
+    n.sync(&b).await;
+    assert_eq!(
+        n.cri_calls(),
+        [
+            "RunPodSandbox default/b",
+            "CreateContainer c",
+            "StartContainer c"
+        ]
+    );
+}
+
+/// Records that `name` was pulled as `image_ref` with Secret `regcred`.
+fn record_private_pull(n: &Node, name: &str, image_ref: &str) {
     let records = super::super::image_manager::PullRecords::new(&n.dir.path().join("root"));
     let secret = super::super::image_manager::PullSecret {
         uid: "uid-regcred".into(),
@@ -518,21 +533,25 @@ async fn the_same_content_preloaded_under_another_name_is_not_verified() {
         node_pods_accessible: false,
     };
     records
-        .record(
-            private,
-            &image_ref,
-            &creds,
-            k8s_openapi::jiff::Timestamp::now(),
-        )
+        .record(name, image_ref, &creds, k8s_openapi::jiff::Timestamp::now())
         .expect("record");
-    let b = n.bind(pod("b").container("c", IMAGE).build());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_image_named_another_way_is_verified() {
+    // Pulled with a secret as `myorg/private:1`; the runtime resolves
+    // `docker.io/myorg/private:1` (and `index.docker.io/...`) to the same
+    // image. A pod without the secret naming it so pulls with its own
+    // credentials, which the registry refuses.
+    let mut n = Node::start().await;
+    let short = "myorg/private:1";
+    let long = "docker.io/myorg/private:1";
+    n.cri.require_auth(long, "user", "pass");
+    let image_ref = n.cri.add_image(long);
+    record_private_pull(&n, short, &image_ref);
+    let b = n.bind(pod("b").container("c", long).build());
     n.sync(&b).await;
-    assert_eq!(
-        n.cri_calls(),
-        [
-            "RunPodSandbox default/b",
-            "CreateContainer c",
-            "StartContainer c"
-        ]
-    );
+    let pull = format!("PullImage {long}");
+    assert_eq!(n.cri_calls(), ["RunPodSandbox default/b", pull.as_str()]);
+    assert_eq!(state(&n.status("b"), "c").0, "waiting:ErrImagePull");
 }

@@ -38,6 +38,16 @@ const GROUPED: usize = 8;
 /// Swaps made at least while the pods start: the race was run, not missed.
 const MIN_SWAPS: u64 = 10_000;
 
+/// Sets its flag when dropped: the swapper stops when the test ends, also
+/// when it fails.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Owner, group and mode of every entry under `dir`, by path relative to it.
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u32, u32, u32)> {
     let mut out = BTreeMap::new();
@@ -121,7 +131,11 @@ spec:
         }
         std::os::unix::fs::symlink(&sub, volume.join(format!("l{k}"))).expect("link");
     }
+    // The volume's root back to root's group: each pod below must give it
+    // the fsGroup again, with the swaps going on.
+    std::os::unix::fs::chown(&volume, Some(0), Some(0)).expect("chown the volume");
     let stop = Arc::new(AtomicBool::new(false));
+    let stopper = StopOnDrop(stop.clone());
     let swaps = Arc::new(AtomicU64::new(0));
     let swapper = {
         let (stop, swaps, volume) = (stop.clone(), swaps.clone(), volume.clone());
@@ -150,9 +164,16 @@ spec:
     for i in 0..=GROUPED {
         let name = format!("grouped-{i}");
         wait_for(&client, &ns, &name, 180, "Running", phase("Running")).await;
-        assert_eq!(logs(&ns, &name).trim(), "group=2000", "{name}");
+        eventually(30, &format!("{name} sees its fsGroup"), || {
+            let (ns, name) = (ns.clone(), name.clone());
+            async move {
+                let log = logs(&ns, &name);
+                (log.trim() == "group=2000").then_some(()).ok_or(log)
+            }
+        })
+        .await;
     }
-    stop.store(true, Ordering::Relaxed);
+    drop(stopper);
     swapper.join().expect("the swapper");
     let swaps = swaps.load(Ordering::Relaxed);
     println!("{swaps} swaps while {GROUPED} pods with an fsGroup started");
