@@ -2,8 +2,10 @@
 //! before the pod may use them: the KubeletConfiguration's
 //! `imagePullCredentialsVerificationPolicy` and
 //! `preloadedImagesVerificationAllowlist` (KEP-2535), as the kubelet's
-//! `ImagePullPolicyEnforcer` (pkg/kubelet/images/pullmanager). Pure: the
-//! image manager asks it, then checks the pull records.
+//! `ImagePullPolicyEnforcer` (pkg/kubelet/images/pullmanager), with the
+//! image-name helpers the policy, the pull records and the runtime share
+//! ([`image_name`], [`is_image_id`]). Pure: the image manager asks it, then
+//! checks the pull records.
 
 use std::collections::BTreeSet;
 
@@ -135,7 +137,7 @@ impl Allowlist {
                 out.prefixes.push(trimmed.to_string());
                 continue;
             }
-            if trimmed.contains('@') || last_segment_has_tag(trimmed) {
+            if image_name(trimmed) != trimmed {
                 return bad("neither tag nor digest is accepted in an image reference");
             }
             if !is_image_name(trimmed) {
@@ -152,11 +154,27 @@ impl Allowlist {
     }
 }
 
-/// A `:` after the last `/`: a tag.
-fn last_segment_has_tag(name: &str) -> bool {
-    name.rsplit('/')
-        .next()
-        .is_some_and(|last| last.contains(':'))
+/// The image name of a reference without its tag and digest
+/// (`reg:5000/app:1@sha256:…` → `reg:5000/app`), as the kubelet's
+/// `trimImageTagDigest`: how the pull records key images and the allowlist
+/// compares them.
+#[must_use]
+pub fn image_name(image: &str) -> &str {
+    let name = image.split('@').next().unwrap_or(image);
+    match (name.rfind(':'), name.rfind('/')) {
+        (Some(c), Some(s)) if c > s => &name[..c],
+        (Some(c), None) => &name[..c],
+        _ => name,
+    }
+}
+
+/// Whether `image` names an image by its ID (`sha256:<hex>`), not by a
+/// repository.
+#[must_use]
+pub fn is_image_id(image: &str) -> bool {
+    image
+        .strip_prefix("sha256:")
+        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The longest image name a reference may have (distribution's

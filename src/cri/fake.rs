@@ -987,7 +987,7 @@ impl State {
         }
         // An ID names no registry to pull from (containerd resolves it as a
         // repository `sha256` on docker.io, which has none).
-        if name.starts_with("sha256:") {
+        if crate::image_policy::is_image_id(&name) {
             return Err(Status::not_found(format!(
                 "failed to pull and unpack image \"{name}\": failed to resolve reference \"docker.io/library/{name}\": not found"
             )));

@@ -223,13 +223,7 @@ pub fn normalized_repository(image: &str) -> String {
 /// The registry host (with port) and repository path of an image reference,
 /// with Docker Hub's defaults (`busybox` is `index.docker.io/library/busybox`).
 fn image_location(image: &str) -> (String, String) {
-    let name = image.split('@').next().unwrap_or(image);
-    // Drop a tag: a colon after the last slash.
-    let name = match (name.rfind(':'), name.rfind('/')) {
-        (Some(c), Some(s)) if c > s => &name[..c],
-        (Some(c), None) => &name[..c],
-        _ => name,
-    };
+    let name = crate::image_policy::image_name(image);
     match name.split_once('/') {
         Some((first, rest))
             if first.contains('.') || first.contains(':') || first == "localhost" =>

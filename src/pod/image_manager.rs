@@ -21,6 +21,7 @@ use tracing::{debug, warn};
 use super::credentials::{Keyring, SecretSource};
 use crate::cri::Runtime;
 use crate::events::{EventType, Recorder};
+use crate::image_policy::{image_name, is_image_id};
 use crate::pod_core::backoff::crash_backoff;
 use crate::pod_core::plan::{PullBackoff, Waiting};
 use crate::reasons::{event, waiting};
@@ -676,27 +677,6 @@ struct PullIntent {
     kind: String,
     api_version: String,
     image: String,
-}
-
-/// The image name of a reference without its tag and digest
-/// (`reg:5000/app:1@sha256:…` → `reg:5000/app`), as the records key it.
-#[must_use]
-pub fn image_name(image: &str) -> &str {
-    let name = image.split('@').next().unwrap_or(image);
-    match (name.rfind(':'), name.rfind('/')) {
-        (Some(c), Some(s)) if c > s => &name[..c],
-        (Some(c), None) => &name[..c],
-        _ => name,
-    }
-}
-
-/// Whether `image` names an image by its ID (`sha256:<hex>`), not by a
-/// repository.
-#[must_use]
-pub fn is_image_id(image: &str) -> bool {
-    image
-        .strip_prefix("sha256:")
-        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The first of `secrets` that `allowed` names: the same Secret (UID,
