@@ -3,7 +3,7 @@
 # from their Go modules into _output/bin/. Go's module and build caches make a
 # warm rebuild take seconds.
 #
-#   hack/build-cluster.sh [all|k8s|kubelet|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind|csi]
+#   hack/build-cluster.sh [all|k8s|kubelet|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind|csi|dra]
 #
 # `busybox` builds busybox $BUSYBOX_VERSION as upstream configures it by default
 # (defconfig, static) into _output/bin/busybox-$BUSYBOX_VERSION, for the e2e
@@ -21,6 +21,8 @@
 # `helm` (not part of `all`) builds the helm CLI the chart is checked with.
 # `kind` (not part of `all`) builds kind, kubeadm, kubectl and etcd's own
 # command line (_output/bin/kind-node/etcd) for hack/kind-e2e.sh.
+# `dra` (not part of `all`) builds the upstream DRA test driver,
+# dra-test-driver, whose kubelet plugin hack/dra-driver.sh runs.
 #
 # Each target's binaries are kept outside the checkout, in
 # $RUSTLET_CACHE/bin/<target>-<key> (default ~/.cache/rustlet), keyed by what
@@ -214,6 +216,18 @@ build_csi() {
     ./cmd/csi-registrar ./cmd/podresources-client)
 }
 
+# The upstream DRA test driver (test/e2e/dra/test-driver of the same
+# k8s.io/kubernetes as the control plane): its `kubelet-plugin` subcommand
+# publishes the node's simulated devices as a ResourceSlice, registers with
+# the agent through <root-dir>/plugins_registry and writes a CDI spec per
+# prepared claim (hack/dra-driver.sh). e2e.test compiles the same packages
+# into its in-process driver.
+build_dra() {
+  log "dra-test-driver (k8s.io/kubernetes $(grep -m1 'k8s.io/kubernetes v' tests/cluster/go.mod | awk '{print $NF}') test/e2e/dra/test-driver)"
+  (cd tests/cluster && go build -trimpath -ldflags='-s -w' -o "$bin/dra-test-driver" \
+    k8s.io/kubernetes/test/e2e/dra/test-driver)
+}
+
 cache=${RUSTLET_CACHE:-${HOME:-/root}/.cache/rustlet}/bin
 # The key of every target's inputs (computed once, on first use).
 inputs_key=''
@@ -275,7 +289,7 @@ case "$what" in
     for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
     ((failed == 0)) || { log "a build failed (see above)"; exit 1; }
     ;;
-  k8s | kubelet | containerd | agnhost | images | busybox | registry | e2e | e2e-node | ginkgo | metrics-server | helm | kind | csi)
+  k8s | kubelet | containerd | agnhost | images | busybox | registry | e2e | e2e-node | ginkgo | metrics-server | helm | kind | csi | dra)
     cached "$what" ;;
-  *) echo "build-cluster: unknown target '$what' (all|k8s|kubelet|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind|csi)" >&2; exit 2 ;;
+  *) echo "build-cluster: unknown target '$what' (all|k8s|kubelet|containerd|agnhost|images|busybox|registry|e2e|e2e-node|ginkgo|metrics-server|helm|kind|csi|dra)" >&2; exit 2 ;;
 esac

@@ -9,6 +9,8 @@
 #     containerd/           containerd config, socket, root and state
 #     cni/                  CNI config, IPAM state
 #     kubelet/ rustlet/     agent root directories
+#     cdi/                  CDI specs: containerd's cdi_spec_dirs, where the
+#                           DRA test driver writes them (hack/dra-driver.sh)
 #     pod-logs/             container logs (/var/log/pods on a real node)
 #     logs/<name>.log       one log per daemon
 #     run/<name>.pid        one pid file per daemon: pid, then executable path
@@ -28,6 +30,8 @@ RUN=$LOCAL/run
 PKI=$LOCAL/pki
 CTRD_DIR=$LOCAL/containerd
 CTRD_SOCK=$CTRD_DIR/containerd.sock
+# The one directory containerd reads CDI specs from (hack/containerd-config.toml).
+CDI_DIR=$LOCAL/cdi
 CNI_CONF_DIR=$LOCAL/cni/net.d
 CNI_BIN_DIR=${CNI_BIN_DIR:-/usr/lib/cni}
 CNI_BRIDGE=rustlet0
@@ -63,10 +67,11 @@ if ! command -v kubectl >/dev/null 2>&1 && [[ -x $BIN/kubectl ]]; then
   PATH=$PATH:$BIN
 fi
 
-# Every daemon, in start order (the CSI stack's last: hack/csi-stack.sh).
-# local-down.sh stops them in reverse.
+# Every daemon, in start order (the CSI stack's and the DRA test driver's
+# last: hack/csi-stack.sh, hack/dra-driver.sh). local-down.sh stops them in
+# reverse.
 COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet rustlet metrics-server
-  csi-hostpath csi-registrar csi-provisioner csi-attacher)
+  csi-hostpath csi-registrar csi-provisioner csi-attacher dra-test-driver)
 
 PROG=${PROG:-$(basename "$0" .sh)}
 
@@ -254,10 +259,11 @@ build_if_missing() {
 # binaries_id: a short digest of every executable in _output/bin (the control
 # plane, the kubelet, containerd, the e2e binaries, and what the test images
 # are built from, the CSI sidecars of the storage-csi runs) but the tools no
-# conformance run uses (NOT_RUN_BINARIES: metrics-server and
-# podresources-client serve only the project's own tests). Two runs with the
-# same id ran the same upstream parts.
-NOT_RUN_BINARIES=(helm kind kubeadm kubectl metrics-server podresources-client)
+# conformance run uses (NOT_RUN_BINARIES: metrics-server, podresources-client
+# and dra-test-driver serve only the project's own tests; e2e.test runs its
+# own DRA driver in process). Two runs with the same id ran the same
+# upstream parts.
+NOT_RUN_BINARIES=(helm kind kubeadm kubectl metrics-server podresources-client dra-test-driver)
 binaries_id() {
   local excluded=() b
   for b in "${NOT_RUN_BINARIES[@]}"; do excluded+=(! -name "$b"); done

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Stops the local one-node cluster started by hack/local-up.sh: metrics-server
-# (if started, and its APIService), the node agent, kube-scheduler, kube-controller-manager, kube-apiserver, etcd and
+# (if started, and its APIService), the CSI stack and the DRA test driver (if
+# started: hack/csi-stack.sh, hack/dra-driver.sh), the node agent,
+# kube-scheduler, kube-controller-manager, kube-apiserver, etcd and
 # containerd; removes every pod container and sandbox, unmounts what they
 # left under _output/local, and removes the pod network (network namespaces,
 # veths, the rustlet0 bridge, IPAM leases, portmap rules).
@@ -36,6 +38,8 @@ stop_daemon metrics-server
 "$ROOT/hack/registry-mirror.sh" stop
 # The CSI stack (hack/csi-stack.sh), if it runs.
 for c in csi-attacher csi-provisioner csi-registrar csi-hostpath; do stop_daemon "$c"; done
+# The DRA test driver (hack/dra-driver.sh), if it runs.
+stop_daemon dra-test-driver
 # Agents first, so nothing restarts pods while they are removed.
 stop_daemon rustlet 15
 stop_daemon kubelet 15

@@ -466,7 +466,9 @@ else
 fi
 
 # ---------------------------------------------------------------- containerd
-mkdir -p "$CTRD_DIR" "$CTRD_DIR/tmp" "$CTRD_DIR/opt"
+# CDI_DIR before containerd starts, which then watches it for CDI specs
+# from the start (hack/dra-driver.sh).
+mkdir -p "$CTRD_DIR" "$CTRD_DIR/tmp" "$CTRD_DIR/opt" "$CDI_DIR"
 sed -e "s|@LOCAL@|$LOCAL|g" -e "s|@CNI_BIN_DIR@|$CNI_BIN_DIR|g" \
   "$ROOT/hack/containerd-config.toml" >"$CTRD_DIR/config.toml.tmp"
 if cmp -s "$CTRD_DIR/config.toml.tmp" "$CTRD_DIR/config.toml"; then
