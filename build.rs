@@ -1,6 +1,7 @@
 //! Generates the gRPC code of the APIs in `proto/` (plugin registration, the
 //! device plugin API, the CSI Identity, Controller and Node services, the CRI fields newer than the
-//! runtime API bindings, the pod resources API), clients and servers, with protoc.
+//! runtime API bindings, the pod resources API, the DRA driver API v1 and v1beta1), clients and
+//! servers, with protoc.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
@@ -12,6 +13,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "proto/cri/v1/extension.proto",
             "proto/podresources/v1/api.proto",
             "proto/podresources/v1alpha1/api.proto",
+            "proto/dra/v1/api.proto",
+            "proto/dra/v1beta1/api.proto",
         ],
         &["proto"],
     )?;

@@ -457,11 +457,25 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
     .with_csi(drivers.clone(), &base.node_name);
     let cgroups = pod_cgroups(&base.settings, &facts.machine)?;
     let stats_cgroups = cgroups.clone();
-    let (node_store, devices) = start_node_loops(&base, &facts, &pressures, &drivers)?;
+    // DRA drivers register through the same directory; what they prepared
+    // before a restart is read back from the root dir. No driver has
+    // registered yet: the node's ResourceSlices go, in the background, as
+    // the kubelet's DRA plugin manager wipes them at start.
+    let dra = crate::dra::DraManager::new(
+        base.client.clone(),
+        &base.node_name,
+        Some(&base.settings.root_dir),
+    );
+    tokio::spawn({
+        let dra = dra.clone();
+        async move { dra.wipe_resource_slices().await }
+    });
+    let (node_store, devices) = start_node_loops(&base, &facts, &pressures, &drivers, &dra)?;
     let node = NodeParts {
         volumes,
         cgroups,
         devices,
+        dra,
         node_store,
         pressures,
     };
@@ -773,6 +787,7 @@ fn start_node_loops(
     facts: &NodeFacts,
     pressures: &tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
     drivers: &crate::plugin_manager::Drivers,
+    dra: &crate::dra::DraManager,
 ) -> anyhow::Result<(
     reflector::Store<k8s_openapi::api::core::v1::Node>,
     crate::device_manager::DeviceManager,
@@ -823,6 +838,7 @@ fn start_node_loops(
             node_name,
             drivers.clone(),
         )
+        .with_dra(dra.clone())
         .run(),
     );
     tokio::spawn(crate::log_manager::run(
@@ -854,6 +870,8 @@ struct NodeParts {
     cgroups: Option<crate::cgroups::CgroupManager>,
     /// The device plugins' manager.
     devices: crate::device_manager::DeviceManager,
+    /// The DRA manager.
+    dra: crate::dra::DraManager,
     /// This node's Node object.
     node_store: reflector::Store<k8s_openapi::api::core::v1::Node>,
     /// The node's pressures, from the eviction manager.
@@ -891,13 +909,6 @@ fn pod_worker(
     let (sources, outputs) = start_pod_sources(base);
     let store = sources.store();
     let node_context = node_context(base, facts, host_dns);
-    // No DRA driver has registered yet: the node's ResourceSlices go, in
-    // the background, as the kubelet's DRA plugin manager wipes them at start.
-    let dra = crate::dra::DraManager::new(client.clone());
-    tokio::spawn({
-        let (dra, node) = (dra.clone(), base.node_name.clone());
-        async move { dra.wipe_resource_slices(&node).await }
-    });
     let ctx = Arc::new(worker::Context::new(worker::Parts {
         runtime: RuntimeManager {
             runtime: runtime.clone(),
@@ -925,7 +936,7 @@ fn pod_worker(
             log_links_dir: crate::paths::CONTAINER_LOGS_DIR.into(),
             cgroups: node.cgroups,
             devices: Some(node.devices),
-            dra,
+            dra: node.dra,
         },
         status: Arc::new(StatusManager::new(client.clone(), sources.clone())),
         status_context: StatusContext {
@@ -1378,6 +1389,7 @@ fn spawn_housekeeping(
         loop {
             tick.tick().await;
             housekeeping::forget_gone(&ctx, &store);
+            housekeeping::unprepare_inactive_claims(&ctx, &store).await;
             housekeeping::sync_pod_cgroups(&ctx, &store);
             housekeeping::delete_orphan_mirrors(&client, ctx.sources()).await;
             let cleaned =

@@ -237,21 +237,30 @@ impl FakeApi {
                 });
                 return (StatusCode::OK, list);
             }
-            // A collection of ResourceSlices, by `spec.nodeName`.
+            // A collection of ResourceSlices, by field selector (`spec.nodeName`,
+            // `spec.driver`; every field must match).
             ("DELETE", ["apis", "resource.k8s.io", "v1", "resourceslices"]) => {
                 if st.slice_deletes_refused > 0 {
                     st.slice_deletes_refused -= 1;
                     return status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
                 }
-                let node = query
+                let fields: Vec<(String, String)> = query
                     .split('&')
-                    .find_map(|kv| kv.strip_prefix("fieldSelector=spec.nodeName="))
-                    .map(str::to_string);
+                    .find_map(|kv| kv.strip_prefix("fieldSelector="))
+                    .into_iter()
+                    .flat_map(|sel| sel.split(','))
+                    .filter_map(|f| f.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                let selected = |v: &Value| {
+                    fields.iter().all(|(path, want)| {
+                        let got = path.split('.').fold(v, |at, key| &at[key]);
+                        got.as_str() == Some(want.as_str())
+                    })
+                };
                 let gone: Vec<Value> = st
                     .objects
-                    .extract_if(.., |(r, _, _), v| {
-                        r == "resourceslices" && node.as_deref() == v["spec"]["nodeName"].as_str()
-                    })
+                    .extract_if(.., |(r, _, _), v| r == "resourceslices" && selected(v))
                     .map(|(_, v)| v)
                     .collect();
                 let list = json!({ "kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",

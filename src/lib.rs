@@ -58,6 +58,8 @@ pub mod fake_api;
 #[cfg(test)]
 pub mod fake_csi;
 #[cfg(test)]
+pub mod fake_dra;
+#[cfg(test)]
 pub mod fixtures;
 
 /// The Kubernetes version whose kubelet this agent follows.

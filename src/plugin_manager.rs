@@ -14,6 +14,10 @@
 //! again. The directory is read every second (the kubelet's reconciler
 //! period), which also sees a socket made again under the same name; a
 //! registration that failed is tried again at each pass.
+//!
+//! DRA drivers register the same way (type `DRAPlugin`, the kubelet's DRA
+//! handler): their name is checked, and the DRA manager takes them
+//! ([`crate::dra::DraManager::register_plugin`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -138,9 +142,18 @@ struct Seen {
     /// The socket file's identity (device, inode, change time): a socket
     /// made again is a new registration.
     identity: (u64, u64, i64),
-    /// The driver it registered (None: registration failed, tried again at
-    /// the next pass).
-    driver: Option<String>,
+    /// What it registered (None: registration failed, tried again at the
+    /// next pass).
+    driver: Option<Registered>,
+}
+
+/// A plugin registered through a socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Registered {
+    /// The CSI driver of this name.
+    Csi(String),
+    /// A kubelet plugin of DRA driver `driver`, serving on `endpoint`.
+    Dra { driver: String, endpoint: PathBuf },
 }
 
 /// The plugin manager of one node.
@@ -149,6 +162,7 @@ pub struct PluginManager {
     node_name: String,
     registry: PathBuf,
     drivers: Drivers,
+    dra: Option<crate::dra::DraManager>,
     seen: HashMap<PathBuf, Seen>,
 }
 
@@ -162,8 +176,17 @@ impl PluginManager {
             node_name: node_name.to_string(),
             registry: root_dir.join(REGISTRY_DIR),
             drivers,
+            dra: None,
             seen: HashMap::new(),
         }
+    }
+
+    /// The manager, registering DRA drivers with `dra` too (without it
+    /// they are refused as a type with no handler).
+    #[must_use]
+    pub fn with_dra(mut self, dra: crate::dra::DraManager) -> Self {
+        self.dra = Some(dra);
+        self
     }
 
     /// Makes the registration and plugin directories, then registers and
@@ -195,10 +218,10 @@ impl PluginManager {
             .collect();
         for socket in gone {
             if let Some(Seen {
-                driver: Some(name), ..
+                driver: Some(r), ..
             }) = self.seen.remove(&socket)
             {
-                self.deregister(&name).await;
+                self.deregister(&r).await;
             }
         }
         for (socket, identity) in now {
@@ -213,18 +236,18 @@ impl PluginManager {
                 continue;
             }
             if let Some(Seen {
-                driver: Some(name), ..
+                driver: Some(r), ..
             }) = self.seen.remove(&socket)
             {
-                self.deregister(&name).await;
+                self.deregister(&r).await;
             }
             let driver = self.register(&socket).await;
             self.seen.insert(socket, Seen { identity, driver });
         }
     }
 
-    /// Registers the plugin on `socket`; its driver's name when registered.
-    async fn register(&self, socket: &Path) -> Option<String> {
+    /// Registers the plugin on `socket`; what it registered.
+    async fn register(&self, socket: &Path) -> Option<Registered> {
         let channel = match crate::cri::unix_channel(socket.to_path_buf()).await {
             Ok(c) => c,
             Err(e) => {
@@ -249,9 +272,13 @@ impl PluginManager {
             warn!(plugin = info.name, error = %e, "plugin NotifyRegistrationStatus failed");
         }
         match outcome {
-            Ok(()) => {
-                info!(driver = info.name, "CSI driver registered");
-                Some(info.name)
+            Ok(r) => {
+                info!(
+                    driver = info.name,
+                    r#type = info.r#type,
+                    "plugin registered"
+                );
+                Some(r)
             }
             Err(e) => {
                 warn!(plugin = info.name, error = %e, "plugin not registered");
@@ -261,7 +288,12 @@ impl PluginManager {
     }
 
     /// Validates and installs the plugin `info` registered on `socket`.
-    async fn install(&self, socket: &Path, info: &PluginInfo) -> Result<(), String> {
+    async fn install(&self, socket: &Path, info: &PluginInfo) -> Result<Registered, String> {
+        if info.r#type == crate::dra::plugins::DRA_PLUGIN
+            && let Some(dra) = &self.dra
+        {
+            return install_dra(dra, socket, info);
+        }
         if info.r#type != CSI_PLUGIN {
             return Err(format!(
                 "no handler registered for plugin type: {}",
@@ -323,12 +355,22 @@ impl PluginManager {
             version,
             node_id: node_info.node_id,
         });
-        Ok(())
+        Ok(Registered::Csi(name.clone()))
     }
 
-    /// Takes driver `name` out: from the registry, the Node's annotation and
-    /// the CSINode.
-    async fn deregister(&self, name: &str) {
+    /// Takes what a socket registered out: a DRA driver's plugin from the
+    /// DRA manager, a CSI driver from the registry, the Node's annotation
+    /// and the CSINode.
+    async fn deregister(&self, r: &Registered) {
+        let name = match r {
+            Registered::Csi(name) => name,
+            Registered::Dra { driver, endpoint } => {
+                if let Some(dra) = &self.dra {
+                    dra.deregister_plugin(driver, endpoint);
+                }
+                return;
+            }
+        };
         self.drivers.remove(name);
         if let Err(e) = self.update_node(name, None).await {
             warn!(driver = name, error = %e, "driver not taken off the Node");
@@ -458,6 +500,32 @@ impl PluginManager {
             status: None,
         })
     }
+}
+
+/// Checks DRA driver plugin `info`, registered on `socket`, and gives it
+/// to `dra`: its name must be a driver name (a DNS subdomain of at most 63
+/// characters, as ResourceSlices take it), its endpoint a unix socket.
+fn install_dra(
+    dra: &crate::dra::DraManager,
+    socket: &Path,
+    info: &PluginInfo,
+) -> Result<Registered, String> {
+    let name = &info.name;
+    if name.len() > 63 || !crate::names::is_dns1123_subdomain(name) {
+        return Err(format!(
+            "validation failed for DRA driver {name:?}: not a valid driver name"
+        ));
+    }
+    let endpoint = if info.endpoint.is_empty() {
+        socket.to_path_buf()
+    } else {
+        crate::cri::socket_path(&info.endpoint).map_err(|e| e.to_string())?
+    };
+    dra.register_plugin(name, &endpoint, &info.supported_versions)?;
+    Ok(Registered::Dra {
+        driver: name.clone(),
+        endpoint,
+    })
 }
 
 /// The unix sockets in `dir` (not hidden files), with their identities.
@@ -646,6 +714,120 @@ mod tests {
         );
         let csi_node = api.cluster_object("csinodes", "n1").unwrap();
         assert_eq!(csi_node["spec"]["drivers"], serde_json::json!([]));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dra_driver_registers_with_the_dra_manager_and_its_slices_go_after_it() {
+        let root = tempfile::tempdir().unwrap();
+        let registry = root.path().join(REGISTRY_DIR);
+        std::fs::create_dir_all(&registry).unwrap();
+        let endpoint = root.path().join("dra.sock");
+        let driver = crate::fake_dra::FakeDraDriver::serve(&endpoint, "gpu.example.com", false);
+        let info = |name: &str, versions: &[&str]| PluginInfo {
+            r#type: crate::dra::plugins::DRA_PLUGIN.into(),
+            name: name.into(),
+            endpoint: endpoint.display().to_string(),
+            supported_versions: versions.iter().map(|v| (*v).to_string()).collect(),
+        };
+        let gpu = Registrar {
+            info: info(
+                "gpu.example.com",
+                &["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth"],
+            ),
+            told: Arc::default(),
+        };
+        let hostile = Registrar {
+            info: info("gpu.example.com,spec.driver=x", &["v1.DRAPlugin"]),
+            told: Arc::default(),
+        };
+        let old = Registrar {
+            info: info("old.example.com", &["v1alpha3.Node"]),
+            told: Arc::default(),
+        };
+        let gpu_socket = registry.join("gpu.example.com-reg.sock");
+        serve(
+            &gpu_socket,
+            tonic::transport::Server::builder().add_service(RegistrationServer::new(gpu.clone())),
+        );
+        for (name, r) in [("hostile-reg.sock", &hostile), ("old-reg.sock", &old)] {
+            serve(
+                &registry.join(name),
+                tonic::transport::Server::builder().add_service(RegistrationServer::new(r.clone())),
+            );
+        }
+        let api = FakeApi::default();
+        api.put_node("n1");
+        let slice = serde_json::json!({ "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": { "name": "n1-gpu" },
+            "spec": { "nodeName": "n1", "driver": "gpu.example.com",
+                "pool": { "name": "n1", "generation": 1, "resourceSliceCount": 1 } } });
+        api.put_cluster("resourceslices", "n1-gpu", slice);
+        let dra = crate::dra::DraManager::new(api.client(), "n1", None)
+            .with_wipe_delay(Duration::from_millis(200));
+        let mut manager = PluginManager::new(api.client(), root.path(), "n1", Drivers::default())
+            .with_dra(dra.clone());
+        manager.sync().await;
+
+        let told = gpu.told.lock().unwrap().clone();
+        assert_eq!(
+            told,
+            [RegistrationStatus {
+                plugin_registered: true,
+                error: String::new()
+            }]
+        );
+        let plugin = dra.plugins().get("gpu.example.com").expect("registered");
+        assert_eq!(plugin.endpoint, endpoint);
+        assert_eq!(plugin.service, crate::dra::plugins::Service::V1);
+        // Called through the kept connection.
+        let claims = [crate::dra::plugins::Claim {
+            namespace: "ns".into(),
+            uid: "u1".into(),
+            name: "c".into(),
+        }];
+        assert_eq!(plugin.unprepare(&claims).await.unwrap()["u1"], "");
+        assert_eq!(driver.take_calls(), ["NodeUnprepareResources ns/c"]);
+        let hostile_told = hostile.told.lock().unwrap().clone();
+        assert!(
+            hostile_told[0].error.contains("not a valid driver name"),
+            "{hostile_told:?}"
+        );
+        let old_told = old.told.lock().unwrap().clone();
+        assert!(
+            old_told[0].error.starts_with(
+                "invalid supported gRPC versions of DRA driver plugin old.example.com"
+            ),
+            "{old_told:?}"
+        );
+        assert_eq!(dra.plugins().drivers(), ["gpu.example.com"]);
+        // Neither the Node nor a CSINode is touched.
+        assert!(api.cluster_object("csinodes", "n1").is_none());
+
+        // The socket goes: so does the driver, and its slices after the
+        // delay, by node and driver.
+        api.take_requests();
+        std::fs::remove_file(&gpu_socket).unwrap();
+        manager.sync().await;
+        assert!(!dra.plugins().has("gpu.example.com"));
+        for _ in 0..50 {
+            if api.cluster_object("resourceslices", "n1-gpu").is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(api.cluster_object("resourceslices", "n1-gpu").is_none());
+        let deletes: Vec<(String, String)> = api
+            .take_requests()
+            .into_iter()
+            .map(|r| (r.line(), r.query))
+            .collect();
+        assert_eq!(
+            deletes,
+            [(
+                "DELETE /apis/resource.k8s.io/v1/resourceslices".to_string(),
+                "fieldSelector=spec.nodeName=n1,spec.driver=gpu.example.com".to_string()
+            )]
+        );
     }
 
     #[test]

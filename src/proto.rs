@@ -47,3 +47,19 @@ pub mod podresources {
         tonic::include_proto!("v1alpha1");
     }
 }
+
+/// The DRA driver API the agent calls (module `dra`), as the kubelet's dra
+/// v1 and v1beta1 (k8s.io/kubelet/pkg/apis/dra): the `DRAPlugin` service a
+/// driver's kubelet plugin serves.
+pub mod dra {
+    /// dra v1 (`v1.DRAPlugin`).
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod v1 {
+        tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
+    }
+    /// dra v1beta1 (`v1beta1.DRAPlugin`).
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod v1beta1 {
+        tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
+    }
+}

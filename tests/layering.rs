@@ -40,6 +40,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fixtures",
             "fake_api",
             "fake_csi",
+            "fake_dra",
         ],
     ),
     (
@@ -86,6 +87,7 @@ const SKIPPED: &[&str] = &[
     "src/fixtures.rs",
     "src/fake_api.rs",
     "src/fake_csi.rs",
+    "src/fake_dra.rs",
     "src/server/tests.rs",
     "src/stats/summary/tests.rs",
     "src/stats/cadvisor/tests.rs",

@@ -158,6 +158,8 @@ pub struct ContainerSnapshot {
     pub linux_resources: Option<cri::LinuxContainerResources>,
     /// The mounts its config asked for, as received.
     pub mounts: Vec<cri::Mount>,
+    /// The CDI devices its config asked for, by name.
+    pub cdi_devices: Vec<String>,
 }
 
 struct SandboxRecord {
@@ -355,6 +357,12 @@ impl ContainerRecord {
             finished_at: self.finished_at,
             linux_resources: self.config.linux.as_ref().and_then(|l| l.resources.clone()),
             mounts: self.config.mounts.clone(),
+            cdi_devices: self
+                .config
+                .cdi_devices
+                .iter()
+                .map(|d| d.name.clone())
+                .collect(),
         }
     }
 }

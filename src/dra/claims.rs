@@ -4,9 +4,9 @@
 //! `IsForPod` and `IsReservedForPod` of k8s.io/dynamic-resource-allocation).
 //! Pure: the claims are read by the caller.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Pod, PodResourceClaim};
+use k8s_openapi::api::core::v1::{Container, Pod, PodResourceClaim};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
 /// A claim the pod uses, by name in its namespace.
@@ -146,6 +146,77 @@ pub fn check(pod: &Pod, r: &ClaimRef, claim: &ResourceClaim) -> Result<BTreeSet<
         .collect())
 }
 
+/// The prefix of extended resources backed by a DeviceClass
+/// (`deviceclass.resource.kubernetes.io/<class>`).
+const DEVICE_CLASS_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
+
+/// The claims container `c` of `pod` uses and the requests of each it
+/// names, by claim name, as the kubelet's `GetResources` collects them:
+/// each entry of its `resources.claims` (an empty request: all of the
+/// claim's requests), and for each extended resource backed by DRA it
+/// requests (not zero), the requests `status.extendedResourceClaimStatus`
+/// maps to it for this container.
+///
+/// # Errors
+/// A claim it uses cannot be named ([`claim_name`]).
+pub fn container_requests(
+    pod: &Pod,
+    c: &Container,
+) -> Result<BTreeMap<String, Vec<String>>, String> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let resources = c.resources.as_ref();
+    let used = resources.and_then(|r| r.claims.as_ref());
+    for pc in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let requests: Vec<String> = used
+            .into_iter()
+            .flatten()
+            .filter(|u| u.name == pc.name)
+            .map(|u| u.request.clone().unwrap_or_default())
+            .collect();
+        if requests.is_empty() {
+            continue;
+        }
+        if let Some(r) = claim_name(pod, pc)? {
+            out.entry(r.name).or_default().extend(requests);
+        }
+    }
+    let ext = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref());
+    if let Some(ext) = ext {
+        let asked: BTreeSet<&str> = resources
+            .and_then(|r| r.requests.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|(name, q)| {
+                (crate::resource::is_extended_resource(name)
+                    || name.starts_with(DEVICE_CLASS_PREFIX))
+                    && crate::resource::Quantity::parse_saturating(&q.0).is_ok_and(|q| !q.is_zero())
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let mapped = ext
+            .request_mappings
+            .iter()
+            .filter(|m| m.container_name == c.name && asked.contains(m.resource_name.as_str()))
+            .map(|m| m.request_name.clone());
+        let requests: Vec<String> = mapped.collect();
+        if !requests.is_empty() {
+            out.entry(ext.resource_claim_name.clone())
+                .or_default()
+                .extend(requests);
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +232,64 @@ mod tests {
 
     fn claim(v: serde_json::Value) -> ResourceClaim {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_container_gets_the_requests_it_names_and_those_of_its_extended_resources() {
+        let mut p = pod(
+            serde_json::json!([
+                { "name": "direct", "resourceClaimName": "shared-gpu" },
+                { "name": "templated", "resourceClaimTemplateName": "t" },
+                { "name": "unused", "resourceClaimName": "other" }
+            ]),
+            serde_json::json!({
+                "resourceClaimStatuses": [
+                    { "name": "templated", "resourceClaimName": "p-templated-x7" }
+                ],
+                "extendedResourceClaimStatus": {
+                    "resourceClaimName": "p-extended-resources-9",
+                    "requestMappings": [
+                        { "containerName": "c", "resourceName": "example.com/gpu", "requestName": "container-0-request-0" },
+                        { "containerName": "c", "resourceName": "example.com/zero", "requestName": "container-0-request-1" },
+                        { "containerName": "other", "resourceName": "example.com/gpu", "requestName": "container-1-request-0" }
+                    ]
+                }
+            }),
+        );
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "resources": {
+                "requests": { "example.com/gpu": "1", "example.com/zero": "0", "cpu": "1" },
+                "claims": [
+                    { "name": "direct", "request": "gpu" },
+                    { "name": "direct", "request": "nic" },
+                    { "name": "templated" }
+                ]
+            }
+        }))
+        .unwrap();
+        let got = container_requests(&p, &c).unwrap();
+        assert_eq!(
+            got,
+            BTreeMap::from([
+                (
+                    "shared-gpu".to_string(),
+                    vec!["gpu".to_string(), "nic".to_string()]
+                ),
+                ("p-templated-x7".to_string(), vec![String::new()]),
+                (
+                    "p-extended-resources-9".to_string(),
+                    vec!["container-0-request-0".to_string()]
+                ),
+            ])
+        );
+        // A template claim not created yet cannot be named.
+        p.status.as_mut().unwrap().resource_claim_statuses = None;
+        assert!(
+            container_requests(&p, &c)
+                .unwrap_err()
+                .contains("ResourceClaim not created yet")
+        );
     }
 
     #[test]

@@ -1,33 +1,47 @@
 //! The DRA manager, as the kubelet's (`pkg/kubelet/cm/dra`): before a pod's
 //! sandbox is made, every ResourceClaim the pod uses
-//! ([`claims::pod_claims`], [`claims::claim_name`]) is read from the API server and checked
-//! ([`claims::check`]: generated for the pod, reserved for it, allocated),
-//! and each driver of its allocated devices must be registered on the node
-//! to prepare it. A pod whose claims do not pass never gets a sandbox: it
-//! waits, with a `FailedPrepareDynamicResources` Event, and is tried again
-//! at its next sync, as the kubelet's `SyncPod` returns before
-//! `createPodSandbox`.
+//! ([`claims::pod_claims`], [`claims::claim_name`]) is read from the API
+//! server and checked ([`claims::check`]: generated for the pod, reserved
+//! for it, allocated), then prepared by each driver of its allocated
+//! devices, through the kubelet plugin the driver registered
+//! ([`plugins`], `NodePrepareResources`, one call per driver for all the
+//! pod's claims). The CDI device IDs the drivers answer go to each
+//! container naming the claim ([`DraManager::cdi_devices`]). A pod whose
+//! claims do not pass never gets a sandbox: it waits, with a
+//! `FailedPrepareDynamicResources` Event, and is tried again at its next
+//! sync, as the kubelet's `SyncPod` returns before `createPodSandbox`.
+//!
+//! Once a pod's containers are gone its claims are unprepared
+//! (`NodeUnprepareResources`), a claim shared by several pods after the
+//! last; housekeeping unprepares those of pods that ended or went
+//! ([`DraManager::unprepare_inactive`], the kubelet's reconcile loop).
+//! What is prepared is kept in a checkpoint ([`cache::CHECKPOINT`]), so
+//! that a restarted agent gives containers their devices and unprepares
+//! claims of pods deleted while it was down.
 //!
 //! At start the node's ResourceSlices are deleted
-//! ([`DraManager::wipe_resource_slices`]), as the kubelet's DRA plugin
-//! manager wipes them: no driver has registered yet, and devices advertised
-//! by a driver that may never come back would draw pods that cannot start.
-//!
-//! No DRA driver can register with this agent yet (the plugin manager
-//! serves CSI drivers only, `docs/design.md`), so a claim with allocated
-//! devices always stops at "DRA driver … is not registered": the pod waits
-//! rather than run without its devices. A claim whose allocation holds no
-//! device needs no driver, and its pod starts.
+//! ([`DraManager::wipe_resource_slices`]), and a driver's are deleted
+//! [`WIPE_DELAY`] after its last plugin went, unless one came back, as the
+//! kubelet's DRA plugin manager wipes them: devices advertised by a driver
+//! that may never come back would draw pods that cannot start.
 
+pub mod cache;
 pub mod claims;
+pub mod plugins;
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use tracing::{debug, info, warn};
+
+use cache::{ClaimCache, ClaimInfo};
+use plugins::{Claim, Plugins};
 
 /// The first wait between attempts to wipe the node's ResourceSlices.
 const WIPE_FIRST_WAIT: Duration = Duration::from_secs(1);
@@ -35,54 +49,265 @@ const WIPE_FIRST_WAIT: Duration = Duration::from_secs(1);
 /// wait would pass it, after about 8.5 minutes and 10 attempts (the
 /// kubelet's `wait.Backoff` stops when it reaches its cap).
 const WIPE_MAX_WAIT: Duration = Duration::from_secs(300);
+/// How long after a driver's last plugin went its ResourceSlices are
+/// deleted, unless a plugin registered again (the kubelet's
+/// `defaultWipingDelay`).
+pub const WIPE_DELAY: Duration = Duration::from_secs(30);
+/// The longest checkpoint read, bytes (a longer one is not read).
+const MAX_CHECKPOINT_BYTES: usize = 16 * 1024 * 1024;
 
-/// Reads and checks the claims of the pods the pod workers start.
+/// Prepares and unprepares the claims of the pods the pod workers run;
+/// cheap to clone.
 #[derive(Clone)]
 pub struct DraManager {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     client: kube::Client,
+    node: String,
+    plugins: Plugins,
+    cache: Mutex<ClaimCache>,
+    /// The checkpoint file (None: none kept).
+    checkpoint: Option<PathBuf>,
+    /// Serializes checkpoint writes.
+    saving: Mutex<()>,
+    /// How long after a driver's last plugin went its slices are wiped.
+    wipe_delay: Duration,
 }
 
 impl DraManager {
-    /// A manager reading claims through `client` (the Node authorizer lets a
-    /// node read the claims of the pods bound to it).
+    /// A manager for node `node` reading claims through `client` (the Node
+    /// authorizer lets a node read the claims of the pods bound to it),
+    /// keeping its checkpoint in `state_dir` (None: none) and taking in
+    /// the claims a checkpoint there holds (none when it is missing, too
+    /// long or unreadable: logged).
     #[must_use]
-    pub fn new(client: kube::Client) -> Self {
-        Self { client }
+    pub fn new(client: kube::Client, node: &str, state_dir: Option<&Path>) -> Self {
+        let checkpoint = state_dir.map(|d| d.join(cache::CHECKPOINT));
+        let cache = checkpoint.as_deref().map(restore).unwrap_or_default();
+        Self {
+            inner: Arc::new(Inner {
+                client,
+                node: node.to_string(),
+                plugins: Plugins::default(),
+                cache: Mutex::new(cache),
+                checkpoint,
+                saving: Mutex::new(()),
+                wipe_delay: WIPE_DELAY,
+            }),
+        }
+    }
+
+    /// The manager, wiping a driver's ResourceSlices `delay` after its last
+    /// plugin went instead of [`WIPE_DELAY`]; only before it is cloned
+    /// (later, nothing changes).
+    #[must_use]
+    pub fn with_wipe_delay(mut self, delay: Duration) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.wipe_delay = delay;
+        }
+        self
+    }
+
+    /// The registered DRA drivers' plugins.
+    #[must_use]
+    pub fn plugins(&self) -> &Plugins {
+        &self.inner.plugins
+    }
+
+    /// Registers driver `driver`'s plugin on `endpoint`, serving `services`
+    /// (the kubelet's `RegisterPlugin`): a wipe of its ResourceSlices
+    /// pending since its last plugin went is called off.
+    ///
+    /// # Errors
+    /// The kubelet's messages: no service spoken here
+    /// ([`plugins::choose_service`]), the endpoint registered already.
+    pub fn register_plugin(
+        &self,
+        driver: &str,
+        endpoint: &Path,
+        services: &[String],
+    ) -> Result<(), String> {
+        let service = plugins::choose_service(services).map_err(|e| {
+            format!(
+                "invalid supported gRPC versions of DRA driver plugin {driver} at endpoint {}: {e}",
+                endpoint.display()
+            )
+        })?;
+        self.inner.plugins.add(driver, endpoint, service)?;
+        info!(
+            driver,
+            endpoint = %endpoint.display(),
+            service = service.name(),
+            "DRA driver registered"
+        );
+        Ok(())
+    }
+
+    /// Takes driver `driver`'s plugin on `endpoint` out (the kubelet's
+    /// `DeRegisterPlugin`); when it was the driver's last, the driver's
+    /// ResourceSlices on this node are deleted after [`WIPE_DELAY`] unless
+    /// a plugin of the driver registered meanwhile (the kubelet's pending
+    /// wipe, called off by a registration).
+    pub fn deregister_plugin(&self, driver: &str, endpoint: &Path) {
+        let last = self.inner.plugins.remove(driver, endpoint);
+        info!(driver, endpoint = %endpoint.display(), "DRA driver plugin deregistered");
+        if !last {
+            return;
+        }
+        let (dra, driver) = (self.clone(), driver.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(dra.inner.wipe_delay).await;
+            if dra.inner.plugins.has(&driver) {
+                return;
+            }
+            dra.wipe(Some(&driver)).await;
+        });
     }
 
     /// As the kubelet's `PrepareResources`: Ok when every claim `pod` uses
-    /// is ready for its containers (a pod without claims always is).
+    /// is prepared for its containers (a pod without claims always is).
     ///
     /// # Errors
     /// Why the pod cannot start yet, in the kubelet's words, prefixed as its
     /// `prepare dynamic resources: …`: a claim not created yet, not found
     /// (`fetch ResourceClaim <name>: …`), not the pod's, not reserved for it
-    /// or not allocated ([`claims::check`]), or a driver of its devices not
-    /// registered (`DRA driver <name> is not registered`).
+    /// or not allocated ([`claims::check`]), a driver of its devices not
+    /// registered (`DRA driver <name> is not registered`), a claim of that
+    /// name known here with another UID or being unprepared, the driver's
+    /// call failing (`NodePrepareResources: …`) or failing for the claim
+    /// (`NodePrepareResources failed for ResourceClaim <name>: …`), its
+    /// answer out of bounds ([`cache::checked_devices`]), or the
+    /// checkpoint not written.
     pub async fn prepare(&self, pod: &Pod) -> Result<(), String> {
-        self.check_claims(pod)
+        self.prepare_claims(pod)
             .await
             .map_err(|e| format!("prepare dynamic resources: {e}"))
     }
 
-    /// Deletes every ResourceSlice of node `node` (field `spec.nodeName`),
+    /// The CDI device IDs container `c` of `pod` is given (the kubelet's
+    /// `GetResources`): those of the prepared devices serving the requests
+    /// it uses ([`claims::container_requests`]), without repeats.
+    ///
+    /// # Errors
+    /// A claim it uses cannot be named, or is not prepared here.
+    pub fn cdi_devices(&self, pod: &Pod, c: &Container) -> Result<Vec<String>, String> {
+        let requests = claims::container_requests(pod, c)?;
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ns = namespace(pod);
+        let cache = self.cache();
+        let mut out: Vec<String> = Vec::new();
+        for (claim, requests) in requests {
+            let info = cache.get(ns, &claim).ok_or_else(|| {
+                format!("internal error: unable to get claim info for ResourceClaim {claim} in namespace {ns}")
+            })?;
+            for r in requests {
+                for id in info.cdi_devices(&r) {
+                    if !out.contains(&id) {
+                        out.push(id);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// As the kubelet's `UnprepareResources`, once `pod`'s containers are
+    /// gone: each claim it uses (those known here, else those its spec
+    /// names) is unprepared by its drivers when no other pod uses it, and
+    /// forgotten. Doing it again does nothing.
+    ///
+    /// # Errors
+    /// Why not, prefixed `unprepare dynamic resources: …`: a claim cannot
+    /// be named, a driver is not registered, its call failed or failed for
+    /// a claim, or the checkpoint was not written. The pod is to be tried
+    /// again.
+    pub async fn unprepare(&self, pod: &Pod) -> Result<(), String> {
+        let (ns, uid) = (
+            namespace(pod),
+            pod.metadata.uid.as_deref().unwrap_or_default(),
+        );
+        let mut names = self.cache().claims_of(uid);
+        if names.is_empty() {
+            for pc in claims::pod_claims(pod) {
+                match claims::claim_name(pod, &pc) {
+                    Ok(Some(r)) => names.push(r.name),
+                    Ok(None) => {}
+                    Err(e) => return Err(format!("unprepare dynamic resources: {e}")),
+                }
+            }
+        }
+        self.unprepare_claims(uid, ns, &names)
+            .await
+            .map_err(|e| format!("unprepare dynamic resources: {e}"))
+    }
+
+    /// Unprepares the claims of every pod using one here that `active` says
+    /// is no longer active (it ended, or is gone), as the kubelet's DRA
+    /// reconcile loop; returns how many pods' claims were unprepared. A
+    /// failure is logged and tried again at the next call.
+    pub async fn unprepare_inactive(&self, active: impl Fn(&str) -> bool) -> usize {
+        let inactive: Vec<(String, String)> = self
+            .cache()
+            .pods()
+            .into_iter()
+            .filter(|(uid, _)| !active(uid))
+            .collect();
+        let mut done = 0;
+        for (uid, ns) in inactive {
+            let names = self.cache().claims_of(&uid);
+            match self.unprepare_claims(&uid, &ns, &names).await {
+                Ok(()) => done += 1,
+                Err(e) => {
+                    warn!(
+                        pod_uid = uid,
+                        error = e,
+                        "unprepare the claims of a pod gone; retrying"
+                    );
+                }
+            }
+        }
+        done
+    }
+
+    /// Whether pod `uid` uses a claim prepared (or being prepared) here.
+    #[must_use]
+    pub fn has_claims(&self, uid: &str) -> bool {
+        self.cache().has_pod(uid)
+    }
+
+    /// Deletes every ResourceSlice of this node (field `spec.nodeName`),
     /// as the kubelet's `wipeResourceSlices` at start: tried again while the
     /// API server refuses (the node's credentials may still be coming), the
     /// wait doubling from 1 s, until a wait would pass 5 min (then a
     /// warning). Returns whether the slices are gone (or there were none).
-    pub async fn wipe_resource_slices(&self, node: &str) -> bool {
-        let api: Api<ResourceSlice> = Api::all(self.client.clone());
-        let of_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    pub async fn wipe_resource_slices(&self) -> bool {
+        self.wipe(None).await
+    }
+
+    /// Deletes this node's ResourceSlices, of `driver` only if given.
+    async fn wipe(&self, driver: Option<&str>) -> bool {
+        let api: Api<ResourceSlice> = Api::all(self.inner.client.clone());
+        let node = &self.inner.node;
+        let mut fields = format!("spec.nodeName={node}");
+        if let Some(d) = driver {
+            fields.push_str(&format!(",spec.driver={d}"));
+        }
+        let selected = ListParams::default().fields(&fields);
         let mut wait = WIPE_FIRST_WAIT;
         loop {
             let why = match api
-                .delete_collection(&DeleteParams::default(), &of_node)
+                .delete_collection(&DeleteParams::default(), &selected)
                 .await
             {
                 Ok(_) => {
                     info!(
                         node,
-                        "deleted the node's ResourceSlices: no DRA driver has registered"
+                        driver,
+                        "deleted the node's ResourceSlices: no plugin of the driver is registered"
                     );
                     return true;
                 }
@@ -92,6 +317,7 @@ impl DraManager {
             if wait > WIPE_MAX_WAIT {
                 warn!(
                     node,
+                    driver,
                     error = why,
                     "gave up deleting the node's ResourceSlices"
                 );
@@ -103,15 +329,45 @@ impl DraManager {
         }
     }
 
-    async fn check_claims(&self, pod: &Pod) -> Result<(), String> {
+    fn cache(&self) -> MutexGuard<'_, ClaimCache> {
+        self.inner
+            .cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes the checkpoint of `cache` (nothing without a checkpoint
+    /// file).
+    fn save(&self, cache: &ClaimCache) -> Result<(), String> {
+        let Some(path) = &self.inner.checkpoint else {
+            return Ok(());
+        };
+        let _serial = self
+            .inner
+            .saving
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let text = cache.checkpoint().map_err(|e| e.to_string())?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        }
+        crate::certificate::write_private(path, &text, 0o600).map_err(|e| e.to_string())
+    }
+
+    async fn prepare_claims(&self, pod: &Pod) -> Result<(), String> {
         let pod_claims = claims::pod_claims(pod);
         if pod_claims.is_empty() {
             return Ok(());
         }
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), ns);
-        // One claim after the other, named, read and checked, as the
-        // kubelet's validation pass: the first that fails is the reason.
+        let (ns, uid) = (
+            namespace(pod),
+            pod.metadata.uid.as_deref().unwrap_or_default(),
+        );
+        let api: Api<ResourceClaim> = Api::namespaced(self.inner.client.clone(), ns);
+        // The validation pass, one claim after the other, named, read and
+        // checked: the first that fails is the reason, and nothing is
+        // recorded.
+        let mut found: Vec<ClaimInfo> = Vec::new();
         for pc in &pod_claims {
             let Some(r) = claims::claim_name(pod, pc)? else {
                 continue;
@@ -123,16 +379,200 @@ impl DraManager {
                 };
                 format!("fetch ResourceClaim {}: {why}", r.name)
             })?;
-            // The first driver (by name) of the claim's devices; none is
-            // registered.
-            if let Some(driver) = claims::check(pod, &r, &claim)?.into_iter().next() {
-                if driver.is_empty() {
-                    return Err("DRA driver name is empty".into());
+            let drivers = claims::check(pod, &r, &claim)?;
+            for driver in &drivers {
+                self.inner.plugins.get(driver)?;
+            }
+            found.push(ClaimInfo {
+                uid: claim.metadata.uid.clone().unwrap_or_default(),
+                name: r.name,
+                namespace: ns.to_string(),
+                drivers: drivers.into_iter().map(|d| (d, Vec::new())).collect(),
+                ..ClaimInfo::default()
+            });
+        }
+        // The pod is recorded as using each claim (and checkpointed) before
+        // any driver is called, so that a pod that goes meanwhile is
+        // unprepared.
+        let mut batches: BTreeMap<String, Vec<Claim>> = BTreeMap::new();
+        {
+            let mut cache = self.cache();
+            for info in found {
+                match cache.get(ns, &info.name) {
+                    Some(known) if known.uid != info.uid => {
+                        return Err(format!(
+                            "old ResourceClaim with same name {} and different UID {} still exists (previous pod force-deleted?!)",
+                            info.name, known.uid
+                        ));
+                    }
+                    Some(known) if known.unpreparing => {
+                        return Err(format!("ResourceClaim {} is being unprepared", info.name));
+                    }
+                    Some(_) => {}
+                    None => cache.insert(info.clone()),
                 }
-                return Err(format!("DRA driver {driver} is not registered"));
+                let Some(entry) = cache.get_mut(ns, &info.name) else {
+                    continue;
+                };
+                entry.pod_uids.insert(uid.to_string());
+                if entry.prepared {
+                    continue;
+                }
+                for driver in entry.drivers.keys() {
+                    batches.entry(driver.clone()).or_default().push(Claim {
+                        namespace: entry.namespace.clone(),
+                        uid: entry.uid.clone(),
+                        name: entry.name.clone(),
+                    });
+                }
+            }
+            self.save(&cache)
+                .map_err(|e| format!("checkpoint ResourceClaim cache: {e}"))?;
+        }
+        // One call per driver for all the pod's claims; the first failure
+        // ends the pass (the next sync tries again).
+        for (driver, claims) in &batches {
+            let plugin = self.inner.plugins.get(driver)?;
+            let answer = plugin
+                .prepare(claims)
+                .await
+                .map_err(|e| format!("NodePrepareResources: {e}"))?;
+            let answered = answer.len();
+            for (claim_uid, outcome) in answer {
+                let claim = claims.iter().find(|c| c.uid == claim_uid).ok_or_else(|| {
+                    format!(
+                        "NodePrepareResources returned result for unknown claim UID {claim_uid}"
+                    )
+                })?;
+                let devices = outcome.map_err(|e| {
+                    format!(
+                        "NodePrepareResources failed for ResourceClaim {}: {e}",
+                        claim.name
+                    )
+                })?;
+                let devices = cache::checked_devices(&claim.name, devices)?;
+                let mut cache = self.cache();
+                let info = cache.get_mut(&claim.namespace, &claim.name).ok_or_else(|| {
+                    format!(
+                        "internal error: unable to get claim info for ResourceClaim {} in namespace {}",
+                        claim.name, claim.namespace
+                    )
+                })?;
+                info.drivers.insert(driver.clone(), devices);
+            }
+            let unfinished = claims.len().saturating_sub(answered);
+            if unfinished != 0 {
+                return Err(format!(
+                    "NodePrepareResources skipped {unfinished} ResourceClaims"
+                ));
             }
         }
-        Ok(())
+        let mut cache = self.cache();
+        for claim in batches.values().flatten() {
+            if let Some(info) = cache.get_mut(&claim.namespace, &claim.name) {
+                info.prepared = true;
+            }
+        }
+        self.save(&cache)
+            .map_err(|e| format!("checkpoint ResourceClaim state: {e}"))
+    }
+
+    async fn unprepare_claims(&self, uid: &str, ns: &str, names: &[String]) -> Result<(), String> {
+        let mut batches: BTreeMap<String, Vec<Claim>> = BTreeMap::new();
+        let mut last_users: Vec<String> = Vec::new();
+        {
+            let mut cache = self.cache();
+            for name in names {
+                let Some(info) = cache.get_mut(ns, name) else {
+                    continue;
+                };
+                // A pod the claim does not list never got that far.
+                if !info.pod_uids.contains(uid) {
+                    continue;
+                }
+                // Others still use it: this pod just leaves it.
+                if info.pod_uids.len() > 1 {
+                    info.pod_uids.remove(uid);
+                    continue;
+                }
+                info.unpreparing = true;
+                last_users.push(name.clone());
+                for driver in info.drivers.keys() {
+                    batches.entry(driver.clone()).or_default().push(Claim {
+                        namespace: info.namespace.clone(),
+                        uid: info.uid.clone(),
+                        name: info.name.clone(),
+                    });
+                }
+            }
+        }
+        for (driver, claims) in &batches {
+            let plugin = self.inner.plugins.get(driver)?;
+            let answer = plugin
+                .unprepare(claims)
+                .await
+                .map_err(|e| format!("NodeUnprepareResources: {e}"))?;
+            let answered = answer.len();
+            for (claim_uid, error) in answer {
+                let claim = claims.iter().find(|c| c.uid == claim_uid).ok_or_else(|| {
+                    format!(
+                        "NodeUnprepareResources returned result for unknown claim UID {claim_uid}"
+                    )
+                })?;
+                if !error.is_empty() {
+                    return Err(format!(
+                        "NodeUnprepareResources failed for ResourceClaim {}: {error}",
+                        claim.name
+                    ));
+                }
+            }
+            let unfinished = claims.len().saturating_sub(answered);
+            if unfinished != 0 {
+                return Err(format!(
+                    "NodeUnprepareResources skipped {unfinished} ResourceClaims"
+                ));
+            }
+        }
+        let mut cache = self.cache();
+        for name in &last_users {
+            cache.remove(ns, name);
+        }
+        self.save(&cache)
+            .map_err(|e| format!("checkpoint ResourceClaim state: {e}"))
+    }
+}
+
+/// The pod's namespace (`default` when unset).
+fn namespace(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+/// The claim cache the checkpoint at `path` holds (empty when there is
+/// none, it is longer than [`MAX_CHECKPOINT_BYTES`] or unreadable:
+/// logged).
+fn restore(path: &Path) -> ClaimCache {
+    let read = crate::container::observe::read_at_most(path, MAX_CHECKPOINT_BYTES)
+        .and_then(|bytes| String::from_utf8(bytes).map_err(std::io::Error::other));
+    let text = match read {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return ClaimCache::default(),
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "DRA checkpoint unreadable; no claims are known");
+            return ClaimCache::default();
+        }
+    };
+    match ClaimCache::restore(&text) {
+        Ok(cache) => {
+            info!(
+                claims = cache.len(),
+                "ResourceClaims prepared before the restart"
+            );
+            cache
+        }
+        Err(e) => {
+            warn!(path = %path.display(), error = e, "DRA checkpoint unreadable; no claims are known");
+            ClaimCache::default()
+        }
     }
 }
 
@@ -151,11 +591,11 @@ mod tests {
         };
         api.put_cluster("resourceslices", "node-1-gpu", slice("node-1"));
         api.put_cluster("resourceslices", "node-2-gpu", slice("node-2"));
-        let dra = DraManager::new(api.client());
+        let dra = DraManager::new(api.client(), "node-1", None);
         // Refused once (the node's credentials not known yet), then done
         // after the first wait (1 s).
         api.refuse_slice_deletes(1);
-        assert!(dra.wipe_resource_slices("node-1").await);
+        assert!(dra.wipe_resource_slices().await);
         let seen: Vec<(String, String)> = api
             .take_requests()
             .into_iter()

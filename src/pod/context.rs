@@ -49,6 +49,14 @@ pub enum Error {
         #[source]
         source: crate::volume::Error,
     },
+    /// The pod's ResourceClaims could not be unprepared.
+    #[error("sync pod {pod}: {message}")]
+    Dra {
+        /// `namespace/name`.
+        pod: String,
+        /// Why, as [`crate::dra::DraManager::unprepare`] says.
+        message: String,
+    },
     /// The sync panicked ([`super::worker::isolated`]); the agent goes on.
     #[error("sync pod {pod}: panicked: {message}")]
     Panicked {
@@ -243,6 +251,12 @@ impl Context {
     #[must_use]
     pub fn devices(&self) -> Option<&crate::device_manager::DeviceManager> {
         self.runtime.devices.as_ref()
+    }
+
+    /// The DRA manager.
+    #[must_use]
+    pub fn dra(&self) -> &crate::dra::DraManager {
+        &self.runtime.dra
     }
 
     /// The status manager, the only writer of `pods/status`.

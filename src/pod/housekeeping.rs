@@ -282,6 +282,23 @@ pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
     crate::metrics::metrics().retain_pods(keep);
 }
 
+/// Unprepares the ResourceClaims of pods that no longer run here: gone
+/// from the reflector's `store` (deleted behind the agent's back, or while
+/// it was down) or finished (`Succeeded`, `Failed`), as the kubelet's DRA
+/// reconcile loop does for pods not active. Returns how many pods' claims
+/// were unprepared.
+pub async fn unprepare_inactive_claims(ctx: &Context, store: &Store<Pod>) -> usize {
+    let active: HashSet<String> = store
+        .state()
+        .iter()
+        .filter(|p| !crate::pod_core::spec::is_terminal(p))
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    ctx.dra()
+        .unprepare_inactive(|uid| active.contains(uid))
+        .await
+}
+
 /// Where a pod worker is with its pod, as the kubelet's `PodWorkerState`:
 /// `sync` (running it), `terminating` (stopping it: it is being deleted, or
 /// its static pod's manifest went, and a container still runs) or

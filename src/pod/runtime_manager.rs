@@ -67,8 +67,8 @@ pub struct RuntimeManager {
     /// The device manager: what containers get of the devices they were
     /// given (None: no device plugins).
     pub devices: Option<crate::device_manager::DeviceManager>,
-    /// The DRA manager: a pod's ResourceClaims are checked before its
-    /// sandbox is made.
+    /// The DRA manager: a pod's ResourceClaims are prepared before its
+    /// sandbox is made, and give its containers their CDI devices.
     pub dra: crate::dra::DraManager,
 }
 
@@ -992,6 +992,13 @@ impl RuntimeManager {
                 .await
                 .map_err(config_error)?
                 .apply(&mut config);
+        }
+        // The CDI devices of its claims, as prepared by their DRA drivers
+        // (the kubelet's GetResources).
+        for name in self.dra.cdi_devices(pod, c).map_err(config_error)? {
+            if !config.cdi_devices.iter().any(|d| d.name == name) {
+                config.cdi_devices.push(cri::CdiDevice { name });
+            }
         }
         // Block volumes, as devices (makeBlockVolumes).
         config.devices.extend(

@@ -1,6 +1,7 @@
 //! The end of a pod on this node, as the kubelet's `SyncTerminatedPod` and
 //! the status manager's final delete: its final status, its volumes and
-//! directory torn down, the Pod object deleted, and the managers forgetting it.
+//! directory torn down, its ResourceClaims unprepared, the Pod object
+//! deleted, and the managers forgetting it.
 
 use k8s_openapi::api::core::v1::Pod;
 use tracing::info;
@@ -52,10 +53,11 @@ pub async fn delete(pod: &Pod, kind: PodKind, ctx: &Context) -> Result<()> {
     Ok(())
 }
 
-/// Tears down the volumes and directory of pod `pod`.
+/// Tears down the volumes and directory of pod `pod`, then unprepares its
+/// ResourceClaims, as the kubelet's `SyncTerminatedPod`.
 ///
 /// # Errors
-/// The teardown failed.
+/// The teardown or the unprepare failed.
 async fn teardown(pod: &Pod, ctx: &Context) -> Result<()> {
     let (ns, name, uid) = pod_identity(pod);
     ctx.volumes()
@@ -64,6 +66,13 @@ async fn teardown(pod: &Pod, ctx: &Context) -> Result<()> {
         .map_err(|source| Error::Volume {
             pod: format!("{ns}/{name}"),
             source,
+        })?;
+    ctx.dra()
+        .unprepare(pod)
+        .await
+        .map_err(|message| Error::Dra {
+            pod: format!("{ns}/{name}"),
+            message,
         })
 }
 

@@ -1,0 +1,413 @@
+//! The registered kubelet plugins of DRA drivers, as the kubelet's DRA
+//! plugin manager (`pkg/kubelet/cm/dra/plugin`): a driver registers through
+//! the plugin registration socket (type [`DRA_PLUGIN`], its name the
+//! driver's, its "versions" the gRPC services it serves, such as
+//! `v1.DRAPlugin`), and is called on the endpoint it named, through one
+//! gRPC connection kept for all its calls (dialled when a call needs it,
+//! dialled again after the driver restarts). A driver may register several
+//! plugins (a rolling update); the newest is called.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tonic::transport::Channel;
+
+use super::cache::Device;
+use crate::proto::dra::{v1, v1beta1};
+
+/// The plugin type DRA drivers register with.
+pub const DRA_PLUGIN: &str = "DRAPlugin";
+/// How long one call to a driver may take (the kubelet's
+/// `defaultClientCallTimeout`).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(45);
+/// The most plugins registered at once, all drivers together; a plugin
+/// beyond it is refused.
+pub const MAX_PLUGINS: usize = 256;
+/// The largest answer taken from a driver, bytes.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The gRPC service a driver is called through, newest first (the
+/// kubelet's `servicesSupportedByKubelet`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    /// `v1.DRAPlugin`.
+    V1,
+    /// `v1beta1.DRAPlugin`.
+    V1beta1,
+}
+
+impl Service {
+    /// Its name as drivers list it.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::V1 => "v1.DRAPlugin",
+            Self::V1beta1 => "v1beta1.DRAPlugin",
+        }
+    }
+}
+
+/// The service to call a driver through, of those it lists (the kubelet's
+/// `validateSupportedServices`: the first of its list this agent speaks).
+///
+/// # Errors
+/// The kubelet's messages: an empty list, or none of them spoken here.
+pub fn choose_service(services: &[String]) -> Result<Service, String> {
+    if services.is_empty() {
+        return Err("empty list of supported gRPC services (aka supported versions)".into());
+    }
+    services
+        .iter()
+        .find_map(|s| {
+            [Service::V1, Service::V1beta1]
+                .into_iter()
+                .find(|k| k.name() == s)
+        })
+        .ok_or_else(|| {
+            format!(
+                "none of services supported by the plugin ({services:?}) are supported by the kubelet ([\"{}\" \"{}\"])",
+                Service::V1.name(),
+                Service::V1beta1.name()
+            )
+        })
+}
+
+/// A claim as drivers are asked about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its UID (the key of the driver's answer).
+    pub uid: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// One claim's outcome of `NodePrepareResources`: its devices, or the
+/// driver's error.
+pub type Prepared = Result<Vec<Device>, String>;
+
+/// One registered plugin of a DRA driver.
+#[derive(Clone, Debug)]
+pub struct Plugin {
+    /// The driver's name.
+    pub driver: String,
+    /// The unix socket it serves the DRA API on.
+    pub endpoint: PathBuf,
+    /// The service it is called through.
+    pub service: Service,
+    /// How long one call may take.
+    pub timeout: Duration,
+    channel: Channel,
+}
+
+impl Plugin {
+    /// `NodePrepareResources` for `claims`: each claim's outcome, by claim
+    /// UID, as the driver answered (it may leave claims out).
+    ///
+    /// # Errors
+    /// The call failed or took longer than its timeout ([`CALL_TIMEOUT`]
+    /// unless set otherwise, [`Plugins::set_call_timeout`]).
+    pub async fn prepare(&self, claims: &[Claim]) -> Result<BTreeMap<String, Prepared>, String> {
+        match self.service {
+            Service::V1 => {
+                let request = v1::NodePrepareResourcesRequest {
+                    claims: claims.iter().map(v1_claim).collect(),
+                };
+                let mut client = v1::dra_plugin_client::DraPluginClient::new(self.channel.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES);
+                let answer = timed(self.timeout, client.node_prepare_resources(request)).await?;
+                Ok(answer
+                    .claims
+                    .into_iter()
+                    .map(|(uid, r)| {
+                        let outcome = if r.error.is_empty() {
+                            Ok(r.devices.into_iter().map(from_v1).collect())
+                        } else {
+                            Err(r.error)
+                        };
+                        (uid, outcome)
+                    })
+                    .collect())
+            }
+            Service::V1beta1 => {
+                let request = v1beta1::NodePrepareResourcesRequest {
+                    claims: claims.iter().map(v1beta1_claim).collect(),
+                };
+                let mut client =
+                    v1beta1::dra_plugin_client::DraPluginClient::new(self.channel.clone())
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+                let answer = timed(self.timeout, client.node_prepare_resources(request)).await?;
+                Ok(answer
+                    .claims
+                    .into_iter()
+                    .map(|(uid, r)| {
+                        let outcome = if r.error.is_empty() {
+                            Ok(r.devices.into_iter().map(from_v1beta1).collect())
+                        } else {
+                            Err(r.error)
+                        };
+                        (uid, outcome)
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    /// `NodeUnprepareResources` for `claims`: each claim's error (empty:
+    /// none), by claim UID, as the driver answered.
+    ///
+    /// # Errors
+    /// The call failed or took longer than its timeout ([`CALL_TIMEOUT`]
+    /// unless set otherwise, [`Plugins::set_call_timeout`]).
+    pub async fn unprepare(&self, claims: &[Claim]) -> Result<BTreeMap<String, String>, String> {
+        match self.service {
+            Service::V1 => {
+                let request = v1::NodeUnprepareResourcesRequest {
+                    claims: claims.iter().map(v1_claim).collect(),
+                };
+                let mut client = v1::dra_plugin_client::DraPluginClient::new(self.channel.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES);
+                let answer = timed(self.timeout, client.node_unprepare_resources(request)).await?;
+                Ok(answer
+                    .claims
+                    .into_iter()
+                    .map(|(uid, r)| (uid, r.error))
+                    .collect())
+            }
+            Service::V1beta1 => {
+                let request = v1beta1::NodeUnprepareResourcesRequest {
+                    claims: claims.iter().map(v1beta1_claim).collect(),
+                };
+                let mut client =
+                    v1beta1::dra_plugin_client::DraPluginClient::new(self.channel.clone())
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+                let answer = timed(self.timeout, client.node_unprepare_resources(request)).await?;
+                Ok(answer
+                    .claims
+                    .into_iter()
+                    .map(|(uid, r)| (uid, r.error))
+                    .collect())
+            }
+        }
+    }
+}
+
+fn v1_claim(c: &Claim) -> v1::Claim {
+    v1::Claim {
+        namespace: c.namespace.clone(),
+        uid: c.uid.clone(),
+        name: c.name.clone(),
+    }
+}
+
+fn v1beta1_claim(c: &Claim) -> v1beta1::Claim {
+    v1beta1::Claim {
+        namespace: c.namespace.clone(),
+        uid: c.uid.clone(),
+        name: c.name.clone(),
+    }
+}
+
+fn from_v1(d: v1::Device) -> Device {
+    Device {
+        request_names: d.request_names,
+        pool_name: d.pool_name,
+        device_name: d.device_name,
+        share_id: d.share_id,
+        cdi_device_ids: d.cdi_device_ids,
+    }
+}
+
+fn from_v1beta1(d: v1beta1::Device) -> Device {
+    Device {
+        request_names: d.request_names,
+        pool_name: d.pool_name,
+        device_name: d.device_name,
+        share_id: None,
+        cdi_device_ids: d.cdi_device_ids,
+    }
+}
+
+/// A driver call bounded by `timeout`; its answer, or the error as the
+/// kubelet quotes gRPC errors.
+async fn timed<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(r)) => Ok(r.into_inner()),
+        Ok(Err(s)) => Err(format!(
+            "rpc error: code = {:?} desc = {}",
+            s.code(),
+            s.message()
+        )),
+        Err(_) => Err("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into()),
+    }
+}
+
+/// The registered plugins, by driver, oldest first; cheap to clone and
+/// share with the plugin manager.
+#[derive(Clone, Debug, Default)]
+pub struct Plugins(Arc<Mutex<Registry>>);
+
+#[derive(Debug, Default)]
+struct Registry {
+    by_driver: BTreeMap<String, Vec<Plugin>>,
+    /// The call timeout of plugins registered from now on (None:
+    /// [`CALL_TIMEOUT`]).
+    timeout: Option<Duration>,
+}
+
+impl Plugins {
+    /// Plugins registered from now on have calls bounded by `timeout`
+    /// instead of [`CALL_TIMEOUT`].
+    pub fn set_call_timeout(&self, timeout: Duration) {
+        self.lock().timeout = Some(timeout);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers driver `driver`'s plugin serving `service` on `endpoint`
+    /// (the kubelet's `add`); its connection is made when first used.
+    ///
+    /// # Errors
+    /// The kubelet's message when a plugin of the driver already has the
+    /// endpoint; more than [`MAX_PLUGINS`] plugins.
+    pub fn add(&self, driver: &str, endpoint: &Path, service: Service) -> Result<(), String> {
+        let mut registry = self.lock();
+        let timeout = registry.timeout.unwrap_or(CALL_TIMEOUT);
+        let all = &mut registry.by_driver;
+        let of_driver = all.get(driver).map(Vec::as_slice).unwrap_or_default();
+        if of_driver.iter().any(|p| p.endpoint == endpoint) {
+            return Err(format!(
+                "endpoint {} already registered for DRA driver plugin {driver}",
+                endpoint.display()
+            ));
+        }
+        if all.values().map(Vec::len).sum::<usize>() >= MAX_PLUGINS {
+            return Err(format!(
+                "DRA driver plugin {driver} not registered: {MAX_PLUGINS} plugins are registered already"
+            ));
+        }
+        all.entry(driver.to_string()).or_default().push(Plugin {
+            driver: driver.to_string(),
+            endpoint: endpoint.to_path_buf(),
+            service,
+            timeout,
+            channel: crate::cri::unix_channel_lazy(endpoint.to_path_buf()),
+        });
+        Ok(())
+    }
+
+    /// Takes driver `driver`'s plugin on `endpoint` out; whether the driver
+    /// has no plugin left.
+    pub fn remove(&self, driver: &str, endpoint: &Path) -> bool {
+        let mut registry = self.lock();
+        let all = &mut registry.by_driver;
+        let Some(of_driver) = all.get_mut(driver) else {
+            return true;
+        };
+        of_driver.retain(|p| p.endpoint != endpoint);
+        if of_driver.is_empty() {
+            all.remove(driver);
+            return true;
+        }
+        false
+    }
+
+    /// The plugin to call for driver `driver`: its newest (the kubelet's
+    /// `GetPlugin`).
+    ///
+    /// # Errors
+    /// The kubelet's messages: `DRA driver name is empty`, `DRA driver
+    /// <name> is not registered`.
+    pub fn get(&self, driver: &str) -> Result<Plugin, String> {
+        if driver.is_empty() {
+            return Err("DRA driver name is empty".into());
+        }
+        self.lock()
+            .by_driver
+            .get(driver)
+            .and_then(|p| p.last().cloned())
+            .ok_or_else(|| format!("DRA driver {driver} is not registered"))
+    }
+
+    /// Whether driver `driver` has a plugin registered.
+    #[must_use]
+    pub fn has(&self, driver: &str) -> bool {
+        self.lock().by_driver.contains_key(driver)
+    }
+
+    /// The names of the drivers with a plugin registered.
+    #[must_use]
+    pub fn drivers(&self) -> Vec<String> {
+        self.lock().by_driver.keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_string()).collect()
+    }
+
+    #[test]
+    fn the_first_service_of_the_drivers_list_spoken_here_is_chosen() {
+        assert_eq!(
+            choose_service(&list(&["v1.DRAPlugin", "v1beta1.DRAPlugin"])),
+            Ok(Service::V1)
+        );
+        assert_eq!(
+            choose_service(&list(&["v1alpha4.DRAPlugin", "v1beta1.DRAPlugin"])),
+            Ok(Service::V1beta1)
+        );
+        assert!(choose_service(&[]).unwrap_err().contains("empty list"));
+        assert!(
+            choose_service(&list(&["1.0.0"]))
+                .unwrap_err()
+                .starts_with("none of services supported by the plugin")
+        );
+    }
+
+    #[tokio::test]
+    async fn the_newest_plugin_of_a_driver_is_called_and_one_endpoint_registers_once() {
+        let plugins = Plugins::default();
+        let (a, b) = (Path::new("/p/a.sock"), Path::new("/p/b.sock"));
+        assert_eq!(
+            plugins.get("gpu.example.com").unwrap_err(),
+            "DRA driver gpu.example.com is not registered"
+        );
+        assert_eq!(plugins.get("").unwrap_err(), "DRA driver name is empty");
+        plugins.add("gpu.example.com", a, Service::V1).unwrap();
+        plugins.add("gpu.example.com", b, Service::V1beta1).unwrap();
+        assert!(
+            plugins
+                .add("gpu.example.com", a, Service::V1)
+                .unwrap_err()
+                .contains("already registered")
+        );
+        assert_eq!(plugins.get("gpu.example.com").unwrap().endpoint, b);
+        assert!(!plugins.remove("gpu.example.com", b));
+        assert_eq!(plugins.get("gpu.example.com").unwrap().endpoint, a);
+        assert!(plugins.remove("gpu.example.com", a));
+        assert!(!plugins.has("gpu.example.com"));
+        for i in 0..MAX_PLUGINS {
+            plugins
+                .add("d.example.com", Path::new(&format!("/p/{i}")), Service::V1)
+                .unwrap();
+        }
+        assert!(
+            plugins
+                .add("e.example.com", Path::new("/p/x"), Service::V1)
+                .unwrap_err()
+                .contains("plugins are registered already")
+        );
+    }
+}

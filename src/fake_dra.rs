@@ -1,0 +1,234 @@
+//! A DRA driver's kubelet plugin for tests, served on a real unix socket
+//! (`v1.DRAPlugin`, or `v1beta1.DRAPlugin`): each claim it prepares gets
+//! one device, `gpu-0` of pool `node-1`, serving every request, with the
+//! CDI device `<vendor>/gpu=<claim UID>`; what it answers can be scripted
+//! (an error, no answer for a claim, a given CDI device name, no answer at
+//! all), and it records each call with the claims it got.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tonic::{Request, Response, Status};
+
+use crate::proto::dra::{v1, v1beta1};
+
+/// How the driver answers `NodePrepareResources`.
+#[derive(Clone, Debug, Default)]
+pub enum Answer {
+    /// One device per claim.
+    #[default]
+    Devices,
+    /// This error for every claim.
+    ClaimError(String),
+    /// This gRPC error for the call.
+    CallError(String),
+    /// Answers for no claim.
+    Nothing,
+    /// One device per claim, with this CDI device name.
+    CdiDevice(String),
+    /// Never answers.
+    Hang,
+}
+
+/// The driver; cheap to clone (the clones share the script and calls).
+#[derive(Clone, Default)]
+pub struct FakeDraDriver {
+    vendor: String,
+    answer: Arc<Mutex<Answer>>,
+    calls: Arc<Mutex<Vec<String>>>,
+}
+
+impl FakeDraDriver {
+    /// Serves a driver whose CDI devices are of vendor `vendor`, on
+    /// `socket`, as `v1.DRAPlugin` (`v1beta1`: `v1beta1.DRAPlugin`), until
+    /// the runtime ends.
+    ///
+    /// # Panics
+    /// The socket cannot be bound.
+    pub fn serve(socket: &Path, vendor: &str, v1beta1: bool) -> Self {
+        let driver = Self {
+            vendor: vendor.to_string(),
+            ..Self::default()
+        };
+        let listener = tokio::net::UnixListener::bind(socket).expect("bind the DRA socket");
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let router = if v1beta1 {
+            tonic::transport::Server::builder().add_service(
+                v1beta1::dra_plugin_server::DraPluginServer::new(driver.clone()),
+            )
+        } else {
+            tonic::transport::Server::builder()
+                .add_service(v1::dra_plugin_server::DraPluginServer::new(driver.clone()))
+        };
+        tokio::spawn(router.serve_with_incoming(incoming));
+        driver
+    }
+
+    /// Answers `NodePrepareResources` as `answer` says from now on.
+    pub fn answer(&self, answer: Answer) {
+        *self.answer.lock().unwrap_or_else(PoisonError::into_inner) = answer;
+    }
+
+    /// The calls since the last look, as `<method> <ns>/<claim>,…`.
+    pub fn take_calls(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn record(&self, method: &str, claims: &[(String, String)]) {
+        let names: Vec<String> = claims.iter().map(|(ns, n)| format!("{ns}/{n}")).collect();
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(format!("{method} {}", names.join(",")));
+    }
+
+    /// The answer for claims `uids`: (claim UID, its devices' CDI names or
+    /// its error), or the call's error.
+    async fn prepared(
+        &self,
+        uids: Vec<String>,
+    ) -> Result<Vec<(String, Result<String, String>)>, Status> {
+        let answer = self
+            .answer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match answer {
+            Answer::Devices => Ok(uids
+                .into_iter()
+                .map(|u| {
+                    let id = format!("{}/gpu={u}", self.vendor);
+                    (u, Ok(id))
+                })
+                .collect()),
+            Answer::CdiDevice(id) => Ok(uids.into_iter().map(|u| (u, Ok(id.clone()))).collect()),
+            Answer::ClaimError(e) => Ok(uids.into_iter().map(|u| (u, Err(e.clone()))).collect()),
+            Answer::CallError(e) => Err(Status::internal(e)),
+            Answer::Nothing => Ok(Vec::new()),
+            Answer::Hang => std::future::pending().await,
+        }
+    }
+}
+
+fn device_v1(cdi: String) -> v1::Device {
+    v1::Device {
+        request_names: Vec::new(),
+        pool_name: "node-1".into(),
+        device_name: "gpu-0".into(),
+        cdi_device_ids: vec![cdi],
+        share_id: None,
+    }
+}
+
+#[tonic::async_trait]
+impl v1::dra_plugin_server::DraPlugin for FakeDraDriver {
+    async fn node_prepare_resources(
+        &self,
+        r: Request<v1::NodePrepareResourcesRequest>,
+    ) -> Result<Response<v1::NodePrepareResourcesResponse>, Status> {
+        let claims = r.into_inner().claims;
+        let named: Vec<(String, String)> = claims
+            .iter()
+            .map(|c| (c.namespace.clone(), c.name.clone()))
+            .collect();
+        self.record("NodePrepareResources", &named);
+        let uids = claims.into_iter().map(|c| c.uid).collect();
+        let claims = self
+            .prepared(uids)
+            .await?
+            .into_iter()
+            .map(|(uid, outcome)| {
+                let r = match outcome {
+                    Ok(cdi) => v1::NodePrepareResourceResponse {
+                        devices: vec![device_v1(cdi)],
+                        error: String::new(),
+                    },
+                    Err(error) => v1::NodePrepareResourceResponse {
+                        devices: Vec::new(),
+                        error,
+                    },
+                };
+                (uid, r)
+            })
+            .collect();
+        Ok(Response::new(v1::NodePrepareResourcesResponse { claims }))
+    }
+
+    async fn node_unprepare_resources(
+        &self,
+        r: Request<v1::NodeUnprepareResourcesRequest>,
+    ) -> Result<Response<v1::NodeUnprepareResourcesResponse>, Status> {
+        let claims = r.into_inner().claims;
+        let named: Vec<(String, String)> = claims
+            .iter()
+            .map(|c| (c.namespace.clone(), c.name.clone()))
+            .collect();
+        self.record("NodeUnprepareResources", &named);
+        let claims = claims
+            .into_iter()
+            .map(|c| (c.uid, v1::NodeUnprepareResourceResponse::default()))
+            .collect();
+        Ok(Response::new(v1::NodeUnprepareResourcesResponse { claims }))
+    }
+}
+
+#[tonic::async_trait]
+impl v1beta1::dra_plugin_server::DraPlugin for FakeDraDriver {
+    async fn node_prepare_resources(
+        &self,
+        r: Request<v1beta1::NodePrepareResourcesRequest>,
+    ) -> Result<Response<v1beta1::NodePrepareResourcesResponse>, Status> {
+        let claims = r.into_inner().claims;
+        let named: Vec<(String, String)> = claims
+            .iter()
+            .map(|c| (c.namespace.clone(), c.name.clone()))
+            .collect();
+        self.record("NodePrepareResources", &named);
+        let uids = claims.into_iter().map(|c| c.uid).collect();
+        let claims = self
+            .prepared(uids)
+            .await?
+            .into_iter()
+            .map(|(uid, outcome)| {
+                let r = match outcome {
+                    Ok(cdi) => v1beta1::NodePrepareResourceResponse {
+                        devices: vec![v1beta1::Device {
+                            request_names: Vec::new(),
+                            pool_name: "node-1".into(),
+                            device_name: "gpu-0".into(),
+                            cdi_device_ids: vec![cdi],
+                        }],
+                        error: String::new(),
+                    },
+                    Err(error) => v1beta1::NodePrepareResourceResponse {
+                        devices: Vec::new(),
+                        error,
+                    },
+                };
+                (uid, r)
+            })
+            .collect();
+        Ok(Response::new(v1beta1::NodePrepareResourcesResponse {
+            claims,
+        }))
+    }
+
+    async fn node_unprepare_resources(
+        &self,
+        r: Request<v1beta1::NodeUnprepareResourcesRequest>,
+    ) -> Result<Response<v1beta1::NodeUnprepareResourcesResponse>, Status> {
+        let claims = r.into_inner().claims;
+        let named: Vec<(String, String)> = claims
+            .iter()
+            .map(|c| (c.namespace.clone(), c.name.clone()))
+            .collect();
+        self.record("NodeUnprepareResources", &named);
+        let claims = claims
+            .into_iter()
+            .map(|c| (c.uid, v1beta1::NodeUnprepareResourceResponse::default()))
+            .collect();
+        Ok(Response::new(v1beta1::NodeUnprepareResourcesResponse {
+            claims,
+        }))
+    }
+}
