@@ -9,9 +9,14 @@
 # e2e:rustlet node:kubelet node:rustlet node-protection:kubelet
 # node-protection:rustlet storage:kubelet storage:rustlet storage-csi:kubelet
 # storage-csi:rustlet e2e-slow:kubelet e2e-slow:rustlet);
-# each is `hack/conformance.sh --suite SUITE --agent AGENT --resume`.
+# each is `hack/conformance.sh --suite SUITE --agent AGENT --resume`. The dra
+# result set (the node suite's DRA tests, one at a time, each failing one
+# waiting minutes) is no part of the default: it runs when named,
+# `hack/conformance-sitting.sh dra:kubelet dra:rustlet`, in the same sitting
+# as the others.
 #
-# --fresh begins a sitting: it deletes the results of the named runs, builds
+# --fresh begins a sitting: it deletes the results of the named runs (with
+# none named, of every run, dra's too), builds
 # every upstream part (hack/build-cluster.sh all, e2e, e2e-node, csi) and records
 # the digest of _output/bin (binaries_id in hack/lib.sh) in
 # _output/conformance/sitting/info, with `registry mirror: yes`: every run of
@@ -22,7 +27,8 @@
 # rustlet run uses that binary, so work on the source between runs changes
 # nothing. --rustlet-again keeps the sitting (its binaries and the kubelet's
 # runs) but pins a new rustlet from the checked-out source: the rustlet runs
-# named (all of them when none is) are done anew. Without --fresh the
+# named (all of them when none is) are done anew; with none named, dra's
+# rustlet run is removed too, and done anew when named. Without --fresh the
 # sitting goes on: a run that finished (its summary.txt is there) is kept,
 # an interrupted one resumes at its first unfinished shard. If _output/bin
 # no longer has the recorded digest, the script stops: the runs would not be
@@ -61,13 +67,18 @@ while (($#)); do
     *) die "expected SUITE:AGENT, not '$1'" ;;
   esac
 done
-((${#runs[@]})) || runs=(e2e:kubelet e2e:rustlet node:kubelet node:rustlet node-protection:kubelet
+# The runs named, else the default ones: every result set but dra, which
+# runs only when named (BY_NAME); --fresh and --rustlet-again with none
+# named remove its results too, as the default runs'.
+BY_NAME=(dra:kubelet dra:rustlet)
+named=${#runs[@]}
+((named)) || runs=(e2e:kubelet e2e:rustlet node:kubelet node:rustlet node-protection:kubelet
   node-protection:rustlet storage:kubelet storage:rustlet storage-csi:kubelet storage-csi:rustlet
   e2e-slow:kubelet e2e-slow:rustlet)
 for r in "${runs[@]}"; do
   case ${r%%:*} in
-    e2e | e2e-slow | node | node-protection | storage | storage-csi) ;;
-    *) die "unknown suite in '$r' (e2e|e2e-slow|node|node-protection|storage|storage-csi)" ;;
+    e2e | e2e-slow | node | node-protection | storage | storage-csi | dra) ;;
+    *) die "unknown suite in '$r' (e2e|e2e-slow|node|node-protection|storage|storage-csi|dra)" ;;
   esac
   case ${r#*:} in kubelet | rustlet) ;; *) die "unknown agent in '$r' (kubelet|rustlet)" ;; esac
 done
@@ -86,7 +97,9 @@ build_upstream() {
   for target in all e2e e2e-node csi; do "$ROOT/hack/build-cluster.sh" "$target" || die "hack/build-cluster.sh $target failed"; done
 }
 if $fresh; then
-  for r in "${runs[@]}"; do
+  cleared=("${runs[@]}")
+  ((named)) || cleared+=("${BY_NAME[@]}")
+  for r in "${cleared[@]}"; do
     rm -rf "${ROOT:?}/_output/conformance/${r%%:*}/${r#*:}" "${KEPT_CONFORMANCE:?}/${r%%:*}/${r#*:}"
   done
   rm -rf "$SITTING"
@@ -117,10 +130,12 @@ fi
 [[ -f $SITTING/info ]] || die "no sitting has begun here: start one with --fresh"
 if $again; then
   ! $fresh || die "--fresh and --rustlet-again do not go together"
-  # The rustlet runs to do anew: the named ones, else every rustlet run.
+  # The rustlet runs to do anew: the named ones, else every rustlet run
+  # (the default ones, and dra's, which runs again when named).
   redo=()
-  for r in "${runs[@]}"; do [[ ${r#*:} != rustlet ]] || redo+=("${r%%:*}"); done
-  ((${#runs[@]})) || redo=(e2e node node-protection storage storage-csi e2e-slow)
+  cleared=("${runs[@]}")
+  ((named)) || cleared+=("${BY_NAME[@]}")
+  for r in "${cleared[@]}"; do [[ ${r#*:} != rustlet ]] || redo+=("${r%%:*}"); done
   for suite in "${redo[@]}"; do rm -rf "${ROOT:?}/_output/conformance/$suite/rustlet" "${KEPT_CONFORMANCE:?}/$suite/rustlet"; done
   rm -f "$SITTING/rustlet"
   sed -i '/^rustlet: /d; /^rustlet sha256: /d' "$SITTING/info"

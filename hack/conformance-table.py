@@ -69,6 +69,13 @@ SETS = [
      "`[Serial]`, `[Disruptive]` or `[Slow]` and outside `[NodeConformance]` "
      "(`hack/conformance.sh --suite node-protection`; the focus and skip are in the run's "
      "summary)"),
+    ("dra", "e2e_node.test [DRA]",
+     "`e2e_node.test`'s dynamic resource allocation tests (test/e2e_node/dra_test.go, `[DRA]`, all "
+     "`[Serial]`, one `[Disruptive]`): DRA drivers registering with the agent, claims prepared and "
+     "unprepared across agent and driver restarts, the node's ResourceSlices wiped, device health in "
+     "the pod's status, against upstream's test driver, which the suite runs in process with the "
+     "kubelet's default paths (`hack/conformance.sh --suite dra`; a sitting runs it only when named: "
+     "`hack/conformance-sitting.sh dra:kubelet dra:rustlet`)"),
     ("storage", "e2e.test [sig-storage] local and hostPath volumes",
      "`e2e.test`'s `[sig-storage]` tests that need no storage driver: the in-tree `hostPath`, "
      "`hostPathSymlink` and `local` volume test suites and `PersistentVolumes-local` (claims bound "
@@ -96,6 +103,7 @@ SKIP_TAGS = ("[Slow]", "[Disruptive]", "[Flaky]")
 # narrower patterns first; a test that matches none is "other". Add a line
 # here when a new group of failures shows up.
 CAPABILITIES = [
+    (r"\[DRA\]", "dynamic resource allocation"),
     (r"StaticPod|MirrorPod", "static pods and mirror pods (issue: static pods)"),
     (r"InPlace Resize|Resize", "in-place resize"),
     (r"POD Resources API|PodResources", "PodResources API"),

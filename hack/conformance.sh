@@ -2,7 +2,7 @@
 # Runs upstream [NodeConformance] tests against a fresh local one-node cluster
 # (hack/local-up.sh), then takes the cluster down.
 #
-#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection|storage|storage-csi]
+#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection|storage|storage-csi|dra]
 #                       [--agent rustlet|kubelet]
 #                       [--focus REGEX] [--skip REGEX] [--shards N] [--resume]
 #                       [--procs N] [--timeout DURATION] [--name NAME] [--registry-mirror] [--keep-up]
@@ -40,11 +40,20 @@
 #                          hack/csi-testdriver.yaml): the project's hostpath
 #                          test driver with the upstream provisioner and
 #                          attacher (hack/csi-stack.sh), not [Slow]
+#                dra       e2e_node.test, its dynamic resource allocation
+#                          tests (test/e2e_node/dra_test.go, [DRA], every
+#                          one [Serial]; the one [Disruptive] runs too):
+#                          DRA drivers' registration, claims prepared and
+#                          unprepared across agent and driver restarts,
+#                          ResourceSlices wiped, device health; the suite
+#                          runs upstream's test driver in process, as the
+#                          node suite runs (see "DRA" below)
 #   --agent    the node agent (default rustlet)
 #   --focus    run only the suite's tests that also match REGEX
 #   --skip     skip the tests matching REGEX instead of the suite's default
 #              ('\[Disruptive\]|\[Flaky\]', plus '\[Slow\]' for e2e and node;
-#              no [NodeConformance] test of e2e.test is Disruptive or Flaky
+#              only '\[Flaky\]' for node-protection and dra; no
+#              [NodeConformance] test of e2e.test is Disruptive or Flaky
 #              today). [Serial] tests run, after the others, one at a time.
 #   --shards N split the selected tests into N shards, run one after the
 #              other on the same cluster (default 1; e2e-slow 4, node 3). Each
@@ -53,7 +62,8 @@
 #   --resume   keep the shards that already have a report from an earlier run
 #              with the same suite, agent, focus, skip and shards; run the rest
 #   --procs    parallel ginkgo processes (default 6: the tests mostly wait)
-#   --timeout  each shard's limit (default 2h)
+#   --timeout  each shard's limit (default 2h; dra 3h: a DRA test that
+#              fails waits for minutes, some up to 5)
 #   --name     write to _output/conformance/NAME/<agent>/ instead of
 #              _output/conformance/<suite>/<agent>/, leaving the full runs'
 #              results (which docs/conformance.md is built from) alone: for
@@ -118,6 +128,15 @@
 # kubelet-e2e.service, that stops the agent and starts it again with
 # hack/local-up.sh. Tests that talk to systemd itself (over D-Bus, e.g. to
 # stop the container runtime) fail: this machine has none.
+#
+# DRA: the dra suite's tests start upstream's DRA test driver inside
+# e2e_node.test (test/e2e/dra/test-driver) with the kubelet's default paths:
+# its registration socket in /var/lib/kubelet/plugins_registry, its DRA
+# socket in /var/lib/kubelet/plugins/<driver>/ (the agent dials the path the
+# driver registers, wherever it is) and its CDI specs in /var/run/cdi.
+# local-up.sh --node-e2e links /var/lib/kubelet/plugins_registry to the
+# agent's <root-dir>/plugins_registry and /var/run/cdi to _output/local/cdi,
+# the one directory containerd reads CDI specs from.
 set -euo pipefail
 PROG=conformance
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -133,7 +152,7 @@ skip_given=false
 shards=''
 resume=false
 procs=6
-timeout=2h
+timeout=''
 name=''
 expect=''
 keep_up=false
@@ -174,6 +193,7 @@ case $agent in
 esac
 NC='\[NodeConformance\]'
 SLOW='\[Slow\]'
+default_timeout=2h
 case $suite in
   e2e) test_bin=e2e.test; base_focus=$NC; default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]"; default_shards=1 ;;
   e2e-slow) test_bin=e2e.test; base_focus="$NC.*$SLOW|$SLOW.*$NC"; default_skip='\[Disruptive\]|\[Flaky\]'; default_shards=4 ;;
@@ -192,7 +212,14 @@ case $suite in
     base_focus='External Storage \[Driver: hostpath\.csi\.rustlet\.io\]'
     default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]|\\[Feature:"
     ;;
-  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection|storage|storage-csi)" ;;
+  dra)
+    # Every context is [Serial]; the one [Disruptive] test (ResourceSlices
+    # wiped at the agent's start) stops and starts the agent as the node
+    # suite's other restarts do, through the systemctl stand-in.
+    test_bin=e2e_node.test; base_focus='\[DRA\]'; default_skip='\[Flaky\]'; default_shards=1
+    default_timeout=3h
+    ;;
+  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection|storage|storage-csi|dra)" ;;
 esac
 # The node suite's way of running (against the existing node, the agent
 # restarted through the systemctl stand-in).
@@ -200,6 +227,7 @@ node_suite=false
 [[ $test_bin != e2e_node.test ]] || node_suite=true
 $skip_given || skip=$default_skip
 shards=${shards:-$default_shards}
+timeout=${timeout:-$default_timeout}
 [[ $procs =~ ^[1-9][0-9]*$ ]] || die "--procs must be a positive number, not '$procs'"
 [[ $shards =~ ^[1-9][0-9]*$ ]] || die "--shards must be a positive number, not '$shards'"
 [[ -z $name || $name =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "--name must be lowercase letters, digits and dashes, not '$name'"

@@ -19,7 +19,11 @@
 # _output/local/<agent>/manifests, read every 10 s, a 30 s
 # evictionPressureTransitionPeriod, and no node lifecycle
 # controller (nothing taints the node under pressure, as in the suite's own
-# harness, which runs no controller-manager).
+# harness, which runs no controller-manager). It also links the paths the
+# suite takes from the kubelet's defaults to the local cluster's:
+# /var/lib/kubelet/pod-resources and /var/lib/kubelet/plugins_registry to the
+# agent's, /var/run/cdi to _output/local/cdi (left in place by
+# hack/local-down.sh; a real directory at one of them is left alone).
 #
 # --runtime-pid-ns runs containerd as pid 1 of a pid namespace of its own,
 # with a /proc of that namespace in a mount namespace that shares every
@@ -843,14 +847,31 @@ cluster_role_binding node-autoapprove-certificate-rotation \
 # ---------------------------------------------------------------- agent
 # --node-e2e: the node suite reaches the pod resources API at
 # /var/lib/kubelet/pod-resources/kubelet.sock, whatever the agent's root
-# directory: that path leads to the agent's own.
-if $node_e2e && [[ $agent != none ]]; then
-  mkdir -p "$LOCAL/$agent/pod-resources" /var/lib/kubelet
-  if [[ -L /var/lib/kubelet/pod-resources || ! -e /var/lib/kubelet/pod-resources ]]; then
-    ln -sfn "$LOCAL/$agent/pod-resources" /var/lib/kubelet/pod-resources
+# directory: that path leads to the agent's own. Its DRA tests run their
+# driver with the kubelet's default paths (hack/conformance.sh --suite dra):
+# the registration socket in /var/lib/kubelet/plugins_registry, led to the
+# agent's <root-dir>/plugins_registry, which the agent watches, and the CDI
+# specs in /var/run/cdi, led to CDI_DIR, the one directory containerd reads
+# them from (the DRA socket, in /var/lib/kubelet/plugins/<driver>, the agent
+# dials where the driver says). A real file or directory already at one of
+# these paths is the host's and is left alone.
+# node_e2e_link PATH TARGET WHAT: PATH made a link to TARGET, unless
+# something other than a link is there (WHAT: what then fails).
+node_e2e_link() {
+  if [[ -L $1 || ! -e $1 ]]; then
+    ln -sfn "$2" "$1"
   else
-    log "warning: /var/lib/kubelet/pod-resources is not a link; the node suite's pod resources tests will not reach the agent"
+    log "warning: $1 is not a link; $3"
   fi
+}
+if $node_e2e && [[ $agent != none ]]; then
+  mkdir -p "$LOCAL/$agent/pod-resources" "$LOCAL/$agent/plugins_registry" "$CDI_DIR" /var/lib/kubelet
+  node_e2e_link /var/lib/kubelet/pod-resources "$LOCAL/$agent/pod-resources" \
+    "the node suite's pod resources tests will not reach the agent"
+  node_e2e_link /var/lib/kubelet/plugins_registry "$LOCAL/$agent/plugins_registry" \
+    "the node suite's DRA drivers will not register with the agent"
+  node_e2e_link /var/run/cdi "$CDI_DIR" \
+    "containerd will not find the CDI specs of the node suite's DRA drivers"
 fi
 case $agent in
   kubelet)
