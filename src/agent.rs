@@ -470,6 +470,7 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
         let dra = dra.clone();
         async move { dra.wipe_resource_slices().await }
     });
+    tokio::spawn(dra.clone().run_probes());
     let (node_store, devices) = start_node_loops(&base, &facts, &pressures, &drivers, &dra)?;
     let node = NodeParts {
         volumes,
@@ -1099,7 +1100,12 @@ fn serve_pod_resources(
                 .collect()
         })
     };
-    crate::pod_resources::serve(&settings.root_dir, lister, ctx.devices().cloned())?;
+    crate::pod_resources::serve(
+        &settings.root_dir,
+        lister,
+        ctx.devices().cloned(),
+        Some(ctx.dra().clone()),
+    )?;
     Ok(())
 }
 

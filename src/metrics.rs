@@ -6,7 +6,7 @@
 //! worker, the PLEG and the CRI client record into [`metrics()`] wherever they
 //! run, and the server encodes it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,9 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::{
+    Histogram, exponential_buckets, exponential_buckets_range,
+};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
@@ -169,6 +171,40 @@ const LIFECYCLES: [&str; 3] = ["sync", "terminating", "terminated"];
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
+/// Labels of `dra_operations_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DraOperation {
+    /// `PrepareResources` or `UnprepareResources`.
+    pub operation_name: String,
+    /// `true` or `false`.
+    pub is_error: String,
+}
+
+/// Labels of `dra_grpc_operations_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DraCall {
+    /// The DRA driver called.
+    pub driver_name: String,
+    /// The full gRPC method
+    /// (`/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources`).
+    pub method_name: String,
+    /// The gRPC status code's name (`OK`, `DeadlineExceeded`).
+    pub grpc_status_code: String,
+}
+
+/// Label `driver_name` of `dra_resource_claims_in_use` (`<any>`: all
+/// drivers together).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DriverName {
+    /// The driver's name, or `<any>`.
+    pub driver_name: String,
+}
+
+/// The kubelet's `DRADurationBuckets`: `ExponentialBucketsRange(.1, 40, 15)`.
+fn dra_histogram() -> Histogram {
+    Histogram::new(exponential_buckets_range(0.1, 40.0, 15))
+}
+
 /// Every metric the agent exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -211,6 +247,18 @@ pub struct Metrics {
     /// `kubelet_pod_resources_endpoint_errors_get{server_api_version}`:
     /// `Get` calls that failed (the pod was not found).
     pub pod_resources_errors_get: Family<ApiVersion, PlainCounter>,
+    /// The registry of the metrics the kubelet exports without its
+    /// `kubelet_` prefix (the DRA manager's).
+    unprefixed: Registry,
+    /// `dra_operations_duration_seconds{operation_name,is_error}`: handling
+    /// all of a pod's claims when it starts or stops, seconds.
+    pub dra_operations_duration: HistogramFamily<DraOperation>,
+    /// `dra_grpc_operations_duration_seconds{driver_name,method_name,grpc_status_code}`:
+    /// calls to DRA drivers, seconds.
+    pub dra_grpc_operations_duration: HistogramFamily<DraCall>,
+    /// `dra_resource_claims_in_use{driver_name}`: claims prepared or being
+    /// prepared on the node, by driver and (`<any>`) in all.
+    pub dra_resource_claims_in_use: Family<DriverName, Gauge>,
     /// Pod UID → when the pod worker first saw it, and whether its start was recorded.
     first_seen: Mutex<HashMap<String, (Instant, bool)>>,
     /// The registry of `/metrics/probes`.
@@ -256,6 +304,10 @@ impl Metrics {
             pod_resources_requests_get_allocatable: Family::default(),
             pod_resources_requests_get: Family::default(),
             pod_resources_errors_get: Family::default(),
+            unprefixed: Registry::default(),
+            dra_operations_duration: Family::new_with_constructor(dra_histogram),
+            dra_grpc_operations_duration: Family::new_with_constructor(dra_histogram),
+            dra_resource_claims_in_use: Family::default(),
             first_seen: Mutex::default(),
             probes_registry: Registry::default(),
             probe_total: Family::default(),
@@ -353,11 +405,29 @@ impl Metrics {
             "Number of requests to the PodResource Get endpoint which returned error. Broken down by server api version.",
             m.pod_resources_errors_get.clone(),
         );
+        let mut unprefixed = Registry::default();
+        unprefixed.register(
+            "dra_operations_duration_seconds",
+            "Latency histogram in seconds for the duration of handling all ResourceClaims referenced by a pod when the pod starts or stops. Identified by the name of the operation (PrepareResources or UnprepareResources) and separated by the success of the operation. The number of failed operations is provided through the histogram's overall count.",
+            m.dra_operations_duration.clone(),
+        );
+        unprefixed.register(
+            "dra_grpc_operations_duration_seconds",
+            "Duration in seconds of the DRA gRPC operations",
+            m.dra_grpc_operations_duration.clone(),
+        );
+        unprefixed.register(
+            "dra_resource_claims_in_use",
+            "The number of ResourceClaims that are currently in use on the node, by driver name (driver_name label value) and across all drivers (special value <any> for driver_name). Note that the sum of all by-driver counts is not the total number of in-use ResourceClaims because the same ResourceClaim might use devices from different drivers. Instead, use the count for the <any> driver_name.",
+            m.dra_resource_claims_in_use.clone(),
+        );
         let m = Self {
             registry,
             probes_registry,
+            unprefixed,
             ..m
         };
+        m.set_dra_claims_in_use(0, &BTreeMap::new());
         // Every series exists from the start, at 0, as the kubelet sets them all.
         m.set_pod_counts(&PodCounts::default());
         m
@@ -378,6 +448,48 @@ impl Metrics {
             None => return,
         };
         family.get_or_create(&label).inc();
+    }
+
+    /// Records one `PrepareResources` or `UnprepareResources` of a pod's
+    /// claims (`operation`), its duration and whether it failed.
+    pub fn record_dra_operation(&self, operation: &str, took: Duration, failed: bool) {
+        self.dra_operations_duration
+            .get_or_create(&DraOperation {
+                operation_name: operation.to_string(),
+                is_error: failed.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records one call of DRA driver `driver`: its full gRPC `method`, the
+    /// name of its status `code` and its duration.
+    pub fn record_dra_call(&self, driver: &str, method: &str, code: &str, took: Duration) {
+        self.dra_grpc_operations_duration
+            .get_or_create(&DraCall {
+                driver_name: driver.to_string(),
+                method_name: method.to_string(),
+                grpc_status_code: code.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Sets `dra_resource_claims_in_use`: `all` claims in use, `by_driver`
+    /// those with devices of each driver (drivers not listed are dropped).
+    pub fn set_dra_claims_in_use(&self, all: usize, by_driver: &BTreeMap<String, usize>) {
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.dra_resource_claims_in_use.clear();
+        self.dra_resource_claims_in_use
+            .get_or_create(&DriverName {
+                driver_name: "<any>".into(),
+            })
+            .set(gauge(all));
+        for (driver, n) in by_driver {
+            self.dra_resource_claims_in_use
+                .get_or_create(&DriverName {
+                    driver_name: driver.clone(),
+                })
+                .set(gauge(*n));
+        }
     }
 
     /// Counts one failed `Get` call of the pod resources API `version`.
@@ -655,8 +767,11 @@ impl Metrics {
     /// # Errors
     /// Only if formatting fails, which writing to a `String` does not.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        encode_registry(&mut out, &self.registry)?;
+        encode_registry(&mut out, &self.unprefixed)?;
+        encode_eof(&mut out)?;
         Ok(out)
     }
 }

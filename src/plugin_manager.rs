@@ -10,8 +10,9 @@
 //! `csi.volume.kubernetes.io/nodeid` annotation, its topology labels) and in
 //! the node's `CSINode` (one entry per driver: node ID, topology keys,
 //! allocatable volume count), and tells the plugin the outcome
-//! (`NotifyRegistrationStatus`). A socket that goes takes its driver out
-//! again. The directory is read every second (the kubelet's reconciler
+//! (`NotifyRegistrationStatus`; a plugin that cannot be told is taken out
+//! again, and tried again at the next pass). A socket that goes takes its
+//! driver out again. The directory is read every second (the kubelet's reconciler
 //! period), which also sees a socket made again under the same name; a
 //! registration that failed is tried again at each pass.
 //!
@@ -270,6 +271,13 @@ impl PluginManager {
         };
         if let Err(e) = timed(registration.notify_registration_status(status)).await {
             warn!(plugin = info.name, error = %e, "plugin NotifyRegistrationStatus failed");
+            // A plugin not told it is registered is not (the kubelet's
+            // operation generator deregisters it): tried again at the next
+            // pass.
+            if let Ok(r) = &outcome {
+                self.deregister(r).await;
+            }
+            return None;
         }
         match outcome {
             Ok(r) => {
@@ -574,6 +582,8 @@ mod tests {
     struct Registrar {
         info: PluginInfo,
         told: Arc<Mutex<Vec<RegistrationStatus>>>,
+        /// How many `NotifyRegistrationStatus` calls fail first.
+        fail_notify: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     #[tonic::async_trait]
@@ -585,7 +595,13 @@ mod tests {
             &self,
             r: Request<RegistrationStatus>,
         ) -> Result<Response<RegistrationStatusResponse>, Status> {
+            use std::sync::atomic::Ordering;
             self.told.lock().unwrap().push(r.into_inner());
+            let fail = self.fail_notify.load(Ordering::SeqCst);
+            if fail > 0 {
+                self.fail_notify.store(fail - 1, Ordering::SeqCst);
+                return Err(Status::unavailable("going away"));
+            }
             Ok(Response::new(RegistrationStatusResponse {}))
         }
     }
@@ -614,6 +630,7 @@ mod tests {
                 supported_versions: vec!["1.0.0".into()],
             },
             told: Arc::default(),
+            fail_notify: Arc::default(),
         };
         let device = Registrar {
             info: PluginInfo {
@@ -622,6 +639,7 @@ mod tests {
                 ..Default::default()
             },
             told: Arc::default(),
+            fail_notify: Arc::default(),
         };
         let csi_socket = registry.join("test.csi-reg.sock");
         serve(
@@ -636,6 +654,7 @@ mod tests {
                 supported_versions: vec!["1.0.0".into()],
             },
             told: Arc::default(),
+            fail_notify: Arc::default(),
         };
         serve(
             &registry.join("hostile-reg.sock"),
@@ -735,21 +754,34 @@ mod tests {
                 &["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth"],
             ),
             told: Arc::default(),
+            fail_notify: Arc::default(),
         };
         let hostile = Registrar {
             info: info("gpu.example.com,spec.driver=x", &["v1.DRAPlugin"]),
             told: Arc::default(),
+            fail_notify: Arc::default(),
         };
         let old = Registrar {
             info: info("old.example.com", &["v1alpha3.Node"]),
             told: Arc::default(),
+            fail_notify: Arc::default(),
+        };
+        // Not told the first time: registered at the next pass.
+        let flaky = Registrar {
+            info: info("flaky.example.com", &["v1beta1.DRAPlugin"]),
+            told: Arc::default(),
+            fail_notify: Arc::new(1.into()),
         };
         let gpu_socket = registry.join("gpu.example.com-reg.sock");
         serve(
             &gpu_socket,
             tonic::transport::Server::builder().add_service(RegistrationServer::new(gpu.clone())),
         );
-        for (name, r) in [("hostile-reg.sock", &hostile), ("old-reg.sock", &old)] {
+        for (name, r) in [
+            ("hostile-reg.sock", &hostile),
+            ("old-reg.sock", &old),
+            ("flaky-reg.sock", &flaky),
+        ] {
             serve(
                 &registry.join(name),
                 tonic::transport::Server::builder().add_service(RegistrationServer::new(r.clone())),
@@ -776,6 +808,10 @@ mod tests {
                 error: String::new()
             }]
         );
+        // It answers on its endpoint: its slice stays past the delay.
+        dra.probe_plugins().await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(api.cluster_object("resourceslices", "n1-gpu").is_some());
         let plugin = dra.plugins().get("gpu.example.com").expect("registered");
         assert_eq!(plugin.endpoint, endpoint);
         assert_eq!(plugin.service, crate::dra::plugins::Service::V1);
@@ -800,6 +836,16 @@ mod tests {
             "{old_told:?}"
         );
         assert_eq!(dra.plugins().drivers(), ["gpu.example.com"]);
+        manager.sync().await;
+        assert_eq!(flaky.told.lock().unwrap().len(), 2);
+        assert_eq!(
+            dra.plugins().drivers(),
+            ["flaky.example.com", "gpu.example.com"]
+        );
+        assert_eq!(
+            dra.plugins().get("flaky.example.com").unwrap().service,
+            crate::dra::plugins::Service::V1beta1
+        );
         // Neither the Node nor a CSINode is touched.
         assert!(api.cluster_object("csinodes", "n1").is_none());
 
@@ -821,12 +867,12 @@ mod tests {
             .into_iter()
             .map(|r| (r.line(), r.query))
             .collect();
-        assert_eq!(
-            deletes,
-            [(
+        assert!(
+            deletes.contains(&(
                 "DELETE /apis/resource.k8s.io/v1/resourceslices".to_string(),
                 "fieldSelector=spec.nodeName=n1,spec.driver=gpu.example.com".to_string()
-            )]
+            )),
+            "{deletes:?}"
         );
     }
 

@@ -23,8 +23,10 @@
 //!   the per-call `kubelet_pod_resources_endpoint_requests_{list,get_allocatable,get}`
 //!   and `kubelet_pod_resources_endpoint_errors_get`.
 //!
-//! The agent has no CPU manager, memory manager or dynamic resource
-//! allocation: CPU IDs, memory blocks and dynamic resources are always
+//! Each container's dynamic resources are the ResourceClaims it names that
+//! the DRA manager prepared, each device with its driver, pool, name, share
+//! and CDI devices, as the kubelet's `GetDynamicResources`. The agent has
+//! no CPU manager or memory manager: CPU IDs and memory blocks are always
 //! empty, as the kubelet reports them with the `none` policies. A device's
 //! NUMA topology is reported when its plugin gave one.
 
@@ -96,13 +98,45 @@ fn container_devices(given: &[(String, Vec<(String, Topology)>)]) -> Vec<v1::Con
     out
 }
 
+/// A container's dynamic resources: each claim of `claims` with its
+/// devices, driver by driver, as the kubelet's `GetDynamicResources` (but
+/// each device with its own CDI devices). Pure.
+pub fn dynamic_resources(claims: &[crate::dra::cache::ClaimInfo]) -> Vec<v1::DynamicResource> {
+    claims
+        .iter()
+        .map(|claim| v1::DynamicResource {
+            claim_name: claim.name.clone(),
+            claim_namespace: claim.namespace.clone(),
+            claim_resources: claim
+                .drivers
+                .iter()
+                .flat_map(|(driver, devices)| {
+                    devices.iter().map(move |d| v1::ClaimResource {
+                        cdi_devices: d
+                            .cdi_device_ids
+                            .iter()
+                            .map(|name| v1::CdiDevice { name: name.clone() })
+                            .collect(),
+                        driver_name: driver.clone(),
+                        pool_name: d.pool_name.clone(),
+                        device_name: d.device_name.clone(),
+                        share_id: d.share_id.clone(),
+                    })
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 /// A pod's resources for v1 `List` and `Get`: its restartable init
 /// containers (sidecars), then its regular containers, each with what
-/// `devices` answers for (pod UID, container name), as the kubelet's
+/// `devices` answers for (pod UID, container name) and the claims `claims`
+/// answers for it ([`dynamic_resources`]), as the kubelet's
 /// `v1PodResourcesServer`. Pure.
 pub fn pod_resources(
     pod: &Pod,
     devices: impl Fn(&str, &str) -> DevicesByResource,
+    claims: impl Fn(&Container) -> Vec<crate::dra::cache::ClaimInfo>,
 ) -> v1::PodResources {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let sidecars = crate::pod_core::spec::init_containers(pod)
@@ -112,6 +146,7 @@ pub fn pod_resources(
     let container = |c: &Container| v1::ContainerResources {
         name: c.name.clone(),
         devices: container_devices(&devices(uid, &c.name)),
+        dynamic_resources: dynamic_resources(&claims(c)),
         ..Default::default()
     };
     v1::PodResources {
@@ -175,6 +210,7 @@ fn shown(name: &str) -> &str {
 struct Inner {
     pods: PodsProvider,
     devices: Option<DeviceManager>,
+    dra: Option<crate::dra::DraManager>,
     limiter: governor::DefaultDirectRateLimiter,
 }
 
@@ -195,6 +231,13 @@ impl Inner {
             .map(|d| d.devices(uid, container))
             .unwrap_or_default()
     }
+
+    fn claims(&self, pod: &Pod, c: &Container) -> Vec<crate::dra::cache::ClaimInfo> {
+        self.dra
+            .as_ref()
+            .map(|d| d.container_claims(pod, c))
+            .unwrap_or_default()
+    }
 }
 
 /// `v1.PodResourcesLister`.
@@ -211,7 +254,7 @@ impl v1::pod_resources_lister_server::PodResourcesLister for V1Service {
         s.admit("v1", Some(PodResourcesCall::List))?;
         let pod_resources = (s.pods)(Pods::Active)
             .iter()
-            .map(|p| pod_resources(p, |u, c| s.devices(u, c)))
+            .map(|p| pod_resources(p, |u, c| s.devices(u, c), |c| s.claims(p, c)))
             .collect();
         Ok(Response::new(v1::ListPodResourcesResponse {
             pod_resources,
@@ -252,7 +295,11 @@ impl v1::pod_resources_lister_server::PodResourcesLister for V1Service {
             )));
         };
         Ok(Response::new(v1::GetPodResourcesResponse {
-            pod_resources: Some(pod_resources(&pod, |u, c| s.devices(u, c))),
+            pod_resources: Some(pod_resources(
+                &pod,
+                |u, c| s.devices(u, c),
+                |c| s.claims(&pod, c),
+            )),
         }))
     }
 }
@@ -281,8 +328,8 @@ impl alpha::pod_resources_lister_server::PodResourcesLister for AlphaService {
 
 /// Serves both API versions on [`SOCKET`] in `<root_dir>/`[`DIR_NAME`]
 /// (made with mode 0750 when missing; a stale socket is removed), with the
-/// node's pods from `pods` and the device plugins' devices from `devices`,
-/// until the task is aborted.
+/// node's pods from `pods`, the device plugins' devices from `devices` and
+/// the prepared ResourceClaims from `dra`, until the task is aborted.
 ///
 /// # Errors
 /// The directory or the socket cannot be made.
@@ -290,6 +337,7 @@ pub fn serve(
     root_dir: &Path,
     pods: PodsProvider,
     devices: Option<DeviceManager>,
+    dra: Option<crate::dra::DraManager>,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
     let socket = root_dir.join(DIR_NAME).join(SOCKET);
     let burst = NonZeroU32::new(BURST).unwrap_or(NonZeroU32::MIN);
@@ -297,6 +345,7 @@ pub fn serve(
     let inner = Arc::new(Inner {
         pods,
         devices,
+        dra,
         limiter: governor::RateLimiter::direct(governor::Quota::per_second(qps).allow_burst(burst)),
     });
     let router = tonic::transport::Server::builder()
@@ -345,7 +394,7 @@ mod tests {
 
     #[test]
     fn a_pod_lists_its_sidecars_then_its_containers_each_device_on_its_own() {
-        let r = pod_resources(&web(), given);
+        let r = pod_resources(&web(), given, |_| Vec::new());
         assert_eq!((r.name.as_str(), r.namespace.as_str()), ("web", "default"));
         let names: Vec<&str> = r.containers.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["proxy", "c1", "c2"], "no regular init container");
@@ -378,6 +427,82 @@ mod tests {
             .map(|d| d.device_ids.as_slice())
             .collect();
         assert_eq!(ids, [["gpu-0".to_string()], ["gpu-1".to_string()]]);
+    }
+
+    #[test]
+    fn a_containers_claims_list_each_device_with_its_driver_and_cdi_devices() {
+        use crate::dra::cache::{ClaimInfo, Device};
+        let claim = ClaimInfo {
+            uid: "claim-uid".into(),
+            name: "web-gpu-x7".into(),
+            namespace: "default".into(),
+            drivers: std::collections::BTreeMap::from([(
+                "gpu.example.com".to_string(),
+                vec![
+                    Device {
+                        pool_name: "node-1".into(),
+                        device_name: "gpu-0".into(),
+                        cdi_device_ids: vec!["example.com/gpu=0".into()],
+                        ..Default::default()
+                    },
+                    Device {
+                        pool_name: "node-1".into(),
+                        device_name: "gpu-1".into(),
+                        share_id: Some("share-1".into()),
+                        cdi_device_ids: vec!["example.com/gpu=1".into()],
+                        ..Default::default()
+                    },
+                ],
+            )]),
+            ..Default::default()
+        };
+        let r = pod_resources(&web(), given, |c| {
+            if c.name == "c1" {
+                vec![claim.clone()]
+            } else {
+                Vec::new()
+            }
+        });
+        let c1 = r.containers.iter().find(|c| c.name == "c1").unwrap();
+        let dynamic = &c1.dynamic_resources;
+        assert_eq!(dynamic.len(), 1);
+        assert_eq!(
+            (
+                dynamic[0].claim_name.as_str(),
+                dynamic[0].claim_namespace.as_str()
+            ),
+            ("web-gpu-x7", "default")
+        );
+        let devices: Vec<(&str, &str, Option<&str>, Vec<&str>)> = dynamic[0]
+            .claim_resources
+            .iter()
+            .map(|d| {
+                (
+                    d.driver_name.as_str(),
+                    d.device_name.as_str(),
+                    d.share_id.as_deref(),
+                    d.cdi_devices.iter().map(|c| c.name.as_str()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            devices,
+            [
+                ("gpu.example.com", "gpu-0", None, vec!["example.com/gpu=0"]),
+                (
+                    "gpu.example.com",
+                    "gpu-1",
+                    Some("share-1"),
+                    vec!["example.com/gpu=1"]
+                ),
+            ]
+        );
+        assert!(
+            r.containers
+                .iter()
+                .filter(|c| c.name != "c1")
+                .all(|c| c.dynamic_resources.is_empty())
+        );
     }
 
     #[test]
@@ -429,7 +554,7 @@ mod tests {
             Pods::Active => vec![running.clone()],
             Pods::All => vec![running.clone(), done.clone()],
         });
-        let server = serve(root.path(), lister, None).unwrap();
+        let server = serve(root.path(), lister, None, None).unwrap();
         let channel = crate::cri::unix_channel(dir.join(SOCKET)).await.unwrap();
         let mut client = PodResourcesListerClient::new(channel.clone());
         let before = |f: &Family| f.get_or_create(&v1_label()).get();

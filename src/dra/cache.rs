@@ -154,6 +154,11 @@ impl ClaimCache {
         self.claims.values().any(|c| c.pod_uids.contains(uid))
     }
 
+    /// Every claim known.
+    pub fn iter(&self) -> impl Iterator<Item = &ClaimInfo> {
+        self.claims.values()
+    }
+
     /// How many claims are known.
     #[must_use]
     pub fn len(&self) -> usize {

@@ -21,9 +21,11 @@
 //!
 //! At start the node's ResourceSlices are deleted
 //! ([`DraManager::wipe_resource_slices`]), and a driver's are deleted
-//! [`WIPE_DELAY`] after its last plugin went, unless one came back, as the
-//! kubelet's DRA plugin manager wipes them: devices advertised by a driver
-//! that may never come back would draw pods that cannot start.
+//! [`WIPE_DELAY`] after it was left without a usable plugin (its last
+//! plugin unregistered, or no plugin answers on its endpoint,
+//! [`DraManager::probe_plugins`]), unless one came back, as the kubelet's
+//! DRA plugin manager wipes them: devices advertised by a driver that may
+//! never come back would draw pods that cannot start.
 
 pub mod cache;
 pub mod claims;
@@ -49,10 +51,12 @@ const WIPE_FIRST_WAIT: Duration = Duration::from_secs(1);
 /// wait would pass it, after about 8.5 minutes and 10 attempts (the
 /// kubelet's `wait.Backoff` stops when it reaches its cap).
 const WIPE_MAX_WAIT: Duration = Duration::from_secs(300);
-/// How long after a driver's last plugin went its ResourceSlices are
-/// deleted, unless a plugin registered again (the kubelet's
-/// `defaultWipingDelay`).
+/// How long after a driver's last usable plugin went (unregistered, or
+/// stopped answering) its ResourceSlices are deleted, unless one came back
+/// (the kubelet's `defaultWipingDelay`).
 pub const WIPE_DELAY: Duration = Duration::from_secs(30);
+/// How often the registered plugins' endpoints are tried.
+pub const PROBE_PERIOD: Duration = Duration::from_secs(2);
 /// The longest checkpoint read, bytes (a longer one is not read).
 const MAX_CHECKPOINT_BYTES: usize = 16 * 1024 * 1024;
 
@@ -74,6 +78,11 @@ struct Inner {
     saving: Mutex<()>,
     /// How long after a driver's last plugin went its slices are wiped.
     wipe_delay: Duration,
+    /// The drivers whose slices are to be wiped, each with the token of
+    /// its pending wipe.
+    pending_wipes: Mutex<BTreeMap<String, u64>>,
+    /// The next wipe's token.
+    wipe_tokens: std::sync::atomic::AtomicU64,
 }
 
 impl DraManager {
@@ -95,6 +104,8 @@ impl DraManager {
                 checkpoint,
                 saving: Mutex::new(()),
                 wipe_delay: WIPE_DELAY,
+                pending_wipes: Mutex::new(BTreeMap::new()),
+                wipe_tokens: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -117,8 +128,9 @@ impl DraManager {
     }
 
     /// Registers driver `driver`'s plugin on `endpoint`, serving `services`
-    /// (the kubelet's `RegisterPlugin`): a wipe of its ResourceSlices
-    /// pending since its last plugin went is called off.
+    /// (the kubelet's `RegisterPlugin`). The driver is usable once a plugin
+    /// of it answers on its endpoint ([`DraManager::probe_plugins`]); until
+    /// then a wipe of its slices is pending ([`DraManager::sync_driver`]).
     ///
     /// # Errors
     /// The kubelet's messages: no service spoken here
@@ -142,27 +154,95 @@ impl DraManager {
             service = service.name(),
             "DRA driver registered"
         );
+        self.sync_driver(driver);
         Ok(())
     }
 
     /// Takes driver `driver`'s plugin on `endpoint` out (the kubelet's
-    /// `DeRegisterPlugin`); when it was the driver's last, the driver's
-    /// ResourceSlices on this node are deleted after [`WIPE_DELAY`] unless
-    /// a plugin of the driver registered meanwhile (the kubelet's pending
-    /// wipe, called off by a registration).
+    /// `DeRegisterPlugin`); a driver left without a usable plugin has its
+    /// slices wiped after the delay ([`DraManager::sync_driver`]).
     pub fn deregister_plugin(&self, driver: &str, endpoint: &Path) {
-        let last = self.inner.plugins.remove(driver, endpoint);
+        self.inner.plugins.remove(driver, endpoint);
         info!(driver, endpoint = %endpoint.display(), "DRA driver plugin deregistered");
-        if !last {
+        self.sync_driver(driver);
+    }
+
+    /// Tries each registered plugin's endpoint (a unix connection, 1 s at
+    /// most) and records whether it answers, as the kubelet follows each
+    /// plugin's gRPC connection; then [`DraManager::sync_driver`] for each
+    /// driver.
+    pub async fn probe_plugins(&self) {
+        for plugin in self.inner.plugins.all() {
+            let answers = tokio::time::timeout(
+                Duration::from_secs(1),
+                tokio::net::UnixStream::connect(&plugin.endpoint),
+            )
+            .await
+            .is_ok_and(|c| c.is_ok());
+            if plugin.set_connected(answers) {
+                info!(
+                    driver = plugin.driver,
+                    endpoint = %plugin.endpoint.display(),
+                    connected = answers,
+                    "DRA driver plugin connection changed"
+                );
+            }
+        }
+        for driver in self.inner.plugins.drivers() {
+            self.sync_driver(&driver);
+        }
+    }
+
+    /// Probes the registered plugins ([`DraManager::probe_plugins`]) every
+    /// [`PROBE_PERIOD`], until the task is dropped.
+    pub async fn run_probes(self) {
+        loop {
+            self.probe_plugins().await;
+            tokio::time::sleep(PROBE_PERIOD).await;
+        }
+    }
+
+    /// As the kubelet's DRA plugin manager's `sync`: a driver with a plugin
+    /// that answers has its pending wipe called off; one without gets a
+    /// wipe of its ResourceSlices on this node [`WIPE_DELAY`] from now,
+    /// unless one is pending already (its time stands) or a plugin answers
+    /// by then.
+    pub fn sync_driver(&self, driver: &str) {
+        let mut pending = self
+            .inner
+            .pending_wipes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.inner.plugins.usable(driver) {
+            pending.remove(driver);
             return;
         }
+        if pending.contains_key(driver) {
+            return;
+        }
+        let token = self
+            .inner
+            .wipe_tokens
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        pending.insert(driver.to_string(), token);
         let (dra, driver) = (self.clone(), driver.to_string());
         tokio::spawn(async move {
             tokio::time::sleep(dra.inner.wipe_delay).await;
-            if dra.inner.plugins.has(&driver) {
-                return;
+            let due = {
+                let mut pending = dra
+                    .inner
+                    .pending_wipes
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                let due = pending.get(&driver) == Some(&token);
+                if due {
+                    pending.remove(&driver);
+                }
+                due
+            };
+            if due {
+                dra.wipe(Some(&driver)).await;
             }
-            dra.wipe(Some(&driver)).await;
         });
     }
 
@@ -181,9 +261,14 @@ impl DraManager {
     /// answer out of bounds ([`cache::checked_devices`]), or the
     /// checkpoint not written.
     pub async fn prepare(&self, pod: &Pod) -> Result<(), String> {
-        self.prepare_claims(pod)
-            .await
-            .map_err(|e| format!("prepare dynamic resources: {e}"))
+        let started = std::time::Instant::now();
+        let done = self.prepare_claims(pod).await;
+        crate::metrics::metrics().record_dra_operation(
+            "PrepareResources",
+            started.elapsed(),
+            done.is_err(),
+        );
+        done.map_err(|e| format!("prepare dynamic resources: {e}"))
     }
 
     /// The CDI device IDs container `c` of `pod` is given (the kubelet's
@@ -215,6 +300,43 @@ impl DraManager {
         Ok(out)
     }
 
+    /// The prepared claims container `c` of `pod` names in
+    /// `resources.claims`, as the kubelet's `GetContainerClaimInfos` (for the
+    /// pod resources API); none when one cannot be named or is not known
+    /// here (the kubelet's answer then).
+    #[must_use]
+    pub fn container_claims(&self, pod: &Pod, c: &Container) -> Vec<ClaimInfo> {
+        let names: Vec<&str> = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.claims.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|u| u.name.as_str())
+            .collect();
+        let ns = namespace(pod);
+        let cache = self.cache();
+        let mut out = Vec::new();
+        for pc in pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|pc| names.contains(&pc.name.as_str()))
+        {
+            match claims::claim_name(pod, pc) {
+                Ok(Some(r)) => match cache.get(ns, &r.name) {
+                    Some(info) => out.push(info.clone()),
+                    None => return Vec::new(),
+                },
+                Ok(None) => {}
+                Err(_) => return Vec::new(),
+            }
+        }
+        out
+    }
+
     /// As the kubelet's `UnprepareResources`, once `pod`'s containers are
     /// gone: each claim it uses (those known here, else those its spec
     /// names) is unprepared by its drivers when no other pod uses it, and
@@ -240,9 +362,14 @@ impl DraManager {
                 }
             }
         }
-        self.unprepare_claims(uid, ns, &names)
-            .await
-            .map_err(|e| format!("unprepare dynamic resources: {e}"))
+        let started = std::time::Instant::now();
+        let done = self.unprepare_claims(uid, ns, &names).await;
+        crate::metrics::metrics().record_dra_operation(
+            "UnprepareResources",
+            started.elapsed(),
+            done.is_err(),
+        );
+        done.map_err(|e| format!("unprepare dynamic resources: {e}"))
     }
 
     /// Unprepares the claims of every pod using one here that `active` says
@@ -307,7 +434,7 @@ impl DraManager {
                     info!(
                         node,
                         driver,
-                        "deleted the node's ResourceSlices: no plugin of the driver is registered"
+                        "deleted the node's ResourceSlices: no plugin of their driver is registered"
                     );
                     return true;
                 }
@@ -337,8 +464,9 @@ impl DraManager {
     }
 
     /// Writes the checkpoint of `cache` (nothing without a checkpoint
-    /// file).
+    /// file), and counts its claims in `dra_resource_claims_in_use`.
     fn save(&self, cache: &ClaimCache) -> Result<(), String> {
+        publish_in_use(cache);
         let Some(path) = &self.inner.checkpoint else {
             return Ok(());
         };
@@ -542,6 +670,16 @@ impl DraManager {
     }
 }
 
+/// Sets `dra_resource_claims_in_use` from `cache`: every claim, and the
+/// claims with devices of each driver.
+fn publish_in_use(cache: &ClaimCache) {
+    let mut by_driver: BTreeMap<String, usize> = BTreeMap::new();
+    for driver in cache.iter().flat_map(|c| c.drivers.keys()) {
+        *by_driver.entry(driver.clone()).or_default() += 1;
+    }
+    crate::metrics::metrics().set_dra_claims_in_use(cache.len(), &by_driver);
+}
+
 /// The pod's namespace (`default` when unset).
 fn namespace(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
@@ -579,6 +717,71 @@ fn restore(path: &Path) -> ClaimCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_driver_whose_plugin_never_answers_loses_its_slices_after_the_delay() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = crate::fake_api::FakeApi::default();
+        let slice = |driver: &str| {
+            serde_json::json!({ "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": { "name": format!("node-1-{driver}") },
+                "spec": { "nodeName": "node-1", "driver": driver,
+                    "pool": { "name": "node-1", "generation": 1, "resourceSliceCount": 1 } } })
+        };
+        api.put_cluster(
+            "resourceslices",
+            "node-1-live.example.com",
+            slice("live.example.com"),
+        );
+        api.put_cluster(
+            "resourceslices",
+            "node-1-mute.example.com",
+            slice("mute.example.com"),
+        );
+        let dra = DraManager::new(api.client(), "node-1", None)
+            .with_wipe_delay(Duration::from_millis(300));
+        let v1 = ["v1.DRAPlugin".to_string()];
+        // One plugin serves its endpoint; the other registered one that
+        // nothing listens on.
+        let live = dir.path().join("live.sock");
+        let _driver = crate::fake_dra::FakeDraDriver::serve(&live, "live.example.com", false);
+        dra.register_plugin("live.example.com", &live, &v1).unwrap();
+        let mute = dir.path().join("mute.sock");
+        dra.register_plugin("mute.example.com", &mute, &v1).unwrap();
+        dra.probe_plugins().await;
+        assert!(dra.plugins().usable("live.example.com"));
+        assert!(!dra.plugins().usable("mute.example.com"));
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(
+            api.cluster_object("resourceslices", "node-1-mute.example.com")
+                .is_none()
+        );
+        assert!(
+            api.cluster_object("resourceslices", "node-1-live.example.com")
+                .is_some()
+        );
+
+        // The live one stops answering and comes back before the delay:
+        // its slice stays. Then it stops for good: its slice goes.
+        let plugin = dra.plugins().get("live.example.com").unwrap();
+        plugin.set_connected(false);
+        dra.sync_driver("live.example.com");
+        plugin.set_connected(true);
+        dra.sync_driver("live.example.com");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(
+            api.cluster_object("resourceslices", "node-1-live.example.com")
+                .is_some()
+        );
+        std::fs::remove_file(&live).unwrap();
+        dra.probe_plugins().await;
+        assert!(!dra.plugins().usable("live.example.com"));
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(
+            api.cluster_object("resourceslices", "node-1-live.example.com")
+                .is_none()
+        );
+    }
 
     #[tokio::test]
     async fn the_wipe_deletes_the_nodes_slices_by_field_and_retries_a_refusal() {

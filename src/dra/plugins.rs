@@ -101,6 +101,23 @@ pub struct Plugin {
     /// How long one call may take.
     pub timeout: Duration,
     channel: Channel,
+    /// Its endpoint answered when last tried (shared by the clones).
+    connected: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Plugin {
+    /// Records whether its endpoint answers; whether that changed.
+    pub fn set_connected(&self, connected: bool) -> bool {
+        self.connected
+            .swap(connected, std::sync::atomic::Ordering::Relaxed)
+            != connected
+    }
+
+    /// Whether its endpoint answered when last tried.
+    #[must_use]
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Plugin {
@@ -118,7 +135,12 @@ impl Plugin {
                 };
                 let mut client = v1::dra_plugin_client::DraPluginClient::new(self.channel.clone())
                     .max_decoding_message_size(MAX_MESSAGE_BYTES);
-                let answer = timed(self.timeout, client.node_prepare_resources(request)).await?;
+                let answer = self
+                    .timed(
+                        "NodePrepareResources",
+                        client.node_prepare_resources(request),
+                    )
+                    .await?;
                 Ok(answer
                     .claims
                     .into_iter()
@@ -139,7 +161,12 @@ impl Plugin {
                 let mut client =
                     v1beta1::dra_plugin_client::DraPluginClient::new(self.channel.clone())
                         .max_decoding_message_size(MAX_MESSAGE_BYTES);
-                let answer = timed(self.timeout, client.node_prepare_resources(request)).await?;
+                let answer = self
+                    .timed(
+                        "NodePrepareResources",
+                        client.node_prepare_resources(request),
+                    )
+                    .await?;
                 Ok(answer
                     .claims
                     .into_iter()
@@ -170,7 +197,12 @@ impl Plugin {
                 };
                 let mut client = v1::dra_plugin_client::DraPluginClient::new(self.channel.clone())
                     .max_decoding_message_size(MAX_MESSAGE_BYTES);
-                let answer = timed(self.timeout, client.node_unprepare_resources(request)).await?;
+                let answer = self
+                    .timed(
+                        "NodeUnprepareResources",
+                        client.node_unprepare_resources(request),
+                    )
+                    .await?;
                 Ok(answer
                     .claims
                     .into_iter()
@@ -184,7 +216,12 @@ impl Plugin {
                 let mut client =
                     v1beta1::dra_plugin_client::DraPluginClient::new(self.channel.clone())
                         .max_decoding_message_size(MAX_MESSAGE_BYTES);
-                let answer = timed(self.timeout, client.node_unprepare_resources(request)).await?;
+                let answer = self
+                    .timed(
+                        "NodeUnprepareResources",
+                        client.node_unprepare_resources(request),
+                    )
+                    .await?;
                 Ok(answer
                     .claims
                     .into_iter()
@@ -192,6 +229,17 @@ impl Plugin {
                     .collect())
             }
         }
+    }
+}
+
+/// The name of gRPC status `code` as Go's `codes.Code` prints it (`OK`,
+/// `Canceled`, `DeadlineExceeded`), the kubelet's `grpc_status_code` label.
+#[must_use]
+pub fn grpc_code_name(code: tonic::Code) -> String {
+    match code {
+        tonic::Code::Ok => "OK".into(),
+        tonic::Code::Cancelled => "Canceled".into(),
+        other => format!("{other:?}"),
     }
 }
 
@@ -231,20 +279,42 @@ fn from_v1beta1(d: v1beta1::Device) -> Device {
     }
 }
 
-/// A driver call bounded by `timeout`; its answer, or the error as the
-/// kubelet quotes gRPC errors.
-async fn timed<T>(
-    timeout: Duration,
-    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(Ok(r)) => Ok(r.into_inner()),
-        Ok(Err(s)) => Err(format!(
-            "rpc error: code = {:?} desc = {}",
-            s.code(),
-            s.message()
-        )),
-        Err(_) => Err("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into()),
+impl Plugin {
+    /// A call of `method` (`NodePrepareResources`) bounded by the plugin's
+    /// timeout, counted in `dra_grpc_operations_duration_seconds`; its
+    /// answer, or the error as the kubelet quotes gRPC errors.
+    async fn timed<T>(
+        &self,
+        method: &str,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, String> {
+        let started = std::time::Instant::now();
+        let (answer, code) = match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(r)) => (Ok(r.into_inner()), tonic::Code::Ok),
+            Ok(Err(s)) => (
+                Err(format!(
+                    "rpc error: code = {:?} desc = {}",
+                    s.code(),
+                    s.message()
+                )),
+                s.code(),
+            ),
+            Err(_) => (
+                Err("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into()),
+                tonic::Code::DeadlineExceeded,
+            ),
+        };
+        let package = match self.service {
+            Service::V1 => "k8s.io.kubelet.pkg.apis.dra.v1",
+            Service::V1beta1 => "k8s.io.kubelet.pkg.apis.dra.v1beta1",
+        };
+        crate::metrics::metrics().record_dra_call(
+            &self.driver,
+            &format!("/{package}.DRAPlugin/{method}"),
+            &grpc_code_name(code),
+            started.elapsed(),
+        );
+        answer
     }
 }
 
@@ -300,6 +370,7 @@ impl Plugins {
             service,
             timeout,
             channel: crate::cri::unix_channel_lazy(endpoint.to_path_buf()),
+            connected: Arc::default(),
         });
         Ok(())
     }
@@ -320,8 +391,8 @@ impl Plugins {
         false
     }
 
-    /// The plugin to call for driver `driver`: its newest (the kubelet's
-    /// `GetPlugin`).
+    /// The plugin to call for driver `driver`: its newest that answered
+    /// when last tried, else its newest (the kubelet's `GetPlugin`).
     ///
     /// # Errors
     /// The kubelet's messages: `DRA driver name is empty`, `DRA driver
@@ -330,10 +401,15 @@ impl Plugins {
         if driver.is_empty() {
             return Err("DRA driver name is empty".into());
         }
-        self.lock()
-            .by_driver
-            .get(driver)
-            .and_then(|p| p.last().cloned())
+        let registry = self.lock();
+        let of_driver = registry.by_driver.get(driver).map(Vec::as_slice);
+        let of_driver = of_driver.unwrap_or_default();
+        of_driver
+            .iter()
+            .rev()
+            .find(|p| p.is_connected())
+            .or_else(|| of_driver.last())
+            .cloned()
             .ok_or_else(|| format!("DRA driver {driver} is not registered"))
     }
 
@@ -341,6 +417,22 @@ impl Plugins {
     #[must_use]
     pub fn has(&self, driver: &str) -> bool {
         self.lock().by_driver.contains_key(driver)
+    }
+
+    /// Whether a plugin of driver `driver` answered when last tried (the
+    /// kubelet's `usable`).
+    #[must_use]
+    pub fn usable(&self, driver: &str) -> bool {
+        self.lock()
+            .by_driver
+            .get(driver)
+            .is_some_and(|p| p.iter().any(Plugin::is_connected))
+    }
+
+    /// Every registered plugin.
+    #[must_use]
+    pub fn all(&self) -> Vec<Plugin> {
+        self.lock().by_driver.values().flatten().cloned().collect()
     }
 
     /// The names of the drivers with a plugin registered.
@@ -394,6 +486,13 @@ mod tests {
                 .contains("already registered")
         );
         assert_eq!(plugins.get("gpu.example.com").unwrap().endpoint, b);
+        // One that answers is preferred to a newer one that does not.
+        assert!(!plugins.usable("gpu.example.com"));
+        let older = plugins.all().into_iter().find(|p| p.endpoint == a).unwrap();
+        assert!(older.set_connected(true));
+        assert!(!older.set_connected(true));
+        assert!(plugins.usable("gpu.example.com"));
+        assert_eq!(plugins.get("gpu.example.com").unwrap().endpoint, a);
         assert!(!plugins.remove("gpu.example.com", b));
         assert_eq!(plugins.get("gpu.example.com").unwrap().endpoint, a);
         assert!(plugins.remove("gpu.example.com", a));

@@ -150,6 +150,15 @@ async fn a_prepared_claim_gives_its_container_the_device_across_a_restart_until_
         ["NodePrepareResources default/shared-gpu"]
     );
     assert_eq!(cdi_devices(&n, "c"), ["gpu.example.com/gpu=claim-uid"]);
+    // The call and the pod's prepare are counted under the kubelet's names.
+    let text = crate::metrics::metrics().encode().expect("metrics");
+    for series in [
+        "dra_grpc_operations_duration_seconds_count{driver_name=\"gpu.example.com\",method_name=\"/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources\",grpc_status_code=\"OK\"}",
+        "dra_operations_duration_seconds_count{operation_name=\"PrepareResources\",is_error=\"false\"}",
+        "dra_resource_claims_in_use{driver_name=\"<any>\"}",
+    ] {
+        assert!(text.contains(series), "{series} in {text}");
+    }
     let checkpoint = n.dir.path().join("root").join("dra_manager_state");
     let kept = std::fs::read_to_string(&checkpoint).expect("the checkpoint");
     assert!(kept.contains("gpu.example.com/gpu=claim-uid"), "{kept}");

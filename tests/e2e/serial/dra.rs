@@ -10,8 +10,9 @@
 //! comes from a ResourceClaimTemplate is scheduled (the scheduler allocates
 //! one of the driver's devices), the agent has the driver prepare it, and
 //! the container runs with the environment of the CDI device the driver
-//! wrote; an agent restart changes nothing; once the pod goes, the claim is
-//! unprepared (the driver removes its CDI spec).
+//! wrote, and the pod resources API lists the device; an agent restart
+//! changes nothing; once the pod goes, the claim is unprepared (the driver
+//! removes its CDI spec).
 //!
 //! Serial: they restart the agent.
 
@@ -113,7 +114,15 @@ spec:
     )
     .await;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let running = wait_for(&client, &ns, "gpu-user", 120, phase("Running")).await;
+    let running = wait_for(
+        &client,
+        &ns,
+        "gpu-user",
+        120,
+        "the pod running with its device",
+        phase("Running"),
+    )
+    .await;
     let claim_name = running
         .status
         .as_ref()
@@ -138,6 +147,39 @@ spec:
     assert!(env.contains("user_a=b"), "{env}");
     assert!(env.contains(&env_name), "{env_name} in {env}");
     assert_eq!(cdi_specs(&claim_uid).len(), 1, "the driver's CDI spec");
+    // The pod resources API shows the claim's device, as the kubelet's own
+    // Go client reads it.
+    let out = std::process::Command::new(root().join("_output/bin/podresources-client"))
+        .arg(
+            rustlet_root()
+                .join(rustlet::pod_resources::DIR_NAME)
+                .join(rustlet::pod_resources::SOCKET),
+        )
+        .output()
+        .expect("run _output/bin/podresources-client (hack/build-cluster.sh csi)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("its JSON");
+    let listed = view["list"]["pod_resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["namespace"] == ns.as_str() && p["name"] == "gpu-user")
+        .cloned()
+        .unwrap_or_else(|| panic!("the pod in List: {view}"));
+    let dynamic = &listed["containers"][0]["dynamic_resources"][0];
+    assert_eq!(dynamic["claim_name"], claim_name.as_str(), "{listed}");
+    let device = &dynamic["claim_resources"][0];
+    assert_eq!(device["driver_name"], TEST_DRIVER, "{listed}");
+    assert_eq!(device["pool_name"], node_name().as_str(), "{listed}");
+    assert_eq!(
+        device["cdi_devices"][0]["name"],
+        format!("{TEST_DRIVER}/test=claim-{claim_uid}-my-device").as_str(),
+        "{listed}"
+    );
     let before = container_status(&running);
 
     // The agent restarts: the container keeps running, untouched, and the
