@@ -110,125 +110,77 @@ impl FakeDraDriver {
     }
 }
 
-fn device_v1(cdi: String) -> v1::Device {
-    v1::Device {
-        request_names: Vec::new(),
-        pool_name: "node-1".into(),
-        device_name: "gpu-0".into(),
-        cdi_device_ids: vec![cdi],
-        share_id: None,
-    }
+/// The server of API module `$api` (`v1`, `v1beta1`, of the same
+/// messages), each prepared device made by `$device` from its CDI name.
+macro_rules! serve_api {
+    ($api:ident, $device:expr) => {
+        #[tonic::async_trait]
+        impl $api::dra_plugin_server::DraPlugin for FakeDraDriver {
+            async fn node_prepare_resources(
+                &self,
+                r: Request<$api::NodePrepareResourcesRequest>,
+            ) -> Result<Response<$api::NodePrepareResourcesResponse>, Status> {
+                let claims = r.into_inner().claims;
+                let named: Vec<(String, String)> = claims
+                    .iter()
+                    .map(|c| (c.namespace.clone(), c.name.clone()))
+                    .collect();
+                self.record("NodePrepareResources", &named);
+                let uids = claims.into_iter().map(|c| c.uid).collect();
+                let claims = self
+                    .prepared(uids)
+                    .await?
+                    .into_iter()
+                    .map(|(uid, outcome)| {
+                        let r = match outcome {
+                            Ok(cdi) => $api::NodePrepareResourceResponse {
+                                devices: vec![$device(cdi)],
+                                error: String::new(),
+                            },
+                            Err(error) => $api::NodePrepareResourceResponse {
+                                devices: Vec::new(),
+                                error,
+                            },
+                        };
+                        (uid, r)
+                    })
+                    .collect();
+                Ok(Response::new($api::NodePrepareResourcesResponse { claims }))
+            }
+
+            async fn node_unprepare_resources(
+                &self,
+                r: Request<$api::NodeUnprepareResourcesRequest>,
+            ) -> Result<Response<$api::NodeUnprepareResourcesResponse>, Status> {
+                let claims = r.into_inner().claims;
+                let named: Vec<(String, String)> = claims
+                    .iter()
+                    .map(|c| (c.namespace.clone(), c.name.clone()))
+                    .collect();
+                self.record("NodeUnprepareResources", &named);
+                let claims = claims
+                    .into_iter()
+                    .map(|c| (c.uid, $api::NodeUnprepareResourceResponse::default()))
+                    .collect();
+                Ok(Response::new($api::NodeUnprepareResourcesResponse {
+                    claims,
+                }))
+            }
+        }
+    };
 }
 
-#[tonic::async_trait]
-impl v1::dra_plugin_server::DraPlugin for FakeDraDriver {
-    async fn node_prepare_resources(
-        &self,
-        r: Request<v1::NodePrepareResourcesRequest>,
-    ) -> Result<Response<v1::NodePrepareResourcesResponse>, Status> {
-        let claims = r.into_inner().claims;
-        let named: Vec<(String, String)> = claims
-            .iter()
-            .map(|c| (c.namespace.clone(), c.name.clone()))
-            .collect();
-        self.record("NodePrepareResources", &named);
-        let uids = claims.into_iter().map(|c| c.uid).collect();
-        let claims = self
-            .prepared(uids)
-            .await?
-            .into_iter()
-            .map(|(uid, outcome)| {
-                let r = match outcome {
-                    Ok(cdi) => v1::NodePrepareResourceResponse {
-                        devices: vec![device_v1(cdi)],
-                        error: String::new(),
-                    },
-                    Err(error) => v1::NodePrepareResourceResponse {
-                        devices: Vec::new(),
-                        error,
-                    },
-                };
-                (uid, r)
-            })
-            .collect();
-        Ok(Response::new(v1::NodePrepareResourcesResponse { claims }))
-    }
+serve_api!(v1, |cdi| v1::Device {
+    request_names: Vec::new(),
+    pool_name: "node-1".into(),
+    device_name: "gpu-0".into(),
+    cdi_device_ids: vec![cdi],
+    share_id: None,
+});
 
-    async fn node_unprepare_resources(
-        &self,
-        r: Request<v1::NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<v1::NodeUnprepareResourcesResponse>, Status> {
-        let claims = r.into_inner().claims;
-        let named: Vec<(String, String)> = claims
-            .iter()
-            .map(|c| (c.namespace.clone(), c.name.clone()))
-            .collect();
-        self.record("NodeUnprepareResources", &named);
-        let claims = claims
-            .into_iter()
-            .map(|c| (c.uid, v1::NodeUnprepareResourceResponse::default()))
-            .collect();
-        Ok(Response::new(v1::NodeUnprepareResourcesResponse { claims }))
-    }
-}
-
-#[tonic::async_trait]
-impl v1beta1::dra_plugin_server::DraPlugin for FakeDraDriver {
-    async fn node_prepare_resources(
-        &self,
-        r: Request<v1beta1::NodePrepareResourcesRequest>,
-    ) -> Result<Response<v1beta1::NodePrepareResourcesResponse>, Status> {
-        let claims = r.into_inner().claims;
-        let named: Vec<(String, String)> = claims
-            .iter()
-            .map(|c| (c.namespace.clone(), c.name.clone()))
-            .collect();
-        self.record("NodePrepareResources", &named);
-        let uids = claims.into_iter().map(|c| c.uid).collect();
-        let claims = self
-            .prepared(uids)
-            .await?
-            .into_iter()
-            .map(|(uid, outcome)| {
-                let r = match outcome {
-                    Ok(cdi) => v1beta1::NodePrepareResourceResponse {
-                        devices: vec![v1beta1::Device {
-                            request_names: Vec::new(),
-                            pool_name: "node-1".into(),
-                            device_name: "gpu-0".into(),
-                            cdi_device_ids: vec![cdi],
-                        }],
-                        error: String::new(),
-                    },
-                    Err(error) => v1beta1::NodePrepareResourceResponse {
-                        devices: Vec::new(),
-                        error,
-                    },
-                };
-                (uid, r)
-            })
-            .collect();
-        Ok(Response::new(v1beta1::NodePrepareResourcesResponse {
-            claims,
-        }))
-    }
-
-    async fn node_unprepare_resources(
-        &self,
-        r: Request<v1beta1::NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<v1beta1::NodeUnprepareResourcesResponse>, Status> {
-        let claims = r.into_inner().claims;
-        let named: Vec<(String, String)> = claims
-            .iter()
-            .map(|c| (c.namespace.clone(), c.name.clone()))
-            .collect();
-        self.record("NodeUnprepareResources", &named);
-        let claims = claims
-            .into_iter()
-            .map(|c| (c.uid, v1beta1::NodeUnprepareResourceResponse::default()))
-            .collect();
-        Ok(Response::new(v1beta1::NodeUnprepareResourcesResponse {
-            claims,
-        }))
-    }
-}
+serve_api!(v1beta1, |cdi| v1beta1::Device {
+    request_names: Vec::new(),
+    pool_name: "node-1".into(),
+    device_name: "gpu-0".into(),
+    cdi_device_ids: vec![cdi],
+});

@@ -150,6 +150,28 @@ pub fn check(pod: &Pod, r: &ClaimRef, claim: &ResourceClaim) -> Result<BTreeSet<
 /// (`deviceclass.resource.kubernetes.io/<class>`).
 const DEVICE_CLASS_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
 
+/// The entries of `pod`'s `spec.resourceClaims` container `c` names in its
+/// `resources.claims`, each with the requests it names of it (an empty
+/// request: all of them), in the pod's order.
+pub fn named_claims<'a>(pod: &'a Pod, c: &Container) -> Vec<(&'a PodResourceClaim, Vec<String>)> {
+    let used = c.resources.as_ref().and_then(|r| r.claims.as_ref());
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|pc| {
+            let requests: Vec<String> = used
+                .into_iter()
+                .flatten()
+                .filter(|u| u.name == pc.name)
+                .map(|u| u.request.clone().unwrap_or_default())
+                .collect();
+            (!requests.is_empty()).then_some((pc, requests))
+        })
+        .collect()
+}
+
 /// The claims container `c` of `pod` uses and the requests of each it
 /// names, by claim name, as the kubelet's `GetResources` collects them:
 /// each entry of its `resources.claims` (an empty request: all of the
@@ -165,23 +187,7 @@ pub fn container_requests(
 ) -> Result<BTreeMap<String, Vec<String>>, String> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let resources = c.resources.as_ref();
-    let used = resources.and_then(|r| r.claims.as_ref());
-    for pc in pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.resource_claims.as_ref())
-        .into_iter()
-        .flatten()
-    {
-        let requests: Vec<String> = used
-            .into_iter()
-            .flatten()
-            .filter(|u| u.name == pc.name)
-            .map(|u| u.request.clone().unwrap_or_default())
-            .collect();
-        if requests.is_empty() {
-            continue;
-        }
+    for (pc, requests) in named_claims(pod, c) {
         if let Some(r) = claim_name(pod, pc)? {
             out.entry(r.name).or_default().extend(requests);
         }

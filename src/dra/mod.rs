@@ -306,25 +306,10 @@ impl DraManager {
     /// here (the kubelet's answer then).
     #[must_use]
     pub fn container_claims(&self, pod: &Pod, c: &Container) -> Vec<ClaimInfo> {
-        let names: Vec<&str> = c
-            .resources
-            .as_ref()
-            .and_then(|r| r.claims.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|u| u.name.as_str())
-            .collect();
         let ns = namespace(pod);
         let cache = self.cache();
         let mut out = Vec::new();
-        for pc in pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.resource_claims.as_ref())
-            .into_iter()
-            .flatten()
-            .filter(|pc| names.contains(&pc.name.as_str()))
-        {
+        for (pc, _) in claims::named_claims(pod, c) {
             match claims::claim_name(pod, pc) {
                 Ok(Some(r)) => match cache.get(ns, &r.name) {
                     Some(info) => out.push(info.clone()),

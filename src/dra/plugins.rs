@@ -120,6 +120,74 @@ impl Plugin {
     }
 }
 
+/// A call of `NodePrepareResources` through API module `$api` (`v1`,
+/// `v1beta1`, of the same messages), its devices taken with `$device`:
+/// each claim's outcome by UID.
+macro_rules! prepare_through {
+    ($api:ident, $plugin:expr, $claims:expr, $device:path) => {{
+        let request = $api::NodePrepareResourcesRequest {
+            claims: $claims
+                .iter()
+                .map(|c| $api::Claim {
+                    namespace: c.namespace.clone(),
+                    uid: c.uid.clone(),
+                    name: c.name.clone(),
+                })
+                .collect(),
+        };
+        let mut client = $api::dra_plugin_client::DraPluginClient::new($plugin.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let answer = $plugin
+            .timed(
+                "NodePrepareResources",
+                client.node_prepare_resources(request),
+            )
+            .await?;
+        answer
+            .claims
+            .into_iter()
+            .map(|(uid, r)| {
+                let outcome = if r.error.is_empty() {
+                    Ok(r.devices.into_iter().map($device).collect())
+                } else {
+                    Err(r.error)
+                };
+                (uid, outcome)
+            })
+            .collect()
+    }};
+}
+
+/// A call of `NodeUnprepareResources` through API module `$api`: each
+/// claim's error (empty: none) by UID.
+macro_rules! unprepare_through {
+    ($api:ident, $plugin:expr, $claims:expr) => {{
+        let request = $api::NodeUnprepareResourcesRequest {
+            claims: $claims
+                .iter()
+                .map(|c| $api::Claim {
+                    namespace: c.namespace.clone(),
+                    uid: c.uid.clone(),
+                    name: c.name.clone(),
+                })
+                .collect(),
+        };
+        let mut client = $api::dra_plugin_client::DraPluginClient::new($plugin.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let answer = $plugin
+            .timed(
+                "NodeUnprepareResources",
+                client.node_unprepare_resources(request),
+            )
+            .await?;
+        answer
+            .claims
+            .into_iter()
+            .map(|(uid, r)| (uid, r.error))
+            .collect()
+    }};
+}
+
 impl Plugin {
     /// `NodePrepareResources` for `claims`: each claim's outcome, by claim
     /// UID, as the driver answered (it may leave claims out).
@@ -128,59 +196,10 @@ impl Plugin {
     /// The call failed or took longer than its timeout ([`CALL_TIMEOUT`]
     /// unless set otherwise, [`Plugins::set_call_timeout`]).
     pub async fn prepare(&self, claims: &[Claim]) -> Result<BTreeMap<String, Prepared>, String> {
-        match self.service {
-            Service::V1 => {
-                let request = v1::NodePrepareResourcesRequest {
-                    claims: claims.iter().map(v1_claim).collect(),
-                };
-                let mut client = v1::dra_plugin_client::DraPluginClient::new(self.channel.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES);
-                let answer = self
-                    .timed(
-                        "NodePrepareResources",
-                        client.node_prepare_resources(request),
-                    )
-                    .await?;
-                Ok(answer
-                    .claims
-                    .into_iter()
-                    .map(|(uid, r)| {
-                        let outcome = if r.error.is_empty() {
-                            Ok(r.devices.into_iter().map(from_v1).collect())
-                        } else {
-                            Err(r.error)
-                        };
-                        (uid, outcome)
-                    })
-                    .collect())
-            }
-            Service::V1beta1 => {
-                let request = v1beta1::NodePrepareResourcesRequest {
-                    claims: claims.iter().map(v1beta1_claim).collect(),
-                };
-                let mut client =
-                    v1beta1::dra_plugin_client::DraPluginClient::new(self.channel.clone())
-                        .max_decoding_message_size(MAX_MESSAGE_BYTES);
-                let answer = self
-                    .timed(
-                        "NodePrepareResources",
-                        client.node_prepare_resources(request),
-                    )
-                    .await?;
-                Ok(answer
-                    .claims
-                    .into_iter()
-                    .map(|(uid, r)| {
-                        let outcome = if r.error.is_empty() {
-                            Ok(r.devices.into_iter().map(from_v1beta1).collect())
-                        } else {
-                            Err(r.error)
-                        };
-                        (uid, outcome)
-                    })
-                    .collect())
-            }
-        }
+        Ok(match self.service {
+            Service::V1 => prepare_through!(v1, self, claims, from_v1),
+            Service::V1beta1 => prepare_through!(v1beta1, self, claims, from_v1beta1),
+        })
     }
 
     /// `NodeUnprepareResources` for `claims`: each claim's error (empty:
@@ -190,45 +209,10 @@ impl Plugin {
     /// The call failed or took longer than its timeout ([`CALL_TIMEOUT`]
     /// unless set otherwise, [`Plugins::set_call_timeout`]).
     pub async fn unprepare(&self, claims: &[Claim]) -> Result<BTreeMap<String, String>, String> {
-        match self.service {
-            Service::V1 => {
-                let request = v1::NodeUnprepareResourcesRequest {
-                    claims: claims.iter().map(v1_claim).collect(),
-                };
-                let mut client = v1::dra_plugin_client::DraPluginClient::new(self.channel.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES);
-                let answer = self
-                    .timed(
-                        "NodeUnprepareResources",
-                        client.node_unprepare_resources(request),
-                    )
-                    .await?;
-                Ok(answer
-                    .claims
-                    .into_iter()
-                    .map(|(uid, r)| (uid, r.error))
-                    .collect())
-            }
-            Service::V1beta1 => {
-                let request = v1beta1::NodeUnprepareResourcesRequest {
-                    claims: claims.iter().map(v1beta1_claim).collect(),
-                };
-                let mut client =
-                    v1beta1::dra_plugin_client::DraPluginClient::new(self.channel.clone())
-                        .max_decoding_message_size(MAX_MESSAGE_BYTES);
-                let answer = self
-                    .timed(
-                        "NodeUnprepareResources",
-                        client.node_unprepare_resources(request),
-                    )
-                    .await?;
-                Ok(answer
-                    .claims
-                    .into_iter()
-                    .map(|(uid, r)| (uid, r.error))
-                    .collect())
-            }
-        }
+        Ok(match self.service {
+            Service::V1 => unprepare_through!(v1, self, claims),
+            Service::V1beta1 => unprepare_through!(v1beta1, self, claims),
+        })
     }
 }
 
@@ -240,22 +224,6 @@ pub fn grpc_code_name(code: tonic::Code) -> String {
         tonic::Code::Ok => "OK".into(),
         tonic::Code::Cancelled => "Canceled".into(),
         other => format!("{other:?}"),
-    }
-}
-
-fn v1_claim(c: &Claim) -> v1::Claim {
-    v1::Claim {
-        namespace: c.namespace.clone(),
-        uid: c.uid.clone(),
-        name: c.name.clone(),
-    }
-}
-
-fn v1beta1_claim(c: &Claim) -> v1beta1::Claim {
-    v1beta1::Claim {
-        namespace: c.namespace.clone(),
-        uid: c.uid.clone(),
-        name: c.name.clone(),
     }
 }
 
