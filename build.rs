@@ -1,6 +1,6 @@
 //! Generates the gRPC code of the APIs in `proto/` (plugin registration, the
 //! device plugin API, the CSI Identity, Controller and Node services, the CRI fields newer than the
-//! runtime API bindings, the pod resources API, the DRA driver API v1 and v1beta1), clients and
+//! runtime API bindings, the pod resources API, the DRA driver API v1 and v1beta1, the DRA health API), clients and
 //! servers, with protoc.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -18,5 +18,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ],
         &["proto"],
     )?;
+    // The DRA health API's packages are `v1` and `v1alpha1`, as the pod
+    // resources API's: generated apart, so that they are not merged.
+    let health = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("drahealth");
+    std::fs::create_dir_all(&health)?;
+    tonic_prost_build::configure()
+        .out_dir(&health)
+        .compile_protos(
+            &[
+                "proto/drahealth/v1/api.proto",
+                "proto/drahealth/v1alpha1/api.proto",
+            ],
+            &["proto"],
+        )?;
     Ok(())
 }

@@ -904,11 +904,32 @@ fn pod_worker(
         base.node_name.clone(),
     );
     let (probe_tx, probe_rx) = tokio::sync::mpsc::unbounded_channel();
-    let prober = crate::prober::manager::Manager::new(runtime.clone(), recorder.clone(), probe_tx);
+    let prober =
+        crate::prober::manager::Manager::new(runtime.clone(), recorder.clone(), probe_tx.clone());
     // The stores exist before the controller, so the context is built once.
     let (services, services_listed) = watch_services(client);
     let (sources, outputs) = start_pod_sources(base);
     let store = sources.store();
+    // A device's health changed: the pods using claims here are synced, so
+    // that their containers' allocatedResourcesStatus shows it.
+    tokio::spawn({
+        let (mut changes, dra, store) =
+            (node.dra.health_changes(), node.dra.clone(), store.clone());
+        async move {
+            while changes.changed().await.is_ok() {
+                for pod in store.state() {
+                    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                    if dra.has_claims(uid)
+                        && probe_tx
+                            .send(reflector::ObjectRef::from_obj(&*pod))
+                            .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    });
     let node_context = node_context(base, facts, host_dns);
     let ctx = Arc::new(worker::Context::new(worker::Parts {
         runtime: RuntimeManager {

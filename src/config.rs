@@ -654,6 +654,8 @@ pub const HONOURED_GATES: &[&str] = &[
     "PortForwardWebsockets",
     "ProcMountType",
     "RecursiveReadOnlyMounts",
+    "ResourceHealthStatus",
+    "ResourceHealthStatusMessage",
     "RestartAllContainersOnContainerExits",
     "SupplementalGroupsPolicy",
     "UserNamespacesSupport",

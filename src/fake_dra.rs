@@ -1,5 +1,7 @@
 //! A DRA driver's kubelet plugin for tests, served on a real unix socket
-//! (`v1.DRAPlugin`, or `v1beta1.DRAPlugin`): each claim it prepares gets
+//! (`v1.DRAPlugin`, or `v1beta1.DRAPlugin`, and `v1.DRAResourceHealth`,
+//! whose stream sends the health [`FakeDraDriver::set_health`] gives, as
+//! one message each time): each claim it prepares gets
 //! one device, `gpu-0` of pool `node-1`, serving every request, with the
 //! CDI device `<vendor>/gpu=<claim UID>`; what it answers can be scripted
 //! (an error, no answer for a claim, a given CDI device name, no answer at
@@ -10,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tonic::{Request, Response, Status};
 
-use crate::proto::dra::{v1, v1beta1};
+use crate::proto::dra::{health_v1, v1, v1beta1};
 
 /// How the driver answers `NodePrepareResources`.
 #[derive(Clone, Debug, Default)]
@@ -31,11 +33,24 @@ pub enum Answer {
 }
 
 /// The driver; cheap to clone (the clones share the script and calls).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct FakeDraDriver {
     vendor: String,
     answer: Arc<Mutex<Answer>>,
     calls: Arc<Mutex<Vec<String>>>,
+    /// The devices' health: (device of pool `node-1`, health, message).
+    health: Arc<tokio::sync::watch::Sender<Vec<(String, i32, String)>>>,
+}
+
+impl Default for FakeDraDriver {
+    fn default() -> Self {
+        Self {
+            vendor: String::new(),
+            answer: Arc::default(),
+            calls: Arc::default(),
+            health: Arc::new(tokio::sync::watch::channel(Vec::new()).0),
+        }
+    }
 }
 
 impl FakeDraDriver {
@@ -59,9 +74,23 @@ impl FakeDraDriver {
         } else {
             tonic::transport::Server::builder()
                 .add_service(v1::dra_plugin_server::DraPluginServer::new(driver.clone()))
-        };
+        }
+        .add_service(
+            health_v1::dra_resource_health_server::DraResourceHealthServer::new(driver.clone()),
+        );
         tokio::spawn(router.serve_with_incoming(incoming));
         driver
+    }
+
+    /// Sends the health of its devices (of pool `node-1`): (device, wire
+    /// health: 0 unknown, 1 healthy, 2 unhealthy, message).
+    pub fn set_health(&self, devices: &[(&str, i32, &str)]) {
+        self.health.send_replace(
+            devices
+                .iter()
+                .map(|(d, h, m)| ((*d).to_string(), *h, (*m).to_string()))
+                .collect(),
+        );
     }
 
     /// Answers `NodePrepareResources` as `answer` says from now on.
@@ -184,3 +213,39 @@ serve_api!(v1beta1, |cdi| v1beta1::Device {
     device_name: "gpu-0".into(),
     cdi_device_ids: vec![cdi],
 });
+
+#[tonic::async_trait]
+impl health_v1::dra_resource_health_server::DraResourceHealth for FakeDraDriver {
+    type NodeWatchResourcesStream = std::pin::Pin<
+        Box<
+            dyn tokio_stream::Stream<Item = Result<health_v1::NodeWatchResourcesResponse, Status>>
+                + Send,
+        >,
+    >;
+
+    async fn node_watch_resources(
+        &self,
+        _: Request<health_v1::NodeWatchResourcesRequest>,
+    ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
+        use tokio_stream::StreamExt as _;
+        let updates = tokio_stream::wrappers::WatchStream::new(self.health.subscribe());
+        let stream = updates.map(|devices| {
+            Ok(health_v1::NodeWatchResourcesResponse {
+                devices: devices
+                    .into_iter()
+                    .map(|(device, health, message)| health_v1::DeviceHealth {
+                        device: Some(health_v1::DeviceIdentifier {
+                            pool_name: "node-1".into(),
+                            device_name: device,
+                        }),
+                        health,
+                        last_updated_time: 0,
+                        health_check_timeout_seconds: 0,
+                        message,
+                    })
+                    .collect(),
+            })
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

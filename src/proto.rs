@@ -50,7 +50,8 @@ pub mod podresources {
 
 /// The DRA driver API the agent calls (module `dra`), as the kubelet's dra
 /// v1 and v1beta1 (k8s.io/kubelet/pkg/apis/dra): the `DRAPlugin` service a
-/// driver's kubelet plugin serves.
+/// driver's kubelet plugin serves, and its `DRAResourceHealth` service
+/// (k8s.io/kubelet/pkg/apis/dra-health v1 and v1alpha1).
 pub mod dra {
     /// dra v1 (`v1.DRAPlugin`).
     #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -61,5 +62,15 @@ pub mod dra {
     #[allow(missing_docs, clippy::all, clippy::pedantic)]
     pub mod v1beta1 {
         tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
+    }
+    /// dra-health v1 (`v1.DRAResourceHealth`).
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod health_v1 {
+        include!(concat!(env!("OUT_DIR"), "/drahealth/v1.rs"));
+    }
+    /// dra-health v1alpha1 (`v1alpha1.DRAResourceHealth`).
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod health_v1alpha1 {
+        include!(concat!(env!("OUT_DIR"), "/drahealth/v1alpha1.rs"));
     }
 }

@@ -29,6 +29,7 @@
 
 pub mod cache;
 pub mod claims;
+pub mod health;
 pub mod plugins;
 
 use std::collections::BTreeMap;
@@ -36,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, ResourceHealth, ResourceStatus};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
@@ -57,6 +58,8 @@ const WIPE_MAX_WAIT: Duration = Duration::from_secs(300);
 pub const WIPE_DELAY: Duration = Duration::from_secs(30);
 /// How often the registered plugins' endpoints are tried.
 pub const PROBE_PERIOD: Duration = Duration::from_secs(2);
+/// How long after a health stream ended it is opened again (the kubelet's).
+const HEALTH_RETRY: Duration = Duration::from_secs(5);
 /// The longest checkpoint read, bytes (a longer one is not read).
 const MAX_CHECKPOINT_BYTES: usize = 16 * 1024 * 1024;
 
@@ -83,6 +86,12 @@ struct Inner {
     pending_wipes: Mutex<BTreeMap<String, u64>>,
     /// The next wipe's token.
     wipe_tokens: std::sync::atomic::AtomicU64,
+    /// The devices' health, from the drivers' health streams.
+    health: health::HealthCache,
+    /// Each plugin's health stream (driver, endpoint), to stop it.
+    streams: Mutex<BTreeMap<(String, PathBuf), tokio::task::AbortHandle>>,
+    /// Bumped when a device's health changed (or timed out).
+    health_changed: tokio::sync::watch::Sender<u64>,
 }
 
 impl DraManager {
@@ -106,6 +115,9 @@ impl DraManager {
                 wipe_delay: WIPE_DELAY,
                 pending_wipes: Mutex::new(BTreeMap::new()),
                 wipe_tokens: std::sync::atomic::AtomicU64::new(0),
+                health: health::HealthCache::default(),
+                streams: Mutex::new(BTreeMap::new()),
+                health_changed: tokio::sync::watch::channel(0).0,
             }),
         }
     }
@@ -155,15 +167,162 @@ impl DraManager {
             "DRA driver registered"
         );
         self.sync_driver(driver);
+        if let Some(health) = plugins::choose_health_service(services) {
+            let task = tokio::spawn(self.clone().watch_health(
+                driver.to_string(),
+                endpoint.to_path_buf(),
+                health,
+            ));
+            let old = self
+                .inner
+                .streams
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(
+                    (driver.to_string(), endpoint.to_path_buf()),
+                    task.abort_handle(),
+                );
+            if let Some(old) = old {
+                old.abort();
+            }
+        }
         Ok(())
+    }
+
+    /// Follows driver `driver`'s device health on `endpoint` through
+    /// `service` (`NodeWatchResources`), as the kubelet's health stream
+    /// handler: each message is the driver's whole list; a stream that
+    /// ends is opened again 5 s later, unless the driver does not
+    /// implement it.
+    async fn watch_health(
+        self,
+        driver: String,
+        endpoint: PathBuf,
+        service: plugins::HealthService,
+    ) {
+        let channel = crate::cri::unix_channel_lazy(endpoint.clone());
+        loop {
+            let ended = plugins::watch_health(channel.clone(), service, |devices| {
+                if self
+                    .inner
+                    .health
+                    .update(&driver, devices, std::time::Instant::now())
+                {
+                    self.inner.health_changed.send_modify(|n| *n += 1);
+                }
+            })
+            .await;
+            match ended {
+                Err(tonic::Code::Unimplemented) => {
+                    debug!(driver, "the DRA driver has no health stream");
+                    return;
+                }
+                Err(code) => debug!(
+                    driver,
+                    ?code,
+                    "DRA health stream ended; opened again in 5 s"
+                ),
+                Ok(()) => debug!(driver, "DRA health stream ended; opened again in 5 s"),
+            }
+            tokio::time::sleep(HEALTH_RETRY).await;
+        }
+    }
+
+    /// A receiver told each time a device's health changes, for the pods
+    /// whose containers use it to have their status written again.
+    #[must_use]
+    pub fn health_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.health_changed.subscribe()
+    }
+
+    /// Sets `allocatedResourcesStatus` of each container of `status` that
+    /// names claims of `pod`, as the kubelet's
+    /// `UpdateAllocatedResourcesStatus`: one entry per claim and request it
+    /// names (`claim:<name>` or `claim:<name>/<request>`), with each
+    /// prepared device serving it, by its first CDI device ID (else
+    /// `<driver>/<pool>/<device>`), and its health and message; entries
+    /// without a device are dropped.
+    pub fn update_allocated_resources_status(&self, pod: &Pod, status: &mut PodStatus) {
+        let Some(spec) = pod.spec.as_ref() else {
+            return;
+        };
+        let ns = namespace(pod);
+        let now = std::time::Instant::now();
+        let cache = self.cache();
+        for cs in status.container_statuses.iter_mut().flatten() {
+            let Some(c) = spec.containers.iter().find(|c| c.name == cs.name) else {
+                continue;
+            };
+            let mut entries: Vec<ResourceStatus> = Vec::new();
+            for (pc, requests) in claims::named_claims(pod, c) {
+                let Ok(Some(r)) = claims::claim_name(pod, pc) else {
+                    continue;
+                };
+                let Some(info) = cache.get(ns, &r.name) else {
+                    continue;
+                };
+                for request in requests {
+                    let name = if request.is_empty() {
+                        format!("claim:{}", pc.name)
+                    } else {
+                        format!("claim:{}/{request}", pc.name)
+                    };
+                    let base = request.split('/').next().unwrap_or_default();
+                    let mut resources: Vec<ResourceHealth> = Vec::new();
+                    for (driver, devices) in &info.drivers {
+                        for d in devices.iter().filter(|d| {
+                            request.is_empty()
+                                || d.request_names.is_empty()
+                                || d.request_names.iter().any(|n| n == base)
+                        }) {
+                            let id = d.cdi_device_ids.first().cloned().unwrap_or_else(|| {
+                                format!("{driver}/{}/{}", d.pool_name, d.device_name)
+                            });
+                            if resources.iter().any(|h| h.resource_id == id) {
+                                continue;
+                            }
+                            let (health, message) =
+                                self.inner
+                                    .health
+                                    .get(driver, &d.pool_name, &d.device_name, now);
+                            resources.push(ResourceHealth {
+                                resource_id: id,
+                                health: Some(health.as_str().to_string()),
+                                message: (!message.is_empty()).then_some(message),
+                            });
+                        }
+                    }
+                    if !resources.is_empty() && !entries.iter().any(|e| e.name == name) {
+                        entries.push(ResourceStatus {
+                            name,
+                            resources: Some(resources),
+                        });
+                    }
+                }
+            }
+            cs.allocated_resources_status = (!entries.is_empty()).then_some(entries);
+        }
     }
 
     /// Takes driver `driver`'s plugin on `endpoint` out (the kubelet's
     /// `DeRegisterPlugin`); a driver left without a usable plugin has its
     /// slices wiped after the delay ([`DraManager::sync_driver`]).
     pub fn deregister_plugin(&self, driver: &str, endpoint: &Path) {
-        self.inner.plugins.remove(driver, endpoint);
+        let last = self.inner.plugins.remove(driver, endpoint);
         info!(driver, endpoint = %endpoint.display(), "DRA driver plugin deregistered");
+        let stream = self
+            .inner
+            .streams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(driver.to_string(), endpoint.to_path_buf()));
+        if let Some(stream) = stream {
+            stream.abort();
+        }
+        // A driver that went: its devices' health is not known.
+        if last && self.inner.health.forget_driver(driver) {
+            self.inner.health_changed.send_modify(|n| *n += 1);
+        }
         self.sync_driver(driver);
     }
 
@@ -196,8 +355,16 @@ impl DraManager {
     /// Probes the registered plugins ([`DraManager::probe_plugins`]) every
     /// [`PROBE_PERIOD`], until the task is dropped.
     pub async fn run_probes(self) {
+        let mut last = std::time::Instant::now();
         loop {
             self.probe_plugins().await;
+            // A device whose health timed out is Unknown now: its pods'
+            // status is written again.
+            let now = std::time::Instant::now();
+            if self.inner.health.any_expired(now, last) {
+                self.inner.health_changed.send_modify(|n| *n += 1);
+            }
+            last = now;
             tokio::time::sleep(PROBE_PERIOD).await;
         }
     }

@@ -74,6 +74,82 @@ pub fn choose_service(services: &[String]) -> Result<Service, String> {
         })
 }
 
+/// The health service a driver is watched through (the kubelet's
+/// `healthServicesSupportedByKubelet`, newest first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HealthService {
+    /// `v1.DRAResourceHealth`.
+    V1,
+    /// `v1alpha1.DRAResourceHealth`.
+    V1alpha1,
+}
+
+/// The health service of those a driver lists, the newest this agent
+/// speaks (None: the driver serves none; its devices' health is not known).
+#[must_use]
+pub fn choose_health_service(services: &[String]) -> Option<HealthService> {
+    [
+        ("v1.DRAResourceHealth", HealthService::V1),
+        ("v1alpha1.DRAResourceHealth", HealthService::V1alpha1),
+    ]
+    .into_iter()
+    .find(|(name, _)| services.iter().any(|s| s == name))
+    .map(|(_, h)| h)
+}
+
+/// Follows a driver's `NodeWatchResources` stream on `channel` through
+/// `service`, giving each message's devices to `seen`, until the stream
+/// ends (Ok) or fails (its code).
+///
+/// # Errors
+/// The code the call or the stream failed with (`Unimplemented`: the driver
+/// does not report health).
+pub async fn watch_health(
+    channel: Channel,
+    service: HealthService,
+    mut seen: impl FnMut(Vec<super::health::Reported>),
+) -> Result<(), tonic::Code> {
+    use super::health::{Health, Reported};
+    macro_rules! follow {
+        ($api:ident) => {{
+            let mut client =
+                $api::dra_resource_health_client::DraResourceHealthClient::new(channel)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES);
+            let mut stream = client
+                .node_watch_resources($api::NodeWatchResourcesRequest {})
+                .await
+                .map_err(|s| s.code())?
+                .into_inner();
+            while let Some(message) = stream.message().await.map_err(|s| s.code())? {
+                seen(
+                    message
+                        .devices
+                        .into_iter()
+                        .map(|d| {
+                            let id = d.device.unwrap_or_default();
+                            Reported {
+                                pool: id.pool_name,
+                                device: id.device_name,
+                                health: Health::from_wire(d.health),
+                                timeout: Duration::from_secs(
+                                    u64::try_from(d.health_check_timeout_seconds).unwrap_or(0),
+                                ),
+                                message: d.message,
+                            }
+                        })
+                        .collect(),
+                );
+            }
+            Ok(())
+        }};
+    }
+    use crate::proto::dra::{health_v1, health_v1alpha1};
+    match service {
+        HealthService::V1 => follow!(health_v1),
+        HealthService::V1alpha1 => follow!(health_v1alpha1),
+    }
+}
+
 /// A claim as drivers are asked about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Claim {

@@ -145,6 +145,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         Timestamp::now(),
     );
     status::pod_level_resources(&mut new, &pod, outcome.pod_cgroup.as_ref());
+    ctx.dra().update_allocated_resources_status(&pod, &mut new);
     status::resize_conditions(
         &mut new,
         &pod,
@@ -357,7 +358,8 @@ async fn kill_reporting(pod: &Pod, rt: &PodRuntime, plan: &Plan, ctx: &Context) 
                 let shown = ctx.status().with_sent_status(Arc::new(pod.clone()));
                 let probes = ctx.prober().results(pod, rt);
                 let now = Timestamp::now();
-                let new = status::status(&shown, rt, &no_waiting, &probes, ctx.status_context(), now);
+                let mut new = status::status(&shown, rt, &no_waiting, &probes, ctx.status_context(), now);
+                ctx.dra().update_allocated_resources_status(pod, &mut new);
                 // A terminal phase (a pod past its deadline, evicted) is final:
                 // it is written once the containers stopped, not while they stop.
                 if new.phase.as_deref().is_some_and(crate::reasons::phase::is_terminal) {

@@ -312,3 +312,60 @@ async fn a_driver_registering_ten_thousand_times_is_refused_past_the_bound() {
             .contains("invalid supported gRPC versions")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_devices_health_shows_in_its_containers_status_and_is_unknown_once_its_driver_goes() {
+    let mut n = Node::start().await;
+    let socket = n.dir.path().join("gpu.sock");
+    let driver = crate::fake_dra::FakeDraDriver::serve(&socket, "gpu.example.com", false);
+    let services = [
+        "v1.DRAPlugin".to_string(),
+        "v1.DRAResourceHealth".to_string(),
+    ];
+    n.ctx
+        .dra()
+        .register_plugin("gpu.example.com", &socket, &services)
+        .expect("registered");
+    let mut changes = n.ctx.dra().health_changes();
+    let web = n.bind(claiming_pod());
+    let uid = web.metadata.uid.clone().unwrap_or_default();
+    n.api
+        .put("resourceclaims", "shared-gpu", claim(&uid, gpu_device()));
+    n.sync(&web).await;
+    assert_eq!(n.cri_calls(), started(&["c"]));
+    let shown = |n: &Node| {
+        let status = n.status("web");
+        let c = status.container_statuses.unwrap_or_default();
+        serde_json::to_value(&c[0].allocated_resources_status).expect("json")
+    };
+    // Nothing reported yet: Unknown.
+    assert_eq!(
+        shown(&n),
+        json!([{ "name": "claim:gpu", "resources": [
+            { "resourceID": "gpu.example.com/gpu=claim-uid", "health": "Unknown" }
+        ]}])
+    );
+    // The driver reports the device unhealthy: the agent is told, and the
+    // next status shows it with the driver's message.
+    driver.set_health(&[("gpu-0", 2, "ECC errors")]);
+    tokio::time::timeout(Duration::from_secs(10), changes.changed())
+        .await
+        .expect("told of the change")
+        .expect("the manager lives");
+    n.sync_watched("web").await;
+    assert_eq!(
+        shown(&n),
+        json!([{ "name": "claim:gpu", "resources": [
+            { "resourceID": "gpu.example.com/gpu=claim-uid", "health": "Unhealthy", "message": "ECC errors" }
+        ]}])
+    );
+    // The driver goes: the device's health is not known any more.
+    n.ctx.dra().deregister_plugin("gpu.example.com", &socket);
+    n.sync_watched("web").await;
+    assert_eq!(
+        shown(&n)[0]["resources"][0]["health"],
+        "Unknown",
+        "{}",
+        shown(&n)
+    );
+}

@@ -10,7 +10,8 @@
 //! comes from a ResourceClaimTemplate is scheduled (the scheduler allocates
 //! one of the driver's devices), the agent has the driver prepare it, and
 //! the container runs with the environment of the CDI device the driver
-//! wrote, and the pod resources API lists the device; an agent restart
+//! wrote, its status lists the device's health, and the pod resources API
+//! lists the device; an agent restart
 //! changes nothing; once the pod goes, the claim is unprepared (the driver
 //! removes its CDI spec).
 //!
@@ -180,13 +181,32 @@ spec:
         format!("{TEST_DRIVER}/test=claim-{claim_uid}-my-device").as_str(),
         "{listed}"
     );
+    // The container's status lists its device (the test driver's health
+    // stream reports no device it was not told about: Unknown).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let cdi_id = format!("{TEST_DRIVER}/test=claim-{claim_uid}-my-device");
+    let mut allocated = serde_json::Value::Null;
+    for _ in 0..40 {
+        let now = pods.get("gpu-user").await.expect("the pod");
+        allocated =
+            serde_json::to_value(container_status(&now).allocated_resources_status).expect("json");
+        if !allocated.is_null() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        allocated,
+        serde_json::json!([{ "name": "claim:resource", "resources": [
+            { "resourceID": cdi_id, "health": "Unknown" }
+        ]}])
+    );
     let before = container_status(&running);
 
     // The agent restarts: the container keeps running, untouched, and the
     // claim stays prepared.
     restart_agent(None);
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let after = container_status(&pods.get("gpu-user").await.expect("the pod"));
     assert_eq!(after.container_id, before.container_id);
     assert_eq!(after.restart_count, 0);
