@@ -10,6 +10,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use tokio_stream::StreamExt as _;
 use tonic::{Request, Response, Status};
 
 use crate::proto::dra::{health_v1, v1, v1beta1};
@@ -40,6 +41,8 @@ pub struct FakeDraDriver {
     calls: Arc<Mutex<Vec<String>>>,
     /// The devices' health: (device of pool `node-1`, health, message).
     health: Arc<tokio::sync::watch::Sender<Vec<(String, i32, String)>>>,
+    /// How many connections it accepted.
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Default for FakeDraDriver {
@@ -49,6 +52,7 @@ impl Default for FakeDraDriver {
             answer: Arc::default(),
             calls: Arc::default(),
             health: Arc::new(tokio::sync::watch::channel(Vec::new()).0),
+            accepted: Arc::default(),
         }
     }
 }
@@ -66,7 +70,11 @@ impl FakeDraDriver {
             ..Self::default()
         };
         let listener = tokio::net::UnixListener::bind(socket).expect("bind the DRA socket");
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let accepted = driver.accepted.clone();
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener).map(move |c| {
+            accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            c
+        });
         let router = if v1beta1 {
             tonic::transport::Server::builder().add_service(
                 v1beta1::dra_plugin_server::DraPluginServer::new(driver.clone()),
@@ -91,6 +99,11 @@ impl FakeDraDriver {
                 .map(|(d, h, m)| ((*d).to_string(), *h, (*m).to_string()))
                 .collect(),
         );
+    }
+
+    /// How many connections it accepted.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Answers `NodePrepareResources` as `answer` says from now on.
@@ -227,7 +240,6 @@ impl health_v1::dra_resource_health_server::DraResourceHealth for FakeDraDriver 
         &self,
         _: Request<health_v1::NodeWatchResourcesRequest>,
     ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
-        use tokio_stream::StreamExt as _;
         let updates = tokio_stream::wrappers::WatchStream::new(self.health.subscribe());
         let stream = updates.map(|devices| {
             Ok(health_v1::NodeWatchResourcesResponse {

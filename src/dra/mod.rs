@@ -189,9 +189,10 @@ impl DraManager {
         Ok(())
     }
 
-    /// Follows driver `driver`'s device health on `endpoint` through
-    /// `service` (`NodeWatchResources`), as the kubelet's health stream
-    /// handler: each message is the driver's whole list; a stream that
+    /// Follows driver `driver`'s device health through its plugin on
+    /// `endpoint` (`NodeWatchResources` on the plugin's one connection),
+    /// through `service`, as the kubelet's health stream handler, while the
+    /// plugin is registered: each message is the driver's whole list; a stream that
     /// ends is opened again 5 s later, unless the driver does not
     /// implement it.
     async fn watch_health(
@@ -200,18 +201,21 @@ impl DraManager {
         endpoint: PathBuf,
         service: plugins::HealthService,
     ) {
-        let channel = crate::cri::unix_channel_lazy(endpoint.clone());
         loop {
-            let ended = plugins::watch_health(channel.clone(), service, |devices| {
-                if self
-                    .inner
-                    .health
-                    .update(&driver, devices, std::time::Instant::now())
-                {
-                    self.inner.health_changed.send_modify(|n| *n += 1);
-                }
-            })
-            .await;
+            let Some(plugin) = self.inner.plugins.find(&driver, &endpoint) else {
+                return;
+            };
+            let ended = plugin
+                .watch_health(service, |devices| {
+                    if self
+                        .inner
+                        .health
+                        .update(&driver, devices, std::time::Instant::now())
+                    {
+                        self.inner.health_changed.send_modify(|n| *n += 1);
+                    }
+                })
+                .await;
             match ended {
                 Err(tonic::Code::Unimplemented) => {
                     debug!(driver, "the DRA driver has no health stream");
@@ -326,18 +330,13 @@ impl DraManager {
         self.sync_driver(driver);
     }
 
-    /// Tries each registered plugin's endpoint (a unix connection, 1 s at
-    /// most) and records whether it answers, as the kubelet follows each
-    /// plugin's gRPC connection; then [`DraManager::sync_driver`] for each
-    /// driver.
+    /// Tries each registered plugin on its connection
+    /// ([`plugins::Plugin::answers`]) and records whether it answers, as
+    /// the kubelet follows each plugin's gRPC connection; then
+    /// [`DraManager::sync_driver`] for each driver.
     pub async fn probe_plugins(&self) {
         for plugin in self.inner.plugins.all() {
-            let answers = tokio::time::timeout(
-                Duration::from_secs(1),
-                tokio::net::UnixStream::connect(&plugin.endpoint),
-            )
-            .await
-            .is_ok_and(|c| c.is_ok());
+            let answers = plugin.answers().await;
             if plugin.set_connected(answers) {
                 info!(
                     driver = plugin.driver,
@@ -895,8 +894,18 @@ mod tests {
         let v1 = ["v1.DRAPlugin".to_string()];
         // One plugin serves its endpoint; the other registered one that
         // nothing listens on.
+        // The live driver runs in a runtime of its own, which stops (its
+        // listener and connections closed) as a driver's process dies.
         let live = dir.path().join("live.sock");
-        let _driver = crate::fake_dra::FakeDraDriver::serve(&live, "live.example.com", false);
+        let process = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let _driver = {
+            let _in = process.enter();
+            crate::fake_dra::FakeDraDriver::serve(&live, "live.example.com", false)
+        };
         dra.register_plugin("live.example.com", &live, &v1).unwrap();
         let mute = dir.path().join("mute.sock");
         dra.register_plugin("mute.example.com", &mute, &v1).unwrap();
@@ -925,7 +934,7 @@ mod tests {
             api.cluster_object("resourceslices", "node-1-live.example.com")
                 .is_some()
         );
-        std::fs::remove_file(&live).unwrap();
+        process.shutdown_background();
         dra.probe_plugins().await;
         assert!(!dra.plugins().usable("live.example.com"));
         tokio::time::sleep(Duration::from_millis(900)).await;

@@ -25,6 +25,8 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(45);
 /// The most plugins registered at once, all drivers together; a plugin
 /// beyond it is refused.
 pub const MAX_PLUGINS: usize = 256;
+/// How long a probe of a plugin ([`Plugin::answers`]) waits.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The largest answer taken from a driver, bytes.
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 
@@ -97,56 +99,84 @@ pub fn choose_health_service(services: &[String]) -> Option<HealthService> {
     .map(|(_, h)| h)
 }
 
-/// Follows a driver's `NodeWatchResources` stream on `channel` through
-/// `service`, giving each message's devices to `seen`, until the stream
-/// ends (Ok) or fails (its code).
-///
-/// # Errors
-/// The code the call or the stream failed with (`Unimplemented`: the driver
-/// does not report health).
-pub async fn watch_health(
-    channel: Channel,
-    service: HealthService,
-    mut seen: impl FnMut(Vec<super::health::Reported>),
-) -> Result<(), tonic::Code> {
-    use super::health::{Health, Reported};
-    macro_rules! follow {
-        ($api:ident) => {{
-            let mut client =
-                $api::dra_resource_health_client::DraResourceHealthClient::new(channel)
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES);
-            let mut stream = client
-                .node_watch_resources($api::NodeWatchResourcesRequest {})
-                .await
-                .map_err(|s| s.code())?
-                .into_inner();
-            while let Some(message) = stream.message().await.map_err(|s| s.code())? {
-                seen(
-                    message
-                        .devices
-                        .into_iter()
-                        .map(|d| {
-                            let id = d.device.unwrap_or_default();
-                            Reported {
-                                pool: id.pool_name,
-                                device: id.device_name,
-                                health: Health::from_wire(d.health),
-                                timeout: Duration::from_secs(
-                                    u64::try_from(d.health_check_timeout_seconds).unwrap_or(0),
-                                ),
-                                message: d.message,
-                            }
-                        })
-                        .collect(),
-                );
-            }
-            Ok(())
-        }};
+impl Plugin {
+    /// Follows the driver's `NodeWatchResources` stream through `service`,
+    /// on the connection its other calls use (as the kubelet, one
+    /// connection per plugin), giving each message's devices to `seen`,
+    /// until the stream ends (Ok) or fails (its code).
+    ///
+    /// # Errors
+    /// The code the call or the stream failed with (`Unimplemented`: the
+    /// driver does not report health).
+    pub async fn watch_health(
+        &self,
+        service: HealthService,
+        mut seen: impl FnMut(Vec<super::health::Reported>),
+    ) -> Result<(), tonic::Code> {
+        use super::health::{Health, Reported};
+        use crate::proto::dra::{health_v1, health_v1alpha1};
+        macro_rules! follow {
+            ($api:ident) => {{
+                let mut client = $api::dra_resource_health_client::DraResourceHealthClient::new(
+                    self.channel.clone(),
+                )
+                .max_decoding_message_size(MAX_MESSAGE_BYTES);
+                let mut stream = client
+                    .node_watch_resources($api::NodeWatchResourcesRequest {})
+                    .await
+                    .map_err(|s| s.code())?
+                    .into_inner();
+                while let Some(message) = stream.message().await.map_err(|s| s.code())? {
+                    seen(
+                        message
+                            .devices
+                            .into_iter()
+                            .map(|d| {
+                                let id = d.device.unwrap_or_default();
+                                Reported {
+                                    pool: id.pool_name,
+                                    device: id.device_name,
+                                    health: Health::from_wire(d.health),
+                                    timeout: Duration::from_secs(
+                                        u64::try_from(d.health_check_timeout_seconds).unwrap_or(0),
+                                    ),
+                                    message: d.message,
+                                }
+                            })
+                            .collect(),
+                    );
+                }
+                Ok(())
+            }};
+        }
+        match service {
+            HealthService::V1 => follow!(health_v1),
+            HealthService::V1alpha1 => follow!(health_v1alpha1),
+        }
     }
-    use crate::proto::dra::{health_v1, health_v1alpha1};
-    match service {
-        HealthService::V1 => follow!(health_v1),
-        HealthService::V1alpha1 => follow!(health_v1alpha1),
+
+    /// Whether the driver answers on the plugin's connection, the one its
+    /// calls use (no connection of its own, as the kubelet follows the
+    /// state of its one connection): a gRPC health check
+    /// (`grpc.health.v1.Health/Check`), any answer counting, even that the
+    /// service is not implemented; a transport failure, or no answer
+    /// within [`PROBE_TIMEOUT`], is none.
+    pub async fn answers(&self) -> bool {
+        let mut client = tonic_health::pb::health_client::HealthClient::new(self.channel.clone());
+        let check = client.check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        });
+        match tokio::time::timeout(PROBE_TIMEOUT, check).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(s)) => !matches!(
+                s.code(),
+                tonic::Code::Unavailable
+                    | tonic::Code::Unknown
+                    | tonic::Code::Cancelled
+                    | tonic::Code::DeadlineExceeded
+            ),
+            Err(_) => false,
+        }
     }
 }
 
@@ -471,6 +501,17 @@ impl Plugins {
             .by_driver
             .get(driver)
             .is_some_and(|p| p.iter().any(Plugin::is_connected))
+    }
+
+    /// Driver `driver`'s plugin on `endpoint`.
+    #[must_use]
+    pub fn find(&self, driver: &str, endpoint: &Path) -> Option<Plugin> {
+        self.lock()
+            .by_driver
+            .get(driver)?
+            .iter()
+            .find(|p| p.endpoint == endpoint)
+            .cloned()
     }
 
     /// Every registered plugin.

@@ -359,6 +359,12 @@ async fn a_devices_health_shows_in_its_containers_status_and_is_unknown_once_its
             { "resourceID": "gpu.example.com/gpu=claim-uid", "health": "Unhealthy", "message": "ECC errors" }
         ]}])
     );
+    // Calls, the health stream and the probes of the driver share one
+    // connection, as the kubelet's.
+    n.ctx.dra().probe_plugins().await;
+    n.ctx.dra().probe_plugins().await;
+    assert!(n.ctx.dra().plugins().usable("gpu.example.com"));
+    assert_eq!(driver.accepted(), 1);
     // The driver goes: the device's health is not known any more.
     n.ctx.dra().deregister_plugin("gpu.example.com", &socket);
     n.sync_watched("web").await;
