@@ -311,19 +311,22 @@ pod_cidr=$(kubectl_admin get node "$COMPANION" -o jsonpath='{.spec.podCIDR}')
 archive=$(mktemp)
 load_log=$(mktemp)
 # copy_image IMAGE: from the host's runtime into the companion's, through a
-# file where both run (a `docker exec` stream may lose its last bytes).
+# file where both run (a `docker exec` stream may lose its last bytes). Both
+# ends read and write the content stores themselves (`--local`), not through
+# containerd's transfer service, whose streamed archive has come out short
+# ("short read: expected 1373446 bytes but got ...") while the blob in the
+# host's store was whole.
 copy_image() {
   if [[ -n $kind_cluster ]]; then
-    on_host bash -c 'ctr -n k8s.io images export /tmp/copy.tar "$1" &&
-      ctr --address "$2" -n k8s.io images import /tmp/copy.tar; rc=$?; rm -f /tmp/copy.tar; exit $rc' \
+    on_host bash -c 'ctr -n k8s.io images export --local /tmp/copy.tar "$1" &&
+      ctr --address "$2" -n k8s.io images import --local /tmp/copy.tar; rc=$?; rm -f /tmp/copy.tar; exit $rc' \
       _ "$1" "$HOST_DIR/$COMPANION_SOCK"
   else
-    ctr_k8s images export "$archive" "$1" && companion_ctr images import "$archive"
+    ctr_k8s images export --local "$archive" "$1" && companion_ctr images import --local "$archive"
   fi
 }
 for img in registry.k8s.io/pause:3.10.2 registry.k8s.io/e2e-test-images/agnhost:2.66.1; do
-  # One CI run failed this copy once, for a reason not seen again: a second
-  # try, with the first error shown.
+  # A copy that fails is tried once more, with the first error shown.
   if ! copy_image "$img" >"$load_log" 2>&1; then
     warn "copying $img failed, trying again: $(grep -vi deprecat "$load_log" | tail -2 | tr '\n' ' ')"
     sleep 2
