@@ -854,7 +854,7 @@ mod tests {
         api.take_requests();
         std::fs::remove_file(&gpu_socket).unwrap();
         manager.sync().await;
-        assert!(!dra.plugins().has("gpu.example.com"));
+        assert!(dra.plugins().get("gpu.example.com").is_err());
         for _ in 0..50 {
             if api.cluster_object("resourceslices", "n1-gpu").is_none() {
                 break;

@@ -79,16 +79,23 @@ impl ClaimInfo {
     /// names no request serves them all.
     #[must_use]
     pub fn cdi_devices(&self, request: &str) -> Vec<String> {
+        self.serving(request)
+            .flat_map(|(_, d)| d.cdi_device_ids.iter().cloned())
+            .collect()
+    }
+
+    /// The prepared devices serving request `request` (empty: every
+    /// request), each with its driver: a device that names no request
+    /// serves them all.
+    pub fn serving<'a>(&'a self, request: &'a str) -> impl Iterator<Item = (&'a str, &'a Device)> {
         self.drivers
-            .values()
-            .flatten()
-            .filter(|d| {
+            .iter()
+            .flat_map(|(driver, devices)| devices.iter().map(move |d| (driver.as_str(), d)))
+            .filter(move |(_, d)| {
                 request.is_empty()
                     || d.request_names.is_empty()
                     || d.request_names.iter().any(|r| r == request)
             })
-            .flat_map(|d| d.cdi_device_ids.iter().cloned())
-            .collect()
     }
 }
 

@@ -273,28 +273,22 @@ impl DraManager {
                     };
                     let base = request.split('/').next().unwrap_or_default();
                     let mut resources: Vec<ResourceHealth> = Vec::new();
-                    for (driver, devices) in &info.drivers {
-                        for d in devices.iter().filter(|d| {
-                            request.is_empty()
-                                || d.request_names.is_empty()
-                                || d.request_names.iter().any(|n| n == base)
-                        }) {
-                            let id = d.cdi_device_ids.first().cloned().unwrap_or_else(|| {
-                                format!("{driver}/{}/{}", d.pool_name, d.device_name)
-                            });
-                            if resources.iter().any(|h| h.resource_id == id) {
-                                continue;
-                            }
-                            let (health, message) =
-                                self.inner
-                                    .health
-                                    .get(driver, &d.pool_name, &d.device_name, now);
-                            resources.push(ResourceHealth {
-                                resource_id: id,
-                                health: Some(health.as_str().to_string()),
-                                message: (!message.is_empty()).then_some(message),
-                            });
+                    for (driver, d) in info.serving(base) {
+                        let id = d.cdi_device_ids.first().cloned().unwrap_or_else(|| {
+                            format!("{driver}/{}/{}", d.pool_name, d.device_name)
+                        });
+                        if resources.iter().any(|h| h.resource_id == id) {
+                            continue;
                         }
+                        let (health, message) =
+                            self.inner
+                                .health
+                                .get(driver, &d.pool_name, &d.device_name, now);
+                        resources.push(ResourceHealth {
+                            resource_id: id,
+                            health: Some(health.as_str().to_string()),
+                            message: (!message.is_empty()).then_some(message),
+                        });
                     }
                     if !resources.is_empty() && !entries.iter().any(|e| e.name == name) {
                         entries.push(ResourceStatus {
