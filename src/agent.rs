@@ -461,11 +461,12 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
     // before a restart is read back from the root dir. No driver has
     // registered yet: the node's ResourceSlices go, in the background, as
     // the kubelet's DRA plugin manager wipes them at start.
-    let dra = crate::dra::DraManager::new(
+    let dra = crate::dra::DraManager::open(
         base.client.clone(),
         &base.node_name,
-        Some(&base.settings.root_dir),
-    );
+        &base.settings.root_dir,
+    )
+    .map_err(anyhow::Error::msg)?;
     tokio::spawn({
         let dra = dra.clone();
         async move { dra.wipe_resource_slices().await }

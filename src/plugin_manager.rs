@@ -794,7 +794,7 @@ mod tests {
             "spec": { "nodeName": "n1", "driver": "gpu.example.com",
                 "pool": { "name": "n1", "generation": 1, "resourceSliceCount": 1 } } });
         api.put_cluster("resourceslices", "n1-gpu", slice);
-        let dra = crate::dra::DraManager::new(api.client(), "n1", None)
+        let dra = crate::dra::DraManager::new(api.client(), "n1")
             .with_wipe_delay(Duration::from_millis(200));
         let mut manager = PluginManager::new(api.client(), root.path(), "n1", Drivers::default())
             .with_dra(dra.clone());

@@ -97,13 +97,45 @@ struct Inner {
 impl DraManager {
     /// A manager for node `node` reading claims through `client` (the Node
     /// authorizer lets a node read the claims of the pods bound to it),
-    /// keeping its checkpoint in `state_dir` (None: none) and taking in
-    /// the claims a checkpoint there holds (none when it is missing, too
-    /// long or unreadable: logged).
+    /// with no checkpoint: what it prepares is forgotten when it goes.
     #[must_use]
-    pub fn new(client: kube::Client, node: &str, state_dir: Option<&Path>) -> Self {
-        let checkpoint = state_dir.map(|d| d.join(cache::CHECKPOINT));
-        let cache = checkpoint.as_deref().map(restore).unwrap_or_default();
+    pub fn new(client: kube::Client, node: &str) -> Self {
+        Self::with_cache(client, node, None, ClaimCache::default())
+    }
+
+    /// A manager as [`DraManager::new`] keeping its checkpoint in
+    /// `state_dir` ([`cache::CHECKPOINT`]) and taking in the claims the
+    /// checkpoint there holds (none when there is none yet).
+    ///
+    /// # Errors
+    /// The checkpoint is unreadable, longer than 16 MiB, not UTF-8 or no
+    /// checkpoint of this version: as the kubelet's DRA manager, the agent
+    /// does not start on it (prepared claims it cannot know of would never
+    /// be unprepared), and the message says to drain the node and remove
+    /// the file.
+    pub fn open(client: kube::Client, node: &str, state_dir: &Path) -> Result<Self, String> {
+        let checkpoint = state_dir.join(cache::CHECKPOINT);
+        let cache = restore(&checkpoint).map_err(|e| {
+            format!(
+                "DRA checkpoint {}: {e}; drain the node and remove the DRA state file",
+                checkpoint.display()
+            )
+        })?;
+        if !cache.is_empty() {
+            info!(
+                claims = cache.len(),
+                "ResourceClaims prepared before the restart"
+            );
+        }
+        Ok(Self::with_cache(client, node, Some(checkpoint), cache))
+    }
+
+    fn with_cache(
+        client: kube::Client,
+        node: &str,
+        checkpoint: Option<PathBuf>,
+        cache: ClaimCache,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 client,
@@ -831,37 +863,84 @@ fn namespace(pod: &Pod) -> &str {
 }
 
 /// The claim cache the checkpoint at `path` holds (empty when there is
-/// none, it is longer than [`MAX_CHECKPOINT_BYTES`] or unreadable:
-/// logged).
-fn restore(path: &Path) -> ClaimCache {
-    let read = crate::container::observe::read_at_most(path, MAX_CHECKPOINT_BYTES)
-        .and_then(|bytes| String::from_utf8(bytes).map_err(std::io::Error::other));
-    let text = match read {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return ClaimCache::default(),
-        Err(e) => {
-            warn!(path = %path.display(), error = %e, "DRA checkpoint unreadable; no claims are known");
-            return ClaimCache::default();
-        }
+/// none).
+///
+/// # Errors
+/// It is unreadable, longer than [`MAX_CHECKPOINT_BYTES`], not UTF-8 or no
+/// checkpoint of this version.
+fn restore(path: &Path) -> Result<ClaimCache, String> {
+    use std::io::Read as _;
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ClaimCache::default()),
+        Err(e) => return Err(e.to_string()),
     };
-    match ClaimCache::restore(&text) {
-        Ok(cache) => {
-            info!(
-                claims = cache.len(),
-                "ResourceClaims prepared before the restart"
-            );
-            cache
-        }
-        Err(e) => {
-            warn!(path = %path.display(), error = e, "DRA checkpoint unreadable; no claims are known");
-            ClaimCache::default()
-        }
+    let limit = u64::try_from(MAX_CHECKPOINT_BYTES).unwrap_or(u64::MAX);
+    let mut text = String::new();
+    file.take(limit.saturating_add(1))
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() > MAX_CHECKPOINT_BYTES {
+        return Err(format!("longer than {MAX_CHECKPOINT_BYTES} bytes"));
     }
+    ClaimCache::restore(&text)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_checkpoint_that_is_garbage_too_long_or_of_another_version_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = crate::fake_api::FakeApi::default();
+        let file = dir.path().join(cache::CHECKPOINT);
+        // None yet: an empty cache.
+        let dra = DraManager::open(api.client(), "node-1", dir.path()).unwrap();
+        assert!(dra.cache().is_empty());
+        // One written by a manager comes back.
+        let mut claims = ClaimCache::default();
+        claims.insert(ClaimInfo {
+            uid: "claim-uid".into(),
+            name: "c".into(),
+            namespace: "ns".into(),
+            pod_uids: ["p1".to_string()].into(),
+            ..Default::default()
+        });
+        let good = claims.checkpoint().unwrap();
+        std::fs::write(&file, &good).unwrap();
+        let dra = DraManager::open(api.client(), "node-1", dir.path()).unwrap();
+        assert_eq!(dra.cache().claims_of("p1"), ["c"]);
+        // The same checkpoint padded past the limit (still JSON) is refused
+        // for its length, before it is parsed.
+        let mut long = good.clone();
+        long.push_str(&" ".repeat(MAX_CHECKPOINT_BYTES + 1 - good.len()));
+        let refusals = [
+            ("not json".to_string(), "expected ident"),
+            (
+                good.replace("rustlet/dra/v1", "rustlet/dra/v0"),
+                "checkpoint version",
+            ),
+            (long, "longer than 16777216 bytes"),
+        ];
+        for (text, why) in refusals {
+            std::fs::write(&file, text).unwrap();
+            let Err(e) = DraManager::open(api.client(), "node-1", dir.path()) else {
+                panic!("a bad checkpoint ({why}) was taken in");
+            };
+            assert!(e.contains(why), "{e}");
+            assert!(e.contains(&file.display().to_string()), "{e}");
+            assert!(
+                e.ends_with("drain the node and remove the DRA state file"),
+                "{e}"
+            );
+        }
+        std::fs::write(&file, [0xff, 0xfe]).unwrap();
+        let e = DraManager::open(api.client(), "node-1", dir.path())
+            .err()
+            .unwrap();
+        assert!(e.contains("UTF-8"), "{e}");
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_driver_whose_plugin_never_answers_loses_its_slices_after_the_delay() {
@@ -883,8 +962,8 @@ mod tests {
             "node-1-mute.example.com",
             slice("mute.example.com"),
         );
-        let dra = DraManager::new(api.client(), "node-1", None)
-            .with_wipe_delay(Duration::from_millis(300));
+        let dra =
+            DraManager::new(api.client(), "node-1").with_wipe_delay(Duration::from_millis(300));
         let v1 = ["v1.DRAPlugin".to_string()];
         // One plugin serves its endpoint; the other registered one that
         // nothing listens on.
@@ -949,7 +1028,7 @@ mod tests {
         };
         api.put_cluster("resourceslices", "node-1-gpu", slice("node-1"));
         api.put_cluster("resourceslices", "node-2-gpu", slice("node-2"));
-        let dra = DraManager::new(api.client(), "node-1", None);
+        let dra = DraManager::new(api.client(), "node-1");
         // Refused once (the node's credentials not known yet), then done
         // after the first wait (1 s).
         api.refuse_slice_deletes(1);

@@ -206,7 +206,7 @@ impl Node {
                 log_links_dir: root.join("containers"),
                 cgroups,
                 devices: None,
-                dra: crate::dra::DraManager::new(client.clone(), "node-1", Some(&root)),
+                dra: crate::dra::DraManager::open(client.clone(), "node-1", &root).unwrap(),
             },
             status: Arc::new(StatusManager::new(client.clone(), pods.clone())),
             status_context: StatusContext {
