@@ -70,7 +70,9 @@
 # run instead of building one, e.g. the one a conformance sitting pinned),
 # RUSTLET_CONFIG (a KubeletConfiguration file rustlet reads with --config
 # instead of _output/local/rustlet.yaml, which turns disk eviction and image
-# GC off as the kubelet's configuration here does), KUBELET_CONFIG (the same
+# GC off as the kubelet's configuration here does), RUSTLET_FLAGS (more flags
+# for rustlet, split at spaces, e.g. --image-credential-provider-config F
+# --image-credential-provider-bin-dir D), KUBELET_CONFIG (the same
 # for the kubelet, instead of _output/local/kubelet.yaml), READY_TIMEOUT (seconds, default 120).
 #
 # The API server writes an audit log of the node's own requests (users in the
@@ -615,10 +617,11 @@ curl_api() { curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt
 # start_rustlet CONFIG ARGS...: rustlet with KubeletConfiguration CONFIG and
 # the flags ARGS (its credentials).
 start_rustlet() {
-  local config=$1
+  local config=$1 extra=()
   shift
+  read -ra extra <<<"${RUSTLET_FLAGS:-}"
   start_daemon rustlet "RUST_LOG=${RUST_LOG:-info}" NO_COLOR=1 "$RUSTLET" run \
-    --config "$config" "$@" \
+    --config "$config" "$@" "${extra[@]}" \
     --node-name "$NODE_NAME" \
     --node-ip "$NODE_IP" \
     --container-runtime-endpoint "unix://$CTRD_SOCK" \

@@ -38,10 +38,15 @@ pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
-            // One line for a bad flag: clap's first line, without its usage block.
+            // One line for a bad flag: clap's message (the flags it names
+            // included), without its usage block.
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or_default();
-            eprintln!("rustlet: {first}");
+            let message: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("rustlet: {}", message.join(" "));
             return ExitCode::from(2);
         }
         Err(e) => {
@@ -371,6 +376,38 @@ struct Base {
     node_name: String,
     /// The node's IP address.
     node_ip: String,
+    /// The image credential provider plugins
+    /// (`--image-credential-provider-config`), if configured.
+    credential_providers: Option<crate::credential_provider::CredentialProviders>,
+}
+
+/// The image credential provider plugins of
+/// `--image-credential-provider-config` run from
+/// `--image-credential-provider-bin-dir` (clap has both or neither), as the
+/// kubelet registers them before it starts.
+///
+/// # Errors
+/// The configuration or a plugin cannot be used
+/// ([`crate::credential_provider::CredentialProviders::load`]).
+fn credential_providers(
+    args: &RunArgs,
+    client: &Client,
+) -> anyhow::Result<Option<crate::credential_provider::CredentialProviders>> {
+    let (Some(config), Some(bin_dir)) = (
+        &args.image_credential_provider_config,
+        &args.image_credential_provider_bin_dir,
+    ) else {
+        return Ok(None);
+    };
+    let providers =
+        crate::credential_provider::CredentialProviders::load(config, bin_dir, client.clone())
+            .map_err(|e| anyhow::anyhow!("image credential providers: {e}"))?;
+    info!(
+        config = %config.display(),
+        hash = providers.hash(),
+        "image credential providers registered"
+    );
+    Ok(Some(providers))
 }
 
 /// The node's own facts: its configuration, machine, eviction thresholds
@@ -521,6 +558,7 @@ async fn connect(args: RunArgs) -> anyhow::Result<(Base, Rotation, Option<ResetO
         },
     );
     let owner = reset_owner(&args).await?;
+    let credential_providers = credential_providers(&args, &client)?;
     let runtime = connect_runtime(&mut settings).await?;
     let node_ip = args
         .node_ip
@@ -535,6 +573,7 @@ async fn connect(args: RunArgs) -> anyhow::Result<(Base, Rotation, Option<ResetO
         runtime,
         node_name,
         node_ip,
+        credential_providers,
     };
     Ok((base, rotation, owner))
 }
@@ -942,7 +981,8 @@ fn pod_worker(
                 pull_concurrency(settings),
             )
             .with_pull_rate(settings.registry_pull_qps, settings.registry_burst)
-            .with_pull_records(&settings.root_dir, settings.image_pull_verification.clone()),
+            .with_pull_records(&settings.root_dir, settings.image_pull_verification.clone())
+            .with_credential_providers_of(base.credential_providers.clone()),
             sources: SourceReader {
                 client: client.clone(),
                 services,
@@ -1316,8 +1356,13 @@ fn spawn_server(
     let (client, node_name) = (&base.client, &base.node_name);
     // The node API drains once the pod workers have stopped on SIGTERM/SIGINT.
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut config = server_config(&base.args, &base.settings, client, node_name, &base.node_ip)?;
+    config.credential_providers = base
+        .credential_providers
+        .as_ref()
+        .map(|p| p.summary().clone());
     let server = tokio::spawn(crate::server::serve_until(
-        server_config(&base.args, &base.settings, client, node_name, &base.node_ip)?,
+        config,
         crate::server::Deps {
             client: client.clone(),
             pods: store.clone(),

@@ -209,6 +209,15 @@ pub struct RunArgs {
     /// The CNI bridge a reset (--reset-when-gone) deletes.
     #[arg(long, requires = "reset_when_gone")]
     pub reset_cni_bridge: Option<String>,
+    /// The image credential provider configuration (a
+    /// `CredentialProviderConfig` file, or a directory of them), as the
+    /// kubelet's flag: its plugins give registry credentials for the images
+    /// they match.
+    #[arg(long, requires = "image_credential_provider_bin_dir")]
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// The directory of the credential provider plugins' executables.
+    #[arg(long, requires = "image_credential_provider_config")]
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
 }
 
 /// Parses `<namespace>/<name>`, both non-empty.

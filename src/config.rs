@@ -648,6 +648,7 @@ pub const HONOURED_GATES: &[&str] = &[
     "KubeletCrashLoopBackOffMax",
     "KubeletPSI",
     "KubeletPodResourcesGet",
+    "KubeletServiceAccountTokenForCredentialProviders",
     "NodeDeclaredFeatures",
     "PodObservedGenerationTracking",
     "PodReadyToStartContainersCondition",

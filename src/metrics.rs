@@ -200,6 +200,20 @@ pub struct DriverName {
     pub driver_name: String,
 }
 
+/// Label `plugin_name` of the credential provider plugins' metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginName {
+    /// The provider's name in the credential provider configuration.
+    pub plugin_name: String,
+}
+
+/// Label `hash` of `kubelet_credential_provider_config_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConfigHash {
+    /// `sha256:<hex>` of the configuration files' content.
+    pub hash: String,
+}
+
 /// The kubelet's `DRADurationBuckets`: `ExponentialBucketsRange(.1, 40, 15)`.
 fn dra_histogram() -> Histogram {
     Histogram::new(exponential_buckets_range(0.1, 40.0, 15))
@@ -259,6 +273,15 @@ pub struct Metrics {
     /// `dra_resource_claims_in_use{driver_name}`: claims prepared or being
     /// prepared on the node, by driver and (`<any>`) in all.
     pub dra_resource_claims_in_use: Family<DriverName, Gauge>,
+    /// `kubelet_credential_provider_plugin_duration{plugin_name}`: runs of
+    /// a credential provider plugin, seconds.
+    pub credential_provider_plugin_duration: HistogramFamily<PluginName>,
+    /// `kubelet_credential_provider_plugin_errors_total{plugin_name}`: runs
+    /// that failed (exit status, timeout).
+    pub credential_provider_plugin_errors: Family<PluginName, Counter>,
+    /// `kubelet_credential_provider_config_info{hash}`: 1 for the
+    /// configuration in use.
+    pub credential_provider_config_info: Family<ConfigHash, Gauge>,
     /// Pod UID → when the pod worker first saw it, and whether its start was recorded.
     first_seen: Mutex<HashMap<String, (Instant, bool)>>,
     /// The registry of `/metrics/probes`.
@@ -283,6 +306,7 @@ fn runtime_histogram() -> Histogram {
 }
 
 impl Metrics {
+    #[allow(clippy::too_many_lines)] // one registration per metric
     fn new() -> Self {
         let mut registry = Registry::with_prefix("kubelet");
         let m = Self {
@@ -308,6 +332,9 @@ impl Metrics {
             dra_operations_duration: Family::new_with_constructor(dra_histogram),
             dra_grpc_operations_duration: Family::new_with_constructor(dra_histogram),
             dra_resource_claims_in_use: Family::default(),
+            credential_provider_plugin_duration: Family::new_with_constructor(def_histogram),
+            credential_provider_plugin_errors: Family::default(),
+            credential_provider_config_info: Family::default(),
             first_seen: Mutex::default(),
             probes_registry: Registry::default(),
             probe_total: Family::default(),
@@ -405,6 +432,21 @@ impl Metrics {
             "Number of requests to the PodResource Get endpoint which returned error. Broken down by server api version.",
             m.pod_resources_errors_get.clone(),
         );
+        registry.register(
+            "credential_provider_plugin_duration",
+            "Duration of execution in seconds for credential provider plugin",
+            m.credential_provider_plugin_duration.clone(),
+        );
+        registry.register(
+            "credential_provider_plugin_errors",
+            "Number of errors from credential provider plugin",
+            m.credential_provider_plugin_errors.clone(),
+        );
+        registry.register(
+            "credential_provider_config_info",
+            "Information about the last applied credential provider configuration with hash as label",
+            m.credential_provider_config_info.clone(),
+        );
         let mut unprefixed = Registry::default();
         unprefixed.register(
             "dra_operations_duration_seconds",
@@ -471,6 +513,33 @@ impl Metrics {
                 grpc_status_code: code.to_string(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// Records one run of credential provider plugin `plugin`: its duration
+    /// and whether it failed.
+    pub fn record_credential_provider_run(&self, plugin: &str, took: Duration, failed: bool) {
+        let label = PluginName {
+            plugin_name: plugin.to_string(),
+        };
+        self.credential_provider_plugin_duration
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+        if failed {
+            self.credential_provider_plugin_errors
+                .get_or_create(&label)
+                .inc();
+        }
+    }
+
+    /// Sets `kubelet_credential_provider_config_info` to the configuration
+    /// with `hash`.
+    pub fn set_credential_provider_config(&self, hash: &str) {
+        self.credential_provider_config_info.clear();
+        self.credential_provider_config_info
+            .get_or_create(&ConfigHash {
+                hash: hash.to_string(),
+            })
+            .set(1);
     }
 
     /// Sets `dra_resource_claims_in_use`: `all` claims in use, `by_driver`

@@ -147,6 +147,9 @@ pub mod event {
     pub const PULLED: &str = "Pulled";
     /// Image absent under policy `Never` (`ErrImageNeverPullPolicy`).
     pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+    /// A credential provider plugin failed for an image; the pull goes on
+    /// without its credentials. The agent's own: the kubelet only logs it.
+    pub const FAILED_CREDENTIAL_PROVIDER: &str = "FailedCredentialProvider";
     /// Some `imagePullSecrets` could not be read (`FailedToRetrieveImagePullSecret`).
     pub const FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET: &str = "FailedToRetrieveImagePullSecret";
     /// The sandbox is recreated (`SandboxChanged`).

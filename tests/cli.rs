@@ -78,6 +78,38 @@ fn dead_runtime_socket_is_one_line_and_exit_1() {
 }
 
 #[test]
+fn credential_provider_flags_go_together_and_a_bad_config_is_one_line() {
+    let (code, err) = rustlet(&["run", "--image-credential-provider-config", "/x.yaml"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--image-credential-provider-bin-dir"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    write_token_kubeconfig(&kubeconfig);
+    let config = dir.path().join("providers.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- {name: ecr, matchImages: ['*.ecr.io'], apiVersion: credentialprovider.kubelet.k8s.io/v1}\n",
+    )
+    .unwrap();
+    let (code, err) = rustlet(&[
+        "run",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--image-credential-provider-config",
+        config.to_str().unwrap(),
+        "--image-credential-provider-bin-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("image credential providers: failed to validate credential provider config")
+            && err.contains("defaultCacheDuration: Required value"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_config_file_is_one_line_and_exit_1() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("kubelet.yaml");

@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "reasons",
             "labels",
             "redact",
+            "registry",
             "expansion",
             "image_policy",
             "paths",
@@ -70,6 +71,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "plugin_manager",
             "device_manager",
             "dra",
+            "credential_provider",
         ],
     ),
     (
@@ -92,6 +94,7 @@ const SKIPPED: &[&str] = &[
     "src/stats/summary/tests.rs",
     "src/stats/cadvisor/tests.rs",
     "src/device_manager/tests.rs",
+    "src/credential_provider/tests.rs",
     "src/pod/proptests.rs",
 ];
 

@@ -18,7 +18,8 @@ use kube::{Api, Client};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
-use super::credentials::{Keyring, SecretSource};
+use super::credentials::{Keyring, SecretSource, Source};
+use crate::credential_provider::{CredentialProviders, PodIdentity, ServiceAccountCoordinates};
 use crate::cri::Runtime;
 use crate::events::{EventType, Recorder};
 use crate::image_policy::{image_name, is_image_id};
@@ -105,6 +106,8 @@ pub struct ImageManager {
     records: Option<PullRecords>,
     /// Which present images need a pod's credentials verified.
     policy: crate::image_policy::VerificationPolicy,
+    /// The credential provider plugins; none: none configured.
+    providers: Option<CredentialProviders>,
 }
 
 impl ImageManager {
@@ -131,7 +134,17 @@ impl ImageManager {
             backoffs: Mutex::new(HashMap::new()),
             records: None,
             policy: crate::image_policy::VerificationPolicy::default(),
+            providers: None,
         }
+    }
+
+    /// Asks `providers`, when some are configured, for credentials for
+    /// every image one of them matches, tried after the pod's pull
+    /// secrets', as the kubelet's keyring puts the external providers
+    /// after the secrets.
+    #[must_use]
+    pub fn with_credential_providers_of(self, providers: Option<CredentialProviders>) -> Self {
+        Self { providers, ..self }
     }
 
     /// Limits pulls to `qps` a second with a burst of `burst`
@@ -182,7 +195,13 @@ impl ImageManager {
     /// it was pulled under, else verified (a pull by ID, which a registry
     /// cannot serve: the pod cannot reach content it has no credential for).
     #[must_use]
-    pub fn must_verify(&self, image: &str, image_ref: &str, secrets: &[PullSecret]) -> bool {
+    pub fn must_verify(
+        &self,
+        image: &str,
+        image_ref: &str,
+        secrets: &[PullSecret],
+        account: Option<&ServiceAccountCoordinates>,
+    ) -> bool {
         let Some(records) = &self.records else {
             return false;
         };
@@ -208,18 +227,20 @@ impl ImageManager {
                 return false;
             }
             return !record.credential_mapping.values().any(|allowed| {
-                allowed.node_pods_accessible || matching(allowed, secrets).is_some()
+                allowed.node_pods_accessible
+                    || matching(allowed, secrets).is_some()
+                    || account.is_some_and(|a| allowed.service_accounts.contains(a))
             });
         }
         // The credentials recorded for this repository, under any of its
         // spellings (`x`, `docker.io/library/x`: the runtime resolves them
         // to one image, so a pod cannot reach a private image by another
         // spelling of its name).
-        let repository = super::credentials::normalized_repository(image);
+        let repository = crate::registry::normalized_repository(image);
         let allowed = record
             .credential_mapping
             .iter()
-            .find(|(name, _)| super::credentials::normalized_repository(name) == repository)
+            .find(|(name, _)| crate::registry::normalized_repository(name) == repository)
             .map(|(_, allowed)| allowed);
         // Another repository the agent never pulled this content under came
         // onto the node another way: preloaded, unless a pull of this name
@@ -235,13 +256,15 @@ impl ImageManager {
             return false;
         }
         let Some(matching) = matching(allowed, secrets) else {
-            return true;
+            // A provider gave the pod's service account a credential that
+            // pulled it (the kubelet's `KubernetesServiceAccounts`).
+            return !account.is_some_and(|a| allowed.service_accounts.contains(a));
         };
         // Remember the pod's secret too (a new one with a known credential,
         // or a known one whose credential changed), as the kubelet does.
         let creds = PullCredentials {
             secrets: vec![matching.clone()],
-            node_pods_accessible: false,
+            ..PullCredentials::default()
         };
         if let Err(e) = records.record(image, image_ref, &creds, Timestamp::now()) {
             warn!(error = %e, image, "update image pull record");
@@ -278,12 +301,19 @@ impl ImageManager {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(uid);
+        if let Some(p) = &self.providers {
+            p.forget_pod(uid);
+        }
     }
 
-    /// Forgets the back-offs of pods whose UID `keep` rejects.
+    /// Forgets the back-offs, and the service account tokens requested for
+    /// credential providers, of pods whose UID `keep` rejects.
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
         let mut map = self.backoffs.lock().unwrap_or_else(PoisonError::into_inner);
         map.retain(|uid, _| keep(uid));
+        if let Some(p) = &self.providers {
+            p.retain_pods(&keep);
+        }
     }
 
     /// Container `name` of pod `uid` started: its pull back-off ends.
@@ -327,10 +357,11 @@ impl ImageManager {
         let mut keyring = None;
         if let Some(found) = present.filter(|_| policy != "Always") {
             // Boxed, as below: the secrets' API calls make a large future.
-            let ring = Box::pin(self.pull_credentials(pod)).await;
+            let ring = Box::pin(self.pull_credentials(pod, image)).await;
             let secrets = pod_secrets(&ring, image);
+            let account = pod_account(&ring, image);
             keyring = Some(ring);
-            if !self.must_verify(image, &found.id, &secrets) {
+            if !self.must_verify(image, &found.id, &secrets, account.as_ref()) {
                 let note = format!("Container image \"{image}\" already present on machine");
                 self.event(pod, name, EventType::Normal, event::PULLED, note);
                 return Ok(ImageInfo::from_cri(found));
@@ -365,7 +396,7 @@ impl ImageManager {
         self.event(pod, name, EventType::Normal, event::PULLING, note);
         let keyring = match keyring {
             Some(k) => k,
-            None => Box::pin(self.pull_credentials(pod)).await,
+            None => Box::pin(self.pull_credentials(pod, image)).await,
         };
         let credentials = keyring.lookup_sourced(image);
         let queued = Instant::now();
@@ -449,32 +480,36 @@ impl ImageManager {
         &self,
         image: &str,
         sandbox_config: &cri::PodSandboxConfig,
-        credentials: Vec<(Option<SecretSource>, cri::AuthConfig)>,
+        credentials: Vec<(Source, cri::AuthConfig)>,
     ) -> Result<(String, PullCredentials), PullError> {
-        let used = |source: Option<SecretSource>, auth: Option<&cri::AuthConfig>| {
-            match (source, auth) {
-                (Some(s), Some(auth)) => PullCredentials {
-                    secrets: vec![PullSecret {
-                        uid: s.uid,
-                        namespace: s.namespace,
-                        name: s.name,
-                        credential_hash: credential_hash(auth),
-                    }],
-                    node_pods_accessible: false,
-                },
-                // A credential of no Secret is recorded as none: the image
-                // is verified again for every pod.
-                (None, Some(_)) => PullCredentials::default(),
-                (_, None) => PullCredentials {
-                    secrets: Vec::new(),
-                    node_pods_accessible: true,
-                },
-            }
+        // As the kubelet's `trackedToImagePullCreds`.
+        let used = |source: Source, auth: Option<&cri::AuthConfig>| match (source, auth) {
+            (Source::Secret(s), Some(auth)) => PullCredentials {
+                secrets: vec![PullSecret {
+                    uid: s.uid,
+                    namespace: s.namespace,
+                    name: s.name,
+                    credential_hash: credential_hash(auth),
+                }],
+                ..PullCredentials::default()
+            },
+            (Source::ServiceAccount(a), Some(_)) => PullCredentials {
+                service_accounts: vec![a],
+                ..PullCredentials::default()
+            },
+            // A credential of no Secret is recorded as none: the image
+            // is verified again for every pod.
+            (Source::Unsourced, Some(_)) => PullCredentials::default(),
+            // Anonymous, or a provider's node-wide credential.
+            (_, None) | (Source::Node, Some(_)) => PullCredentials {
+                node_pods_accessible: true,
+                ..PullCredentials::default()
+            },
         };
-        let mut tries: Vec<(Option<SecretSource>, Option<cri::AuthConfig>)> =
+        let mut tries: Vec<(Source, Option<cri::AuthConfig>)> =
             credentials.into_iter().map(|(s, a)| (s, Some(a))).collect();
         // The last try's outcome is the answer; with no credentials it is anonymous.
-        let (last_source, last) = tries.pop().unwrap_or((None, None));
+        let (last_source, last) = tries.pop().unwrap_or((Source::Unsourced, None));
         for (source, auth) in tries {
             if let Ok(image_ref) = self.pull(image, sandbox_config, auth.clone()).await {
                 return Ok((image_ref, used(source, auth.as_ref())));
@@ -500,10 +535,62 @@ impl ImageManager {
             .await?)
     }
 
-    /// The pod's `imagePullSecrets` as a keyring. Secrets that are missing or
-    /// of the wrong type are skipped with the kubelet's
-    /// `FailedToRetrieveImagePullSecret` event, and the pull goes on without them.
-    async fn pull_credentials(&self, pod: &Pod) -> Keyring {
+    /// The credentials for `image` as a keyring: the pod's
+    /// `imagePullSecrets`, then what the credential providers give
+    /// ([`ImageManager::provided`]). Secrets that are missing or of the
+    /// wrong type are skipped with the kubelet's
+    /// `FailedToRetrieveImagePullSecret` event, and the pull goes on
+    /// without them.
+    async fn pull_credentials(&self, pod: &Pod, image: &str) -> Keyring {
+        let mut keyring = self.secrets_keyring(pod).await;
+        self.provided(pod, image, &mut keyring).await;
+        keyring
+    }
+
+    /// Adds to `keyring` what the credential providers give for `image`
+    /// pulled for `pod` (nothing for an image named by its ID); a provider
+    /// that failed gives nothing, with a `FailedCredentialProvider` event
+    /// naming it and why (the kubelet only logs it).
+    async fn provided(&self, pod: &Pod, image: &str, keyring: &mut Keyring) {
+        let Some(providers) = &self.providers else {
+            return;
+        };
+        if is_image_id(image) {
+            return;
+        }
+        let repository = crate::registry::normalized_repository(image);
+        let identity = PodIdentity {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            service_account: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.clone())
+                .unwrap_or_default(),
+        };
+        for result in providers.provide(&repository, &identity).await {
+            match result {
+                Ok(provided) => keyring.add_provided(&provided),
+                Err(e) => {
+                    warn!(error = %e, image, "credential provider");
+                    let note = format!("{e}; pulling without its credentials");
+                    let reason = event::FAILED_CREDENTIAL_PROVIDER;
+                    crate::events::publish(
+                        &self.recorder,
+                        pod,
+                        None,
+                        EventType::Warning,
+                        reason,
+                        note,
+                    );
+                }
+            }
+        }
+    }
+
+    /// The pod's `imagePullSecrets` as a keyring.
+    async fn secrets_keyring(&self, pod: &Pod) -> Keyring {
         let mut keyring = Keyring::default();
         let names: Vec<String> = pod
             .spec
@@ -573,7 +660,9 @@ fn pod_secrets(keyring: &Keyring, image: &str) -> Vec<PullSecret> {
     sourced
         .into_iter()
         .filter_map(|(source, auth)| {
-            let s = source?;
+            let Source::Secret(s) = source else {
+                return None;
+            };
             Some(PullSecret {
                 uid: s.uid,
                 namespace: s.namespace,
@@ -582,6 +671,20 @@ fn pod_secrets(keyring: &Keyring, image: &str) -> Vec<PullSecret> {
             })
         })
         .collect()
+}
+
+/// The first service account a credential provider was given a token of
+/// for `image`: the one the pod presents (the kubelet takes one per pod).
+fn pod_account(keyring: &Keyring, image: &str) -> Option<ServiceAccountCoordinates> {
+    let sourced = if is_image_id(image) {
+        keyring.all_sourced()
+    } else {
+        keyring.lookup_sourced(image)
+    };
+    sourced.into_iter().find_map(|(source, _)| match source {
+        Source::ServiceAccount(a) => Some(a),
+        _ => None,
+    })
 }
 
 /// Errors of the image pull records.
@@ -644,7 +747,16 @@ pub struct PullCredentials {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub secrets: Vec<PullSecret>,
-    /// Any pod of the node: the image was pulled without credentials.
+    /// Pods running as one of these service accounts: a credential provider
+    /// given its token pulled the image.
+    #[serde(
+        default,
+        rename = "kubernetesServiceAccounts",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub service_accounts: Vec<ServiceAccountCoordinates>,
+    /// Any pod of the node: the image was pulled without credentials, or
+    /// with a credential provider's node-wide ones.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub node_pods_accessible: bool,
 }
@@ -836,9 +948,10 @@ impl PullRecords {
 
 /// Merges `new` into the credentials `record` keeps for `name`, as the
 /// kubelet's `pulledRecordMergeNewCreds`: node-wide access wins and clears
-/// the secrets; a secret replaces the one with its coordinates.
+/// the secrets and service accounts; a secret replaces the one with its
+/// coordinates; service accounts are a set.
 fn merge(record: &mut PulledRecord, name: &str, new: &PullCredentials) {
-    if !new.node_pods_accessible && new.secrets.is_empty() {
+    if !new.node_pods_accessible && new.secrets.is_empty() && new.service_accounts.is_empty() {
         return;
     }
     if !record.credential_mapping.contains_key(name)
@@ -856,11 +969,22 @@ fn merge(record: &mut PulledRecord, name: &str, new: &PullCredentials) {
     }
     if new.node_pods_accessible {
         *old = PullCredentials {
-            secrets: Vec::new(),
             node_pods_accessible: true,
+            ..PullCredentials::default()
         };
         return;
     }
+    for a in &new.service_accounts {
+        if !old.service_accounts.contains(a) {
+            old.service_accounts.push(a.clone());
+        }
+    }
+    old.service_accounts.sort();
+    let excess = old
+        .service_accounts
+        .len()
+        .saturating_sub(MAX_SECRETS_PER_IMAGE);
+    old.service_accounts.drain(..excess);
     for s in &new.secrets {
         old.secrets
             .retain(|o| (&o.namespace, &o.name, &o.uid) != (&s.namespace, &s.name, &s.uid));
@@ -1033,7 +1157,7 @@ mod tests {
         let records = PullRecords::new(dir.path());
         let with = |s: PullSecret| PullCredentials {
             secrets: vec![s],
-            node_pods_accessible: false,
+            ..PullCredentials::default()
         };
         records
             .record("reg/app:1", "sha256:1", &with(secret("a", "h1")), now)
@@ -1059,8 +1183,8 @@ mod tests {
         assert!(!kept.contains(&secret("a", "h2")));
         // An anonymous pull opens it to every pod and clears the secrets.
         let anyone = PullCredentials {
-            secrets: vec![],
             node_pods_accessible: true,
+            ..PullCredentials::default()
         };
         records.record("reg/app", "sha256:1", &anyone, now).unwrap();
         let r = records.pulled("sha256:1").unwrap().unwrap();

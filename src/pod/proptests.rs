@@ -1808,7 +1808,7 @@ fn registry_globs_match_as_the_reference_does() {
         cases().saturating_mul(10),
         |(pattern, label)| {
             let expected = reference_glob(pattern.as_bytes(), label.as_bytes());
-            let got = super::credentials::registry_matches(
+            let got = crate::registry::registry_matches(
                 &format!("{pattern}.example"),
                 &format!("{label}.example/img:1"),
             );

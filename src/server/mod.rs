@@ -136,6 +136,11 @@ pub struct ServerConfig {
     /// The agent's other effective KubeletConfiguration fields (a JSON object),
     /// shown by `/configz` with this server's own.
     pub kubelet_config: serde_json::Value,
+    /// The image credential providers in effect (flags, hash, providers),
+    /// shown by `/configz` beside `kubeletconfig` as
+    /// `imageCredentialProviders`: they are flags, no KubeletConfiguration
+    /// field.
+    pub credential_providers: Option<serde_json::Value>,
     /// How long token and access reviews are cached.
     pub auth_ttls: auth::CacheTtls,
     /// Timeouts and caps of connections and requests.
@@ -256,6 +261,7 @@ impl ServerConfig {
             reload: tls::Reload::default(),
             pod_logs_dir,
             kubelet_config: serde_json::json!({}),
+            credential_providers: None,
             auth_ttls: auth::CacheTtls::default(),
             limits: Limits::default(),
         }
@@ -1237,7 +1243,11 @@ fn configz(cfg: &ServerConfig) -> serde_json::Value {
     if let serde_json::Value::Object(m) = fields {
         doc.extend(m);
     }
-    serde_json::json!({ "kubeletconfig": doc })
+    let mut out = serde_json::json!({ "kubeletconfig": doc });
+    if let Some(providers) = &cfg.credential_providers {
+        out["imageCredentialProviders"] = providers.clone();
+    }
+    out
 }
 
 async fn configz_handler(State(app): State<Arc<App>>) -> Response {

@@ -174,6 +174,12 @@ impl TokenManager {
         Ok(token)
     }
 
+    /// Forgets the tokens bound to the pods whose UID `keep` rejects.
+    pub fn retain_pods(&self, keep: impl Fn(&str) -> bool) {
+        lock(&self.tokens).retain(|k, _| keep(&k.pod_uid));
+        lock(&self.refused).retain(|k| keep(&k.pod_uid));
+    }
+
     /// Forgets the tokens bound to the pod with UID `pod_uid`.
     pub fn forget_pod(&self, pod_uid: &str) {
         lock(&self.tokens).retain(|k, _| k.pod_uid != pod_uid);

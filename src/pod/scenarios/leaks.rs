@@ -530,7 +530,7 @@ fn record_private_pull(n: &Node, name: &str, image_ref: &str) {
     };
     let creds = super::super::image_manager::PullCredentials {
         secrets: vec![secret],
-        node_pods_accessible: false,
+        ..Default::default()
     };
     records
         .record(name, image_ref, &creds, k8s_openapi::jiff::Timestamp::now())

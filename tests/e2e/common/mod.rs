@@ -87,6 +87,18 @@ pub fn kill_and_restart_agent() -> u32 {
 /// --agent rustlet`, reading the KubeletConfiguration `config`, or its usual
 /// one (`_output/local/rustlet.yaml`) with `None`.
 pub fn restart_agent(config: Option<&std::path::Path>) {
+    restart_agent_flagged(config, &[]);
+}
+
+/// Restarts the agent as [`restart_agent`] with the usual configuration and
+/// the flags `flags` besides (`RUSTLET_FLAGS` of `hack/local-up.sh`; none
+/// may hold a space).
+pub fn restart_agent_with_flags(flags: &[&str]) {
+    restart_agent_flagged(None, flags);
+}
+
+fn restart_agent_flagged(config: Option<&std::path::Path>, flags: &[&str]) {
+    assert!(flags.iter().all(|f| !f.contains(' ')), "{flags:?}");
     let pid = agent_pid();
     let killed = std::process::Command::new("kill")
         .arg(pid.to_string())
@@ -105,6 +117,7 @@ pub fn restart_agent(config: Option<&std::path::Path>) {
         Some(c) => up.env("RUSTLET_CONFIG", c),
         None => up.env_remove("RUSTLET_CONFIG"),
     };
+    up.env("RUSTLET_FLAGS", flags.join(" "));
     assert!(
         up.status().expect("local-up").success(),
         "restart the agent"
