@@ -1136,6 +1136,211 @@ mod tests {
         assert_eq!(pulls(&cri), 0);
     }
 
+    /// A credential provider plugin giving `u`/`p` for registry.example.com,
+    /// or crashing for crash.example.com; `token: true` gives it the pod's
+    /// service account token.
+    fn providers(dir: &Path, api: &crate::fake_api::FakeApi, token: bool) -> CredentialProviders {
+        use std::os::unix::fs::PermissionsExt as _;
+        let bin = dir.join("plugins");
+        std::fs::create_dir_all(&bin).unwrap();
+        for (name, body) in [
+            (
+                "good",
+                r#"printf '{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Image","cacheDuration":"0s","auth":{"registry.example.com":{"username":"u","password":"p"}}}'"#,
+            ),
+            ("crash", "echo broken >&2; exit 1"),
+        ] {
+            let exe = bin.join(name);
+            std::fs::write(&exe, format!("#!/bin/sh\ncat >/dev/null\n{body}\n")).unwrap();
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let attrs = if token {
+            "  tokenAttributes: {serviceAccountTokenAudience: registry.example.com, cacheType: ServiceAccount, requireServiceAccount: true}\n"
+        } else {
+            ""
+        };
+        let config = dir.join("providers.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+                 - name: good\n  matchImages: [registry.example.com]\n  defaultCacheDuration: 0s\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n{attrs}\
+                 - name: crash\n  matchImages: [crash.example.com]\n  defaultCacheDuration: 0s\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n"
+            ),
+        )
+        .unwrap();
+        CredentialProviders::load(&config, &bin, api.client()).unwrap()
+    }
+
+    /// An image manager with pull records and `providers`, over a fake
+    /// runtime that wants `u`/`p` for `images`.
+    async fn manager_with(
+        dir: &Path,
+        api: &crate::fake_api::FakeApi,
+        providers: CredentialProviders,
+        images: &[&str],
+    ) -> (ImageManager, crate::cri::fake::FakeRuntime) {
+        let run = dir.join("cri");
+        std::fs::create_dir_all(&run).unwrap();
+        let (cri, _) = crate::cri::fake::FakeRuntime::serve(&run).expect("fake runtime");
+        for image in images {
+            cri.require_auth(image, "u", "p");
+        }
+        let runtime = cri
+            .client(std::time::Duration::from_secs(10))
+            .await
+            .unwrap();
+        let recorder = Recorder::new(api.client(), "node-1".into());
+        let manager =
+            ImageManager::new(runtime, api.client(), recorder, PullConcurrency::Unlimited)
+                .with_pull_records(dir, crate::image_policy::VerificationPolicy::default())
+                .with_credential_providers_of(Some(providers));
+        (manager, cri)
+    }
+
+    fn pod_as(name: &str, account: &str) -> Pod {
+        let mut p = pod();
+        p.metadata.name = Some(name.into());
+        p.metadata.uid = Some(format!("uid-{name}"));
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            service_account_name: Some(account.into()),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[tokio::test]
+    async fn a_providers_credentials_pull_and_are_recorded_node_wide_or_per_service_account() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = crate::fake_api::FakeApi::default();
+        let config = cri::PodSandboxConfig::default();
+        // Without a token: node credentials, the image is every pod's.
+        let image = "registry.example.com/app:1";
+        let (images, cri) = manager_with(
+            &dir.path().join("node"),
+            &api,
+            providers(&dir.path().join("node"), &api, false),
+            &[image],
+        )
+        .await;
+        images
+            .ensure_image(&pod(), "c", image, "IfNotPresent", &config)
+            .await
+            .expect("pulled with the provider's credentials");
+        assert_eq!(pulls(&cri), 1);
+        let id = images.runtime.image_id(image).await.unwrap().unwrap().id;
+        let record = images
+            .records
+            .as_ref()
+            .unwrap()
+            .pulled(&id)
+            .unwrap()
+            .unwrap();
+        assert!(record.credential_mapping["registry.example.com/app"].node_pods_accessible);
+
+        // With the pod's service account token: that service account's.
+        let sa = |name: &str| {
+            serde_json::json!({ "apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": { "name": name, "namespace": "default", "uid": format!("sa-{name}") } })
+        };
+        api.put("serviceaccounts", "builder", sa("builder"));
+        api.put("serviceaccounts", "other", sa("other"));
+        let image = "registry.example.com/private:1";
+        let (images, cri) = manager_with(
+            &dir.path().join("sa"),
+            &api,
+            providers(&dir.path().join("sa"), &api, true),
+            &[image],
+        )
+        .await;
+        let builder = pod_as("b1", "builder");
+        images
+            .ensure_image(&builder, "c", image, "IfNotPresent", &config)
+            .await
+            .expect("pulled for the service account");
+        assert_eq!(pulls(&cri), 1);
+        let id = images.runtime.image_id(image).await.unwrap().unwrap().id;
+        let records = images.records.as_ref().unwrap();
+        let allowed = &records.pulled(&id).unwrap().unwrap().credential_mapping["registry.example.com/private"];
+        assert!(!allowed.node_pods_accessible);
+        let coordinates = |name: &str| ServiceAccountCoordinates {
+            uid: format!("sa-{name}"),
+            namespace: "default".into(),
+            name: name.into(),
+        };
+        assert_eq!(allowed.service_accounts, [coordinates("builder")]);
+        // Another pod of that service account uses it as it is.
+        images
+            .ensure_image(
+                &pod_as("b2", "builder"),
+                "c",
+                image,
+                "IfNotPresent",
+                &config,
+            )
+            .await
+            .unwrap();
+        assert_eq!(pulls(&cri), 0);
+        // A pod of another service account pulls it again, with its own.
+        images
+            .ensure_image(&pod_as("o1", "other"), "c", image, "IfNotPresent", &config)
+            .await
+            .unwrap();
+        assert_eq!(pulls(&cri), 1);
+        let allowed = &records.pulled(&id).unwrap().unwrap().credential_mapping["registry.example.com/private"];
+        assert_eq!(
+            allowed.service_accounts,
+            [coordinates("builder"), coordinates("other")]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failing_provider_gives_an_event_and_the_pull_goes_on_without_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = crate::fake_api::FakeApi::default();
+        let image = "crash.example.com/app:1";
+        let (images, cri) = manager_with(
+            dir.path(),
+            &api,
+            providers(dir.path(), &api, false),
+            &[image],
+        )
+        .await;
+        let refused = images
+            .ensure_image(
+                &pod(),
+                "c",
+                image,
+                "IfNotPresent",
+                &cri::PodSandboxConfig::default(),
+            )
+            .await
+            .expect_err("no credentials: the registry refuses");
+        assert_eq!(refused.reason, waiting::ERR_IMAGE_PULL);
+        assert_eq!(pulls(&cri), 1, "pulled without credentials");
+        let mut events = Vec::new();
+        for _ in 0..50 {
+            events = api.events();
+            if events
+                .iter()
+                .any(|(r, _)| r == event::FAILED_CREDENTIAL_PROVIDER)
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let (_, message) = events
+            .iter()
+            .find(|(r, _)| r == event::FAILED_CREDENTIAL_PROVIDER)
+            .unwrap_or_else(|| panic!("no FailedCredentialProvider event: {events:?}"));
+        assert!(
+            message.starts_with("credential provider crash failed for image crash.example.com/app")
+                && message.contains("broken")
+                && message.ends_with("pulling without its credentials"),
+            "{message}"
+        );
+    }
+
     #[test]
     fn image_names_lose_tag_and_digest() {
         for (image, want) in [
