@@ -202,20 +202,38 @@ impl ImageManager {
         secrets: &[PullSecret],
         account: Option<&ServiceAccountCoordinates>,
     ) -> bool {
+        match self.verification(image, image_ref) {
+            Verification::Use => false,
+            Verification::Pull => true,
+            Verification::Credentials(allowed) => {
+                !self.presents(image, image_ref, &allowed, secrets, account)
+            }
+        }
+    }
+
+    /// What [`ImageManager::must_verify`] decides before it looks at the
+    /// pod's credentials: use the image, pull it, or compare the pod's
+    /// credentials with those recorded (the kubelet's `MustAttemptImagePull`
+    /// asks for them, and so runs credential providers, only then).
+    fn verification(&self, image: &str, image_ref: &str) -> Verification {
         let Some(records) = &self.records else {
-            return false;
+            return Verification::Use;
         };
         let policy = &self.policy;
+        let by_policy = |pulled: bool| {
+            if policy.requires_verification(image_name(image), pulled) {
+                Verification::Pull
+            } else {
+                Verification::Use
+            }
+        };
         let record = match records.pulled(image_ref) {
             Ok(Some(r)) => r,
-            Ok(None) => {
-                // Preloaded, unless a pull of it was cut short.
-                let pulled = records.pulling(image);
-                return policy.requires_verification(image_name(image), pulled);
-            }
+            // Preloaded, unless a pull of it was cut short.
+            Ok(None) => return by_policy(records.pulling(image)),
             Err(e) => {
                 warn!(error = %e, image, "image pull record; verifying the pod's credentials");
-                return true;
+                return Verification::Pull;
             }
         };
         // The record is of the image's content. An image named by its ID
@@ -224,13 +242,13 @@ impl ImageManager {
         // goes further and verifies every ID of an image it pulled).
         if is_image_id(image) {
             if !policy.requires_verification(image, true) {
-                return false;
+                return Verification::Use;
             }
-            return !record.credential_mapping.values().any(|allowed| {
-                allowed.node_pods_accessible
-                    || matching(allowed, secrets).is_some()
-                    || account.is_some_and(|a| allowed.service_accounts.contains(a))
-            });
+            let allowed: Vec<PullCredentials> = record.credential_mapping.into_values().collect();
+            if allowed.iter().any(|a| a.node_pods_accessible) {
+                return Verification::Use;
+            }
+            return Verification::Credentials(allowed);
         }
         // The credentials recorded for this repository, under any of its
         // spellings (`x`, `docker.io/library/x`: the runtime resolves them
@@ -239,37 +257,59 @@ impl ImageManager {
         let repository = crate::registry::normalized_repository(image);
         let allowed = record
             .credential_mapping
-            .iter()
+            .into_iter()
             .find(|(name, _)| crate::registry::normalized_repository(name) == repository)
             .map(|(_, allowed)| allowed);
         // Another repository the agent never pulled this content under came
         // onto the node another way: preloaded, unless a pull of this name
         // was cut short.
         let Some(allowed) = allowed else {
-            let pulled = records.pulling(image);
-            return policy.requires_verification(image_name(image), pulled);
+            return by_policy(records.pulling(image));
         };
-        if !policy.requires_verification(image_name(image), true) {
+        if !policy.requires_verification(image_name(image), true) || allowed.node_pods_accessible {
+            return Verification::Use;
+        }
+        Verification::Credentials(vec![allowed])
+    }
+
+    /// Whether a pod presenting `secrets` and running as `account` holds one
+    /// of the credentials `allowed` records for the present image; a
+    /// matching secret of an image named by name is remembered too (a new
+    /// one with a known credential, or a known one whose credential
+    /// changed), as the kubelet does.
+    fn presents(
+        &self,
+        image: &str,
+        image_ref: &str,
+        allowed: &[PullCredentials],
+        secrets: &[PullSecret],
+        account: Option<&ServiceAccountCoordinates>,
+    ) -> bool {
+        // A provider gave the pod's service account a credential that
+        // pulled it (the kubelet's `KubernetesServiceAccounts`).
+        let by_account =
+            |a: &PullCredentials| account.is_some_and(|s| a.service_accounts.contains(s));
+        if is_image_id(image) {
+            return allowed
+                .iter()
+                .any(|a| matching(a, secrets).is_some() || by_account(a));
+        }
+        let Some(first) = allowed.first() else {
             return false;
-        }
-        if allowed.node_pods_accessible {
-            return false;
-        }
-        let Some(matching) = matching(allowed, secrets) else {
-            // A provider gave the pod's service account a credential that
-            // pulled it (the kubelet's `KubernetesServiceAccounts`).
-            return !account.is_some_and(|a| allowed.service_accounts.contains(a));
         };
-        // Remember the pod's secret too (a new one with a known credential,
-        // or a known one whose credential changed), as the kubelet does.
-        let creds = PullCredentials {
-            secrets: vec![matching.clone()],
-            ..PullCredentials::default()
+        let Some(matching) = matching(first, secrets) else {
+            return by_account(first);
         };
-        if let Err(e) = records.record(image, image_ref, &creds, Timestamp::now()) {
-            warn!(error = %e, image, "update image pull record");
+        if let Some(records) = &self.records {
+            let creds = PullCredentials {
+                secrets: vec![matching.clone()],
+                ..PullCredentials::default()
+            };
+            if let Err(e) = records.record(image, image_ref, &creds, Timestamp::now()) {
+                warn!(error = %e, image, "update image pull record");
+            }
         }
-        false
+        true
     }
 
     fn with_backoffs<T>(&self, uid: &str, f: impl FnOnce(&mut Backoffs) -> T) -> T {
@@ -356,12 +396,22 @@ impl ImageManager {
         };
         let mut keyring = None;
         if let Some(found) = present.filter(|_| policy != "Always") {
-            // Boxed, as below: the secrets' API calls make a large future.
-            let ring = Box::pin(self.pull_credentials(pod, image)).await;
-            let secrets = pod_secrets(&ring, image);
-            let account = pod_account(&ring, image);
-            keyring = Some(ring);
-            if !self.must_verify(image, &found.id, &secrets, account.as_ref()) {
+            // The pod's credentials (its secrets' API calls, the credential
+            // providers' runs) are sought only when the record asks for
+            // them.
+            let verified = match self.verification(image, &found.id) {
+                Verification::Use => true,
+                Verification::Pull => false,
+                Verification::Credentials(allowed) => {
+                    // Boxed, as below: the secrets' API calls make a large future.
+                    let ring = Box::pin(self.pull_credentials(pod, image)).await;
+                    let secrets = pod_secrets(&ring, image);
+                    let account = pod_account(&ring, image);
+                    keyring = Some(ring);
+                    self.presents(image, &found.id, &allowed, &secrets, account.as_ref())
+                }
+            };
+            if verified {
                 let note = format!("Container image \"{image}\" already present on machine");
                 self.event(pod, name, EventType::Normal, event::PULLED, note);
                 return Ok(ImageInfo::from_cri(found));
@@ -671,6 +721,16 @@ fn pod_secrets(keyring: &Keyring, image: &str) -> Vec<PullSecret> {
             })
         })
         .collect()
+}
+
+/// What a present image's record asks of a pod ([`ImageManager::verification`]).
+enum Verification {
+    /// The pod may use it as it is.
+    Use,
+    /// The pod must pull it.
+    Pull,
+    /// The pod may use it if it presents one of these recorded credentials.
+    Credentials(Vec<PullCredentials>),
 }
 
 /// The first service account a credential provider was given a token of
@@ -1151,7 +1211,11 @@ mod tests {
             ("crash", "echo broken >&2; exit 1"),
         ] {
             let exe = bin.join(name);
-            std::fs::write(&exe, format!("#!/bin/sh\ncat >/dev/null\n{body}\n")).unwrap();
+            std::fs::write(
+                &exe,
+                format!("#!/bin/sh\necho run >> \"$0.count\"\ncat >/dev/null\n{body}\n"),
+            )
+            .unwrap();
             std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         let attrs = if token {
