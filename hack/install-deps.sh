@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing rustlet needs on a fresh Debian machine:
 # the Debian packages (runc, CNI plugins, protoc, busybox-static, iproute2,
-# iptables, openssl, a C toolchain for the e2e busybox, ...) and checks for the Go and Rust toolchains.
+# iptables, openssl, a C toolchain for the e2e busybox, dbus-daemon for the
+# graceful node shutdown tests, ...) and checks for the Go and Rust toolchains.
 # Idempotent: installs only what is missing.
 set -euo pipefail
 PROG=install-deps
@@ -10,7 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 packages=(containernetworking-plugins runc protobuf-compiler busybox-static iproute2 iptables
   conntrack socat openssl jq psmisc procps util-linux curl ca-certificates apache2-utils
-  gcc make libc6-dev bzip2)
+  gcc make libc6-dev bzip2 dbus-daemon)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

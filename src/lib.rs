@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod names;
 pub mod node;
 pub mod node_selector;
+pub mod node_shutdown;
 pub mod paths;
 pub mod plugin_manager;
 pub mod pod;

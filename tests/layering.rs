@@ -76,7 +76,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "the pod worker and the node object",
-        &["pod", "node", "eviction"],
+        &["pod", "node", "eviction", "node_shutdown"],
     ),
     ("the node API", &["server", "pod_resources"]),
     // `bin`: the other programs built on the library (the test CSI driver).
@@ -95,6 +95,7 @@ const SKIPPED: &[&str] = &[
     "src/stats/cadvisor/tests.rs",
     "src/device_manager/tests.rs",
     "src/credential_provider/tests.rs",
+    "src/node_shutdown/tests.rs",
     "src/pod/proptests.rs",
 ];
 
