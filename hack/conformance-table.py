@@ -980,7 +980,8 @@ def section_header(s):
            "(its summary and the selected tests of its JUnit reports) in `docs/conformance/<set>/<agent>/`, "
            "from which this page can be made again. Do not edit by hand: rerun the suites and the script.")
     yield ""
-    yield (f"One sitting: the runs started {sitting}. Kubernetes {', '.join(versions)} (the test binaries, "
+    one = len({r.info.get("binaries", "not recorded") for r in s.real_runs}) == 1
+    yield (f"{'One sitting: the' if one else 'The'} runs started {sitting}. Kubernetes {', '.join(versions)} (the test binaries, "
            f"the control plane and the kubelet), ginkgo {', '.join(ginkgos)}, on the local one-node cluster "
            "(`hack/local-up.sh`): containerd 2 with runc and bridge CNI, images built locally "
            "(`hack/images.sh`), no cluster DNS, no kube-proxy, no network beyond this machine.")
@@ -1000,13 +1001,32 @@ def section_header(s):
 
 def binaries_line(runs):
     """What the runs ran: one digest of the upstream binaries and one rustlet
-    binary for all of them, or a warning naming each run's."""
+    binary for all of them; else, when each result set's runs (kubelet and
+    rustlet) share theirs, the sets of each digest; else a warning naming
+    each run's."""
     ids = sorted({r.info.get("binaries", "not recorded") for r in runs})
     rustlets = sorted({r.info["rustlet"] for r in runs if r.info.get("rustlet")})
     if len(ids) == 1 and len(rustlets) <= 1:
         who = f" and the same rustlet binary, built from {rustlets[0]}" if rustlets else ""
         yield (f"Every run used the same upstream binaries (digest `{ids[0]}` of `_output/bin`, "
                f"`binaries_id` in `hack/lib.sh`){who}.")
+        return
+    by_set = {}
+    for r in runs:
+        by_set.setdefault(r.set, []).append(r)
+    if all(len({x.info.get("binaries", "not recorded") for x in rs}) == 1 for rs in by_set.values()):
+        yield ("Not one set of binaries for every result set, but within each result set both agents "
+               "ran the same upstream binaries (digest of `_output/bin`, `binaries_id` in `hack/lib.sh`):")
+        yield ""
+        groups = {}
+        for name, rs in by_set.items():
+            groups.setdefault(rs[0].info.get("binaries", "not recorded"), []).append((name, rs))
+        for digest, members in groups.items():
+            names = ", ".join(f"`{name}`" for name, _ in members)
+            dates = sorted({x.info.get("date", "")[:10] for _, rs in members for x in rs if x.info.get("date")})
+            built = sorted({x.info["rustlet"] for _, rs in members for x in rs if x.info.get("rustlet")})
+            yield (f"- `{digest}`: {names}" + (f", run {' to '.join([dates[0], dates[-1]]) if len(dates) > 1 else dates[0]}" if dates else "")
+                   + (f"; rustlet built from {', '.join(built)}" if built else ""))
         return
     yield "**Not one set of binaries**: the runs differ in what they ran."
     yield ""
