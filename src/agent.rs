@@ -448,6 +448,8 @@ struct LoopParts {
     facts: NodeFacts,
     /// Where the eviction manager publishes the node's pressures.
     pressures_tx: tokio::sync::watch::Sender<Vec<crate::eviction::Pressure>>,
+    /// Where the node shutdown manager says a shutdown is under way.
+    shutdown_tx: tokio::sync::watch::Sender<bool>,
     /// The registered CSI drivers.
     drivers: crate::plugin_manager::Drivers,
     /// The pod cgroups, for the stats.
@@ -483,6 +485,7 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
     let (base, rotation, owner) = connect(args).await?;
     let facts = node_facts(&base)?;
     let (pressures_tx, pressures) = tokio::sync::watch::channel(Vec::new());
+    let (shutdown_tx, shutting_down) = tokio::sync::watch::channel(false);
     // CSI drivers register through <root-dir>/plugins_registry; the volume
     // manager sets up their volumes.
     let drivers = crate::plugin_manager::Drivers::default();
@@ -509,7 +512,8 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
         async move { dra.wipe_resource_slices().await }
     });
     tokio::spawn(dra.clone().run_probes());
-    let (node_store, devices) = start_node_loops(&base, &facts, &pressures, &drivers, &dra)?;
+    let (node_store, devices) =
+        start_node_loops(&base, &facts, (&pressures, &shutting_down), &drivers, &dra)?;
     let node = NodeParts {
         volumes,
         cgroups,
@@ -517,6 +521,7 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
         dra,
         node_store,
         pressures,
+        shutting_down,
     };
     let (ctx, pods) = pod_worker(&base, &facts, node);
     serve_pod_resources(&base.settings, &pods.store, &ctx)?;
@@ -529,6 +534,7 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
         loops: LoopParts {
             facts,
             pressures_tx,
+            shutdown_tx,
             drivers,
             stats_cgroups,
         },
@@ -826,7 +832,10 @@ fn node_facts(base: &Base) -> anyhow::Result<NodeFacts> {
 fn start_node_loops(
     base: &Base,
     facts: &NodeFacts,
-    pressures: &tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
+    (pressures, shutting_down): (
+        &tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
+        &tokio::sync::watch::Receiver<bool>,
+    ),
     drivers: &crate::plugin_manager::Drivers,
     dra: &crate::dra::DraManager,
 ) -> anyhow::Result<(
@@ -865,6 +874,7 @@ fn start_node_loops(
             store: node_store.clone(),
             pressures: pressures.clone(),
             devices: Some(devices.clone()),
+            shutting_down: shutting_down.clone(),
         },
         runtime.clone(),
         facts.cfg.clone(),
@@ -917,6 +927,8 @@ struct NodeParts {
     node_store: reflector::Store<k8s_openapi::api::core::v1::Node>,
     /// The node's pressures, from the eviction manager.
     pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
+    /// Whether a node shutdown is under way, from the node shutdown manager.
+    shutting_down: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The pod worker's context and the pod controller's inputs: the PLEG, the
@@ -1012,6 +1024,7 @@ fn pod_worker(
         pleg_connected,
         node_store: node.node_store,
         pressures: node.pressures,
+        shutting_down: node.shutting_down,
         sources: sources.clone(),
         allocations: crate::pod::allocation::Allocations::load(&settings.root_dir),
     }));
@@ -1273,6 +1286,7 @@ fn start_loops(
             ..
         },
         pressures_tx,
+        shutdown_tx,
         drivers,
         stats_cgroups,
     } = loops;
@@ -1318,6 +1332,29 @@ fn start_loops(
         image_gc,
         pressures_tx,
     ));
+    // Graceful node shutdown, when a grace period is configured (the
+    // kubelet's manager stub otherwise).
+    let periods = crate::node_shutdown::plan::periods(
+        settings.shutdown_grace_period,
+        settings.shutdown_grace_period_critical_pods,
+        &settings.shutdown_grace_period_by_pod_priority,
+    );
+    if !periods.is_empty() {
+        tokio::spawn(crate::node_shutdown::manager::run(
+            crate::node_shutdown::manager::Config {
+                node_name: node_name.clone(),
+                periods,
+                drop_in_dir: crate::node_shutdown::logind::DROP_IN_DIR.into(),
+                bus_address: None,
+            },
+            Arc::new(crate::pod::eviction_pods::EvictionPods::new(
+                ctx.clone(),
+                container_gc,
+            )),
+            ctx.recorder().clone(),
+            shutdown_tx,
+        ));
+    }
     tokio::spawn({
         let stats = stats.clone();
         async move { stats.sample().await }

@@ -128,6 +128,15 @@ pub struct Settings {
     /// holds, `pids.max`; 0 or below sets none, as the kubelet's pod
     /// container manager.
     pub pod_pids_limit: i64,
+    /// `shutdownGracePeriod` (0: no graceful node shutdown): how long a node
+    /// shutdown is held back while pods stop.
+    pub shutdown_grace_period: Duration,
+    /// `shutdownGracePeriodCriticalPods` (0): the part of
+    /// `shutdownGracePeriod` kept for critical pods, stopped last.
+    pub shutdown_grace_period_critical_pods: Duration,
+    /// `shutdownGracePeriodByPodPriority` (empty): grace periods by pod
+    /// priority, instead of the two above.
+    pub shutdown_grace_period_by_pod_priority: Vec<PriorityPeriod>,
     /// `enforceNodeAllocatable` (`[pods]`): with `pods`, the `kubepods`
     /// cgroup is limited to the node's capacity less what is reserved.
     pub enforce_node_allocatable: Vec<String>,
@@ -409,6 +418,9 @@ impl Default for Settings {
             cgroups_per_qos: true,
             cgroup_root: "/".into(),
             pod_pids_limit: -1,
+            shutdown_grace_period: Duration::ZERO,
+            shutdown_grace_period_critical_pods: Duration::ZERO,
+            shutdown_grace_period_by_pod_priority: Vec::new(),
             enforce_node_allocatable: vec!["pods".into()],
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
@@ -493,6 +505,8 @@ impl Settings {
             "cgroupsPerQOS": self.cgroups_per_qos,
             "cgroupRoot": self.cgroup_root,
             "podPidsLimit": self.pod_pids_limit,
+            "shutdownGracePeriod": go_duration(self.shutdown_grace_period),
+            "shutdownGracePeriodCriticalPods": go_duration(self.shutdown_grace_period_critical_pods),
             "enforceNodeAllocatable": self.enforce_node_allocatable,
             "tlsCertFile": self.tls_cert_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             "tlsPrivateKeyFile": self.tls_private_key_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
@@ -552,6 +566,12 @@ impl Settings {
                     doc.extend(more);
                 }
             }
+            // Shown when empty too (the kubelet omits it): written back,
+            // it reads as unset.
+            doc.insert(
+                "shutdownGracePeriodByPodPriority".into(),
+                serde_json::json!(self.shutdown_grace_period_by_pod_priority),
+            );
         }
         doc
     }
@@ -617,6 +637,18 @@ impl Settings {
     }
 }
 
+/// One entry of `shutdownGracePeriodByPodPriority`: pods of at least
+/// `priority` (up to the next entry's) get `seconds` to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PriorityPeriod {
+    /// The lowest priority of the group.
+    pub priority: i32,
+    /// The group's grace period, seconds.
+    #[serde(rename = "shutdownGracePeriodSeconds")]
+    pub seconds: i64,
+}
+
 /// `bytes` as a quantity in the largest binary unit that divides it: `10Mi`,
 /// `2Mi` for a 2048 KiB huge page; plain bytes otherwise.
 #[must_use]
@@ -638,6 +670,8 @@ pub const HONOURED_GATES: &[&str] = &[
     "EnvFiles",
     "ExecProbeTimeout",
     "ExtendWebSocketsToKubelet",
+    "GracefulNodeShutdown",
+    "GracefulNodeShutdownBasedOnPodPriority",
     "HostnameOverride",
     "ImageMaximumGCAge",
     "ImageVolume",
@@ -692,6 +726,9 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "tlsPrivateKeyFile",
     "cgroupDriver",
     "podPidsLimit",
+    "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods",
+    "shutdownGracePeriodByPodPriority",
     "kubeAPIQPS",
     "kubeAPIBurst",
     "eventRecordQPS",
@@ -1010,6 +1047,14 @@ struct KubeletConfiguration {
     /// `podPidsLimit`.
     #[serde(deserialize_with = "pids_limit")]
     pod_pids_limit: Option<i64>,
+    /// `shutdownGracePeriod`.
+    #[serde(deserialize_with = "duration")]
+    shutdown_grace_period: Option<Duration>,
+    /// `shutdownGracePeriodCriticalPods`.
+    #[serde(deserialize_with = "duration")]
+    shutdown_grace_period_critical_pods: Option<Duration>,
+    /// `shutdownGracePeriodByPodPriority`.
+    shutdown_grace_period_by_pod_priority: Option<Vec<PriorityPeriod>>,
     /// `kubeAPIQPS`.
     #[serde(rename = "kubeAPIQPS", deserialize_with = "rate")]
     kube_api_qps: Option<u32>,
@@ -1321,6 +1366,15 @@ impl KubeletConfiguration {
         set(&mut s.cgroups_per_qos, self.cgroups_per_qos);
         set(&mut s.cgroup_root, self.cgroup_root.clone());
         set(&mut s.pod_pids_limit, self.pod_pids_limit);
+        set(&mut s.shutdown_grace_period, self.shutdown_grace_period);
+        set(
+            &mut s.shutdown_grace_period_critical_pods,
+            self.shutdown_grace_period_critical_pods,
+        );
+        set(
+            &mut s.shutdown_grace_period_by_pod_priority,
+            self.shutdown_grace_period_by_pod_priority.clone(),
+        );
         set(
             &mut s.enforce_node_allocatable,
             self.enforce_node_allocatable.clone(),
@@ -1629,6 +1683,40 @@ fn validate(path: &Path, s: &Settings) -> Result<(), Error> {
             path,
             "imageMaximumGCAge",
             "more than imageMinimumGCAge, or 0",
+        ));
+    }
+    // Graceful node shutdown, as the kubelet's validation (the gates
+    // GracefulNodeShutdown and GracefulNodeShutdownBasedOnPodPriority are
+    // on, and stay so here).
+    let (grace, critical) = (
+        s.shutdown_grace_period,
+        s.shutdown_grace_period_critical_pods,
+    );
+    if critical > grace {
+        return Err(bad(
+            path,
+            "shutdownGracePeriodCriticalPods",
+            &format!(
+                "at most shutdownGracePeriod (invalid configuration: shutdownGracePeriodCriticalPods {} must be <= shutdownGracePeriod {})",
+                go_duration(critical),
+                go_duration(grace)
+            ),
+        ));
+    }
+    for (field, d) in [
+        ("shutdownGracePeriod", grace),
+        ("shutdownGracePeriodCriticalPods", critical),
+    ] {
+        if !d.is_zero() && d < Duration::from_secs(1) {
+            return Err(bad(path, field, "either zero or otherwise >= 1 sec"));
+        }
+    }
+    let two_periods = !grace.is_zero() || !critical.is_zero();
+    if !s.shutdown_grace_period_by_pod_priority.is_empty() && two_periods {
+        return Err(bad(
+            path,
+            "shutdownGracePeriodByPodPriority",
+            "empty when shutdownGracePeriod is set (invalid configuration: Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the same time)",
         ));
     }
     // A limit above 1 needs parallel pulls.
@@ -2175,8 +2263,6 @@ volumeStatsAggPeriod: 0s
                 "cpuManagerReconcilePeriod",
                 "healthzBindAddress",
                 "healthzPort",
-                "shutdownGracePeriod",
-                "shutdownGracePeriodCriticalPods",
                 "streamingConnectionIdleTimeout",
                 "syncFrequency",
             ]
@@ -2573,6 +2659,76 @@ volumeStatsAggPeriod: 0s
     /// `podPidsLimit` is read as the kubelet reads it; an unset
     /// `nodeStatusReportFrequency` follows an explicit
     /// `nodeStatusUpdateFrequency`, as the kubelet's defaulting.
+    #[test]
+    fn shutdown_grace_periods_are_read_and_checked_as_the_kubelets() {
+        let mut s = Settings::default();
+        let text = "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n";
+        assert!(
+            apply_file_text(&mut s, Path::new("k.yaml"), text)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(s.shutdown_grace_period, Duration::from_secs(30));
+        assert_eq!(
+            s.shutdown_grace_period_critical_pods,
+            Duration::from_secs(10)
+        );
+        let doc = s.kubelet_configuration();
+        assert_eq!(doc["shutdownGracePeriod"], "30s");
+        assert_eq!(doc["shutdownGracePeriodCriticalPods"], "10s");
+        assert_eq!(
+            doc["shutdownGracePeriodByPodPriority"],
+            serde_json::json!([])
+        );
+        let mut s = Settings::default();
+        let text = "shutdownGracePeriodByPodPriority:\n- {priority: 100, shutdownGracePeriodSeconds: 10}\n- {priority: 0, shutdownGracePeriodSeconds: 20}\n";
+        apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert_eq!(
+            s.shutdown_grace_period_by_pod_priority,
+            [
+                PriorityPeriod {
+                    priority: 100,
+                    seconds: 10
+                },
+                PriorityPeriod {
+                    priority: 0,
+                    seconds: 20
+                }
+            ]
+        );
+        assert_eq!(
+            s.kubelet_configuration()["shutdownGracePeriodByPodPriority"][1]["shutdownGracePeriodSeconds"],
+            20
+        );
+        for (text, field, why) in [
+            (
+                "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
+                "shutdownGracePeriodCriticalPods",
+                "must be <= shutdownGracePeriod 10s",
+            ),
+            (
+                "shutdownGracePeriod: 500ms\n",
+                "shutdownGracePeriod",
+                "either zero or otherwise >= 1 sec",
+            ),
+            (
+                "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority:\n- {priority: 0, shutdownGracePeriodSeconds: 5}\n",
+                "shutdownGracePeriodByPodPriority",
+                "Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod",
+            ),
+            (
+                "shutdownGracePeriodByPodPriority:\n- {priority: 0, seconds: 5}\n",
+                "shutdownGracePeriodByPodPriority",
+                "unknown field",
+            ),
+        ] {
+            let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), text)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(field) && err.contains(why), "{text}: {err}");
+        }
+    }
+
     #[test]
     fn pod_pids_limit_and_the_report_frequency_default() {
         let mut s = Settings::default();

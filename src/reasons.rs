@@ -74,6 +74,12 @@ pub mod pod {
     /// The eviction manager evicted the pod (eviction's `Reason`); also the
     /// admission reason of a pod refused under node pressure.
     pub const EVICTED: &str = "Evicted";
+    /// The node shutdown manager stopped the pod before the node shut down
+    /// (the kubelet's `nodeShutdownReason`).
+    pub const NODE_SHUTDOWN: &str = "Terminated";
+    /// The status message of such a pod (`nodeShutdownMessage`).
+    pub const NODE_SHUTDOWN_MESSAGE: &str =
+        "Pod was terminated in response to imminent node shutdown.";
     /// The condition type set on a pod the node is about to stop
     /// (`DisruptionTarget`).
     pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
@@ -238,6 +244,11 @@ pub mod node {
 /// Pod `status.reason` values of a pod the node does not admit, as the
 /// kubelet's admit handlers.
 pub mod admission {
+    /// The node is shutting down (the node shutdown manager's
+    /// `NodeShutdownNotAdmittedReason`).
+    pub const NODE_SHUTDOWN: &str = "NodeShutdown";
+    /// Its message (`nodeShutdownNotAdmittedMessage`).
+    pub const NODE_SHUTDOWN_MESSAGE: &str = "Pod was rejected as the node is shutting down.";
     /// `spec.os.name` is not this node's OS (`predicateAdmitHandler`'s `PodOSNotSupported`).
     pub const POD_OS_NOT_SUPPORTED: &str = "PodOSNotSupported";
     /// A sysctl is not allowed (sysctl allowlist's `ForbiddenReason`, `SysctlForbidden`).

@@ -264,6 +264,7 @@ async fn evict(
         annotations,
     );
     let eviction = Eviction {
+        reason: crate::reasons::pod::EVICTED,
         message: text,
         disruption,
         grace,

@@ -21,6 +21,9 @@ use k8s_openapi::jiff::Timestamp;
 /// [`crate::pod_core::status::evicting`] builds from this record).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Eviction {
+    /// The status reason: `Evicted`, or `Terminated` for the node shutdown
+    /// manager's kills ([`crate::reasons::pod`]).
+    pub reason: &'static str,
     /// The status message (`The node was low on resource: ...`).
     pub message: String,
     /// True for a threshold eviction: the `DisruptionTarget` condition.

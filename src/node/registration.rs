@@ -143,6 +143,8 @@ pub struct Observed {
     pub pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
     /// The device plugins' resources (None: no device manager).
     pub devices: Option<crate::device_manager::DeviceManager>,
+    /// Whether a node shutdown is under way (the node shutdown manager's).
+    pub shutting_down: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Computes node status every `nodeStatusUpdateFrequency`, and at once when
@@ -165,7 +167,9 @@ pub async fn status_loop(
         store,
         mut pressures,
         devices,
+        mut shutting_down,
     } = seen;
+    let mut shutdown_open = true;
     let mut device_changes = devices
         .as_ref()
         .map(crate::device_manager::DeviceManager::subscribe);
@@ -187,6 +191,11 @@ pub async fn status_loop(
             _ = tick.tick() => {}
             changed = pressures.changed(), if pressures_open => {
                 pressures_open = changed.is_ok();
+            }
+            // A shutdown began or was cancelled (the kubelet's shutdown
+            // manager syncs node status at once).
+            changed = shutting_down.changed(), if shutdown_open => {
+                shutdown_open = changed.is_ok();
             }
             // A device plugin's devices changed (the kubelet's device
             // manager calls for a node status update).
@@ -211,7 +220,8 @@ pub async fn status_loop(
                 }
             },
         };
-        let facts = runtime_facts(&runtime, &version, cfg.max_images).await;
+        let mut facts = runtime_facts(&runtime, &version, cfg.max_images).await;
+        facts.shutting_down = *shutting_down.borrow();
         let current = pressures.borrow().clone();
         let mut new = super::status::status(
             &cfg,

@@ -33,6 +33,9 @@ pub struct RuntimeFacts {
     /// The runtime's handlers as `status.runtimeHandlers` lists them
     /// ([`runtime_handlers`]); None keeps the list the Node has.
     pub runtime_handlers: Option<Vec<NodeRuntimeHandler>>,
+    /// The node shutdown manager's: a shutdown is under way (Ready false,
+    /// as the kubelet's `ShutdownStatus` in its `ReadyCondition`).
+    pub shutting_down: bool,
 }
 
 /// The most runtime handlers the Node lists ([`runtime_handlers`]).
@@ -556,6 +559,9 @@ pub fn status(
     }
     if let Some(n) = &rt.network_not_ready {
         problems.push(format!("container runtime network not ready: {n}"));
+    }
+    if rt.shutting_down {
+        problems.push("node is shutting down".to_string());
     }
     let ready = problems.is_empty();
     let mut addresses: Vec<NodeAddress> = cfg
@@ -1237,6 +1243,14 @@ mod tests {
         assert_eq!(ready(&s3).status, "False");
         assert_eq!(ready(&s3).reason.as_deref(), Some("KubeletNotReady"));
         assert!(ready(&s3).message.unwrap().contains("network not ready"));
+        let down = RuntimeFacts {
+            version: "containerd://2.4.2".into(),
+            shutting_down: true,
+            ..Default::default()
+        };
+        let s4 = status(&cfg(), &machine(), &down, Some(&s3), t(30), &[]);
+        assert_eq!(ready(&s4).reason.as_deref(), Some("KubeletNotReady"));
+        assert_eq!(ready(&s4).message.as_deref(), Some("node is shutting down"));
         let pressure = s3
             .conditions
             .as_ref()

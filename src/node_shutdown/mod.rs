@@ -7,6 +7,7 @@
 //! the shutdown goes on.
 
 pub mod logind;
+pub mod manager;
 pub mod plan;
 
 #[cfg(test)]

@@ -14,17 +14,7 @@ pub const DEFAULT_PRIORITY: i32 = 0;
 /// `system-cluster-critical` and above (`SystemCriticalPriority`).
 pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 
-/// One entry of `shutdownGracePeriodByPodPriority`: pods of at least
-/// `priority` (up to the next entry's) get `seconds` to stop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PriorityPeriod {
-    /// The lowest priority of the group.
-    pub priority: i32,
-    /// The group's grace period, seconds.
-    #[serde(rename = "shutdownGracePeriodSeconds")]
-    pub seconds: i64,
-}
+pub use crate::config::PriorityPeriod;
 
 /// The groups, lowest priority first: `by_priority` when given, else the
 /// two of `grace` and `critical` (regular pods get `grace - critical`,

@@ -60,6 +60,14 @@ pub async fn admission(
     if let Some(r) = crate::eviction::admit(pod, kind, &pressures) {
         return Ok(Verdict::Reject(r));
     }
+    // The node shutdown manager's handler: no pod starts on a node that is
+    // shutting down.
+    if ctx.node_shutting_down() {
+        return Ok(Verdict::Reject(Rejection {
+            reason: crate::reasons::admission::NODE_SHUTDOWN.into(),
+            message: crate::reasons::admission::NODE_SHUTDOWN_MESSAGE.into(),
+        }));
+    }
     let node = ctx.node();
     let supplemental_groups_policy = if admit::wants_strict_supplemental_groups(pod) {
         let status = ctx.cri().status().await?;

@@ -92,6 +92,7 @@ pub struct Context {
     admission: AdmissionManager,
     /// The node's pressure conditions, from the eviction manager.
     pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
+    shutting_down: tokio::sync::watch::Receiver<bool>,
     /// Pod UID → the eviction the eviction manager decided for it (killed
     /// through [`super::eviction_pods::EvictionPods`]).
     evictions: std::sync::Mutex<std::collections::HashMap<String, Eviction>>,
@@ -156,6 +157,8 @@ pub struct Parts {
     pub node_store: Store<Node>,
     /// The node's pressure conditions, from the eviction manager.
     pub pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
+    /// Whether a node shutdown is under way, from the node shutdown manager.
+    pub shutting_down: tokio::sync::watch::Receiver<bool>,
     /// The pod sources.
     pub sources: super::sources::PodSources,
     /// The resources each admitted pod was given.
@@ -176,6 +179,7 @@ impl Context {
             node_store: parts.node_store,
             admission: AdmissionManager::new(),
             pressures: parts.pressures,
+            shutting_down: parts.shutting_down,
             evictions: std::sync::Mutex::default(),
             sources: parts.sources,
             allocations: parts.allocations,
@@ -293,6 +297,12 @@ impl Context {
     #[must_use]
     pub fn pressures(&self) -> Vec<crate::eviction::Pressure> {
         self.pressures.borrow().clone()
+    }
+
+    /// Whether a node shutdown is under way now.
+    #[must_use]
+    pub fn node_shutting_down(&self) -> bool {
+        *self.shutting_down.borrow()
     }
 
     /// The pod sources.

@@ -55,6 +55,7 @@ impl crate::eviction::Pods for EvictionPods {
         let pod = self.ctx.status().with_sent_status(Arc::new(pod.clone()));
         let status = crate::pod_core::status::evicting(
             &pod,
+            eviction.reason,
             &eviction.message,
             eviction.disruption,
             eviction.at,

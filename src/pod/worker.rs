@@ -215,7 +215,13 @@ fn seen(pod: Arc<Pod>, uid: &str, ctx: &Context) -> Seen {
     let pod = match &eviction {
         Some(e) if !kind.is_terminal && !crate::pod_core::spec::is_evicted(&pod) => {
             let mut evicted = (*pod).clone();
-            evicted.status = Some(status::evicting(&pod, &e.message, e.disruption, e.at));
+            evicted.status = Some(status::evicting(
+                &pod,
+                e.reason,
+                &e.message,
+                e.disruption,
+                e.at,
+            ));
             Arc::new(evicted)
         }
         _ => pod,

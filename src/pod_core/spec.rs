@@ -137,9 +137,9 @@ pub fn is_terminal(pod: &Pod) -> bool {
         .is_some_and(crate::reasons::phase::is_terminal)
 }
 
-/// True for a pod the eviction manager marked (status reason `Evicted`)
-/// that has not reached its terminal phase yet: its containers are stopped
-/// and it fails.
+/// True for a pod the eviction manager or the node shutdown manager marked
+/// (status reason `Evicted` or `Terminated`) that has not reached its
+/// terminal phase yet: its containers are stopped and it fails.
 #[must_use]
 pub fn is_evicted(pod: &Pod) -> bool {
     !is_terminal(pod)
@@ -147,7 +147,9 @@ pub fn is_evicted(pod: &Pod) -> bool {
             .status
             .as_ref()
             .and_then(|s| s.reason.as_deref())
-            .is_some_and(|r| r == crate::reasons::pod::EVICTED)
+            .is_some_and(|r| {
+                r == crate::reasons::pod::EVICTED || r == crate::reasons::pod::NODE_SHUTDOWN
+            })
 }
 
 /// The grace period of an evicted pod's containers, in seconds: the

@@ -1122,16 +1122,23 @@ pub fn rejected(pod: &Pod, rejection: &super::admit::Rejection) -> PodStatus {
     }
 }
 
-/// The status that marks `pod` evicted, as the eviction manager's status
-/// function: reason `Evicted` and `message`, and for a threshold eviction
-/// (`disruption`) the `DisruptionTarget` condition (reason
-/// `TerminationByKubelet`, the same message), which local storage
-/// evictions do not set; the pod worker then stops its containers and fails
-/// it ([`super::spec::is_evicted`]).
+/// The status that marks `pod` stopped by the node, as the eviction
+/// manager's and the node shutdown manager's status functions: `reason`
+/// (`Evicted`, or `Terminated` for a node shutdown) and `message`, and for
+/// a threshold eviction or a shutdown (`disruption`) the `DisruptionTarget`
+/// condition (reason `TerminationByKubelet`, the same message), which
+/// local storage evictions do not set; the pod worker then stops its
+/// containers and fails it ([`super::spec::is_evicted`]).
 #[must_use]
-pub fn evicting(pod: &Pod, message: &str, disruption: bool, now: Timestamp) -> PodStatus {
+pub fn evicting(
+    pod: &Pod,
+    reason: &str,
+    message: &str,
+    disruption: bool,
+    now: Timestamp,
+) -> PodStatus {
     let mut st = pod.status.clone().unwrap_or_default();
-    st.reason = Some(crate::reasons::pod::EVICTED.into());
+    st.reason = Some(reason.into());
     st.message = Some(message.to_string());
     if !disruption {
         return st;

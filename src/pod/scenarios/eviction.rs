@@ -47,6 +47,7 @@ async fn an_eviction_whose_status_write_failed_still_stops_the_pod() {
     n.cri_calls();
     // Recorded, but the status never reached the API server.
     let eviction = crate::eviction::Eviction {
+        reason: crate::reasons::pod::EVICTED,
         message: "The node was low on resource: memory. ".into(),
         disruption: true,
         grace: 1,

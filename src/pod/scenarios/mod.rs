@@ -218,6 +218,7 @@ impl Node {
             pleg_connected: Arc::new(AtomicBool::new(false)),
             node_store,
             pressures: tokio::sync::watch::channel(Vec::new()).1,
+            shutting_down: tokio::sync::watch::channel(false).1,
             sources: pods.clone(),
             allocations: crate::pod::allocation::Allocations::in_memory(),
         }));
@@ -252,6 +253,7 @@ impl Node {
         use crate::eviction::Pods as _;
         let running = self.watched(name);
         let eviction = crate::eviction::Eviction {
+            reason: crate::reasons::pod::EVICTED,
             message: message.into(),
             disruption: true,
             grace: grace.unwrap_or(1),
