@@ -96,6 +96,7 @@ const SKIPPED: &[&str] = &[
     "src/device_manager/tests.rs",
     "src/credential_provider/tests.rs",
     "src/node_shutdown/tests.rs",
+    "src/node_shutdown/standin.rs",
     "src/pod/proptests.rs",
 ];
 

@@ -11,4 +11,6 @@ pub mod manager;
 pub mod plan;
 
 #[cfg(test)]
+mod standin;
+#[cfg(test)]
 mod tests;

@@ -87,17 +87,23 @@ pub fn kill_and_restart_agent() -> u32 {
 /// --agent rustlet`, reading the KubeletConfiguration `config`, or its usual
 /// one (`_output/local/rustlet.yaml`) with `None`.
 pub fn restart_agent(config: Option<&std::path::Path>) {
-    restart_agent_flagged(config, &[]);
+    restart_agent_flagged(config, &[], &[]);
 }
 
 /// Restarts the agent as [`restart_agent`] with the usual configuration and
 /// the flags `flags` besides (`RUSTLET_FLAGS` of `hack/local-up.sh`; none
 /// may hold a space).
 pub fn restart_agent_with_flags(flags: &[&str]) {
-    restart_agent_flagged(None, flags);
+    restart_agent_flagged(None, flags, &[]);
 }
 
-fn restart_agent_flagged(config: Option<&std::path::Path>, flags: &[&str]) {
+/// Restarts the agent as [`restart_agent`] with `config` and the
+/// environment variables `env` besides.
+pub fn restart_agent_env(config: Option<&std::path::Path>, env: &[(&str, &str)]) {
+    restart_agent_flagged(config, &[], env);
+}
+
+fn restart_agent_flagged(config: Option<&std::path::Path>, flags: &[&str], env: &[(&str, &str)]) {
     assert!(flags.iter().all(|f| !f.contains(' ')), "{flags:?}");
     let pid = agent_pid();
     let killed = std::process::Command::new("kill")
@@ -118,6 +124,7 @@ fn restart_agent_flagged(config: Option<&std::path::Path>, flags: &[&str]) {
         None => up.env_remove("RUSTLET_CONFIG"),
     };
     up.env("RUSTLET_FLAGS", flags.join(" "));
+    up.envs(env.iter().copied());
     assert!(
         up.status().expect("local-up").success(),
         "restart the agent"
