@@ -1346,6 +1346,11 @@ fn start_loops(
                 periods,
                 drop_in_dir: crate::node_shutdown::logind::DROP_IN_DIR.into(),
                 bus_address: None,
+                state_file: Some(
+                    settings
+                        .root_dir
+                        .join(crate::node_shutdown::manager::STATE_FILE),
+                ),
             },
             Arc::new(crate::pod::eviction_pods::EvictionPods::new(
                 ctx.clone(),

@@ -273,6 +273,11 @@ pub struct Metrics {
     /// `dra_resource_claims_in_use{driver_name}`: claims prepared or being
     /// prepared on the node, by driver and (`<any>`) in all.
     pub dra_resource_claims_in_use: Family<DriverName, Gauge>,
+    /// `kubelet_graceful_shutdown_start_time_seconds`: when the last
+    /// graceful node shutdown began, Unix seconds (0: never).
+    pub graceful_shutdown_start_time: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// `kubelet_graceful_shutdown_end_time_seconds`: when it ended.
+    pub graceful_shutdown_end_time: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// `kubelet_credential_provider_plugin_duration{plugin_name}`: runs of
     /// a credential provider plugin, seconds.
     pub credential_provider_plugin_duration: HistogramFamily<PluginName>,
@@ -332,6 +337,8 @@ impl Metrics {
             dra_operations_duration: Family::new_with_constructor(dra_histogram),
             dra_grpc_operations_duration: Family::new_with_constructor(dra_histogram),
             dra_resource_claims_in_use: Family::default(),
+            graceful_shutdown_start_time: Gauge::default(),
+            graceful_shutdown_end_time: Gauge::default(),
             credential_provider_plugin_duration: Family::new_with_constructor(def_histogram),
             credential_provider_plugin_errors: Family::default(),
             credential_provider_config_info: Family::default(),
@@ -431,6 +438,16 @@ impl Metrics {
             "pod_resources_endpoint_errors_get",
             "Number of requests to the PodResource Get endpoint which returned error. Broken down by server api version.",
             m.pod_resources_errors_get.clone(),
+        );
+        registry.register(
+            "graceful_shutdown_start_time_seconds",
+            "Last graceful shutdown start time since unix epoch in seconds",
+            m.graceful_shutdown_start_time.clone(),
+        );
+        registry.register(
+            "graceful_shutdown_end_time_seconds",
+            "Last graceful shutdown end time since unix epoch in seconds",
+            m.graceful_shutdown_end_time.clone(),
         );
         registry.register(
             "credential_provider_plugin_duration",

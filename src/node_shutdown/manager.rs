@@ -13,7 +13,7 @@
 //! over after a second. A host without logind (or without a bus) is said
 //! once, and the agent runs without graceful shutdown, as the kubelet does.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +47,72 @@ pub struct Config {
     pub drop_in_dir: PathBuf,
     /// The bus (None: the system bus).
     pub bus_address: Option<String>,
+    /// Where the last shutdown's start and end are kept
+    /// (`<root-dir>/graceful_node_shutdown_state`, [`STATE_FILE`]); None:
+    /// nowhere.
+    pub state_file: Option<PathBuf>,
+}
+
+/// The file name of the shutdown state in the root directory (the
+/// kubelet's `localStorageStateFile`).
+pub const STATE_FILE: &str = "graceful_node_shutdown_state";
+
+/// The last shutdown's start and end (the kubelet's `state`), RFC 3339.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct State {
+    /// When it began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Timestamp>,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Timestamp>,
+}
+
+/// Sets `kubelet_graceful_shutdown_{start,end}_time_seconds` from `state`.
+fn set_metrics(state: &State) {
+    let m = crate::metrics::metrics();
+    let secs = |t: Option<Timestamp>| t.map_or(0.0, |t| t.as_millisecond() as f64 / 1000.0);
+    m.graceful_shutdown_start_time
+        .set(secs(state.start_time).trunc());
+    m.graceful_shutdown_end_time
+        .set(secs(state.end_time).trunc());
+}
+
+/// The state kept at `path` (none when missing or unreadable: logged).
+fn load_state(path: &Path) -> State {
+    match std::fs::read(path) {
+        Ok(bytes) if bytes.len() <= 4096 => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            warn!(error = %e, "Failed to load graceful shutdown state");
+            State::default()
+        }),
+        Ok(_) => {
+            warn!("Failed to load graceful shutdown state: larger than 4 KiB");
+            State::default()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
+        Err(e) => {
+            warn!(error = %e, "Failed to load graceful shutdown state");
+            State::default()
+        }
+    }
+}
+
+/// Keeps `state` at `path`, atomically; a failure is logged.
+fn store_state(path: &Path, state: &State) {
+    let write = || -> std::io::Result<()> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        std::io::Write::write_all(
+            &mut tmp,
+            &serde_json::to_vec(state).map_err(std::io::Error::other)?,
+        )?;
+        tmp.persist(path).map_err(|e| e.error)?;
+        Ok(())
+    };
+    if let Err(e) = write() {
+        warn!(error = %e, "Failed to store graceful shutdown state");
+    }
 }
 
 /// Runs the manager until the bus cannot be reached at start (said once,
@@ -59,6 +125,9 @@ pub async fn run<P: Pods>(
     recorder: Recorder,
     shutting_down: watch::Sender<bool>,
 ) {
+    if let Some(path) = &cfg.state_file {
+        set_metrics(&load_state(path));
+    }
     let mut logind = match start(&cfg).await {
         Ok(l) => l,
         Err(e) => {
@@ -150,7 +219,20 @@ async fn watch<P: Pods>(
         );
         shutting_down.send_replace(active);
         if active {
+            let mut state = State {
+                start_time: Some(Timestamp::now()),
+                end_time: None,
+            };
+            set_metrics(&state);
+            if let Some(path) = &cfg.state_file {
+                store_state(path, &state);
+            }
             kill_pods(pods, &cfg.periods).await;
+            state.end_time = Some(Timestamp::now());
+            set_metrics(&state);
+            if let Some(path) = &cfg.state_file {
+                store_state(path, &state);
+            }
             drop(lock.take());
             info!(
                 "Shutdown manager completed processing shutdown event, node will shutdown shortly"

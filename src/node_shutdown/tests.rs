@@ -199,6 +199,7 @@ async fn a_shutdown_stops_pods_by_priority_then_releases_the_lock_and_a_cancella
         periods: super::plan::periods(Duration::from_secs(30), Duration::from_secs(10), &[]),
         drop_in_dir: drop_ins.path().to_path_buf(),
         bus_address: Some(bus.address.clone()),
+        state_file: Some(drop_ins.path().join(manager::STATE_FILE)),
     };
     let running = tokio::spawn(manager::run(cfg, pods.clone(), recorder, tx));
     until("the lock is taken", || {
@@ -254,6 +255,20 @@ async fn a_shutdown_stops_pods_by_priority_then_releases_the_lock_and_a_cancella
         );
         assert!(e.disruption);
     }
+    // The start and end kept, and in the kubelet's metrics.
+    let kept: manager::State =
+        serde_json::from_slice(&std::fs::read(drop_ins.path().join(manager::STATE_FILE)).unwrap())
+            .unwrap();
+    let (start, end) = (kept.start_time.unwrap(), kept.end_time.unwrap());
+    assert!(start <= end);
+    let text = crate::metrics::metrics().encode().unwrap();
+    assert!(
+        text.contains(&format!(
+            "kubelet_graceful_shutdown_end_time_seconds {}",
+            end.as_second()
+        )),
+        "{text}"
+    );
     until("the NodeShutdown event", || {
         api.events().contains(&(
             "NodeShutdown".into(),
@@ -296,6 +311,7 @@ async fn without_a_bus_the_manager_says_so_and_ends() {
         }],
         drop_in_dir: dir.path().to_path_buf(),
         bus_address: Some(format!("unix:path={}", dir.path().join("none").display())),
+        state_file: None,
     };
     let recorder = crate::events::Recorder::new(api.client(), "node-1".into());
     tokio::time::timeout(
