@@ -195,7 +195,8 @@ async fn a_shutdown_stops_pods_by_priority_reports_the_node_and_a_cancellation_u
     assert_eq!(st.reason.as_deref(), Some("NodeShutdown"));
     assert_eq!(
         st.message.as_deref(),
-        Some("Pod was rejected as the node is shutting down.")
+        Some("Pod was rejected: Pod was rejected as the node is shutting down."),
+        "the kubelet's rejectPod prefix and the shutdown manager's message"
     );
 
     // Cancelled: Ready again, the lock taken again, and pods run.
