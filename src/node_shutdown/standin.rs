@@ -193,3 +193,24 @@ pub fn held(seen: &Arc<Mutex<Seen>>, i: usize) -> bool {
         other => panic!("{other:?}"),
     }
 }
+
+/// Sends `PrepareForShutdown(active)` on `path` from a connection of its
+/// own to the bus at `address`, as the upstream node tests send it (not
+/// from logind's connection).
+pub async fn emit_prepare_for_shutdown(address: &str, path: &str, active: bool) {
+    let emitter = zbus::connection::Builder::address(address)
+        .expect("a bus address")
+        .build()
+        .await
+        .expect("a connection to the bus");
+    emitter
+        .emit_signal(
+            None::<()>,
+            path,
+            "org.freedesktop.login1.Manager",
+            "PrepareForShutdown",
+            &(active,),
+        )
+        .await
+        .expect("emit PrepareForShutdown");
+}

@@ -9,7 +9,9 @@ use std::time::Duration;
 use futures::StreamExt as _;
 
 use super::logind::{self, Logind};
-use super::standin::{held, serve, start_bus};
+use super::standin::{emit_prepare_for_shutdown, held, serve, start_bus};
+
+const LOGIN1: &str = "/org/freedesktop/login1";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_the_delay_and_the_shutdown_signal_go_over_the_bus_as_the_kubelets() {
@@ -62,36 +64,13 @@ async fn the_lock_the_delay_and_the_shutdown_signal_go_over_the_bus_as_the_kubel
     // PrepareForShutdown from anyone (here not logind's connection, as the
     // upstream tests send it), true then false.
     let mut signals = Box::pin(client.prepare_for_shutdown().await.unwrap());
-    let emitter = zbus::connection::Builder::address(bus.address.as_str())
-        .unwrap()
-        .build()
-        .await
-        .unwrap();
     for active in [true, false] {
-        emitter
-            .emit_signal(
-                None::<()>,
-                "/org/freedesktop/login1",
-                "org.freedesktop.login1.Manager",
-                "PrepareForShutdown",
-                &(active,),
-            )
-            .await
-            .unwrap();
+        emit_prepare_for_shutdown(&bus.address, LOGIN1, active).await;
         let got = tokio::time::timeout(Duration::from_secs(5), signals.next()).await;
         assert_eq!(got.unwrap(), Some(active));
     }
     // Another member or path is not it.
-    emitter
-        .emit_signal(
-            None::<()>,
-            "/org/freedesktop/login1/other",
-            "org.freedesktop.login1.Manager",
-            "PrepareForShutdown",
-            &(true,),
-        )
-        .await
-        .unwrap();
+    emit_prepare_for_shutdown(&bus.address, "/org/freedesktop/login1/other", true).await;
     let none = tokio::time::timeout(Duration::from_millis(300), signals.next()).await;
     assert!(
         none.is_err(),
@@ -213,26 +192,7 @@ async fn a_shutdown_stops_pods_by_priority_then_releases_the_lock_and_a_cancella
     );
     assert!(held(&seen, 0));
 
-    let emitter = zbus::connection::Builder::address(bus.address.as_str())
-        .unwrap()
-        .build()
-        .await
-        .unwrap();
-    let emit = |active: bool| {
-        let emitter = emitter.clone();
-        async move {
-            emitter
-                .emit_signal(
-                    None::<()>,
-                    "/org/freedesktop/login1",
-                    "org.freedesktop.login1.Manager",
-                    "PrepareForShutdown",
-                    &(active,),
-                )
-                .await
-                .unwrap();
-        }
-    };
+    let emit = |active: bool| emit_prepare_for_shutdown(&bus.address, LOGIN1, active);
     emit(true).await;
     tokio::time::timeout(Duration::from_secs(5), shutting_down.wait_for(|d| *d))
         .await

@@ -85,12 +85,6 @@ fn alive(proc: &Path) -> bool {
     })
 }
 
-/// The waiting reason of the pod's first container.
-fn waiting(p: Option<&Pod>) -> Option<String> {
-    p.and_then(|p| p.status.as_ref()?.container_statuses.clone())
-        .and_then(|cs| cs.first()?.state.clone()?.waiting?.reason)
-}
-
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn a_credential_provider_plugin_authenticates_pulls_and_hostile_ones_fail_alone() {
@@ -158,7 +152,7 @@ async fn a_credential_provider_plugin_authenticates_pulls_and_hostile_ones_fail_
         .await;
         wait_for(&client, &ns, mode, 60, "ErrImagePull", |p: Option<&Pod>| {
             matches!(
-                waiting(p).as_deref(),
+                p.and_then(waiting).as_deref(),
                 Some("ErrImagePull" | "ImagePullBackOff")
             )
         })

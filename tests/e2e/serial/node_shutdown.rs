@@ -130,25 +130,8 @@ async fn a_shutdown_stops_pods_by_priority_reports_the_node_and_a_cancellation_u
         wait_for(&client, &ns, name, 90, "Running", phase("Running")).await;
     }
 
-    let emitter = zbus::connection::Builder::address(bus.address.as_str())
-        .expect("address")
-        .build()
-        .await
-        .expect("a connection to the bus");
     let emit = |active: bool| {
-        let emitter = emitter.clone();
-        async move {
-            emitter
-                .emit_signal(
-                    None::<()>,
-                    "/org/freedesktop/login1",
-                    "org.freedesktop.login1.Manager",
-                    "PrepareForShutdown",
-                    &(active,),
-                )
-                .await
-                .expect("emit PrepareForShutdown");
-        }
+        standin::emit_prepare_for_shutdown(&bus.address, "/org/freedesktop/login1", active)
     };
     emit(true).await;
     for name in ["low", "high"] {
