@@ -498,6 +498,7 @@ impl CredentialProviders {
             .await
             .map_err(|e| format!("failed to get service account: {e}"))?;
         let present = sa.metadata.annotations.unwrap_or_default();
+        let uid = sa.metadata.uid.unwrap_or_default();
         let mut annotations = BTreeMap::new();
         for k in &attrs.required_service_account_annotation_keys {
             let Some(v) = present.get(k) else {
@@ -523,6 +524,9 @@ impl CredentialProviders {
                     expiration_seconds: TOKEN_SECONDS,
                     pod_name: pod.name.clone(),
                     pod_uid: pod.uid.clone(),
+                    // On the condition that the account read is the one
+                    // the token is for, as the kubelet's request.
+                    service_account_uid: Some(uid.clone()).filter(|u| !u.is_empty()),
                 },
             )
             .await
@@ -533,7 +537,7 @@ impl CredentialProviders {
             AccountKey {
                 namespace: pod.namespace.clone(),
                 name: pod.service_account.clone(),
-                uid: sa.metadata.uid.unwrap_or_default(),
+                uid,
                 annotations,
                 token_hash,
             },

@@ -322,6 +322,10 @@ async fn the_pods_service_account_token_and_annotations_go_to_the_plugin() {
         serde_json::json!(["registry.example.com"])
     );
     assert_eq!(tokens[0].body["spec"]["boundObjectRef"]["uid"], "pod-uid");
+    assert_eq!(
+        tokens[0].body["metadata"]["uid"], "sa-uid",
+        "on the account's UID"
+    );
     // Kept per service account: the same pod again runs nothing.
     only(
         providers

@@ -1176,6 +1176,7 @@ mod tests {
             expiration_seconds: 3600,
             pod_name: "web".into(),
             pod_uid: "u".into(),
+            service_account_uid: None,
         };
         let fetched = Fetched {
             secrets: BTreeMap::from([("creds".to_string(), Ok(Some(Arc::new(secret))))]),

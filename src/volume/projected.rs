@@ -36,6 +36,7 @@ pub fn token_key(pod: &Pod, source: &ServiceAccountTokenProjection) -> TokenKey 
             .unwrap_or(DEFAULT_EXPIRATION_SECONDS),
         pod_name: pod.metadata.name.clone().unwrap_or_default(),
         pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+        service_account_uid: None,
     }
 }
 

@@ -50,6 +50,10 @@ pub struct TokenKey {
     pub pod_name: String,
     /// UID of the pod the token is bound to.
     pub pod_uid: String,
+    /// The service account's UID the request is made on the condition of
+    /// (the request's `metadata.uid`: refused if the account was replaced),
+    /// when known; None for projected volumes, as the kubelet's.
+    pub service_account_uid: Option<String>,
 }
 
 /// A token the API server issued.
@@ -86,6 +90,10 @@ pub fn requires_refresh(token: &IssuedToken, now: Timestamp) -> bool {
 #[must_use]
 pub fn request(key: &TokenKey) -> TokenRequest {
     TokenRequest {
+        metadata: kube::api::ObjectMeta {
+            uid: key.service_account_uid.clone(),
+            ..Default::default()
+        },
         spec: Some(TokenRequestSpec {
             audiences: key.audience.as_ref().map(|a| vec![a.clone()]),
             expiration_seconds: Some(key.expiration_seconds),
@@ -288,7 +296,17 @@ mod tests {
             expiration_seconds: 3607,
             pod_name: "web".into(),
             pod_uid: "u1".into(),
+            service_account_uid: None,
         };
+        assert!(request(&key).metadata.uid.is_none());
+        let on_condition = TokenKey {
+            service_account_uid: Some("sa-uid".into()),
+            ..key.clone()
+        };
+        assert_eq!(
+            request(&on_condition).metadata.uid.as_deref(),
+            Some("sa-uid")
+        );
         let r = request(&key).spec.unwrap();
         assert_eq!(r.audiences, Some(vec!["vault".to_string()]));
         assert_eq!(r.expiration_seconds, Some(3607));
@@ -312,6 +330,7 @@ mod tests {
             expiration_seconds: 3607,
             pod_name: "web".into(),
             pod_uid: pod_uid.into(),
+            service_account_uid: None,
         }
     }
 
