@@ -311,7 +311,6 @@ fn runtime_histogram() -> Histogram {
 }
 
 impl Metrics {
-    #[allow(clippy::too_many_lines)] // one registration per metric
     fn new() -> Self {
         let mut registry = Registry::with_prefix("kubelet");
         let m = Self {
@@ -439,47 +438,8 @@ impl Metrics {
             "Number of requests to the PodResource Get endpoint which returned error. Broken down by server api version.",
             m.pod_resources_errors_get.clone(),
         );
-        registry.register(
-            "graceful_shutdown_start_time_seconds",
-            "Last graceful shutdown start time since unix epoch in seconds",
-            m.graceful_shutdown_start_time.clone(),
-        );
-        registry.register(
-            "graceful_shutdown_end_time_seconds",
-            "Last graceful shutdown end time since unix epoch in seconds",
-            m.graceful_shutdown_end_time.clone(),
-        );
-        registry.register(
-            "credential_provider_plugin_duration",
-            "Duration of execution in seconds for credential provider plugin",
-            m.credential_provider_plugin_duration.clone(),
-        );
-        registry.register(
-            "credential_provider_plugin_errors",
-            "Number of errors from credential provider plugin",
-            m.credential_provider_plugin_errors.clone(),
-        );
-        registry.register(
-            "credential_provider_config_info",
-            "Information about the last applied credential provider configuration with hash as label",
-            m.credential_provider_config_info.clone(),
-        );
-        let mut unprefixed = Registry::default();
-        unprefixed.register(
-            "dra_operations_duration_seconds",
-            "Latency histogram in seconds for the duration of handling all ResourceClaims referenced by a pod when the pod starts or stops. Identified by the name of the operation (PrepareResources or UnprepareResources) and separated by the success of the operation. The number of failed operations is provided through the histogram's overall count.",
-            m.dra_operations_duration.clone(),
-        );
-        unprefixed.register(
-            "dra_grpc_operations_duration_seconds",
-            "Duration in seconds of the DRA gRPC operations",
-            m.dra_grpc_operations_duration.clone(),
-        );
-        unprefixed.register(
-            "dra_resource_claims_in_use",
-            "The number of ResourceClaims that are currently in use on the node, by driver name (driver_name label value) and across all drivers (special value <any> for driver_name). Note that the sum of all by-driver counts is not the total number of in-use ResourceClaims because the same ResourceClaim might use devices from different drivers. Instead, use the count for the <any> driver_name.",
-            m.dra_resource_claims_in_use.clone(),
-        );
+        m.register_shutdown_and_credential_providers(&mut registry);
+        let unprefixed = m.unprefixed_registry();
         let m = Self {
             registry,
             probes_registry,
@@ -490,6 +450,58 @@ impl Metrics {
         // Every series exists from the start, at 0, as the kubelet sets them all.
         m.set_pod_counts(&PodCounts::default());
         m
+    }
+
+    /// Registers the node shutdown manager's and the credential providers'
+    /// metrics in `registry` (the `kubelet_` one).
+    fn register_shutdown_and_credential_providers(&self, registry: &mut Registry) {
+        registry.register(
+            "graceful_shutdown_start_time_seconds",
+            "Last graceful shutdown start time since unix epoch in seconds",
+            self.graceful_shutdown_start_time.clone(),
+        );
+        registry.register(
+            "graceful_shutdown_end_time_seconds",
+            "Last graceful shutdown end time since unix epoch in seconds",
+            self.graceful_shutdown_end_time.clone(),
+        );
+        registry.register(
+            "credential_provider_plugin_duration",
+            "Duration of execution in seconds for credential provider plugin",
+            self.credential_provider_plugin_duration.clone(),
+        );
+        registry.register(
+            "credential_provider_plugin_errors",
+            "Number of errors from credential provider plugin",
+            self.credential_provider_plugin_errors.clone(),
+        );
+        registry.register(
+            "credential_provider_config_info",
+            "Information about the last applied credential provider configuration with hash as label",
+            self.credential_provider_config_info.clone(),
+        );
+    }
+
+    /// The registry of the metrics the kubelet exports without its prefix:
+    /// the DRA manager's.
+    fn unprefixed_registry(&self) -> Registry {
+        let mut unprefixed = Registry::default();
+        unprefixed.register(
+            "dra_operations_duration_seconds",
+            "Latency histogram in seconds for the duration of handling all ResourceClaims referenced by a pod when the pod starts or stops. Identified by the name of the operation (PrepareResources or UnprepareResources) and separated by the success of the operation. The number of failed operations is provided through the histogram's overall count.",
+            self.dra_operations_duration.clone(),
+        );
+        unprefixed.register(
+            "dra_grpc_operations_duration_seconds",
+            "Duration in seconds of the DRA gRPC operations",
+            self.dra_grpc_operations_duration.clone(),
+        );
+        unprefixed.register(
+            "dra_resource_claims_in_use",
+            "The number of ResourceClaims that are currently in use on the node, by driver name (driver_name label value) and across all drivers (special value <any> for driver_name). Note that the sum of all by-driver counts is not the total number of in-use ResourceClaims because the same ResourceClaim might use devices from different drivers. Instead, use the count for the <any> driver_name.",
+            self.dra_resource_claims_in_use.clone(),
+        );
+        unprefixed
     }
 
     /// Counts one call of the pod resources API `version` (`v1`,

@@ -276,8 +276,13 @@ pub async fn kill_pods<P: Pods>(pods: &P, periods: &[PriorityPeriod]) {
                 warn!(error = %e, "Shutdown manager failed killing pod");
             }
         }
+        // A period from the configuration may be as long as i64 allows:
+        // the deadline is then as far as an instant goes.
         let wait = Duration::from_secs(u64::try_from(period.seconds).unwrap_or(0));
-        let deadline = tokio::time::Instant::now() + wait;
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(wait)
+            .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
         loop {
             let mut done = true;
             for pod in &group {

@@ -281,3 +281,24 @@ async fn without_a_bus_the_manager_says_so_and_ends() {
     .await
     .expect("the manager ends");
 }
+
+#[tokio::test]
+async fn a_period_as_long_as_i64_allows_neither_overflows_nor_waits_for_cleaned_up_pods() {
+    let pods = FakePods {
+        pods: vec![pod("p", 0, None)],
+        ..FakePods::default()
+    };
+    let periods = [super::plan::PriorityPeriod {
+        priority: 0,
+        seconds: i64::MAX,
+    }];
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        super::manager::kill_pods(&pods, &periods),
+    )
+    .await
+    .expect("done once its pod is cleaned up");
+    let killed = pods.killed.lock().unwrap();
+    assert_eq!(killed.len(), 1);
+    assert_eq!(killed[0].1.grace, i64::MAX);
+}
