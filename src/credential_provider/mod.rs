@@ -877,20 +877,12 @@ fn config_hash(files: &[(String, String)]) -> String {
         h.update((text.len() as u64).to_be_bytes());
         h.update(text.as_bytes());
     }
-    format!("sha256:{}", hex(&h.finalize()))
+    format!("sha256:{:x}", h.finalize())
 }
 
 fn sha256_hex(s: &str) -> String {
     use sha2::Digest as _;
-    hex(&sha2::Sha256::digest(s.as_bytes()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    format!("{:x}", sha2::Sha256::digest(s.as_bytes()))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -456,6 +456,6 @@ fn the_configuration_hash_is_the_kubelets() {
     let mut bytes = 2u64.to_be_bytes().to_vec();
     bytes.extend_from_slice(b"ab");
     use sha2::Digest as _;
-    let want = format!("sha256:{}", hex(&sha2::Sha256::digest(&bytes)));
+    let want = format!("sha256:{:x}", sha2::Sha256::digest(&bytes));
     assert_eq!(config_hash(&files), want);
 }

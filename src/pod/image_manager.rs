@@ -405,8 +405,7 @@ impl ImageManager {
                 Verification::Credentials(allowed) => {
                     // Boxed, as below: the secrets' API calls make a large future.
                     let ring = Box::pin(self.pull_credentials(pod, image)).await;
-                    let secrets = pod_secrets(&ring, image);
-                    let account = pod_account(&ring, image);
+                    let (secrets, account) = presented(&ring, image);
                     keyring = Some(ring);
                     self.presents(image, &found.id, &allowed, &secrets, account.as_ref())
                 }
@@ -609,10 +608,11 @@ impl ImageManager {
             return;
         }
         let repository = crate::registry::normalized_repository(image);
+        let (namespace, name, uid) = crate::pod_core::facts::pod_identity(pod);
         let identity = PodIdentity {
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            namespace,
+            name,
+            uid,
             service_account: pod
                 .spec
                 .as_ref()
@@ -699,30 +699,6 @@ impl ImageManager {
     }
 }
 
-/// The pod's pull secrets that have a credential for `image` (every one,
-/// for an image named by its ID), as a record would hold them.
-fn pod_secrets(keyring: &Keyring, image: &str) -> Vec<PullSecret> {
-    let sourced = if is_image_id(image) {
-        keyring.all_sourced()
-    } else {
-        keyring.lookup_sourced(image)
-    };
-    sourced
-        .into_iter()
-        .filter_map(|(source, auth)| {
-            let Source::Secret(s) = source else {
-                return None;
-            };
-            Some(PullSecret {
-                uid: s.uid,
-                namespace: s.namespace,
-                name: s.name,
-                credential_hash: credential_hash(&auth),
-            })
-        })
-        .collect()
-}
-
 /// What a present image's record asks of a pod ([`ImageManager::verification`]).
 enum Verification {
     /// The pod may use it as it is.
@@ -733,18 +709,34 @@ enum Verification {
     Credentials(Vec<PullCredentials>),
 }
 
-/// The first service account a credential provider was given a token of
-/// for `image`: the one the pod presents (the kubelet takes one per pod).
-fn pod_account(keyring: &Keyring, image: &str) -> Option<ServiceAccountCoordinates> {
+/// What a pod presents for `image`, as a record would hold it: its pull
+/// secrets that have a credential for it, and the first service account a
+/// credential provider was given a token of (the kubelet takes one per
+/// pod); every credential for an image named by its ID.
+fn presented(
+    keyring: &Keyring,
+    image: &str,
+) -> (Vec<PullSecret>, Option<ServiceAccountCoordinates>) {
     let sourced = if is_image_id(image) {
         keyring.all_sourced()
     } else {
         keyring.lookup_sourced(image)
     };
-    sourced.into_iter().find_map(|(source, _)| match source {
-        Source::ServiceAccount(a) => Some(a),
-        _ => None,
-    })
+    let mut secrets = Vec::new();
+    let mut account = None;
+    for (source, auth) in sourced {
+        match source {
+            Source::Secret(s) => secrets.push(PullSecret {
+                uid: s.uid,
+                namespace: s.namespace,
+                name: s.name,
+                credential_hash: credential_hash(&auth),
+            }),
+            Source::ServiceAccount(a) if account.is_none() => account = Some(a),
+            _ => {}
+        }
+    }
+    (secrets, account)
 }
 
 /// Errors of the image pull records.
