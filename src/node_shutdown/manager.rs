@@ -98,19 +98,13 @@ fn load_state(path: &Path) -> State {
     }
 }
 
-/// Keeps `state` at `path`, atomically; a failure is logged.
+/// Keeps `state` at `path`, atomically (the kubelet's mode 0644); a
+/// failure is logged.
 fn store_state(path: &Path, state: &State) {
-    let write = || -> std::io::Result<()> {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        std::io::Write::write_all(
-            &mut tmp,
-            &serde_json::to_vec(state).map_err(std::io::Error::other)?,
-        )?;
-        tmp.persist(path).map_err(|e| e.error)?;
-        Ok(())
-    };
-    if let Err(e) = write() {
+    let written = serde_json::to_string(state)
+        .map_err(std::io::Error::other)
+        .and_then(|text| crate::certificate::write_private(path, &text, 0o644));
+    if let Err(e) = written {
         warn!(error = %e, "Failed to store graceful shutdown state");
     }
 }
