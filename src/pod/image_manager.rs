@@ -871,15 +871,7 @@ pub fn credential_hash(auth: &cri::AuthConfig) -> String {
         h.update(u64::try_from(field.len()).unwrap_or(u64::MAX).to_le_bytes());
         h.update(field.as_bytes());
     }
-    hex(&h.finalize())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    format!("{:x}", h.finalize())
 }
 
 /// The image pull records under `<root-dir>/image_manager` (the kubelet's
@@ -894,7 +886,7 @@ pub struct PullRecords {
 
 fn file_name(key: &str) -> String {
     use sha2::Digest as _;
-    format!("sha256-{}", hex(&sha2::Sha256::digest(key.as_bytes())))
+    format!("sha256-{:x}", sha2::Sha256::digest(key.as_bytes()))
 }
 
 impl PullRecords {

@@ -152,10 +152,7 @@ pub fn of_inline(pod: &Pod, v: &Volume) -> Option<Source> {
 }
 
 fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("{:x}", Sha256::digest(text.as_bytes()))
 }
 
 /// The name of the VolumeAttachment of `handle` of `driver` on `node`, as
