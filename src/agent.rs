@@ -1148,6 +1148,12 @@ fn node_context(base: &Base, facts: &NodeFacts, host_dns: HostDns) -> NodeContex
             settings.crash_loop_max_restart_period,
         ),
         swap: crate::node::info::swap(settings.limited_swap),
+        huge_page_sizes: facts
+            .machine
+            .huge_pages
+            .iter()
+            .map(|(kib, _)| kib.saturating_mul(1024))
+            .collect(),
     }
 }
 
@@ -1685,7 +1691,23 @@ fn pod_cgroups(
             .map_err(|e| anyhow::anyhow!("cgroupDriver systemd: {e}"))?;
         manager = manager.using_systemd(systemd, &settings.cgroup_root, "kubepods");
     }
-    let manager = manager.with_pod_pids_limit(settings.pod_pids_limit)?;
+    let manager = manager
+        .with_pod_pids_limit(settings.pod_pids_limit)?
+        .with_huge_pages(
+            machine
+                .huge_pages
+                .iter()
+                .map(|(kib, pages)| {
+                    let size = kib.saturating_mul(1024);
+                    (size, size.saturating_mul(*pages))
+                })
+                .collect(),
+        );
+    if !manager.limits_huge_pages() && machine.huge_pages.iter().any(|(_, pages)| *pages > 0) {
+        warn!(
+            "the node has huge pages but no hugetlb cgroup controller: pods' huge page requests are not enforced as limits"
+        );
+    }
     info!(version = ?manager.version(), driver = settings.cgroup_driver, pod_pids_limit = settings.pod_pids_limit, "pod cgroups");
     let reserved = |name: &str| -> i128 {
         [

@@ -33,7 +33,7 @@
 //! a pod's slice is stopped when it goes. Its expanded path is the CRI
 //! `cgroup_parent`, from which containerd names the containers' scopes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -115,6 +115,19 @@ pub fn shares_from_weight(weight: u64) -> u64 {
 /// cgroup v2 wants); a node reset removes it with the root.
 pub const SHIMS_CGROUP: &str = "shims";
 
+/// Where huge page limits are written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Hugetlb {
+    /// The hierarchy's root directory.
+    dir: PathBuf,
+    /// A cgroup v2 hierarchy (`hugetlb.<size>.max`, else
+    /// `hugetlb.<size>.limit_in_bytes`).
+    v2: bool,
+    /// The v2 hierarchy of a hybrid host, whose cgroups the manager makes
+    /// only for the limits (runc puts the containers there too).
+    hybrid: bool,
+}
+
 /// The pod and QoS cgroups of one node.
 #[derive(Clone, Debug)]
 pub struct CgroupManager {
@@ -133,6 +146,11 @@ pub struct CgroupManager {
     pids: Option<PathBuf>,
     /// `pids.max` of each pod's cgroup (`podPidsLimit` above 0), or none.
     pod_pids_limit: Option<u64>,
+    /// The hierarchy holding the `hugetlb` controller, if any.
+    hugetlb: Option<Hugetlb>,
+    /// The node's huge page pools: (page size, pool size), bytes
+    /// ([`CgroupManager::with_huge_pages`]).
+    huge_pages: Vec<(u64, u64)>,
     /// `<cgroupRoot>/kubepods` as a relative path (`kubepods`;
     /// `kubepods.slice` with the `systemd` driver).
     root: PathBuf,
@@ -181,17 +199,37 @@ impl CgroupManager {
             return None;
         }
         let cpuset = find("cpuset.cpus");
-        // The `pids` hierarchy's root has no `pids.*` file: it is found by
-        // its name (`pids`, or a list of controllers holding it).
-        let pids = hierarchies
-            .iter()
-            .find(|h| {
-                h.file_name()
-                    .is_some_and(|n| n.to_string_lossy().split(',').any(|c| c == "pids"))
-            })
-            .cloned();
+        // The `pids` and `hugetlb` hierarchies' roots have no file of the
+        // controller: they are found by their names (the controller's, or a
+        // list of controllers holding it).
+        let named = |controller: &str| {
+            hierarchies
+                .iter()
+                .find(|h| {
+                    h.file_name()
+                        .is_some_and(|n| n.to_string_lossy().split(',').any(|c| c == controller))
+                })
+                .cloned()
+        };
+        let pids = named("pids");
         let root_parts = cgroupfs_parts(cgroup_root, name);
         let unified = Some(mount.join("unified")).filter(|u| u.join("cgroup.procs").is_file());
+        // A hybrid host may bind `hugetlb` to its v2 hierarchy instead.
+        let hugetlb = named("hugetlb")
+            .map(|dir| Hugetlb {
+                dir,
+                v2: false,
+                hybrid: false,
+            })
+            .or_else(|| {
+                let u = unified.as_ref()?;
+                let offered = controllers(&u.join("cgroup.controllers")).ok()?;
+                offered.contains("hugetlb").then(|| Hugetlb {
+                    dir: u.clone(),
+                    v2: true,
+                    hybrid: true,
+                })
+            });
         Some(Self {
             version: Version::V1,
             hierarchies,
@@ -200,6 +238,8 @@ impl CgroupManager {
             cpuset,
             pids,
             pod_pids_limit: None,
+            hugetlb,
+            huge_pages: Vec::new(),
             root: root_parts.iter().collect(),
             root_parts,
             systemd: None,
@@ -225,6 +265,12 @@ impl CgroupManager {
             cpuset: None,
             pids: offered.contains("pids").then(|| mount.to_path_buf()),
             pod_pids_limit: None,
+            hugetlb: offered.contains("hugetlb").then(|| Hugetlb {
+                dir: mount.to_path_buf(),
+                v2: true,
+                hybrid: false,
+            }),
+            huge_pages: Vec::new(),
             root: cgroupfs_parts(cgroup_root, name).iter().collect(),
             root_parts: cgroupfs_parts(cgroup_root, name),
             systemd: None,
@@ -281,6 +327,62 @@ impl CgroupManager {
         }
         self.pod_pids_limit = Some(limit);
         Ok(self)
+    }
+
+    /// This manager with the node's huge page pools, (page size, pool size)
+    /// in bytes: every page size gets a limit in each cgroup the manager
+    /// makes, as the kubelet's cgroup manager sets one for each of
+    /// libcontainer's `HugePageSizes`.
+    #[must_use]
+    pub fn with_huge_pages(mut self, pools: Vec<(u64, u64)>) -> Self {
+        self.huge_pages = pools;
+        self
+    }
+
+    /// Whether huge page limits are written: the node has a `hugetlb`
+    /// controller (in a cgroup v1 hierarchy of its own, in the v2
+    /// hierarchy, or in a hybrid host's v2 hierarchy). Without one the
+    /// kubelet sets no huge page limit and says nothing
+    /// (`maybeSetHugetlb`); the agent says so.
+    #[must_use]
+    pub fn limits_huge_pages(&self) -> bool {
+        self.hugetlb.is_some()
+    }
+
+    /// Writes huge page limits to `dir`'s cgroup, as the kubelet's
+    /// `maybeSetHugetlb`: for each of the node's page sizes, its amount in
+    /// `limits`, else `others` (bytes). On a hybrid host the cgroup is made
+    /// in the v2 hierarchy first, with `hugetlb` enabled down to it. Nothing
+    /// without a `hugetlb` controller.
+    fn set_hugetlb(
+        &self,
+        dir: &Path,
+        limits: &crate::pod_core::limits::HugePageLimits,
+        others: u64,
+    ) -> Result<(), Error> {
+        let Some(h) = &self.hugetlb else {
+            return Ok(());
+        };
+        if h.hybrid {
+            let mut at = h.dir.clone();
+            for part in dir.components() {
+                enable_controllers(&at)?;
+                at.push(part);
+                if !at.is_dir() {
+                    std::fs::create_dir(&at).map_err(io_err(&at))?;
+                }
+            }
+        }
+        let suffix = if h.v2 { "max" } else { "limit_in_bytes" };
+        for (size, _) in &self.huge_pages {
+            let Some(unit) = crate::pod_core::limits::huge_page_unit(*size) else {
+                continue;
+            };
+            let limit = limits.get(size).copied().unwrap_or(others);
+            let file = h.dir.join(dir).join(format!("hugetlb.{unit}.{suffix}"));
+            write(&file, &limit.to_string())?;
+        }
+        Ok(())
     }
 
     /// Writes the pod pids limit to pod cgroup `dir`: systemd's `TasksMax`
@@ -622,8 +724,10 @@ impl CgroupManager {
     }
 
     /// Makes the QoS hierarchy: `kubepods` with `node` as its limits (the
-    /// allocatable resources when enforced; None leaves it unlimited),
-    /// `burstable` and `besteffort` (2 shares).
+    /// allocatable resources when enforced; None leaves it unlimited) and
+    /// the node's huge page pools as its huge page limits, `burstable` and
+    /// `besteffort` (2 shares) with unbounded huge pages (the kubelet's
+    /// `setHugePagesUnbounded`).
     ///
     /// # Errors
     /// The cgroup filesystem refused a directory or a limit.
@@ -637,6 +741,12 @@ impl CgroupManager {
         }
         if let Some(limits) = node {
             self.set(&self.root, limits)?;
+        }
+        let pools = self.huge_pages.iter().copied().collect();
+        self.set_hugetlb(&self.root, &pools, 0)?;
+        let unbounded = crate::pod_core::limits::UNBOUNDED_HUGE_PAGES;
+        for qos in [QosClass::Burstable, QosClass::BestEffort] {
+            self.set_hugetlb(&self.qos_dir(qos), &BTreeMap::new(), unbounded)?;
         }
         self.set(
             &self.qos_dir(QosClass::BestEffort),
@@ -678,15 +788,22 @@ impl CgroupManager {
         Ok(())
     }
 
-    /// Makes pod `uid`'s cgroup with `limits`; returns its CRI
-    /// `cgroup_parent`.
+    /// Makes pod `uid`'s cgroup with `limits` and huge page limits `huge`
+    /// (0 for every other page size); returns its CRI `cgroup_parent`.
     ///
     /// # Errors
     /// A bad UID, or the cgroup filesystem refused a directory or a limit.
-    pub fn ensure_pod(&self, qos: QosClass, uid: &str, limits: Limits) -> Result<String, Error> {
+    pub fn ensure_pod(
+        &self,
+        qos: QosClass,
+        uid: &str,
+        limits: Limits,
+        huge: &crate::pod_core::limits::HugePageLimits,
+    ) -> Result<String, Error> {
         let dir = self.pod_dir(qos, uid)?;
         self.make(&dir)?;
         self.set(&dir, limits)?;
+        self.set_hugetlb(&dir, huge, 0)?;
         self.set_pod_pids(&dir)?;
         debug!(cgroup = %dir.display(), ?limits, pids = ?self.pod_pids_limit, "pod cgroup");
         self.cgroup_parent(qos, uid)
@@ -941,6 +1058,8 @@ fn enable_controllers(level: &Path) -> Result<(), Error> {
 mod tests {
     use super::*;
 
+    const NO_HUGE: crate::pod_core::limits::HugePageLimits = BTreeMap::new();
+
     /// The real cgroup v1 hierarchies of this machine, under a root of this
     /// test's own (removed at the end), when the test runs as root on
     /// cgroup v1; None elsewhere.
@@ -1012,7 +1131,7 @@ mod tests {
                 memory: Some(256 << 20),
             };
             let parent = m
-                .ensure_pod(QosClass::Burstable, "0a1b-2c", limits)
+                .ensure_pod(QosClass::Burstable, "0a1b-2c", limits, &NO_HUGE)
                 .unwrap();
             assert_eq!(parent, format!("/{name}/burstable/pod0a1b-2c"));
             let dir = m.pod_dir(QosClass::Burstable, "0a1b-2c").unwrap();
@@ -1040,7 +1159,7 @@ mod tests {
             assert!(m.pods().is_empty());
             // A UID that would climb out is refused.
             assert!(matches!(
-                m.ensure_pod(QosClass::BestEffort, "../../etc", limits),
+                m.ensure_pod(QosClass::BestEffort, "../../etc", limits, &NO_HUGE),
                 Err(Error::BadUid(_))
             ));
         });
@@ -1067,7 +1186,8 @@ mod tests {
         };
         with_cleanup(&m, || {
             m.ensure_qos(None).unwrap();
-            m.ensure_pod(QosClass::BestEffort, "p1", SMALL).unwrap();
+            m.ensure_pod(QosClass::BestEffort, "p1", SMALL, &NO_HUGE)
+                .unwrap();
             let dir = m
                 .pids
                 .as_ref()
@@ -1161,14 +1281,16 @@ mod tests {
         );
         let m = m.with_pod_pids_limit(64).unwrap();
         m.ensure_qos(None).unwrap();
-        m.ensure_pod(QosClass::BestEffort, "u1", SMALL).unwrap();
+        m.ensure_pod(QosClass::BestEffort, "u1", SMALL, &NO_HUGE)
+            .unwrap();
         let root = dir.path();
         let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
         assert_eq!(read("kubepods/besteffort/podu1/pids.max"), "64");
         assert!(!root.join("kubepods/besteffort/pids.max").exists());
         for none in [0, -1, i64::MIN] {
             let m = m.clone().with_pod_pids_limit(none).unwrap();
-            m.ensure_pod(QosClass::BestEffort, "u2", SMALL).unwrap();
+            m.ensure_pod(QosClass::BestEffort, "u2", SMALL, &NO_HUGE)
+                .unwrap();
             assert!(!root.join("kubepods/besteffort/podu2/pids.max").exists());
         }
 
@@ -1179,6 +1301,104 @@ mod tests {
             "podPidsLimit 64: the pids cgroup controller is not available"
         );
         assert!(fake_v2("cpu memory", &[]).1.with_pod_pids_limit(-1).is_ok());
+    }
+
+    /// A cgroup v1 tree as a manager sees it: `cpu,cpuacct` and `memory`
+    /// hierarchies, and `extra` ones named by their controllers; with
+    /// `unified`, a hybrid host's v2 hierarchy offering those controllers
+    /// at its root and at each of `levels`.
+    fn fake_v1(
+        extra: &[&str],
+        unified: Option<(&str, &[&str])>,
+    ) -> (tempfile::TempDir, CgroupManager) {
+        let dir = tempfile::tempdir().unwrap();
+        for (h, file) in [
+            ("cpu,cpuacct", "cpu.shares"),
+            ("memory", "memory.limit_in_bytes"),
+        ]
+        .into_iter()
+        .chain(extra.iter().map(|h| (*h, "tasks")))
+        {
+            std::fs::create_dir(dir.path().join(h)).unwrap();
+            std::fs::write(dir.path().join(h).join("cgroup.procs"), "").unwrap();
+            std::fs::write(dir.path().join(h).join(file), "").unwrap();
+        }
+        if let Some((offered, levels)) = unified {
+            let u = dir.path().join("unified");
+            for at in std::iter::once(u.clone()).chain(levels.iter().map(|l| u.join(l))) {
+                std::fs::create_dir_all(&at).unwrap();
+                std::fs::write(at.join("cgroup.procs"), "").unwrap();
+                std::fs::write(at.join("cgroup.controllers"), offered).unwrap();
+                std::fs::write(at.join("cgroup.subtree_control"), "").unwrap();
+            }
+        }
+        let m = CgroupManager::detect(dir.path(), "/", "kubepods").expect("v1 hierarchies");
+        (dir, m)
+    }
+
+    /// Huge page limits as the kubelet's: the pod's requests by page size
+    /// (0 for the node's other sizes), unbounded (2^62) in `burstable` and
+    /// `besteffort`, the node's pools in `kubepods`; in a v1 `hugetlb`
+    /// hierarchy, in the v2 one, or in a hybrid host's v2 hierarchy, whose
+    /// levels get `hugetlb` enabled; nothing where no controller is.
+    #[test]
+    fn huge_page_limits_go_where_the_hugetlb_controller_is() {
+        const MIB2: u64 = 2 << 20;
+        const GIB: u64 = 1 << 30;
+        let pools = vec![(MIB2, 8 * MIB2), (GIB, 0)];
+        let huge = crate::pod_core::limits::HugePageLimits::from([(MIB2, 4 << 20)]);
+        let qos_levels = ["kubepods", "kubepods/burstable", "kubepods/besteffort"];
+        let (v2, v2m) = fake_v2("cpu memory hugetlb", &qos_levels);
+        let (v1, v1m) = fake_v1(&["hugetlb"], None);
+        let (hybrid, hybridm) = fake_v1(&[], Some(("hugetlb", &qos_levels)));
+        for (root, m, suffix) in [
+            (v2.path().to_path_buf(), v2m, "max"),
+            (v1.path().join("hugetlb"), v1m, "limit_in_bytes"),
+            (hybrid.path().join("unified"), hybridm, "max"),
+        ] {
+            assert!(m.limits_huge_pages(), "{}", root.display());
+            let m = m.with_huge_pages(pools.clone());
+            m.ensure_qos(None).unwrap();
+            m.ensure_pod(QosClass::Burstable, "u1", SMALL, &huge)
+                .unwrap();
+            let read = |dir: &str, size: &str| {
+                std::fs::read_to_string(root.join(dir).join(format!("hugetlb.{size}.{suffix}")))
+                    .unwrap()
+            };
+            assert_eq!(read("kubepods", "2MB"), (8 * MIB2).to_string());
+            assert_eq!(read("kubepods", "1GB"), "0");
+            for qos in ["kubepods/burstable", "kubepods/besteffort"] {
+                assert_eq!(read(qos, "2MB"), (1u64 << 62).to_string());
+                assert_eq!(read(qos, "1GB"), (1u64 << 62).to_string());
+            }
+            assert_eq!(
+                read("kubepods/burstable/podu1", "2MB"),
+                (4u64 << 20).to_string()
+            );
+            assert_eq!(read("kubepods/burstable/podu1", "1GB"), "0");
+        }
+        let enabled = std::fs::read_to_string(
+            hybrid
+                .path()
+                .join("unified/kubepods/burstable/cgroup.subtree_control"),
+        );
+        assert_eq!(enabled.unwrap(), "+hugetlb");
+
+        let (none, m) = fake_v1(&[], None);
+        assert!(!m.limits_huge_pages());
+        let m = m.with_huge_pages(pools);
+        m.ensure_qos(None).unwrap();
+        m.ensure_pod(QosClass::Burstable, "u1", SMALL, &huge)
+            .unwrap();
+        assert!(!none.path().join("unified").exists());
+        let pod = none.path().join("memory/kubepods/burstable/podu1");
+        assert!(pod.is_dir());
+        assert!(
+            std::fs::read_dir(&pod)
+                .unwrap()
+                .flatten()
+                .all(|e| !e.file_name().to_string_lossy().starts_with("hugetlb"))
+        );
     }
 
     #[test]
@@ -1216,7 +1436,9 @@ mod tests {
             cpu_quota: Some(50_000),
             memory: Some(256 << 20),
         };
-        let parent = m.ensure_pod(QosClass::Burstable, "u1", limits).unwrap();
+        let parent = m
+            .ensure_pod(QosClass::Burstable, "u1", limits, &NO_HUGE)
+            .unwrap();
         assert_eq!(parent, "/kubepods/burstable/podu1");
         assert_eq!(read("kubepods/burstable/podu1/cpu.max"), "50000 100000");
         let dir_u1 = m.pod_dir(QosClass::Burstable, "u1").unwrap();
@@ -1287,6 +1509,8 @@ mod tests {
             cpuset: None,
             pids: None,
             pod_pids_limit: None,
+            hugetlb: None,
+            huge_pages: Vec::new(),
             root: Path::new(&name).join("kubepods"),
             root_parts: vec![name.clone(), "kubepods".into()],
             systemd: None,
@@ -1336,9 +1560,12 @@ mod tests {
         with_cleanup(&m, || {
             m.ensure_qos(None).unwrap();
             let limits = SMALL;
-            m.ensure_pod(QosClass::BestEffort, "u1", limits).unwrap();
-            m.ensure_pod(QosClass::Burstable, "u2", limits).unwrap();
-            m.ensure_pod(QosClass::Guaranteed, "u3", limits).unwrap();
+            m.ensure_pod(QosClass::BestEffort, "u1", limits, &NO_HUGE)
+                .unwrap();
+            m.ensure_pod(QosClass::Burstable, "u2", limits, &NO_HUGE)
+                .unwrap();
+            m.ensure_pod(QosClass::Guaranteed, "u3", limits, &NO_HUGE)
+                .unwrap();
             // runc makes the pod's path in the hybrid host's v2 hierarchy too.
             if let Some(unified) = &m.unified {
                 let dir = unified.join(m.pod_dir(QosClass::BestEffort, "u1").unwrap());
@@ -1379,7 +1606,8 @@ mod tests {
         with_cleanup(&m, || {
             m.ensure_qos(None).unwrap();
             let limits = SMALL;
-            m.ensure_pod(QosClass::BestEffort, "u1", limits).unwrap();
+            m.ensure_pod(QosClass::BestEffort, "u1", limits, &NO_HUGE)
+                .unwrap();
             assert_eq!(m.find_pod("u1"), Some(m.root.join("besteffort/podu1")));
             for hostile in ["u2", "../u1", "", "u1/..", "besteffort/podu1"] {
                 assert_eq!(m.find_pod(hostile), None, "{hostile:?}");
@@ -1499,7 +1727,7 @@ mod tests {
                 memory: Some(256 << 20),
             };
             let parent = m
-                .ensure_pod(QosClass::Burstable, "0a1b-2c", limits)
+                .ensure_pod(QosClass::Burstable, "0a1b-2c", limits, &NO_HUGE)
                 .unwrap();
             let unit = "rustlettest-kubepods-burstable-pod0a1b_2c.slice";
             assert_eq!(

@@ -169,6 +169,10 @@ pub mod event {
     /// the runtime with its sandbox and were left out
     /// (`translate::MAX_SANDBOX_METADATA_BYTES`; the kubelet has no cap).
     pub const SANDBOX_METADATA_OMITTED: &str = "SandboxMetadataOmitted";
+    /// A pod asks for huge pages on a node without a `hugetlb` cgroup
+    /// controller, so nothing limits its use of them (the agent's own; the
+    /// kubelet skips the limits without a word).
+    pub const HUGE_PAGES_NOT_LIMITED: &str = "HugePagesNotLimited";
     /// A volume could not be set up (`FailedMountVolume`).
     pub const FAILED_MOUNT: &str = "FailedMount";
     /// The postStart hook failed (`FailedPostStartHook`).

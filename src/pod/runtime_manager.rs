@@ -549,7 +549,17 @@ impl RuntimeManager {
             return Ok(());
         };
         let parent = if make {
-            cgroups.ensure_pod(qos, uid, translate::pod_cgroup_limits(pod))?
+            let huge = translate::pod_huge_page_limits(pod);
+            if !cgroups.limits_huge_pages() && huge.values().any(|b| *b > 0) {
+                self.event(
+                    pod,
+                    None,
+                    EventType::Warning,
+                    event::HUGE_PAGES_NOT_LIMITED,
+                    "the node has no hugetlb cgroup controller: the pod's huge page requests are not enforced as limits".into(),
+                );
+            }
+            cgroups.ensure_pod(qos, uid, translate::pod_cgroup_limits(pod), &huge)?
         } else if cgroups.has_pod(qos, uid) {
             cgroups.cgroup_parent(qos, uid)?
         } else {

@@ -55,6 +55,10 @@ pub struct NodeContext {
     pub crash_backoff: super::backoff::CrashBackoff,
     /// What containers may swap.
     pub swap: Swap,
+    /// The node's huge page sizes in bytes (`/sys/kernel/mm/hugepages`, as
+    /// libcontainer's `HugePageSizes`), each of which a container's
+    /// resources name.
+    pub huge_page_sizes: Vec<u64>,
 }
 
 /// What the node offers containers of swap, for the kubelet's

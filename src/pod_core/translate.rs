@@ -592,10 +592,43 @@ pub fn linux_resources(
         cpu_shares: limits.cpu_shares,
         memory_limit_in_bytes: limits.memory_limit_in_bytes,
         oom_score_adj,
+        hugepage_limits: hugepage_limits(c, &node.huge_page_sizes),
         ..Default::default()
     };
     set_swap(&mut resources, pod, c, node);
     resources
+}
+
+/// The container's huge page limits, as the kubelet's
+/// `GetHugepageLimitsFromResources`: every page size of the node (`sizes`,
+/// bytes) with a limit of 0, but for the sizes of the container's
+/// `hugepages-<size>` limits, which get those amounts in bytes.
+fn hugepage_limits(c: &Container, sizes: &[u64]) -> Vec<cri::HugepageLimit> {
+    use super::limits::{huge_page_size, huge_page_unit};
+    let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+    sizes
+        .iter()
+        .filter_map(|&size| {
+            let limit = limits
+                .into_iter()
+                .flatten()
+                .filter(|(name, _)| huge_page_size(name) == Some(size))
+                .find_map(|(_, q)| amount(Some(q), false))
+                .map_or(0, |b| u64::try_from(b).unwrap_or(0));
+            Some(cri::HugepageLimit {
+                page_size: huge_page_unit(size)?,
+                limit,
+            })
+        })
+        .collect()
+}
+
+/// The huge page limits of `pod`'s cgroup, as the kubelet's
+/// `ResourceConfigForPod`: the pod's `hugepages-<size>` requests
+/// ([`super::fit::pod_requests`]) in bytes by page size.
+#[must_use]
+pub fn pod_huge_page_limits(pod: &Pod) -> super::limits::HugePageLimits {
+    super::limits::huge_page_limits(&super::fit::pod_requests(pod))
 }
 
 /// `memory.swap.max`, the cgroup v2 file of a container's swap.
@@ -1420,6 +1453,49 @@ mod tests {
         assert_eq!(env, vec![("A", "1"), ("IP", "10.88.0.5")]);
         // Only the image counts, as in the kubelet.
         assert_eq!(container_hash(c), container_hash(&c2));
+    }
+
+    /// Every page size of the node reaches the runtime, 0 but for the
+    /// container's own huge page limits (`GetHugepageLimitsFromResources`);
+    /// the pod cgroup's are the pod's requests by size.
+    #[test]
+    fn huge_page_limits_name_every_page_size_of_the_node() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        let mut p = pod("p").container("a", "x").container("b", "x").build();
+        let list: BTreeMap<String, Quantity> =
+            [("hugepages-2Mi".to_string(), Quantity("6Mi".into()))].into();
+        p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
+            requests: Some(list.clone()),
+            limits: Some(list),
+            ..Default::default()
+        });
+        let node = NodeContext {
+            huge_page_sizes: vec![2 << 20, 1 << 30],
+            ..NodeContext::default()
+        };
+        let spec = p.spec.as_ref().unwrap();
+        let of = |i: usize| -> Vec<(String, u64)> {
+            linux_resources(&p, &spec.containers[i], &node)
+                .hugepage_limits
+                .into_iter()
+                .map(|l| (l.page_size, l.limit))
+                .collect()
+        };
+        assert_eq!(
+            of(0),
+            [("2MB".to_string(), 6 << 20), ("1GB".to_string(), 0)]
+        );
+        assert_eq!(of(1), [("2MB".to_string(), 0), ("1GB".to_string(), 0)]);
+        assert_eq!(
+            pod_huge_page_limits(&p),
+            super::super::limits::HugePageLimits::from([(2 << 20, 6 << 20)])
+        );
+        let bare = NodeContext::default();
+        assert!(
+            linux_resources(&p, &spec.containers[0], &bare)
+                .hugepage_limits
+                .is_empty()
+        );
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub enum Medium {
     Disk,
     /// A tmpfs of at most this many bytes (`Memory`).
     Memory(u64),
+    /// A hugetlbfs of pages of this many bytes (`HugePages`,
+    /// `HugePages-<size>`); the pod cgroup's huge page limit bounds it.
+    HugePages(u64),
 }
 
 fn bytes(q: Option<&ApiQuantity>) -> Option<u64> {
@@ -80,30 +83,88 @@ pub fn memory_size(
     size
 }
 
-/// The medium of an emptyDir source.
-#[must_use]
+/// The medium of an emptyDir source. `HugePages` takes the page size of the
+/// pod's huge page requests, `HugePages-<size>` its own, as the kubelet's
+/// `getPageSizeMountOption` (containers and init containers counted).
+///
+/// # Errors
+/// The kubelet's message for a huge page medium whose pod requests no huge
+/// pages of its size, or requests several sizes under `HugePages`.
 pub fn medium(
     pod: &Pod,
     source: &k8s_openapi::api::core::v1::EmptyDirVolumeSource,
     allocatable: &BTreeMap<String, ApiQuantity>,
-) -> Medium {
+) -> Result<Medium, String> {
     match source.medium.as_deref() {
-        Some("Memory") => {
-            Medium::Memory(memory_size(pod, source.size_limit.as_ref(), allocatable).unwrap_or(0))
+        Some("Memory") => Ok(Medium::Memory(
+            memory_size(pod, source.size_limit.as_ref(), allocatable).unwrap_or(0),
+        )),
+        Some(m) if m == "HugePages" || m.starts_with("HugePages-") => {
+            huge_page_size(pod, m).map(Medium::HugePages)
         }
-        _ => Medium::Disk,
+        _ => Ok(Medium::Disk),
     }
 }
 
+/// The page size, bytes, of huge page medium `medium` for `pod`.
+fn huge_page_size(pod: &Pod, medium: &str) -> Result<u64, String> {
+    use crate::pod_core::limits;
+    let wanted = if medium == "HugePages" {
+        None
+    } else {
+        Some(
+            limits::huge_page_size_of_medium(medium)
+                .ok_or_else(|| format!("medium {medium}: not a huge page size"))?,
+        )
+    };
+    let spec = pod.spec.as_ref();
+    let containers = spec
+        .map(|s| s.containers.iter())
+        .into_iter()
+        .flatten()
+        .chain(
+            spec.and_then(|s| s.init_containers.as_ref())
+                .into_iter()
+                .flatten(),
+        );
+    let mut found: Option<u64> = None;
+    for c in containers {
+        let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+        for name in requests.into_iter().flat_map(BTreeMap::keys) {
+            let Some(size) = limits::huge_page_size(name) else {
+                continue;
+            };
+            match wanted {
+                None if found.is_some_and(|f| f != size) => {
+                    return Err(format!(
+                        "medium: {medium} can't be used if container requests multiple huge page sizes"
+                    ));
+                }
+                Some(w) if w != size => {}
+                _ => found = Some(size),
+            }
+        }
+    }
+    found.ok_or_else(|| {
+        format!(
+            "medium {medium}: hugePages storage requested, but there is no resource request for huge pages"
+        )
+    })
+}
+
 /// Creates the directory `dir` (idempotent) with `mode`, and mounts a tmpfs
-/// on it for [`Medium::Memory`] (a size of 0 leaves the kernel's default).
+/// on it for [`Medium::Memory`] (a size of 0 leaves the kernel's default),
+/// a hugetlbfs of the page size for [`Medium::HugePages`] (the kubelet's
+/// `pagesize=<size>` option).
 ///
 /// # Errors
 /// The failed create, chmod or mount.
 pub fn set_up(dir: &Path, medium: Medium, mode: u32) -> io::Result<()> {
     fs::create_dir_all(dir)?;
-    if let Medium::Memory(size) = medium {
-        mount::mount_tmpfs(dir, (size > 0).then_some(size))?;
+    match medium {
+        Medium::Memory(size) => mount::mount_tmpfs(dir, (size > 0).then_some(size))?,
+        Medium::HugePages(page) => mount::mount_hugetlbfs(dir, page)?,
+        Medium::Disk => {}
     }
     // As the kubelet: only the permission bits count (an fsGroup's setgid stays).
     let current = fs::metadata(dir)?.permissions().mode() & 0o777;
@@ -141,6 +202,100 @@ mod tests {
         assert_eq!(memory_size(&p, Some(&small), &alloc), Some(10 << 20));
         let huge = ApiQuantity("10Gi".into());
         assert_eq!(memory_size(&p, Some(&huge), &alloc), Some(128 << 20));
+    }
+
+    fn requesting(mut p: Pod, i: usize, init: bool, sizes: &[&str]) -> Pod {
+        let spec = p.spec.as_mut().unwrap();
+        let c = if init {
+            &mut spec.init_containers.as_mut().unwrap()[i]
+        } else {
+            &mut spec.containers[i]
+        };
+        let list: BTreeMap<String, ApiQuantity> = sizes
+            .iter()
+            .map(|s| (format!("hugepages-{s}"), ApiQuantity("4Mi".into())))
+            .collect();
+        c.resources = Some(ResourceRequirements {
+            requests: Some(list.clone()),
+            limits: Some(list),
+            ..Default::default()
+        });
+        p
+    }
+
+    /// The page size of a huge page medium, and its refusals, in the
+    /// kubelet's words (`getPageSizeMountOption`).
+    #[test]
+    fn huge_page_media_take_the_pods_page_size() {
+        use k8s_openapi::api::core::v1::EmptyDirVolumeSource;
+        let src = |m: &str| EmptyDirVolumeSource {
+            medium: Some(m.into()),
+            ..Default::default()
+        };
+        let alloc = BTreeMap::new();
+        let p = pod("p").container("a", "x").container("b", "x").build();
+        assert_eq!(
+            medium(&p, &src("HugePages"), &alloc).unwrap_err(),
+            "medium HugePages: hugePages storage requested, but there is no resource request for huge pages"
+        );
+        let p = requesting(p, 1, false, &["2Mi"]);
+        assert_eq!(
+            medium(&p, &src("HugePages"), &alloc),
+            Ok(Medium::HugePages(2 << 20))
+        );
+        assert_eq!(
+            medium(&p, &src("HugePages-2Mi"), &alloc),
+            Ok(Medium::HugePages(2 << 20))
+        );
+        assert_eq!(
+            medium(&p, &src("HugePages-1Gi"), &alloc).unwrap_err(),
+            "medium HugePages-1Gi: hugePages storage requested, but there is no resource request for huge pages"
+        );
+        let p = requesting(p, 0, false, &["1Gi"]);
+        assert_eq!(
+            medium(&p, &src("HugePages"), &alloc).unwrap_err(),
+            "medium: HugePages can't be used if container requests multiple huge page sizes"
+        );
+        assert_eq!(
+            medium(&p, &src("HugePages-1Gi"), &alloc),
+            Ok(Medium::HugePages(1 << 30))
+        );
+        // An init container's request counts too.
+        let p = pod("q")
+            .init_container("i", "x")
+            .container("a", "x")
+            .build();
+        let p = requesting(p, 0, true, &["2Mi"]);
+        assert_eq!(
+            medium(&p, &src("HugePages"), &alloc),
+            Ok(Medium::HugePages(2 << 20))
+        );
+        assert_eq!(medium(&p, &src(""), &alloc), Ok(Medium::Disk));
+    }
+
+    /// A huge page medium is a real hugetlbfs of its page size (as root,
+    /// where the kernel has 2 MiB pages); set up again, it is left.
+    #[test]
+    fn huge_page_dirs_are_hugetlbfs_mounts() {
+        if !Path::new("/sys/kernel/mm/hugepages/hugepages-2048kB").is_dir() {
+            eprintln!("skipped: this kernel has no 2 MiB huge pages");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("huge");
+        set_up(&d, Medium::HugePages(2 << 20), DEFAULT_DIR_MODE).unwrap();
+        set_up(&d, Medium::HugePages(2 << 20), DEFAULT_DIR_MODE).unwrap();
+        let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+        let ours: Vec<&str> = mounts
+            .lines()
+            .filter(|l| l.split(' ').nth(1) == Some(d.to_str().unwrap()))
+            .collect();
+        rustix::mount::unmount(&d, rustix::mount::UnmountFlags::empty()).unwrap();
+        assert_eq!(ours.len(), 1, "{ours:?}");
+        assert!(
+            ours[0].contains(" hugetlbfs ") && ours[0].contains("pagesize=2M"),
+            "{ours:?}"
+        );
     }
 
     #[test]

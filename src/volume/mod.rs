@@ -1037,8 +1037,9 @@ fn set_up_volume(
             path: d.clone(),
             source,
         };
-        empty_dir::set_up(&d, empty_dir::medium(pod, ed, allocatable), mode)
-            .map_err(|e| (io(e), None))?;
+        let medium =
+            empty_dir::medium(pod, ed, allocatable).map_err(|e| (Error::Mount(e), None))?;
+        empty_dir::set_up(&d, medium, mode).map_err(|e| (io(e), None))?;
         if first && let Some(gid) = fs_group(pod) {
             ownership::apply(&d, gid, false).map_err(|e| (io(e), None))?;
         }

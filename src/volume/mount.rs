@@ -44,6 +44,27 @@ pub fn mount_tmpfs(dir: &Path, size_bytes: Option<u64>) -> io::Result<()> {
     .map_err(io::Error::from)
 }
 
+/// Mounts a hugetlbfs of `page_bytes` pages on `dir` (`pagesize=2Mi`, as
+/// the kubelet's emptyDir); a mount point already there is left.
+///
+/// # Errors
+/// The kernel refused the mount (no pool of that page size, for one).
+pub fn mount_hugetlbfs(dir: &Path, page_bytes: u64) -> io::Result<()> {
+    if is_mount_point(dir) {
+        return Ok(());
+    }
+    let options = format!("pagesize={}", crate::config::binary_quantity(page_bytes));
+    let data = CString::new(options).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    rustix::mount::mount(
+        "nodev",
+        dir,
+        "hugetlbfs",
+        MountFlags::empty(),
+        Some(data.as_c_str()),
+    )
+    .map_err(io::Error::from)
+}
+
 /// Decodes the octal escapes (`\040` for a space) of a mountinfo path.
 fn unescape(field: &str) -> String {
     let bytes = field.as_bytes();

@@ -1,6 +1,6 @@
 //! The topics that must run alone, one test at a time, after every other
 //! topic: they restart the agent ([`restart`], [`eviction`], [`devices`],
-//! [`client_cert`], [`credential_provider`], [`pids`], [`api_rate`], [`node_limits`], [`dra`], [`node_shutdown`]), add a node of their own ([`image_gc`]), take most of the
+//! [`client_cert`], [`credential_provider`], [`pids`], [`hugepages`], [`api_rate`], [`node_limits`], [`dra`], [`node_shutdown`]), add a node of their own ([`image_gc`]), take most of the
 //! node's cpu ([`admission`]), measure the agent's memory and the API
 //! server's TokenReviews under load ([`hostile_nodeapi`]) or the agent's
 //! peak memory ([`hostile_bounded`]: other topics' pods would add to it),
@@ -21,6 +21,7 @@ mod eviction;
 mod hostile_bounded;
 mod hostile_fsgroup;
 mod hostile_nodeapi;
+mod hugepages;
 mod image_gc;
 mod node_limits;
 mod node_shutdown;
