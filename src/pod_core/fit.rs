@@ -32,7 +32,7 @@ pub struct NodeView {
 /// containers and sidecars (restartable init containers) add up; a plain init
 /// container needs its own request plus the sidecars started before it; the
 /// pod needs the larger of the two; pod-level `resources.requests` replace
-/// cpu and memory; `overhead` is added. Sums saturate; a request too large
+/// cpu, memory and huge pages ([`is_pod_level_resource`]); `overhead` is added. Sums saturate; a request too large
 /// to hold counts as the largest quantity, one that does not parse as none
 /// (the API server validated it).
 #[must_use]
@@ -53,8 +53,8 @@ pub fn pod_requests(pod: &Pod) -> BTreeMap<String, Quantity> {
 
 /// A pod's resource limits, as component-helpers' `PodLimits`: added up and
 /// peaked as [`pod_requests`] (only the containers that set a limit count),
-/// pod-level `resources.limits` replace cpu and memory, and `overhead` is
-/// added to the limits that are set.
+/// pod-level `resources.limits` replace cpu, memory and huge pages, and
+/// `overhead` is added to the limits that are set.
 #[must_use]
 pub fn pod_limits(pod: &Pod) -> BTreeMap<String, Quantity> {
     let Some(spec) = pod.spec.as_ref() else {
@@ -102,16 +102,24 @@ fn aggregate(
     }
     max_all(&mut total, &init_peak);
     if let Some(pod_level) = pod_level {
-        for name in ["cpu", "memory"] {
-            if let Some(q) = pod_level
-                .get(name)
-                .and_then(|q| Quantity::parse_saturating(&q.0).ok())
-            {
-                total.insert(name.to_string(), q);
+        for (name, q) in pod_level {
+            if !is_pod_level_resource(name) {
+                continue;
+            }
+            if let Ok(q) = Quantity::parse_saturating(&q.0) {
+                total.insert(name.clone(), q);
             }
         }
     }
     total
+}
+
+/// A resource a pod may set for itself (`spec.resources`), as
+/// component-helpers' `IsSupportedPodLevelResource`: cpu, memory and huge
+/// pages.
+#[must_use]
+pub fn is_pod_level_resource(name: &str) -> bool {
+    name == "cpu" || name == "memory" || name.starts_with("hugepages-")
 }
 
 /// The container's limits, parsed.

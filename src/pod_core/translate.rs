@@ -592,7 +592,7 @@ pub fn linux_resources(
         cpu_shares: limits.cpu_shares,
         memory_limit_in_bytes: limits.memory_limit_in_bytes,
         oom_score_adj,
-        hugepage_limits: hugepage_limits(c, &node.huge_page_sizes),
+        hugepage_limits: hugepage_limits(pod, c, &node.huge_page_sizes),
         ..Default::default()
     };
     set_swap(&mut resources, pod, c, node);
@@ -601,20 +601,30 @@ pub fn linux_resources(
 
 /// The container's huge page limits, as the kubelet's
 /// `GetHugepageLimitsFromResources`: every page size of the node (`sizes`,
-/// bytes) with a limit of 0, but for the sizes of the container's
-/// `hugepages-<size>` limits, which get those amounts in bytes.
-fn hugepage_limits(c: &Container, sizes: &[u64]) -> Vec<cri::HugepageLimit> {
+/// bytes) with a limit of 0, but for the sizes of the pod's pod-level
+/// `hugepages-<size>` limits and then the container's own, which win; those
+/// get their amounts in bytes.
+fn hugepage_limits(pod: &Pod, c: &Container, sizes: &[u64]) -> Vec<cri::HugepageLimit> {
     use super::limits::{huge_page_size, huge_page_unit};
-    let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+    let pod_level = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.limits.as_ref());
+    let own = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+    let limit_of = |list: Option<&BTreeMap<String, Quantity>>, size: u64| {
+        list.into_iter()
+            .flatten()
+            .filter(|(name, _)| huge_page_size(name) == Some(size))
+            .find_map(|(_, q)| amount(Some(q), false))
+            .map(|b| u64::try_from(b).unwrap_or(0))
+    };
     sizes
         .iter()
         .filter_map(|&size| {
-            let limit = limits
-                .into_iter()
-                .flatten()
-                .filter(|(name, _)| huge_page_size(name) == Some(size))
-                .find_map(|(_, q)| amount(Some(q), false))
-                .map_or(0, |b| u64::try_from(b).unwrap_or(0));
+            let limit = limit_of(own, size)
+                .or_else(|| limit_of(pod_level, size))
+                .unwrap_or(0);
             Some(cri::HugepageLimit {
                 page_size: huge_page_unit(size)?,
                 limit,
@@ -1495,6 +1505,25 @@ mod tests {
             linux_resources(&p, &spec.containers[0], &bare)
                 .hugepage_limits
                 .is_empty()
+        );
+
+        // Pod-level huge pages: a container without its own gets the pod's
+        // limit; the pod's cgroup gets the pod's request.
+        let mut p = p.clone();
+        let pod_level: BTreeMap<String, Quantity> =
+            [("hugepages-2Mi".to_string(), Quantity("8Mi".into()))].into();
+        p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
+            requests: Some(pod_level.clone()),
+            limits: Some(pod_level),
+            ..Default::default()
+        });
+        let spec = p.spec.as_ref().unwrap();
+        let of =
+            |i: usize| linux_resources(&p, &spec.containers[i], &node).hugepage_limits[0].limit;
+        assert_eq!((of(0), of(1)), (6 << 20, 8 << 20));
+        assert_eq!(
+            pod_huge_page_limits(&p),
+            super::super::limits::HugePageLimits::from([(2 << 20, 8 << 20)])
         );
     }
 

@@ -85,7 +85,8 @@ pub fn memory_size(
 
 /// The medium of an emptyDir source. `HugePages` takes the page size of the
 /// pod's huge page requests, `HugePages-<size>` its own, as the kubelet's
-/// `getPageSizeMountOption` (containers and init containers counted).
+/// `getPageSizeMountOption` (containers, init containers and the pod-level
+/// requests counted).
 ///
 /// # Errors
 /// The kubelet's message for a huge page medium whose pod requests no huge
@@ -127,10 +128,13 @@ fn huge_page_size(pod: &Pod, medium: &str) -> Result<u64, String> {
                 .into_iter()
                 .flatten(),
         );
+    let pod_level = spec.and_then(|s| s.resources.as_ref());
     let mut found: Option<u64> = None;
-    for c in containers {
-        let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
-        for name in requests.into_iter().flat_map(BTreeMap::keys) {
+    for resources in containers
+        .filter_map(|c| c.resources.as_ref())
+        .chain(pod_level)
+    {
+        for name in resources.requests.iter().flat_map(BTreeMap::keys) {
             let Some(size) = limits::huge_page_size(name) else {
                 continue;
             };
