@@ -69,6 +69,11 @@ SETS = [
      "`[Serial]`, `[Disruptive]` or `[Slow]` and outside `[NodeConformance]` "
      "(`hack/conformance.sh --suite node-protection`; the focus and skip are in the run's "
      "summary)"),
+    ("node-resources", "e2e_node.test pod PID limits and huge pages",
+     "`e2e_node.test`'s tests of `podPidsLimit` (`PodPidsLimit`) and of huge pages (`HugePages`, "
+     "`Pod Level HugePages Resources`), all `[Serial]`: each reserves huge pages or sets the "
+     "limit and restarts the agent, then reads the pod's cgroup files through a hostPath pod "
+     "(`hack/conformance.sh --suite node-resources`)"),
     ("dra", "e2e_node.test [DRA]",
      "`e2e_node.test`'s dynamic resource allocation tests (test/e2e_node/dra_test.go, `[DRA]`, all "
      "`[Serial]`, one `[Disruptive]`): DRA drivers registering with the agent, claims prepared and "

@@ -2,7 +2,7 @@
 # Runs upstream [NodeConformance] tests against a fresh local one-node cluster
 # (hack/local-up.sh), then takes the cluster down.
 #
-#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection|storage|storage-csi|dra]
+#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection|node-resources|storage|storage-csi|dra]
 #                       [--agent rustlet|kubelet]
 #                       [--focus REGEX] [--skip REGEX] [--shards N] [--resume]
 #                       [--procs N] [--timeout DURATION] [--name NAME] [--registry-mirror] [--keep-up]
@@ -25,6 +25,13 @@
 #                          (most are [Serial] [Disruptive] [Slow] and not
 #                          [NodeConformance]; they reconfigure and restart
 #                          the agent), as the node suite runs
+#                node-resources
+#                          e2e_node.test, its tests of pod resources a
+#                          kubeadm or managed node configures: podPidsLimit
+#                          (PodPidsLimit) and huge pages (HugePages, Pod
+#                          Level HugePages Resources), all [Serial]; they
+#                          reserve huge pages and restart the agent, as the
+#                          node suite runs
 #                storage   e2e.test, the [sig-storage] tests of volumes a
 #                          one-node cluster has without a storage driver:
 #                          the in-tree hostPath, hostPathSymlink and local
@@ -202,6 +209,10 @@ case $suite in
     test_bin=e2e_node.test; default_skip='\[Flaky\]'; default_shards=1
     base_focus='\[sig-node\] (GarbageCollect Garbage|ImageGarbageCollect when|Summary API when querying /stats/summary should report|LocalStorageCapacityIsolationEviction |LocalStorageEviction |PriorityMemoryEvictionOrdering |PriorityPidEvictionOrdering .*baseline)'
     ;;
+  node-resources)
+    test_bin=e2e_node.test; default_skip='\[Flaky\]'; default_shards=1; default_timeout=1h
+    base_focus='\[sig-node\] (PodPidsLimit |HugePages \[Feature:HugePages\]|Pod Level HugePages Resources )'
+    ;;
   storage)
     test_bin=e2e.test; default_shards=1
     base_focus='\[sig-storage\].*(\[Driver: (local|hostPath|hostPathSymlink)\]|PersistentVolumes-local)'
@@ -219,7 +230,7 @@ case $suite in
     test_bin=e2e_node.test; base_focus='\[DRA\]'; default_skip='\[Flaky\]'; default_shards=1
     default_timeout=3h
     ;;
-  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection|storage|storage-csi|dra)" ;;
+  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection|node-resources|storage|storage-csi|dra)" ;;
 esac
 # The node suite's way of running (against the existing node, the agent
 # restarted through the systemctl stand-in).

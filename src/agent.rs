@@ -496,6 +496,10 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
     )
     .with_csi(drivers.clone(), &base.node_name);
     let cgroups = pod_cgroups(&base.settings, &facts.machine)?;
+    let enforced = match &cgroups {
+        Some(m) => enforce_allocatable(&base.settings, m)?,
+        None => Vec::new(),
+    };
     let stats_cgroups = cgroups.clone();
     // DRA drivers register through the same directory; what they prepared
     // before a restart is read back from the root dir. No driver has
@@ -524,6 +528,15 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
         shutting_down,
     };
     let (ctx, pods) = pod_worker(&base, &facts, node);
+    for note in enforced {
+        crate::events::publish_node(
+            ctx.recorder(),
+            &base.node_name,
+            crate::events::EventType::Normal,
+            crate::reasons::event::NODE_ALLOCATABLE_ENFORCED,
+            note,
+        );
+    }
     serve_pod_resources(&base.settings, &pods.store, &ctx)?;
     Ok(Parts {
         base,
@@ -1751,6 +1764,73 @@ fn pod_cgroups(
         .ensure_qos(node)
         .context("make the QoS cgroups (cgroupsPerQOS)")?;
     Ok(Some(manager))
+}
+
+/// Node allocatable enforced beyond `pods`, as the kubelet's
+/// `enforceNodeAllocatableCgroups`: with `system-reserved` and
+/// `kube-reserved`, their existing cgroups get what `systemReserved` and
+/// `kubeReserved` hold (cpu as shares, memory, `pid`, huge pages). Returns
+/// the notes of the kubelet's `NodeAllocatableEnforced` Node events, the
+/// `pods` one first.
+///
+/// # Errors
+/// A cgroup missing or refusing a limit, in the kubelet's words (`Failed to
+/// enforce System Reserved Cgroup Limits on "/system.slice": …`): the
+/// kubelet does not start either.
+fn enforce_allocatable(
+    settings: &Settings,
+    manager: &crate::cgroups::CgroupManager,
+) -> anyhow::Result<Vec<String>> {
+    let has = |k: &str| settings.enforce_node_allocatable.iter().any(|e| e == k);
+    let mut notes = Vec::new();
+    if has("pods") {
+        notes.push("Updated Node Allocatable limit across pods".to_string());
+    }
+    let reservations = &settings.reservations;
+    for (key, what, title, cgroup, list) in [
+        (
+            "system-reserved",
+            "system reserved",
+            "System Reserved",
+            &settings.system_reserved_cgroup,
+            &reservations.system_reserved,
+        ),
+        (
+            "kube-reserved",
+            "kube reserved",
+            "Kube Reserved",
+            &settings.kube_reserved_cgroup,
+            &reservations.kube_reserved,
+        ),
+    ] {
+        if !has(key) {
+            continue;
+        }
+        let parsed: std::collections::BTreeMap<String, crate::resource::Quantity> = list
+            .iter()
+            .filter_map(|(k, v)| {
+                let q = crate::resource::Quantity::parse_saturating(v).ok()?;
+                Some((k.clone(), q))
+            })
+            .collect();
+        let quantity = |name: &str| parsed.get(name).copied();
+        let to_i64 = |v: i128| i64::try_from(v).unwrap_or(i64::MAX);
+        let reserved = crate::cgroups::Reserved {
+            cpu_shares: quantity("cpu").map(|q| {
+                let shares = crate::pod_core::translate::cpu_shares(to_i64(q.milli_value()));
+                u64::try_from(shares).unwrap_or(2)
+            }),
+            memory: quantity("memory").map(|q| to_i64(q.value())),
+            pids: quantity("pid").map(|q| to_i64(q.value())),
+            huge_pages: crate::pod_core::limits::huge_page_limits(&parsed),
+        };
+        manager.enforce_reserved(cgroup, &reserved).map_err(|e| {
+            anyhow::anyhow!("Failed to enforce {title} Cgroup Limits on {cgroup:?}: {e}")
+        })?;
+        info!(cgroup = %cgroup, ?reserved, "{what} cgroup limited");
+        notes.push(format!("Updated limits on {what} cgroup {cgroup}"));
+    }
+    Ok(notes)
 }
 
 /// The image pull concurrency of the settings' `serializeImagePulls` and

@@ -55,6 +55,15 @@ pub enum Error {
     /// `podPidsLimit` above 0 where no `pids` controller is.
     #[error("podPidsLimit {0}: the pids cgroup controller is not available")]
     NoPidsController(u64),
+    /// An existing cgroup to enforce a reservation on is missing from a
+    /// hierarchy, in the kubelet's words (`Validate`).
+    #[error("cgroup {name:?} has some missing paths: {}", missing.join(", "))]
+    MissingPaths {
+        /// The cgroup's name, its path's parts.
+        name: Vec<String>,
+        /// Where it is missing.
+        missing: Vec<String>,
+    },
     /// The cgroup filesystem refused a change.
     #[error("cgroup {path}: {source}")]
     Io {
@@ -114,6 +123,20 @@ pub fn shares_from_weight(weight: u64) -> u64 {
 /// chart's companion runtime keeps its shims (its `ShimCgroup`, a leaf as
 /// cgroup v2 wants); a node reset removes it with the root.
 pub const SHIMS_CGROUP: &str = "shims";
+
+/// What a reservation (`systemReserved`, `kubeReserved`) writes to its
+/// cgroup, as the kubelet's `getCgroupConfig`: only what is reserved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reserved {
+    /// `cpu.shares` from the reserved cpu (the kubelet's `MilliCPUToShares`).
+    pub cpu_shares: Option<u64>,
+    /// The memory limit, bytes.
+    pub memory: Option<i64>,
+    /// `pids.max`, from the reserved `pid`.
+    pub pids: Option<i64>,
+    /// Huge page limits by page size, bytes.
+    pub huge_pages: crate::pod_core::limits::HugePageLimits,
+}
 
 /// Where huge page limits are written.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -373,6 +396,18 @@ impl CgroupManager {
                 }
             }
         }
+        self.write_hugetlb(h, dir, limits, others)
+    }
+
+    /// Writes the huge page limits of [`CgroupManager::set_hugetlb`] to
+    /// `dir`'s cgroup in hierarchy `h`, which exists.
+    fn write_hugetlb(
+        &self,
+        h: &Hugetlb,
+        dir: &Path,
+        limits: &crate::pod_core::limits::HugePageLimits,
+        others: u64,
+    ) -> Result<(), Error> {
         let suffix = if h.v2 { "max" } else { "limit_in_bytes" };
         for (size, _) in &self.huge_pages {
             let Some(unit) = crate::pod_core::limits::huge_page_unit(*size) else {
@@ -755,6 +790,71 @@ impl CgroupManager {
                 ..Limits::default()
             },
         )
+    }
+
+    /// Limits the existing cgroup `name` (a cgroupfs path, `/system.slice`)
+    /// to a reservation, as the kubelet's `enforceExistingCgroup` for
+    /// `system-reserved` and `kube-reserved`: the cgroup must be in the `cpu`
+    /// and `memory` hierarchies (and `pids`, for a pid reservation); then
+    /// only what is reserved is written (shares from the cpu, the memory
+    /// limit, `pids.max`), and huge page limits, 0 for the sizes not
+    /// reserved, where the `hugetlb` hierarchy has the cgroup. Nothing is
+    /// made.
+    ///
+    /// # Errors
+    /// [`Error::MissingPaths`] in the kubelet's words (also for the root, or
+    /// a name with `.` or `..`, which name no cgroup of their own); a write
+    /// the kernel refused.
+    pub fn enforce_reserved(&self, name: &str, r: &Reserved) -> Result<(), Error> {
+        let parts: Vec<String> = name
+            .split('/')
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        let dir: PathBuf = parts.iter().collect();
+        let unsafe_name = parts.iter().any(|p| p == "." || p == "..");
+        let mut needed: Vec<&PathBuf> = self.cpu.iter().chain(&self.memory).collect();
+        if r.pids.is_some() {
+            needed.extend(&self.pids);
+        }
+        let missing: Vec<String> = needed
+            .into_iter()
+            .map(|h| h.join(&dir))
+            .filter(|p| unsafe_name || !p.is_dir())
+            .map(|p| p.display().to_string())
+            .collect();
+        if !missing.is_empty() || parts.is_empty() {
+            return Err(Error::MissingPaths {
+                name: parts,
+                missing,
+            });
+        }
+        let v2 = self.version == Version::V2;
+        if let (Some(shares), Some(cpu)) = (r.cpu_shares, &self.cpu) {
+            let (file, value) = if v2 {
+                ("cpu.weight", weight_from_shares(shares))
+            } else {
+                ("cpu.shares", shares)
+            };
+            write(&cpu.join(&dir).join(file), &value.to_string())?;
+        }
+        if let (Some(bytes), Some(memory)) = (r.memory, &self.memory) {
+            let file = if v2 {
+                "memory.max"
+            } else {
+                "memory.limit_in_bytes"
+            };
+            write(&memory.join(&dir).join(file), &bytes.to_string())?;
+        }
+        if let (Some(n), Some(pids)) = (r.pids, &self.pids) {
+            write(&pids.join(&dir).join("pids.max"), &n.to_string())?;
+        }
+        if let Some(h) = &self.hugetlb
+            && h.dir.join(&dir).is_dir()
+        {
+            self.write_hugetlb(h, &dir, &r.huge_pages, 0)?;
+        }
+        Ok(())
     }
 
     /// Sets the `burstable` cgroup's shares to `shares` (those of its pods'
@@ -1399,6 +1499,70 @@ mod tests {
                 .flatten()
                 .all(|e| !e.file_name().to_string_lossy().starts_with("hugetlb"))
         );
+    }
+
+    /// A reservation is written to its existing cgroup, only what is
+    /// reserved; a cgroup missing from a hierarchy is refused in the
+    /// kubelet's words, and nothing is made.
+    #[test]
+    fn reservations_limit_existing_cgroups_only() {
+        let (dir, m) = fake_v1(&["pids"], None);
+        let m = m.with_huge_pages(vec![(2 << 20, 0)]);
+        let reserved = Reserved {
+            cpu_shares: Some(204),
+            memory: Some(128 << 20),
+            pids: Some(1000),
+            huge_pages: crate::pod_core::limits::HugePageLimits::new(),
+        };
+        let err = m.enforce_reserved("/system.slice", &reserved).unwrap_err();
+        let root = dir.path().display().to_string();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cgroup [\"system.slice\"] has some missing paths: {root}/cpu,cpuacct/system.slice, {root}/memory/system.slice, {root}/pids/system.slice"
+            )
+        );
+        assert!(
+            !dir.path().join("memory/system.slice").exists(),
+            "nothing made"
+        );
+        for h in ["cpu,cpuacct", "memory", "pids"] {
+            std::fs::create_dir(dir.path().join(h).join("system.slice")).unwrap();
+        }
+        let quota = dir.path().join("cpu,cpuacct/system.slice/cpu.cfs_quota_us");
+        std::fs::write(&quota, "50000").unwrap();
+        m.enforce_reserved("/system.slice", &reserved).unwrap();
+        let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
+        assert_eq!(read("cpu,cpuacct/system.slice/cpu.shares"), "204");
+        assert_eq!(
+            read("memory/system.slice/memory.limit_in_bytes"),
+            (128u64 << 20).to_string()
+        );
+        assert_eq!(read("pids/system.slice/pids.max"), "1000");
+        assert_eq!(
+            std::fs::read_to_string(&quota).unwrap(),
+            "50000",
+            "not reserved, not touched"
+        );
+        // Only memory reserved: the shares stay as they are.
+        std::fs::write(
+            dir.path().join("cpu,cpuacct/system.slice/cpu.shares"),
+            "1024",
+        )
+        .unwrap();
+        let memory_only = Reserved {
+            memory: Some(64 << 20),
+            ..Reserved::default()
+        };
+        m.enforce_reserved("/system.slice", &memory_only).unwrap();
+        assert_eq!(read("cpu,cpuacct/system.slice/cpu.shares"), "1024");
+        assert_eq!(
+            read("memory/system.slice/memory.limit_in_bytes"),
+            (64u64 << 20).to_string()
+        );
+        for bad in ["/", "/system.slice/../..", ""] {
+            assert!(m.enforce_reserved(bad, &memory_only).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -138,8 +138,16 @@ pub struct Settings {
     /// priority, instead of the two above.
     pub shutdown_grace_period_by_pod_priority: Vec<PriorityPeriod>,
     /// `enforceNodeAllocatable` (`[pods]`): with `pods`, the `kubepods`
-    /// cgroup is limited to the node's capacity less what is reserved.
+    /// cgroup is limited to the node's capacity less what is reserved; with
+    /// `system-reserved` and `kube-reserved`, [`Settings::system_reserved_cgroup`]
+    /// and [`Settings::kube_reserved_cgroup`] to what is reserved for them.
     pub enforce_node_allocatable: Vec<String>,
+    /// `systemReservedCgroup` (empty): the existing cgroup, a cgroupfs path
+    /// (`/system.slice`), that `systemReserved` limits under `system-reserved`.
+    pub system_reserved_cgroup: String,
+    /// `kubeReservedCgroup` (empty): the same for `kubeReserved` and
+    /// `kube-reserved`.
+    pub kube_reserved_cgroup: String,
     /// `rotateCertificates`: the client certificate the agent reaches the API
     /// server with is renewed from the certificates API before it expires
     /// (signer `kubernetes.io/kube-apiserver-client-kubelet`).
@@ -422,6 +430,8 @@ impl Default for Settings {
             shutdown_grace_period_critical_pods: Duration::ZERO,
             shutdown_grace_period_by_pod_priority: Vec::new(),
             enforce_node_allocatable: vec!["pods".into()],
+            system_reserved_cgroup: String::new(),
+            kube_reserved_cgroup: String::new(),
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
             crash_loop_max_restart_period: Duration::from_secs(300),
@@ -508,6 +518,8 @@ impl Settings {
             "shutdownGracePeriod": go_duration(self.shutdown_grace_period),
             "shutdownGracePeriodCriticalPods": go_duration(self.shutdown_grace_period_critical_pods),
             "enforceNodeAllocatable": self.enforce_node_allocatable,
+            "systemReservedCgroup": self.system_reserved_cgroup,
+            "kubeReservedCgroup": self.kube_reserved_cgroup,
             "tlsCertFile": self.tls_cert_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             "tlsPrivateKeyFile": self.tls_private_key_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             "registerNode": true,
@@ -751,6 +763,8 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "cgroupsPerQOS",
     "cgroupRoot",
     "enforceNodeAllocatable",
+    "systemReservedCgroup",
+    "kubeReservedCgroup",
     "serializeImagePulls",
     "maxParallelImagePulls",
     "authentication",
@@ -1070,6 +1084,12 @@ struct KubeletConfiguration {
     /// `enforceNodeAllocatable`.
     #[serde(deserialize_with = "allocatable")]
     enforce_node_allocatable: Option<Vec<String>>,
+    /// `systemReservedCgroup`.
+    #[serde(deserialize_with = "reserved_cgroup")]
+    system_reserved_cgroup: Option<String>,
+    /// `kubeReservedCgroup`.
+    #[serde(deserialize_with = "reserved_cgroup")]
+    kube_reserved_cgroup: Option<String>,
     /// `serializeImagePulls`.
     #[serde(deserialize_with = "flag")]
     serialize_image_pulls: Option<bool>,
@@ -1378,6 +1398,14 @@ impl KubeletConfiguration {
         set(
             &mut s.enforce_node_allocatable,
             self.enforce_node_allocatable.clone(),
+        );
+        set(
+            &mut s.system_reserved_cgroup,
+            self.system_reserved_cgroup.clone(),
+        );
+        set(
+            &mut s.kube_reserved_cgroup,
+            self.kube_reserved_cgroup.clone(),
         );
         set(
             &mut s.allowed_unsafe_sysctls,
@@ -1719,6 +1747,7 @@ fn validate(path: &Path, s: &Settings) -> Result<(), Error> {
             "empty when shutdownGracePeriod is set (invalid configuration: Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the same time)",
         ));
     }
+    validate_enforcement(path, s)?;
     // A limit above 1 needs parallel pulls.
     if s.serialize_image_pulls && s.max_parallel_image_pulls.is_some_and(|n| n > 1) {
         return Err(bad(
@@ -1726,6 +1755,47 @@ fn validate(path: &Path, s: &Settings) -> Result<(), Error> {
             "maxParallelImagePulls",
             "1 or nothing when serializeImagePulls is true",
         ));
+    }
+    Ok(())
+}
+
+/// `enforceNodeAllocatable` with its cgroups, as the kubelet's validation:
+/// `none` alone, and a cgroup named for each reservation enforced.
+///
+/// # Errors
+/// [`Error::Parse`] with the kubelet's message.
+fn validate_enforcement(path: &Path, s: &Settings) -> Result<(), Error> {
+    let has = |k: &str| s.enforce_node_allocatable.iter().any(|e| e == k);
+    if has("none") && s.enforce_node_allocatable.len() > 1 {
+        return Err(bad(
+            path,
+            "enforceNodeAllocatable",
+            "nothing else beside none (invalid configuration: enforceNodeAllocatable (--enforce-node-allocatable) may not contain additional enforcements when \"none\" is specified)",
+        ));
+    }
+    for (key, field, flag, cgroup) in [
+        (
+            "system-reserved",
+            "systemReservedCgroup",
+            "--system-reserved-cgroup",
+            &s.system_reserved_cgroup,
+        ),
+        (
+            "kube-reserved",
+            "kubeReservedCgroup",
+            "--kube-reserved-cgroup",
+            &s.kube_reserved_cgroup,
+        ),
+    ] {
+        if has(key) && cgroup.is_empty() {
+            return Err(bad(
+                path,
+                field,
+                &format!(
+                    "a cgroup (invalid configuration: {field} ({flag}) must be specified when \"{key}\" contained in enforceNodeAllocatable (--enforce-node-allocatable))"
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -1900,6 +1970,15 @@ fn cgroup_root<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Err
     read(d, "an absolute cgroup path", |root: String| {
         let safe = root.starts_with('/') && !root.split('/').any(|p| p == ".." || p == ".");
         safe.then_some(root)
+    })
+}
+
+/// `systemReservedCgroup`, `kubeReservedCgroup`: empty (none), or as
+/// `cgroupRoot`.
+fn reserved_cgroup<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    read(d, "an absolute cgroup path", |c: String| {
+        let safe = c.starts_with('/') && !c.split('/').any(|p| p == ".." || p == ".");
+        (c.is_empty() || safe).then_some(c)
     })
 }
 
@@ -2720,6 +2799,53 @@ volumeStatsAggPeriod: 0s
                 "shutdownGracePeriodByPodPriority:\n- {priority: 0, seconds: 5}\n",
                 "shutdownGracePeriodByPodPriority",
                 "unknown field",
+            ),
+        ] {
+            let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), text)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(field) && err.contains(why), "{text}: {err}");
+        }
+    }
+
+    /// `system-reserved` and `kube-reserved` take their cgroups, checked as
+    /// the kubelet's validation checks them.
+    #[test]
+    fn reserved_enforcement_names_its_cgroups() {
+        let mut s = Settings::default();
+        let text = "enforceNodeAllocatable: [pods, system-reserved, kube-reserved]
+systemReservedCgroup: /system.slice
+kubeReservedCgroup: /kube
+";
+        apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
+        assert_eq!(
+            (
+                s.system_reserved_cgroup.as_str(),
+                s.kube_reserved_cgroup.as_str()
+            ),
+            ("/system.slice", "/kube")
+        );
+        assert_eq!(s.kubelet_configuration()["kubeReservedCgroup"], "/kube");
+        for (text, field, why) in [
+            (
+                "enforceNodeAllocatable: [system-reserved]\n",
+                "systemReservedCgroup",
+                "systemReservedCgroup (--system-reserved-cgroup) must be specified when \"system-reserved\" contained in enforceNodeAllocatable (--enforce-node-allocatable)",
+            ),
+            (
+                "enforceNodeAllocatable: [kube-reserved]\nsystemReservedCgroup: /s\n",
+                "kubeReservedCgroup",
+                "kubeReservedCgroup (--kube-reserved-cgroup) must be specified when \"kube-reserved\"",
+            ),
+            (
+                "enforceNodeAllocatable: [none, pods]\n",
+                "enforceNodeAllocatable",
+                "may not contain additional enforcements when \"none\" is specified",
+            ),
+            (
+                "kubeReservedCgroup: ../etc\n",
+                "kubeReservedCgroup",
+                "absolute cgroup path",
             ),
         ] {
             let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), text)

@@ -173,6 +173,9 @@ pub mod event {
     /// controller, so nothing limits its use of them (the agent's own; the
     /// kubelet skips the limits without a word).
     pub const HUGE_PAGES_NOT_LIMITED: &str = "HugePagesNotLimited";
+    /// Node allocatable limits written to the cgroups enforced
+    /// (`SuccessfulNodeAllocatableEnforcement`), a Node event.
+    pub const NODE_ALLOCATABLE_ENFORCED: &str = "NodeAllocatableEnforced";
     /// A volume could not be set up (`FailedMountVolume`).
     pub const FAILED_MOUNT: &str = "FailedMount";
     /// The postStart hook failed (`FailedPostStartHook`).

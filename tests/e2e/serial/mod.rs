@@ -1,6 +1,6 @@
 //! The topics that must run alone, one test at a time, after every other
 //! topic: they restart the agent ([`restart`], [`eviction`], [`devices`],
-//! [`client_cert`], [`credential_provider`], [`pids`], [`hugepages`], [`api_rate`], [`node_limits`], [`dra`], [`node_shutdown`]), add a node of their own ([`image_gc`]), take most of the
+//! [`client_cert`], [`credential_provider`], [`pids`], [`hugepages`], [`reserved`], [`api_rate`], [`node_limits`], [`dra`], [`node_shutdown`]), add a node of their own ([`image_gc`]), take most of the
 //! node's cpu ([`admission`]), measure the agent's memory and the API
 //! server's TokenReviews under load ([`hostile_nodeapi`]) or the agent's
 //! peak memory ([`hostile_bounded`]: other topics' pods would add to it),
@@ -27,4 +27,5 @@ mod node_limits;
 mod node_shutdown;
 mod node_status;
 mod pids;
+mod reserved;
 mod restart;

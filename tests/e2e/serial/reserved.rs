@@ -1,0 +1,93 @@
+//! `system-reserved` and `kube-reserved` enforced, as the kubelet's
+//! `enforceExistingCgroup`: the agent, restarted with both in
+//! `enforceNodeAllocatable` and a cgroup for each (made beforehand in the
+//! `cpu`, `memory` and `pids` hierarchies, as systemd makes its slices),
+//! writes each reservation to its cgroup, only what is reserved, and says so
+//! in `NodeAllocatableEnforced` Node events. The agent is restarted with its
+//! usual configuration at the end and the cgroups removed. It restarts the
+//! agent, so it runs alone.
+
+use crate::common::*;
+
+const SYSTEM: &str = "rustlet-e2e-system";
+const KUBE: &str = "rustlet-e2e-kube";
+const HIERARCHIES: [&str; 3] = ["cpu", "memory", "pids"];
+
+fn read(hierarchy: &str, cgroup: &str, file: &str) -> String {
+    let path = format!("/sys/fs/cgroup/{hierarchy}/{cgroup}/{file}");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .trim()
+        .to_string()
+}
+
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn reserved_cgroups_get_what_is_reserved_for_them() {
+    for h in HIERARCHIES {
+        for cg in [SYSTEM, KUBE] {
+            std::fs::create_dir_all(format!("/sys/fs/cgroup/{h}/{cg}")).expect("make the cgroup");
+        }
+    }
+    let shares_before = read("cpu", KUBE, "cpu.shares");
+    let usual = std::fs::read_to_string(local().join("rustlet.yaml")).expect("rustlet.yaml");
+    let line = "enforceNodeAllocatable: [pods]\n";
+    assert!(
+        usual.contains(line),
+        "the usual configuration enforces pods"
+    );
+    let enforced = format!(
+        "enforceNodeAllocatable: [pods, system-reserved, kube-reserved]\n\
+         systemReservedCgroup: /{SYSTEM}\nkubeReservedCgroup: /{KUBE}\n\
+         systemReserved: {{cpu: 200m, memory: 128Mi, pid: \"1000\"}}\n\
+         kubeReserved: {{memory: 256Mi}}\n"
+    );
+    let config = local().join("rustlet-reserved.yaml");
+    std::fs::write(&config, usual.replace(line, &enforced)).expect("write the configuration");
+    restart_agent(Some(&config));
+
+    assert_eq!(read("cpu", SYSTEM, "cpu.shares"), "204");
+    assert_eq!(
+        read("memory", SYSTEM, "memory.limit_in_bytes"),
+        (128u64 << 20).to_string()
+    );
+    assert_eq!(read("pids", SYSTEM, "pids.max"), "1000");
+    assert_eq!(
+        read("memory", KUBE, "memory.limit_in_bytes"),
+        (256u64 << 20).to_string()
+    );
+    assert_eq!(
+        read("cpu", KUBE, "cpu.shares"),
+        shares_before,
+        "no cpu reserved"
+    );
+    assert_eq!(read("pids", KUBE, "pids.max"), "max", "no pid reserved");
+
+    let client = client().await;
+    let node = node_name();
+    let wanted = [
+        "Updated Node Allocatable limit across pods".to_string(),
+        format!("Updated limits on system reserved cgroup /{SYSTEM}"),
+        format!("Updated limits on kube reserved cgroup /{KUBE}"),
+    ];
+    wait_for_events(
+        &client,
+        "default",
+        Involving::Name(&node),
+        60,
+        "the NodeAllocatableEnforced events",
+        |events| {
+            let seen = messages(events, "NodeAllocatableEnforced")?;
+            wanted.iter().all(|w| seen.contains(w)).then_some(())
+        },
+    )
+    .await;
+
+    restart_agent(None);
+    let _ = std::fs::remove_file(&config);
+    for h in HIERARCHIES {
+        for cg in [SYSTEM, KUBE] {
+            let _ = std::fs::remove_dir(format!("/sys/fs/cgroup/{h}/{cg}"));
+        }
+    }
+}
