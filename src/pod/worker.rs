@@ -303,6 +303,9 @@ fn mount_events(pod: &Pod, outcome: &crate::volume::SetupOutcome, ctx: &Context)
         let note = format!("MountVolume.SetUp failed for volume \"{volume}\" : {e}");
         ctx.event(pod, None, EventType::Warning, event::FAILED_MOUNT, note);
     }
+    for (reason, note) in &outcome.notices {
+        ctx.event(pod, None, EventType::Warning, reason, note.clone());
+    }
     if !unprocessed.is_empty() {
         let mut unmounted = outcome.unmounted(pod);
         unmounted.sort();

@@ -27,6 +27,7 @@ pub mod host_path;
 pub mod mount;
 pub mod mounts;
 pub mod ownership;
+pub mod pod_certificate;
 pub mod projected;
 pub mod remove;
 pub mod secret;
@@ -199,6 +200,10 @@ pub struct Fetched {
     pub tokens: HashMap<TokenKey, Result<String, String>>,
     /// ClusterTrustBundle anchors by request: `None` when no bundle matches.
     pub trust_bundles: BTreeMap<trust_bundle::TrustKey, Result<Option<Vec<u8>>, String>>,
+    /// `podCertificate` credentials by (volume name, source index).
+    pub pod_certificates: BTreeMap<(String, usize), Result<pod_certificate::Credentials, String>>,
+    /// Warning Events the reads owe the pod: (reason, message).
+    pub notices: Vec<pod_certificate::Notice>,
     /// The claims of claim volumes, by volume name: the claim and its bound
     /// volume, and whether the volume is yet to be set up for the pod the
     /// first time; `Err`: why not ([`claim::resolve`]).
@@ -247,6 +252,10 @@ impl std::fmt::Debug for Fetched {
                 &self.trust_bundles.keys().collect::<Vec<_>>(),
             )
             .field("claims", &self.claims.keys().collect::<Vec<_>>())
+            .field(
+                "pod_certificates",
+                &self.pod_certificates.keys().collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -374,6 +383,8 @@ pub struct SetupOutcome {
     pub volumes: PodVolumes,
     /// The volumes that failed, with why (each one a `FailedMount` event).
     pub errors: Vec<(String, Error)>,
+    /// Other Warning Events the setup owes the pod: (reason, message).
+    pub notices: Vec<pod_certificate::Notice>,
 }
 
 impl SetupOutcome {
@@ -405,6 +416,10 @@ pub struct VolumeManager {
     claims: Mutex<ResolvedClaims>,
     /// CSI volumes: the drivers and the node (None: no CSI volume is set up).
     csi: Option<csi::Host>,
+    /// The credentials of `podCertificate` sources.
+    pod_certificates: pod_certificate::PodCertificates,
+    /// The Node's name, for `podCertificate` requests ([`VolumeManager::with_csi`]).
+    node_name: String,
 }
 
 /// Claims resolved, by (pod UID, volume name): the claim and its volume,
@@ -431,13 +446,17 @@ impl VolumeManager {
             trust_bundles: trust_bundle::TrustBundles::default(),
             claims: Mutex::new(HashMap::new()),
             csi: None,
+            pod_certificates: pod_certificate::PodCertificates::default(),
+            node_name: String::new(),
         }
     }
 
     /// This manager, setting up CSI volumes with the drivers registered in
-    /// `drivers`, for the Node named `node_name`.
+    /// `drivers`, for the Node named `node_name` (also the Node its
+    /// `podCertificate` requests name).
     #[must_use]
     pub fn with_csi(mut self, drivers: crate::plugin_manager::Drivers, node_name: &str) -> Self {
+        self.node_name = node_name.to_string();
         self.csi = Some(csi::Host {
             client: self.client.clone(),
             drivers,
@@ -487,6 +506,14 @@ impl VolumeManager {
         for key in trust_bundle::references(pod) {
             let got = self.trust_bundles.get(&self.client, &key).await;
             fetched.trust_bundles.insert(key, got);
+        }
+        for (volume, index, source) in pod_certificate::sources(pod) {
+            let (got, notices) = self
+                .pod_certificates
+                .get(&self.client, &self.node_name, pod, &volume, index, &source)
+                .await;
+            fetched.pod_certificates.insert((volume, index), got);
+            fetched.notices.extend(notices);
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
@@ -574,6 +601,7 @@ impl VolumeManager {
     /// Forgets what was read for pod `uid` (its tokens and claims).
     fn forget_pod(&self, uid: &str) {
         self.tokens.forget_pod(uid);
+        self.pod_certificates.forget_pod(uid);
         self.claims_lock().retain(|(u, _), _| u != uid);
     }
 
@@ -582,6 +610,7 @@ impl VolumeManager {
     /// whole: each volume's error is in the outcome.
     pub async fn setup(&self, pod: &Pod, node: &NodeIdentity) -> SetupOutcome {
         let mut fetched = self.fetch(pod).await;
+        let notices = std::mem::take(&mut fetched.notices);
         let csi = self.set_up_csi(pod, node, &fetched).await;
         fetched.apart = csi.keys().cloned().collect();
         let pod = pod.clone();
@@ -602,6 +631,7 @@ impl VolumeManager {
         }
         match outcome {
             Ok(mut outcome) => {
+                outcome.notices = notices;
                 for (volume, result) in csi {
                     match result {
                         Ok(mounted) => {
@@ -618,6 +648,7 @@ impl VolumeManager {
                     String::new(),
                     Error::Payload(format!("volume setup task failed: {e}")),
                 )],
+                notices,
             },
         }
     }
@@ -1086,7 +1117,7 @@ fn set_up_volume(
         );
         (downward_api::PLUGIN_DIR, memory(), payload)
     } else if let Some(p) = &v.projected {
-        let payload = projected::payload(p, pod, fetched, allocatable);
+        let payload = projected::payload(p, &v.name, pod, fetched, allocatable);
         (projected::PLUGIN_DIR, memory(), payload)
     } else {
         return Err((

@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use super::atomic_writer::{FileProjection, Payload};
 use super::token::{DEFAULT_EXPIRATION_SECONDS, TokenKey};
 use super::{
-    DEFAULT_MODE, Error, Fetched, Result, aggregate, configmap, downward_api, file_mode, secret,
-    to_uid, trust_bundle,
+    DEFAULT_MODE, Error, Fetched, Result, aggregate, configmap, downward_api, file_mode,
+    pod_certificate, secret, to_uid, trust_bundle,
 };
 
 /// The plugin's directory name under `<pod>/volumes/`.
@@ -50,6 +50,7 @@ pub fn token_key(pod: &Pod, source: &ServiceAccountTokenProjection) -> TokenKey 
 /// request); sources that worked are not written then.
 pub fn payload(
     source: &ProjectedVolumeSource,
+    volume: &str,
     pod: &Pod,
     fetched: &Fetched,
     allocatable: &BTreeMap<String, ApiQuantity>,
@@ -64,7 +65,7 @@ pub fn payload(
         .is_some();
     let mut out = Payload::new();
     let mut errors = Vec::new();
-    for p in source.sources.iter().flatten() {
+    for (index, p) in source.sources.iter().flatten().enumerate() {
         let part = if let Some(cm) = &p.config_map {
             let optional = cm.optional.unwrap_or(false);
             fetched.config_map(&cm.name, optional).and_then(|obj| {
@@ -127,10 +128,30 @@ pub fn payload(
                     )])
                 })
                 .map_err(Error::Payload)
-        } else if p.pod_certificate.is_some() {
-            Err(Error::Unsupported(
-                "podCertificate projections are not supported by this node".into(),
-            ))
+        } else if let Some(pc) = &p.pod_certificate {
+            // As the kubelet: the item's user over the default, and 0600
+            // when a user or an fsGroup owns the files.
+            let user = pc.user.or(default_user);
+            let mode = if user.is_some() || fs_group {
+                0o600
+            } else {
+                default_mode.unwrap_or(DEFAULT_MODE)
+            };
+            match fetched.pod_certificates.get(&(volume.to_string(), index)) {
+                Some(Ok(creds)) => Ok(pod_certificate::files(pc, creds)
+                    .into_iter()
+                    .map(|(path, data)| {
+                        let file = FileProjection {
+                            data,
+                            mode: file_mode(mode),
+                            fs_user: to_uid(user),
+                        };
+                        (path, file)
+                    })
+                    .collect()),
+                Some(Err(e)) => Err(Error::Payload(e.clone())),
+                None => Err(Error::Payload("credential bundle is not issued yet".into())),
+            }
         } else {
             Ok(Payload::new())
         };
@@ -223,7 +244,7 @@ mod tests {
                 ..Default::default()
             }))),
         );
-        let out = payload(&kube_api_access(), &p, &fetched, &BTreeMap::new()).unwrap();
+        let out = payload(&kube_api_access(), "v", &p, &fetched, &BTreeMap::new()).unwrap();
         let files: Vec<_> = out
             .iter()
             .map(|(k, f)| {
@@ -262,7 +283,7 @@ mod tests {
         fetched
             .tokens
             .insert(key, Err("serviceaccounts \"default\" not found".into()));
-        let err = payload(&kube_api_access(), &p, &fetched, &BTreeMap::new()).unwrap_err();
+        let err = payload(&kube_api_access(), "v", &p, &fetched, &BTreeMap::new()).unwrap_err();
         assert_eq!(
             err.to_string(),
             "[serviceaccounts \"default\" not found, configmap \"kube-root-ca.crt\" not found]"
@@ -294,7 +315,7 @@ mod tests {
         );
         let mut fetched = Fetched::default();
         fetched.tokens.insert(key, Ok("jwt".into()));
-        let out = payload(&source, &p, &fetched, &BTreeMap::new()).unwrap();
+        let out = payload(&source, "v", &p, &fetched, &BTreeMap::new()).unwrap();
         assert_eq!(out["token"].mode, 0o600);
     }
 
@@ -328,7 +349,7 @@ mod tests {
         fetched
             .trust_bundles
             .insert(TrustKey::Name("gone".into()), Ok(None));
-        let out = payload(&source, &p, &fetched, &BTreeMap::new()).unwrap();
+        let out = payload(&source, "v", &p, &fetched, &BTreeMap::new()).unwrap();
         assert_eq!(out["ca.pem"].data, anchors);
         assert_eq!(out["ca.pem"].mode, 0o440);
         assert_eq!(out["optional.pem"].data, b"");
@@ -337,7 +358,7 @@ mod tests {
             sources: Some(vec![projection("gone", false, "ca.pem")]),
             ..Default::default()
         };
-        let err = payload(&source, &p, &fetched, &BTreeMap::new()).unwrap_err();
+        let err = payload(&source, "v", &p, &fetched, &BTreeMap::new()).unwrap_err();
         assert!(
             err.to_string()
                 .contains("clustertrustbundles.certificates.k8s.io \"gone\" not found"),

@@ -649,3 +649,248 @@ async fn cluster_trust_bundles_are_projected_by_name_and_by_signer_and_refreshed
             .await;
     }
 }
+
+/// Signs, as signer `signer`, the first PodCertificateRequest of `ns` whose
+/// name is not in `done` (waiting up to `secs`): a leaf for the request's
+/// key, issued by `ca`, valid from 50 minutes ago for an hour, to be
+/// refreshed from 15 s on; or, with `deny`, denies it. Returns its name
+/// and the leaf's DER.
+async fn sign_next(
+    client: &Client,
+    ns: &str,
+    ca: &(rcgen::CertificateParams, rcgen::KeyPair),
+    done: &[String],
+    deny: Option<&str>,
+    secs: u64,
+) -> (String, Vec<u8>) {
+    use k8s_openapi::api::certificates::v1::PodCertificateRequest;
+    let api = Api::<PodCertificateRequest>::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let pcr = loop {
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .expect("list requests");
+        if let Some(p) = list.items.into_iter().find(|p| {
+            !done.contains(&p.name_any()) && deny.is_none_or(|pod| p.spec.pod_name == pod)
+        }) {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new PodCertificateRequest in {ns} within {secs}s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let name = pcr.name_any();
+    let now = time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .expect("whole seconds");
+    let rfc = |t: time::OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .expect("format")
+    };
+    let condition = |type_: &str, reason: &str| {
+        serde_json::json!([{ "type": type_, "status": "True", "reason": reason,
+            "message": format!("{type_} by the e2e signer"), "lastTransitionTime": rfc(now) }])
+    };
+    let status = if deny.is_some() {
+        serde_json::json!({ "conditions": condition("Denied", "E2EDenied") })
+    } else {
+        let csr = rcgen::CertificateSigningRequestParams::from_der(
+            &pcr.spec.stub_pkc_s10_request.0.clone().into(),
+        )
+        .expect("the request parses");
+        let mut leaf = csr;
+        let (not_before, not_after) = (
+            now - time::Duration::minutes(50),
+            now + time::Duration::minutes(10),
+        );
+        leaf.params.not_before = not_before;
+        leaf.params.not_after = not_after;
+        let issuer = rcgen::Issuer::from_params(&ca.0, &ca.1);
+        let cert = leaf.signed_by(&issuer).expect("sign");
+        let issued = serde_json::json!({
+            "conditions": condition("Issued", "E2EIssued"),
+            "certificateChain": cert.pem(),
+            "notBefore": rfc(not_before),
+            "beginRefreshAt": rfc(now + time::Duration::seconds(15)),
+            "notAfter": rfc(not_after),
+        });
+        let der = cert.der().to_vec();
+        let mut object = serde_json::to_value(&pcr).expect("json");
+        object["status"] = issued;
+        let object: PodCertificateRequest = serde_json::from_value(object).expect("request");
+        api.replace_status(&name, &PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("issue {name}: {e}"));
+        return (name, der);
+    };
+    let mut object = serde_json::to_value(&pcr).expect("json");
+    object["status"] = status;
+    let object: PodCertificateRequest = serde_json::from_value(object).expect("request");
+    api.replace_status(&name, &PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("deny {name}: {e}"));
+    (name, Vec::new())
+}
+
+/// `podCertificate` projections, as the kubelet's podcertificate manager:
+/// the agent asks for a certificate with a PodCertificateRequest naming the
+/// pod, its service account and the node; once the test, as the signer,
+/// issues it, the pod runs with the key and chain (and beside them a
+/// ClusterTrustBundle's anchor); from `beginRefreshAt` on the agent asks
+/// again with a new key and the pod's files follow. A key type the agent
+/// cannot make, and a request the signer denies, keep their pods Pending
+/// with the kubelet's words.
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn pod_certificates_are_issued_projected_and_refreshed() {
+    use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
+    let client = client().await;
+    let ns = namespace(&client, "e2e-pcr").await;
+    let signer = format!("e2e.rustlet.io/{ns}");
+    let ca_key = rcgen::KeyPair::generate().expect("key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::new()).expect("params");
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "e2e pods");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).expect("self-signed");
+    let bundles = Api::<ClusterTrustBundle>::all(client.clone());
+    let bundle_name = format!("{ns}-pods");
+    bundles
+        .create(
+            &PostParams::default(),
+            &from_json(serde_json::json!({
+                "metadata": { "name": bundle_name },
+                "spec": { "trustBundle": ca_cert.pem() }
+            })),
+        )
+        .await
+        .expect("create bundle");
+    let ca = (ca_params, ca_key);
+    let pod_with = |name: &str, key_type: &str| {
+        from_json::<Pod>(serde_json::json!({
+            "metadata": { "name": name },
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{ "name": "c", "image": BUSYBOX, "command": ["sleep", "3600"],
+                    "volumeMounts": [{ "name": "certs", "mountPath": "/certs" }] }],
+                "volumes": [{ "name": "certs", "projected": { "sources": [
+                    { "clusterTrustBundle": { "name": bundle_name, "path": "ca.pem" } },
+                    { "podCertificate": { "signerName": signer, "keyType": key_type,
+                        "credentialBundlePath": "bundle.pem", "keyPath": "key.pem",
+                        "certificateChainPath": "chain.pem" } }
+                ] } }]
+            }
+        }))
+    };
+    let pod = create(&client, &ns, &pod_with("certified", "ECDSAP256")).await;
+    let uid = pod.metadata.uid.clone().expect("uid");
+    create(&client, &ns, &pod_with("rsa", "RSA3072")).await;
+    let (first, leaf) = sign_next(&client, &ns, &ca, &[], None, 60).await;
+    wait_for(&client, &ns, "certified", 90, "Running", phase("Running")).await;
+    let dir = volume_path(&uid, "kubernetes.io~projected", "certs");
+    assert_eq!(ders(&dir.join("chain.pem")), vec![leaf.clone()]);
+    assert_eq!(ders(&dir.join("ca.pem")), vec![ca_cert.der().to_vec()]);
+    let key = std::fs::read_to_string(dir.join("key.pem")).expect("key.pem");
+    let public = rcgen::PublicKeyData::subject_public_key_info(
+        &rcgen::KeyPair::from_pem(&key).expect("a PKCS#8 key"),
+    );
+    let (_, parsed) = x509_parser::parse_x509_certificate(&leaf).expect("leaf");
+    assert_eq!(
+        parsed.public_key().raw,
+        public.as_slice(),
+        "the leaf is the key's"
+    );
+    let bundle = std::fs::read_to_string(dir.join("bundle.pem")).expect("bundle.pem");
+    let chain = std::fs::read_to_string(dir.join("chain.pem")).expect("chain.pem");
+    assert_eq!(bundle, format!("{key}{chain}"));
+    let (code, out, err) = kubectl(
+        &[
+            "exec",
+            "-n",
+            &ns,
+            "certified",
+            "--",
+            "cat",
+            "/certs/bundle.pem",
+        ],
+        "",
+    );
+    assert_eq!((code, out.as_str()), (0, bundle.as_str()), "{err}");
+    // The request names the pod, its service account and the node.
+    let pcr = Api::<k8s_openapi::api::certificates::v1::PodCertificateRequest>::namespaced(
+        client.clone(),
+        &ns,
+    )
+    .get(&first)
+    .await
+    .expect("request");
+    assert_eq!(
+        (
+            pcr.spec.pod_name.as_str(),
+            pcr.spec.pod_uid.as_str(),
+            pcr.spec.node_name.as_str()
+        ),
+        ("certified", uid.as_str(), node_name().as_str())
+    );
+    assert_eq!(pcr.spec.service_account_name, "default");
+    assert_eq!(pcr.spec.signer_name, signer);
+
+    // From beginRefreshAt (and its jitter, at most a tenth of the 10
+    // minutes left) the agent asks again; the new chain and key follow.
+    let (_, renewed) = sign_next(&client, &ns, &ca, &[first], None, 150).await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while ders(&dir.join("chain.pem")) != vec![renewed.clone()] {
+        assert!(
+            Instant::now() < deadline,
+            "the renewed chain never reached the pod"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let key2 = std::fs::read_to_string(dir.join("key.pem")).expect("key.pem");
+    assert_ne!(key, key2, "a refresh makes a new key");
+
+    // A key type the agent cannot make: refused by name, the pod Pending.
+    let rsa = failed_mounts(&client, &ns, "rsa").await;
+    assert!(
+        rsa.iter()
+            .any(|m| m.contains("key type \"RSA3072\" is not supported by this node")),
+        "{rsa:?}"
+    );
+    // A request the signer denies: the kubelet's Event and error.
+    create(&client, &ns, &pod_with("denied", "ED25519")).await;
+    sign_next(&client, &ns, &ca, &[], Some("denied"), 60).await;
+    wait_for_events(
+        &client,
+        &ns,
+        Involving::Name("denied"),
+        90,
+        "the denial",
+        |events| {
+            let denied = messages(events, "Denied")?;
+            let failed = messages(events, "FailedMount")?;
+            (denied
+                .iter()
+                .any(|m| m.contains("was denied, reason=\"E2EDenied\""))
+                && failed.iter().any(|m| {
+                    m.contains("PodCertificateRequest was permanently denied: reason=\"E2EDenied\"")
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+    let denied = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get("denied")
+        .await
+        .expect("denied");
+    assert_eq!(
+        denied.status.and_then(|s| s.phase).as_deref(),
+        Some("Pending")
+    );
+
+    let _ = bundles.delete(&bundle_name, &DeleteParams::default()).await;
+    drop_namespace(&client, &ns).await;
+}

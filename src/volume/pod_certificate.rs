@@ -1,0 +1,624 @@
+//! Projected `podCertificate` sources, as the kubelet's podcertificate
+//! `IssuingManager`: for each source of each pod, the agent makes a key
+//! pair of the source's `keyType`, asks the source's signer for a
+//! certificate with a `PodCertificateRequest` (`certificates.k8s.io/v1`,
+//! holding a PKCS#10 request signed by the key), and once the signer has
+//! issued it serves the key (PKCS#8 `PRIVATE KEY` PEM) and the chain to
+//! the projected volume; from the certificate's `beginRefreshAt` (plus a
+//! jitter) it asks again with a new key while the pod keeps the old
+//! credentials, until the new ones are issued. A denied or failed request is
+//! final for the source, with the kubelet's Event and error. Nothing is
+//! kept across a restart: every source is asked again, as the kubelet does.
+//!
+//! Key types: `ECDSAP256`, `ECDSAP384` and `ED25519`. The kubelet also makes
+//! `RSA3072`, `RSA4096` and `ECDSAP521` keys; the cryptography library this
+//! agent signs with cannot, so those sources fail by name.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::certificates::v1::{PodCertificateRequest, PodCertificateRequestSpec};
+use k8s_openapi::api::core::v1::{Node, Pod, PodCertificateProjection, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Client;
+use kube::api::{Api, PostParams};
+
+/// How long a request that cannot be read is waited for before it is taken
+/// as deleted and asked again (the kubelet's `assumeDeletedThreshold`).
+pub const ASSUME_DELETED_AFTER: Duration = Duration::from_secs(600);
+
+/// The longest refresh jitter (the kubelet's 5 minutes); a certificate with
+/// less than ten times that left after `beginRefreshAt` gets a tenth of what
+/// is left, so that it is refreshed before it expires.
+pub const MAX_JITTER: Duration = Duration::from_secs(300);
+
+/// The most sources one pod may hold credentials for (an API-valid pod has
+/// far fewer: the API server bounds volumes and their sources).
+pub const MAX_SOURCES_PER_POD: usize = 64;
+
+/// One source: pod UID, volume name, index among the volume's sources.
+pub type SourceKey = (String, String, usize);
+
+/// A source's issued credentials: the private key (PEM) and the chain (PEM
+/// `CERTIFICATE` blocks, leaf first).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// PKCS#8 `PRIVATE KEY` PEM.
+    pub key: Vec<u8>,
+    /// The issued chain, its blocks only.
+    pub chain: Vec<u8>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("chain_bytes", &self.chain.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A source's state, as the kubelet's `credState` machine.
+enum State {
+    /// A request is out for the first credentials.
+    Wait {
+        key: Vec<u8>,
+        request: String,
+        abandon_at: SystemTime,
+    },
+    /// The signer refused: final.
+    Refused(String),
+    /// Issued; `next` is the request out for the next ones, if any.
+    Fresh {
+        now: Credentials,
+        refresh_at: SystemTime,
+        next: Option<(Vec<u8>, String, SystemTime)>,
+    },
+}
+
+/// What the signer said of one request.
+enum Outcome {
+    Pending,
+    Gone,
+    Refused {
+        kind: &'static str,
+        reason: String,
+        message: String,
+    },
+    Issued {
+        chain: Vec<u8>,
+        refresh_at: SystemTime,
+        not_after: SystemTime,
+    },
+}
+
+/// An Event the agent owes a pod (type `Warning`): reason and message.
+pub type Notice = (String, String);
+
+/// The credentials of every `podCertificate` source of the node's pods.
+#[derive(Default)]
+pub struct PodCertificates {
+    states: Mutex<HashMap<SourceKey, State>>,
+    node_uid: Mutex<Option<String>>,
+}
+
+impl PodCertificates {
+    /// Drives source `index` of volume `volume` of `pod` one step (asks for
+    /// credentials, reads the request out, refreshes when due) and returns
+    /// its credentials, with the Events the step owes the pod.
+    ///
+    /// # Errors
+    /// The kubelet's messages: `credential bundle is not issued yet` while
+    /// the signer has not answered, `PodCertificateRequest was permanently
+    /// denied: reason=… message=…` (or `failed`), or the API error of a step.
+    pub async fn get(
+        &self,
+        client: &Client,
+        node_name: &str,
+        pod: &Pod,
+        volume: &str,
+        index: usize,
+        source: &PodCertificateProjection,
+    ) -> (Result<Credentials, String>, Vec<Notice>) {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let key: SourceKey = (uid.clone(), volume.to_string(), index);
+        let mut notices = Vec::new();
+        let api: Api<PodCertificateRequest> = Api::namespaced(client.clone(), &ns);
+        let now = SystemTime::now();
+        let step = self.take(&key);
+        let next = match step {
+            None => {
+                if self.count_for(&uid) >= MAX_SOURCES_PER_POD {
+                    return (
+                        Err(format!(
+                            "more than {MAX_SOURCES_PER_POD} podCertificate sources in one pod"
+                        )),
+                        notices,
+                    );
+                }
+                match self.request(client, &api, node_name, pod, source).await {
+                    Ok((k, name, at)) => State::Wait {
+                        key: k,
+                        request: name,
+                        abandon_at: at,
+                    },
+                    Err(e) => {
+                        return (
+                            Err(format!("while creating initial PodCertificateRequest: {e}")),
+                            notices,
+                        );
+                    }
+                }
+            }
+            Some(State::Wait {
+                key: k,
+                request,
+                abandon_at,
+            }) => match read(&api, &request, now, abandon_at).await {
+                Ok(Outcome::Pending) => State::Wait {
+                    key: k,
+                    request,
+                    abandon_at,
+                },
+                Ok(Outcome::Gone) => {
+                    return (
+                        Err(format!(
+                            "PodCertificateRequest \"{ns}/{request}\" appears to have been deleted"
+                        )),
+                        notices,
+                    );
+                }
+                Ok(Outcome::Refused {
+                    kind,
+                    reason,
+                    message,
+                }) => refused(&ns, &request, kind, reason, message, &mut notices),
+                Ok(Outcome::Issued {
+                    chain,
+                    refresh_at,
+                    not_after,
+                }) => State::Fresh {
+                    now: Credentials { key: k, chain },
+                    refresh_at: jittered(refresh_at, not_after),
+                    next: None,
+                },
+                Err(e) => {
+                    self.put(
+                        key,
+                        State::Wait {
+                            key: k,
+                            request: request.clone(),
+                            abandon_at,
+                        },
+                    );
+                    return (
+                        Err(format!(
+                            "while getting PodCertificateRequest \"{ns}/{request}\": {e}"
+                        )),
+                        notices,
+                    );
+                }
+            },
+            Some(State::Refused(why)) => State::Refused(why),
+            Some(State::Fresh {
+                now: creds,
+                refresh_at,
+                next: None,
+            }) if now >= refresh_at => {
+                match self.request(client, &api, node_name, pod, source).await {
+                    Ok(out) => State::Fresh {
+                        now: creds,
+                        refresh_at,
+                        next: Some(out),
+                    },
+                    Err(e) => {
+                        tracing::warn!(pod = %format!("{ns}/{}", pod.metadata.name.as_deref().unwrap_or_default()), error = %e, "while creating refresh PodCertificateRequest");
+                        State::Fresh {
+                            now: creds,
+                            refresh_at,
+                            next: None,
+                        }
+                    }
+                }
+            }
+            Some(State::Fresh {
+                now: creds,
+                refresh_at,
+                next: Some((k, request, abandon_at)),
+            }) => match read(&api, &request, now, abandon_at).await {
+                Ok(Outcome::Pending) | Err(_) => State::Fresh {
+                    now: creds,
+                    refresh_at,
+                    next: Some((k, request, abandon_at)),
+                },
+                Ok(Outcome::Gone) => State::Fresh {
+                    now: creds,
+                    refresh_at,
+                    next: None,
+                },
+                Ok(Outcome::Refused {
+                    kind,
+                    reason,
+                    message,
+                }) => refused(&ns, &request, kind, reason, message, &mut notices),
+                Ok(Outcome::Issued {
+                    chain,
+                    refresh_at,
+                    not_after,
+                }) => State::Fresh {
+                    now: Credentials { key: k, chain },
+                    refresh_at: jittered(refresh_at, not_after),
+                    next: None,
+                },
+            },
+            Some(fresh @ State::Fresh { .. }) => fresh,
+        };
+        let result = match &next {
+            State::Wait { .. } => Err("credential bundle is not issued yet".to_string()),
+            State::Refused(why) => Err(why.clone()),
+            State::Fresh { now, .. } => Ok(now.clone()),
+        };
+        self.put(key, next);
+        (result, notices)
+    }
+
+    /// Forgets every source of pod `uid` (it has left the node).
+    pub fn forget_pod(&self, uid: &str) {
+        self.lock().retain(|(u, _, _), _| u != uid);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SourceKey, State>> {
+        self.states.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn take(&self, key: &SourceKey) -> Option<State> {
+        self.lock().remove(key)
+    }
+
+    fn put(&self, key: SourceKey, state: State) {
+        self.lock().insert(key, state);
+    }
+
+    fn count_for(&self, uid: &str) -> usize {
+        self.lock().keys().filter(|(u, _, _)| u == uid).count()
+    }
+
+    /// The Node's UID, read once.
+    async fn node_uid(&self, client: &Client, node_name: &str) -> Result<String, String> {
+        if let Some(uid) = self
+            .node_uid
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
+            return Ok(uid);
+        }
+        let node = Api::<Node>::all(client.clone())
+            .get(node_name)
+            .await
+            .map_err(|e| format!("while getting node object: {e}"))?;
+        let uid = node.metadata.uid.unwrap_or_default();
+        *self.node_uid.lock().unwrap_or_else(PoisonError::into_inner) = Some(uid.clone());
+        Ok(uid)
+    }
+
+    /// Makes a key pair and asks for its certificate, as the kubelet's
+    /// `createPodCertificateRequest`: returns the key (PEM), the request's
+    /// name and when it is taken as deleted if it cannot be read.
+    async fn request(
+        &self,
+        client: &Client,
+        api: &Api<PodCertificateRequest>,
+        node_name: &str,
+        pod: &Pod,
+        source: &PodCertificateProjection,
+    ) -> Result<(Vec<u8>, String, SystemTime), String> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let spec = pod.spec.as_ref();
+        let sa_name = spec
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
+        let sa = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+            .get(&sa_name)
+            .await
+            .map_err(|e| format!("while fetching service account: {e}"))?;
+        let node_uid = self.node_uid(client, node_name).await?;
+        let (key_pem, csr) = key_and_request(&source.key_type)?;
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+        let request = PodCertificateRequest {
+            metadata: ObjectMeta {
+                generate_name: Some("req-".into()),
+                namespace: Some(ns),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Pod".into(),
+                    name: pod_name.clone(),
+                    uid: pod_uid.clone(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: PodCertificateRequestSpec {
+                signer_name: source.signer_name.clone(),
+                pod_name,
+                pod_uid,
+                service_account_name: sa_name,
+                service_account_uid: sa.metadata.uid.unwrap_or_default(),
+                node_name: node_name.to_string(),
+                node_uid,
+                max_expiration_seconds: source.max_expiration_seconds,
+                stub_pkc_s10_request: k8s_openapi::ByteString(csr),
+                unverified_user_annotations: source.user_annotations.clone(),
+            },
+            status: None,
+        };
+        let made = api
+            .create(&PostParams::default(), &request)
+            .await
+            .map_err(|e| format!("while creating on API: {e}"))?;
+        let name = made.metadata.name.unwrap_or_default();
+        Ok((key_pem, name, SystemTime::now() + ASSUME_DELETED_AFTER))
+    }
+}
+
+/// A key pair of `key_type` and a PKCS#10 request signed by it with an
+/// empty subject, as the kubelet's stub request: (the key as PKCS#8
+/// `PRIVATE KEY` PEM, the request's DER).
+///
+/// # Errors
+/// A key type this agent cannot make, by name.
+pub fn key_and_request(key_type: &str) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let alg = match key_type {
+        "ECDSAP256" => &rcgen::PKCS_ECDSA_P256_SHA256,
+        "ECDSAP384" => &rcgen::PKCS_ECDSA_P384_SHA384,
+        "ED25519" => &rcgen::PKCS_ED25519,
+        "RSA3072" | "RSA4096" | "ECDSAP521" => {
+            return Err(format!(
+                "while generating keypair: key type {key_type:?} is not supported by this node (supported: ECDSAP256, ECDSAP384, ED25519)"
+            ));
+        }
+        other => {
+            return Err(format!(
+                "while generating keypair: unknown key type {other:?}"
+            ));
+        }
+    };
+    let key =
+        rcgen::KeyPair::generate_for(alg).map_err(|e| format!("while generating keypair: {e}"))?;
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    let csr = params
+        .serialize_request(&key)
+        .map_err(|e| format!("while making the certificate request: {e}"))?;
+    Ok((key.serialize_pem().into_bytes(), csr.der().to_vec()))
+}
+
+/// The final state of a refused request, with the kubelet's Event.
+fn refused(
+    ns: &str,
+    request: &str,
+    kind: &'static str,
+    reason: String,
+    message: String,
+    notices: &mut Vec<Notice>,
+) -> State {
+    let (verb, past) = if kind == "Denied" {
+        ("was denied", "denied")
+    } else {
+        ("failed", "failed")
+    };
+    notices.push((
+        kind.to_string(),
+        format!(
+            "PodCertificateRequest {ns}/{request} {verb}, reason={reason:?}, message={message:?}"
+        ),
+    ));
+    State::Refused(format!(
+        "PodCertificateRequest was permanently {past}: reason={reason:?} message={message:?}"
+    ))
+}
+
+/// Reads request `name`: its terminal condition if any, `Gone` when it is
+/// missing past `abandon_at`.
+async fn read(
+    api: &Api<PodCertificateRequest>,
+    name: &str,
+    now: SystemTime,
+    abandon_at: SystemTime,
+) -> Result<Outcome, String> {
+    let Some(pcr) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
+        return Ok(if now >= abandon_at {
+            Outcome::Gone
+        } else {
+            Outcome::Pending
+        });
+    };
+    Ok(outcome(&pcr))
+}
+
+/// The terminal condition of a request (`Denied`, `Failed`, `Issued`), as
+/// the kubelet reads it; an issued chain is kept as its PEM blocks only.
+fn outcome(pcr: &PodCertificateRequest) -> Outcome {
+    let Some(status) = pcr.status.as_ref() else {
+        return Outcome::Pending;
+    };
+    for c in status.conditions.iter().flatten() {
+        match c.type_.as_str() {
+            "Denied" | "Failed" => {
+                return Outcome::Refused {
+                    kind: if c.type_ == "Denied" {
+                        "Denied"
+                    } else {
+                        "Failed"
+                    },
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                };
+            }
+            "Issued" => {
+                let time = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+                    t.map_or(SystemTime::UNIX_EPOCH, |t| SystemTime::from(t.0))
+                };
+                return Outcome::Issued {
+                    chain: clean_chain(status.certificate_chain.as_deref().unwrap_or_default()),
+                    refresh_at: time(status.begin_refresh_at.as_ref()),
+                    not_after: time(status.not_after.as_ref()),
+                };
+            }
+            _ => {}
+        }
+    }
+    Outcome::Pending
+}
+
+/// The PEM blocks of `chain`, headers and text between blocks dropped (the
+/// kubelet's `cleanCertificateChain`).
+#[must_use]
+pub fn clean_chain(chain: &str) -> Vec<u8> {
+    pem::parse_many(chain)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|b| pem::encode(&pem::Pem::new(b.tag().to_string(), b.contents().to_vec())))
+        .collect::<String>()
+        .into_bytes()
+}
+
+/// `refresh_at` plus a jitter of up to [`MAX_JITTER`], at most a tenth of
+/// the time from `refresh_at` to `not_after`.
+fn jittered(refresh_at: SystemTime, not_after: SystemTime) -> SystemTime {
+    let left = not_after.duration_since(refresh_at).unwrap_or_default();
+    let bound = MAX_JITTER.min(left / 10);
+    let nanos = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
+    let spread = match (nanos, getrandom::u64()) {
+        (0, _) | (_, Err(_)) => 0,
+        (n, Ok(r)) => r % n,
+    };
+    refresh_at + Duration::from_nanos(spread)
+}
+
+/// The files of a `podCertificate` source, as the kubelet's projected
+/// volume writes them: the key followed by the chain at
+/// `credentialBundlePath`, the key at `keyPath`, the chain at
+/// `certificateChainPath`, those that are set.
+#[must_use]
+pub fn files(source: &PodCertificateProjection, creds: &Credentials) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    if let Some(p) = source
+        .credential_bundle_path
+        .as_ref()
+        .filter(|p| !p.is_empty())
+    {
+        let mut bundle = creds.key.clone();
+        bundle.extend_from_slice(&creds.chain);
+        out.insert(p.clone(), bundle);
+    }
+    if let Some(p) = source.key_path.as_ref().filter(|p| !p.is_empty()) {
+        out.insert(p.clone(), creds.key.clone());
+    }
+    if let Some(p) = source
+        .certificate_chain_path
+        .as_ref()
+        .filter(|p| !p.is_empty())
+    {
+        out.insert(p.clone(), creds.chain.clone());
+    }
+    out
+}
+
+/// The `podCertificate` sources of `pod`: (volume name, source index, the
+/// source).
+#[must_use]
+pub fn sources(pod: &Pod) -> Vec<(String, usize, PodCertificateProjection)> {
+    let mut out = Vec::new();
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        for (i, s) in v
+            .projected
+            .iter()
+            .flat_map(|p| p.sources.iter().flatten())
+            .enumerate()
+        {
+            if let Some(pc) = &s.pod_certificate {
+                out.push((v.name.clone(), i, pc.clone()));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_requests_of_each_supported_type() {
+        use x509_parser::prelude::FromDer as _;
+        for t in ["ECDSAP256", "ECDSAP384", "ED25519"] {
+            let (key, csr) = key_and_request(t).unwrap();
+            let key = String::from_utf8(key).unwrap();
+            assert!(key.starts_with("-----BEGIN PRIVATE KEY-----"), "{t}");
+            let parsed =
+                x509_parser::certification_request::X509CertificationRequest::from_der(&csr);
+            let (_, req) = parsed.unwrap_or_else(|e| panic!("{t}: {e}"));
+            req.verify_signature().unwrap();
+            assert_eq!(
+                req.certification_request_info.subject.iter().count(),
+                0,
+                "empty subject"
+            );
+        }
+        for t in ["RSA3072", "RSA4096", "ECDSAP521"] {
+            let err = key_and_request(t).unwrap_err();
+            assert!(err.contains("is not supported by this node"), "{err}");
+        }
+        assert!(
+            key_and_request("DSA")
+                .unwrap_err()
+                .contains("unknown key type")
+        );
+    }
+
+    #[test]
+    fn a_chain_is_kept_as_its_blocks_and_written_where_asked() {
+        let ca = rcgen::generate_simple_self_signed(vec!["x".into()]).unwrap();
+        let block = ca.cert.pem();
+        let messy = format!("junk before\n{block}between\n{block}");
+        let clean = String::from_utf8(clean_chain(&messy)).unwrap();
+        assert_eq!(clean.matches("BEGIN CERTIFICATE").count(), 2);
+        assert!(!clean.contains("junk") && !clean.contains("between"));
+        let creds = Credentials {
+            key: b"KEY\n".to_vec(),
+            chain: b"CHAIN\n".to_vec(),
+        };
+        let source = PodCertificateProjection {
+            credential_bundle_path: Some("bundle.pem".into()),
+            key_path: Some("key.pem".into()),
+            certificate_chain_path: Some("chain.pem".into()),
+            ..Default::default()
+        };
+        let f = files(&source, &creds);
+        assert_eq!(f["bundle.pem"], b"KEY\nCHAIN\n");
+        assert_eq!(f["key.pem"], b"KEY\n");
+        assert_eq!(f["chain.pem"], b"CHAIN\n");
+        let only = PodCertificateProjection {
+            credential_bundle_path: Some("b".into()),
+            ..Default::default()
+        };
+        assert_eq!(files(&only, &creds).len(), 1);
+    }
+
+    #[test]
+    fn refresh_jitter_stays_within_a_tenth_of_what_is_left() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        for left in [0u64, 60, 600, 36_000] {
+            let at = jittered(t0, t0 + Duration::from_secs(left));
+            let j = at.duration_since(t0).unwrap();
+            assert!(
+                j <= MAX_JITTER.min(Duration::from_secs(left) / 10),
+                "{left}: {j:?}"
+            );
+        }
+        assert_eq!(jittered(t0, t0 - Duration::from_secs(5)), t0);
+    }
+}
