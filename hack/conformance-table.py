@@ -80,7 +80,12 @@ SETS = [
      "unprepared across agent and driver restarts, the node's ResourceSlices wiped, device health in "
      "the pod's status, against upstream's test driver, which the suite runs in process with the "
      "kubelet's default paths (`hack/conformance.sh --suite dra`; a sitting runs it only when named: "
-     "`hack/conformance-sitting.sh dra:kubelet dra:rustlet`)"),
+     "`hack/conformance-sitting.sh dra:kubelet dra:rustlet`). `e2e.test`'s own `[sig-node] [DRA]` tests "
+     "(106 of them without `[Slow]`, `[Disruptive]`, `[Flaky]` and off-by-default gates) are not run, "
+     "for either agent: their driver pods run `registry.k8s.io/sig-storage/hostpathplugin:v1.17.1` "
+     "(test/e2e/dra/utils/deploy.go), no image registry is reachable here, and the Go module proxy "
+     "refuses its module, `github.com/kubernetes-csi/csi-driver-host-path` (403 at every version), so "
+     "it cannot be built as the other images are"),
     ("storage", "e2e.test [sig-storage] local and hostPath volumes",
      "`e2e.test`'s `[sig-storage]` tests that need no storage driver: the in-tree `hostPath`, "
      "`hostPathSymlink` and `local` volume test suites and `PersistentVolumes-local` (claims bound "

@@ -140,6 +140,18 @@ impl FakeApi {
         lock(&self.0).objects.insert(key, object);
     }
 
+    /// The object `name` of `resource` in namespace `ns`.
+    pub fn object(&self, resource: &str, ns: &str, name: &str) -> Option<Value> {
+        let key = (resource.to_string(), ns.to_string(), name.to_string());
+        lock(&self.0).objects.get(&key).cloned()
+    }
+
+    /// Replaces (or stores) the object `name` of `resource` in namespace `ns`.
+    pub fn put_in(&self, resource: &str, ns: &str, name: &str, object: Value) {
+        let key = (resource.to_string(), ns.to_string(), name.to_string());
+        lock(&self.0).objects.insert(key, object);
+    }
+
     /// The cluster-scoped object `name` of `resource` (`nodes`, `csinodes`).
     pub fn cluster_object(&self, resource: &str, name: &str) -> Option<Value> {
         let key = (resource.to_string(), String::new(), name.to_string());
@@ -266,6 +278,33 @@ impl FakeApi {
                 let list = json!({ "kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
                     "metadata": {}, "items": gone });
                 return (StatusCode::OK, list);
+            }
+            // A PodCertificateRequest, named from its `generateName`.
+            (
+                "POST",
+                [
+                    "apis",
+                    "certificates.k8s.io",
+                    "v1",
+                    "namespaces",
+                    ns,
+                    "podcertificaterequests",
+                ],
+            ) => {
+                st.revision += 1;
+                let prefix = body["metadata"]["generateName"].as_str().unwrap_or("pcr-");
+                let name = format!("{prefix}{}", st.revision);
+                let mut created = body.clone();
+                created["metadata"]["name"] = json!(name);
+                created["metadata"]["namespace"] = json!(ns);
+                created["metadata"]["resourceVersion"] = json!(st.revision.to_string());
+                let key = (
+                    "podcertificaterequests".to_string(),
+                    (*ns).to_string(),
+                    name,
+                );
+                st.objects.insert(key, created.clone());
+                return (StatusCode::CREATED, created);
             }
             ("DELETE", ["api", "v1", "nodes", name]) => {
                 let key = ("nodes".to_string(), String::new(), (*name).to_string());

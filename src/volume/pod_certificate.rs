@@ -473,14 +473,15 @@ fn outcome(pcr: &PodCertificateRequest) -> Outcome {
     Outcome::Pending
 }
 
-/// The PEM blocks of `chain`, headers and text between blocks dropped (the
-/// kubelet's `cleanCertificateChain`).
+/// The PEM blocks of `chain`, headers and text between blocks dropped, with
+/// LF line ends (the kubelet's `cleanCertificateChain`, Go's `pem.Encode`).
 #[must_use]
 pub fn clean_chain(chain: &str) -> Vec<u8> {
+    let config = pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF);
     pem::parse_many(chain)
         .unwrap_or_default()
-        .into_iter()
-        .map(|b| pem::encode(&pem::Pem::new(b.tag().to_string(), b.contents().to_vec())))
+        .iter()
+        .map(|b| pem::encode_config(&pem::Pem::new(b.tag(), b.contents()), config))
         .collect::<String>()
         .into_bytes()
 }
@@ -606,6 +607,166 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(files(&only, &creds).len(), 1);
+    }
+
+    /// Issues (or refuses, with `refused`) request `name` in the fake API,
+    /// with `beginRefreshAt` 2 s ago and `notAfter` a second later (a jitter
+    /// of at most 0.1 s: due at once); returns the chain given.
+    fn answer(fake: &crate::fake_api::FakeApi, name: &str, refused: Option<&str>) -> String {
+        let mut pcr = fake
+            .object("podcertificaterequests", "default", name)
+            .expect("request");
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let at = |secs: i64| {
+            now.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(secs))
+                .unwrap()
+                .to_string()
+        };
+        let chain = rcgen::generate_simple_self_signed(vec![name.into()])
+            .unwrap()
+            .cert
+            .pem();
+        pcr["status"] = match refused {
+            Some(kind) => serde_json::json!({ "conditions": [{ "type": kind, "status": "True",
+                "reason": "NoWay", "message": "not for you", "lastTransitionTime": at(0) }] }),
+            None => serde_json::json!({ "conditions": [{ "type": "Issued", "status": "True",
+                "reason": "Signed", "message": "ok", "lastTransitionTime": at(0) }],
+                "certificateChain": chain, "notBefore": at(-60), "beginRefreshAt": at(-2),
+                "notAfter": at(-1) }),
+        };
+        fake.put_in("podcertificaterequests", "default", name, pcr);
+        chain
+    }
+
+    /// The state machine against a fake API server: a request for the
+    /// pod, its service account and the node; pending until issued; the
+    /// credentials; from `beginRefreshAt` a second request with a new key
+    /// while the first credentials stay; then the second ones. A denied
+    /// source is final, with the kubelet's Event and error, and asks no
+    /// more. A pod's sources go when it is forgotten.
+    #[tokio::test]
+    async fn sources_are_requested_issued_refreshed_and_refused() {
+        let fake = crate::fake_api::FakeApi::default();
+        fake.put_node("n1");
+        fake.put(
+            "serviceaccounts",
+            "default",
+            serde_json::json!({ "metadata": { "name": "default", "uid": "sa-uid" } }),
+        );
+        let client = fake.client();
+        let mut pod = crate::fixtures::pod("p").container("c", "x").build();
+        pod.metadata.namespace = Some("default".into());
+        pod.metadata.uid = Some("pod-uid".into());
+        let source = PodCertificateProjection {
+            signer_name: "example.com/signer".into(),
+            key_type: "ECDSAP256".into(),
+            credential_bundle_path: Some("bundle.pem".into()),
+            ..Default::default()
+        };
+        let certs = PodCertificates::default();
+        let get = |index| certs.get(&client, "n1", &pod, "v", index, &source);
+
+        let (got, notices) = get(0).await;
+        assert_eq!(got.unwrap_err(), "credential bundle is not issued yet");
+        assert!(notices.is_empty());
+        let made: Vec<_> = fake
+            .take_requests()
+            .into_iter()
+            .filter(|r| r.method == "POST")
+            .collect();
+        assert_eq!(made.len(), 1, "{made:?}");
+        let spec = &made[0].body["spec"];
+        assert_eq!(spec["podUID"], "pod-uid");
+        assert_eq!(spec["serviceAccountUID"], "sa-uid");
+        assert_eq!(spec["nodeName"], "n1");
+        assert_eq!(spec["nodeUID"], "node-uid-n1");
+        assert_eq!(spec["signerName"], "example.com/signer");
+        assert!(
+            spec["stubPKCS10Request"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
+        );
+        assert_eq!(
+            made[0].body["metadata"]["ownerReferences"][0]["uid"],
+            "pod-uid"
+        );
+        let first = format!("req-{}", 1);
+        let first = if fake
+            .object("podcertificaterequests", "default", &first)
+            .is_some()
+        {
+            first
+        } else {
+            let stored = fake.take_requests();
+            panic!("no request {first}: {stored:?}");
+        };
+        // Still pending: read, not asked again.
+        assert!(get(0).await.0.is_err());
+        assert!(fake.take_requests().iter().all(|r| r.method == "GET"));
+
+        let chain1 = answer(&fake, &first, None);
+        let creds1 = get(0).await.0.unwrap();
+        assert_eq!(String::from_utf8(creds1.chain.clone()).unwrap(), chain1);
+        assert!(String::from_utf8_lossy(&creds1.key).starts_with("-----BEGIN PRIVATE KEY-----"));
+        // Due for refresh: a new request, the old credentials meanwhile.
+        fake.take_requests();
+        assert_eq!(get(0).await.0.unwrap(), creds1);
+        let posts: Vec<String> = fake
+            .take_requests()
+            .into_iter()
+            .filter(|r| r.method == "POST")
+            .map(|r| r.path)
+            .collect();
+        assert_eq!(posts.len(), 1, "one refresh request");
+        assert_eq!(
+            get(0).await.0.unwrap(),
+            creds1,
+            "pending: the old credentials"
+        );
+        let second = (2..100)
+            .map(|n| format!("req-{n}"))
+            .find(|n| {
+                fake.object("podcertificaterequests", "default", n)
+                    .is_some()
+            })
+            .expect("the refresh request");
+        let chain2 = answer(&fake, &second, None);
+        let creds2 = get(0).await.0.unwrap();
+        assert_eq!(String::from_utf8(creds2.chain.clone()).unwrap(), chain2);
+        assert_ne!(creds2.key, creds1.key, "a new key");
+
+        // Another source, denied: final, with the kubelet's words.
+        assert!(get(1).await.0.is_err());
+        let third = (2..100)
+            .map(|n| format!("req-{n}"))
+            .filter(|n| *n != second)
+            .find(|n| {
+                fake.object("podcertificaterequests", "default", n)
+                    .is_some()
+            })
+            .expect("the third request");
+        answer(&fake, &third, Some("Denied"));
+        let (got, notices) = get(1).await;
+        assert_eq!(
+            got.unwrap_err(),
+            "PodCertificateRequest was permanently denied: reason=\"NoWay\" message=\"not for you\""
+        );
+        assert_eq!(notices.len(), 1);
+        assert_eq!(notices[0].0, "Denied");
+        assert!(
+            notices[0]
+                .1
+                .contains(&format!("PodCertificateRequest default/{third} was denied"))
+        );
+        fake.take_requests();
+        assert!(get(1).await.0.is_err());
+        assert!(
+            fake.take_requests().is_empty(),
+            "a refused source asks nothing"
+        );
+
+        certs.forget_pod("pod-uid");
+        assert_eq!(certs.count_for("pod-uid"), 0);
     }
 
     #[test]

@@ -650,11 +650,12 @@ async fn cluster_trust_bundles_are_projected_by_name_and_by_signer_and_refreshed
     }
 }
 
-/// Signs, as signer `signer`, the first PodCertificateRequest of `ns` whose
-/// name is not in `done` (waiting up to `secs`): a leaf for the request's
-/// key, issued by `ca`, valid from 50 minutes ago for an hour, to be
-/// refreshed from 15 s on; or, with `deny`, denies it. Returns its name
-/// and the leaf's DER.
+/// Signs the first PodCertificateRequest of `ns` whose name is not in
+/// `done` (waiting up to `secs`): a leaf for the request's key, issued by
+/// `ca`, valid from 4 minutes ago for an hour (the API server wants
+/// `notBefore` within 5 minutes of its clock), to be refreshed 10 minutes
+/// after that (the earliest it allows); or, with `deny` (a pod's name),
+/// denies that pod's request. Returns its name and the leaf's DER.
 async fn sign_next(
     client: &Client,
     ns: &str,
@@ -702,10 +703,8 @@ async fn sign_next(
         )
         .expect("the request parses");
         let mut leaf = csr;
-        let (not_before, not_after) = (
-            now - time::Duration::minutes(50),
-            now + time::Duration::minutes(10),
-        );
+        let not_before = now - time::Duration::minutes(4);
+        let not_after = not_before + time::Duration::hours(1);
         leaf.params.not_before = not_before;
         leaf.params.not_after = not_after;
         let issuer = rcgen::Issuer::from_params(&ca.0, &ca.1);
@@ -714,7 +713,7 @@ async fn sign_next(
             "conditions": condition("Issued", "E2EIssued"),
             "certificateChain": cert.pem(),
             "notBefore": rfc(not_before),
-            "beginRefreshAt": rfc(now + time::Duration::seconds(15)),
+            "beginRefreshAt": rfc(not_before + time::Duration::minutes(10)),
             "notAfter": rfc(not_after),
         });
         let der = cert.der().to_vec();
@@ -739,13 +738,14 @@ async fn sign_next(
 /// the agent asks for a certificate with a PodCertificateRequest naming the
 /// pod, its service account and the node; once the test, as the signer,
 /// issues it, the pod runs with the key and chain (and beside them a
-/// ClusterTrustBundle's anchor); from `beginRefreshAt` on the agent asks
-/// again with a new key and the pod's files follow. A key type the agent
-/// cannot make, and a request the signer denies, keep their pods Pending
-/// with the kubelet's words.
+/// ClusterTrustBundle's anchor). A key type the agent cannot make, and a
+/// request the signer denies, keep their pods Pending with the kubelet's
+/// words. (The refresh, which the API server lets begin no sooner than 10
+/// minutes after `notBefore`, is tested against the fake API server in
+/// `volume::pod_certificate`.)
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
-async fn pod_certificates_are_issued_projected_and_refreshed() {
+async fn pod_certificates_are_issued_and_projected_or_refused() {
     use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
     let client = client().await;
     let ns = namespace(&client, "e2e-pcr").await;
@@ -838,20 +838,6 @@ async fn pod_certificates_are_issued_projected_and_refreshed() {
     );
     assert_eq!(pcr.spec.service_account_name, "default");
     assert_eq!(pcr.spec.signer_name, signer);
-
-    // From beginRefreshAt (and its jitter, at most a tenth of the 10
-    // minutes left) the agent asks again; the new chain and key follow.
-    let (_, renewed) = sign_next(&client, &ns, &ca, &[first], None, 150).await;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while ders(&dir.join("chain.pem")) != vec![renewed.clone()] {
-        assert!(
-            Instant::now() < deadline,
-            "the renewed chain never reached the pod"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    let key2 = std::fs::read_to_string(dir.join("key.pem")).expect("key.pem");
-    assert_ne!(key, key2, "a refresh makes a new key");
 
     // A key type the agent cannot make: refused by name, the pod Pending.
     let rsa = failed_mounts(&client, &ns, "rsa").await;
