@@ -31,20 +31,19 @@ async fn reserved_cgroups_get_what_is_reserved_for_them() {
     }
     let shares_before = read("cpu", KUBE, "cpu.shares");
     let usual = std::fs::read_to_string(local().join("rustlet.yaml")).expect("rustlet.yaml");
-    let line = "enforceNodeAllocatable: [pods]\n";
     assert!(
-        usual.contains(line),
-        "the usual configuration enforces pods"
+        !usual.contains("enforceNodeAllocatable"),
+        "the usual configuration leaves enforceNodeAllocatable at its default, [pods]"
     );
-    let enforced = format!(
-        "enforceNodeAllocatable: [pods, system-reserved, kube-reserved]\n\
-         systemReservedCgroup: /{SYSTEM}\nkubeReservedCgroup: /{KUBE}\n\
-         systemReserved: {{cpu: 200m, memory: 128Mi, pid: \"1000\"}}\n\
-         kubeReserved: {{memory: 256Mi}}\n"
+    let config = restart_agent_with(
+        "reserved",
+        &format!(
+            "enforceNodeAllocatable: [pods, system-reserved, kube-reserved]\n\
+             systemReservedCgroup: /{SYSTEM}\nkubeReservedCgroup: /{KUBE}\n\
+             systemReserved: {{cpu: 200m, memory: 128Mi, pid: \"1000\"}}\n\
+             kubeReserved: {{memory: 256Mi}}\n"
+        ),
     );
-    let config = local().join("rustlet-reserved.yaml");
-    std::fs::write(&config, usual.replace(line, &enforced)).expect("write the configuration");
-    restart_agent(Some(&config));
 
     assert_eq!(read("cpu", SYSTEM, "cpu.shares"), "204");
     assert_eq!(
