@@ -192,6 +192,12 @@ LOG_MARKERS = [
 # Failures this machine causes, recognised by their failure text: (regular expression on the failure message, reason).
 MACHINE_TEXT_REASONS = [
     (
+        r"expected hugepages 1, but found 0",
+        "reserves a 1 GiB huge page (hugepages-1Gi) through /sys/kernel/mm/hugepages; this machine's "
+        "kernel reserves none (writing 1 to hugepages-1048576kB/nr_hugepages leaves 0), whichever "
+        "agent runs",
+    ),
+    (
         r"failed to resolve image: .*no such host",
         "pulls an image from its registry through CRI (PullImage, or the suite's pre-pull); this "
         "machine reaches no container registry",
