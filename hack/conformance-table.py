@@ -74,6 +74,10 @@ SETS = [
      "`Pod Level HugePages Resources`), all `[Serial]`: each reserves huge pages or sets the "
      "limit and restarts the agent, then reads the pod's cgroup files through a hostPath pod "
      "(`hack/conformance.sh --suite node-resources`)"),
+    ("certificates", "e2e.test pod certificates and trust bundles",
+     "`e2e.test`'s `[sig-auth]` tests of projected `podCertificate` volumes (the suite runs its own "
+     "signer), of `clusterTrustBundle` volumes and of the PodCertificateRequest API, without "
+     "`[Slow]` and off-by-default gates (`hack/conformance.sh --suite certificates`)"),
     ("dra", "e2e_node.test [DRA]",
      "`e2e_node.test`'s dynamic resource allocation tests (test/e2e_node/dra_test.go, `[DRA]`, all "
      "`[Serial]`, one `[Disruptive]`): DRA drivers registering with the agent, claims prepared and "

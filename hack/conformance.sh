@@ -2,7 +2,7 @@
 # Runs upstream [NodeConformance] tests against a fresh local one-node cluster
 # (hack/local-up.sh), then takes the cluster down.
 #
-#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection|node-resources|storage|storage-csi|dra]
+#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection|node-resources|certificates|storage|storage-csi|dra]
 #                       [--agent rustlet|kubelet]
 #                       [--focus REGEX] [--skip REGEX] [--shards N] [--resume]
 #                       [--procs N] [--timeout DURATION] [--name NAME] [--registry-mirror] [--keep-up]
@@ -32,6 +32,12 @@
 #                          Level HugePages Resources), all [Serial]; they
 #                          reserve huge pages and restart the agent, as the
 #                          node suite runs
+#                certificates
+#                          e2e.test, its [sig-auth] tests of projected pod
+#                          certificates (with the suite's own signer) and
+#                          ClusterTrustBundle volumes, and the
+#                          PodCertificateRequest API, not [Slow] nor off by
+#                          default
 #                storage   e2e.test, the [sig-storage] tests of volumes a
 #                          one-node cluster has without a storage driver:
 #                          the in-tree hostPath, hostPathSymlink and local
@@ -213,6 +219,11 @@ case $suite in
     test_bin=e2e_node.test; default_skip='\[Flaky\]'; default_shards=1; default_timeout=1h
     base_focus='\[sig-node\] (PodPidsLimit |HugePages \[Feature:HugePages\]|Pod Level HugePages Resources )'
     ;;
+  certificates)
+    test_bin=e2e.test; default_shards=1
+    base_focus='\[sig-auth\] (Projected PodCertificate |\[FeatureGate:ClusterTrustBundle\] |PodCertificateRequest API )'
+    default_skip="$SLOW|\\[Disruptive\\]|\\[Flaky\\]|\\[Feature:OffByDefault\\]"
+    ;;
   storage)
     test_bin=e2e.test; default_shards=1
     base_focus='\[sig-storage\].*(\[Driver: (local|hostPath|hostPathSymlink)\]|PersistentVolumes-local)'
@@ -230,7 +241,7 @@ case $suite in
     test_bin=e2e_node.test; base_focus='\[DRA\]'; default_skip='\[Flaky\]'; default_shards=1
     default_timeout=3h
     ;;
-  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection|node-resources|storage|storage-csi|dra)" ;;
+  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection|node-resources|certificates|storage|storage-csi|dra)" ;;
 esac
 # The node suite's way of running (against the existing node, the agent
 # restarted through the systemctl stand-in).
