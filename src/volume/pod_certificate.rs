@@ -10,9 +10,10 @@
 //! final for the source, with the kubelet's Event and error. Nothing is
 //! kept across a restart: every source is asked again, as the kubelet does.
 //!
-//! Key types: `ECDSAP256`, `ECDSAP384` and `ED25519`. The kubelet also makes
-//! `RSA3072`, `RSA4096` and `ECDSAP521` keys; the cryptography library this
-//! agent signs with cannot, so those sources fail by name.
+//! Key types: `ECDSAP256`, `ECDSAP384`, `ED25519`, `RSA3072` and `RSA4096`
+//! (made on a blocking thread: an RSA key takes up to seconds). The kubelet
+//! also makes `ECDSAP521` keys; the cryptography library this agent signs
+//! with cannot, so those sources fail by name.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
@@ -324,7 +325,10 @@ impl PodCertificates {
             .await
             .map_err(|e| format!("while fetching service account: {e}"))?;
         let node_uid = self.node_uid(client, node_name).await?;
-        let (key_pem, csr) = key_and_request(&source.key_type)?;
+        let key_type = source.key_type.clone();
+        let (key_pem, csr) = tokio::task::spawn_blocking(move || key_and_request(&key_type))
+            .await
+            .map_err(|e| format!("while generating keypair: {e}"))??;
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
         let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
         let request = PodCertificateRequest {
@@ -370,23 +374,27 @@ impl PodCertificates {
 /// # Errors
 /// A key type this agent cannot make, by name.
 pub fn key_and_request(key_type: &str) -> Result<(Vec<u8>, Vec<u8>), String> {
-    let alg = match key_type {
-        "ECDSAP256" => &rcgen::PKCS_ECDSA_P256_SHA256,
-        "ECDSAP384" => &rcgen::PKCS_ECDSA_P384_SHA384,
-        "ED25519" => &rcgen::PKCS_ED25519,
-        "RSA3072" | "RSA4096" | "ECDSAP521" => {
+    let failed = |e: &dyn std::fmt::Display| format!("while generating keypair: {e}");
+    let key = match key_type {
+        "ECDSAP256" => rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256),
+        "ECDSAP384" => rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384),
+        "ED25519" => rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519),
+        "RSA3072" | "RSA4096" => {
+            let bits = if key_type == "RSA3072" { 3072 } else { 4096 };
+            let rsa = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, bits)
+                .map_err(|e| failed(&e))?;
+            let der = rsa::pkcs8::EncodePrivateKey::to_pkcs8_der(&rsa).map_err(|e| failed(&e))?;
+            let der = rustls_pki_types::PrivatePkcs8KeyDer::from(der.as_bytes());
+            rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256)
+        }
+        "ECDSAP521" => {
             return Err(format!(
-                "while generating keypair: key type {key_type:?} is not supported by this node (supported: ECDSAP256, ECDSAP384, ED25519)"
+                "while generating keypair: key type {key_type:?} is not supported by this node (supported: ECDSAP256, ECDSAP384, ED25519, RSA3072, RSA4096)"
             ));
         }
-        other => {
-            return Err(format!(
-                "while generating keypair: unknown key type {other:?}"
-            ));
-        }
-    };
-    let key =
-        rcgen::KeyPair::generate_for(alg).map_err(|e| format!("while generating keypair: {e}"))?;
+        other => return Err(failed(&format!("unknown key type {other:?}"))),
+    }
+    .map_err(|e| failed(&e))?;
     let mut params = rcgen::CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
     let csr = params
@@ -555,7 +563,7 @@ mod tests {
     #[test]
     fn keys_and_requests_of_each_supported_type() {
         use x509_parser::prelude::FromDer as _;
-        for t in ["ECDSAP256", "ECDSAP384", "ED25519"] {
+        for t in ["ECDSAP256", "ECDSAP384", "ED25519", "RSA3072"] {
             let (key, csr) = key_and_request(t).unwrap();
             let key = String::from_utf8(key).unwrap();
             assert!(key.starts_with("-----BEGIN PRIVATE KEY-----"), "{t}");
@@ -569,10 +577,8 @@ mod tests {
                 "empty subject"
             );
         }
-        for t in ["RSA3072", "RSA4096", "ECDSAP521"] {
-            let err = key_and_request(t).unwrap_err();
-            assert!(err.contains("is not supported by this node"), "{err}");
-        }
+        let err = key_and_request("ECDSAP521").unwrap_err();
+        assert!(err.contains("is not supported by this node"), "{err}");
         assert!(
             key_and_request("DSA")
                 .unwrap_err()

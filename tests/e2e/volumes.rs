@@ -650,18 +650,18 @@ async fn cluster_trust_bundles_are_projected_by_name_and_by_signer_and_refreshed
     }
 }
 
-/// Signs the first PodCertificateRequest of `ns` whose name is not in
-/// `done` (waiting up to `secs`): a leaf for the request's key, issued by
+/// Signs the first unanswered PodCertificateRequest of `ns` for `pod`
+/// (waiting up to `secs`): a leaf for the request's key, issued by
 /// `ca`, valid from 4 minutes ago for an hour (the API server wants
 /// `notBefore` within 5 minutes of its clock), to be refreshed 10 minutes
-/// after that (the earliest it allows); or, with `deny` (a pod's name),
-/// denies that pod's request. Returns its name and the leaf's DER.
+/// after that (the earliest it allows); or, with `deny`, denies it.
+/// Returns its name and the leaf's DER.
 async fn sign_next(
     client: &Client,
     ns: &str,
     ca: &(rcgen::CertificateParams, rcgen::KeyPair),
-    done: &[String],
-    deny: Option<&str>,
+    pod: &str,
+    deny: bool,
     secs: u64,
 ) -> (String, Vec<u8>) {
     use k8s_openapi::api::certificates::v1::PodCertificateRequest;
@@ -673,7 +673,8 @@ async fn sign_next(
             .await
             .expect("list requests");
         if let Some(p) = list.items.into_iter().find(|p| {
-            !done.contains(&p.name_any()) && deny.is_none_or(|pod| p.spec.pod_name == pod)
+            let answered = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+            p.spec.pod_name == pod && answered.is_none_or(Vec::is_empty)
         }) {
             break p;
         }
@@ -695,7 +696,7 @@ async fn sign_next(
         serde_json::json!([{ "type": type_, "status": "True", "reason": reason,
             "message": format!("{type_} by the e2e signer"), "lastTransitionTime": rfc(now) }])
     };
-    let status = if deny.is_some() {
+    let status = if deny {
         serde_json::json!({ "conditions": condition("Denied", "E2EDenied") })
     } else {
         let csr = rcgen::CertificateSigningRequestParams::from_der(
@@ -789,7 +790,8 @@ async fn pod_certificates_are_issued_and_projected_or_refused() {
     let pod = create(&client, &ns, &pod_with("certified", "ECDSAP256")).await;
     let uid = pod.metadata.uid.clone().expect("uid");
     create(&client, &ns, &pod_with("rsa", "RSA3072")).await;
-    let (first, leaf) = sign_next(&client, &ns, &ca, &[], None, 60).await;
+    create(&client, &ns, &pod_with("p521", "ECDSAP521")).await;
+    let (first, leaf) = sign_next(&client, &ns, &ca, "certified", false, 60).await;
     wait_for(&client, &ns, "certified", 90, "Running", phase("Running")).await;
     let dir = volume_path(&uid, "kubernetes.io~projected", "certs");
     assert_eq!(ders(&dir.join("chain.pem")), vec![leaf.clone()]);
@@ -839,16 +841,37 @@ async fn pod_certificates_are_issued_and_projected_or_refused() {
     assert_eq!(pcr.spec.service_account_name, "default");
     assert_eq!(pcr.spec.signer_name, signer);
 
-    // A key type the agent cannot make: refused by name, the pod Pending.
-    let rsa = failed_mounts(&client, &ns, "rsa").await;
-    assert!(
-        rsa.iter()
-            .any(|m| m.contains("key type \"RSA3072\" is not supported by this node")),
-        "{rsa:?}"
+    // An RSA key (made apart from ring, which only signs with it) is
+    // issued as well; the request holds its key.
+    let (_, rsa_leaf) = sign_next(&client, &ns, &ca, "rsa", false, 60).await;
+    let rsa = wait_for(&client, &ns, "rsa", 90, "Running", phase("Running")).await;
+    let rsa_dir = volume_path(
+        rsa.metadata.uid.as_deref().expect("uid"),
+        "kubernetes.io~projected",
+        "certs",
     );
+    let rsa_key = std::fs::read_to_string(rsa_dir.join("key.pem")).expect("key.pem");
+    let rsa_public = rcgen::PublicKeyData::subject_public_key_info(
+        &rcgen::KeyPair::from_pem(&rsa_key).expect("a PKCS#8 RSA key"),
+    );
+    let (_, parsed) = x509_parser::parse_x509_certificate(&rsa_leaf).expect("leaf");
+    assert_eq!(parsed.public_key().raw, rsa_public.as_slice());
+    // A key type the agent cannot make: refused by name, the pod Pending.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let p521 = failed_mounts(&client, &ns, "p521").await;
+        if p521
+            .iter()
+            .any(|m| m.contains("key type \"ECDSAP521\" is not supported by this node"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{p521:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     // A request the signer denies: the kubelet's Event and error.
     create(&client, &ns, &pod_with("denied", "ED25519")).await;
-    sign_next(&client, &ns, &ca, &[], Some("denied"), 60).await;
+    sign_next(&client, &ns, &ca, "denied", true, 60).await;
     wait_for_events(
         &client,
         &ns,
