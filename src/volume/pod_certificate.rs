@@ -79,8 +79,16 @@ enum State {
 
 /// What the signer said of one request.
 enum Outcome {
+    /// Nothing yet.
     Pending,
+    /// The request cannot be read, past its deadline.
     Gone,
+    /// A terminal condition.
+    Done(Terminal),
+}
+
+/// A request's terminal condition.
+enum Terminal {
     Refused {
         kind: &'static str,
         reason: String,
@@ -170,20 +178,7 @@ impl PodCertificates {
                         notices,
                     );
                 }
-                Ok(Outcome::Refused {
-                    kind,
-                    reason,
-                    message,
-                }) => refused(&ns, &request, kind, reason, message, &mut notices),
-                Ok(Outcome::Issued {
-                    chain,
-                    refresh_at,
-                    not_after,
-                }) => State::Fresh {
-                    now: Credentials { key: k, chain },
-                    refresh_at: jittered(refresh_at, not_after),
-                    next: None,
-                },
+                Ok(Outcome::Done(t)) => settle(t, k, &ns, &request, &mut notices),
                 Err(e) => {
                     self.put(
                         key,
@@ -238,20 +233,7 @@ impl PodCertificates {
                     refresh_at,
                     next: None,
                 },
-                Ok(Outcome::Refused {
-                    kind,
-                    reason,
-                    message,
-                }) => refused(&ns, &request, kind, reason, message, &mut notices),
-                Ok(Outcome::Issued {
-                    chain,
-                    refresh_at,
-                    not_after,
-                }) => State::Fresh {
-                    now: Credentials { key: k, chain },
-                    refresh_at: jittered(refresh_at, not_after),
-                    next: None,
-                },
+                Ok(Outcome::Done(t)) => settle(t, k, &ns, &request, &mut notices),
             },
             Some(fresh @ State::Fresh { .. }) => fresh,
         };
@@ -403,6 +385,33 @@ pub fn key_and_request(key_type: &str) -> Result<(Vec<u8>, Vec<u8>), String> {
     Ok((key.serialize_pem().into_bytes(), csr.der().to_vec()))
 }
 
+/// The state a request's terminal outcome leads to: fresh credentials
+/// with key `key`, or, refused, the final state with the kubelet's Event.
+fn settle(
+    outcome: Terminal,
+    key: Vec<u8>,
+    ns: &str,
+    request: &str,
+    notices: &mut Vec<Notice>,
+) -> State {
+    match outcome {
+        Terminal::Issued {
+            chain,
+            refresh_at,
+            not_after,
+        } => State::Fresh {
+            now: Credentials { key, chain },
+            refresh_at: jittered(refresh_at, not_after),
+            next: None,
+        },
+        Terminal::Refused {
+            kind,
+            reason,
+            message,
+        } => refused(ns, request, kind, reason, message, notices),
+    }
+}
+
 /// The final state of a refused request, with the kubelet's Event.
 fn refused(
     ns: &str,
@@ -455,7 +464,7 @@ fn outcome(pcr: &PodCertificateRequest) -> Outcome {
     for c in status.conditions.iter().flatten() {
         match c.type_.as_str() {
             "Denied" | "Failed" => {
-                return Outcome::Refused {
+                return Outcome::Done(Terminal::Refused {
                     kind: if c.type_ == "Denied" {
                         "Denied"
                     } else {
@@ -463,17 +472,17 @@ fn outcome(pcr: &PodCertificateRequest) -> Outcome {
                     },
                     reason: c.reason.clone(),
                     message: c.message.clone(),
-                };
+                });
             }
             "Issued" => {
                 let time = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
                     t.map_or(SystemTime::UNIX_EPOCH, |t| SystemTime::from(t.0))
                 };
-                return Outcome::Issued {
+                return Outcome::Done(Terminal::Issued {
                     chain: clean_chain(status.certificate_chain.as_deref().unwrap_or_default()),
                     refresh_at: time(status.begin_refresh_at.as_ref()),
                     not_after: time(status.not_after.as_ref()),
-                };
+                });
             }
             _ => {}
         }

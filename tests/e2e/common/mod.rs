@@ -142,6 +142,16 @@ pub fn restart_agent_with(name: &str, extra: &str) -> std::path::PathBuf {
     config
 }
 
+/// File `file` of cgroup `cgroup` (a path below the hierarchy's root) in
+/// the host's cgroup v1 hierarchy `hierarchy`, trimmed.
+pub fn cgroup_file(hierarchy: &str, cgroup: &str, file: &str) -> String {
+    let path = format!("/sys/fs/cgroup/{hierarchy}/{cgroup}/{file}");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .trim()
+        .to_string()
+}
+
 /// The node under test.
 pub fn node_name() -> String {
     std::env::var("NODE_NAME").unwrap_or_else(|_| "local-node".into())

@@ -16,11 +16,7 @@ const LIMIT: u64 = 64;
 
 /// File `file` of BestEffort pod `uid`'s cgroup in the `pids` hierarchy.
 fn pids_file(uid: &str, file: &str) -> String {
-    let path = format!("/sys/fs/cgroup/pids/kubepods/besteffort/pod{uid}/{file}");
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
-        .trim()
-        .to_string()
+    cgroup_file("pids", &format!("kubepods/besteffort/pod{uid}"), file)
 }
 
 #[tokio::test]

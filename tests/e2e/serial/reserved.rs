@@ -13,14 +13,6 @@ const SYSTEM: &str = "rustlet-e2e-system";
 const KUBE: &str = "rustlet-e2e-kube";
 const HIERARCHIES: [&str; 3] = ["cpu", "memory", "pids"];
 
-fn read(hierarchy: &str, cgroup: &str, file: &str) -> String {
-    let path = format!("/sys/fs/cgroup/{hierarchy}/{cgroup}/{file}");
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
-        .trim()
-        .to_string()
-}
-
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn reserved_cgroups_get_what_is_reserved_for_them() {
@@ -29,7 +21,7 @@ async fn reserved_cgroups_get_what_is_reserved_for_them() {
             std::fs::create_dir_all(format!("/sys/fs/cgroup/{h}/{cg}")).expect("make the cgroup");
         }
     }
-    let shares_before = read("cpu", KUBE, "cpu.shares");
+    let shares_before = cgroup_file("cpu", KUBE, "cpu.shares");
     let usual = std::fs::read_to_string(local().join("rustlet.yaml")).expect("rustlet.yaml");
     assert!(
         !usual.contains("enforceNodeAllocatable"),
@@ -45,22 +37,26 @@ async fn reserved_cgroups_get_what_is_reserved_for_them() {
         ),
     );
 
-    assert_eq!(read("cpu", SYSTEM, "cpu.shares"), "204");
+    assert_eq!(cgroup_file("cpu", SYSTEM, "cpu.shares"), "204");
     assert_eq!(
-        read("memory", SYSTEM, "memory.limit_in_bytes"),
+        cgroup_file("memory", SYSTEM, "memory.limit_in_bytes"),
         (128u64 << 20).to_string()
     );
-    assert_eq!(read("pids", SYSTEM, "pids.max"), "1000");
+    assert_eq!(cgroup_file("pids", SYSTEM, "pids.max"), "1000");
     assert_eq!(
-        read("memory", KUBE, "memory.limit_in_bytes"),
+        cgroup_file("memory", KUBE, "memory.limit_in_bytes"),
         (256u64 << 20).to_string()
     );
     assert_eq!(
-        read("cpu", KUBE, "cpu.shares"),
+        cgroup_file("cpu", KUBE, "cpu.shares"),
         shares_before,
         "no cpu reserved"
     );
-    assert_eq!(read("pids", KUBE, "pids.max"), "max", "no pid reserved");
+    assert_eq!(
+        cgroup_file("pids", KUBE, "pids.max"),
+        "max",
+        "no pid reserved"
+    );
 
     let client = client().await;
     let node = node_name();
