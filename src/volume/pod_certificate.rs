@@ -29,6 +29,10 @@ use kube::api::{Api, PostParams};
 /// as deleted and asked again (the kubelet's `assumeDeletedThreshold`).
 pub const ASSUME_DELETED_AFTER: Duration = Duration::from_secs(600);
 
+/// How long past its refresh time a certificate is overdue (the kubelet's
+/// `refreshOverdueDuration`).
+pub const OVERDUE_AFTER: Duration = Duration::from_secs(600);
+
 /// The longest refresh jitter (the kubelet's 5 minutes); a certificate with
 /// less than ten times that left after `beginRefreshAt` gets a tenth of what
 /// is left, so that it is refreshed before it expires.
@@ -71,10 +75,37 @@ enum State {
     Refused(String),
     /// Issued; `next` is the request out for the next ones, if any.
     Fresh {
-        now: Credentials,
-        refresh_at: SystemTime,
+        issued: Issued,
         next: Option<(Vec<u8>, String, SystemTime)>,
     },
+}
+
+/// Credentials in use, with when they are due for refresh and expire, and
+/// which of the kubelet's Events about them were given.
+struct Issued {
+    creds: Credentials,
+    refresh_at: SystemTime,
+    not_after: SystemTime,
+    overdue_said: bool,
+    expired_said: bool,
+}
+
+impl Issued {
+    /// The kubelet's Events, each once: `CertificateOverdueForRefresh` 10
+    /// minutes past the refresh time, `CertificateExpired` past `notAfter`.
+    fn say(&mut self, now: SystemTime, notices: &mut Vec<Notice>) {
+        if now > self.refresh_at + OVERDUE_AFTER && !self.overdue_said {
+            self.overdue_said = true;
+            notices.push((
+                "CertificateOverdueForRefresh".into(),
+                "PodCertificate refresh overdue".into(),
+            ));
+        }
+        if now > self.not_after && !self.expired_said {
+            self.expired_said = true;
+            notices.push(("CertificateExpired".into(), "PodCertificate expired".into()));
+        }
+    }
 }
 
 /// What the signer said of one request.
@@ -197,50 +228,39 @@ impl PodCertificates {
                 }
             },
             Some(State::Refused(why)) => State::Refused(why),
-            Some(State::Fresh {
-                now: creds,
-                refresh_at,
-                next: None,
-            }) if now >= refresh_at => {
+            Some(State::Fresh { issued, next: None }) if now >= issued.refresh_at => {
                 match self.request(client, &api, node_name, pod, source).await {
                     Ok(out) => State::Fresh {
-                        now: creds,
-                        refresh_at,
+                        issued,
                         next: Some(out),
                     },
                     Err(e) => {
                         tracing::warn!(pod = %format!("{ns}/{}", pod.metadata.name.as_deref().unwrap_or_default()), error = %e, "while creating refresh PodCertificateRequest");
-                        State::Fresh {
-                            now: creds,
-                            refresh_at,
-                            next: None,
-                        }
+                        State::Fresh { issued, next: None }
                     }
                 }
             }
             Some(State::Fresh {
-                now: creds,
-                refresh_at,
+                issued,
                 next: Some((k, request, abandon_at)),
             }) => match read(&api, &request, now, abandon_at).await {
                 Ok(Outcome::Pending) | Err(_) => State::Fresh {
-                    now: creds,
-                    refresh_at,
+                    issued,
                     next: Some((k, request, abandon_at)),
                 },
-                Ok(Outcome::Gone) => State::Fresh {
-                    now: creds,
-                    refresh_at,
-                    next: None,
-                },
+                Ok(Outcome::Gone) => State::Fresh { issued, next: None },
                 Ok(Outcome::Done(t)) => settle(t, k, &ns, &request, &mut notices),
             },
             Some(fresh @ State::Fresh { .. }) => fresh,
         };
+        let mut next = next;
+        if let State::Fresh { issued, .. } = &mut next {
+            issued.say(now, &mut notices);
+        }
         let result = match &next {
             State::Wait { .. } => Err("credential bundle is not issued yet".to_string()),
             State::Refused(why) => Err(why.clone()),
-            State::Fresh { now, .. } => Ok(now.clone()),
+            State::Fresh { issued, .. } => Ok(issued.creds.clone()),
         };
         self.put(key, next);
         (result, notices)
@@ -400,8 +420,13 @@ fn settle(
             refresh_at,
             not_after,
         } => State::Fresh {
-            now: Credentials { key, chain },
-            refresh_at: jittered(refresh_at, not_after),
+            issued: Issued {
+                creds: Credentials { key, chain },
+                refresh_at: jittered(refresh_at, not_after),
+                not_after,
+                overdue_said: false,
+                expired_said: false,
+            },
             next: None,
         },
         Terminal::Refused {
@@ -720,7 +745,16 @@ mod tests {
         assert!(fake.take_requests().iter().all(|r| r.method == "GET"));
 
         let chain1 = answer(&fake, &first, None);
-        let creds1 = get(0).await.0.unwrap();
+        let (creds1, notices) = get(0).await;
+        let creds1 = creds1.unwrap();
+        // Issued already past its notAfter: said once.
+        assert_eq!(
+            notices,
+            [(
+                "CertificateExpired".to_string(),
+                "PodCertificate expired".to_string()
+            )]
+        );
         assert_eq!(String::from_utf8(creds1.chain.clone()).unwrap(), chain1);
         assert!(String::from_utf8_lossy(&creds1.key).starts_with("-----BEGIN PRIVATE KEY-----"));
         // Due for refresh: a new request, the old credentials meanwhile.
@@ -733,11 +767,9 @@ mod tests {
             .map(|r| r.path)
             .collect();
         assert_eq!(posts.len(), 1, "one refresh request");
-        assert_eq!(
-            get(0).await.0.unwrap(),
-            creds1,
-            "pending: the old credentials"
-        );
+        let (still, notices) = get(0).await;
+        assert_eq!(still.unwrap(), creds1, "pending: the old credentials");
+        assert!(notices.is_empty(), "expiry said once: {notices:?}");
         let second = (2..100)
             .map(|n| format!("req-{n}"))
             .find(|n| {
@@ -782,6 +814,36 @@ mod tests {
 
         certs.forget_pod("pod-uid");
         assert_eq!(certs.count_for("pod-uid"), 0);
+    }
+
+    /// The kubelet's Events about credentials in use, each once.
+    #[test]
+    fn overdue_and_expired_credentials_are_said_once() {
+        let now = SystemTime::now();
+        let mut issued = Issued {
+            creds: Credentials {
+                key: Vec::new(),
+                chain: Vec::new(),
+            },
+            refresh_at: now - Duration::from_secs(300),
+            not_after: now + Duration::from_secs(3600),
+            overdue_said: false,
+            expired_said: false,
+        };
+        let mut notices = Vec::new();
+        issued.say(now, &mut notices);
+        assert!(notices.is_empty(), "5 minutes late is not overdue");
+        issued.say(now + Duration::from_secs(301), &mut notices);
+        issued.say(now + Duration::from_secs(400), &mut notices);
+        assert_eq!(notices.len(), 1);
+        assert_eq!(notices[0].0, "CertificateOverdueForRefresh");
+        issued.say(now + Duration::from_secs(3601), &mut notices);
+        issued.say(now + Duration::from_secs(3700), &mut notices);
+        assert_eq!(notices.len(), 2);
+        assert_eq!(
+            notices[1],
+            ("CertificateExpired".into(), "PodCertificate expired".into())
+        );
     }
 
     #[test]
