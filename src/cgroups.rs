@@ -387,14 +387,7 @@ impl CgroupManager {
             return Ok(());
         };
         if h.hybrid {
-            let mut at = h.dir.clone();
-            for part in dir.components() {
-                enable_controllers(&at)?;
-                at.push(part);
-                if !at.is_dir() {
-                    std::fs::create_dir(&at).map_err(io_err(&at))?;
-                }
-            }
+            make_v2_path(&h.dir, dir)?;
         }
         self.write_hugetlb(h, dir, limits, others)
     }
@@ -571,17 +564,10 @@ impl CgroupManager {
             }
         }
         if self.version == Version::V2 {
-            let Some(mut at) = self.hierarchies.first().cloned() else {
-                return Ok(());
+            return match self.hierarchies.first() {
+                Some(root) => make_v2_path(root, dir),
+                None => Ok(()),
             };
-            for part in dir.components() {
-                enable_controllers(&at)?;
-                at.push(part);
-                if !at.is_dir() {
-                    std::fs::create_dir(&at).map_err(io_err(&at))?;
-                }
-            }
-            return Ok(());
         }
         for h in &self.hierarchies {
             let path = h.join(dir);
@@ -1121,6 +1107,21 @@ fn controllers(file: &Path) -> io::Result<BTreeSet<String>> {
         .split_whitespace()
         .map(str::to_string)
         .collect())
+}
+
+/// Makes `dir` below the cgroup v2 hierarchy `root`, each level from the root
+/// down enabling its offered controllers of [`V2_CONTROLLERS`] for the level
+/// below (as runc's `CreateCgroupPath`); levels already there are kept.
+fn make_v2_path(root: &Path, dir: &Path) -> Result<(), Error> {
+    let mut at = root.to_path_buf();
+    for part in dir.components() {
+        enable_controllers(&at)?;
+        at.push(part);
+        if !at.is_dir() {
+            std::fs::create_dir(&at).map_err(io_err(&at))?;
+        }
+    }
+    Ok(())
 }
 
 /// Enables, for the cgroups below cgroup v2 directory `level`, the

@@ -417,7 +417,7 @@ pub struct VolumeManager {
     /// CSI volumes: the drivers and the node (None: no CSI volume is set up).
     csi: Option<csi::Host>,
     /// The credentials of `podCertificate` sources.
-    pod_certificates: pod_certificate::PodCertificates,
+    pod_certificates: pod_certificate::PodCertificateManager,
     /// The Node's name, for `podCertificate` requests ([`VolumeManager::with_csi`]).
     node_name: String,
 }
@@ -446,7 +446,7 @@ impl VolumeManager {
             trust_bundles: trust_bundle::TrustBundles::default(),
             claims: Mutex::new(HashMap::new()),
             csi: None,
-            pod_certificates: pod_certificate::PodCertificates::default(),
+            pod_certificates: pod_certificate::PodCertificateManager::default(),
             node_name: String::new(),
         }
     }

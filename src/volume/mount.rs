@@ -29,19 +29,8 @@ pub fn is_mount_point(dir: &Path) -> bool {
 /// # Errors
 /// The `mount(2)` error (needs `CAP_SYS_ADMIN`).
 pub fn mount_tmpfs(dir: &Path, size_bytes: Option<u64>) -> io::Result<()> {
-    if is_mount_point(dir) {
-        return Ok(());
-    }
     let options = size_bytes.map(|s| format!("size={s}")).unwrap_or_default();
-    let data = CString::new(options).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    rustix::mount::mount(
-        "tmpfs",
-        dir,
-        "tmpfs",
-        MountFlags::empty(),
-        Some(data.as_c_str()),
-    )
-    .map_err(io::Error::from)
+    mount_new(dir, "tmpfs", "tmpfs", &options)
 }
 
 /// Mounts a hugetlbfs of `page_bytes` pages on `dir` (`pagesize=2Mi`, as
@@ -50,15 +39,21 @@ pub fn mount_tmpfs(dir: &Path, size_bytes: Option<u64>) -> io::Result<()> {
 /// # Errors
 /// The kernel refused the mount (no pool of that page size, for one).
 pub fn mount_hugetlbfs(dir: &Path, page_bytes: u64) -> io::Result<()> {
+    let options = format!("pagesize={}", crate::config::binary_quantity(page_bytes));
+    mount_new(dir, "nodev", "hugetlbfs", &options)
+}
+
+/// Mounts a new `fstype` filesystem from `source` with `options` on `dir`,
+/// unless `dir` is a mount point already.
+fn mount_new(dir: &Path, source: &str, fstype: &str, options: &str) -> io::Result<()> {
     if is_mount_point(dir) {
         return Ok(());
     }
-    let options = format!("pagesize={}", crate::config::binary_quantity(page_bytes));
     let data = CString::new(options).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     rustix::mount::mount(
-        "nodev",
+        source,
         dir,
-        "hugetlbfs",
+        fstype,
         MountFlags::empty(),
         Some(data.as_c_str()),
     )

@@ -135,14 +135,16 @@ enum Terminal {
 /// An Event the agent owes a pod (type `Warning`): reason and message.
 pub type Notice = (String, String);
 
-/// The credentials of every `podCertificate` source of the node's pods.
+/// The pod certificate manager (the kubelet's podcertificate
+/// `IssuingManager`): the credentials of every `podCertificate` source of
+/// the node's pods.
 #[derive(Default)]
-pub struct PodCertificates {
+pub struct PodCertificateManager {
     states: Mutex<HashMap<SourceKey, State>>,
     node_uid: Mutex<Option<String>>,
 }
 
-impl PodCertificates {
+impl PodCertificateManager {
     /// Drives source `index` of volume `volume` of `pod` one step (asks for
     /// credentials, reads the request out, refreshes when due) and returns
     /// its credentials, with the Events the step owes the pod.
@@ -703,7 +705,7 @@ mod tests {
             credential_bundle_path: Some("bundle.pem".into()),
             ..Default::default()
         };
-        let certs = PodCertificates::default();
+        let certs = PodCertificateManager::default();
         let get = |index| certs.get(&client, "n1", &pod, "v", index, &source);
 
         let (got, notices) = get(0).await;
@@ -814,6 +816,56 @@ mod tests {
 
         certs.forget_pod("pod-uid");
         assert_eq!(certs.count_for("pod-uid"), 0);
+    }
+
+    /// Hostile sources: an unknown key type fails by name and asks nothing;
+    /// past [`MAX_SOURCES_PER_POD`] sources a pod gets no more requests.
+    #[tokio::test]
+    async fn hostile_sources_are_bounded() {
+        let fake = crate::fake_api::FakeApi::default();
+        fake.put_node("n1");
+        fake.put(
+            "serviceaccounts",
+            "default",
+            serde_json::json!({ "metadata": { "name": "default", "uid": "sa-uid" } }),
+        );
+        let client = fake.client();
+        let mut pod = crate::fixtures::pod("p").container("c", "x").build();
+        pod.metadata.namespace = Some("default".into());
+        pod.metadata.uid = Some("pod-uid".into());
+        let certs = PodCertificateManager::default();
+        let odd = PodCertificateProjection {
+            signer_name: "x".repeat(100_000),
+            key_type: "\u{0}DSA".repeat(1000),
+            ..Default::default()
+        };
+        let (got, _) = certs.get(&client, "n1", &pod, "v", 0, &odd).await;
+        assert!(got.unwrap_err().contains("unknown key type"));
+        fake.take_requests();
+        let source = PodCertificateProjection {
+            signer_name: "example.com/s".into(),
+            key_type: "ED25519".into(),
+            ..Default::default()
+        };
+        for i in 0..MAX_SOURCES_PER_POD {
+            certs.get(&client, "n1", &pod, "v", i, &source).await;
+        }
+        let made = fake
+            .take_requests()
+            .iter()
+            .filter(|r| r.method == "POST")
+            .count();
+        assert_eq!(made, MAX_SOURCES_PER_POD);
+        let (got, _) = certs
+            .get(&client, "n1", &pod, "v", MAX_SOURCES_PER_POD, &source)
+            .await;
+        assert!(
+            got.unwrap_err()
+                .contains("more than 64 podCertificate sources")
+        );
+        assert!(fake.take_requests().iter().all(|r| r.method != "POST"));
+        // A chain that is not PEM is no chain, and no panic.
+        assert!(clean_chain(&"-----BEGIN CERTIFICATE-----\n%%%".repeat(10_000)).is_empty());
     }
 
     /// The kubelet's Events about credentials in use, each once.

@@ -299,19 +299,20 @@ pub fn phase(phase: &'static str) -> impl Condition<Pod> {
     move |p: Option<&Pod>| p.and_then(|p| p.status.as_ref()?.phase.as_deref()) == Some(phase)
 }
 
-/// The first container's waiting reason, if it waits.
-pub fn waiting(p: &Pod) -> Option<String> {
+/// The first container's state, if it has one.
+pub fn first_state(p: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerState> {
     p.status
         .as_ref()?
         .container_statuses
         .as_ref()?
         .first()?
         .state
-        .as_ref()?
-        .waiting
-        .as_ref()?
-        .reason
-        .clone()
+        .as_ref()
+}
+
+/// The first container's waiting reason, if it waits.
+pub fn waiting(p: &Pod) -> Option<String> {
+    first_state(p)?.waiting.as_ref()?.reason.clone()
 }
 
 /// The first container waits with `reason`.

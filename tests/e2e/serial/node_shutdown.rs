@@ -68,13 +68,7 @@ fn stopping_pod(name: &str, class: Option<&str>) -> Pod {
 }
 
 fn finished_at(p: &Pod) -> Option<k8s_openapi::jiff::Timestamp> {
-    p.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
+    first_state(p)?
         .terminated
         .as_ref()?
         .finished_at
