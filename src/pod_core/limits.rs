@@ -94,7 +94,8 @@ pub fn huge_page_limits<'a>(
         let Some(size) = huge_page_size(name) else {
             continue;
         };
-        let amount = u64::try_from(q.value()).unwrap_or(0);
+        let v = q.value();
+        let amount = u64::try_from(v).unwrap_or(if v < 0 { 0 } else { u64::MAX });
         let sum = out.entry(size).or_default();
         *sum = sum.saturating_add(amount);
     }
@@ -121,6 +122,23 @@ mod tests {
         // 1025 KiB cannot be named in a larger unit.
         assert_eq!(huge_page_unit(1025 << 10), None);
         assert_eq!(huge_page_unit(0).as_deref(), Some("0B"));
+    }
+
+    /// Amounts a pod controls, however large or odd, add up without
+    /// overflow; negative ones count as none.
+    #[test]
+    fn hostile_huge_page_amounts_saturate() {
+        let q = |s: &str| Quantity::parse_saturating(s).unwrap();
+        let list = [
+            ("hugepages-2Mi".to_string(), q("9000000Ei")),
+            ("hugepages-2048Ki".to_string(), q("9000000Ei")),
+            ("hugepages-1Gi".to_string(), q("-5Gi")),
+            ("hugepages-99999999999999Ei".to_string(), q("1")),
+        ];
+        let limits = huge_page_limits(list.iter().map(|(k, v)| (k, v)));
+        assert_eq!(limits[&(2 << 20)], u64::MAX);
+        assert_eq!(limits[&(1 << 30)], 0);
+        assert_eq!(limits.len(), 2, "{limits:?}");
     }
 
     #[test]

@@ -277,6 +277,37 @@ mod tests {
         assert_eq!(medium(&p, &src(""), &alloc), Ok(Medium::Disk));
     }
 
+    /// Hostile media and requests: sizes that are no page size, huge or
+    /// negative amounts; each an error or no limit, never a panic.
+    #[test]
+    fn hostile_huge_page_media_are_refused() {
+        use k8s_openapi::api::core::v1::EmptyDirVolumeSource;
+        let src = |m: &str| EmptyDirVolumeSource {
+            medium: Some(m.into()),
+            ..Default::default()
+        };
+        let alloc = BTreeMap::new();
+        let p = requesting(pod("p").container("a", "x").build(), 0, false, &["2Mi"]);
+        for m in [
+            "HugePages-",
+            "HugePages-1e400",
+            "HugePages--2Mi",
+            "HugePages-0",
+            "HugePages-x",
+        ] {
+            assert!(medium(&p, &src(m), &alloc).is_err(), "{m}");
+        }
+        let p = requesting(
+            pod("q").container("a", "x").build(),
+            0,
+            false,
+            &["99999999Ei", "-1Mi", "abc"],
+        );
+        assert!(medium(&p, &src("HugePages"), &alloc).is_err());
+        let unit = crate::pod_core::limits::huge_page_unit(u64::MAX);
+        assert!(unit.is_none() || unit.is_some_and(|u| u.ends_with('B')));
+    }
+
     /// A huge page medium is a real hugetlbfs of its page size (as root,
     /// where the kernel has 2 MiB pages); set up again, it is left.
     #[test]
