@@ -848,7 +848,8 @@ mod tests {
             ..Default::default()
         };
         for i in 0..MAX_SOURCES_PER_POD {
-            certs.get(&client, "n1", &pod, "v", i, &source).await;
+            let (got, _) = certs.get(&client, "n1", &pod, "v", i, &source).await;
+            assert_eq!(got.unwrap_err(), "credential bundle is not issued yet");
         }
         let made = fake
             .take_requests()
