@@ -823,6 +823,16 @@ fn node_facts(base: &Base) -> anyhow::Result<NodeFacts> {
         &settings.eviction.minimum_reclaim,
     )
     .map_err(|e| anyhow::anyhow!("invalid eviction configuration: {e}"))?;
+    // As the kubelet's `ParseThresholdConfig` with `enforceNodeAllocatable`.
+    let thresholds = if settings
+        .enforce_node_allocatable
+        .iter()
+        .any(|e| e == "pods")
+    {
+        crate::eviction::allocatable_thresholds(&thresholds)
+    } else {
+        thresholds
+    };
     let (_, allocatable) =
         crate::node::status::resources(&machine, settings.max_pods, &settings.reservations);
     Ok(NodeFacts {

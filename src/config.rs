@@ -694,6 +694,7 @@ pub const HONOURED_GATES: &[&str] = &[
     "KubeletCrashLoopBackOffMax",
     "KubeletPSI",
     "KubeletPodResourcesGet",
+    "KubeletSeparateDiskGC",
     "KubeletServiceAccountTokenForCredentialProviders",
     "NodeDeclaredFeatures",
     "PodObservedGenerationTracking",

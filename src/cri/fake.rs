@@ -423,6 +423,7 @@ struct State {
     /// What `RuntimeConfig` answers as the cgroup driver (the API's
     /// number); None: the call is unimplemented, as in older runtimes.
     cgroup_driver: Option<i32>,
+    image_fs_info: cri::ImageFsInfoResponse,
 }
 
 /// The memory a container uses unless [`FakeRuntime::set_memory_usage`]
@@ -450,6 +451,7 @@ impl State {
             socket: None,
             memory_usage: HashMap::new(),
             cgroup_driver: None,
+            image_fs_info: cri::ImageFsInfoResponse::default(),
         }
     }
 
@@ -1140,6 +1142,11 @@ impl FakeRuntime {
         self.lock().cgroup_driver = driver;
     }
 
+    /// Sets what `ImageFsInfo` answers (no filesystems at first).
+    pub fn set_image_fs_info(&self, info: cri::ImageFsInfoResponse) {
+        self.lock().image_fs_info = info;
+    }
+
     /// Puts the image `name` in the store, as if pulled; returns its ID
     /// ([`image_id`]). Not recorded as a call.
     pub fn add_image(&self, name: &str) -> String {
@@ -1686,7 +1693,7 @@ impl ImageService for FakeRuntime {
     ) -> Result<Response<cri::ImageFsInfoResponse>, Status> {
         self.with(|st| {
             st.begin("ImageFsInfo", None)?;
-            Ok(cri::ImageFsInfoResponse::default())
+            Ok(st.image_fs_info.clone())
         })
     }
 }

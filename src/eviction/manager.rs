@@ -3,9 +3,15 @@
 //! node's pressure conditions (for node status and admission), and when a
 //! threshold is due, reports `EvictionThresholdMet` on the Node, reclaims
 //! at node level first for a disk signal (dead containers, also those of
-//! finished pods, then every unused image, as `buildSignalToNodeReclaimFuncs`
-//! on one filesystem) and stops there when no threshold is met any more
-//! (minimum reclaim included), else evicts the first pod of the ranking.
+//! finished pods, and every unused image, as `buildSignalToNodeReclaimFuncs`
+//! for the node's filesystem layout, [`super::node_reclaim`]) and stops
+//! there when no threshold is met any more (minimum reclaim included), else
+//! evicts the first pod of the ranking.
+//! The layout (one filesystem, a dedicated image filesystem, or a split
+//! one: [`crate::stats::FsLayout`]) is read once, at the first cycle, as
+//! the kubelet's `synchronize` reads it; no cycle runs before it is known.
+//! It sets the `containerfs.*` thresholds ([`super::container_fs_thresholds`]),
+//! the ranking and the node-level reclaim.
 //! An evicted pod gets an `Evicted` event and is killed through the pod
 //! side ([`Pods::kill_pod`]: recorded for its pod worker, which stops it,
 //! with the evicting status [`crate::pod_core::status::evicting`]); the
@@ -29,9 +35,12 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{Eviction, Images, Pods, Pressure, State, Threshold, message, met, observe, rank};
+use super::{
+    Eviction, Images, Pods, Pressure, Signal, State, Threshold, container_fs_thresholds, message,
+    met, node_reclaim, observe, rank,
+};
 use crate::events::{EventType, Recorder, publish_annotated, publish_node};
-use crate::stats::Provider;
+use crate::stats::{FsLayout, Provider};
 
 /// How long the manager waits for an evicted pod's containers to stop past
 /// its grace period (the kubelet's `podCleanupTimeout`).
@@ -47,7 +56,9 @@ pub use crate::pod_core::kind::SYSTEM_CRITICAL_PRIORITY;
 pub struct Config {
     /// The node's name (for its events).
     pub node_name: String,
-    /// The thresholds ([`super::thresholds`]).
+    /// The thresholds ([`super::thresholds`], with
+    /// [`super::allocatable_thresholds`] when `pods` is enforced); those of
+    /// `containerfs.*` are made from them at the first cycle.
     pub thresholds: Vec<Threshold>,
     /// `evictionPressureTransitionPeriod`.
     pub transition: Duration,
@@ -88,8 +99,31 @@ pub async fn run<P: Pods, I: Images>(
     // Whether the last summary failed: its failure is said once, on the
     // Node and in the log, not every 10 s.
     let mut blind = false;
+    let mut layout: Option<(FsLayout, Vec<Threshold>)> = None;
     loop {
         tick.tick().await;
+        if layout.is_none() {
+            layout = stats.fs_layout().await.map(|l| {
+                let (thresholds, ignored) = container_fs_thresholds(&cfg.thresholds, l);
+                if let Some(e) = ignored {
+                    warn!(
+                        error = e,
+                        "eviction manager: found conflicting containerfs eviction. Ignoring."
+                    );
+                }
+                info!(layout = ?l, "eviction manager: the runtime's filesystems");
+                (l, thresholds)
+            });
+        }
+        let Some((layout, thresholds)) = &layout else {
+            if !blind {
+                warn!(
+                    "eviction manager: the runtime does not say where its image filesystem is; no eviction until it does"
+                );
+                blind = true;
+            }
+            continue;
+        };
         let summary = match stats.summary(false).await {
             Ok(s) => {
                 if blind {
@@ -114,12 +148,7 @@ pub async fn run<P: Pods, I: Images>(
             }
         };
         let observations = observe(&summary, cfg.hugepages_bytes);
-        let cycle = state.cycle(
-            started.elapsed(),
-            &cfg.thresholds,
-            &observations,
-            cfg.transition,
-        );
+        let cycle = state.cycle(started.elapsed(), thresholds, &observations, cfg.transition);
         pressures.send_if_modified(|p| {
             let changed = *p != cycle.pressures;
             if changed {
@@ -142,7 +171,7 @@ pub async fn run<P: Pods, I: Images>(
             let Some(stats) = summary.pods.iter().find(|s| s.pod_ref.uid == uid) else {
                 continue;
             };
-            if let Some(text) = super::local_storage_violation(p, stats) {
+            if let Some(text) = super::local_storage_violation(p, stats, *layout) {
                 let grace = crate::pod_core::spec::EVICTION_GRACE_SECONDS;
                 evict(&recorder, &*pods, p, text, BTreeMap::new(), false, grace).await;
                 evicted.push((uid.to_string(), grace));
@@ -163,12 +192,21 @@ pub async fn run<P: Pods, I: Images>(
             crate::reasons::event::EVICTION_THRESHOLD_MET,
             format!("Attempting to reclaim {resource}"),
         );
-        if threshold.signal.pressure() == Pressure::Disk
-            && reclaim_node_level(&cfg, &stats, &*pods, &*images).await
-        {
-            continue;
+        if threshold.signal.pressure() == Pressure::Disk {
+            let reclaim = Reclaim {
+                signal: threshold.signal,
+                layout: *layout,
+                thresholds,
+                hugepages_bytes: cfg.hugepages_bytes,
+            };
+            if reclaim_node_level(&reclaim, &stats, &*pods, &*images).await {
+                continue;
+            }
         }
-        let Some(victim) = rank(threshold.signal, &active, &summary).first().copied() else {
+        let Some(victim) = rank(threshold.signal, &active, &summary, *layout)
+            .first()
+            .copied()
+        else {
             warn!(resource, "eviction manager: no pod to evict");
             continue;
         };
@@ -185,30 +223,45 @@ pub async fn run<P: Pods, I: Images>(
     }
 }
 
+/// A node-level reclaim: for which disk signal, in which filesystem
+/// layout, checked against which thresholds.
+struct Reclaim<'a> {
+    signal: Signal,
+    layout: FsLayout,
+    thresholds: &'a [Threshold],
+    hugepages_bytes: u64,
+}
+
 /// Node-level reclaim for a disk signal, as `reclaimNodeLevelResources`:
-/// dead containers (those of finished pods too,
+/// what [`node_reclaim`] names for the signal in the layout, dead
+/// containers (those of finished pods too,
 /// [`Pods::delete_all_unused_containers`]), then every unused image
 /// ([`Images::delete_unused_images`]); true when fresh stats then meet no
 /// threshold, minimum reclaim included, so no pod need go.
 async fn reclaim_node_level(
-    cfg: &Config,
+    r: &Reclaim<'_>,
     stats: &crate::stats::Provider,
     pods: &impl Pods,
     images: &impl Images,
 ) -> bool {
-    match pods.delete_all_unused_containers().await {
-        Ok(done) => debug!(?done, "eviction manager: containers reclaimed"),
-        Err(e) => warn!(error = %e, "eviction manager: delete unused containers"),
+    let (containers, unused_images) = node_reclaim(r.signal, r.layout);
+    if containers {
+        match pods.delete_all_unused_containers().await {
+            Ok(done) => debug!(?done, "eviction manager: containers reclaimed"),
+            Err(e) => warn!(error = %e, "eviction manager: delete unused containers"),
+        }
     }
-    match images.delete_unused_images().await {
-        Ok(freed) => info!(bytes = freed, "eviction manager: unused images deleted"),
-        Err(e) => warn!(error = %e, "eviction manager: delete unused images"),
+    if unused_images {
+        match images.delete_unused_images().await {
+            Ok(freed) => info!(bytes = freed, "eviction manager: unused images deleted"),
+            Err(e) => warn!(error = %e, "eviction manager: delete unused images"),
+        }
     }
     let Ok(summary) = stats.summary(false).await else {
         return false;
     };
-    let observations = observe(&summary, cfg.hugepages_bytes);
-    met(&cfg.thresholds, &observations, &cfg.thresholds).is_empty()
+    let observations = observe(&summary, r.hugepages_bytes);
+    met(r.thresholds, &observations, r.thresholds).is_empty()
 }
 
 /// Waits until the `evicted` pods (UID, grace period in seconds) have
@@ -287,6 +340,14 @@ mod tests {
     struct FakePods {
         killed: Mutex<Vec<(String, Eviction)>>,
         asked: Mutex<Vec<String>>,
+        reclaimed: Mutex<Vec<&'static str>>,
+    }
+
+    impl Images for FakePods {
+        async fn delete_unused_images(&self) -> Result<u64, String> {
+            self.reclaimed.lock().unwrap().push("images");
+            Ok(0)
+        }
     }
 
     impl Pods for FakePods {
@@ -306,7 +367,55 @@ mod tests {
         }
 
         async fn delete_all_unused_containers(&self) -> crate::cri::Result<Collected> {
+            self.reclaimed.lock().unwrap().push("containers");
             Ok(Collected::default())
+        }
+    }
+
+    /// The node-level reclaim asks the pods and images for what the
+    /// signal's filesystem holds, as [`node_reclaim`] says, containers
+    /// first; without fresh stats it reports that pods must still go.
+    #[tokio::test]
+    async fn node_level_reclaim_asks_for_what_the_layout_puts_on_the_filesystem() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = crate::cri::Runtime::connect_lazy(
+            &format!("unix://{}", dir.path().join("none.sock").display()),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let stats = Provider::new("n1", runtime, dir.path().into(), dir.path().join("logs"));
+        for (signal, layout, want) in [
+            (
+                Signal::NodefsAvailable,
+                FsLayout::Shared,
+                &["containers", "images"][..],
+            ),
+            (Signal::NodefsAvailable, FsLayout::DedicatedImageFs, &[]),
+            (
+                Signal::ImagefsInodesFree,
+                FsLayout::DedicatedImageFs,
+                &["containers", "images"],
+            ),
+            (Signal::ImagefsAvailable, FsLayout::Split, &["images"]),
+            (
+                Signal::ContainerfsAvailable,
+                FsLayout::Split,
+                &["containers"],
+            ),
+        ] {
+            let pods = FakePods::default();
+            let r = Reclaim {
+                signal,
+                layout,
+                thresholds: &[],
+                hugepages_bytes: 0,
+            };
+            assert!(!reclaim_node_level(&r, &stats, &pods, &pods).await);
+            assert_eq!(
+                *pods.reclaimed.lock().unwrap(),
+                want,
+                "{signal:?} {layout:?}"
+            );
         }
     }
 

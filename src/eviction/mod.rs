@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 use crate::config::Threshold as Amount;
 use crate::pod_core::fit::pod_requests;
+use crate::stats::FsLayout;
 use crate::stats::summary::{PodStats, Summary};
 
 pub mod manager;
@@ -33,6 +34,15 @@ pub enum Signal {
     ImagefsAvailable,
     /// `imagefs.inodesFree`.
     ImagefsInodesFree,
+    /// `containerfs.available`: free bytes of the filesystem of the
+    /// containers' writable layers. Its thresholds are those of the
+    /// filesystem that holds the layers ([`container_fs_thresholds`]).
+    ContainerfsAvailable,
+    /// `containerfs.inodesFree`.
+    ContainerfsInodesFree,
+    /// `allocatableMemory.available`: the memory of the pods' cgroup
+    /// (`kubepods`) less its working set.
+    AllocatableMemoryAvailable,
     /// `pid.available`: process IDs left.
     PidAvailable,
 }
@@ -105,12 +115,15 @@ pub fn admit(
 
 impl Signal {
     /// Every signal, memory first (the kubelet's `byEvictionPriority`).
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 9] = [
         Self::MemoryAvailable,
+        Self::AllocatableMemoryAvailable,
         Self::NodefsAvailable,
         Self::NodefsInodesFree,
         Self::ImagefsAvailable,
         Self::ImagefsInodesFree,
+        Self::ContainerfsAvailable,
+        Self::ContainerfsInodesFree,
         Self::PidAvailable,
     ];
 
@@ -123,6 +136,9 @@ impl Signal {
             Self::NodefsInodesFree => "nodefs.inodesFree",
             Self::ImagefsAvailable => "imagefs.available",
             Self::ImagefsInodesFree => "imagefs.inodesFree",
+            Self::ContainerfsAvailable => "containerfs.available",
+            Self::ContainerfsInodesFree => "containerfs.inodesFree",
+            Self::AllocatableMemoryAvailable => "allocatableMemory.available",
             Self::PidAvailable => "pid.available",
         }
     }
@@ -137,7 +153,7 @@ impl Signal {
     #[must_use]
     pub fn pressure(self) -> Pressure {
         match self {
-            Self::MemoryAvailable => Pressure::Memory,
+            Self::MemoryAvailable | Self::AllocatableMemoryAvailable => Pressure::Memory,
             Self::PidAvailable => Pressure::Pid,
             _ => Pressure::Disk,
         }
@@ -148,19 +164,20 @@ impl Signal {
     #[must_use]
     pub fn resource(self) -> &'static str {
         match self {
-            Self::MemoryAvailable => "memory",
-            Self::NodefsAvailable | Self::ImagefsAvailable => "ephemeral-storage",
-            Self::NodefsInodesFree | Self::ImagefsInodesFree => "inodes",
+            Self::MemoryAvailable | Self::AllocatableMemoryAvailable => "memory",
+            Self::NodefsAvailable | Self::ImagefsAvailable | Self::ContainerfsAvailable => {
+                "ephemeral-storage"
+            }
+            Self::NodefsInodesFree | Self::ImagefsInodesFree | Self::ContainerfsInodesFree => {
+                "inodes"
+            }
             Self::PidAvailable => "pids",
         }
     }
 
     /// True when the signal counts bytes (quantities print in binary units).
     fn bytes(self) -> bool {
-        matches!(
-            self,
-            Self::MemoryAvailable | Self::NodefsAvailable | Self::ImagefsAvailable
-        )
+        matches!(self.resource(), "memory" | "ephemeral-storage")
     }
 }
 
@@ -202,16 +219,6 @@ fn resolve(amount: Amount, capacity: i128) -> i128 {
     }
 }
 
-/// Signals the kubelet accepts that this agent reads but does not act on:
-/// `containerfs.*` (the kubelet replaces them with the nodefs thresholds on
-/// one filesystem) and `allocatableMemory.available` (the pods' cgroup,
-/// which this agent does not make).
-pub const IGNORED_SIGNALS: &[&str] = &[
-    "containerfs.available",
-    "containerfs.inodesFree",
-    "allocatableMemory.available",
-];
-
 /// The thresholds of a configuration: `evictionHard`, then `evictionSoft`
 /// with `evictionSoftGracePeriod`, each with its `evictionMinimumReclaim`.
 /// A threshold of `0%`, `100%` or zero turns its signal off, as the kubelet's
@@ -236,9 +243,6 @@ pub fn thresholds(
     let mut out = Vec::new();
     for (set, soft_set) in [(hard, false), (soft, true)] {
         for (name, text) in set {
-            if IGNORED_SIGNALS.contains(&name.as_str()) {
-                continue;
-            }
             let s = signal(name)?;
             let amount = Amount::parse(text)?;
             if amount.is_off() {
@@ -262,6 +266,95 @@ pub fn thresholds(
     Ok(out)
 }
 
+/// `thresholds` with an `allocatableMemory.available` copy of each hard
+/// `memory.available` threshold, as the kubelet's `addAllocatableThresholds`
+/// does when `enforceNodeAllocatable` holds `pods`.
+#[must_use]
+pub fn allocatable_thresholds(thresholds: &[Threshold]) -> Vec<Threshold> {
+    let copies = thresholds
+        .iter()
+        .filter(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
+        .map(|t| Threshold {
+            signal: Signal::AllocatableMemoryAvailable,
+            ..*t
+        });
+    thresholds.iter().copied().chain(copies).collect::<Vec<_>>()
+}
+
+/// `thresholds` with the `containerfs.*` ones made from those of the
+/// filesystem that holds the writable layers in `layout`, as the kubelet's
+/// `UpdateContainerFsThresholds`: the node's (`nodefs.*`) on one filesystem
+/// and in a split layout, the image filesystem's (`imagefs.*`) when images
+/// and layers share a filesystem of their own; hard and soft alike, with
+/// their minimum reclaim. A `containerfs.*` threshold of the configuration
+/// gives way; the second value names the last one that did, in the
+/// kubelet's words (`found containerfs.available for hard eviction.
+/// ignoring`).
+#[must_use]
+pub fn container_fs_thresholds(
+    thresholds: &[Threshold],
+    layout: FsLayout,
+) -> (Vec<Threshold>, Option<String>) {
+    let (bytes, inodes) = match layout {
+        FsLayout::DedicatedImageFs => (Signal::ImagefsAvailable, Signal::ImagefsInodesFree),
+        FsLayout::Shared | FsLayout::Split => (Signal::NodefsAvailable, Signal::NodefsInodesFree),
+    };
+    let mut ignored = None;
+    let mut out: Vec<Threshold> = Vec::new();
+    for t in thresholds {
+        if matches!(
+            t.signal,
+            Signal::ContainerfsAvailable | Signal::ContainerfsInodesFree
+        ) {
+            let kind = if t.is_hard() { "hard" } else { "soft" };
+            ignored = Some(format!(
+                "found {} for {kind} eviction. ignoring",
+                t.signal.name()
+            ));
+            continue;
+        }
+        out.push(*t);
+    }
+    let copies: Vec<Threshold> = out
+        .iter()
+        .filter_map(|t| {
+            let signal = if t.signal == bytes {
+                Signal::ContainerfsAvailable
+            } else if t.signal == inodes {
+                Signal::ContainerfsInodesFree
+            } else {
+                return None;
+            };
+            Some(Threshold { signal, ..*t })
+        })
+        .collect();
+    out.extend(copies);
+    (out, ignored)
+}
+
+/// What the eviction manager reclaims at node level for a disk `signal` in
+/// `layout` before it evicts a pod, as the kubelet's
+/// `buildSignalToNodeReclaimFuncs`: (dead containers, unused images).
+/// On one filesystem both for every disk signal; with a dedicated image
+/// filesystem both for `imagefs.*` and `containerfs.*`, nothing for
+/// `nodefs.*` (it holds logs and volumes only); split, containers for
+/// `nodefs.*` and `containerfs.*`, images for `imagefs.*`.
+#[must_use]
+pub fn node_reclaim(signal: Signal, layout: FsLayout) -> (bool, bool) {
+    if signal.pressure() != Pressure::Disk {
+        return (false, false);
+    }
+    let image_fs = matches!(signal, Signal::ImagefsAvailable | Signal::ImagefsInodesFree);
+    match layout {
+        FsLayout::Shared => (true, true),
+        FsLayout::DedicatedImageFs => {
+            let on_image_fs = !matches!(signal, Signal::NodefsAvailable | Signal::NodefsInodesFree);
+            (on_image_fs, on_image_fs)
+        }
+        FsLayout::Split => (!image_fs, image_fs),
+    }
+}
+
 /// What is available of a signal and out of how much, and when it was seen
 /// (stats time, seconds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -276,8 +369,10 @@ pub struct Observation {
 
 /// The signals the summary shows, as the kubelet's `makeSignalObservations`:
 /// memory from the node's available bytes and working set (less the huge
-/// page pools, `hugepages_bytes`), the filesystems from their stats, pids
-/// from the rlimits. A signal without stats is left out.
+/// page pools, `hugepages_bytes`), allocatable memory from the pods'
+/// cgroup (the `pods` system container), the node's, image and container
+/// filesystems from their stats, pids from the rlimits. A signal without
+/// stats is left out.
 #[must_use]
 pub fn observe(summary: &Summary, hugepages_bytes: u64) -> BTreeMap<Signal, Observation> {
     let mut out = BTreeMap::new();
@@ -297,7 +392,21 @@ pub fn observe(summary: &Summary, hugepages_bytes: u64) -> BTreeMap<Signal, Obse
             },
         );
     }
+    let pods = n.system_containers.iter().find(|c| c.name == "pods");
+    if let Some(m) = pods.and_then(|c| c.memory.as_ref())
+        && let (Some(avail), Some(ws)) = (m.available_bytes, m.working_set_bytes)
+    {
+        out.insert(
+            Signal::AllocatableMemoryAvailable,
+            Observation {
+                available: avail.into(),
+                capacity: i128::from(avail).saturating_add(i128::from(ws)),
+                time: m.time.0,
+            },
+        );
+    }
     let image_fs = n.runtime.as_ref().and_then(|r| r.image_fs.as_ref());
+    let container_fs = n.runtime.as_ref().and_then(|r| r.container_fs.as_ref());
     for (fs, bytes, inodes) in [
         (
             n.fs.as_ref(),
@@ -308,6 +417,11 @@ pub fn observe(summary: &Summary, hugepages_bytes: u64) -> BTreeMap<Signal, Obse
             image_fs,
             Signal::ImagefsAvailable,
             Signal::ImagefsInodesFree,
+        ),
+        (
+            container_fs,
+            Signal::ContainerfsAvailable,
+            Signal::ContainerfsInodesFree,
         ),
     ] {
         let Some(fs) = fs else { continue };
@@ -473,46 +587,70 @@ pub fn grace_period(threshold: &Threshold, max_pod_grace: i64, pod: &Pod) -> i64
     own.map_or(max_pod_grace, |own| own.min(max_pod_grace))
 }
 
-/// The usage of `pod` that ranks it for `signal`, from its stats: the
-/// working set for memory, the processes for pids, and for the disk signals
-/// the writable layers, logs and local volumes (inodes for the inode
-/// signals), as `buildSignalToRankFunc` on one filesystem.
-fn usage(signal: Signal, stats: &PodStats) -> Option<i128> {
+/// The usage of a pod that ranks it for `signal` in `layout`, from its
+/// `stats`, as `buildSignalToRankFunc`: the working set for memory; for the
+/// disk signals the bytes (inodes for the inode signals) the pod holds on
+/// the signal's filesystem. On one filesystem that is its writable layers,
+/// logs and local volumes for every disk signal; with a dedicated image
+/// filesystem its logs and volumes for `nodefs.*` and its writable layers
+/// for `imagefs.*` and `containerfs.*`; split, all of it for `nodefs.*` and
+/// `containerfs.*` and nothing for `imagefs.*` (images are not counted per
+/// pod).
+fn usage(signal: Signal, stats: &PodStats, layout: FsLayout) -> Option<i128> {
+    let inodes = signal.resource() == "inodes";
+    let used = |fs: Option<&crate::stats::summary::FsStats>| {
+        fs.and_then(|f| if inodes { f.inodes_used } else { f.used_bytes })
+            .map(i128::from)
+    };
     match signal {
-        Signal::MemoryAvailable => stats
+        Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => stats
             .memory
             .and_then(|m| m.working_set_bytes)
             .map(i128::from),
         Signal::PidAvailable => None,
-        Signal::NodefsAvailable | Signal::ImagefsAvailable => stats
-            .ephemeral_storage
-            .and_then(|e| e.used_bytes)
-            .map(i128::from),
-        Signal::NodefsInodesFree | Signal::ImagefsInodesFree => stats
-            .ephemeral_storage
-            .and_then(|e| e.inodes_used)
-            .map(i128::from),
+        _ => {
+            let total = used(stats.ephemeral_storage.as_ref())?;
+            let layers = stats
+                .containers
+                .iter()
+                .filter_map(|c| used(c.rootfs.as_ref()))
+                .fold(0i128, i128::saturating_add);
+            let rest = total.saturating_sub(layers).max(0);
+            let node_fs = matches!(signal, Signal::NodefsAvailable | Signal::NodefsInodesFree);
+            let image_fs = matches!(signal, Signal::ImagefsAvailable | Signal::ImagefsInodesFree);
+            Some(match layout {
+                FsLayout::Shared => total,
+                FsLayout::DedicatedImageFs if node_fs => rest,
+                FsLayout::DedicatedImageFs => layers,
+                FsLayout::Split if image_fs => 0,
+                FsLayout::Split => total,
+            })
+        }
     }
 }
 
 /// The pod's request of the resource `signal` starves (memory or
 /// ephemeral-storage bytes; none for inodes and pids).
 fn request(signal: Signal, pod: &Pod) -> i128 {
-    let name = match signal {
-        Signal::MemoryAvailable => "memory",
-        Signal::NodefsAvailable | Signal::ImagefsAvailable => "ephemeral-storage",
-        _ => return 0,
-    };
+    let name = signal.resource();
+    if !matches!(name, "memory" | "ephemeral-storage") {
+        return 0;
+    }
     pod_requests(pod).get(name).map_or(0, |q| q.value())
 }
 
 /// `pods` in the order the kubelet evicts them for `signal`: pods without
 /// stats first, then those using more than they requested, then lower
 /// priority, then the larger use above the request (`rankMemoryPressure`,
-/// `rankDiskPressureFunc`); for pids lower priority first (`rankPIDPressure`,
-/// without process counts here).
+/// `rankDiskPressureFunc`, usage as [`FsLayout`] places it); for pids
+/// lower priority first (`rankPIDPressure`, without process counts here).
 #[must_use]
-pub fn rank<'a>(signal: Signal, pods: &[&'a Pod], summary: &Summary) -> Vec<&'a Pod> {
+pub fn rank<'a>(
+    signal: Signal,
+    pods: &[&'a Pod],
+    summary: &Summary,
+    layout: FsLayout,
+) -> Vec<&'a Pod> {
     let stats_of = |p: &Pod| {
         let uid = p.metadata.uid.as_deref().unwrap_or_default();
         summary.pods.iter().find(|s| s.pod_ref.uid == uid)
@@ -521,7 +659,7 @@ pub fn rank<'a>(signal: Signal, pods: &[&'a Pod], summary: &Summary) -> Vec<&'a 
     let mut keyed: Vec<(bool, bool, i32, i128, &Pod)> = pods
         .iter()
         .map(|p| {
-            let used = stats_of(p).and_then(|s| usage(signal, s));
+            let used = stats_of(p).and_then(|s| usage(signal, s, layout));
             let req = request(signal, p);
             let above = used.map_or(0, |u| u.saturating_sub(req));
             (
@@ -579,9 +717,8 @@ pub fn message(
     let Some(stats) = summary.pods.iter().find(|s| s.pod_ref.uid == uid) else {
         return (out, BTreeMap::new());
     };
-    let name = match signal {
-        Signal::MemoryAvailable => "memory",
-        Signal::NodefsAvailable | Signal::ImagefsAvailable => "ephemeral-storage",
+    let name = match signal.resource() {
+        r @ ("memory" | "ephemeral-storage") => r,
         _ => "",
     };
     let over = match pod.spec.as_ref() {
@@ -668,9 +805,11 @@ pub const STARVED_RESOURCE: &str = "starved_resource";
 /// the pod's use over its containers' summed ephemeral-storage limits,
 /// `Pod ephemeral local storage usage exceeds the total limit of containers
 /// <limit>. `; a container's logs and writable layer over its own limit,
-/// `Container <name> exceeded its local ephemeral storage limit "<limit>". `.
+/// `Container <name> exceeded its local ephemeral storage limit "<limit>". `
+/// (its writable layer counts only when it is on the node's filesystem,
+/// [`FsLayout::Shared`]).
 #[must_use]
-pub fn local_storage_violation(pod: &Pod, stats: &PodStats) -> Option<String> {
+pub fn local_storage_violation(pod: &Pod, stats: &PodStats, layout: FsLayout) -> Option<String> {
     let spec = pod.spec.as_ref()?;
     let parse = |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
         crate::resource::Quantity::parse_saturating(&q.0)
@@ -740,7 +879,8 @@ pub fn local_storage_violation(pod: &Pod, stats: &PodStats) -> Option<String> {
         let Some(cs) = stats.containers.iter().find(|s| s.name == c.name) else {
             continue;
         };
-        let used = [cs.logs, cs.rootfs]
+        let layer = cs.rootfs.filter(|_| layout == FsLayout::Shared);
+        let used = [cs.logs, layer]
             .iter()
             .flatten()
             .filter_map(|f| f.used_bytes)
@@ -814,13 +954,13 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            local_storage_violation(&p, &stats),
+            local_storage_violation(&p, &stats, FsLayout::Shared),
             None,
             "memory-backed: the kernel's"
         );
         stats.volume[1].fs.used_bytes = Some(101 << 20);
         assert_eq!(
-            local_storage_violation(&p, &stats).as_deref(),
+            local_storage_violation(&p, &stats, FsLayout::Shared).as_deref(),
             Some("Usage of EmptyDir volume \"scratch\" exceeds the limit \"100Mi\". ")
         );
         stats.volume[1].fs.used_bytes = Some(1);
@@ -832,7 +972,7 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(
-            local_storage_violation(&p, &stats).as_deref(),
+            local_storage_violation(&p, &stats, FsLayout::Shared).as_deref(),
             Some("Pod ephemeral local storage usage exceeds the total limit of containers 100Mi. ")
         );
         stats.ephemeral_storage = Some(fs(90 << 20));
@@ -845,7 +985,7 @@ mod tests {
         });
         stats.ephemeral_storage = Some(fs(40 << 20));
         assert_eq!(
-            local_storage_violation(&p, &stats).as_deref(),
+            local_storage_violation(&p, &stats, FsLayout::Shared).as_deref(),
             Some("Container c exceeded its local ephemeral storage limit \"50Mi\". ")
         );
     }
@@ -874,10 +1014,14 @@ mod tests {
             ephemeral_storage: Some(fs(150 << 20)),
             ..Default::default()
         };
-        assert_eq!(local_storage_violation(&p, &stats), None, "200Mi in all");
+        assert_eq!(
+            local_storage_violation(&p, &stats, FsLayout::Shared),
+            None,
+            "200Mi in all"
+        );
         stats.ephemeral_storage = Some(fs(201 << 20));
         assert_eq!(
-            local_storage_violation(&p, &stats).as_deref(),
+            local_storage_violation(&p, &stats, FsLayout::Shared).as_deref(),
             Some("Pod ephemeral local storage usage exceeds the total limit of containers 200Mi. ")
         );
     }
@@ -891,11 +1035,15 @@ mod tests {
             ("containerfs.available", "10%"),
             ("allocatableMemory.available", "1Gi"),
         ]);
-        let t = thresholds(&hard, &BTreeMap::new(), &BTreeMap::new(), &BTreeMap::new());
+        let t = thresholds(&hard, &BTreeMap::new(), &BTreeMap::new(), &BTreeMap::new()).unwrap();
+        let signals: Vec<Signal> = t.iter().map(|t| t.signal).collect();
         assert_eq!(
-            t,
-            Ok(vec![]),
-            "100% is off; the other signals are accepted and left alone"
+            signals,
+            [
+                Signal::AllocatableMemoryAvailable,
+                Signal::ContainerfsAvailable
+            ],
+            "100% is off; the other signals are read"
         );
     }
 
@@ -1162,6 +1310,7 @@ mod tests {
             Signal::MemoryAvailable,
             &[&guaranteed, &high, &low, &bigger],
             &s,
+            FsLayout::Shared,
         )
         .iter()
         .map(|p| p.metadata.name.as_deref().unwrap_or_default())
@@ -1202,5 +1351,251 @@ mod tests {
         // No stats of the pod: no annotations, as the kubelet's.
         let none = message(&t[0], Some(&o), &bigger, &Summary::default());
         assert!(none.1.is_empty());
+    }
+
+    fn threshold(signal: Signal, amount: &str, grace_secs: u64) -> Threshold {
+        Threshold {
+            signal,
+            amount: Amount::parse(amount).unwrap(),
+            grace: Duration::from_secs(grace_secs),
+            min_reclaim: Some(Amount::parse("1Gi").unwrap()),
+        }
+    }
+
+    #[test]
+    fn allocatable_memory_copies_each_hard_memory_threshold() {
+        let given = [
+            threshold(Signal::MemoryAvailable, "100Mi", 0),
+            threshold(Signal::MemoryAvailable, "1Gi", 30),
+            threshold(Signal::ImagefsAvailable, "150Mi", 0),
+        ];
+        let got = allocatable_thresholds(&given);
+        assert_eq!(got[..3], given, "the configured ones first, unchanged");
+        assert_eq!(
+            got[3..],
+            [threshold(Signal::AllocatableMemoryAvailable, "100Mi", 0)],
+            "only the hard memory threshold is copied, with its minimum reclaim"
+        );
+    }
+
+    #[test]
+    fn containerfs_thresholds_follow_the_filesystem_of_the_writable_layers() {
+        let given = [
+            threshold(Signal::NodefsAvailable, "10%", 0),
+            threshold(Signal::NodefsInodesFree, "5%", 0),
+            threshold(Signal::ImagefsAvailable, "15%", 0),
+            threshold(Signal::ImagefsAvailable, "20%", 60),
+            threshold(Signal::MemoryAvailable, "100Mi", 0),
+        ];
+        let copies = |layout| {
+            let (all, ignored) = container_fs_thresholds(&given, layout);
+            assert_eq!(all[..given.len()], given, "{layout:?}: the others stay");
+            assert_eq!(ignored, None);
+            all[given.len()..].to_vec()
+        };
+        let node = vec![
+            threshold(Signal::ContainerfsAvailable, "10%", 0),
+            threshold(Signal::ContainerfsInodesFree, "5%", 0),
+        ];
+        assert_eq!(copies(FsLayout::Shared), node);
+        assert_eq!(copies(FsLayout::Split), node);
+        assert_eq!(
+            copies(FsLayout::DedicatedImageFs),
+            [
+                threshold(Signal::ContainerfsAvailable, "15%", 0),
+                threshold(Signal::ContainerfsAvailable, "20%", 60),
+            ],
+            "hard and soft, as the image filesystem's"
+        );
+        // Configured containerfs thresholds give way, in the kubelet's words
+        // (the last one named).
+        let mut own = given.to_vec();
+        own.push(threshold(Signal::ContainerfsAvailable, "50%", 0));
+        own.push(threshold(Signal::ContainerfsInodesFree, "50%", 30));
+        let (all, ignored) = container_fs_thresholds(&own, FsLayout::Split);
+        assert_eq!(all[..given.len()], given);
+        assert_eq!(all[given.len()..], node);
+        assert_eq!(
+            ignored.as_deref(),
+            Some("found containerfs.inodesFree for soft eviction. ignoring")
+        );
+    }
+
+    #[test]
+    fn node_level_reclaim_is_what_the_signals_filesystem_holds() {
+        use FsLayout::{DedicatedImageFs, Shared, Split};
+        use Signal::*;
+        let both = (true, true);
+        let none = (false, false);
+        let containers = (true, false);
+        let images = (false, true);
+        for (signal, shared, dedicated, split) in [
+            (NodefsAvailable, both, none, containers),
+            (NodefsInodesFree, both, none, containers),
+            (ImagefsAvailable, both, both, images),
+            (ImagefsInodesFree, both, both, images),
+            (ContainerfsAvailable, both, both, containers),
+            (ContainerfsInodesFree, both, both, containers),
+            (MemoryAvailable, none, none, none),
+            (AllocatableMemoryAvailable, none, none, none),
+            (PidAvailable, none, none, none),
+        ] {
+            assert_eq!(node_reclaim(signal, Shared), shared, "{signal:?}");
+            assert_eq!(
+                node_reclaim(signal, DedicatedImageFs),
+                dedicated,
+                "{signal:?}"
+            );
+            assert_eq!(node_reclaim(signal, Split), split, "{signal:?}");
+        }
+    }
+
+    /// A pod whose writable layer holds `layer_mi` and whose logs and
+    /// volumes hold `rest_mi` (inodes likewise, in thousands).
+    fn disk_user(name: &str, priority: i32, layer_mi: u64, rest_mi: u64) -> (Pod, PodStats) {
+        let (p, mut stats) = hog(name, priority, 0, 0);
+        let fs = |mi: u64| FsStats {
+            used_bytes: Some(mi << 20),
+            inodes_used: Some(mi * 1000),
+            ..Default::default()
+        };
+        stats.containers[0].rootfs = Some(fs(layer_mi));
+        stats.ephemeral_storage = Some(fs(layer_mi + rest_mi));
+        (p, stats)
+    }
+
+    #[test]
+    fn disk_rankings_count_what_the_signals_filesystem_holds_of_each_pod() {
+        let (layers, l) = disk_user("layers", 0, 500, 10);
+        let (logs, g) = disk_user("logs", 0, 10, 300);
+        let (important, i) = disk_user("important", 100, 0, 0);
+        let s = Summary {
+            pods: vec![l, g, i],
+            ..Default::default()
+        };
+        let order = |signal, layout| -> Vec<String> {
+            rank(signal, &[&important, &logs, &layers], &s, layout)
+                .iter()
+                .map(|p| p.metadata.name.clone().unwrap_or_default())
+                .collect()
+        };
+        use FsLayout::{DedicatedImageFs, Shared, Split};
+        use Signal::*;
+        for (signal, layout, want) in [
+            (NodefsAvailable, Shared, ["layers", "logs", "important"]),
+            (ImagefsAvailable, Shared, ["layers", "logs", "important"]),
+            (
+                NodefsAvailable,
+                DedicatedImageFs,
+                ["logs", "layers", "important"],
+            ),
+            (
+                NodefsInodesFree,
+                DedicatedImageFs,
+                ["logs", "layers", "important"],
+            ),
+            (
+                ImagefsAvailable,
+                DedicatedImageFs,
+                ["layers", "logs", "important"],
+            ),
+            (
+                ContainerfsAvailable,
+                DedicatedImageFs,
+                ["layers", "logs", "important"],
+            ),
+            (NodefsAvailable, Split, ["layers", "logs", "important"]),
+            (
+                ContainerfsInodesFree,
+                Split,
+                ["layers", "logs", "important"],
+            ),
+            // Images are not counted per pod: priority alone, then the
+            // order given.
+            (ImagefsAvailable, Split, ["logs", "layers", "important"]),
+        ] {
+            assert_eq!(order(signal, layout), want, "{signal:?} {layout:?}");
+        }
+    }
+
+    #[test]
+    fn a_containers_writable_layer_counts_toward_its_limit_on_the_nodes_filesystem_only() {
+        let mut p = pod("big").container("c", "busybox").build();
+        if let Some(spec) = p.spec.as_mut() {
+            spec.containers[0].resources = Some(ResourceRequirements {
+                limits: Some(BTreeMap::from([(
+                    "ephemeral-storage".to_string(),
+                    Quantity("100Mi".into()),
+                )])),
+                ..Default::default()
+            });
+        }
+        let fs = |mi: u64| FsStats {
+            used_bytes: Some(mi << 20),
+            ..Default::default()
+        };
+        let stats = PodStats {
+            containers: vec![ContainerStats {
+                name: "c".into(),
+                rootfs: Some(fs(90)),
+                logs: Some(fs(20)),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            local_storage_violation(&p, &stats, FsLayout::Shared).as_deref(),
+            Some("Container c exceeded its local ephemeral storage limit \"100Mi\". ")
+        );
+        for layout in [FsLayout::DedicatedImageFs, FsLayout::Split] {
+            assert_eq!(
+                local_storage_violation(&p, &stats, layout),
+                None,
+                "{layout:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn containerfs_and_allocatable_memory_are_observed() {
+        use crate::stats::summary::RuntimeStats;
+        let fs = |avail: u64, cap: u64, time: i64| FsStats {
+            time: Time(time),
+            available_bytes: Some(avail),
+            capacity_bytes: Some(cap),
+            inodes_free: Some(avail / 1000),
+            inodes: Some(cap / 1000),
+            ..Default::default()
+        };
+        let s = Summary {
+            node: NodeStats {
+                runtime: Some(RuntimeStats {
+                    image_fs: Some(fs(7_000, 10_000, 3)),
+                    container_fs: Some(fs(2_000, 5_000, 4)),
+                }),
+                system_containers: vec![ContainerStats {
+                    name: "pods".into(),
+                    memory: Some(MemoryStats {
+                        time: Time(5),
+                        available_bytes: Some(300 << 20),
+                        working_set_bytes: Some(700 << 20),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let o = observe(&s, 0);
+        let seen = |signal| o.get(&signal).map(|o| (o.available, o.capacity, o.time));
+        assert_eq!(seen(Signal::ImagefsAvailable), Some((7_000, 10_000, 3)));
+        assert_eq!(seen(Signal::ContainerfsAvailable), Some((2_000, 5_000, 4)));
+        assert_eq!(seen(Signal::ContainerfsInodesFree), Some((2, 5, 4)));
+        assert_eq!(
+            seen(Signal::AllocatableMemoryAvailable),
+            Some((300 << 20, 1000 << 20, 5))
+        );
+        assert_eq!(seen(Signal::MemoryAvailable), None, "no node memory stats");
     }
 }

@@ -378,6 +378,62 @@ fn device_name(major: u64, minor: u64) -> String {
     .unwrap_or_else(|| format!("{major}:{minor}"))
 }
 
+/// Where the runtime keeps images and the containers' writable layers
+/// relative to the node's filesystem (that of the agent's root directory),
+/// as the kubelet's eviction manager tells them apart
+/// (`HasDedicatedImageFs`, `HasDedicatedContainerFs`; KEP-4191's split
+/// image filesystem).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FsLayout {
+    /// Images and writable layers on the node's filesystem.
+    #[default]
+    Shared,
+    /// Images and writable layers together on a filesystem of their own
+    /// (the image filesystem).
+    DedicatedImageFs,
+    /// Images on the image filesystem, writable layers on another one (the
+    /// node's, in the layout KEP-4191 describes).
+    Split,
+}
+
+impl FsLayout {
+    /// The layout of the devices (`st_dev`) of the node's filesystem
+    /// (`node`), the image filesystem (`image`) and the containers'
+    /// filesystem the runtime names, if any (`container`): split when the
+    /// containers' device is not the images', else dedicated when the
+    /// images' device is not the node's.
+    #[must_use]
+    pub fn of(node: u64, image: u64, container: Option<u64>) -> Self {
+        if container.is_some_and(|c| c != image) {
+            Self::Split
+        } else if image != node {
+            Self::DedicatedImageFs
+        } else {
+            Self::Shared
+        }
+    }
+}
+
+/// True when `container` (a runtime's container filesystem) is not on the
+/// filesystem of `image`: another mount point on another device, as the
+/// kubelet's cAdvisor stats provider confirms a split before it reports one.
+fn split_from(image: &cri::FilesystemUsage, container: &cri::FilesystemUsage) -> bool {
+    let (Some(i), Some(c)) = (mountpoint(image), mountpoint(container)) else {
+        return false;
+    };
+    i != c && device(i).is_some_and(|d| device(c).is_some_and(|e| e != d))
+}
+
+/// The mount point a runtime names for a filesystem's usage.
+fn mountpoint(usage: &cri::FilesystemUsage) -> Option<&str> {
+    usage.fs_id.as_ref().map(|id| id.mountpoint.as_str())
+}
+
+/// The device (`st_dev`) of the filesystem holding `path`.
+fn device(path: impl AsRef<Path>) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.dev())
+}
+
 /// Size, free space and inodes of the filesystem holding `path` (`statvfs`),
 /// with `used` the filesystem's own usage.
 fn fs_info(path: &Path, time: Time) -> Option<FsStats> {
@@ -1197,10 +1253,10 @@ impl Provider {
         node.network =
             read(Path::new("/proc/net/dev")).map(|t| summary::node_network_from_net_dev(&t, now));
         node.fs = root_fs;
-        let image_fs = self.image_fs(now).await;
+        let (image_fs, container_fs) = self.runtime_fs(now).await;
         node.runtime = Some(RuntimeStats {
             image_fs,
-            container_fs: image_fs,
+            container_fs,
         });
         let limit = |f: &str| read(Path::new(f)).and_then(|s| s.trim().parse::<i64>().ok());
         node.rlimit = Some(RlimitStats {
@@ -1258,8 +1314,58 @@ impl Provider {
         }]
     }
 
-    /// The image filesystem: the runtime's usage, the filesystem's size.
-    async fn image_fs(&self, now: Time) -> Option<FsStats> {
+    /// The image filesystem and the containers' filesystem: the runtime's
+    /// usage, the filesystem's size. The containers' filesystem is the image
+    /// filesystem unless the runtime keeps writable layers on a filesystem
+    /// of their own (the first of `ImageFsInfo`'s `container_filesystems`
+    /// on another device), as the kubelet's `ImageFsStats` reports a split
+    /// image filesystem.
+    async fn runtime_fs(&self, now: Time) -> (Option<FsStats>, Option<FsStats>) {
+        let info = match self.runtime.image_fs_info().await {
+            Ok(i) => i,
+            Err(e) => {
+                debug!(error = %e, "image filesystem info");
+                return (None, None);
+            }
+        };
+        let stats = |usage: &cri::FilesystemUsage| {
+            let fs = usage
+                .fs_id
+                .as_ref()
+                .and_then(|id| fs_info(Path::new(&id.mountpoint), now));
+            let time = if usage.timestamp > 0 {
+                Time(usage.timestamp)
+            } else {
+                now
+            };
+            usage_on(
+                fs,
+                time,
+                usage.used_bytes.as_ref().map(|v| v.value),
+                usage.inodes_used.as_ref().map(|v| v.value),
+            )
+        };
+        let Some(image) = info.image_filesystems.first() else {
+            return (None, None);
+        };
+        let image_fs = stats(image);
+        let container_fs = match info.container_filesystems.first() {
+            Some(c) if split_from(image, c) => stats(c),
+            _ => image_fs,
+        };
+        (Some(image_fs), Some(container_fs))
+    }
+
+    /// Where the runtime keeps images and writable layers relative to the
+    /// filesystem of the agent's root directory ([`FsLayout::of`] over the
+    /// devices of the root directory and of the mount points `ImageFsInfo`
+    /// names); None while the runtime does not answer, as the kubelet's
+    /// eviction manager retries `HasDedicatedImageFs` then. A runtime that
+    /// names no image filesystem, or one this agent cannot see (an agent in
+    /// a container without the runtime's directories), keeps everything on
+    /// the node's filesystem, with a warning for the second: that is all
+    /// the stats can show.
+    pub async fn fs_layout(&self) -> Option<FsLayout> {
         let info = match self.runtime.image_fs_info().await {
             Ok(i) => i,
             Err(e) => {
@@ -1267,21 +1373,140 @@ impl Provider {
                 return None;
             }
         };
-        let usage = info.image_filesystems.first()?;
-        let fs = usage
-            .fs_id
-            .as_ref()
-            .and_then(|id| fs_info(Path::new(&id.mountpoint), now));
-        let time = if usage.timestamp > 0 {
-            Time(usage.timestamp)
-        } else {
-            now
+        let Some(image_mount) = info.image_filesystems.first().and_then(mountpoint) else {
+            return Some(FsLayout::Shared);
         };
-        Some(usage_on(
-            fs,
-            time,
-            usage.used_bytes.as_ref().map(|v| v.value),
-            usage.inodes_used.as_ref().map(|v| v.value),
-        ))
+        let (Some(image), Some(node)) = (device(image_mount), device(&self.root_dir)) else {
+            tracing::warn!(
+                image_filesystem = image_mount,
+                root_dir = %self.root_dir.display(),
+                "the runtime's image filesystem or the root directory cannot be read: images and writable layers are taken to be on the node's filesystem"
+            );
+            return Some(FsLayout::Shared);
+        };
+        let container = info
+            .container_filesystems
+            .first()
+            .and_then(mountpoint)
+            .and_then(device);
+        Some(FsLayout::of(node, image, container))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_is_where_the_images_and_the_writable_layers_are() {
+        assert_eq!(FsLayout::of(1, 1, None), FsLayout::Shared);
+        assert_eq!(FsLayout::of(1, 1, Some(1)), FsLayout::Shared);
+        assert_eq!(FsLayout::of(1, 2, None), FsLayout::DedicatedImageFs);
+        assert_eq!(FsLayout::of(1, 2, Some(2)), FsLayout::DedicatedImageFs);
+        assert_eq!(FsLayout::of(1, 2, Some(1)), FsLayout::Split);
+        assert_eq!(FsLayout::of(1, 1, Some(3)), FsLayout::Split);
+    }
+
+    fn on(path: &Path, used: u64) -> cri::FilesystemUsage {
+        cri::FilesystemUsage {
+            timestamp: 7,
+            fs_id: Some(cri::FilesystemIdentifier {
+                mountpoint: path.display().to_string(),
+            }),
+            used_bytes: Some(cri::UInt64Value { value: used }),
+            inodes_used: Some(cri::UInt64Value { value: used / 10 }),
+        }
+    }
+
+    /// The image and container filesystems a runtime names are told apart by
+    /// their devices, and the summary's `containerFs` is the containers' own
+    /// only when it is on another device (a real runtime served on a
+    /// socket; the node's filesystem is a temporary directory's, the other
+    /// device one of the host's pseudo filesystems).
+    #[tokio::test]
+    async fn a_split_image_filesystem_is_found_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("root");
+        std::fs::create_dir(&node).unwrap();
+        let other = ["/dev/shm", "/dev", "/proc"]
+            .into_iter()
+            .map(Path::new)
+            .find(|p| device(p).is_some_and(|d| Some(d) != device(&node)))
+            .expect("a filesystem on another device");
+        let (fake, socket) = crate::cri::fake::FakeRuntime::serve(dir.path()).unwrap();
+        let runtime = crate::cri::Runtime::connect_lazy(
+            &format!("unix://{}", socket.display()),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let provider = Provider::new("n1", runtime, node.clone(), dir.path().join("logs"));
+        let now = Time(9);
+        let set = |images: Vec<cri::FilesystemUsage>, containers: Vec<cri::FilesystemUsage>| {
+            fake.set_image_fs_info(cri::ImageFsInfoResponse {
+                image_filesystems: images,
+                container_filesystems: containers,
+            });
+        };
+        let capacity = |p: &Path| fs_info(p, now).and_then(|f| f.capacity_bytes);
+
+        // No filesystem named: nothing apart, no runtime stats.
+        assert_eq!(provider.fs_layout().await, Some(FsLayout::Shared));
+        assert_eq!(provider.runtime_fs(now).await, (None, None));
+
+        // Everything on the node's filesystem.
+        set(vec![on(&node, 100)], vec![on(&node, 40)]);
+        assert_eq!(provider.fs_layout().await, Some(FsLayout::Shared));
+        let (image, container) = provider.runtime_fs(now).await;
+        assert_eq!(image, container, "one filesystem: containerFs is imageFs");
+        let image = image.unwrap();
+        assert_eq!((image.used_bytes, image.inodes_used), (Some(100), Some(10)));
+        assert_eq!(image.capacity_bytes, capacity(&node));
+
+        // Images and layers on a filesystem of their own.
+        set(vec![on(other, 100)], vec![on(other, 40)]);
+        assert_eq!(provider.fs_layout().await, Some(FsLayout::DedicatedImageFs));
+        let (image, container) = provider.runtime_fs(now).await;
+        assert_eq!(image, container);
+        assert_eq!(image.unwrap().capacity_bytes, capacity(other));
+
+        // Split: the layers on the node's filesystem.
+        set(vec![on(other, 100)], vec![on(&node, 40)]);
+        assert_eq!(provider.fs_layout().await, Some(FsLayout::Split));
+        let (image, container) = provider.runtime_fs(now).await;
+        let (image, container) = (image.unwrap(), container.unwrap());
+        assert_eq!(
+            (image.used_bytes, image.capacity_bytes),
+            (Some(100), capacity(other))
+        );
+        assert_eq!(
+            (
+                container.used_bytes,
+                container.capacity_bytes,
+                container.time
+            ),
+            (Some(40), capacity(&node), Time(7))
+        );
+
+        // Another path on the images' device is not a split.
+        let beside = node.join("layers");
+        std::fs::create_dir(&beside).unwrap();
+        set(vec![on(&node, 100)], vec![on(&beside, 40)]);
+        assert_eq!(provider.fs_layout().await, Some(FsLayout::Shared));
+        let (image, container) = provider.runtime_fs(now).await;
+        assert_eq!(image, container);
+
+        // A mount point this agent cannot see is taken as the node's.
+        set(vec![on(Path::new("/no/such/dir"), 1)], vec![on(other, 1)]);
+        assert_eq!(provider.fs_layout().await, Some(FsLayout::Shared));
+
+        // No answer: not known yet.
+        drop(fake);
+        let gone = crate::cri::Runtime::connect_lazy(
+            &format!("unix://{}", dir.path().join("none.sock").display()),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let provider = Provider::new("n1", gone, node, dir.path().join("logs"));
+        assert_eq!(provider.fs_layout().await, None);
     }
 }

@@ -105,8 +105,9 @@ pub struct RuntimeStats {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_fs: Option<FsStats>,
     /// The filesystem of the containers' writable layers: the image
-    /// filesystem, as the kubelet's CRI stats provider reports it
-    /// (`ImageFsStats` returns the first image filesystem for both).
+    /// filesystem, unless the runtime names a container filesystem on
+    /// another device (a split image filesystem, as the kubelet's
+    /// `ImageFsStats` reports it then).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container_fs: Option<FsStats>,
 }
