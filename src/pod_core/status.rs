@@ -87,33 +87,6 @@ fn terminated(c: &Container, runtime: &str) -> ContainerStateTerminated {
     }
 }
 
-/// The last exit the pod's reported status shows for container `name` that
-/// is not the container `current` (`<runtime>://<id>`): its terminated state,
-/// else its `lastState`. Container GC keeps one dead container per name (the
-/// kubelet's `MaxPerPodContainer`) and counts a created, not yet started one
-/// among them, so the exit a restarted container's `lastState` shows can be
-/// gone from the runtime; the reported status still holds it, as the
-/// kubelet's `convertToAPIContainerStatuses` keeps old statuses for containers
-/// the runtime no longer has.
-fn reported_exit(pod: &Pod, name: &str, current: &Option<String>) -> Option<ApiState> {
-    let status = pod.status.as_ref()?;
-    let old = status
-        .init_container_statuses
-        .iter()
-        .chain(status.container_statuses.iter())
-        .flatten()
-        .find(|s| s.name == name)?;
-    [old.state.as_ref(), old.last_state.as_ref()]
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s.terminated.as_ref())
-        .find(|t| t.container_id.is_some() && t.container_id != *current)
-        .map(|t| ApiState {
-            terminated: Some(t.clone()),
-            ..Default::default()
-        })
-}
-
 /// The status of container `spec` from its newest two records; `restarts`
 /// tells whether an exit code restarts it (then a waiting reason of the last
 /// sync shows, with the exit as `lastState`). `pod` is `spec`'s, for the
@@ -163,14 +136,12 @@ fn container_status(
             let actual = c.resources.filter(|_| c.state == ContainerState::Running);
             st.resources = Some(running_resources(pod, spec, actual.as_ref()));
             st.restart_count = i32::try_from(c.attempt).unwrap_or(i32::MAX);
-            st.last_state = match previous {
-                Some(p) => (p.state == ContainerState::Exited).then(|| ApiState {
+            st.last_state = previous
+                .filter(|p| p.state == ContainerState::Exited)
+                .map(|p| ApiState {
                     terminated: Some(terminated(p, runtime)),
                     ..Default::default()
-                }),
-                None if c.attempt > 0 => reported_exit(pod, &spec.name, &st.container_id),
-                None => None,
-            };
+                });
             match c.state {
                 ContainerState::Running => {
                     st.state = Some(ApiState {
@@ -1410,81 +1381,6 @@ mod tests {
             host_ips: vec!["127.0.0.1".into()],
             ..crate::fixtures::status_context()
         }
-    }
-
-    #[test]
-    fn a_restarted_containers_last_exit_outlives_its_container() {
-        // Container GC removed attempt 1 once attempt 2 was created: the
-        // exit the pod's status reported stays `lastState`.
-        let exit = |id: &str, code: i32| ContainerStateTerminated {
-            exit_code: code,
-            container_id: Some(format!("containerd://{id}")),
-            reason: Some("Error".into()),
-            ..Default::default()
-        };
-        let reported = |state: ApiState, last: Option<ApiState>| {
-            let mut p = pod("crash").container("app", "busybox").build();
-            p.status = Some(PodStatus {
-                container_statuses: Some(vec![ContainerStatus {
-                    name: "app".into(),
-                    state: Some(state),
-                    last_state: last,
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            });
-            p
-        };
-        let terminated_state = |t: ContainerStateTerminated| ApiState {
-            terminated: Some(t),
-            ..Default::default()
-        };
-        let waiting_state = ApiState {
-            waiting: Some(ContainerStateWaiting::default()),
-            ..Default::default()
-        };
-        let last_of = |p: &Pod, rt: &PodRuntime| {
-            let st = status(p, rt, &BTreeMap::new(), &BTreeMap::new(), &ctx(), t(62));
-            let cs = st.container_statuses.unwrap().remove(0);
-            (cs.restart_count, cs.last_state.and_then(|s| s.terminated))
-        };
-        let attempt = |state| {
-            runtime(
-                vec![sandbox("s0", 0, true)],
-                vec![ctr("c2", "app", 2, "s0", state)],
-            )
-        };
-        for (name, p) in [
-            (
-                "reported terminated",
-                reported(terminated_state(exit("c1", 1)), None),
-            ),
-            (
-                "reported in back-off",
-                reported(waiting_state.clone(), Some(terminated_state(exit("c1", 1)))),
-            ),
-        ] {
-            for state in [ContainerState::Created, Running] {
-                assert_eq!(
-                    last_of(&p, &attempt(state)),
-                    (2, Some(exit("c1", 1))),
-                    "{name}, {state:?}"
-                );
-            }
-        }
-        // The reported exit is the current container's own, or there is
-        // none: no lastState is made up.
-        let own = reported(terminated_state(exit("c2", 3)), None);
-        assert_eq!(last_of(&own, &attempt(Running)), (2, None));
-        let none = reported(waiting_state, None);
-        assert_eq!(last_of(&none, &attempt(Running)), (2, None));
-        // A first attempt has no last exit, whatever was reported.
-        let first = runtime(
-            vec![sandbox("s0", 0, true)],
-            vec![ctr("c0", "app", 0, "s0", Running)],
-        );
-        let p = reported(terminated_state(exit("old", 1)), None);
-        assert_eq!(last_of(&p, &first), (0, None));
     }
 
     #[test]
