@@ -266,12 +266,17 @@ async fn restart_policy_always_restarts_with_backoff() {
         ),
     )
     .await;
+    // Container GC keeps one dead instance per container and counts a
+    // created, not yet started one among them; when it runs in that window
+    // the runtime no longer has the exit, and the status shows none until
+    // the next, as the kubelet's `convertToAPIContainerStatuses`. So wait
+    // for a status that shows both.
     let restarted = wait_for(
         &client,
         &ns,
         "crasher",
-        60,
-        "restarted twice",
+        90,
+        "restarted twice, with the last exit shown",
         |p: Option<&Pod>| {
             p.and_then(|p| {
                 p.status
@@ -279,7 +284,12 @@ async fn restart_policy_always_restarts_with_backoff() {
                     .container_statuses
                     .as_ref()?
                     .first()
-                    .map(|c| c.restart_count >= 2)
+                    .map(|c| {
+                        c.restart_count >= 2
+                            && c.last_state
+                                .as_ref()
+                                .is_some_and(|s| s.terminated.is_some())
+                    })
             })
             .unwrap_or(false)
         },
