@@ -11,9 +11,9 @@
 //! kept across a restart: every source is asked again, as the kubelet does.
 //!
 //! Key types: `ECDSAP256`, `ECDSAP384`, `ED25519`, `RSA3072` and `RSA4096`
-//! (made on a blocking thread: an RSA key takes up to seconds). The kubelet
-//! also makes `ECDSAP521` keys; the cryptography library this agent signs
-//! with cannot, so those sources fail by name.
+//! (made on a blocking thread: an RSA key takes up to seconds), and
+//! `ECDSAP521`, whose request is signed with ECDSA over SHA-512 as Go's
+//! `x509` signs it (the `p521` crate: ring has no P-521 signing).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
@@ -391,11 +391,7 @@ pub fn key_and_request(key_type: &str) -> Result<(Vec<u8>, Vec<u8>), String> {
             let der = rustls_pki_types::PrivatePkcs8KeyDer::from(der.as_bytes());
             rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256)
         }
-        "ECDSAP521" => {
-            return Err(format!(
-                "while generating keypair: key type {key_type:?} is not supported by this node (supported: ECDSAP256, ECDSAP384, ED25519, RSA3072, RSA4096)"
-            ));
-        }
+        "ECDSAP521" => return p521_key_and_request().map_err(|e| failed(&e)),
         other => return Err(failed(&format!("unknown key type {other:?}"))),
     }
     .map_err(|e| failed(&e))?;
@@ -405,6 +401,53 @@ pub fn key_and_request(key_type: &str) -> Result<(Vec<u8>, Vec<u8>), String> {
         .serialize_request(&key)
         .map_err(|e| format!("while making the certificate request: {e}"))?;
     Ok((key.serialize_pem().into_bytes(), csr.der().to_vec()))
+}
+
+/// The object identifier of `ecdsa-with-SHA512` (RFC 5758), the signature
+/// algorithm Go's `x509.CreateCertificateRequest` picks for a P-521 key.
+const ECDSA_WITH_SHA512: x509_cert::spki::ObjectIdentifier =
+    x509_cert::spki::ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.4");
+
+/// [`key_and_request`] for `ECDSAP521`: a P-521 key and the stub request
+/// signed with ECDSA over SHA-512.
+///
+/// # Errors
+/// An encoding or signing failure, by its message.
+fn p521_key_and_request() -> Result<(Vec<u8>, Vec<u8>), String> {
+    use p521::ecdsa::signature::RandomizedSigner as _;
+    use p521::pkcs8::{EncodePrivateKey as _, EncodePublicKey as _, LineEnding};
+    use x509_cert::der::{Decode as _, Encode as _};
+    let text = |e: &dyn std::fmt::Display| e.to_string();
+    let mut rng = rsa::rand_core::OsRng;
+    let signer = p521::ecdsa::SigningKey::random(&mut rng);
+    let secret = p521::SecretKey::from_bytes(&signer.to_bytes()).map_err(|e| text(&e))?;
+    let key_pem = secret.to_pkcs8_pem(LineEnding::LF).map_err(|e| text(&e))?;
+    let spki = secret
+        .public_key()
+        .to_public_key_der()
+        .map_err(|e| text(&e))?;
+    let info = x509_cert::request::CertReqInfo {
+        version: x509_cert::request::Version::V1,
+        subject: x509_cert::name::Name::default(),
+        public_key: x509_cert::spki::SubjectPublicKeyInfoOwned::from_der(spki.as_bytes())
+            .map_err(|e| text(&e))?,
+        attributes: x509_cert::attr::Attributes::default(),
+    };
+    let signed = info.to_der().map_err(|e| text(&e))?;
+    let signature: p521::ecdsa::Signature = signer
+        .try_sign_with_rng(&mut rng, &signed)
+        .map_err(|e| text(&e))?;
+    let request = x509_cert::request::CertReq {
+        info,
+        algorithm: x509_cert::spki::AlgorithmIdentifierOwned {
+            oid: ECDSA_WITH_SHA512,
+            parameters: None,
+        },
+        signature: x509_cert::der::asn1::BitString::from_bytes(signature.to_der().as_bytes())
+            .map_err(|e| text(&e))?,
+    };
+    let der = request.to_der().map_err(|e| text(&e))?;
+    Ok((key_pem.as_bytes().to_vec(), der))
 }
 
 /// The state a request's terminal outcome leads to: fresh credentials
@@ -613,8 +656,35 @@ mod tests {
                 "empty subject"
             );
         }
-        let err = key_and_request("ECDSAP521").unwrap_err();
-        assert!(err.contains("is not supported by this node"), "{err}");
+        // P-521, which ring cannot verify: the request's signature is
+        // checked with the key it names, over SHA-512.
+        let (key, csr) = key_and_request("ECDSAP521").unwrap();
+        let key = String::from_utf8(key).unwrap();
+        assert!(key.starts_with("-----BEGIN PRIVATE KEY-----\n"), "{key}");
+        let (_, req) =
+            x509_parser::certification_request::X509CertificationRequest::from_der(&csr).unwrap();
+        assert_eq!(
+            req.signature_algorithm.algorithm.to_id_string(),
+            "1.2.840.10045.4.3.4"
+        );
+        let info = &req.certification_request_info;
+        assert_eq!(info.subject.iter().count(), 0, "empty subject");
+        let public =
+            p521::ecdsa::VerifyingKey::from_sec1_bytes(&info.subject_pki.subject_public_key.data)
+                .unwrap();
+        let signature = p521::ecdsa::Signature::from_der(&req.signature_value.data).unwrap();
+        use p521::ecdsa::signature::Verifier as _;
+        public.verify(info.raw, &signature).unwrap();
+        let mut tampered = info.raw.to_vec();
+        tampered[10] ^= 1;
+        assert!(public.verify(&tampered, &signature).is_err());
+        use p521::pkcs8::DecodePrivateKey as _;
+        let secret = p521::SecretKey::from_pkcs8_pem(&key).unwrap();
+        assert_eq!(
+            secret.public_key().to_sec1_bytes().as_ref(),
+            &info.subject_pki.subject_public_key.data[..],
+            "the key is the request's"
+        );
         assert!(
             key_and_request("DSA")
                 .unwrap_err()

@@ -215,3 +215,130 @@ async fn a_best_effort_memory_hog_is_evicted_and_a_guaranteed_pod_stays() {
     wait_pressure(&client, "False", 120).await;
     restart_agent(None);
 }
+
+/// The pods' cgroup's working set as the agent's summary reports it
+/// (`systemContainers` `pods`), bytes.
+fn pods_working_set() -> u64 {
+    let (code, out, err) = kubectl(
+        &[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{}/proxy/stats/summary", node_name()),
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "stats summary: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("summary JSON");
+    v["node"]["systemContainers"]
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["name"] == "pods"))
+        .and_then(|c| c["memory"]["workingSetBytes"].as_u64())
+        .expect("the pods system container's working set")
+}
+
+/// `allocatableMemory.available`, as the kubelet's: with `pods` enforced,
+/// the hard `memory.available` threshold (1 GiB here, far below what the
+/// node has free) is copied to the pods' cgroup, whose limit is the node's
+/// memory less `systemReserved`. With `systemReserved` leaving the pods
+/// 2.5 GiB above what they use now, a BestEffort pod filling a
+/// memory-backed emptyDir is evicted for memory while the node's own
+/// memory is plentiful, and the Node reports MemoryPressure meanwhile.
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet; restarts the agent"]
+async fn a_pod_filling_the_pods_cgroup_is_evicted_for_allocatable_memory() {
+    let client = client().await;
+    let ns = namespace(&client, "e2e-evict-alloc").await;
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name())
+        .await
+        .expect("node");
+    let capacity = node
+        .status
+        .and_then(|s| s.capacity)
+        .and_then(|c| c.get("memory").cloned())
+        .and_then(|q| q.0.strip_suffix("Ki").and_then(|k| k.parse::<u64>().ok()))
+        .expect("memory capacity in Ki")
+        * 1024;
+    let headroom: u64 = 5 << 29; // 2.5 GiB
+    let reserved = capacity.saturating_sub(pods_working_set() + headroom) >> 20;
+    assert!(
+        memory_available() > (4 << 30),
+        "the node needs 4 GiB free for this test"
+    );
+    let config = local().join("rustlet-eviction-allocatable.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             systemReserved:\n  memory: {reserved}Mi\n\
+             evictionHard:\n  memory.available: 1Gi\n  nodefs.available: \"0%\"\n  \
+             nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n  imagefs.inodesFree: \"0%\"\n\
+             imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
+             evictionPressureTransitionPeriod: 30s\n\
+             authentication:\n  x509:\n    clientCAFile: {}\n",
+            local().join("pki/ca.crt").display()
+        ),
+    )
+    .expect("config");
+    restart_agent(Some(&config));
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    assert_eq!(
+        memory_pressure(&client).await.as_deref(),
+        Some("False"),
+        "MemoryPressure before the hog"
+    );
+    let hog = pod_json(serde_json::json!({
+        "metadata": { "name": "hog" },
+        "spec": {
+            "nodeName": node_name(),
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": BUSYBOX,
+                // 50 MiB a second, up to 2 GiB: past the 1.5 GiB the
+                // threshold leaves, below the pods' cgroup limit.
+                "command": ["sh", "-c", "i=0; while [ $i -lt 40 ]; do dd if=/dev/zero of=/fill/f$i bs=1M count=50; i=$((i+1)); sleep 1; done; sleep 3600"],
+                "volumeMounts": [{ "name": "fill", "mountPath": "/fill" }]
+            }],
+            "volumes": [{ "name": "fill", "emptyDir": { "medium": "Memory" } }]
+        }
+    }));
+    create(&client, &ns, &hog).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut pressure_seen = false;
+    let evicted = loop {
+        pressure_seen |= memory_pressure(&client).await.as_deref() == Some("True");
+        let p = pods.get("hog").await.expect("hog");
+        if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hog was not evicted in 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let st = evicted.status.expect("status");
+    assert_eq!(st.reason.as_deref(), Some("Evicted"), "{st:?}");
+    let message = st.message.unwrap_or_default();
+    assert!(
+        message.starts_with("The node was low on resource: memory. Threshold quantity: 1Gi, "),
+        "{message}"
+    );
+    assert!(
+        memory_available() > (2 << 30),
+        "the node's own memory stayed plentiful: the pods' cgroup ran low"
+    );
+    for _ in 0..20 {
+        if pressure_seen {
+            break;
+        }
+        pressure_seen |= memory_pressure(&client).await.as_deref() == Some("True");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(pressure_seen, "the Node never reported MemoryPressure");
+    drop_namespace(&client, &ns).await;
+    wait_pressure(&client, "False", 120).await;
+    restart_agent(None);
+}
