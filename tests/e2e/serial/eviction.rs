@@ -14,8 +14,8 @@ use crate::common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{Api, Client};
 
-/// The node's `memory.available` as the agent's summary reports it, bytes.
-fn memory_available() -> u64 {
+/// The agent's stats summary, through the API server's proxy.
+fn summary() -> serde_json::Value {
     let (code, out, err) = kubectl(
         &[
             "get",
@@ -25,10 +25,62 @@ fn memory_available() -> u64 {
         "",
     );
     assert_eq!(code, 0, "stats summary: {err}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("summary JSON");
-    v["node"]["memory"]["availableBytes"]
+    serde_json::from_str(&out).expect("summary JSON")
+}
+
+/// The node's `memory.available` as the agent's summary reports it, bytes.
+fn memory_available() -> u64 {
+    summary()["node"]["memory"]["availableBytes"]
         .as_u64()
         .expect("node.memory.availableBytes")
+}
+
+/// A BestEffort pod `hog` that writes `step_mi` MiB a second, 40 times,
+/// into a memory-backed emptyDir, then sleeps.
+fn hog(step_mi: u32) -> Pod {
+    pod_json(serde_json::json!({
+        "metadata": { "name": "hog" },
+        "spec": {
+            "nodeName": node_name(),
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": BUSYBOX,
+                "command": ["sh", "-c", format!("i=0; while [ $i -lt 40 ]; do dd if=/dev/zero of=/fill/f$i bs=1M count={step_mi}; i=$((i+1)); sleep 1; done; sleep 3600")],
+                "volumeMounts": [{ "name": "fill", "mountPath": "/fill" }]
+            }],
+            "volumes": [{ "name": "fill", "emptyDir": { "medium": "Memory" } }]
+        }
+    }))
+}
+
+/// Waits at most 120 s for pod `hog` of `ns` to fail; returns it and
+/// whether the Node reported MemoryPressure meanwhile or within the 10 s
+/// after (the condition stays for the transition period).
+async fn hog_evicted(client: &Client, ns: &str) -> (Pod, bool) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut pressure_seen = false;
+    let evicted = loop {
+        pressure_seen |= memory_pressure(client).await.as_deref() == Some("True");
+        let p = pods.get("hog").await.expect("hog");
+        if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hog was not evicted in 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    for _ in 0..20 {
+        if pressure_seen {
+            break;
+        }
+        pressure_seen |= memory_pressure(client).await.as_deref() == Some("True");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    (evicted, pressure_seen)
 }
 
 async fn memory_pressure(client: &Client) -> Option<String> {
@@ -108,48 +160,11 @@ async fn a_best_effort_memory_hog_is_evicted_and_a_guaranteed_pod_stays() {
     }));
     create(&client, &ns, &guaranteed).await;
     wait_for(&client, &ns, "guaranteed", 60, "Running", phase("Running")).await;
-    let hog = pod_json(serde_json::json!({
-        "metadata": { "name": "hog" },
-        "spec": {
-            "nodeName": node_name(),
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "c", "image": BUSYBOX,
-                // 100 MiB a second, up to 4 GiB: past the threshold even
-                // if the node frees memory meanwhile (a build's caches).
-                "command": ["sh", "-c", "i=0; while [ $i -lt 40 ]; do dd if=/dev/zero of=/fill/f$i bs=1M count=100; i=$((i+1)); sleep 1; done; sleep 3600"],
-                "volumeMounts": [{ "name": "fill", "mountPath": "/fill" }]
-            }],
-            "volumes": [{ "name": "fill", "emptyDir": { "medium": "Memory" } }]
-        }
-    }));
-    create(&client, &ns, &hog).await;
-
-    // Until the hog fails, look for the pressure the Node reports meanwhile.
+    // 100 MiB a second, up to 4 GiB: past the threshold even if the node
+    // frees memory meanwhile (a build's caches).
+    create(&client, &ns, &hog(100)).await;
+    let (evicted, mut pressure_seen) = hog_evicted(&client, &ns).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut pressure_seen = false;
-    let evicted = loop {
-        pressure_seen |= memory_pressure(&client).await.as_deref() == Some("True");
-        let p = pods.get("hog").await.expect("hog");
-        if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
-            break p;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the hog was not evicted in 120 s"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    // The condition stays for the 30 s transition period.
-    for _ in 0..20 {
-        if pressure_seen {
-            break;
-        }
-        pressure_seen |= memory_pressure(&client).await.as_deref() == Some("True");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
     let st = evicted.status.expect("status");
     assert_eq!(st.reason.as_deref(), Some("Evicted"));
     let message = st.message.unwrap_or_default();
@@ -219,17 +234,7 @@ async fn a_best_effort_memory_hog_is_evicted_and_a_guaranteed_pod_stays() {
 /// The pods' cgroup's working set as the agent's summary reports it
 /// (`systemContainers` `pods`), bytes.
 fn pods_working_set() -> u64 {
-    let (code, out, err) = kubectl(
-        &[
-            "get",
-            "--raw",
-            &format!("/api/v1/nodes/{}/proxy/stats/summary", node_name()),
-        ],
-        "",
-    );
-    assert_eq!(code, 0, "stats summary: {err}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("summary JSON");
-    v["node"]["systemContainers"]
+    summary()["node"]["systemContainers"]
         .as_array()
         .and_then(|all| all.iter().find(|c| c["name"] == "pods"))
         .and_then(|c| c["memory"]["workingSetBytes"].as_u64())
@@ -287,38 +292,10 @@ async fn a_pod_filling_the_pods_cgroup_is_evicted_for_allocatable_memory() {
         Some("False"),
         "MemoryPressure before the hog"
     );
-    let hog = pod_json(serde_json::json!({
-        "metadata": { "name": "hog" },
-        "spec": {
-            "nodeName": node_name(),
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "c", "image": BUSYBOX,
-                // 50 MiB a second, up to 2 GiB: past the 1.5 GiB the
-                // threshold leaves, below the pods' cgroup limit.
-                "command": ["sh", "-c", "i=0; while [ $i -lt 40 ]; do dd if=/dev/zero of=/fill/f$i bs=1M count=50; i=$((i+1)); sleep 1; done; sleep 3600"],
-                "volumeMounts": [{ "name": "fill", "mountPath": "/fill" }]
-            }],
-            "volumes": [{ "name": "fill", "emptyDir": { "medium": "Memory" } }]
-        }
-    }));
-    create(&client, &ns, &hog).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut pressure_seen = false;
-    let evicted = loop {
-        pressure_seen |= memory_pressure(&client).await.as_deref() == Some("True");
-        let p = pods.get("hog").await.expect("hog");
-        if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
-            break p;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the hog was not evicted in 120 s"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    // 50 MiB a second, up to 2 GiB: past the 1.5 GiB the threshold
+    // leaves, below the pods' cgroup limit.
+    create(&client, &ns, &hog(50)).await;
+    let (evicted, pressure_seen) = hog_evicted(&client, &ns).await;
     let st = evicted.status.expect("status");
     assert_eq!(st.reason.as_deref(), Some("Evicted"), "{st:?}");
     let message = st.message.unwrap_or_default();
@@ -330,13 +307,6 @@ async fn a_pod_filling_the_pods_cgroup_is_evicted_for_allocatable_memory() {
         memory_available() > (2 << 30),
         "the node's own memory stayed plentiful: the pods' cgroup ran low"
     );
-    for _ in 0..20 {
-        if pressure_seen {
-            break;
-        }
-        pressure_seen |= memory_pressure(&client).await.as_deref() == Some("True");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
     assert!(pressure_seen, "the Node never reported MemoryPressure");
     drop_namespace(&client, &ns).await;
     wait_pressure(&client, "False", 120).await;
