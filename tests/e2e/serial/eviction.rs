@@ -35,6 +35,35 @@ fn memory_available() -> u64 {
         .expect("node.memory.availableBytes")
 }
 
+/// Restarts the agent with `file` (under the local cluster's directory)
+/// holding a configuration of `head` (KubeletConfiguration fields, one per
+/// line) and `memory.available` at `memory` (the disk signals and image GC
+/// off, a 30 s pressure transition period), then waits two of the eviction
+/// manager's 10 s cycles and checks there is no MemoryPressure yet.
+async fn restart_for_memory(client: &Client, file: &str, head: &str, memory: &str) {
+    let config = local().join(file);
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{head}\
+             evictionHard:\n  memory.available: \"{memory}\"\n  nodefs.available: \"0%\"\n  \
+             nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n  imagefs.inodesFree: \"0%\"\n\
+             imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
+             evictionPressureTransitionPeriod: 30s\n\
+             authentication:\n  x509:\n    clientCAFile: {}\n",
+            local().join("pki/ca.crt").display()
+        ),
+    )
+    .expect("config");
+    restart_agent(Some(&config));
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    assert_eq!(
+        memory_pressure(client).await.as_deref(),
+        Some("False"),
+        "MemoryPressure before the hog: the threshold ({memory}) is too close to what is free"
+    );
+}
+
 /// A BestEffort pod `hog` that writes `step_mi` MiB a second, 40 times,
 /// into a memory-backed emptyDir, then sleeps.
 fn hog(step_mi: u32) -> Pod {
@@ -121,28 +150,7 @@ async fn a_best_effort_memory_hog_is_evicted_and_a_guaranteed_pod_stays() {
     restart_agent(None);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let threshold = memory_available().saturating_sub(300 << 20);
-    let config = local().join("rustlet-eviction.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             evictionHard:\n  memory.available: \"{threshold}\"\n  nodefs.available: \"0%\"\n  \
-             nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n  imagefs.inodesFree: \"0%\"\n\
-             imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
-             evictionPressureTransitionPeriod: 30s\n\
-             authentication:\n  x509:\n    clientCAFile: {}\n",
-            local().join("pki/ca.crt").display()
-        ),
-    )
-    .expect("config");
-    restart_agent(Some(&config));
-    // No pressure before the hog: two of the manager's 10 s cycles.
-    tokio::time::sleep(Duration::from_secs(21)).await;
-    assert_eq!(
-        memory_pressure(&client).await.as_deref(),
-        Some("False"),
-        "MemoryPressure before the hog: the threshold ({threshold} bytes) is too close to what is free"
-    );
+    restart_for_memory(&client, "rustlet-eviction.yaml", "", &threshold.to_string()).await;
 
     let guaranteed = pod_json(serde_json::json!({
         "metadata": { "name": "guaranteed" },
@@ -270,28 +278,8 @@ async fn a_pod_filling_the_pods_cgroup_is_evicted_for_allocatable_memory() {
         memory_available() > (4 << 30),
         "the node needs 4 GiB free for this test"
     );
-    let config = local().join("rustlet-eviction-allocatable.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             systemReserved:\n  memory: {reserved}Mi\n\
-             evictionHard:\n  memory.available: 1Gi\n  nodefs.available: \"0%\"\n  \
-             nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n  imagefs.inodesFree: \"0%\"\n\
-             imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
-             evictionPressureTransitionPeriod: 30s\n\
-             authentication:\n  x509:\n    clientCAFile: {}\n",
-            local().join("pki/ca.crt").display()
-        ),
-    )
-    .expect("config");
-    restart_agent(Some(&config));
-    tokio::time::sleep(Duration::from_secs(21)).await;
-    assert_eq!(
-        memory_pressure(&client).await.as_deref(),
-        Some("False"),
-        "MemoryPressure before the hog"
-    );
+    let head = format!("systemReserved:\n  memory: {reserved}Mi\n");
+    restart_for_memory(&client, "rustlet-eviction-allocatable.yaml", &head, "1Gi").await;
     // 50 MiB a second, up to 2 GiB: past the 1.5 GiB the threshold
     // leaves, below the pods' cgroup limit.
     create(&client, &ns, &hog(50)).await;
