@@ -739,9 +739,9 @@ async fn sign_next(
 /// the agent asks for a certificate with a PodCertificateRequest naming the
 /// pod, its service account and the node; once the test, as the signer,
 /// issues it, the pod runs with the key and chain (and beside them a
-/// ClusterTrustBundle's anchor). A key type the agent cannot make, and a
-/// request the signer denies, keep their pods Pending with the kubelet's
-/// words. (The refresh, which the API server lets begin no sooner than 10
+/// ClusterTrustBundle's anchor). A P-521 key's request is accepted by the
+/// API server and signed by that key; a request the signer denies keeps
+/// its pod Pending with the kubelet's words. (The refresh, which the API server lets begin no sooner than 10
 /// minutes after `notBefore`, is tested against the fake API server in
 /// `volume::pod_certificate`.)
 #[tokio::test]
@@ -856,19 +856,48 @@ async fn pod_certificates_are_issued_and_projected_or_refused() {
     );
     let (_, parsed) = x509_parser::parse_x509_certificate(&rsa_leaf).expect("leaf");
     assert_eq!(parsed.public_key().raw, rsa_public.as_slice());
-    // A key type the agent cannot make: refused by name, the pod Pending.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let p521 = failed_mounts(&client, &ns, "p521").await;
-        if p521
-            .iter()
-            .any(|m| m.contains("key type \"ECDSAP521\" is not supported by this node"))
-        {
-            break;
+    // A P-521 key, which the test's signer (ring) cannot sign for: the
+    // API server accepts the agent's request, whose stub names a P-521 key
+    // and is signed by it with ECDSA over SHA-512.
+    let p521 = {
+        use k8s_openapi::api::certificates::v1::PodCertificateRequest;
+        let api = Api::<PodCertificateRequest>::namespaced(client.clone(), &ns);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let list = api.list(&ListParams::default()).await.expect("list");
+            if let Some(p) = list.items.into_iter().find(|p| p.spec.pod_name == "p521") {
+                break p;
+            }
+            let failed = failed_mounts(&client, &ns, "p521").await;
+            assert!(Instant::now() < deadline, "no request for p521: {failed:?}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        assert!(Instant::now() < deadline, "{p521:?}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    };
+    let stub = p521.spec.stub_pkc_s10_request.0;
+    use x509_parser::prelude::FromDer as _;
+    let (_, req) = x509_parser::certification_request::X509CertificationRequest::from_der(&stub)
+        .expect("the stub request parses");
+    let info = &req.certification_request_info;
+    let curve = info
+        .subject_pki
+        .algorithm
+        .parameters
+        .as_ref()
+        .and_then(|p| p.as_oid().ok())
+        .map(|o| o.to_id_string());
+    assert_eq!(curve.as_deref(), Some("1.3.132.0.35"), "secp521r1");
+    assert_eq!(
+        req.signature_algorithm.algorithm.to_id_string(),
+        "1.2.840.10045.4.3.4",
+        "ecdsa-with-SHA512"
+    );
+    let public =
+        p521::ecdsa::VerifyingKey::from_sec1_bytes(&info.subject_pki.subject_public_key.data)
+            .expect("a P-521 point");
+    let signature =
+        p521::ecdsa::Signature::from_der(&req.signature_value.data).expect("a DER signature");
+    p521::ecdsa::signature::Verifier::verify(&public, info.raw, &signature)
+        .expect("signed by the key it names");
     // A request the signer denies: the kubelet's Event and error.
     create(&client, &ns, &pod_with("denied", "ED25519")).await;
     sign_next(&client, &ns, &ca, "denied", true, 60).await;
