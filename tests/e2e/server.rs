@@ -433,11 +433,23 @@ async fn container_logs_are_rotated_compressed_and_followed() {
         .join("pod-logs")
         .join(format!("{ns}_chatty_{}", p.metadata.uid.unwrap()))
         .join("c");
-    let mut files: Vec<String> = std::fs::read_dir(&dir)
-        .expect("container log dir")
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    files.sort();
+    // A rotation may be under way as the container exits: the live file is
+    // renamed, and renamed back when the runtime cannot reopen it (the
+    // kubelet's `rotateLatestLog`). So wait a little for it to be back.
+    let list = || {
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .expect("container log dir")
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        files
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut files = list();
+    while !files.contains(&"0.log".to_string()) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        files = list();
+    }
     assert!(files.contains(&"0.log".to_string()), "{files:?}");
     assert!(
         files.iter().any(|f| f.ends_with(".gz")),
