@@ -297,6 +297,6 @@ async fn a_pod_filling_the_pods_cgroup_is_evicted_for_allocatable_memory() {
     );
     assert!(pressure_seen, "the Node never reported MemoryPressure");
     drop_namespace(&client, &ns).await;
-    wait_pressure(&client, "False", 120).await;
+    // The agent's usual configuration starts without pressure.
     restart_agent(None);
 }
