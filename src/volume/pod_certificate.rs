@@ -751,13 +751,10 @@ mod tests {
     }
 
     /// The state machine against a fake API server: a request for the
-    /// pod, its service account and the node; pending until issued; the
-    /// credentials; from `beginRefreshAt` a second request with a new key
-    /// while the first credentials stay; then the second ones. A denied
-    /// source is final, with the kubelet's Event and error, and asks no
-    /// more. A pod's sources go when it is forgotten.
-    #[tokio::test]
-    async fn sources_are_requested_issued_refreshed_and_refused() {
+
+    /// A fake API server holding node `n1` and the `default` service
+    /// account, its client, and pod `default/p` (UID `pod-uid`).
+    fn api_with_pod() -> (crate::fake_api::FakeApi, Client, Pod) {
         let fake = crate::fake_api::FakeApi::default();
         fake.put_node("n1");
         fake.put(
@@ -769,6 +766,16 @@ mod tests {
         let mut pod = crate::fixtures::pod("p").container("c", "x").build();
         pod.metadata.namespace = Some("default".into());
         pod.metadata.uid = Some("pod-uid".into());
+        (fake, client, pod)
+    }
+    /// pod, its service account and the node; pending until issued; the
+    /// credentials; from `beginRefreshAt` a second request with a new key
+    /// while the first credentials stay; then the second ones. A denied
+    /// source is final, with the kubelet's Event and error, and asks no
+    /// more. A pod's sources go when it is forgotten.
+    #[tokio::test]
+    async fn sources_are_requested_issued_refreshed_and_refused() {
+        let (fake, client, pod) = api_with_pod();
         let source = PodCertificateProjection {
             signer_name: "example.com/signer".into(),
             key_type: "ECDSAP256".into(),
@@ -892,17 +899,7 @@ mod tests {
     /// past [`MAX_SOURCES_PER_POD`] sources a pod gets no more requests.
     #[tokio::test]
     async fn hostile_sources_are_bounded() {
-        let fake = crate::fake_api::FakeApi::default();
-        fake.put_node("n1");
-        fake.put(
-            "serviceaccounts",
-            "default",
-            serde_json::json!({ "metadata": { "name": "default", "uid": "sa-uid" } }),
-        );
-        let client = fake.client();
-        let mut pod = crate::fixtures::pod("p").container("c", "x").build();
-        pod.metadata.namespace = Some("default".into());
-        pod.metadata.uid = Some("pod-uid".into());
+        let (fake, client, pod) = api_with_pod();
         let certs = PodCertificateManager::default();
         let odd = PodCertificateProjection {
             signer_name: "x".repeat(100_000),
