@@ -750,8 +750,6 @@ mod tests {
         chain
     }
 
-    /// The state machine against a fake API server: a request for the
-
     /// A fake API server holding node `n1` and the `default` service
     /// account, its client, and pod `default/p` (UID `pod-uid`).
     fn api_with_pod() -> (crate::fake_api::FakeApi, Client, Pod) {
@@ -768,6 +766,8 @@ mod tests {
         pod.metadata.uid = Some("pod-uid".into());
         (fake, client, pod)
     }
+
+    /// The state machine against a fake API server: a request for the
     /// pod, its service account and the node; pending until issued; the
     /// credentials; from `beginRefreshAt` a second request with a new key
     /// while the first credentials stay; then the second ones. A denied
