@@ -226,6 +226,68 @@ pub struct Settings {
     /// present on the node need a pod's credentials checked
     /// ([`crate::image_policy`]).
     pub image_pull_verification: crate::image_policy::VerificationPolicy,
+    /// The CPU, memory and topology managers' settings.
+    pub resource_managers: ResourceManagers,
+}
+
+/// The settings of the CPU manager, the memory manager and the topology
+/// manager (`cpuManager*`, `reservedSystemCPUs`, `memoryManagerPolicy`,
+/// `reservedMemory`, `topologyManager*`), as read; each manager checks its
+/// own against the machine when it starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceManagers {
+    /// `cpuManagerPolicy` (`none`): `static` gives Guaranteed containers
+    /// with whole CPUs exclusive ones.
+    pub cpu_policy: crate::cpu_manager::PolicyName,
+    /// `cpuManagerPolicyOptions` (empty): option name to value.
+    pub cpu_policy_options: BTreeMap<String, String>,
+    /// `cpuManagerReconcilePeriod` (10 s): how often every container's
+    /// cpuset is brought in line with the CPU manager's state.
+    pub cpu_reconcile_period: Duration,
+    /// `reservedSystemCPUs` (none): CPUs kept for the system, never given
+    /// to containers; instead of the CPUs of `kubeReserved` and
+    /// `systemReserved`.
+    pub reserved_system_cpus: Option<crate::cpu_manager::cpuset::CpuSet>,
+    /// `memoryManagerPolicy` (`None`).
+    pub memory_policy: String,
+    /// `reservedMemory` (empty): memory reserved per NUMA node.
+    pub reserved_memory: Vec<ReservedMemory>,
+    /// `topologyManagerPolicy` (`none`).
+    pub topology_policy: crate::topology_manager::Policy,
+    /// `topologyManagerScope` (`container`).
+    pub topology_scope: crate::topology_manager::Scope,
+    /// `topologyManagerPolicyOptions`, read.
+    pub topology_options: crate::topology_manager::Options,
+    /// `topologyManagerPolicyOptions` as written, for `/configz`.
+    pub topology_options_text: BTreeMap<String, String>,
+}
+
+impl Default for ResourceManagers {
+    fn default() -> Self {
+        Self {
+            cpu_policy: crate::cpu_manager::PolicyName::None,
+            cpu_policy_options: BTreeMap::new(),
+            cpu_reconcile_period: Duration::from_secs(10),
+            reserved_system_cpus: None,
+            memory_policy: "None".into(),
+            reserved_memory: Vec::new(),
+            topology_policy: crate::topology_manager::Policy::None,
+            topology_scope: crate::topology_manager::Scope::Container,
+            topology_options: crate::topology_manager::Options::default(),
+            topology_options_text: BTreeMap::new(),
+        }
+    }
+}
+
+/// One entry of `reservedMemory`: what is reserved on a NUMA node
+/// (`limits`: `memory`, `hugepages-<size>` to quantities).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReservedMemory {
+    /// The NUMA node.
+    pub numa_node: i32,
+    /// Resource name to quantity.
+    pub limits: BTreeMap<String, String>,
 }
 
 /// The image GC policy of the KubeletConfiguration, as the kubelet's
@@ -456,6 +518,7 @@ impl Default for Settings {
             image_gc: ImageGcPolicy::default(),
             volume_stats_agg_period: Duration::from_secs(60),
             image_pull_verification: crate::image_policy::VerificationPolicy::default(),
+            resource_managers: ResourceManagers::default(),
         }
     }
 }
@@ -572,8 +635,20 @@ impl Settings {
                 "swapBehavior": if self.limited_swap { "LimitedSwap" } else { "NoSwap" },
             },
         });
+        let r = &self.resource_managers;
+        let managers = serde_json::json!({
+            "cpuManagerPolicy": r.cpu_policy.name(),
+            "cpuManagerPolicyOptions": r.cpu_policy_options,
+            "cpuManagerReconcilePeriod": go_duration(r.cpu_reconcile_period),
+            "reservedSystemCPUs": r.reserved_system_cpus.as_ref().map(ToString::to_string).unwrap_or_default(),
+            "memoryManagerPolicy": r.memory_policy,
+            "reservedMemory": r.reserved_memory,
+            "topologyManagerPolicy": r.topology_policy.name(),
+            "topologyManagerScope": r.topology_scope.name(),
+            "topologyManagerPolicyOptions": r.topology_options_text,
+        });
         if let Some(doc) = doc.as_object_mut() {
-            for more in [static_pods, limits] {
+            for more in [static_pods, limits, managers] {
                 if let Value::Object(more) = more {
                     doc.extend(more);
                 }
@@ -789,6 +864,15 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "volumeStatsAggPeriod",
     "imagePullCredentialsVerificationPolicy",
     "preloadedImagesVerificationAllowlist",
+    "cpuManagerPolicy",
+    "cpuManagerPolicyOptions",
+    "cpuManagerReconcilePeriod",
+    "reservedSystemCPUs",
+    "memoryManagerPolicy",
+    "reservedMemory",
+    "topologyManagerPolicy",
+    "topologyManagerScope",
+    "topologyManagerPolicyOptions",
 ];
 
 /// KubeletConfiguration fields that guard the node's security, with the
@@ -1174,6 +1258,32 @@ struct KubeletConfiguration {
     /// `volumeStatsAggPeriod` (0: the default).
     #[serde(deserialize_with = "duration")]
     volume_stats_agg_period: Option<Duration>,
+    /// `cpuManagerPolicy`.
+    #[serde(deserialize_with = "text")]
+    cpu_manager_policy: Option<String>,
+    /// `cpuManagerPolicyOptions`.
+    #[serde(deserialize_with = "options")]
+    cpu_manager_policy_options: Option<BTreeMap<String, String>>,
+    /// `cpuManagerReconcilePeriod` (0: the default).
+    #[serde(deserialize_with = "duration")]
+    cpu_manager_reconcile_period: Option<Duration>,
+    /// `reservedSystemCPUs`; empty is none.
+    #[serde(rename = "reservedSystemCPUs", deserialize_with = "text")]
+    reserved_system_cpus: Option<String>,
+    /// `memoryManagerPolicy`.
+    #[serde(deserialize_with = "text")]
+    memory_manager_policy: Option<String>,
+    /// `reservedMemory`.
+    reserved_memory: Option<Vec<ReservedMemory>>,
+    /// `topologyManagerPolicy`.
+    #[serde(deserialize_with = "text")]
+    topology_manager_policy: Option<String>,
+    /// `topologyManagerScope`.
+    #[serde(deserialize_with = "text")]
+    topology_manager_scope: Option<String>,
+    /// `topologyManagerPolicyOptions`.
+    #[serde(deserialize_with = "options")]
+    topology_manager_policy_options: Option<BTreeMap<String, String>>,
     /// Every other field, by name.
     #[serde(flatten)]
     rest: BTreeMap<String, IgnoredAny>,
@@ -1366,7 +1476,86 @@ impl KubeletConfiguration {
         self.apply_eviction(s);
         self.apply_feature_gates(path, s)?;
         self.apply_image_pull_verification(path, s)?;
+        self.apply_resource_managers(path, s)?;
         validate(path, s)
+    }
+
+    /// The CPU, memory and topology managers, each name and option checked
+    /// as the kubelet checks them; what the machine must also satisfy is
+    /// checked when each manager starts.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] with the kubelet's message for an unknown policy,
+    /// scope or option, or a CPU list that is not one;
+    /// [`Error::Unsupported`] for the memory manager's `Static` policy.
+    fn apply_resource_managers(&self, path: &Path, s: &mut Settings) -> Result<(), Error> {
+        let r = &mut s.resource_managers;
+        if let Some(name) = &self.cpu_manager_policy {
+            r.cpu_policy = crate::cpu_manager::PolicyName::parse(name)
+                .map_err(|e| bad(path, "cpuManagerPolicy", &e))?;
+        }
+        set(
+            &mut r.cpu_policy_options,
+            self.cpu_manager_policy_options.clone(),
+        );
+        nonzero(
+            &mut r.cpu_reconcile_period,
+            self.cpu_manager_reconcile_period,
+        );
+        if let Some(list) = &self.reserved_system_cpus {
+            let set = crate::cpu_manager::cpuset::CpuSet::parse(list)
+                .map_err(|e| bad(path, "reservedSystemCPUs", &format!("a CPU list ({e})")))?;
+            r.reserved_system_cpus = (!set.is_empty()).then_some(set);
+        }
+        if let Some(policy) = &self.memory_manager_policy {
+            match policy.as_str() {
+                "None" | "" => r.memory_policy = "None".into(),
+                "Static" => {
+                    return Err(Error::Unsupported {
+                        path: path.to_path_buf(),
+                        field: "memoryManagerPolicy".into(),
+                        message: "\"Static\" is not supported by this agent (supported: None): the memory manager has no NUMA-aware policy".into(),
+                    });
+                }
+                other => {
+                    return Err(bad(
+                        path,
+                        "memoryManagerPolicy",
+                        &format!("None or Static (unknown policy: {other:?})"),
+                    ));
+                }
+            }
+        }
+        set(&mut r.reserved_memory, self.reserved_memory.clone());
+        if let Some(name) = &self.topology_manager_policy {
+            r.topology_policy = crate::topology_manager::Policy::parse(name).map_err(|e| {
+                bad(
+                    path,
+                    "topologyManagerPolicy",
+                    &format!("a policy (invalid configuration: {e})"),
+                )
+            })?;
+        }
+        if let Some(name) = &self.topology_manager_scope {
+            r.topology_scope = crate::topology_manager::Scope::parse(name).map_err(|e| {
+                bad(
+                    path,
+                    "topologyManagerScope",
+                    &format!("a scope (invalid configuration: {e})"),
+                )
+            })?;
+        }
+        if let Some(options) = &self.topology_manager_policy_options {
+            r.topology_options = crate::topology_manager::Options::parse(options).map_err(|e| {
+                bad(
+                    path,
+                    "topologyManagerPolicyOptions",
+                    &format!("the kubelet's options ({e})"),
+                )
+            })?;
+            r.topology_options_text.clone_from(options);
+        }
+        Ok(())
     }
 
     /// The runtime, its cgroups and what pods may ask of the host.
@@ -2091,6 +2280,12 @@ fn gates<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, Valu
     read(d, "a mapping of gate names to true or false", Some)
 }
 
+/// `cpuManagerPolicyOptions` and `topologyManagerPolicyOptions`: option
+/// names to string values.
+fn options<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    read(d, "a mapping of option names to strings", Some)
+}
+
 /// `kubeReserved` and `systemReserved`: resource names to non-negative
 /// quantities (`cpu: 500m`).
 fn quantities<'de, D: Deserializer<'de>>(
@@ -2340,7 +2535,6 @@ volumeStatsAggPeriod: 0s
         assert_eq!(
             ignored,
             [
-                "cpuManagerReconcilePeriod",
                 "healthzBindAddress",
                 "healthzPort",
                 "streamingConnectionIdleTimeout",

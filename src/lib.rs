@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod container;
 pub mod container_gc;
+pub mod cpu_manager;
 pub mod credential_provider;
 pub mod cri;
 pub mod csr_approver;
@@ -54,6 +55,7 @@ pub mod static_pod;
 pub mod stats;
 pub mod systemd;
 pub mod throttle;
+pub mod topology_manager;
 pub mod volume;
 
 #[cfg(test)]
