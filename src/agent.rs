@@ -518,6 +518,7 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
     tokio::spawn(dra.clone().run_probes());
     let (node_store, devices) =
         start_node_loops(&base, &facts, (&pressures, &shutting_down), &drivers, &dra)?;
+    let (cpus, topology) = resource_managers(&base.settings)?;
     let node = NodeParts {
         volumes,
         cgroups,
@@ -526,6 +527,8 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
         node_store,
         pressures,
         shutting_down,
+        cpus,
+        topology,
     };
     let (ctx, pods) = pod_worker(&base, &facts, node);
     for note in enforced {
@@ -952,6 +955,52 @@ struct NodeParts {
     pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
     /// Whether a node shutdown is under way, from the node shutdown manager.
     shutting_down: tokio::sync::watch::Receiver<bool>,
+    /// The CPU manager.
+    cpus: crate::cpu_manager::CpuManager,
+    /// The topology manager's settings.
+    topology: crate::topology_manager::TopologyManager,
+}
+
+/// The CPU manager and the topology manager of the settings, over the
+/// machine's topology as sysfs gives it, as the kubelet's container manager
+/// makes them (`NewManager` of each): the CPU manager's state restored and
+/// checked, the machine's NUMA nodes counted against the topology
+/// manager's limit.
+///
+/// # Errors
+/// The topology cannot be read, a setting does not fit the machine, or the
+/// CPU manager's checkpoint is of another policy or does not fit.
+fn resource_managers(
+    settings: &Settings,
+) -> anyhow::Result<(
+    crate::cpu_manager::CpuManager,
+    crate::topology_manager::TopologyManager,
+)> {
+    let sys = std::path::Path::new("/sys");
+    let topo = crate::cpu_manager::topology::CpuTopology::discover(sys)?;
+    let r = &settings.resource_managers;
+    let info = crate::cpu_manager::topology::numa_info(
+        sys,
+        &topo,
+        r.topology_options.prefer_closest_numa_nodes,
+    )?;
+    r.topology_options
+        .check_machine(r.topology_policy, info.nodes.len())
+        .map_err(anyhow::Error::msg)?;
+    let cpus = crate::cpu_manager::CpuManager::new(
+        r,
+        crate::cpu_manager::reserved_millicores(&settings.reservations),
+        &settings.root_dir,
+        topo,
+        true,
+    )?;
+    let topology = crate::topology_manager::TopologyManager {
+        policy: r.topology_policy,
+        scope: r.topology_scope,
+        options: r.topology_options.clone(),
+        info,
+    };
+    Ok((cpus, topology))
 }
 
 /// The pod worker's context and the pod controller's inputs: the PLEG, the
@@ -1035,6 +1084,8 @@ fn pod_worker(
             cgroups: node.cgroups,
             devices: Some(node.devices),
             dra: node.dra,
+            cpus: Some(node.cpus),
+            topology: node.topology,
         },
         status: Arc::new(StatusManager::new(client.clone(), sources.clone())),
         status_context: StatusContext {
@@ -1208,6 +1259,7 @@ fn serve_pod_resources(
         &settings.root_dir,
         lister,
         ctx.devices().cloned(),
+        ctx.cpus().cloned(),
         Some(ctx.dra().clone()),
     )?;
     Ok(())
@@ -1336,6 +1388,11 @@ fn start_loops(
     tokio::spawn(housekeeping::run_container_gc(
         ctx.clone(),
         container_gc,
+        listed.clone(),
+    ));
+    tokio::spawn(crate::pod::cpu_reconciler::run(
+        ctx.clone(),
+        settings.resource_managers.cpu_reconcile_period,
         listed.clone(),
     ));
     tokio::spawn(crate::eviction::manager::run(

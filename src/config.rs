@@ -1507,6 +1507,22 @@ impl KubeletConfiguration {
                 .map_err(|e| bad(path, "reservedSystemCPUs", &format!("a CPU list ({e})")))?;
             r.reserved_system_cpus = (!set.is_empty()).then_some(set);
         }
+        // As the kubelet's `--reserved-cpus`: the CPUs named replace the cpu
+        // of kubeReserved and systemReserved in node allocatable.
+        if let Some(set) = &s.resource_managers.reserved_system_cpus {
+            if !s.system_reserved_cgroup.is_empty() || !s.kube_reserved_cgroup.is_empty() {
+                return Err(bad(
+                    path,
+                    "reservedSystemCPUs",
+                    "no systemReservedCgroup or kubeReservedCgroup beside it (invalid configuration: can't use reservedSystemCPUs (--reserved-cpus) with systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup (--kube-reserved-cgroup))",
+                ));
+            }
+            s.reservations.kube_reserved.remove("cpu");
+            s.reservations
+                .system_reserved
+                .insert("cpu".into(), set.len().to_string());
+        }
+        let r = &mut s.resource_managers;
         if let Some(policy) = &self.memory_manager_policy {
             match policy.as_str() {
                 "None" | "" => r.memory_policy = "None".into(),
@@ -2541,6 +2557,63 @@ volumeStatsAggPeriod: 0s
                 "syncFrequency",
             ]
         );
+    }
+
+    #[test]
+    fn the_cpu_memory_and_topology_managers_are_read_with_the_kubelets_checks() {
+        let mut s = Settings::default();
+        let text = "cpuManagerPolicy: static\ncpuManagerPolicyOptions:\n  full-pcpus-only: \"true\"\n\
+                    cpuManagerReconcilePeriod: 5s\nreservedSystemCPUs: \"0,2\"\nkubeReserved:\n  cpu: 500m\n\
+                    topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n\
+                    topologyManagerPolicyOptions:\n  prefer-closest-numa-nodes: \"true\"\n\
+                    memoryManagerPolicy: None\n";
+        assert!(
+            apply_file_text(&mut s, Path::new("k.yaml"), text)
+                .unwrap()
+                .is_empty()
+        );
+        let r = &s.resource_managers;
+        assert_eq!(r.cpu_policy, crate::cpu_manager::PolicyName::Static);
+        assert_eq!(r.cpu_policy_options["full-pcpus-only"], "true");
+        assert_eq!(r.cpu_reconcile_period, Duration::from_secs(5));
+        assert_eq!(r.reserved_system_cpus.as_ref().unwrap().to_string(), "0,2");
+        assert_eq!(
+            r.topology_policy,
+            crate::topology_manager::Policy::SingleNumaNode
+        );
+        assert_eq!(r.topology_scope, crate::topology_manager::Scope::Pod);
+        assert!(r.topology_options.prefer_closest_numa_nodes);
+        // The CPUs named replace the cpu reservations, as --reserved-cpus.
+        assert_eq!(s.reservations.system_reserved["cpu"], "2");
+        assert!(!s.reservations.kube_reserved.contains_key("cpu"));
+        let v = s.kubelet_configuration();
+        assert_eq!(v["reservedSystemCPUs"], "0,2");
+        assert_eq!(v["topologyManagerPolicy"], "single-numa-node");
+        for (bad, says) in [
+            ("cpuManagerPolicy: dynamic\n", "unknown policy: \"dynamic\""),
+            ("reservedSystemCPUs: \"3-1\"\n", "reservedSystemCPUs"),
+            ("topologyManagerPolicy: strict\n", "must be one of"),
+            ("topologyManagerScope: node\n", "\"container\", or \"pod\""),
+            (
+                "topologyManagerPolicyOptions:\n  max-allowable-numa-nodes: \"4\"\n",
+                "should not be less than 8",
+            ),
+            (
+                "memoryManagerPolicy: Static\n",
+                "not supported by this agent",
+            ),
+            ("memoryManagerPolicy: Dynamic\n", "unknown policy"),
+            (
+                "reservedSystemCPUs: \"0\"\nsystemReservedCgroup: /system.slice\n",
+                "can't use reservedSystemCPUs",
+            ),
+        ] {
+            let mut s = Settings::default();
+            let e = apply_file_text(&mut s, Path::new("k.yaml"), bad)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

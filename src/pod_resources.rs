@@ -25,10 +25,13 @@
 //!
 //! Each container's dynamic resources are the ResourceClaims it names that
 //! the DRA manager prepared, each device with its driver, pool, name, share
-//! and CDI devices, as the kubelet's `GetDynamicResources`. The agent has
-//! no CPU manager or memory manager: CPU IDs and memory blocks are always
-//! empty, as the kubelet reports them with the `none` policies. A device's
-//! NUMA topology is reported when its plugin gave one.
+//! and CDI devices, as the kubelet's `GetDynamicResources`. A container's
+//! `cpu_ids` are its exclusive CPUs from the CPU manager (none under the
+//! `none` policy, or for a container on the shared pool), and
+//! `GetAllocatableResources` lists the CPUs the static policy may give. The
+//! agent has no NUMA-aware memory manager: memory blocks are always empty,
+//! as the kubelet reports them under the `None` policy. A device's NUMA
+//! topology is reported when its plugin gave one.
 
 use std::num::NonZeroU32;
 use std::path::Path;
@@ -136,6 +139,7 @@ pub fn dynamic_resources(claims: &[crate::dra::cache::ClaimInfo]) -> Vec<v1::Dyn
 pub fn pod_resources(
     pod: &Pod,
     devices: impl Fn(&str, &str) -> DevicesByResource,
+    cpu_ids: impl Fn(&str, &str) -> Vec<i64>,
     claims: impl Fn(&Container) -> Vec<crate::dra::cache::ClaimInfo>,
 ) -> v1::PodResources {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -146,6 +150,7 @@ pub fn pod_resources(
     let container = |c: &Container| v1::ContainerResources {
         name: c.name.clone(),
         devices: container_devices(&devices(uid, &c.name)),
+        cpu_ids: cpu_ids(uid, &c.name),
         dynamic_resources: dynamic_resources(&claims(c)),
         ..Default::default()
     };
@@ -182,17 +187,25 @@ pub fn alpha_pod_resources(
     }
 }
 
-/// The node's allocatable devices for `GetAllocatableResources`: every
+/// The node's allocatable resources for `GetAllocatableResources`: every
 /// healthy device of `healthy` (resource → device IDs and topology), one
-/// entry each, as the kubelet's `GetAllocatableDevices`. Pure.
+/// entry each, as the kubelet's `GetAllocatableDevices`, and the CPUs
+/// `cpu_ids` the CPU manager may give (`GetAllocatableCPUs`). Pure.
 #[must_use]
 pub fn allocatable(
     healthy: &[(String, Vec<(String, Topology)>)],
+    cpu_ids: Vec<i64>,
 ) -> v1::AllocatableResourcesResponse {
     v1::AllocatableResourcesResponse {
         devices: container_devices(healthy),
+        cpu_ids,
         ..Default::default()
     }
+}
+
+/// A CPU set as the API's `cpu_ids`.
+fn ids(set: &crate::cpu_manager::CpuSet) -> Vec<i64> {
+    set.iter().filter_map(|c| i64::try_from(c).ok()).collect()
 }
 
 /// The longest name a pod or namespace can have (a DNS subdomain): what an
@@ -210,6 +223,7 @@ fn shown(name: &str) -> &str {
 struct Inner {
     pods: PodsProvider,
     devices: Option<DeviceManager>,
+    cpus: Option<crate::cpu_manager::CpuManager>,
     dra: Option<crate::dra::DraManager>,
     limiter: governor::DefaultDirectRateLimiter,
 }
@@ -229,6 +243,14 @@ impl Inner {
         self.devices
             .as_ref()
             .map(|d| d.devices(uid, container))
+            .unwrap_or_default()
+    }
+
+    fn cpu_ids(&self, uid: &str, container: &str) -> Vec<i64> {
+        self.cpus
+            .as_ref()
+            .and_then(|m| m.exclusive(uid, container))
+            .map(|set| ids(&set))
             .unwrap_or_default()
     }
 
@@ -254,7 +276,14 @@ impl v1::pod_resources_lister_server::PodResourcesLister for V1Service {
         s.admit("v1", Some(PodResourcesCall::List))?;
         let pod_resources = (s.pods)(Pods::Active)
             .iter()
-            .map(|p| pod_resources(p, |u, c| s.devices(u, c), |c| s.claims(p, c)))
+            .map(|p| {
+                pod_resources(
+                    p,
+                    |u, c| s.devices(u, c),
+                    |u, c| s.cpu_ids(u, c),
+                    |c| s.claims(p, c),
+                )
+            })
             .collect();
         Ok(Response::new(v1::ListPodResourcesResponse {
             pod_resources,
@@ -272,7 +301,12 @@ impl v1::pod_resources_lister_server::PodResourcesLister for V1Service {
             .as_ref()
             .map(DeviceManager::allocatable_devices)
             .unwrap_or_default();
-        Ok(Response::new(allocatable(&healthy)))
+        let cpus = s
+            .cpus
+            .as_ref()
+            .map(|m| ids(&m.allocatable()))
+            .unwrap_or_default();
+        Ok(Response::new(allocatable(&healthy, cpus)))
     }
 
     async fn get(
@@ -298,6 +332,7 @@ impl v1::pod_resources_lister_server::PodResourcesLister for V1Service {
             pod_resources: Some(pod_resources(
                 &pod,
                 |u, c| s.devices(u, c),
+                |u, c| s.cpu_ids(u, c),
                 |c| s.claims(&pod, c),
             )),
         }))
@@ -337,6 +372,7 @@ pub fn serve(
     root_dir: &Path,
     pods: PodsProvider,
     devices: Option<DeviceManager>,
+    cpus: Option<crate::cpu_manager::CpuManager>,
     dra: Option<crate::dra::DraManager>,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
     let socket = root_dir.join(DIR_NAME).join(SOCKET);
@@ -345,6 +381,7 @@ pub fn serve(
     let inner = Arc::new(Inner {
         pods,
         devices,
+        cpus,
         dra,
         limiter: governor::RateLimiter::direct(governor::Quota::per_second(qps).allow_burst(burst)),
     });
@@ -394,8 +431,14 @@ mod tests {
 
     #[test]
     fn a_pod_lists_its_sidecars_then_its_containers_each_device_on_its_own() {
-        let r = pod_resources(&web(), given, |_| Vec::new());
+        let cpus = |_: &str, c: &str| if c == "c2" { vec![1, 3] } else { Vec::new() };
+        let r = pod_resources(&web(), given, cpus, |_| Vec::new());
         assert_eq!((r.name.as_str(), r.namespace.as_str()), ("web", "default"));
+        assert_eq!(
+            r.containers[2].cpu_ids,
+            [1, 3],
+            "a container's exclusive CPUs"
+        );
         let names: Vec<&str> = r.containers.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["proxy", "c1", "c2"], "no regular init container");
         assert_eq!(
@@ -456,13 +499,18 @@ mod tests {
             )]),
             ..Default::default()
         };
-        let r = pod_resources(&web(), given, |c| {
-            if c.name == "c1" {
-                vec![claim.clone()]
-            } else {
-                Vec::new()
-            }
-        });
+        let r = pod_resources(
+            &web(),
+            given,
+            |_, _| Vec::new(),
+            |c| {
+                if c.name == "c1" {
+                    vec![claim.clone()]
+                } else {
+                    Vec::new()
+                }
+            },
+        );
         let c1 = r.containers.iter().find(|c| c.name == "c1").unwrap();
         let dynamic = &c1.dynamic_resources;
         assert_eq!(dynamic.len(), 1);
@@ -514,7 +562,8 @@ mod tests {
                 vec![("n".to_string(), vec![])],
             ),
         ];
-        let r = allocatable(&healthy);
+        let r = allocatable(&healthy, vec![1]);
+        assert_eq!(r.cpu_ids, [1]);
         assert_eq!(
             r.devices.len(),
             3,
@@ -531,7 +580,7 @@ mod tests {
         }
         assert_eq!(r.devices[2].device_ids, ["n"]);
         assert_eq!(r.devices[2].topology, None);
-        assert!(allocatable(&[]).devices.is_empty());
+        assert!(allocatable(&[], Vec::new()).devices.is_empty());
     }
 
     /// The server on a socket: the calls, their errors and metrics, the rate
@@ -554,7 +603,7 @@ mod tests {
             Pods::Active => vec![running.clone()],
             Pods::All => vec![running.clone(), done.clone()],
         });
-        let server = serve(root.path(), lister, None, None).unwrap();
+        let server = serve(root.path(), lister, None, None, None).unwrap();
         let channel = crate::cri::unix_channel(dir.join(SOCKET)).await.unwrap();
         let mut client = PodResourcesListerClient::new(channel.clone());
         let before = |f: &Family| f.get_or_create(&v1_label()).get();

@@ -233,6 +233,38 @@ impl CpuTopology {
     }
 }
 
+/// The machine's NUMA nodes for the topology manager, with their distances
+/// (`devices/system/node/nodeN/distance`, needed with `distances`, the
+/// `prefer-closest-numa-nodes` option).
+///
+/// # Errors
+/// A distance file that must be read cannot be, or is not numbers.
+pub fn numa_info(
+    sys: &Path,
+    topo: &CpuTopology,
+    distances: bool,
+) -> Result<crate::topology_manager::NumaInfo, Error> {
+    let nodes = topo.numa_nodes();
+    let mut info = crate::topology_manager::NumaInfo {
+        nodes: nodes.clone(),
+        distances: BTreeMap::new(),
+    };
+    if !distances {
+        return Ok(info);
+    }
+    for node in nodes {
+        let path = sys.join(format!("devices/system/node/node{node}/distance"));
+        let text = read(&path)?;
+        let row: Result<Vec<u64>, _> = text.split_whitespace().map(str::parse).collect();
+        let row = row.map_err(|_| Error::Parse {
+            path: path.display().to_string(),
+            message: format!("{:?} is not a list of distances", text.trim()),
+        })?;
+        info.distances.insert(node, row);
+    }
+    Ok(info)
+}
+
 fn read(path: &Path) -> Result<String, Error> {
     std::fs::read_to_string(path).map_err(|source| Error::Read {
         path: path.display().to_string(),

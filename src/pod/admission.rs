@@ -125,6 +125,16 @@ pub async fn admission(
             return Ok(Verdict::Reject(rejection));
         }
     }
+    // The topology manager's handler: the containers' CPUs, aligned.
+    if let Some(cpus) = ctx.cpus()
+        && let Err(rejection) = super::topology_admission::admit(pod, ctx.topology(), cpus)
+    {
+        ctx.admission().overrule(
+            pod.metadata.uid.as_deref().unwrap_or_default(),
+            rejection.clone(),
+        );
+        return Ok(Verdict::Reject(rejection));
+    }
     Ok(Verdict::Admit)
 }
 

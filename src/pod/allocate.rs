@@ -41,6 +41,12 @@ pub fn allocate(pod: Arc<Pod>, kind: PodKind, ctx: &Context) -> (Arc<Pod>, Optio
     let Some(view) = ctx.node_view() else {
         return (Arc::new(allocation::apply(&pod, &current)), None);
     };
+    let static_cpus = ctx
+        .cpus()
+        .is_some_and(|m| m.policy() == crate::cpu_manager::PolicyName::Static);
+    if static_cpus && let Some(refused) = allocation::static_cpu_resize(&pod, &current) {
+        return (Arc::new(allocation::apply(&pod, &current)), Some(refused));
+    }
     let _admitting = ctx.allocations().admitting();
     let others = ctx.allocated_pods();
     let others: Vec<&Pod> = others

@@ -257,6 +257,18 @@ impl Context {
         self.runtime.devices.as_ref()
     }
 
+    /// The CPU manager.
+    #[must_use]
+    pub fn cpus(&self) -> Option<&crate::cpu_manager::CpuManager> {
+        self.runtime.cpus.as_ref()
+    }
+
+    /// The topology manager's settings.
+    #[must_use]
+    pub fn topology(&self) -> &crate::topology_manager::TopologyManager {
+        &self.runtime.topology
+    }
+
     /// The DRA manager.
     #[must_use]
     pub fn dra(&self) -> &crate::dra::DraManager {

@@ -37,6 +37,7 @@ pub mod admission_manager;
 pub mod allocate;
 pub mod allocation;
 pub mod context;
+pub mod cpu_reconciler;
 pub mod credentials;
 pub mod env_sources;
 pub mod eviction_pods;
@@ -51,6 +52,7 @@ pub mod sources;
 pub mod static_pods;
 pub mod status_manager;
 pub mod teardown;
+pub mod topology_admission;
 pub mod userns;
 pub mod worker;
 

@@ -70,6 +70,10 @@ pub struct RuntimeManager {
     /// The DRA manager: a pod's ResourceClaims are prepared before its
     /// sandbox is made, and give its containers their CDI devices.
     pub dra: crate::dra::DraManager,
+    /// The CPU manager: the cpuset each container is created with.
+    pub cpus: Option<crate::cpu_manager::CpuManager>,
+    /// The topology manager's settings, for admission.
+    pub topology: crate::topology_manager::TopologyManager,
 }
 
 /// What carrying out a plan left behind.
@@ -1002,6 +1006,13 @@ impl RuntimeManager {
                 .await
                 .map_err(config_error)?
                 .apply(&mut config);
+        }
+        // Its CPUs: its exclusive ones, else the shared pool (the kubelet's
+        // PreCreateContainer).
+        if let Some(cpus) = self.cpus.as_ref().and_then(|m| m.cpuset(&uid, &c.name)) {
+            if let Some(r) = config.linux.as_mut().and_then(|l| l.resources.as_mut()) {
+                r.cpuset_cpus = cpus.to_string();
+            }
         }
         // The CDI devices of its claims, as prepared by their DRA drivers
         // (the kubelet's GetResources).

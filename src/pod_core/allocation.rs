@@ -98,6 +98,35 @@ pub fn resize_requested(pod: &Pod, allocation: &Allocation) -> bool {
     of(pod) != completed(pod, allocation)
 }
 
+/// The message of a resize the static CPU manager policy refuses.
+pub const STATIC_CPU_RESIZE_MESSAGE: &str =
+    "Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\"";
+
+/// Under the CPU manager's `static` policy, a resize of a Guaranteed pod
+/// that changes a container's cpu request is `Infeasible`, as the v1.37
+/// kubelet's resize admit handler refuses it with
+/// `InPlacePodVerticalScalingExclusiveCPUs` off (its default).
+#[must_use]
+pub fn static_cpu_resize(pod: &Pod, allocation: &Allocation) -> Option<Rejection> {
+    if super::qos::qos_class(pod) != super::qos::QosClass::Guaranteed {
+        return None;
+    }
+    let allocation = completed(pod, allocation);
+    let cpu = |r: Option<&ResourceRequirements>| {
+        r.and_then(|r| r.requests.as_ref())
+            .and_then(|m| m.get("cpu"))
+            .map(|q| q.0.clone())
+    };
+    let changed = of(pod)
+        .containers
+        .iter()
+        .any(|(name, r)| cpu(Some(r)) != cpu(allocation.containers.get(name)));
+    changed.then(|| Rejection {
+        reason: INFEASIBLE.into(),
+        message: STATIC_CPU_RESIZE_MESSAGE.into(),
+    })
+}
+
 /// Whether the resize `pod`'s spec asks for can be admitted now, as the
 /// kubelet's `canResizePod`: a static pod's is `Infeasible`; requests
 /// beyond the node's allocatable cpu or memory are `Infeasible` ("Node

@@ -26,6 +26,20 @@ pub const REJECTION_MESSAGE: &str = "Resources cannot be allocated with Topology
 /// merge beyond it is refused ([`merge`] returns `None`).
 pub const MAX_PERMUTATIONS: u64 = 1 << 20;
 
+/// The topology manager's settings and the machine's NUMA nodes: what
+/// admission merges hints with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopologyManager {
+    /// `topologyManagerPolicy`.
+    pub policy: Policy,
+    /// `topologyManagerScope`; ignored under `none`.
+    pub scope: Scope,
+    /// `topologyManagerPolicyOptions`.
+    pub options: Options,
+    /// The machine's NUMA nodes.
+    pub info: NumaInfo,
+}
+
 /// A set of NUMA nodes, bit `i` for node `i` (the kubelet's
 /// `bitmask.BitMask`, nodes 0 to 63).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -207,6 +207,8 @@ impl Node {
                 cgroups,
                 devices: None,
                 dra: crate::dra::DraManager::open(client.clone(), "node-1", &root).unwrap(),
+                cpus: None,
+                topology: crate::topology_manager::TopologyManager::default(),
             },
             status: Arc::new(StatusManager::new(client.clone(), pods.clone())),
             status_context: StatusContext {
