@@ -9,6 +9,10 @@ use std::collections::BTreeMap;
 /// (`defaultMaxAllowableNUMANodes`).
 pub const DEFAULT_MAX_NUMA_NODES: usize = 8;
 
+/// The most NUMA nodes any policy but `none` runs on, whatever
+/// `max-allowable-numa-nodes` says: hints weigh every set of nodes (2^n).
+pub const MAX_NUMA_NODES: usize = 16;
+
 /// `topologyManagerPolicy`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Policy {
@@ -154,8 +158,14 @@ impl Options {
     ///
     /// # Errors
     /// `unsupported on machines with more than N NUMA Nodes` when the
-    /// policy is not `none` and the machine has more nodes than allowed.
+    /// policy is not `none` and the machine has more nodes than allowed, or
+    /// more than [`MAX_NUMA_NODES`].
     pub fn check_machine(&self, policy: Policy, numa_nodes: usize) -> Result<(), String> {
+        if policy != Policy::None && numa_nodes > MAX_NUMA_NODES {
+            return Err(format!(
+                "unsupported on machines with more than {MAX_NUMA_NODES} NUMA Nodes: every set of them is weighed at each admission"
+            ));
+        }
         if policy != Policy::None && numa_nodes > self.max_allowable_numa_nodes {
             return Err(format!(
                 "unsupported on machines with more than {} NUMA Nodes",

@@ -374,6 +374,12 @@ fn options_and_names_are_read_with_the_kubelets_messages() {
         "unsupported on machines with more than 8 NUMA Nodes"
     );
     assert!(Options::default().check_machine(Policy::None, 9).is_ok());
+    let wide = Options {
+        max_allowable_numa_nodes: 64,
+        ..Options::default()
+    };
+    assert!(wide.check_machine(Policy::Restricted, 16).is_ok());
+    assert!(wide.check_machine(Policy::Restricted, 17).unwrap_err().contains("more than 16"));
     assert_eq!(
         Policy::parse("single-numa-node"),
         Ok(Policy::SingleNumaNode)

@@ -87,23 +87,34 @@ pub fn kill_and_restart_agent() -> u32 {
 /// --agent rustlet`, reading the KubeletConfiguration `config`, or its usual
 /// one (`_output/local/rustlet.yaml`) with `None`.
 pub fn restart_agent(config: Option<&std::path::Path>) {
-    restart_agent_flagged(config, &[], &[]);
+    restart_agent_flagged(config, &[], &[], || {});
+}
+
+/// Restarts the agent as [`restart_agent`], running `stopped` while it is
+/// down (to remove state a new configuration does not accept).
+pub fn restart_agent_after(config: Option<&std::path::Path>, stopped: impl FnOnce()) {
+    restart_agent_flagged(config, &[], &[], stopped);
 }
 
 /// Restarts the agent as [`restart_agent`] with the usual configuration and
 /// the flags `flags` besides (`RUSTLET_FLAGS` of `hack/local-up.sh`; none
 /// may hold a space).
 pub fn restart_agent_with_flags(flags: &[&str]) {
-    restart_agent_flagged(None, flags, &[]);
+    restart_agent_flagged(None, flags, &[], || {});
 }
 
 /// Restarts the agent as [`restart_agent`] with `config` and the
 /// environment variables `env` besides.
 pub fn restart_agent_env(config: Option<&std::path::Path>, env: &[(&str, &str)]) {
-    restart_agent_flagged(config, &[], env);
+    restart_agent_flagged(config, &[], env, || {});
 }
 
-fn restart_agent_flagged(config: Option<&std::path::Path>, flags: &[&str], env: &[(&str, &str)]) {
+fn restart_agent_flagged(
+    config: Option<&std::path::Path>,
+    flags: &[&str],
+    env: &[(&str, &str)],
+    stopped: impl FnOnce(),
+) {
     assert!(flags.iter().all(|f| !f.contains(' ')), "{flags:?}");
     let pid = agent_pid();
     let killed = std::process::Command::new("kill")
@@ -117,6 +128,7 @@ fn restart_agent_flagged(config: Option<&std::path::Path>, flags: &[&str], env: 
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    stopped();
     let mut up = std::process::Command::new(root().join("hack/local-up.sh"));
     up.args(["--agent", "rustlet"]);
     match config {

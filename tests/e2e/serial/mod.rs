@@ -1,6 +1,6 @@
 //! The topics that must run alone, one test at a time, after every other
 //! topic: they restart the agent ([`restart`], [`eviction`], [`devices`],
-//! [`client_cert`], [`credential_provider`], [`pids`], [`hugepages`], [`reserved`], [`api_rate`], [`node_limits`], [`dra`], [`node_shutdown`]), add a node of their own ([`image_gc`]), take most of the
+//! [`client_cert`], [`cpu_manager`], [`credential_provider`], [`pids`], [`hugepages`], [`reserved`], [`api_rate`], [`node_limits`], [`dra`], [`node_shutdown`]), add a node of their own ([`image_gc`]), take most of the
 //! node's cpu ([`admission`]), measure the agent's memory and the API
 //! server's TokenReviews under load ([`hostile_nodeapi`]) or the agent's
 //! peak memory ([`hostile_bounded`]: other topics' pods would add to it),
@@ -13,6 +13,7 @@
 mod admission;
 mod api_rate;
 mod client_cert;
+mod cpu_manager;
 mod credential_provider;
 mod csi_in_cluster;
 mod devices;
