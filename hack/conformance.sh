@@ -2,7 +2,7 @@
 # Runs upstream [NodeConformance] tests against a fresh local one-node cluster
 # (hack/local-up.sh), then takes the cluster down.
 #
-#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection|node-resources|certificates|storage|storage-csi|dra]
+#   hack/conformance.sh [--suite e2e|e2e-slow|node|node-protection|node-resources|node-cpu|certificates|storage|storage-csi|dra]
 #                       [--agent rustlet|kubelet]
 #                       [--focus REGEX] [--skip REGEX] [--shards N] [--resume]
 #                       [--procs N] [--timeout DURATION] [--name NAME] [--registry-mirror] [--keep-up]
@@ -32,6 +32,12 @@
 #                          Level HugePages Resources), all [Serial]; they
 #                          reserve huge pages and restart the agent, as the
 #                          node suite runs
+#                node-cpu  e2e_node.test, its CPU Manager, Memory Manager and
+#                          Topology Manager tests and their metrics (all
+#                          [Serial]; they restart the agent with the static
+#                          policies), not those of pod-level resource
+#                          managers (alpha gate PodLevelResourceManagers),
+#                          as the node suite runs
 #                certificates
 #                          e2e.test, its [sig-auth] tests of projected pod
 #                          certificates (with the suite's own signer) and
@@ -219,6 +225,10 @@ case $suite in
     test_bin=e2e_node.test; default_skip='\[Flaky\]'; default_shards=1; default_timeout=1h
     base_focus='\[sig-node\] (PodPidsLimit |HugePages \[Feature:HugePages\]|Pod Level HugePages Resources )'
     ;;
+  node-cpu)
+    test_bin=e2e_node.test; default_skip='\[Flaky\]|Pod Level Resources'; default_shards=1; default_timeout=1h
+    base_focus='\[sig-node\] (CPU Manager|Memory Manager|Topology Manager)'
+    ;;
   certificates)
     test_bin=e2e.test; default_shards=1
     base_focus='\[sig-auth\] (Projected PodCertificate |\[FeatureGate:ClusterTrustBundle\] |PodCertificateRequest API )'
@@ -241,7 +251,7 @@ case $suite in
     test_bin=e2e_node.test; base_focus='\[DRA\]'; default_skip='\[Flaky\]'; default_shards=1
     default_timeout=3h
     ;;
-  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection|node-resources|certificates|storage|storage-csi|dra)" ;;
+  *) die "unknown suite '$suite' (e2e|e2e-slow|node|node-protection|node-resources|node-cpu|certificates|storage|storage-csi|dra)" ;;
 esac
 # The node suite's way of running (against the existing node, the agent
 # restarted through the systemctl stand-in).

@@ -238,7 +238,7 @@ pub struct Settings {
 pub struct ResourceManagers {
     /// `cpuManagerPolicy` (`none`): `static` gives Guaranteed containers
     /// with whole CPUs exclusive ones.
-    pub cpu_policy: crate::cpu_manager::PolicyName,
+    pub cpu_policy: CpuManagerPolicy,
     /// `cpuManagerPolicyOptions` (empty): option name to value.
     pub cpu_policy_options: BTreeMap<String, String>,
     /// `cpuManagerReconcilePeriod` (10 s): how often every container's
@@ -247,7 +247,7 @@ pub struct ResourceManagers {
     /// `reservedSystemCPUs` (none): CPUs kept for the system, never given
     /// to containers; instead of the CPUs of `kubeReserved` and
     /// `systemReserved`.
-    pub reserved_system_cpus: Option<crate::cpu_manager::cpuset::CpuSet>,
+    pub reserved_system_cpus: Option<crate::cpuset::CpuSet>,
     /// `memoryManagerPolicy` (`None`).
     pub memory_policy: String,
     /// `reservedMemory` (empty): memory reserved per NUMA node.
@@ -265,7 +265,7 @@ pub struct ResourceManagers {
 impl Default for ResourceManagers {
     fn default() -> Self {
         Self {
-            cpu_policy: crate::cpu_manager::PolicyName::None,
+            cpu_policy: CpuManagerPolicy::None,
             cpu_policy_options: BTreeMap::new(),
             cpu_reconcile_period: Duration::from_secs(10),
             reserved_system_cpus: None,
@@ -275,6 +275,39 @@ impl Default for ResourceManagers {
             topology_scope: crate::topology_manager::Scope::Container,
             topology_options: crate::topology_manager::Options::default(),
             topology_options_text: BTreeMap::new(),
+        }
+    }
+}
+
+/// `cpuManagerPolicy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CpuManagerPolicy {
+    /// `none`: every container runs on every CPU (the default).
+    #[default]
+    None,
+    /// `static`: Guaranteed containers asking for whole CPUs get them alone.
+    Static,
+}
+
+impl CpuManagerPolicy {
+    /// Reads a policy name.
+    ///
+    /// # Errors
+    /// The kubelet's `unknown policy: "<name>"`.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "none" | "" => Ok(Self::None),
+            "static" => Ok(Self::Static),
+            _ => Err(format!("none or static (unknown policy: {name:?})")),
+        }
+    }
+
+    /// The name, as the checkpoint and the configuration write it.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Static => "static",
         }
     }
 }
@@ -1491,8 +1524,8 @@ impl KubeletConfiguration {
     fn apply_resource_managers(&self, path: &Path, s: &mut Settings) -> Result<(), Error> {
         let r = &mut s.resource_managers;
         if let Some(name) = &self.cpu_manager_policy {
-            r.cpu_policy = crate::cpu_manager::PolicyName::parse(name)
-                .map_err(|e| bad(path, "cpuManagerPolicy", &e))?;
+            r.cpu_policy =
+                CpuManagerPolicy::parse(name).map_err(|e| bad(path, "cpuManagerPolicy", &e))?;
         }
         set(
             &mut r.cpu_policy_options,
@@ -1503,7 +1536,7 @@ impl KubeletConfiguration {
             self.cpu_manager_reconcile_period,
         );
         if let Some(list) = &self.reserved_system_cpus {
-            let set = crate::cpu_manager::cpuset::CpuSet::parse(list)
+            let set = crate::cpuset::CpuSet::parse(list)
                 .map_err(|e| bad(path, "reservedSystemCPUs", &format!("a CPU list ({e})")))?;
             r.reserved_system_cpus = (!set.is_empty()).then_some(set);
         }
@@ -2573,7 +2606,7 @@ volumeStatsAggPeriod: 0s
                 .is_empty()
         );
         let r = &s.resource_managers;
-        assert_eq!(r.cpu_policy, crate::cpu_manager::PolicyName::Static);
+        assert_eq!(r.cpu_policy, CpuManagerPolicy::Static);
         assert_eq!(r.cpu_policy_options["full-pcpus-only"], "true");
         assert_eq!(r.cpu_reconcile_period, Duration::from_secs(5));
         assert_eq!(r.reserved_system_cpus.as_ref().unwrap().to_string(), "0,2");

@@ -19,6 +19,7 @@ pub mod config;
 pub mod container;
 pub mod container_gc;
 pub mod cpu_manager;
+pub mod cpuset;
 pub mod credential_provider;
 pub mod cri;
 pub mod csr_approver;

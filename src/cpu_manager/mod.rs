@@ -18,7 +18,6 @@
 //!   policy over an existing state stops it with the kubelet's message.
 
 pub mod assignment;
-pub mod cpuset;
 #[cfg(test)]
 pub mod fixtures;
 pub mod policy;
@@ -32,8 +31,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::{info, warn};
 
-pub use cpuset::CpuSet;
-pub use policy::{AllocationError, PolicyName, PolicyOptions};
+pub use crate::config::CpuManagerPolicy as PolicyName;
+pub use crate::cpuset::{self, CpuSet};
+pub use policy::{AllocationError, PolicyOptions};
 use policy::{State, StaticPolicy};
 use topology::CpuTopology;
 

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::PolicyName;
-use super::cpuset::CpuSet;
 use super::policy::State;
+use crate::cpuset::CpuSet;
 
 /// The checkpoint's file name.
 pub const FILE: &str = "cpu_manager_state";

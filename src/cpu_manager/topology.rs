@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use super::cpuset::CpuSet;
+use crate::cpuset::CpuSet;
 
 /// Errors reading the topology from sysfs.
 #[derive(Debug, thiserror::Error)]

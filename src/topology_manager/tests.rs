@@ -379,7 +379,11 @@ fn options_and_names_are_read_with_the_kubelets_messages() {
         ..Options::default()
     };
     assert!(wide.check_machine(Policy::Restricted, 16).is_ok());
-    assert!(wide.check_machine(Policy::Restricted, 17).unwrap_err().contains("more than 16"));
+    assert!(
+        wide.check_machine(Policy::Restricted, 17)
+            .unwrap_err()
+            .contains("more than 16")
+    );
     assert_eq!(
         Policy::parse("single-numa-node"),
         Ok(Policy::SingleNumaNode)

@@ -7,8 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::cpuset::CpuSet;
 use super::topology::{CpuInfo, CpuTopology};
+use crate::cpuset::CpuSet;
 
 /// Errors of an allocation, with the kubelet's messages.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -7,44 +7,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+pub use super::PolicyName;
 use super::assignment;
-use super::cpuset::CpuSet;
 use super::topology::CpuTopology;
+use crate::cpuset::CpuSet;
 use crate::pod_core::qos::{QosClass, qos_class};
 use crate::topology_manager::{Hint, NumaMask};
-
-/// `cpuManagerPolicy`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum PolicyName {
-    /// `none`: every container runs on every CPU (the default).
-    #[default]
-    None,
-    /// `static`: Guaranteed containers asking for whole CPUs get them alone.
-    Static,
-}
-
-impl PolicyName {
-    /// Reads a policy name.
-    ///
-    /// # Errors
-    /// The kubelet's `unknown policy: "<name>"`.
-    pub fn parse(name: &str) -> Result<Self, String> {
-        match name {
-            "none" | "" => Ok(Self::None),
-            "static" => Ok(Self::Static),
-            _ => Err(format!("none or static (unknown policy: {name:?})")),
-        }
-    }
-
-    /// The name, as the checkpoint and the configuration write it.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Static => "static",
-        }
-    }
-}
 
 /// `cpuManagerPolicyOptions` of the static policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
