@@ -287,6 +287,22 @@ pub struct Metrics {
     /// `kubelet_credential_provider_config_info{hash}`: 1 for the
     /// configuration in use.
     pub credential_provider_config_info: Family<ConfigHash, Gauge>,
+    /// `kubelet_cpu_manager_pinning_requests_total`: allocations of
+    /// exclusive CPUs asked of the static policy.
+    pub cpu_manager_pinning_requests: Counter,
+    /// `kubelet_cpu_manager_pinning_errors_total`: those that failed.
+    pub cpu_manager_pinning_errors: Counter,
+    /// `kubelet_cpu_manager_shared_pool_size_millicores`: the shared pool
+    /// less the reserved CPUs, millicores.
+    pub cpu_manager_shared_pool_size_millicores: Gauge,
+    /// `kubelet_cpu_manager_exclusive_cpu_allocation_count`: CPUs given to
+    /// containers alone.
+    pub cpu_manager_exclusive_cpu_allocation_count: Gauge,
+    /// `kubelet_topology_manager_admission_requests_total`: pods the
+    /// topology manager admitted or rejected.
+    pub topology_manager_admission_requests: Counter,
+    /// `kubelet_topology_manager_admission_errors_total`: pods it rejected.
+    pub topology_manager_admission_errors: Counter,
     /// Pod UID → when the pod worker first saw it, and whether its start was recorded.
     first_seen: Mutex<HashMap<String, (Instant, bool)>>,
     /// The registry of `/metrics/probes`.
@@ -341,6 +357,12 @@ impl Metrics {
             credential_provider_plugin_duration: Family::new_with_constructor(def_histogram),
             credential_provider_plugin_errors: Family::default(),
             credential_provider_config_info: Family::default(),
+            cpu_manager_pinning_requests: Counter::default(),
+            cpu_manager_pinning_errors: Counter::default(),
+            cpu_manager_shared_pool_size_millicores: Gauge::default(),
+            cpu_manager_exclusive_cpu_allocation_count: Gauge::default(),
+            topology_manager_admission_requests: Counter::default(),
+            topology_manager_admission_errors: Counter::default(),
             first_seen: Mutex::default(),
             probes_registry: Registry::default(),
             probe_total: Family::default(),
@@ -479,6 +501,36 @@ impl Metrics {
             "credential_provider_config_info",
             "Information about the last applied credential provider configuration with hash as label",
             self.credential_provider_config_info.clone(),
+        );
+        registry.register(
+            "cpu_manager_pinning_requests",
+            "The number of cpu core allocations which required pinning.",
+            self.cpu_manager_pinning_requests.clone(),
+        );
+        registry.register(
+            "cpu_manager_pinning_errors",
+            "The number of cpu core allocations which required pinning failed.",
+            self.cpu_manager_pinning_errors.clone(),
+        );
+        registry.register(
+            "cpu_manager_shared_pool_size_millicores",
+            "The size of the shared CPU pool for non-guaranteed QoS pods, in millicores.",
+            self.cpu_manager_shared_pool_size_millicores.clone(),
+        );
+        registry.register(
+            "cpu_manager_exclusive_cpu_allocation_count",
+            "The total number of CPUs exclusively allocated to containers running on this node",
+            self.cpu_manager_exclusive_cpu_allocation_count.clone(),
+        );
+        registry.register(
+            "topology_manager_admission_requests",
+            "The number of admission requests where resources have to be aligned.",
+            self.topology_manager_admission_requests.clone(),
+        );
+        registry.register(
+            "topology_manager_admission_errors",
+            "The number of admission request failures where resources could not be aligned.",
+            self.topology_manager_admission_errors.clone(),
         );
     }
 

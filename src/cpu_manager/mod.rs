@@ -150,10 +150,12 @@ impl CpuManager {
             info!(reserved = %p.reserved(), shared = %state.default, "CPU manager: static policy");
         }
         state::save(root_dir, name, &state)?;
+        let inner = Inner { policy, state };
+        Self::record(&inner);
         Ok(Self {
             name,
             dir: root_dir.to_path_buf(),
-            inner: Arc::new(Mutex::new(Inner { policy, state })),
+            inner: Arc::new(Mutex::new(inner)),
         })
     }
 
@@ -205,14 +207,39 @@ impl CpuManager {
         let mut inner = self.lock();
         let Inner { policy, state } = &mut *inner;
         let Some(policy) = policy else { return Ok(()) };
-        if let Some(cpus) = policy.allocate(state, pod, c, hint)? {
+        if policy::guaranteed_cpus(pod, c) > 0 {
+            crate::metrics::metrics().cpu_manager_pinning_requests.inc();
+        }
+        let given = policy.allocate(state, pod, c, hint).inspect_err(|_| {
+            crate::metrics::metrics().cpu_manager_pinning_errors.inc();
+        })?;
+        if let Some(cpus) = given {
             info!(pod = pod.metadata.name.as_deref().unwrap_or_default(), container = %c.name, %cpus, "exclusive CPUs given");
         }
         self.save(&inner);
         Ok(())
     }
 
+    /// Sets the pool gauges from the state (`updateMetricsOnStart`).
+    fn record(inner: &Inner) {
+        let Some(policy) = &inner.policy else { return };
+        let m = crate::metrics::metrics();
+        let shared = inner.state.default.difference(policy.reserved()).len();
+        let given = inner
+            .state
+            .assignments
+            .values()
+            .flat_map(|c| c.values())
+            .fold(CpuSet::new(), |u, s| u.union(s))
+            .len();
+        m.cpu_manager_shared_pool_size_millicores
+            .set(i64::try_from(shared.saturating_mul(1000)).unwrap_or(i64::MAX));
+        m.cpu_manager_exclusive_cpu_allocation_count
+            .set(i64::try_from(given).unwrap_or(i64::MAX));
+    }
+
     fn save(&self, inner: &Inner) {
+        Self::record(inner);
         if let Err(e) = state::save(&self.dir, self.name, &inner.state) {
             warn!(error = %e, "CPU manager checkpoint not written");
         }

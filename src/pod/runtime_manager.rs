@@ -1009,10 +1009,10 @@ impl RuntimeManager {
         }
         // Its CPUs: its exclusive ones, else the shared pool (the kubelet's
         // PreCreateContainer).
-        if let Some(cpus) = self.cpus.as_ref().and_then(|m| m.cpuset(&uid, &c.name)) {
-            if let Some(r) = config.linux.as_mut().and_then(|l| l.resources.as_mut()) {
-                r.cpuset_cpus = cpus.to_string();
-            }
+        if let Some(cpus) = self.cpus.as_ref().and_then(|m| m.cpuset(&uid, &c.name))
+            && let Some(r) = config.linux.as_mut().and_then(|l| l.resources.as_mut())
+        {
+            r.cpuset_cpus = cpus.to_string();
         }
         // The CDI devices of its claims, as prepared by their DRA drivers
         // (the kubelet's GetResources).

@@ -96,7 +96,10 @@ pub fn admit(pod: &Pod, topology: &TopologyManager, cpus: &CpuManager) -> Result
         }
         Ok(())
     })();
+    let m = crate::metrics::metrics();
+    m.topology_manager_admission_requests.inc();
     if result.is_err() {
+        m.topology_manager_admission_errors.inc();
         cpus.remove_pod(pod.metadata.uid.as_deref().unwrap_or_default());
     }
     result

@@ -216,7 +216,7 @@ impl<'a> Accumulator<'a> {
             .filter(|(_, c)| cores.contains(&c.core))
             .map(|(cpu, _)| *cpu)
             .collect();
-        if self.needed % 2 != 0 && per_core > 1 && cpus.len() > self.needed {
+        if !self.needed.is_multiple_of(2) && per_core > 1 && cpus.len() > self.needed {
             cpus.pop();
         }
         if cpus.len() == self.needed {
@@ -481,7 +481,7 @@ pub fn take_distributed(
     group: usize,
 ) -> Result<CpuSet, Error> {
     let group = group.max(1);
-    if n % group != 0 {
+    if !n.is_multiple_of(group) {
         return take_packed(topo, available, n, false);
     }
     let mut acc = Accumulator::new(topo, available, n);

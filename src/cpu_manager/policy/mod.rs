@@ -323,7 +323,7 @@ impl StaticPolicy {
         }
         if self.options.full_pcpus_only {
             let per_core = self.topo.cpus_per_core();
-            if n % per_core != 0 {
+            if !n.is_multiple_of(per_core) {
                 return Err(AllocationError {
                     reason: SMT_ALIGNMENT_ERROR,
                     message: format!(

@@ -172,7 +172,13 @@ fn start_fills_an_empty_state_and_checks_a_restored_one() {
 #[test]
 fn allocation_follows_the_kubelets_static_policy_add_cases() {
     // (topology, shared pool, cpu request, expected exclusive CPUs or error)
-    let cases: Vec<(CpuTopology, &str, &str, Result<Option<&str>, &str>)> = vec![
+    type Case = (
+        CpuTopology,
+        &'static str,
+        &'static str,
+        Result<Option<&'static str>, &'static str>,
+    );
+    let cases: Vec<Case> = vec![
         (single_socket_ht(), "0-7", "1", Ok(Some("4"))),
         (single_socket_ht(), "0-1,4-5", "2", Ok(Some("1,5"))),
         (dual_socket_ht(), "0-1,3-11", "6", Ok(Some("1,3,5,7,9,11"))),

@@ -4,7 +4,8 @@
 //! one CPU runs on CPU 1 alone; a BestEffort pod started before it shrinks
 //! to CPU 0 within a reconcile period; the kubelet's own pod resources
 //! client sees the pinned CPU and CPU 1 as allocatable; a restart keeps the
-//! assignment (the checkpoint); once the pinned pod goes, the shared pod
+//! assignment (the checkpoint); the kubelet's CPU manager metrics count
+//! it; once the pinned pod goes, the shared pod
 //! gets CPU 1 back. Every pod's CPUs change, so it runs alone; the agent is
 //! restarted with its usual configuration (and its checkpoint removed) at
 //! the end.
@@ -165,6 +166,27 @@ async fn a_guaranteed_pod_gets_cpu_1_alone_and_the_shared_pool_follows() {
     assert_eq!(allocatable, serde_json::json!([1]));
     let (cpus, _) = pod_resources_view(&ns, "shared");
     assert!(cpus.as_array().is_none_or(Vec::is_empty), "shared: {cpus}");
+    // The kubelet's metrics of the pool.
+    let (code, metrics, err) = kubectl(
+        &[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{}/proxy/metrics", node_name()),
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "metrics: {err}");
+    for line in [
+        "kubelet_cpu_manager_exclusive_cpu_allocation_count 1",
+        "kubelet_cpu_manager_shared_pool_size_millicores 0",
+        "kubelet_cpu_manager_pinning_requests_total 1",
+        "kubelet_topology_manager_admission_requests_total 2",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in /metrics"
+        );
+    }
     let state = std::fs::read_to_string(checkpoint()).expect("checkpoint");
     assert!(state.contains("\"policyName\":\"static\""), "{state}");
 
