@@ -518,7 +518,7 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
     tokio::spawn(dra.clone().run_probes());
     let (node_store, devices) =
         start_node_loops(&base, &facts, (&pressures, &shutting_down), &drivers, &dra)?;
-    let (cpus, topology) = resource_managers(&base.settings)?;
+    let (cpus, memory, topology) = resource_managers(&base.settings, &facts.machine)?;
     let node = NodeParts {
         volumes,
         cgroups,
@@ -528,6 +528,7 @@ async fn build(args: RunArgs) -> anyhow::Result<Parts> {
         pressures,
         shutting_down,
         cpus,
+        memory,
         topology,
     };
     let (ctx, pods) = pod_worker(&base, &facts, node);
@@ -957,23 +958,27 @@ struct NodeParts {
     shutting_down: tokio::sync::watch::Receiver<bool>,
     /// The CPU manager.
     cpus: crate::cpu_manager::CpuManager,
+    /// The memory manager.
+    memory: crate::memory_manager::MemoryManager,
     /// The topology manager's settings.
     topology: crate::topology_manager::TopologyManager,
 }
 
-/// The CPU manager and the topology manager of the settings, over the
+/// The CPU, memory and topology managers of the settings, over the
 /// machine's topology as sysfs gives it, as the kubelet's container manager
-/// makes them (`NewManager` of each): the CPU manager's state restored and
-/// checked, the machine's NUMA nodes counted against the topology
-/// manager's limit.
+/// makes them (`NewManager` of each): the managers' states restored and
+/// checked, `reservedMemory` against node allocatable, the machine's NUMA
+/// nodes counted against the topology manager's limit.
 ///
 /// # Errors
-/// The topology cannot be read, a setting does not fit the machine, or the
-/// CPU manager's checkpoint is of another policy or does not fit.
+/// The topology cannot be read, a setting does not fit the machine, or a
+/// manager's checkpoint is of another policy or does not fit.
 fn resource_managers(
     settings: &Settings,
+    machine: &MachineInfo,
 ) -> anyhow::Result<(
     crate::cpu_manager::CpuManager,
+    crate::memory_manager::MemoryManager,
     crate::topology_manager::TopologyManager,
 )> {
     let sys = std::path::Path::new("/sys");
@@ -994,13 +999,33 @@ fn resource_managers(
         topo,
         true,
     )?;
+    let nodes = crate::memory_manager::discover(sys, machine.memory_bytes, &machine.huge_pages);
+    let reserved = if r.memory_policy == "Static" {
+        let held: std::collections::BTreeMap<String, u64> =
+            crate::node::status::reservation(machine, &settings.reservations)
+                .into_iter()
+                .filter(|(k, _)| k == "memory" || k.starts_with("hugepages-"))
+                .map(|(k, q)| (k, u64::try_from(q.value()).unwrap_or(0)))
+                .collect();
+        crate::memory_manager::reserved_by_node(&r.reserved_memory, &nodes, &held)
+            .map_err(anyhow::Error::msg)?
+    } else {
+        std::collections::BTreeMap::new()
+    };
+    let memory = crate::memory_manager::MemoryManager::new(
+        &r.memory_policy,
+        nodes,
+        reserved,
+        &settings.root_dir,
+    )
+    .map_err(anyhow::Error::msg)?;
     let topology = crate::topology_manager::TopologyManager {
         policy: r.topology_policy,
         scope: r.topology_scope,
         options: r.topology_options.clone(),
         info,
     };
-    Ok((cpus, topology))
+    Ok((cpus, memory, topology))
 }
 
 /// The pod worker's context and the pod controller's inputs: the PLEG, the
@@ -1085,6 +1110,7 @@ fn pod_worker(
             devices: Some(node.devices),
             dra: node.dra,
             cpus: Some(node.cpus),
+            memory: Some(node.memory),
             topology: node.topology,
         },
         status: Arc::new(StatusManager::new(client.clone(), sources.clone())),
@@ -1260,6 +1286,7 @@ fn serve_pod_resources(
         lister,
         ctx.devices().cloned(),
         ctx.cpus().cloned(),
+        ctx.memory().cloned(),
         Some(ctx.dra().clone()),
     )?;
     Ok(())

@@ -1557,15 +1557,9 @@ impl KubeletConfiguration {
         }
         let r = &mut s.resource_managers;
         if let Some(policy) = &self.memory_manager_policy {
-            match policy.as_str() {
-                "None" | "" => r.memory_policy = "None".into(),
-                "Static" => {
-                    return Err(Error::Unsupported {
-                        path: path.to_path_buf(),
-                        field: "memoryManagerPolicy".into(),
-                        message: "\"Static\" is not supported by this agent (supported: None): the memory manager has no NUMA-aware policy".into(),
-                    });
-                }
+            r.memory_policy = match policy.as_str() {
+                "None" | "" => "None".into(),
+                "Static" => "Static".into(),
                 other => {
                     return Err(bad(
                         path,
@@ -1573,7 +1567,16 @@ impl KubeletConfiguration {
                         &format!("None or Static (unknown policy: {other:?})"),
                     ));
                 }
-            }
+            };
+        }
+        if let Some(reserved) = &self.reserved_memory {
+            validate_reserved_memory(reserved).map_err(|e| {
+                bad(
+                    path,
+                    "reservedMemory",
+                    &format!("memory and huge pages per NUMA node (invalid configuration: {e})"),
+                )
+            })?;
         }
         set(&mut r.reserved_memory, self.reserved_memory.clone());
         if let Some(name) = &self.topology_manager_policy {
@@ -2329,6 +2332,40 @@ fn gates<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, Valu
     read(d, "a mapping of gate names to true or false", Some)
 }
 
+/// Checks `reservedMemory` as the kubelet's `validateReservedMemoryConfiguration`:
+/// only `memory` and `hugepages-<size>`, none zero, none twice for a node.
+///
+/// # Errors
+/// The kubelet's message, without its `invalid configuration: ` prefix.
+fn validate_reserved_memory(reserved: &[ReservedMemory]) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for r in reserved {
+        for (name, q) in &r.limits {
+            if name != "memory" && !name.starts_with("hugepages-") {
+                return Err(format!(
+                    "the limit type {name:?} for NUMA node {} is not supported, only [memory hugepages-<HugePageSize>] is accepted",
+                    r.numa_node
+                ));
+            }
+            let zero = crate::resource::Quantity::parse(q)
+                .map_or(true, crate::resource::Quantity::is_zero);
+            if zero {
+                return Err(format!(
+                    "reserved memory may not be zero for NUMA node {} and resource {name:?}",
+                    r.numa_node
+                ));
+            }
+            if !seen.insert((r.numa_node, name.clone())) {
+                return Err(format!(
+                    "the reserved memory has a duplicate value for NUMA node {} and resource {name:?}",
+                    r.numa_node
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `cpuManagerPolicyOptions` and `topologyManagerPolicyOptions`: option
 /// names to string values.
 fn options<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, String>>, D::Error> {
@@ -2599,7 +2636,7 @@ volumeStatsAggPeriod: 0s
                     cpuManagerReconcilePeriod: 5s\nreservedSystemCPUs: \"0,2\"\nkubeReserved:\n  cpu: 500m\n\
                     topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n\
                     topologyManagerPolicyOptions:\n  prefer-closest-numa-nodes: \"true\"\n\
-                    memoryManagerPolicy: None\n";
+                    memoryManagerPolicy: Static\nreservedMemory:\n- numaNode: 0\n  limits:\n    memory: 1Gi\n";
         assert!(
             apply_file_text(&mut s, Path::new("k.yaml"), text)
                 .unwrap()
@@ -2616,6 +2653,8 @@ volumeStatsAggPeriod: 0s
         );
         assert_eq!(r.topology_scope, crate::topology_manager::Scope::Pod);
         assert!(r.topology_options.prefer_closest_numa_nodes);
+        assert_eq!(r.memory_policy, "Static");
+        assert_eq!(r.reserved_memory[0].limits["memory"], "1Gi");
         // The CPUs named replace the cpu reservations, as --reserved-cpus.
         assert_eq!(s.reservations.system_reserved["cpu"], "2");
         assert!(!s.reservations.kube_reserved.contains_key("cpu"));
@@ -2632,8 +2671,16 @@ volumeStatsAggPeriod: 0s
                 "should not be less than 8",
             ),
             (
-                "memoryManagerPolicy: Static\n",
-                "not supported by this agent",
+                "reservedMemory:\n- numaNode: 0\n  limits:\n    cpu: \"1\"\n",
+                "only [memory hugepages-<HugePageSize>] is accepted",
+            ),
+            (
+                "reservedMemory:\n- numaNode: 0\n  limits:\n    memory: \"0\"\n",
+                "may not be zero",
+            ),
+            (
+                "reservedMemory:\n- numaNode: 1\n  limits:\n    memory: 1Gi\n- numaNode: 1\n  limits:\n    memory: 2Gi\n",
+                "duplicate value for NUMA node 1",
             ),
             ("memoryManagerPolicy: Dynamic\n", "unknown policy"),
             (

@@ -35,6 +35,7 @@ pub mod image_policy;
 pub mod labels;
 pub mod log_links;
 pub mod log_manager;
+pub mod memory_manager;
 pub mod metrics;
 pub mod names;
 pub mod node;

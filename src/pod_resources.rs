@@ -29,9 +29,10 @@
 //! `cpu_ids` are its exclusive CPUs from the CPU manager (none under the
 //! `none` policy, or for a container on the shared pool), and
 //! `GetAllocatableResources` lists the CPUs the static policy may give. The
-//! agent has no NUMA-aware memory manager: memory blocks are always empty,
-//! as the kubelet reports them under the `None` policy. A device's NUMA
-//! topology is reported when its plugin gave one.
+//! memory manager's `Static` policy reports each container's memory blocks
+//! and each NUMA node's allocatable memory (empty under `None`, as the
+//! kubelet's). A device's NUMA topology is reported when its plugin gave
+//! one.
 
 use std::num::NonZeroU32;
 use std::path::Path;
@@ -131,6 +132,30 @@ pub fn dynamic_resources(claims: &[crate::dra::cache::ClaimInfo]) -> Vec<v1::Dyn
         .collect()
 }
 
+/// A container's exclusive CPUs (`cpu_ids`) and memory blocks (`memory`).
+pub type Pinned = (Vec<i64>, Vec<v1::ContainerMemory>);
+
+/// Memory blocks as the API's `ContainerMemory`, one per block
+/// (`memory_type`, `size` in bytes, the NUMA nodes).
+#[must_use]
+pub fn container_memory(blocks: &[crate::memory_manager::Block]) -> Vec<v1::ContainerMemory> {
+    blocks
+        .iter()
+        .map(|b| v1::ContainerMemory {
+            memory_type: b.type_.clone(),
+            size: b.size,
+            topology: Some(v1::TopologyInfo {
+                nodes: b
+                    .numa_affinity
+                    .iter()
+                    .filter_map(|n| i64::try_from(*n).ok())
+                    .map(|id| v1::NumaNode { id })
+                    .collect(),
+            }),
+        })
+        .collect()
+}
+
 /// A pod's resources for v1 `List` and `Get`: its restartable init
 /// containers (sidecars), then its regular containers, each with what
 /// `devices` answers for (pod UID, container name) and the claims `claims`
@@ -139,7 +164,7 @@ pub fn dynamic_resources(claims: &[crate::dra::cache::ClaimInfo]) -> Vec<v1::Dyn
 pub fn pod_resources(
     pod: &Pod,
     devices: impl Fn(&str, &str) -> DevicesByResource,
-    cpu_ids: impl Fn(&str, &str) -> Vec<i64>,
+    pinned: impl Fn(&str, &str) -> Pinned,
     claims: impl Fn(&Container) -> Vec<crate::dra::cache::ClaimInfo>,
 ) -> v1::PodResources {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -147,12 +172,15 @@ pub fn pod_resources(
         .iter()
         .filter(|c| crate::pod_core::spec::is_sidecar(c));
     let regular = crate::pod_core::spec::main_containers(pod);
-    let container = |c: &Container| v1::ContainerResources {
-        name: c.name.clone(),
-        devices: container_devices(&devices(uid, &c.name)),
-        cpu_ids: cpu_ids(uid, &c.name),
-        dynamic_resources: dynamic_resources(&claims(c)),
-        ..Default::default()
+    let container = |c: &Container| {
+        let (cpu_ids, memory) = pinned(uid, &c.name);
+        v1::ContainerResources {
+            name: c.name.clone(),
+            devices: container_devices(&devices(uid, &c.name)),
+            cpu_ids,
+            memory,
+            dynamic_resources: dynamic_resources(&claims(c)),
+        }
     };
     v1::PodResources {
         name: pod.metadata.name.clone().unwrap_or_default(),
@@ -189,17 +217,18 @@ pub fn alpha_pod_resources(
 
 /// The node's allocatable resources for `GetAllocatableResources`: every
 /// healthy device of `healthy` (resource → device IDs and topology), one
-/// entry each, as the kubelet's `GetAllocatableDevices`, and the CPUs
-/// `cpu_ids` the CPU manager may give (`GetAllocatableCPUs`). Pure.
+/// entry each, as the kubelet's `GetAllocatableDevices`, the CPUs the CPU
+/// manager may give (`GetAllocatableCPUs`) and each NUMA node's
+/// allocatable memory (`GetAllocatableMemory`). Pure.
 #[must_use]
 pub fn allocatable(
     healthy: &[(String, Vec<(String, Topology)>)],
-    cpu_ids: Vec<i64>,
+    (cpu_ids, memory): Pinned,
 ) -> v1::AllocatableResourcesResponse {
     v1::AllocatableResourcesResponse {
         devices: container_devices(healthy),
         cpu_ids,
-        ..Default::default()
+        memory,
     }
 }
 
@@ -224,6 +253,7 @@ struct Inner {
     pods: PodsProvider,
     devices: Option<DeviceManager>,
     cpus: Option<crate::cpu_manager::CpuManager>,
+    memory: Option<crate::memory_manager::MemoryManager>,
     dra: Option<crate::dra::DraManager>,
     limiter: governor::DefaultDirectRateLimiter,
 }
@@ -246,12 +276,19 @@ impl Inner {
             .unwrap_or_default()
     }
 
-    fn cpu_ids(&self, uid: &str, container: &str) -> Vec<i64> {
-        self.cpus
+    fn pinned(&self, uid: &str, container: &str) -> Pinned {
+        let cpus = self
+            .cpus
             .as_ref()
             .and_then(|m| m.exclusive(uid, container))
             .map(|set| ids(&set))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let memory = self
+            .memory
+            .as_ref()
+            .map(|m| container_memory(&m.blocks(uid, container)))
+            .unwrap_or_default();
+        (cpus, memory)
     }
 
     fn claims(&self, pod: &Pod, c: &Container) -> Vec<crate::dra::cache::ClaimInfo> {
@@ -280,7 +317,7 @@ impl v1::pod_resources_lister_server::PodResourcesLister for V1Service {
                 pod_resources(
                     p,
                     |u, c| s.devices(u, c),
-                    |u, c| s.cpu_ids(u, c),
+                    |u, c| s.pinned(u, c),
                     |c| s.claims(p, c),
                 )
             })
@@ -306,7 +343,12 @@ impl v1::pod_resources_lister_server::PodResourcesLister for V1Service {
             .as_ref()
             .map(|m| ids(&m.allocatable()))
             .unwrap_or_default();
-        Ok(Response::new(allocatable(&healthy, cpus)))
+        let memory = s
+            .memory
+            .as_ref()
+            .map(|m| container_memory(&m.allocatable()))
+            .unwrap_or_default();
+        Ok(Response::new(allocatable(&healthy, (cpus, memory))))
     }
 
     async fn get(
@@ -332,7 +374,7 @@ impl v1::pod_resources_lister_server::PodResourcesLister for V1Service {
             pod_resources: Some(pod_resources(
                 &pod,
                 |u, c| s.devices(u, c),
-                |u, c| s.cpu_ids(u, c),
+                |u, c| s.pinned(u, c),
                 |c| s.claims(&pod, c),
             )),
         }))
@@ -373,6 +415,7 @@ pub fn serve(
     pods: PodsProvider,
     devices: Option<DeviceManager>,
     cpus: Option<crate::cpu_manager::CpuManager>,
+    memory: Option<crate::memory_manager::MemoryManager>,
     dra: Option<crate::dra::DraManager>,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
     let socket = root_dir.join(DIR_NAME).join(SOCKET);
@@ -382,6 +425,7 @@ pub fn serve(
         pods,
         devices,
         cpus,
+        memory,
         dra,
         limiter: governor::RateLimiter::direct(governor::Quota::per_second(qps).allow_burst(burst)),
     });
@@ -431,7 +475,18 @@ mod tests {
 
     #[test]
     fn a_pod_lists_its_sidecars_then_its_containers_each_device_on_its_own() {
-        let cpus = |_: &str, c: &str| if c == "c2" { vec![1, 3] } else { Vec::new() };
+        let cpus = |_: &str, c: &str| {
+            if c == "c2" {
+                let block = crate::memory_manager::Block {
+                    numa_affinity: vec![0],
+                    type_: "memory".into(),
+                    size: 1 << 30,
+                };
+                (vec![1, 3], container_memory(&[block]))
+            } else {
+                (Vec::new(), Vec::new())
+            }
+        };
         let r = pod_resources(&web(), given, cpus, |_| Vec::new());
         assert_eq!((r.name.as_str(), r.namespace.as_str()), ("web", "default"));
         assert_eq!(
@@ -502,7 +557,7 @@ mod tests {
         let r = pod_resources(
             &web(),
             given,
-            |_, _| Vec::new(),
+            |_, _| (Vec::new(), Vec::new()),
             |c| {
                 if c.name == "c1" {
                     vec![claim.clone()]
@@ -562,7 +617,7 @@ mod tests {
                 vec![("n".to_string(), vec![])],
             ),
         ];
-        let r = allocatable(&healthy, vec![1]);
+        let r = allocatable(&healthy, (vec![1], Vec::new()));
         assert_eq!(r.cpu_ids, [1]);
         assert_eq!(
             r.devices.len(),
@@ -580,7 +635,11 @@ mod tests {
         }
         assert_eq!(r.devices[2].device_ids, ["n"]);
         assert_eq!(r.devices[2].topology, None);
-        assert!(allocatable(&[], Vec::new()).devices.is_empty());
+        assert!(
+            allocatable(&[], (Vec::new(), Vec::new()))
+                .devices
+                .is_empty()
+        );
     }
 
     /// The server on a socket: the calls, their errors and metrics, the rate
@@ -603,7 +662,7 @@ mod tests {
             Pods::Active => vec![running.clone()],
             Pods::All => vec![running.clone(), done.clone()],
         });
-        let server = serve(root.path(), lister, None, None, None).unwrap();
+        let server = serve(root.path(), lister, None, None, None, None).unwrap();
         let channel = crate::cri::unix_channel(dir.join(SOCKET)).await.unwrap();
         let mut client = PodResourcesListerClient::new(channel.clone());
         let before = |f: &Family| f.get_or_create(&v1_label()).get();

@@ -79,7 +79,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "the pod worker and the node object",
-        &["pod", "node", "eviction", "node_shutdown"],
+        &["pod", "node", "eviction", "node_shutdown", "memory_manager"],
     ),
     ("the node API", &["server", "pod_resources"]),
     // `bin`: the other programs built on the library (the test CSI driver).

@@ -127,7 +127,8 @@ pub async fn admission(
     }
     // The topology manager's handler: the containers' CPUs, aligned.
     if let Some(cpus) = ctx.cpus()
-        && let Err(rejection) = super::topology_admission::admit(pod, ctx.topology(), cpus)
+        && let Err(rejection) =
+            super::topology_admission::admit(pod, ctx.topology(), cpus, ctx.memory())
     {
         ctx.admission().overrule(
             pod.metadata.uid.as_deref().unwrap_or_default(),

@@ -263,6 +263,12 @@ impl Context {
         self.runtime.cpus.as_ref()
     }
 
+    /// The memory manager.
+    #[must_use]
+    pub fn memory(&self) -> Option<&crate::memory_manager::MemoryManager> {
+        self.runtime.memory.as_ref()
+    }
+
     /// The topology manager's settings.
     #[must_use]
     pub fn topology(&self) -> &crate::topology_manager::TopologyManager {

@@ -1,6 +1,7 @@
 //! The CPU manager's reconcile loop, as the kubelet's `reconcileState`:
-//! every `cpuManagerReconcilePeriod` the CPUs of pods no longer active go
-//! back to the shared pool, and each running container of an active pod
+//! every `cpuManagerReconcilePeriod` the CPUs (and the memory manager's
+//! blocks, its `removeStaleState`) of pods no longer active go back to the
+//! shared pool, and each running container of an active pod
 //! whose cpuset differs from what it was last given is updated in place
 //! (CRI `UpdateContainerResources` with `cpuset_cpus` alone), so that
 //! shared containers follow the pool as it shrinks and grows.
@@ -76,6 +77,12 @@ async fn reconcile(
 ) -> Result<(), crate::cri::Error> {
     let active = active_containers(ctx);
     cpus.remove_stale(&active);
+    if let Some(memory) = ctx.memory() {
+        memory.remove_stale(&active);
+    }
+    if cpus.policy() == PolicyName::None {
+        return Ok(());
+    }
     let containers = ctx.cri().list_containers(HashMap::new()).await?;
     pushed.retain(|id, _| containers.iter().any(|c| &c.id == id));
     for c in containers {

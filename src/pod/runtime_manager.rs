@@ -72,6 +72,8 @@ pub struct RuntimeManager {
     pub dra: crate::dra::DraManager,
     /// The CPU manager: the cpuset each container is created with.
     pub cpus: Option<crate::cpu_manager::CpuManager>,
+    /// The memory manager: the `cpuset.mems` each container is created with.
+    pub memory: Option<crate::memory_manager::MemoryManager>,
     /// The topology manager's settings, for admission.
     pub topology: crate::topology_manager::TopologyManager,
 }
@@ -1013,6 +1015,15 @@ impl RuntimeManager {
             && let Some(r) = config.linux.as_mut().and_then(|l| l.resources.as_mut())
         {
             r.cpuset_cpus = cpus.to_string();
+        }
+        // Its memory's NUMA nodes, when the memory manager pinned it.
+        if let Some(mems) = self
+            .memory
+            .as_ref()
+            .and_then(|m| m.cpuset_mems(&uid, &c.name))
+            && let Some(r) = config.linux.as_mut().and_then(|l| l.resources.as_mut())
+        {
+            r.cpuset_mems = mems;
         }
         // The CDI devices of its claims, as prepared by their DRA drivers
         // (the kubelet's GetResources).

@@ -208,6 +208,7 @@ impl Node {
                 devices: None,
                 dra: crate::dra::DraManager::open(client.clone(), "node-1", &root).unwrap(),
                 cpus: None,
+                memory: None,
                 topology: crate::topology_manager::TopologyManager::default(),
             },
             status: Arc::new(StatusManager::new(client.clone(), pods.clone())),
