@@ -292,6 +292,11 @@ pub struct Metrics {
     pub cpu_manager_pinning_requests: Counter,
     /// `kubelet_cpu_manager_pinning_errors_total`: those that failed.
     pub cpu_manager_pinning_errors: Counter,
+    /// `kubelet_memory_manager_pinning_requests_total`: allocations of
+    /// NUMA-pinned memory asked of the static policy.
+    pub memory_manager_pinning_requests: Counter,
+    /// `kubelet_memory_manager_pinning_errors_total`: those that failed.
+    pub memory_manager_pinning_errors: Counter,
     /// `kubelet_cpu_manager_shared_pool_size_millicores`: the shared pool
     /// less the reserved CPUs, millicores.
     pub cpu_manager_shared_pool_size_millicores: Gauge,
@@ -359,6 +364,8 @@ impl Metrics {
             credential_provider_config_info: Family::default(),
             cpu_manager_pinning_requests: Counter::default(),
             cpu_manager_pinning_errors: Counter::default(),
+            memory_manager_pinning_requests: Counter::default(),
+            memory_manager_pinning_errors: Counter::default(),
             cpu_manager_shared_pool_size_millicores: Gauge::default(),
             cpu_manager_exclusive_cpu_allocation_count: Gauge::default(),
             topology_manager_admission_requests: Counter::default(),
@@ -511,6 +518,16 @@ impl Metrics {
             "cpu_manager_pinning_errors",
             "The number of cpu core allocations which required pinning failed.",
             self.cpu_manager_pinning_errors.clone(),
+        );
+        registry.register(
+            "memory_manager_pinning_requests",
+            "The number of memory pages allocations which required pinning.",
+            self.memory_manager_pinning_requests.clone(),
+        );
+        registry.register(
+            "memory_manager_pinning_errors",
+            "The number of memory pages allocations which required pinning that failed.",
+            self.memory_manager_pinning_errors.clone(),
         );
         registry.register(
             "cpu_manager_shared_pool_size_millicores",

@@ -231,7 +231,8 @@ impl MemoryManager {
     }
 
     /// Gives container `c` its blocks along `hint` and writes the
-    /// checkpoint.
+    /// checkpoint; counts it in `kubelet_memory_manager_pinning_*_total`
+    /// when it asks for memory of its own, as the kubelet.
     ///
     /// # Errors
     /// The kubelet's `[memorymanager] …` message.
@@ -239,7 +240,21 @@ impl MemoryManager {
         let mut inner = self.lock();
         let Inner { policy, state } = &mut *inner;
         let Some(policy) = policy else { return Ok(()) };
-        if let Some(blocks) = policy.allocate(state, pod, c, hint)? {
+        let pins =
+            policy::managed(pod) && policy::container_requests(c).is_ok_and(|r| !r.is_empty());
+        if pins {
+            crate::metrics::metrics()
+                .memory_manager_pinning_requests
+                .inc();
+        }
+        let given = policy.allocate(state, pod, c, hint).inspect_err(|_| {
+            if pins {
+                crate::metrics::metrics()
+                    .memory_manager_pinning_errors
+                    .inc();
+            }
+        })?;
+        if let Some(blocks) = given {
             let nodes: Vec<usize> = blocks
                 .first()
                 .map(|b| b.numa_affinity.clone())

@@ -113,7 +113,16 @@ fn pinned_memory_survives_a_restart_and_returns_when_the_pod_goes() {
     // 5 GiB fits neither node alone (3 GiB and 4 GiB allocatable): both.
     let hints = m.hints(&pod, c).unwrap();
     assert_eq!(hints["memory"], [Hint::new(&[0, 1], true)]);
+    let requests = crate::metrics::metrics()
+        .memory_manager_pinning_requests
+        .get();
     m.allocate(&pod, c, Hint::new(&[0, 1], true)).unwrap();
+    assert!(
+        crate::metrics::metrics()
+            .memory_manager_pinning_requests
+            .get()
+            > requests
+    );
     assert_eq!(m.cpuset_mems("uid-db", "app").as_deref(), Some("0,1"));
     let blocks = m.blocks("uid-db", "app");
     assert_eq!(blocks.len(), 1);
@@ -129,6 +138,19 @@ fn pinned_memory_survives_a_restart_and_returns_when_the_pod_goes() {
     let big = guaranteed("big", "3Gi");
     let bc = &big.spec.as_ref().unwrap().containers[0];
     assert_eq!(m.hints(&big, bc), Some(BTreeMap::new()));
+    // Without a hint it finds no nodes to take it from: an error, counted.
+    let errors = crate::metrics::metrics()
+        .memory_manager_pinning_errors
+        .get();
+    let e = m.allocate(&big, bc, Hint::default()).unwrap_err();
+    assert_eq!(e, policy::NO_DEFAULT_HINT);
+    assert!(
+        crate::metrics::metrics()
+            .memory_manager_pinning_errors
+            .get()
+            > errors
+    );
+    assert_eq!(m.blocks("uid-big", "app"), []);
 
     // A restart reads the checkpoint back.
     drop(m);

@@ -6,6 +6,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use tracing::info;
 
+use super::admission_manager::Handlers;
 use super::context::Context;
 use crate::events::EventType;
 use crate::pod_core::admit::{self, Rejection};
@@ -99,9 +100,8 @@ pub async fn admission(
     // resize still pending.
     let bound = ctx.allocated_pods();
     let bound: Vec<&Pod> = bound.iter().collect();
-    let verdict = ctx
-        .admission()
-        .admit(pod, &bound, &view, |p| admit::admit(p, &abilities).err());
+    let handlers = NodeHandlers { abilities, ctx };
+    let verdict = ctx.admission().admit(pod, &bound, &view, &handlers);
     if let Some(rejection) = verdict {
         return Ok(Verdict::Reject(rejection));
     }
@@ -114,6 +114,7 @@ pub async fn admission(
             }) || pod.metadata.uid.as_deref() == Some(uid)
         };
         if let Err(e) = devices.allocate_pod(pod, active).await {
+            handlers.release(pod);
             let rejection = Rejection {
                 reason: crate::reasons::admission::UNEXPECTED_ADMISSION_ERROR.into(),
                 message: format!("Allocate failed due to {e}, which is unexpected"),
@@ -125,18 +126,36 @@ pub async fn admission(
             return Ok(Verdict::Reject(rejection));
         }
     }
-    // The topology manager's handler: the containers' CPUs, aligned.
-    if let Some(cpus) = ctx.cpus()
-        && let Err(rejection) =
-            super::topology_admission::admit(pod, ctx.topology(), cpus, ctx.memory())
-    {
-        ctx.admission().overrule(
-            pod.metadata.uid.as_deref().unwrap_or_default(),
-            rejection.clone(),
-        );
-        return Ok(Verdict::Reject(rejection));
-    }
     Ok(Verdict::Admit)
+}
+
+/// The admit handlers of this node: the checks of [`admit::admit`], and the
+/// topology manager's handler, which gives the containers their CPUs and
+/// memory, aligned, before the GeneralPredicates (the kubelet's order).
+struct NodeHandlers<'a> {
+    abilities: admit::NodeAbilities<'a>,
+    ctx: &'a Context,
+}
+
+impl Handlers for NodeHandlers<'_> {
+    fn check(&self, pod: &Pod) -> Option<Rejection> {
+        admit::admit(pod, &self.abilities).err()
+    }
+
+    fn allocate(&self, pod: &Pod) -> Option<Rejection> {
+        let cpus = self.ctx.cpus()?;
+        super::topology_admission::admit(pod, self.ctx.topology(), cpus, self.ctx.memory()).err()
+    }
+
+    fn release(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if let Some(cpus) = self.ctx.cpus() {
+            cpus.remove_pod(uid);
+        }
+        if let Some(memory) = self.ctx.memory() {
+            memory.remove_pod(uid);
+        }
+    }
 }
 
 /// True for a pod in a terminal phase that never ran here: no container

@@ -1,7 +1,7 @@
 //! The order of admission, as the kubelet's `HandlePodAdditions` admits pods
 //! oldest first, each against the pods admitted before it: a pod's verdict
-//! (the admit handlers of [`crate::pod_core::admit`], then the GeneralPredicates of
-//! [`crate::pod_core::fit`]) is decided once and remembered, the pods it is decided
+//! (the admit handlers of [`crate::pod_core::admit`], the resource managers'
+//! allocation, then the GeneralPredicates of [`crate::pod_core::fit`]) is decided once and remembered, the pods it is decided
 //! against are those admitted and still active, and older pods not decided
 //! yet are decided first, in creation order. Pods that already run (after an
 //! agent restart) hold their resources without being judged again. One lock
@@ -18,6 +18,46 @@ use crate::pod_core::admit::Rejection;
 use crate::pod_core::fit::{NodeView, fit};
 use crate::pod_core::spec::is_terminal;
 use crate::reasons::condition;
+
+/// The admit handlers run on each pod decided, in the kubelet's order
+/// around the GeneralPredicates: the checks, then the resource allocation
+/// handler (the topology manager's, which gives the pod its CPUs and
+/// memory), then the predicates. A closure is a handler of checks alone.
+pub trait Handlers {
+    /// The admit handlers that allocate nothing (sysctls, OS, AppArmor …).
+    fn check(&self, pod: &Pod) -> Option<Rejection>;
+    /// Allocates what the pod asks of the resource managers; `Some` when
+    /// it cannot be allocated (nothing is kept then).
+    fn allocate(&self, _pod: &Pod) -> Option<Rejection> {
+        None
+    }
+    /// Gives back what [`Handlers::allocate`] gave a pod the predicates
+    /// then rejected.
+    fn release(&self, _pod: &Pod) {}
+}
+
+impl<F: Fn(&Pod) -> Option<Rejection>> Handlers for F {
+    fn check(&self, pod: &Pod) -> Option<Rejection> {
+        self(pod)
+    }
+}
+
+/// One pod's verdict: the handlers, then the predicates against `admitted`.
+fn decide(
+    handlers: &impl Handlers,
+    pod: &Pod,
+    admitted: &[&Pod],
+    node: &NodeView,
+) -> Option<Rejection> {
+    if let Some(r) = handlers.check(pod).or_else(|| handlers.allocate(pod)) {
+        return Some(r);
+    }
+    let v = fit(pod, admitted, node);
+    if v.is_some() {
+        handlers.release(pod);
+    }
+    v
+}
 
 /// Remembered verdicts, by pod UID: `None` admitted, `Some` rejected.
 #[derive(Debug, Default)]
@@ -72,8 +112,8 @@ impl AdmissionManager {
         Self::default()
     }
 
-    /// The verdict on `candidate`, decided now if it has none: `checks` (the
-    /// admit handlers) then [`fit`] against the active pods of `bound` (the
+    /// The verdict on `candidate`, decided now if it has none: the
+    /// [`Handlers`] then [`fit`] against the active pods of `bound` (the
     /// pods bound to this node) that were admitted or already run, after the
     /// older undecided pods of `bound` were decided the same way. Terminal
     /// pods hold nothing. None admits.
@@ -82,7 +122,7 @@ impl AdmissionManager {
         candidate: &Pod,
         bound: &[&Pod],
         node: &NodeView,
-        checks: impl Fn(&Pod) -> Option<Rejection>,
+        handlers: &impl Handlers,
     ) -> Option<Rejection> {
         let mut verdicts = self.verdicts.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(v) = verdicts.get(uid(candidate)) {
@@ -109,13 +149,13 @@ impl AdmissionManager {
             }
         }
         for p in older {
-            let v = checks(p).or_else(|| fit(p, &admitted, node));
+            let v = decide(handlers, p, &admitted, node);
             if v.is_none() {
                 admitted.push(p);
             }
             verdicts.insert(uid(p).to_string(), v);
         }
-        let v = checks(candidate).or_else(|| fit(candidate, &admitted, node));
+        let v = decide(handlers, candidate, &admitted, node);
         verdicts.insert(uid(candidate).to_string(), v.clone());
         v
     }
@@ -201,11 +241,13 @@ mod tests {
         let new = cpu_pod("new", 10, "600m");
         let bound = [&old, &new];
         // The newer pod is synced first: the older one is decided before it.
-        let v = m.admit(&new, &bound, &node(), |_| None).expect("rejected");
+        let v = m
+            .admit(&new, &bound, &node(), &|_: &Pod| None)
+            .expect("rejected");
         assert_eq!(v.reason, "OutOfcpu");
-        assert_eq!(m.admit(&old, &bound, &node(), |_| None), None);
+        assert_eq!(m.admit(&old, &bound, &node(), &|_: &Pod| None), None);
         // A verdict is kept.
-        assert!(m.admit(&new, &bound, &node(), |_| None).is_some());
+        assert!(m.admit(&new, &bound, &node(), &|_: &Pod| None).is_some());
         m.retain(|uid| uid != "uid-new");
         assert_eq!(m.remembered(), 1);
     }
@@ -226,7 +268,7 @@ mod tests {
         let candidate = cpu_pod("candidate", 10, "500m");
         let bound = [&done, &candidate, &running];
         let v = m
-            .admit(&candidate, &bound, &node(), |_| None)
+            .admit(&candidate, &bound, &node(), &|_: &Pod| None)
             .expect("rejected");
         assert!(v.message.contains("used: 600"), "{}", v.message);
         // The admit handlers come first.
@@ -238,9 +280,53 @@ mod tests {
             })
         };
         assert_eq!(
-            m.admit(&other, &[&other], &node(), reject)
+            m.admit(&other, &[&other], &node(), &reject)
                 .map(|r| r.reason),
             Some("SysctlForbidden".into())
+        );
+    }
+
+    /// Handlers that record what they were asked, in order.
+    #[derive(Default)]
+    struct Recorder(std::sync::Mutex<Vec<String>>);
+
+    impl Handlers for Recorder {
+        fn check(&self, pod: &Pod) -> Option<Rejection> {
+            self.0.lock().unwrap().push(format!("check {}", uid(pod)));
+            None
+        }
+        fn allocate(&self, pod: &Pod) -> Option<Rejection> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("allocate {}", uid(pod)));
+            None
+        }
+        fn release(&self, pod: &Pod) {
+            self.0.lock().unwrap().push(format!("release {}", uid(pod)));
+        }
+    }
+
+    #[test]
+    fn resources_are_allocated_before_the_predicates_and_given_back_on_their_rejection() {
+        let m = AdmissionManager::new();
+        let old = cpu_pod("old", 0, "600m");
+        let new = cpu_pod("new", 10, "600m");
+        let bound = [&new, &old];
+        let handlers = Recorder::default();
+        assert!(m.admit(&new, &bound, &node(), &handlers).is_some());
+        // The older pod is decided first, with its resources allocated; the
+        // newer one gets its resources, then fails the predicates and gives
+        // them back.
+        assert_eq!(
+            *handlers.0.lock().unwrap(),
+            [
+                "check uid-old",
+                "allocate uid-old",
+                "check uid-new",
+                "allocate uid-new",
+                "release uid-new"
+            ]
         );
     }
 }

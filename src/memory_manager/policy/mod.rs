@@ -507,7 +507,8 @@ impl StaticPolicy {
 
 /// A Guaranteed pod without pod-level resources (the only pods the policy
 /// gives memory to; pod-level managers are behind an alpha gate).
-fn managed(pod: &Pod) -> bool {
+#[must_use]
+pub fn managed(pod: &Pod) -> bool {
     qos_class(pod) == QosClass::Guaranteed
         && pod.spec.as_ref().is_none_or(|s| s.resources.is_none())
 }
