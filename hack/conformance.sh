@@ -37,7 +37,9 @@
 #                          [Serial]; they restart the agent with the static
 #                          policies), not those of pod-level resource
 #                          managers (alpha gate PodLevelResourceManagers),
-#                          as the node suite runs
+#                          as the node suite runs; the agent's root
+#                          directory is /var/lib/kubelet, where the suite
+#                          reads and deletes the managers' checkpoints
 #                certificates
 #                          e2e.test, its [sig-auth] tests of projected pod
 #                          certificates (with the suite's own signer) and
@@ -228,6 +230,11 @@ case $suite in
   node-cpu)
     test_bin=e2e_node.test; default_skip='\[Flaky\]|Pod Level Resources'; default_shards=1; default_timeout=1h
     base_focus='\[sig-node\] (CPU Manager|Memory Manager|Topology Manager)'
+    # The suite reads and deletes the managers' checkpoints in
+    # /var/lib/kubelet, its fixed path: the agent's root directory is that
+    # one, and starts without the checkpoints of an earlier run.
+    export AGENT_ROOT_DIR=/var/lib/kubelet
+    rm -f /var/lib/kubelet/cpu_manager_state /var/lib/kubelet/memory_manager_state
     ;;
   certificates)
     test_bin=e2e.test; default_shards=1
@@ -428,7 +435,7 @@ e2e_args=(
   --kubeconfig="$ADMIN_KUBECONFIG"
   --num-nodes=1
   --kubectl-path="$kubectl_path"
-  --kubelet-root-dir="$LOCAL/$agent"
+  --kubelet-root-dir="${AGENT_ROOT_DIR:-$LOCAL/$agent}"
   --container-runtime-endpoint="unix://$CTRD_SOCK"
   --node-os-distro=debian
   --dns-domain=cluster.local

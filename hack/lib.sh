@@ -467,6 +467,9 @@ cleanup_runtime() {
   kill_container_processes "${ids[@]}"
   kill_shims
   unmount_under "$LOCAL"
+  # An agent run with AGENT_ROOT_DIR=/var/lib/kubelet (hack/conformance.sh
+  # --suite node-cpu) mounts its pods' volumes there.
+  [[ -d /var/lib/kubelet/pods ]] && unmount_under /var/lib/kubelet/pods
   cleanup_pod_network
   # libcni caches results under /var/lib/cni (not configurable through
   # containerd); sandboxes removed without a CNI DEL leave theirs behind.

@@ -70,7 +70,10 @@
 # run instead of building one, e.g. the one a conformance sitting pinned),
 # RUSTLET_CONFIG (a KubeletConfiguration file rustlet reads with --config
 # instead of _output/local/rustlet.yaml, which turns disk eviction and image
-# GC off as the kubelet's configuration here does), RUSTLET_FLAGS (more flags
+# GC off as the kubelet's configuration here does), AGENT_ROOT_DIR (the
+# agent's root directory instead of _output/local/<agent>, e.g.
+# /var/lib/kubelet for node tests that read and delete the resource managers'
+# checkpoints there), RUSTLET_FLAGS (more flags
 # for rustlet, split at spaces, e.g. --image-credential-provider-config F
 # --image-credential-provider-bin-dir D), KUBELET_CONFIG (the same
 # for the kubelet, instead of _output/local/kubelet.yaml), READY_TIMEOUT (seconds, default 120).
@@ -625,7 +628,7 @@ start_rustlet() {
     --node-name "$NODE_NAME" \
     --node-ip "$NODE_IP" \
     --container-runtime-endpoint "unix://$CTRD_SOCK" \
-    --root-dir "$LOCAL/rustlet" \
+    --root-dir "${AGENT_ROOT_DIR:-$LOCAL/rustlet}" \
     --pod-logs-dir "$POD_LOGS" \
     --rotate-server-certificates
 }
@@ -867,12 +870,21 @@ node_e2e_link() {
     log "warning: $1 is not a link; $3"
   fi
 }
+# With AGENT_ROOT_DIR=/var/lib/kubelet those paths are the agent's own: links
+# an earlier run left there go.
 if $node_e2e && [[ $agent != none ]]; then
-  mkdir -p "$LOCAL/$agent/pod-resources" "$LOCAL/$agent/plugins_registry" "$CDI_DIR" /var/lib/kubelet
-  node_e2e_link /var/lib/kubelet/pod-resources "$LOCAL/$agent/pod-resources" \
-    "the node suite's pod resources tests will not reach the agent"
-  node_e2e_link /var/lib/kubelet/plugins_registry "$LOCAL/$agent/plugins_registry" \
-    "the node suite's DRA drivers will not register with the agent"
+  mkdir -p "$CDI_DIR" /var/lib/kubelet
+  if [[ ${AGENT_ROOT_DIR:-} == /var/lib/kubelet ]]; then
+    for l in /var/lib/kubelet/pod-resources /var/lib/kubelet/plugins_registry; do
+      [[ -L $l ]] && rm -f "$l"
+    done
+  else
+    mkdir -p "$LOCAL/$agent/pod-resources" "$LOCAL/$agent/plugins_registry"
+    node_e2e_link /var/lib/kubelet/pod-resources "$LOCAL/$agent/pod-resources" \
+      "the node suite's pod resources tests will not reach the agent"
+    node_e2e_link /var/lib/kubelet/plugins_registry "$LOCAL/$agent/plugins_registry" \
+      "the node suite's DRA drivers will not register with the agent"
+  fi
   node_e2e_link /var/run/cdi "$CDI_DIR" \
     "containerd will not find the CDI specs of the node suite's DRA drivers"
 fi
@@ -881,7 +893,7 @@ case $agent in
     if pid=$(running_pid kubelet); then
       log "kubelet already running (pid $pid)"
     else
-      mkdir -p "$LOCAL/kubelet" "$POD_LOGS"
+      mkdir -p "${AGENT_ROOT_DIR:-$LOCAL/kubelet}" "$POD_LOGS"
       # The pods' cgroups are the kubelet's defaults (cgroupsPerQOS,
       # enforceNodeAllocatable [pods]), as rustlet makes them: both agents
       # are measured alike. The node suite's eviction tests use the
@@ -947,7 +959,7 @@ EOF
       start_daemon kubelet "$BIN/kubelet" \
         --config="${KUBELET_CONFIG:-$LOCAL/kubelet.yaml}" \
         --kubeconfig="$NODE_KUBECONFIG" \
-        --root-dir="$LOCAL/kubelet" \
+        --root-dir="${AGENT_ROOT_DIR:-$LOCAL/kubelet}" \
         --cert-dir="$LOCAL/kubelet/pki" \
         --node-ip="$NODE_IP" \
         --hostname-override="$NODE_NAME"

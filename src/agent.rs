@@ -55,6 +55,13 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Crds(args) => match write_crds(args.out.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rustlet crds: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Version => {
             println!(
                 "rustlet {} (kubelet {})",
@@ -281,6 +288,28 @@ pub fn settings(args: &RunArgs) -> anyhow::Result<Settings> {
         s.image_gc.min_age = v;
     }
     Ok(s)
+}
+
+/// `rustlet crds`: the custom resource definitions, printed as one YAML
+/// stream or written into `out`.
+///
+/// # Errors
+/// A definition that does not serialize, or a file not written.
+fn write_crds(out: Option<&Path>) -> anyhow::Result<()> {
+    let crds = crate::node_config::crds_yaml().context("serialize the definitions")?;
+    match out {
+        None => {
+            let docs: Vec<&str> = crds.iter().map(|(_, y)| y.as_str()).collect();
+            print!("{}", docs.join("---\n"));
+        }
+        Some(dir) => {
+            for (name, yaml) in &crds {
+                let path = dir.join(name);
+                std::fs::write(&path, yaml).with_context(|| format!("write {}", path.display()))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The API client configuration: `--kubeconfig`, else the in-cluster one,
@@ -997,7 +1026,7 @@ fn resource_managers(
         crate::cpu_manager::reserved_millicores(&settings.reservations),
         &settings.root_dir,
         topo,
-        true,
+        r.cpu_beta_options,
     )?;
     let nodes = crate::memory_manager::discover(sys, machine.memory_bytes, &machine.huge_pages);
     let reserved = if r.memory_policy == "Static" {

@@ -260,6 +260,9 @@ pub struct ResourceManagers {
     pub topology_options: crate::topology_manager::Options,
     /// `topologyManagerPolicyOptions` as written, for `/configz`.
     pub topology_options_text: BTreeMap<String, String>,
+    /// `featureGates.CPUManagerPolicyBetaOptions` (true): off, the beta
+    /// options of `cpuManagerPolicyOptions` are refused.
+    pub cpu_beta_options: bool,
 }
 
 impl Default for ResourceManagers {
@@ -275,6 +278,7 @@ impl Default for ResourceManagers {
             topology_scope: crate::topology_manager::Scope::Container,
             topology_options: crate::topology_manager::Options::default(),
             topology_options_text: BTreeMap::new(),
+            cpu_beta_options: true,
         }
     }
 }
@@ -733,6 +737,7 @@ impl Settings {
                 "ReloadKubeletClientCAFile": self.reload_client_ca_file,
                 "ReloadKubeletServerCertificateFile": self.reload_server_certificate_file,
                 "RotateKubeletServerCertificate": self.rotate_server_certificate,
+                "CPUManagerPolicyBetaOptions": self.resource_managers.cpu_beta_options,
             },
             "failSwapOn": self.fail_swap_on,
             "kubeReserved": self.reservations.kube_reserved,
@@ -819,9 +824,12 @@ pub const HONOURED_GATES: &[&str] = &[
 
 /// Feature gates of the kubelet this agent can turn on and off.
 pub const SETTABLE_GATES: &[&str] = &[
+    "CPUManagerPolicyBetaOptions",
     "ReloadKubeletClientCAFile",
     "ReloadKubeletServerCertificateFile",
     "RotateKubeletServerCertificate",
+    "TopologyManagerPolicyAlphaOptions",
+    "TopologyManagerPolicyBetaOptions",
 ];
 
 /// KubeletConfiguration fields this agent reads; every other field is reported as ignored.
@@ -1885,6 +1893,10 @@ impl KubeletConfiguration {
                 "ReloadKubeletClientCAFile" => s.reload_client_ca_file = on,
                 "ReloadKubeletServerCertificateFile" => s.reload_server_certificate_file = on,
                 "RotateKubeletServerCertificate" => s.rotate_server_certificate = on,
+                "CPUManagerPolicyBetaOptions" => s.resource_managers.cpu_beta_options = on,
+                // The v1.37 topology manager has no alpha or beta options:
+                // these gates change nothing in the kubelet either.
+                "TopologyManagerPolicyAlphaOptions" | "TopologyManagerPolicyBetaOptions" => {}
                 _ if on != spec.default => {
                     return Err(refuse(
                         field,
@@ -2655,6 +2667,15 @@ volumeStatsAggPeriod: 0s
         assert!(r.topology_options.prefer_closest_numa_nodes);
         assert_eq!(r.memory_policy, "Static");
         assert_eq!(r.reserved_memory[0].limits["memory"], "1Gi");
+        assert!(r.cpu_beta_options);
+        let mut off = Settings::default();
+        let gates = "featureGates:\n  CPUManagerPolicyBetaOptions: false\n  TopologyManagerPolicyBetaOptions: false\n";
+        apply_file_text(&mut off, Path::new("k.yaml"), gates).unwrap();
+        assert!(!off.resource_managers.cpu_beta_options);
+        assert_eq!(
+            off.kubelet_configuration()["featureGates"]["CPUManagerPolicyBetaOptions"],
+            false
+        );
         // The CPUs named replace the cpu reservations, as --reserved-cpus.
         assert_eq!(s.reservations.system_reserved["cpu"], "2");
         assert!(!s.reservations.kube_reserved.contains_key("cpu"));
