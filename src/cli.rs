@@ -32,8 +32,20 @@ pub enum Command {
     /// ConfigMap (the Helm chart's uninstall hook: a node may not delete its
     /// own Node object).
     DeleteNodes(DeleteNodesArgs),
+    /// Print the project's custom resource definitions (`crds/`) as YAML,
+    /// or write them into a directory.
+    Crds(CrdsArgs),
     /// Print the version.
     Version,
+}
+
+/// Flags of `rustlet crds`.
+#[derive(Debug, Parser)]
+pub struct CrdsArgs {
+    /// Write each definition as `<dir>/<name>.yaml` instead of printing them
+    /// (one YAML stream).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Flags of `rustlet delete-nodes`.

@@ -39,6 +39,7 @@ pub mod memory_manager;
 pub mod metrics;
 pub mod names;
 pub mod node;
+pub mod node_config;
 pub mod node_selector;
 pub mod node_shutdown;
 pub mod paths;

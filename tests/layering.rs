@@ -34,6 +34,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "paths",
             "resource",
             "node_selector",
+            "node_config",
             "names",
             "metrics",
             "feature_gates",

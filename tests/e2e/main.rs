@@ -32,6 +32,7 @@ mod lifecycle;
 mod local_storage;
 mod metrics;
 mod node;
+mod node_configuration;
 mod pod;
 mod probes;
 mod resize;
