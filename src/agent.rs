@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow};
-use clap::Parser;
+use clap::{CommandFactory as _, FromArgMatches as _};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -35,7 +35,7 @@ use crate::volume::VolumeManager;
 /// into one line on stderr and exit code 1 (2 for bad flags).
 #[must_use]
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
             // One line for a bad flag: clap's message (the flags it names
@@ -152,6 +152,17 @@ pub fn main() -> ExitCode {
             code
         }
     }
+}
+
+/// The command line, as [`clap::Parser::try_parse`], with `rustlet run`'s flags and
+/// their values kept in its [`crate::cli::Invocation`] for `/flagz`.
+fn parse() -> Result<Cli, clap::Error> {
+    let matches = Cli::command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if let (Command::Run(args), Some(run)) = (&mut cli.command, matches.subcommand_matches("run")) {
+        args.invocation.flags = crate::cli::run_flags(run);
+    }
+    Ok(cli)
 }
 
 /// Runs `work` on a single-threaded runtime (the short-lived subcommands).
@@ -2061,6 +2072,8 @@ fn server_config(
         client_ca: settings.reload_client_ca_file,
     };
     cfg.kubelet_config = settings.kubelet_configuration();
+    cfg.started = args.invocation.started;
+    cfg.flags = args.invocation.flags.clone();
     cfg.auth_ttls = crate::server::auth::CacheTtls {
         token: settings.authentication_cache_ttl,
         allowed: settings.authorization_cache_authorized_ttl,

@@ -2,9 +2,13 @@
 //! version` (clap derive). Flags of `run` override the `--config` file, which overrides the
 //! kubelet's defaults.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{ArgMatches, CommandFactory as _, Parser, Subcommand, ValueEnum};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::redact::{CLASSIFIED, secret_flag};
 
 /// A Kubernetes node agent: runs the pods bound to this node through a CRI runtime.
 #[derive(Debug, Parser)]
@@ -230,6 +234,64 @@ pub struct RunArgs {
     /// The directory of the credential provider plugins' executables.
     #[arg(long, requires = "image_credential_provider_config")]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+    /// Not a flag: when the agent started and the flags it was started with
+    /// ([`Invocation`]), for `/statusz` and `/flagz`.
+    #[arg(skip = Invocation::now())]
+    pub invocation: Invocation,
+}
+
+/// When the agent started and with which flags: what the node API's
+/// `/statusz` and `/flagz` show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invocation {
+    /// When the flags were parsed, which is when the agent started (the
+    /// kubelet shows its process's start time).
+    pub started: Timestamp,
+    /// Every flag of `rustlet run` by name without its dashes, with its value
+    /// as given, from the environment or by default (empty when it has
+    /// none; `true`/`false` for switches; a secret's [`CLASSIFIED`]), as the
+    /// kubelet's `/flagz` lists every flag of its flag set.
+    pub flags: BTreeMap<String, String>,
+}
+
+impl Invocation {
+    /// Started now, flags not read yet.
+    #[must_use]
+    pub fn now() -> Self {
+        Self {
+            started: Timestamp::now(),
+            flags: BTreeMap::new(),
+        }
+    }
+}
+
+/// The flags of `rustlet run` in `matches` (its subcommand's matches) for
+/// [`Invocation::flags`].
+#[must_use]
+pub fn run_flags(matches: &ArgMatches) -> BTreeMap<String, String> {
+    let command = RunArgs::command();
+    command
+        .get_arguments()
+        .filter_map(|arg| {
+            let name = arg.get_long()?;
+            let value = if secret_flag(name) {
+                CLASSIFIED.to_string()
+            } else {
+                matches
+                    .try_get_raw(arg.get_id().as_str())
+                    .ok()
+                    .flatten()
+                    .map(|values| {
+                        values
+                            .map(|v| v.to_string_lossy().into_owned())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    })
+                    .unwrap_or_default()
+            };
+            Some((name.to_string(), value))
+        })
+        .collect()
 }
 
 /// Parses `<namespace>/<name>`, both non-empty.
@@ -486,5 +548,30 @@ mod tests {
     fn bad_flags_are_rejected() {
         assert!(Cli::try_parse_from(["rustlet", "run", "--node-ip", "not-an-ip"]).is_err());
         assert!(Cli::try_parse_from(["rustlet", "run", "--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn run_flags_list_every_flag_with_its_value_and_hide_secrets() {
+        let matches = Cli::command()
+            .try_get_matches_from([
+                "rustlet",
+                "run",
+                "--node-ip=10.0.0.1",
+                "--rotate-server-certificates",
+                "--node-labels",
+                "a=1,b=2",
+            ])
+            .unwrap();
+        let flags = run_flags(matches.subcommand_matches("run").unwrap());
+        assert_eq!(flags["node-ip"], "10.0.0.1");
+        assert_eq!(flags["node-labels"], "a=1,b=2");
+        assert_eq!(flags["rotate-server-certificates"], "true");
+        // Defaults, and flags without one.
+        assert_eq!(flags["healthz-port"], "10248");
+        assert_eq!(flags["maximum-dead-containers"], "-1");
+        assert_eq!(flags["kubeconfig"], "");
+        assert_eq!(flags["tls-private-key-file"], "");
+        assert!(!flags.contains_key("invocation") && !flags.contains_key("help"));
+        assert_eq!(flags.len(), RunArgs::command().get_arguments().count());
     }
 }

@@ -4,7 +4,8 @@
 //! by mistake shows nothing of it, and reading it takes an explicit
 //! [`Redacted::expose`]. The kubelet keeps the same rule by hand (it logs
 //! neither pull secrets nor tokens, and sends no hook output in events "so that
-//! secrets won't leak").
+//! secrets won't leak"). [`secret_flag`] tells the flags whose values
+//! `/flagz` shows as [`CLASSIFIED`].
 
 use std::fmt;
 
@@ -55,6 +56,33 @@ impl<T> fmt::Debug for Redacted<T> {
     }
 }
 
+/// What `/flagz` shows instead of the value of a flag that carries a secret
+/// ([`secret_flag`]), as the apiserver's flagz shows flags annotated
+/// `classified`.
+pub const CLASSIFIED: &str = "CLASSIFIED";
+
+/// Whether the flag `name` (`bootstrap-token`, `tls-private-key-file`)
+/// carries a secret in its value: one of its words is `token`, `password`,
+/// `secret`, `key` or `credential(s)` and its last word does not say the
+/// value only names where the secret is (`file`, `dir`, `path`, `config`).
+#[must_use]
+pub fn secret_flag(name: &str) -> bool {
+    let words: Vec<String> = name
+        .split(['-', '_', '.'])
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let secret = words.iter().any(|w| {
+        matches!(
+            w.as_str(),
+            "token" | "password" | "secret" | "key" | "credential" | "credentials"
+        )
+    });
+    let names_a_place = words
+        .last()
+        .is_some_and(|w| matches!(w.as_str(), "file" | "dir" | "path" | "config"));
+    secret && !names_a_place
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +112,27 @@ mod tests {
         assert_eq!(token.len(), 23, "Deref reaches the value");
         let parsed: Redacted<String> = serde_json::from_str("\"p\"").unwrap();
         assert_eq!(parsed.into_inner(), "p");
+    }
+
+    #[test]
+    fn flags_holding_secrets_are_told_from_flags_naming_files() {
+        for secret in [
+            "bootstrap-token",
+            "api-password",
+            "tls-private-key",
+            "client_secret",
+        ] {
+            assert!(secret_flag(secret), "{secret}");
+        }
+        for shown in [
+            "tls-private-key-file",
+            "image-credential-provider-config",
+            "image-credential-provider-bin-dir",
+            "bootstrap-kubeconfig",
+            "node-ip",
+            "keyring",
+        ] {
+            assert!(!secret_flag(shown), "{shown}");
+        }
     }
 }

@@ -20,6 +20,12 @@
 //!   `/metrics/resource`: node, pod and container cpu and memory under the
 //!   kubelet's resource metric names, which metrics-server scrapes;
 //!   `/metrics/cadvisor`: containers' cgroups in cAdvisor's names.
+//! - `/statusz` and `/flagz`, the kubelet's beta z-pages ([`zpages`]): when
+//!   the agent started, its uptime and versions and the paths of
+//!   [`HANDLER_PATHS`]; the flags of `rustlet run` with their values. Text,
+//!   or `config.k8s.io/v1beta1` `Statusz`/`Flagz` objects for an `Accept`
+//!   that asks for them; 406 for one that asks for something else. Not on
+//!   the read-only port, as the kubelet's.
 //!
 //! Any other path answers 404 `404 page not found` after authorization, as the
 //! kubelet's router does.
@@ -51,8 +57,9 @@ mod fair;
 pub mod logs;
 pub mod stream;
 pub mod tls;
+pub mod zpages;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -64,7 +71,7 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{any, get};
 use futures::StreamExt as _;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
@@ -145,7 +152,33 @@ pub struct ServerConfig {
     pub auth_ttls: auth::CacheTtls,
     /// Timeouts and caps of connections and requests.
     pub limits: Limits,
+    /// When the agent started, shown by `/statusz` (defaults to when this
+    /// configuration was made).
+    pub started: Timestamp,
+    /// The agent's flags by name with their values as `/flagz` shows them
+    /// (secrets already replaced); empty by default.
+    pub flags: BTreeMap<String, String>,
 }
+
+/// The paths of the node API's handlers that the kubelet registers on its
+/// container directly rather than as REST web services (`Handle`), the
+/// z-pages among them: what `/statusz` lists, as first segments
+/// ([`zpages::aggregate_paths`]). The kubelet's also have `/debug` (pprof
+/// and `/debug/flags/v`), which this agent does not serve; `/pods`,
+/// `/stats`, `/containerLogs`, `/exec` and the other web services are not
+/// listed by the kubelet either.
+pub const HANDLER_PATHS: &[&str] = &[
+    "/healthz",
+    "/healthz/ping",
+    "/healthz/log",
+    "/healthz/syncloop",
+    "/metrics",
+    "/metrics/cadvisor",
+    "/metrics/resource",
+    "/metrics/probes",
+    "/configz",
+    "/flagz",
+];
 
 /// Timeouts and caps that keep the node API serving under abuse, and fair
 /// to its clients (docs/security.md, "The node API under abuse", lists
@@ -264,6 +297,8 @@ impl ServerConfig {
             credential_providers: None,
             auth_ttls: auth::CacheTtls::default(),
             limits: Limits::default(),
+            started: Timestamp::now(),
+            flags: BTreeMap::new(),
         }
     }
 }
@@ -351,6 +386,13 @@ struct App {
     /// namespace ([`Limits::max_streams`], [`Limits::max_streams_per_namespace`]).
     streams: Arc<fair::Quota>,
     configz: serde_json::Value,
+    /// What `/statusz` shows.
+    status: zpages::Status,
+    /// The flags `/flagz` shows.
+    flags: BTreeMap<String, String>,
+    /// The delimiter of the text `/flagz`, picked once (the kubelet renders
+    /// that page once and keeps it).
+    flagz_delimiter: &'static str,
     pods: Store<Pod>,
     statuses: Arc<crate::pod::status_manager::StatusManager>,
     runtime: crate::cri::Runtime,
@@ -433,6 +475,9 @@ impl Server {
             follows: fair::Quota::new(limits.max_log_follows, limits.max_log_follows_per_namespace),
             streams: fair::Quota::new(limits.max_streams, limits.max_streams_per_namespace),
             configz: configz(&cfg),
+            status: zpages::Status::new(cfg.started, HANDLER_PATHS),
+            flags: cfg.flags,
+            flagz_delimiter: zpages::random_delimiter(),
             pods: deps.pods,
             statuses: deps.statuses,
             stats: deps.stats,
@@ -460,6 +505,8 @@ impl Server {
         let router = Router::new()
             .merge(healthz_routes(draining_rx))
             .route("/configz", get(configz_handler))
+            .route("/flagz", any(flagz))
+            .route("/statusz", any(statusz))
             .route("/pods", get(pods))
             .route("/pods/", get(pods))
             .route("/metrics", get(metrics))
@@ -1256,6 +1303,63 @@ async fn configz_handler(State(app): State<Arc<App>>) -> Response {
         app.configz.to_string(),
     )
         .into_response()
+}
+
+/// The request's headers and query as [`zpages::respond`] reads them.
+fn zpage_request<'a>(
+    headers: &'a axum::http::HeaderMap,
+    query: Option<&'a str>,
+) -> zpages::Request<'a> {
+    let value = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    zpages::Request {
+        accept: value(header::ACCEPT),
+        query,
+        user_agent: value(header::USER_AGENT),
+    }
+}
+
+fn zpage_response(reply: zpages::Reply) -> Response {
+    let mut resp = (
+        reply.status,
+        [(header::CONTENT_TYPE, reply.content_type)],
+        reply.body,
+    )
+        .into_response();
+    if let Some(warning) = reply
+        .warning
+        .and_then(|w| axum::http::HeaderValue::from_str(&w).ok())
+    {
+        resp.headers_mut().insert(header::WARNING, warning);
+    }
+    resp
+}
+
+/// `/statusz`, for any method, as the kubelet's handler.
+async fn statusz(
+    State(app): State<Arc<App>>,
+    headers: axum::http::HeaderMap,
+    RawQuery(q): RawQuery,
+) -> Response {
+    let reply = zpages::respond(
+        zpages::Content::Statusz(&app.status, Timestamp::now()),
+        zpage_request(&headers, q.as_deref()),
+        zpages::random_delimiter(),
+    );
+    zpage_response(reply)
+}
+
+/// `/flagz`, for any method, as the kubelet's handler.
+async fn flagz(
+    State(app): State<Arc<App>>,
+    headers: axum::http::HeaderMap,
+    RawQuery(q): RawQuery,
+) -> Response {
+    let reply = zpages::respond(
+        zpages::Content::Flagz(&app.flags),
+        zpage_request(&headers, q.as_deref()),
+        app.flagz_delimiter,
+    );
+    zpage_response(reply)
 }
 
 async fn pods(State(app): State<Arc<App>>) -> Response {

@@ -1399,3 +1399,184 @@ async fn token_reviews_beyond_the_cap_get_429_and_spare_certificate_users() {
     // Only the tokens given a place were reviewed.
     assert_eq!(f.count("TokenReview"), unauthorized);
 }
+
+/// `GET path` as the tester with `headers`: the status, the response's
+/// headers and its body.
+async fn get_with(
+    f: &Fixture,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, http::HeaderMap, String) {
+    let tls = f.connect(f.tester(), &[]).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut req = http::Request::get(path).header(http::header::HOST, "127.0.0.1");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let resp = sender
+        .send_request(req.body(Empty::<bytes::Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn statusz_and_flagz_answer_as_text_as_objects_and_406_otherwise() {
+    let started = Timestamp::now()
+        .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(90))
+        .unwrap();
+    let f = start_with(|c| {
+        c.started = started;
+        c.flags = [("node-ip", "10.0.0.1"), ("bootstrap-token", "CLASSIFIED")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    })
+    .await;
+    let content_type = |h: &http::HeaderMap| {
+        h.get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+
+    // /statusz as text: the default.
+    let (status, h, body) = get_with(&f, "/statusz", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(content_type(&h), "text/plain; charset=utf-8");
+    let lines: Vec<&str> = body.lines().collect();
+    assert_eq!(lines[..2], ["", "kubelet statusz"]);
+    assert!(lines[2].starts_with("Warning: This endpoint is not meant to be machine parseable"));
+    for (line, field) in lines[4..].iter().zip([
+        "Started",
+        "Up",
+        "Go version",
+        "Binary version",
+        "Emulation version",
+        "Paths",
+    ]) {
+        assert!(line.starts_with(field), "{line:?} is not {field}");
+    }
+    assert!(body.contains(&format!("rustlet {}", env!("CARGO_PKG_VERSION"))));
+    assert!(lines[8].ends_with(" 1.37"), "{body}");
+    assert!(
+        body.contains("/configz /flagz /healthz /metrics\n"),
+        "{body}"
+    );
+    // .. and as text for `*/*` too.
+    let (status, h, _) = get_with(&f, "/statusz", &[("accept", "*/*")]).await;
+    assert_eq!(
+        (status, content_type(&h).as_str()),
+        (StatusCode::OK, "text/plain; charset=utf-8")
+    );
+
+    // /statusz as a config.k8s.io/v1beta1 Statusz.
+    let accept = "application/json;as=Statusz;v=v1beta1;g=config.k8s.io";
+    let (status, h, body) = get_with(&f, "/statusz", &[("accept", accept)]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        content_type(&h),
+        "application/json;g=config.k8s.io;v=v1beta1;as=Statusz"
+    );
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["kind"], "Statusz");
+    assert_eq!(v["apiVersion"], "config.k8s.io/v1beta1");
+    assert_eq!(v["metadata"], json!({"name": "kubelet"}));
+    let start: Timestamp = v["startTime"].as_str().unwrap().parse().unwrap();
+    assert_eq!(start.as_second(), started.as_second());
+    assert!(v["uptimeSeconds"].as_i64().unwrap() >= 90);
+    assert!(v["goVersion"].as_str().unwrap().starts_with("rustc "));
+    assert_eq!(v["emulationVersion"], "1.37");
+    assert_eq!(
+        v["paths"],
+        json!(["/configz", "/flagz", "/healthz", "/metrics"])
+    );
+
+    // /flagz as text and as a Flagz; secrets stay hidden.
+    let (status, h, body) = get_with(&f, "/flagz", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(content_type(&h), "text/plain; charset=utf-8");
+    let lines: Vec<&str> = body.lines().collect();
+    assert_eq!(lines[..2], ["", "kubelet flagz"]);
+    assert!(lines[3].starts_with("bootstrap-token") && lines[3].ends_with("CLASSIFIED"));
+    assert!(lines[4].starts_with("node-ip") && lines[4].ends_with("10.0.0.1"));
+    let accept = "application/json;as=Flagz;v=v1beta1;g=config.k8s.io";
+    let (status, h, body) = get_with(&f, "/flagz", &[("accept", accept)]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        content_type(&h),
+        "application/json;g=config.k8s.io;v=v1beta1;as=Flagz"
+    );
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v,
+        json!({
+            "kind": "Flagz",
+            "apiVersion": "config.k8s.io/v1beta1",
+            "metadata": {"name": "kubelet"},
+            "flags": {"bootstrap-token": "CLASSIFIED", "node-ip": "10.0.0.1"},
+        })
+    );
+    // The deprecated v1alpha1 is served with a warning.
+    let accept = "application/json;as=Flagz;v=v1alpha1;g=config.k8s.io";
+    let (status, h, _) = get_with(&f, "/flagz", &[("accept", accept)]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        h[http::header::WARNING]
+            .to_str()
+            .unwrap()
+            .starts_with("299 - ")
+    );
+
+    // What neither page offers: 406 with a Status.
+    for path in ["/statusz", "/flagz"] {
+        for accept in ["application/json", "application/xml"] {
+            let (status, h, body) = get_with(&f, path, &[("accept", accept)]).await;
+            assert_eq!(status, StatusCode::NOT_ACCEPTABLE, "{path} {accept}");
+            assert_eq!(content_type(&h), "application/json", "{path} {accept}");
+            let v: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(v["kind"], "Status");
+            assert_eq!(v["reason"], "NotAcceptable");
+            assert_eq!(v["code"], 406);
+            assert_eq!(
+                v["message"],
+                "only the following media types are accepted: \
+                 application/json, application/yaml, text/plain"
+            );
+        }
+    }
+
+    // Authorized as the kubelet authorizes them: nodes/statusz, and
+    // nodes/configz for /flagz.
+    let subresources: Vec<String> = f
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["spec"]["resourceAttributes"]["subresource"].as_str())
+        .map(str::to_string)
+        .collect();
+    assert!(
+        subresources.contains(&"statusz".to_string()),
+        "{subresources:?}"
+    );
+    assert!(
+        subresources.contains(&"configz".to_string()),
+        "{subresources:?}"
+    );
+
+    // Every path /statusz lists from is served.
+    for path in HANDLER_PATHS {
+        let (status, _, _) = get_with(&f, path, &[]).await;
+        assert_ne!(status, StatusCode::NOT_FOUND, "{path}");
+    }
+}
