@@ -850,6 +850,23 @@ cluster_role_binding node-autoapprove-certificate-rotation \
   system:certificates.k8s.io:certificatesigningrequests:selfnodeclient Group system:nodes |
   kubectl_admin apply -f - >/dev/null
 
+# The project's custom resources (crds/), and what the Helm chart grants
+# nodes on them: get, list and watch NodeConfigurations.
+log "crds: NodeConfiguration, readable by system:nodes"
+kubectl_admin apply --server-side --force-conflicts -f "$ROOT/crds" >/dev/null
+kubectl_admin apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: rustlet-node-configurations
+rules:
+  - apiGroups: ["rustlet.dev"]
+    resources: ["nodeconfigurations"]
+    verbs: ["get", "list", "watch"]
+EOF
+cluster_role_binding rustlet-node-configurations rustlet-node-configurations Group system:nodes |
+  kubectl_admin apply -f - >/dev/null
+
 # ---------------------------------------------------------------- agent
 # --node-e2e: the node suite reaches the pod resources API at
 # /var/lib/kubelet/pod-resources/kubelet.sock, whatever the agent's root

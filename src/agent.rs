@@ -457,8 +457,8 @@ struct NodeFacts {
     cfg: NodeConfig,
     /// The machine's CPUs, memory and huge pages.
     machine: MachineInfo,
-    /// The eviction thresholds of the settings.
-    thresholds: Vec<crate::eviction::Threshold>,
+    /// The eviction thresholds and timings of the settings.
+    limits: crate::eviction::manager::Limits,
     /// The node's allocatable resources.
     allocatable:
         std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
@@ -860,29 +860,14 @@ fn node_facts(base: &Base) -> anyhow::Result<NodeFacts> {
     let machine = MachineInfo::read(&settings.root_dir);
     crate::node::status::check_reservations(&machine, settings.max_pods, &settings.reservations)
         .map_err(|e| anyhow::anyhow!(e))?;
-    let thresholds = crate::eviction::thresholds(
-        &settings.reservations.eviction_hard,
-        &settings.eviction.soft,
-        &settings.eviction.soft_grace,
-        &settings.eviction.minimum_reclaim,
-    )
-    .map_err(|e| anyhow::anyhow!("invalid eviction configuration: {e}"))?;
-    // As the kubelet's `ParseThresholdConfig` with `enforceNodeAllocatable`.
-    let thresholds = if settings
-        .enforce_node_allocatable
-        .iter()
-        .any(|e| e == "pods")
-    {
-        crate::eviction::allocatable_thresholds(&thresholds)
-    } else {
-        thresholds
-    };
+    let limits = crate::eviction::limits(settings)
+        .map_err(|e| anyhow::anyhow!("invalid eviction configuration: {e}"))?;
     let (_, allocatable) =
         crate::node::status::resources(&machine, settings.max_pods, &settings.reservations);
     Ok(NodeFacts {
         cfg,
         machine,
-        thresholds,
+        limits,
         allocatable,
     })
 }
@@ -1429,9 +1414,7 @@ fn start_loops(
     let runtime = &base.runtime.runtime;
     let LoopParts {
         facts: NodeFacts {
-            machine,
-            thresholds,
-            ..
+            machine, limits, ..
         },
         pressures_tx,
         shutdown_tx,
@@ -1447,6 +1430,22 @@ fn start_loops(
         node_name.clone(),
     );
     tokio::spawn(image_gc.clone().run());
+    let (limits_tx, limits) = tokio::sync::watch::channel(limits);
+    let (configz_tx, configz) = tokio::sync::watch::channel(settings.kubelet_configuration());
+    tokio::spawn(
+        crate::node::configuration::Controller {
+            client: client.clone(),
+            node_name: node_name.clone(),
+            base: settings.clone(),
+            node: ctx.node_store().clone(),
+            live: crate::node::configuration::Live {
+                image_gc: image_gc.clone(),
+                limits: limits_tx,
+                configz: configz_tx,
+            },
+        }
+        .run(),
+    );
     let container_gc = crate::container_gc::Policy {
         min_age: args.minimum_container_ttl_duration,
         max_per_pod_container: args.maximum_dead_containers_per_container,
@@ -1465,8 +1464,7 @@ fn start_loops(
     tokio::spawn(crate::eviction::manager::run(
         crate::eviction::manager::Config {
             node_name: node_name.clone(),
-            thresholds,
-            transition: settings.eviction.pressure_transition_period,
+            limits,
             hugepages_bytes: if stats.node_memory_counts_hugepages() {
                 0
             } else {
@@ -1474,7 +1472,6 @@ fn start_loops(
                     sum.saturating_add(kib.saturating_mul(1024).saturating_mul(*pages))
                 })
             },
-            max_pod_grace: settings.eviction.max_pod_grace_period,
         },
         stats.clone(),
         ctx.recorder().clone(),
@@ -1517,7 +1514,7 @@ fn start_loops(
         let stats = stats.clone();
         async move { stats.sample().await }
     });
-    let (server, stop_server) = spawn_server(base, ctx, store, &stats)?;
+    let (server, stop_server) = spawn_server(base, ctx, store, &stats, configz)?;
     let housekeeping = spawn_housekeeping(
         ctx,
         runtime,
@@ -1544,6 +1541,7 @@ fn spawn_server(
     ctx: &Arc<worker::Context>,
     store: &reflector::Store<Pod>,
     stats: &Arc<crate::stats::Provider>,
+    configz: tokio::sync::watch::Receiver<serde_json::Value>,
 ) -> anyhow::Result<(
     tokio::task::JoinHandle<crate::server::Result<()>>,
     tokio::sync::oneshot::Sender<()>,
@@ -1552,6 +1550,7 @@ fn spawn_server(
     // The node API drains once the pod workers have stopped on SIGTERM/SIGINT.
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let mut config = server_config(&base.args, &base.settings, client, node_name, &base.node_ip)?;
+    config.kubelet_config = configz;
     config.credential_providers = base
         .credential_providers
         .as_ref()
@@ -2071,7 +2070,7 @@ fn server_config(
         serving_files: settings.reload_server_certificate_file,
         client_ca: settings.reload_client_ca_file,
     };
-    cfg.kubelet_config = settings.kubelet_configuration();
+    cfg.kubelet_config = tokio::sync::watch::channel(settings.kubelet_configuration()).1;
     cfg.started = args.invocation.started;
     cfg.flags = args.invocation.flags.clone();
     cfg.auth_ttls = crate::server::auth::CacheTtls {

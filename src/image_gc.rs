@@ -237,7 +237,7 @@ pub fn format_size(bytes: u64) -> String {
 pub struct ImageGc {
     runtime: Runtime,
     stats: Arc<Provider>,
-    policy: Policy,
+    policy: std::sync::Mutex<Policy>,
     recorder: Recorder,
     node: String,
     started: i64,
@@ -257,7 +257,7 @@ impl ImageGc {
         Arc::new(Self {
             runtime,
             stats,
-            policy,
+            policy: std::sync::Mutex::new(policy),
             recorder,
             node,
             started: now(),
@@ -265,18 +265,37 @@ impl ImageGc {
         })
     }
 
-    /// Runs the periodic collection forever, every [`PERIOD`] from now; off
-    /// when the high threshold is 100% and no maximum age is set, as the
-    /// kubelet's.
+    /// The policy in effect.
+    #[must_use]
+    pub fn policy(&self) -> Policy {
+        *self
+            .policy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Replaces the policy; the next pass uses it (a `NodeConfiguration`
+    /// applied while the agent runs).
+    pub fn set_policy(&self, policy: Policy) {
+        *self
+            .policy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = policy;
+    }
+
+    /// Runs the periodic collection forever, every [`PERIOD`] from now; a
+    /// pass does nothing while the high threshold is 100% and no maximum
+    /// age is set (the kubelet's collection is off then).
     pub async fn run(self: Arc<Self>) {
-        if self.policy.high_percent >= 100 && self.policy.max_age.is_zero() {
-            return;
-        }
         let mut failed_before = false;
         let mut tick = tokio::time::interval(PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            let policy = self.policy();
+            if policy.high_percent >= 100 && policy.max_age.is_zero() {
+                continue;
+            }
             match self.collect().await {
                 Ok(()) => failed_before = false,
                 Err(e) => {
@@ -331,12 +350,13 @@ impl ImageGc {
     /// The runtime or the image filesystem's stats could not be read; the
     /// text is the event's message.
     pub async fn collect(&self) -> Result<(), String> {
+        let policy = self.policy();
         let mut records = self.records.lock().await;
         let now = now();
         let used = self.detect(&mut records, now).await?;
-        let old = expired(&records, &used, self.policy.max_age, self.started, now);
+        let old = expired(&records, &used, policy.max_age, self.started, now);
         self.remove(&mut records, &old).await;
-        if self.policy.high_percent >= 100 {
+        if policy.high_percent >= 100 {
             return Ok(());
         }
         let fs = self
@@ -355,7 +375,7 @@ impl ImageGc {
             self.node_event(crate::reasons::event::INVALID_DISK_CAPACITY, text.clone());
             return Err(text);
         }
-        let p = pass(&records, &used, self.policy, capacity, available, now);
+        let p = pass(&records, &used, policy, capacity, available, now);
         let freed = self.remove(&mut records, &p.remove).await;
         if freed < p.needed {
             let usage = 100u64.saturating_sub(available.saturating_mul(100) / capacity);
@@ -380,7 +400,7 @@ impl ImageGc {
         let mut records = self.records.lock().await;
         let now = now();
         let used = self.detect(&mut records, now).await?;
-        let ids: Vec<String> = candidates(&records, &used, self.policy.min_age, now)
+        let ids: Vec<String> = candidates(&records, &used, self.policy().min_age, now)
             .into_iter()
             .map(|(id, _)| id)
             .collect();

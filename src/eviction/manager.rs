@@ -56,16 +56,25 @@ pub use crate::pod_core::kind::SYSTEM_CRITICAL_PRIORITY;
 pub struct Config {
     /// The node's name (for its events).
     pub node_name: String,
-    /// The thresholds ([`super::thresholds`], with
-    /// [`super::allocatable_thresholds`] when `pods` is enforced); those of
-    /// `containerfs.*` are made from them at the first cycle.
-    pub thresholds: Vec<Threshold>,
-    /// `evictionPressureTransitionPeriod`.
-    pub transition: Duration,
+    /// The thresholds and timings, which may change while the manager
+    /// runs (a `NodeConfiguration` applied): read at each cycle.
+    pub limits: watch::Receiver<Limits>,
     /// The huge page pools' bytes, which memory cannot give back, when the
     /// node's memory stats count them as available (0 when they do not:
     /// [`crate::stats::Provider::node_memory_counts_hugepages`]).
     pub hugepages_bytes: u64,
+}
+
+/// The eviction manager's thresholds and timings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// The thresholds ([`super::thresholds`], with
+    /// [`super::allocatable_thresholds`] when `pods` is enforced); those of
+    /// `containerfs.*` are made from them at the first cycle after each
+    /// change.
+    pub thresholds: Vec<Threshold>,
+    /// `evictionPressureTransitionPeriod`.
+    pub transition: Duration,
     /// `evictionMaxPodGracePeriod`, seconds.
     pub max_pod_grace: i64,
 }
@@ -83,7 +92,7 @@ pub fn is_critical(pod: &Pod) -> bool {
 /// reclaims images with `images`; `pressures` carries the conditions to
 /// report.
 pub async fn run<P: Pods, I: Images>(
-    cfg: Config,
+    mut cfg: Config,
     stats: Arc<Provider>,
     recorder: Recorder,
     pods: Arc<P>,
@@ -100,11 +109,20 @@ pub async fn run<P: Pods, I: Images>(
     // Node and in the log, not every 10 s.
     let mut blind = false;
     let mut layout: Option<(FsLayout, Vec<Threshold>)> = None;
+    let mut limits = cfg.limits.borrow_and_update().clone();
     loop {
         tick.tick().await;
+        if cfg.limits.has_changed().unwrap_or(false) {
+            limits = cfg.limits.borrow_and_update().clone();
+            info!(
+                thresholds = limits.thresholds.len(),
+                "eviction manager: thresholds changed"
+            );
+            layout = None;
+        }
         if layout.is_none() {
             layout = stats.fs_layout().await.map(|l| {
-                let (thresholds, ignored) = container_fs_thresholds(&cfg.thresholds, l);
+                let (thresholds, ignored) = container_fs_thresholds(&limits.thresholds, l);
                 if let Some(e) = ignored {
                     warn!(
                         error = e,
@@ -148,7 +166,12 @@ pub async fn run<P: Pods, I: Images>(
             }
         };
         let observations = observe(&summary, cfg.hugepages_bytes);
-        let cycle = state.cycle(started.elapsed(), thresholds, &observations, cfg.transition);
+        let cycle = state.cycle(
+            started.elapsed(),
+            thresholds,
+            &observations,
+            limits.transition,
+        );
         pressures.send_if_modified(|p| {
             let changed = *p != cycle.pressures;
             if changed {
@@ -216,7 +239,7 @@ pub async fn run<P: Pods, I: Images>(
             victim,
             &summary,
         );
-        let grace = super::grace_period(&threshold, cfg.max_pod_grace, victim);
+        let grace = super::grace_period(&threshold, limits.max_pod_grace, victim);
         evict(&recorder, &*pods, victim, text, annotations, true, grace).await;
         let uid = victim.metadata.uid.clone().unwrap_or_default();
         wait_for_cleanup(&*pods, &[(uid, grace)]).await;

@@ -266,6 +266,35 @@ pub fn thresholds(
     Ok(out)
 }
 
+/// The eviction manager's thresholds and timings of `settings`, as the
+/// kubelet's `ParseThresholdConfig` (with the allocatable thresholds when
+/// `enforceNodeAllocatable` holds `pods`).
+///
+/// # Errors
+/// A threshold the kubelet refuses, with its message.
+pub fn limits(settings: &crate::config::Settings) -> Result<manager::Limits, String> {
+    let thresholds = thresholds(
+        &settings.reservations.eviction_hard,
+        &settings.eviction.soft,
+        &settings.eviction.soft_grace,
+        &settings.eviction.minimum_reclaim,
+    )?;
+    let thresholds = if settings
+        .enforce_node_allocatable
+        .iter()
+        .any(|e| e == "pods")
+    {
+        allocatable_thresholds(&thresholds)
+    } else {
+        thresholds
+    };
+    Ok(manager::Limits {
+        thresholds,
+        transition: settings.eviction.pressure_transition_period,
+        max_pod_grace: settings.eviction.max_pod_grace_period,
+    })
+}
+
 /// `thresholds` with an `allocatableMemory.available` copy of each hard
 /// `memory.available` threshold, as the kubelet's `addAllocatableThresholds`
 /// does when `enforceNodeAllocatable` holds `pods`.

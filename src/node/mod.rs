@@ -6,6 +6,7 @@
 
 pub mod bootstrap;
 pub mod client_cert;
+pub mod configuration;
 pub mod info;
 pub mod lease;
 pub mod registration;

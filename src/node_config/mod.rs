@@ -1,7 +1,9 @@
 //! Node configuration as a custom resource: the `NodeConfiguration` type
-//! ([`resource`]) and the project's custom resource definitions as YAML
-//! ([`crds_yaml`], checked in under `crds/`).
+//! ([`resource`]), which of them a node applies and the settings they make
+//! ([`decide`], pure), and the project's custom resource definitions as
+//! YAML ([`crds_yaml`], checked in under `crds/`).
 
+pub mod decide;
 pub mod resource;
 
 use kube::CustomResourceExt;

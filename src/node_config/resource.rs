@@ -4,11 +4,12 @@
 //! from these types (`kube::CustomResource`, `schemars`) and checked in as
 //! `crds/nodeconfigurations.rustlet.dev.yaml`.
 //!
-//! The fields are those an agent can apply without a restart, with the
-//! kubelet's names, units and checks (`docs/configuration.md` lists each
-//! and why it is live); a field the kubelet relates to another carries the
-//! relation as a CEL rule, so the API server refuses what the kubelet's
-//! validation would.
+//! The fields are those the agent applies without a restart (the image
+//! manager's policy and the eviction manager's soft thresholds and
+//! timings), with the kubelet's names, units and checks
+//! (`docs/configuration.md` lists each and why it is live); a field the
+//! kubelet relates to another carries the relation as a CEL rule, so the
+//! API server refuses what the kubelet's validation would.
 
 use std::collections::BTreeMap;
 
@@ -90,11 +91,6 @@ pub struct LiveKubeletConfiguration {
     #[serde(rename = "imageMaximumGCAge", skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION))]
     pub image_maximum_gc_age: Option<String>,
-    /// Hard eviction thresholds: signal to a quantity or a percentage.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("maxProperties" = MAX_SIGNALS, "additionalProperties" = {"type": "string", "maxLength": 32}))]
-    #[x_kube(validation = thresholds_rule())]
-    pub eviction_hard: Option<BTreeMap<String, String>>,
     /// Soft eviction thresholds: signal to a quantity or a percentage.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(extend("maxProperties" = MAX_SIGNALS, "additionalProperties" = {"type": "string", "maxLength": 32}))]
@@ -117,26 +113,6 @@ pub struct LiveKubeletConfiguration {
     /// The most grace, seconds, a pod evicted by a soft threshold gets.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eviction_max_pod_grace_period: Option<i32>,
-    /// The size at which a container's log is rotated (a quantity).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))").message("containerLogMaxSize must be a positive quantity"))]
-    pub container_log_max_size: Option<String>,
-    /// The most log files kept per container, at least 2.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 2))]
-    pub container_log_max_files: Option<i32>,
-    /// The most pods the node runs.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub max_pods: Option<i32>,
-    /// How often the node's status is computed (and written when changed).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = DURATION))]
-    pub node_status_update_frequency: Option<String>,
-    /// How often the node's status is written when nothing changed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = DURATION))]
-    pub node_status_report_frequency: Option<String>,
 }
 
 fn thresholds_rule() -> kube::core::Rule {
@@ -194,17 +170,19 @@ fn label_selector(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "properties": {
             "matchLabels": {
                 "type": "object",
+                "maxProperties": 64,
                 "additionalProperties": { "type": "string" }
             },
             "matchExpressions": {
                 "type": "array",
+                "maxItems": 32,
                 "items": {
                     "type": "object",
                     "required": ["key", "operator"],
                     "properties": {
                         "key": { "type": "string" },
                         "operator": { "type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"] },
-                        "values": { "type": "array", "items": { "type": "string" } }
+                        "values": { "type": "array", "maxItems": 64, "items": { "type": "string" } }
                     }
                 }
             }

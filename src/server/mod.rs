@@ -141,8 +141,9 @@ pub struct ServerConfig {
     /// Directory of pod logs (`podLogsDir`, `/var/log/pods`).
     pub pod_logs_dir: PathBuf,
     /// The agent's other effective KubeletConfiguration fields (a JSON object),
-    /// shown by `/configz` with this server's own.
-    pub kubelet_config: serde_json::Value,
+    /// shown by `/configz` with this server's own; the latest value is
+    /// shown (a `NodeConfiguration` applied changes it).
+    pub kubelet_config: tokio::sync::watch::Receiver<serde_json::Value>,
     /// The image credential providers in effect (flags, hash, providers),
     /// shown by `/configz` beside `kubeletconfig` as
     /// `imageCredentialProviders`: they are flags, no KubeletConfiguration
@@ -293,7 +294,7 @@ impl ServerConfig {
             client_ca_file: None,
             reload: tls::Reload::default(),
             pod_logs_dir,
-            kubelet_config: serde_json::json!({}),
+            kubelet_config: tokio::sync::watch::channel(serde_json::json!({})).1,
             credential_providers: None,
             auth_ttls: auth::CacheTtls::default(),
             limits: Limits::default(),
@@ -1252,7 +1253,7 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 /// agent's KubeletConfiguration with this server's address, ports, TLS files
 /// and authentication and authorization settings filled in.
 fn configz(cfg: &ServerConfig) -> serde_json::Value {
-    let mut doc = match &cfg.kubelet_config {
+    let mut doc = match &*cfg.kubelet_config.borrow() {
         serde_json::Value::Object(m) => m.clone(),
         _ => serde_json::Map::new(),
     };

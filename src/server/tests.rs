@@ -216,7 +216,7 @@ async fn start_until_with(
     cfg.port = 0;
     cfg.healthz_port = Some(0);
     cfg.client_ca_file = Some(ca_file);
-    cfg.kubelet_config = json!({"maxPods": 7, "port": 1});
+    cfg.kubelet_config = tokio::sync::watch::channel(json!({"maxPods": 7, "port": 1})).1;
     tweak(&mut cfg);
     let runtime = crate::cri::Runtime::connect_lazy(
         &format!("unix://{}", dir.path().join("no-runtime.sock").display()),
