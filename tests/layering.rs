@@ -34,7 +34,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "paths",
             "resource",
             "node_selector",
-            "node_config",
             "names",
             "metrics",
             "feature_gates",
@@ -80,7 +79,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "the pod worker and the node object",
-        &["pod", "node", "eviction", "node_shutdown", "memory_manager"],
+        &[
+            "pod",
+            "node",
+            "eviction",
+            "node_shutdown",
+            "memory_manager",
+            "node_config",
+        ],
     ),
     ("the node API", &["server", "pod_resources"]),
     // `bin`: the other programs built on the library (the test CSI driver).
