@@ -386,7 +386,10 @@ struct App {
     /// Upgraded exec, attach and port-forward streams, per node and per
     /// namespace ([`Limits::max_streams`], [`Limits::max_streams_per_namespace`]).
     streams: Arc<fair::Quota>,
+    /// The server's own `/configz` fields ([`configz`]).
     configz: serde_json::Value,
+    /// The agent's effective KubeletConfiguration, as it changes.
+    kubelet_config: tokio::sync::watch::Receiver<serde_json::Value>,
     /// What `/statusz` shows.
     status: zpages::Status,
     /// The flags `/flagz` shows.
@@ -476,6 +479,7 @@ impl Server {
             follows: fair::Quota::new(limits.max_log_follows, limits.max_log_follows_per_namespace),
             streams: fair::Quota::new(limits.max_streams, limits.max_streams_per_namespace),
             configz: configz(&cfg),
+            kubelet_config: cfg.kubelet_config.clone(),
             status: zpages::Status::new(cfg.started, HANDLER_PATHS),
             flags: cfg.flags,
             flagz_delimiter: zpages::random_delimiter(),
@@ -1253,10 +1257,7 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 /// agent's KubeletConfiguration with this server's address, ports, TLS files
 /// and authentication and authorization settings filled in.
 fn configz(cfg: &ServerConfig) -> serde_json::Value {
-    let mut doc = match &*cfg.kubelet_config.borrow() {
-        serde_json::Value::Object(m) => m.clone(),
-        _ => serde_json::Map::new(),
-    };
+    let mut doc = serde_json::Map::new();
     let dur = |d| serde_json::Value::from(crate::config::go_duration(d));
     let (cert, key) = match &cfg.serving_cert {
         ServingCert::Files { cert, key } => (cert.display().to_string(), key.display().to_string()),
@@ -1298,10 +1299,29 @@ fn configz(cfg: &ServerConfig) -> serde_json::Value {
     out
 }
 
+/// The `/configz` document now: the agent's effective KubeletConfiguration
+/// (it may change while the agent runs) with this server's own fields over
+/// it (`overlay`, made once by [`configz`]).
+fn configz_now(
+    overlay: &serde_json::Value,
+    live: &tokio::sync::watch::Receiver<serde_json::Value>,
+) -> serde_json::Value {
+    let mut doc = match &*live.borrow() {
+        serde_json::Value::Object(m) => m.clone(),
+        _ => serde_json::Map::new(),
+    };
+    if let Some(serde_json::Value::Object(own)) = overlay.get("kubeletconfig") {
+        doc.extend(own.clone());
+    }
+    let mut out = overlay.clone();
+    out["kubeletconfig"] = serde_json::Value::Object(doc);
+    out
+}
+
 async fn configz_handler(State(app): State<Arc<App>>) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
-        app.configz.to_string(),
+        configz_now(&app.configz, &app.kubelet_config).to_string(),
     )
         .into_response()
 }

@@ -748,6 +748,30 @@ async fn configz_shows_the_effective_configuration() {
 }
 
 #[tokio::test]
+async fn configz_follows_a_configuration_applied_while_serving() {
+    let (tx, rx) = tokio::sync::watch::channel(json!({"imageGCHighThresholdPercent": 100}));
+    let f = start_with(move |cfg| cfg.kubelet_config = rx).await;
+    let read = || async {
+        let (status, body) = f
+            .get(
+                "/configz",
+                Some(client_cert(&f.ca, "tester", "testers")),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK);
+        serde_json::from_str::<Value>(&body).unwrap()["kubeletconfig"].clone()
+    };
+    assert_eq!(read().await["imageGCHighThresholdPercent"], 100);
+    tx.send_replace(json!({"imageGCHighThresholdPercent": 70, "port": 1}));
+    let c = read().await;
+    assert_eq!(c["imageGCHighThresholdPercent"], 70);
+    // The server's own fields still win.
+    assert_eq!(c["port"], 0);
+}
+
+#[tokio::test]
 async fn streaming_requests_are_checked_before_the_runtime_is_asked() {
     let f = start().await;
     let get = |path: &'static str| {

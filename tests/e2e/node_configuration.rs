@@ -49,8 +49,9 @@ async fn the_definition_is_accepted_and_refuses_what_the_kubelet_refuses() {
     let (code, err) = apply(&resource(
         name,
         "    imageGCHighThresholdPercent: 70\n    imageGCLowThresholdPercent: 60\n\
-         \x20   evictionHard:\n      memory.available: 200Mi\n      nodefs.available: \"10%\"\n\
-         \x20   containerLogMaxSize: 20Mi\n    maxPods: 50\n    nodeStatusUpdateFrequency: 20s\n",
+         \x20   evictionSoft:\n      memory.available: 200Mi\n      nodefs.available: \"10%\"\n\
+         \x20   evictionSoftGracePeriod:\n      memory.available: 1m\n      nodefs.available: 1m\n\
+         \x20   evictionPressureTransitionPeriod: 30s\n",
     ));
     assert_eq!(code, 0, "a valid resource: {err}");
     let (code, table, err) = kubectl(&["get", "nodeconfig", name], "");
@@ -73,7 +74,7 @@ async fn the_definition_is_accepted_and_refuses_what_the_kubelet_refuses() {
             "should be less than or equal to 100",
         ),
         (
-            "    evictionHard:\n      memory.free: 1Gi\n",
+            "    evictionMinimumReclaim:\n      memory.free: 1Gi\n",
             "keys must be eviction signals",
         ),
         (
@@ -81,12 +82,8 @@ async fn the_definition_is_accepted_and_refuses_what_the_kubelet_refuses() {
             "keys must be eviction signals",
         ),
         (
-            "    containerLogMaxFiles: 1\n",
-            "should be greater than or equal to 2",
-        ),
-        (
-            "    containerLogMaxSize: \"-5Mi\"\n",
-            "containerLogMaxSize must be a positive quantity",
+            "    imageGCLowThresholdPercent: -1\n",
+            "should be greater than or equal to 0",
         ),
         (
             "    evictionPressureTransitionPeriod: soon\n",

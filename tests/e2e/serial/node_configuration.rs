@@ -208,11 +208,33 @@ async fn a_selected_configuration_applies_live_and_conflicts_are_refused() {
     assert_eq!(kept["imageGCHighThresholdPercent"], 90, "kept: {kept}");
     assert_eq!(kept["evictionSoft"]["memory.available"], "100000Gi");
 
-    // Gone: the file's values, no annotation, no pressure.
-    let (code, _, err) = kubectl(
-        &["delete", "nodeconfig", "e2e-gc", "e2e-clash", "e2e-bad"],
-        "",
-    );
+    // The refused ones go; e2e-gc, changed, drops its soft threshold and
+    // keeps the short transition period: the pressure ends.
+    let (code, _, err) = kubectl(&["delete", "nodeconfig", "e2e-clash", "e2e-bad"], "");
+    assert_eq!(code, 0, "{err}");
+    apply(&resource(
+        "e2e-gc",
+        "    imageGCHighThresholdPercent: 90\n    imageGCLowThresholdPercent: 80\n\
+         \x20   evictionPressureTransitionPeriod: 5s\n",
+    ));
+    let (annotation, _) = eventually(
+        30,
+        "the new generation applied",
+        async || report(&nodes).await,
+        |r| r.0.as_deref() == Some("e2e-gc/2"),
+    )
+    .await;
+    assert_eq!(annotation.as_deref(), Some("e2e-gc/2"));
+    eventually(
+        60,
+        "MemoryPressure gone",
+        async || nodes.get(&node_name()).await.expect("the Node"),
+        |n| pressure(n, "MemoryPressure").as_deref() == Some("False"),
+    )
+    .await;
+
+    // Gone: the file's values, no annotation.
+    let (code, _, err) = kubectl(&["delete", "nodeconfig", "e2e-gc"], "");
     assert_eq!(code, 0, "{err}");
     let back = eventually(
         30,
@@ -235,11 +257,4 @@ async fn a_selected_configuration_applies_live_and_conflicts_are_refused() {
     .await;
     assert_eq!(annotation, None);
     assert_eq!(condition.map(|c| c.0).as_deref(), Some("True"));
-    eventually(
-        90,
-        "MemoryPressure gone",
-        async || nodes.get(&node_name()).await.expect("the Node"),
-        |n| pressure(n, "MemoryPressure").as_deref() == Some("False"),
-    )
-    .await;
 }
