@@ -181,6 +181,18 @@ impl Controller {
             self.apply(&d, &applied);
             applied = d.live.clone();
             seen = Some(key);
+            // A node no resource ever selected has nothing to report: no
+            // write (most nodes of most clusters).
+            let never = d.verdicts.is_empty()
+                && !node.annotations().contains_key(ANNOTATION)
+                && !node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == CONDITION));
+            if never {
+                reported = Some(Vec::new());
+            }
             if reported.as_ref() != Some(&d.verdicts) {
                 match self.report(&d.verdicts).await {
                     Ok(()) => reported = Some(d.verdicts),

@@ -126,6 +126,47 @@ async fn the_api_server_reaches_the_node_api_through_its_proxy() {
     assert!(list["items"].is_array(), "{list}");
 }
 
+/// `/statusz` and `/flagz` through the API server's node proxy, as
+/// `kubectl get --raw` reads them (text), and as their structured objects.
+#[tokio::test]
+#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
+async fn the_z_pages_answer_through_the_proxy() {
+    let node = node_name();
+    for (page, kind) in [("statusz", "Statusz"), ("flagz", "Flagz")] {
+        let path = format!("/api/v1/nodes/{node}/proxy/{page}");
+        let (code, text, err) = kubectl(&["get", "--raw", &path], "");
+        assert_eq!(code, 0, "{page}: {err}");
+        assert!(text.starts_with(&format!("\nkubelet {page}\n")), "{text}");
+        let client = client().await;
+        let req = axum::http::Request::get(&path)
+            .header(
+                "Accept",
+                format!("application/json;as={kind};v=v1beta1;g=config.k8s.io"),
+            )
+            .body(Vec::new())
+            .unwrap();
+        let body = client.request_text(req).await.expect(page);
+        let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(v["kind"], kind, "{v}");
+        assert_eq!(v["apiVersion"], "config.k8s.io/v1beta1");
+        assert_eq!(v["metadata"]["name"], "kubelet");
+    }
+    let (_, text, _) = kubectl(
+        &[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{node}/proxy/statusz"),
+        ],
+        "",
+    );
+    assert!(text.contains("Paths"), "{text}");
+    let (_, flags, _) = kubectl(
+        &["get", "--raw", &format!("/api/v1/nodes/{node}/proxy/flagz")],
+        "",
+    );
+    assert!(flags.contains("node-name"), "{flags}");
+}
+
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn requests_without_credentials_are_unauthorized() {
