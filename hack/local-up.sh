@@ -851,20 +851,21 @@ cluster_role_binding node-autoapprove-certificate-rotation \
   kubectl_admin apply -f - >/dev/null
 
 # The project's custom resources (crds/), and what the Helm chart grants
-# nodes on them: get, list and watch NodeConfigurations.
+# nodes on them: get, list and watch NodeConfigurations (under a name of
+# its own: hack/test-chart.sh installs the chart as release "rustlet").
 log "crds: NodeConfiguration, readable by system:nodes"
 kubectl_admin apply --server-side --force-conflicts -f "$ROOT/crds" >/dev/null
 kubectl_admin apply -f - >/dev/null <<EOF
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
-  name: rustlet-node-configurations
+  name: local-node-configurations
 rules:
   - apiGroups: ["rustlet.dev"]
     resources: ["nodeconfigurations"]
     verbs: ["get", "list", "watch"]
 EOF
-cluster_role_binding rustlet-node-configurations rustlet-node-configurations Group system:nodes |
+cluster_role_binding local-node-configurations local-node-configurations Group system:nodes |
   kubectl_admin apply -f - >/dev/null
 
 # ---------------------------------------------------------------- agent
