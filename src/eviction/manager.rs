@@ -87,6 +87,20 @@ pub fn is_critical(pod: &Pod) -> bool {
     crate::pod_core::kind::PodKind::of(pod).is_critical
 }
 
+/// The runtime's filesystem layout with the thresholds for it (those of
+/// `containerfs.*` made from `thresholds`), said in the log.
+fn layout_thresholds(l: FsLayout, thresholds: &[Threshold]) -> (FsLayout, Vec<Threshold>) {
+    let (thresholds, ignored) = container_fs_thresholds(thresholds, l);
+    if let Some(e) = ignored {
+        warn!(
+            error = e,
+            "eviction manager: found conflicting containerfs eviction. Ignoring."
+        );
+    }
+    info!(layout = ?l, "eviction manager: the runtime's filesystems");
+    (l, thresholds)
+}
+
 /// Runs the manager forever, as the kubelet's `managerImpl.Start`: it reads
 /// `stats`, tells its events to `recorder`, evicts among `pods` and
 /// reclaims images with `images`; `pressures` carries the conditions to
@@ -121,17 +135,10 @@ pub async fn run<P: Pods, I: Images>(
             layout = None;
         }
         if layout.is_none() {
-            layout = stats.fs_layout().await.map(|l| {
-                let (thresholds, ignored) = container_fs_thresholds(&limits.thresholds, l);
-                if let Some(e) = ignored {
-                    warn!(
-                        error = e,
-                        "eviction manager: found conflicting containerfs eviction. Ignoring."
-                    );
-                }
-                info!(layout = ?l, "eviction manager: the runtime's filesystems");
-                (l, thresholds)
-            });
+            layout = stats
+                .fs_layout()
+                .await
+                .map(|l| layout_thresholds(l, &limits.thresholds));
         }
         let Some((layout, thresholds)) = &layout else {
             if !blind {

@@ -102,14 +102,7 @@ fn condition(verdicts: &[Verdict]) -> (&'static str, &'static str, String) {
             .collect::<Vec<_>>()
             .join("; ")
     };
-    if message.len() > MAX_MESSAGE {
-        let mut end = MAX_MESSAGE;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push('…');
-    }
+    message = crate::node_config::decide::truncate_to(message, MAX_MESSAGE);
     match refused.first().and_then(|v| v.refused.as_ref()) {
         None => ("True", "Applied", message),
         Some((reason, _)) => ("False", reason, message),

@@ -82,9 +82,12 @@ fn over(
     Ok(s)
 }
 
-fn truncate(mut message: String) -> String {
-    if message.len() > MAX_MESSAGE {
-        let mut end = MAX_MESSAGE;
+/// `message` cut to at most `max` bytes (on a character boundary), with an
+/// ellipsis when cut.
+#[must_use]
+pub fn truncate_to(mut message: String, max: usize) -> String {
+    if message.len() > max {
+        let mut end = max;
         while !message.is_char_boundary(end) {
             end -= 1;
         }
@@ -92,6 +95,10 @@ fn truncate(mut message: String) -> String {
         message.push('…');
     }
     message
+}
+
+fn truncate(message: String) -> String {
+    truncate_to(message, MAX_MESSAGE)
 }
 
 /// Decides which of `resources` the node with `labels` applies over its
