@@ -30,6 +30,7 @@
 //! container again with the same devices and the plugin's same answer.
 
 pub mod state;
+pub mod topology;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -50,7 +51,10 @@ use crate::proto::deviceplugin::{
     registration_server::{Registration, RegistrationServer},
 };
 pub use state::{Allocation, DeviceResources, DevicesByResource, Options, STOP_GRACE, Topology};
-use state::{ContainerKey, State};
+use state::{ContainerKey, Plan, State};
+use topology::PreferredRequest;
+
+use crate::topology_manager::{NumaMask, ProviderHints};
 
 /// Where device plugins and the agent's registration socket live (the
 /// kubelet's `DevicePluginPath`, the same whatever its root directory).
@@ -215,6 +219,17 @@ fn device_requests(c: &Container) -> Vec<(String, usize)> {
                 .value();
             (n > 0).then(|| (name.clone(), usize::try_from(n).unwrap_or(usize::MAX)))
         })
+        .collect()
+}
+
+/// The names of `pod`'s init containers that are not sidecars: what they
+/// were given, its later containers may reuse.
+fn regular_init_containers(pod: &Pod) -> std::collections::BTreeSet<String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .filter(|c| !crate::pod_core::spec::is_sidecar(c))
+        .map(|c| c.name.clone())
         .collect()
 }
 
@@ -532,13 +547,11 @@ impl DeviceManager {
     }
 
     /// Gives every container of `pod` (init containers first) the devices
-    /// its limits ask for, as the kubelet's device manager does when it
-    /// admits a pod; `active` tells the UIDs of the pods whose devices are
-    /// held. Extended resources no plugin advertises are left alone.
+    /// its limits ask for, with no NUMA affinity to follow, as
+    /// [`DeviceManager::allocate`] does for each.
     ///
     /// # Errors
-    /// Why the devices could not be given (the kubelet's messages), for the
-    /// pod's `UnexpectedAdmissionError`.
+    /// As [`DeviceManager::allocate`].
     pub async fn allocate_pod(
         &self,
         pod: &Pod,
@@ -547,18 +560,105 @@ impl DeviceManager {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(());
         };
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let _serial = self.inner.allocating.lock().await;
         for c in spec
             .init_containers
             .iter()
             .flatten()
             .chain(&spec.containers)
         {
-            let key = (uid.clone(), c.name.clone());
-            self.allocate_container(&key, c, &active).await?;
+            self.allocate(pod, c, &active, None).await?;
         }
         Ok(())
+    }
+
+    /// Gives container `c` of `pod` the devices its limits ask for, as the
+    /// kubelet's device manager does when it admits a pod (its `Allocate`):
+    /// the devices its pod's init containers held first (a sidecar keeps
+    /// its own), then healthy devices no active pod holds (`active` on a
+    /// pod's UID), those on the nodes of `affinity`, the topology manager's
+    /// merged hint, first. Extended resources no plugin advertises are left
+    /// alone; a container given devices before keeps them.
+    ///
+    /// # Errors
+    /// Why the devices could not be given (the kubelet's messages), for the
+    /// pod's `UnexpectedAdmissionError`.
+    pub async fn allocate(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        active: impl Fn(&str) -> bool,
+        affinity: Option<NumaMask>,
+    ) -> Result<(), String> {
+        if device_requests(c).is_empty() {
+            return Ok(());
+        }
+        let key = (pod.metadata.uid.clone().unwrap_or_default(), c.name.clone());
+        let regular = regular_init_containers(pod);
+        let _serial = self.inner.allocating.lock().await;
+        self.allocate_container(&key, c, &active, &regular, affinity)
+            .await
+    }
+
+    /// The device hints of container `c` of `pod`, by resource, for the
+    /// topology manager (the kubelet's `GetTopologyHints`); `machine` holds
+    /// the machine's NUMA nodes, `active` tells the pods whose devices are
+    /// held. `None` when it asks for no device of a plugin.
+    #[must_use]
+    pub fn hints(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        active: impl Fn(&str) -> bool,
+        machine: &[usize],
+    ) -> ProviderHints {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let regular = regular_init_containers(pod);
+        let st = self.state();
+        let hints: BTreeMap<_, _> = device_requests(c)
+            .into_iter()
+            .filter(|(resource, _)| st.is_device_resource(resource))
+            .map(|(resource, requested)| {
+                let allocated = st.held_by(uid, &resource, |n| n == c.name);
+                let available = st.available(&resource, &active);
+                let reusable = st.reusable(uid, &resource, |n| regular.contains(n));
+                let hints = st
+                    .topology(&resource)
+                    .hints(requested, &allocated, &available, &reusable, machine);
+                (resource, hints)
+            })
+            .collect();
+        (!hints.is_empty()).then_some(hints)
+    }
+
+    /// The device hints of the whole of `pod` (scope `pod`, the kubelet's
+    /// `GetPodTopologyHints`): its device limits as the pod's limits add
+    /// them up.
+    #[must_use]
+    pub fn pod_hints(
+        &self,
+        pod: &Pod,
+        active: impl Fn(&str) -> bool,
+        machine: &[usize],
+    ) -> ProviderHints {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let st = self.state();
+        let hints: BTreeMap<_, _> = crate::pod_core::fit::pod_limits(pod)
+            .into_iter()
+            .filter(|(resource, _)| st.is_device_resource(resource))
+            .filter_map(|(resource, q)| {
+                let requested = usize::try_from(q.value()).ok()?;
+                (requested > 0).then_some((resource, requested))
+            })
+            .map(|(resource, requested)| {
+                let allocated = st.held_by(uid, &resource, |_| true);
+                let available = st.available(&resource, &active);
+                let hints =
+                    st.topology(&resource)
+                        .hints(requested, &allocated, &available, &[], machine);
+                (resource, hints)
+            })
+            .collect();
+        (!hints.is_empty()).then_some(hints)
     }
 
     /// Gives container `key` (`c`) its devices of each resource it asks for
@@ -568,11 +668,15 @@ impl DeviceManager {
         key: &ContainerKey,
         c: &Container,
         active: &impl Fn(&str) -> bool,
+        regular: &std::collections::BTreeSet<String>,
+        affinity: Option<NumaMask>,
     ) -> Result<(), String> {
         // One checkpoint write for the container, whatever it was given
         // before an error (as the kubelet writes once per allocation).
         let mut recorded = false;
-        let result = self.allocate_resources(key, c, active, &mut recorded).await;
+        let result = self
+            .allocate_resources(key, c, active, regular, affinity, &mut recorded)
+            .await;
         if recorded {
             self.save();
         }
@@ -586,6 +690,8 @@ impl DeviceManager {
         key: &ContainerKey,
         c: &Container,
         active: &impl Fn(&str) -> bool,
+        regular: &std::collections::BTreeSet<String>,
+        affinity: Option<NumaMask>,
         recorded: &mut bool,
     ) -> Result<(), String> {
         for (resource, needed) in device_requests(c) {
@@ -603,15 +709,23 @@ impl DeviceManager {
                 .plugin(&resource)
                 .ok_or_else(|| format!("unknown Device Plugin {resource}"))?;
             let options = self.state().options(&resource).unwrap_or_default();
-            let preferred = if options.preferred_allocation {
-                let available = self.state().available(&resource, active);
-                self.preferred(&plugin, available, needed).await?
-            } else {
-                Vec::new()
+            let plan = {
+                let st = self.state();
+                let reusable = st.reusable(&key.0, &resource, |n| regular.contains(n));
+                st.plan(key, &resource, needed, active, &reusable, affinity)?
             };
-            let devices = self
-                .state()
-                .choose(key, &resource, needed, active, &preferred)?;
+            let devices = match plan {
+                Plan::Keep(devices) => devices,
+                Plan::Pick(picker) => {
+                    let preferred = match picker.preferred_request() {
+                        Some(request) if options.preferred_allocation => {
+                            self.preferred(&plugin, request).await?
+                        }
+                        _ => Vec::new(),
+                    };
+                    picker.pick(&preferred)
+                }
+            };
             let mut client = plugin.client.clone();
             let request = AllocateRequest {
                 container_requests: vec![ContainerAllocateRequest {
@@ -644,19 +758,18 @@ impl DeviceManager {
         Ok(())
     }
 
-    /// The plugin's preferred devices of `available` (`GetPreferredAllocation`).
+    /// The plugin's preferred devices for `request` (`GetPreferredAllocation`).
     async fn preferred(
         &self,
         plugin: &Plugin,
-        available: Vec<String>,
-        needed: usize,
+        request: PreferredRequest,
     ) -> Result<Vec<String>, String> {
         let mut client = plugin.client.clone();
         let request = PreferredAllocationRequest {
             container_requests: vec![ContainerPreferredAllocationRequest {
-                available_device_i_ds: available,
-                must_include_device_i_ds: Vec::new(),
-                allocation_size: i32::try_from(needed).unwrap_or(i32::MAX),
+                available_device_i_ds: request.available,
+                must_include_device_i_ds: request.must_include,
+                allocation_size: i32::try_from(request.size).unwrap_or(i32::MAX),
             }],
         };
         match tokio::time::timeout(CALL_TIMEOUT, client.get_preferred_allocation(request)).await {
@@ -665,7 +778,10 @@ impl DeviceManager {
                 .container_responses
                 .into_iter()
                 .next()
-                .map(|c| c.device_i_ds)
+                .map(|mut c| {
+                    c.device_i_ds.truncate(state::MAX_DEVICES);
+                    c.device_i_ds
+                })
                 .unwrap_or_default()),
             Ok(Err(s)) => Err(format!(
                 "device plugin GetPreferredAllocation rpc failed with err: {}",
@@ -693,8 +809,10 @@ impl DeviceManager {
         }
         let key = (pod.metadata.uid.clone().unwrap_or_default(), c.name.clone());
         {
+            let regular = regular_init_containers(pod);
             let _serial = self.inner.allocating.lock().await;
-            self.allocate_container(&key, c, &active).await?;
+            self.allocate_container(&key, c, &active, &regular, None)
+                .await?;
         }
         let allocations = self.state().allocated(&key).cloned().unwrap_or_default();
         for (resource, a) in &allocations {
@@ -762,5 +880,7 @@ impl Registration for RegistrationService {
     }
 }
 
+#[cfg(test)]
+pub(crate) mod test_plugin;
 #[cfg(test)]
 mod tests;

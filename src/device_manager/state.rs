@@ -8,6 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+
+use super::topology::{Picker, ResourceTopology};
+use crate::topology_manager::NumaMask;
 use prost::Message as _;
 
 /// The most NUMA nodes kept for one device; the rest are ignored.
@@ -128,6 +131,15 @@ struct Checkpoint {
 
 /// A container: (pod UID, container name).
 pub type ContainerKey = (String, String);
+
+/// How a container gets its devices of one resource ([`State::plan`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// The devices it was given before (a container created again).
+    Keep(Vec<String>),
+    /// Devices to pick, with the plugin's preference where it has one.
+    Pick(Picker),
+}
 
 /// The device manager's state.
 #[derive(Debug, Default)]
@@ -298,24 +310,27 @@ impl State {
         self.allocations.get(key)
     }
 
-    /// The devices of `resource` to give container `key`, which asks for
-    /// `needed` of them: those it already has, else `needed` healthy devices
-    /// no container of an active pod (`active` on its UID) holds, the
-    /// plugin's `preferred` ones first (the kubelet's `devicesToAllocate`).
+    /// How container `key`, which asks for `needed` devices of `resource`,
+    /// gets them: the devices it already has, else a [`Picker`] over the
+    /// devices of its pod's init containers it may reuse (`reusable`), then
+    /// the healthy devices no container of an active pod (`active` on its
+    /// UID) holds, split by `affinity`, the topology manager's merged hint
+    /// (the kubelet's `devicesToAllocate`).
     ///
     /// # Errors
     /// The kubelet's messages: the resource has no plugin, a container asks
     /// for another number than it was given, no device is healthy, devices
     /// it was given are no longer healthy, or too few healthy devices are
     /// free.
-    pub fn choose(
+    pub fn plan(
         &self,
         key: &ContainerKey,
         resource: &str,
         needed: usize,
         active: impl Fn(&str) -> bool,
-        preferred: &[String],
-    ) -> Result<Vec<String>, String> {
+        reusable: &[String],
+        affinity: Option<NumaMask>,
+    ) -> Result<Plan, String> {
         let Some(r) = self.resources.get(resource) else {
             return Err(format!("cannot allocate unregistered device {resource}"));
         };
@@ -341,31 +356,69 @@ impl State {
                     "previously allocated devices are no longer healthy; cannot allocate unhealthy devices {resource}"
                 ));
             }
-            return Ok(had.devices.clone());
+            return Ok(Plan::Keep(had.devices.clone()));
         }
         let available = self.available(resource, active);
-        if available.len() < needed {
+        let picker = self
+            .topology(resource)
+            .picker(needed, reusable, &available, affinity);
+        if picker.free() < picker.needed() {
             return Err(format!(
-                "requested number of devices unavailable for {resource}. Requested: {needed}, Available: {}",
+                "requested number of devices unavailable for {resource}. Requested: {}, Available: {}",
+                picker.needed(),
                 available.len()
             ));
         }
-        let mut chosen: Vec<String> = preferred
-            .iter()
-            .filter(|d| available.contains(*d))
-            .take(needed)
-            .cloned()
+        Ok(Plan::Pick(picker))
+    }
+
+    /// Where the devices of `resource` sit (every device, healthy or not).
+    #[must_use]
+    pub fn topology(&self, resource: &str) -> ResourceTopology {
+        let Some(r) = self.resources.get(resource) else {
+            return ResourceTopology::default();
+        };
+        ResourceTopology::new(
+            r.devices
+                .keys()
+                .map(|id| (id, r.numa.get(id).map_or(&[][..], Vec::as_slice))),
+        )
+    }
+
+    /// The devices of `resource` the containers of pod `uid` that `pick`
+    /// selects (by name) hold, sorted.
+    #[must_use]
+    pub fn held_by(&self, uid: &str, resource: &str, pick: impl Fn(&str) -> bool) -> Vec<String> {
+        let held: BTreeSet<&String> = self
+            .allocations
+            .range((uid.to_string(), String::new())..)
+            .take_while(|((u, _), _)| u == uid)
+            .filter(|((_, c), _)| pick(c))
+            .filter_map(|(_, by_resource)| by_resource.get(resource))
+            .flat_map(|a| &a.devices)
             .collect();
-        for d in &available {
-            if chosen.len() >= needed {
-                break;
-            }
-            if !chosen.contains(d) {
-                chosen.push(d.clone());
-            }
-        }
-        chosen.sort();
-        Ok(chosen)
+        held.into_iter().cloned().collect()
+    }
+
+    /// The devices of `resource` a container of pod `uid` may reuse, as
+    /// the kubelet's `devicesToReuse`: those its init containers that are
+    /// not sidecars (`regular_init` on a container name) hold and none of
+    /// its other containers holds.
+    #[must_use]
+    pub fn reusable(
+        &self,
+        uid: &str,
+        resource: &str,
+        regular_init: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let kept: BTreeSet<String> = self
+            .held_by(uid, resource, |c| !regular_init(c))
+            .into_iter()
+            .collect();
+        self.held_by(uid, resource, &regular_init)
+            .into_iter()
+            .filter(|d| !kept.contains(d))
+            .collect()
     }
 
     /// The healthy devices of `resource` that no container of an active pod
@@ -668,15 +721,15 @@ mod tests {
             (Some(0), Some(0))
         );
         assert!(
-            again
-                .choose(
-                    &("u3".into(), "c".into()),
-                    "example.com/registered",
-                    1,
-                    |_| true,
-                    &[]
-                )
-                .is_err()
+            choose(
+                &again,
+                &("u3".into(), "c".into()),
+                "example.com/registered",
+                1,
+                |_| true,
+                &[]
+            )
+            .is_err()
         );
         // A restored container holds its devices: no other pod gets them;
         // they keep the NUMA node they were given on, whatever the plugin
@@ -742,6 +795,21 @@ mod tests {
         assert!(s.devices(&("u1".into(), "other".into())).is_empty());
     }
 
+    /// The devices `key` gets: the plan, picked with `preferred`.
+    fn choose(
+        s: &State,
+        key: &ContainerKey,
+        resource: &str,
+        needed: usize,
+        active: impl Fn(&str) -> bool,
+        preferred: &[String],
+    ) -> Result<Vec<String>, String> {
+        Ok(match s.plan(key, resource, needed, active, &[], None)? {
+            Plan::Keep(d) => d,
+            Plan::Pick(p) => p.pick(preferred),
+        })
+    }
+
     #[test]
     fn choosing_devices_skips_unhealthy_and_held_ones_and_keeps_a_containers_own() {
         let mut s = State::default();
@@ -754,10 +822,10 @@ mod tests {
         let k1: ContainerKey = ("u1".into(), "c".into());
         let k2: ContainerKey = ("u2".into(), "c".into());
         let all = |_: &str| true;
-        assert_eq!(s.choose(&k1, GPU, 2, all, &[]).unwrap(), ["a", "c"]);
+        assert_eq!(choose(&s, &k1, GPU, 2, all, &[]).unwrap(), ["a", "c"]);
         // The plugin's preference first.
         assert_eq!(
-            s.choose(&k1, GPU, 2, all, &["d".into()]).unwrap(),
+            choose(&s, &k1, GPU, 2, all, &["d".into()]).unwrap(),
             ["a", "d"]
         );
         s.record(
@@ -770,18 +838,21 @@ mod tests {
         );
         assert_eq!(s.available(GPU, all), ["d"]);
         assert_eq!(
-            s.choose(&k2, GPU, 2, all, &[]).unwrap_err(),
+            choose(&s, &k2, GPU, 2, all, &[]).unwrap_err(),
             "requested number of devices unavailable for example.com/gpu. Requested: 2, Available: 1"
         );
         // The container's own devices again (a restart).
-        assert_eq!(s.choose(&k1, GPU, 2, all, &[]).unwrap(), ["a", "c"]);
+        assert_eq!(choose(&s, &k1, GPU, 2, all, &[]).unwrap(), ["a", "c"]);
         // A pod no longer active holds nothing.
         let not_u1 = |u: &str| u != "u1";
-        assert_eq!(s.choose(&k2, GPU, 3, not_u1, &[]).unwrap(), ["a", "c", "d"]);
+        assert_eq!(
+            choose(&s, &k2, GPU, 3, not_u1, &[]).unwrap(),
+            ["a", "c", "d"]
+        );
         assert_eq!(s.release(|u| u != "u1"), 1);
         assert_eq!(s.available(GPU, all), ["a", "c", "d"]);
         assert_eq!(
-            s.choose(&k1, "example.com/none", 1, all, &[]).unwrap_err(),
+            choose(&s, &k1, "example.com/none", 1, all, &[]).unwrap_err(),
             "cannot allocate unregistered device example.com/none"
         );
     }

@@ -1,211 +1,10 @@
 //! The device manager against a device plugin served over gRPC on a unix
 //! socket, registering through the manager's own socket.
 
+use super::test_plugin::*;
 use super::*;
-use crate::proto::deviceplugin::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use crate::proto::deviceplugin::DevicePluginOptions;
 use crate::proto::deviceplugin::registration_client::RegistrationClient;
-use crate::proto::deviceplugin::{
-    AllocateResponse, ContainerAllocateResponse, ContainerPreferredAllocationResponse, Device,
-    DevicePluginOptions, DeviceSpec, ListAndWatchResponse, Mount, PreStartContainerResponse,
-    PreferredAllocationResponse,
-};
-use std::pin::Pin;
-
-/// What the test plugin's `ListAndWatch` sends next: devices, or an error
-/// that ends the stream.
-type Next = Option<Vec<Device>>;
-
-#[derive(Clone)]
-struct TestPlugin {
-    calls: Arc<Mutex<Vec<String>>>,
-    devices: watch::Receiver<Next>,
-    fail_options: bool,
-    options: DevicePluginOptions,
-    preferred: Vec<String>,
-}
-
-impl TestPlugin {
-    fn record(&self, call: String) {
-        self.calls.lock().unwrap().push(call);
-    }
-}
-
-#[tonic::async_trait]
-impl DevicePlugin for TestPlugin {
-    async fn get_device_plugin_options(
-        &self,
-        _: Request<Empty>,
-    ) -> Result<Response<DevicePluginOptions>, Status> {
-        self.record("GetDevicePluginOptions".into());
-        if self.fail_options {
-            return Err(Status::unknown("GetDevicePluginOptions failed"));
-        }
-        Ok(Response::new(self.options))
-    }
-
-    type ListAndWatchStream =
-        Pin<Box<dyn futures::Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
-
-    async fn list_and_watch(
-        &self,
-        _: Request<Empty>,
-    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
-        self.record("ListAndWatch".into());
-        let rx = self.devices.clone();
-        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
-            if !first && rx.changed().await.is_err() {
-                return None;
-            }
-            let next = rx.borrow_and_update().clone();
-            let item = match next {
-                Some(devices) => Ok(ListAndWatchResponse { devices }),
-                None => Err(Status::internal("ListAndWatch failed")),
-            };
-            Some((item, (rx, false)))
-        });
-        Ok(Response::new(Box::pin(stream)))
-    }
-
-    async fn get_preferred_allocation(
-        &self,
-        r: Request<PreferredAllocationRequest>,
-    ) -> Result<Response<PreferredAllocationResponse>, Status> {
-        let r = r.into_inner();
-        let c = &r.container_requests[0];
-        self.record(format!(
-            "GetPreferredAllocation {} of {}",
-            c.allocation_size,
-            c.available_device_i_ds.join(",")
-        ));
-        Ok(Response::new(PreferredAllocationResponse {
-            container_responses: vec![ContainerPreferredAllocationResponse {
-                device_i_ds: self.preferred.clone(),
-            }],
-        }))
-    }
-
-    async fn allocate(
-        &self,
-        r: Request<AllocateRequest>,
-    ) -> Result<Response<AllocateResponse>, Status> {
-        let r = r.into_inner();
-        let ids = r.container_requests[0].devices_ids.join(",");
-        self.record(format!("Allocate {ids}"));
-        Ok(Response::new(AllocateResponse {
-            container_responses: vec![ContainerAllocateResponse {
-                envs: [("TEST_DEVICES".to_string(), ids.clone())].into(),
-                mounts: vec![Mount {
-                    container_path: "/dev-info".into(),
-                    host_path: format!("/run/test-devices/{ids}"),
-                    read_only: true,
-                }],
-                devices: vec![DeviceSpec {
-                    container_path: "/dev/test0".into(),
-                    host_path: "/dev/null".into(),
-                    permissions: "rw".into(),
-                }],
-                annotations: [("example.com/devices".to_string(), ids)].into(),
-                cdi_devices: Vec::new(),
-            }],
-        }))
-    }
-
-    async fn pre_start_container(
-        &self,
-        r: Request<PreStartContainerRequest>,
-    ) -> Result<Response<PreStartContainerResponse>, Status> {
-        self.record(format!(
-            "PreStartContainer {}",
-            r.into_inner().devices_ids.join(",")
-        ));
-        Ok(Response::new(PreStartContainerResponse {}))
-    }
-}
-
-struct Setup {
-    _dir: tempfile::TempDir,
-    dir: PathBuf,
-    manager: DeviceManager,
-    _server: tokio::task::JoinHandle<()>,
-}
-
-fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("device-plugins");
-    let manager = DeviceManager::new(&path);
-    let server = manager.serve().unwrap();
-    Setup {
-        _dir: dir,
-        dir: path,
-        manager,
-        _server: server,
-    }
-}
-
-fn device(id: &str, healthy: bool) -> Device {
-    Device {
-        id: id.into(),
-        health: if healthy { HEALTHY } else { "Unhealthy" }.into(),
-        topology: None,
-    }
-}
-
-/// Serves `plugin` on `<dir>/<endpoint>`.
-fn serve_plugin(dir: &Path, endpoint: &str, plugin: TestPlugin) -> tokio::task::JoinHandle<()> {
-    let listener = tokio::net::UnixListener::bind(dir.join(endpoint)).unwrap();
-    let router = tonic::transport::Server::builder().add_service(DevicePluginServer::new(plugin));
-    tokio::spawn(async move {
-        let _ = router
-            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
-            .await;
-    })
-}
-
-async fn register(dir: &Path, endpoint: &str, resource: &str) -> Result<(), Status> {
-    let channel = crate::cri::unix_channel(dir.join(SOCKET)).await.unwrap();
-    RegistrationClient::new(channel)
-        .register(RegisterRequest {
-            version: VERSION.into(),
-            endpoint: endpoint.into(),
-            resource_name: resource.into(),
-            options: None,
-        })
-        .await
-        .map(|_| ())
-}
-
-fn plugin(devices: watch::Receiver<Next>) -> TestPlugin {
-    TestPlugin {
-        calls: Arc::default(),
-        devices,
-        fail_options: false,
-        options: DevicePluginOptions::default(),
-        preferred: Vec::new(),
-    }
-}
-
-/// Waits (at most 5 s) until the manager reports `want` (allocatable,
-/// capacity) for `resource` (None: not reported).
-async fn wait_counts(m: &DeviceManager, resource: &str, want: Option<(u64, u64)>) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let r = m.resources(Instant::now());
-        let got = r
-            .capacity
-            .get(resource)
-            .map(|c| (r.allocatable[resource], *c));
-        if got == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{resource}: {got:?}, want {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-const RES: &str = "example.com/dev";
 
 #[tokio::test]
 async fn a_plugin_whose_options_fail_is_refused_and_never_watched() {
@@ -434,6 +233,90 @@ async fn pods_are_given_free_healthy_devices_and_containers_get_the_plugins_answ
         .allocate_pod(&pod_asking("u2", 2), all)
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn devices_follow_the_merged_hint_and_an_init_containers_devices_are_reused() {
+    use crate::topology_manager::{Hint, NumaMask};
+    let s = setup();
+    let (_tx, rx) = watch::channel(Some(vec![
+        on_node("a", 0),
+        on_node("b", 0),
+        on_node("c", 1),
+        on_node("d", 1),
+    ]));
+    let p = TestPlugin {
+        options: DevicePluginOptions {
+            pre_start_required: false,
+            get_preferred_allocation_available: true,
+        },
+        ..plugin(rx)
+    };
+    let calls = p.calls.clone();
+    let _srv = serve_plugin(&s.dir, "p.sock", p);
+    register(&s.dir, "p.sock", RES).await.unwrap();
+    wait_counts(&s.manager, RES, Some((4, 4))).await;
+    calls.lock().unwrap().clear();
+
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "p", "namespace": "ns", "uid": "u1" },
+        "spec": {
+            "initContainers": [
+                { "name": "init", "image": "busybox", "resources": { "limits": { RES: "1" } } }
+            ],
+            "containers": [
+                { "name": "c", "image": "busybox", "resources": { "limits": { RES: "2" } } }
+            ]
+        }
+    }))
+    .unwrap();
+    let spec = pod.spec.as_ref().unwrap();
+    let (init, app) = (
+        &spec.init_containers.as_ref().unwrap()[0],
+        &spec.containers[0],
+    );
+    let all = |_: &str| true;
+    let machine = [0, 1];
+    let hints = |c| s.manager.hints(&pod, c, all, &machine).unwrap()[RES].clone();
+    assert_eq!(
+        hints(init),
+        Some(vec![
+            Hint::new(&[0], true),
+            Hint::new(&[1], true),
+            Hint::new(&[0, 1], false)
+        ])
+    );
+    // The init container on node 1, as the merged hint says.
+    s.manager
+        .allocate(&pod, init, all, Some(NumaMask::of(&[1])))
+        .await
+        .unwrap();
+    // The app container reuses it: its hints all hold node 1.
+    assert_eq!(
+        hints(app),
+        Some(vec![Hint::new(&[1], true), Hint::new(&[0, 1], false)])
+    );
+    s.manager
+        .allocate(&pod, app, all, Some(NumaMask::of(&[1])))
+        .await
+        .unwrap();
+    assert_eq!(
+        *calls.lock().unwrap(),
+        [
+            "GetPreferredAllocation 1 of c,d",
+            "Allocate c",
+            "Allocate c,d"
+        ]
+    );
+    // Another pod sees only node 0's devices free.
+    let other = pod_asking("u2", 2);
+    assert_eq!(
+        s.manager.pod_hints(&other, all, &machine).unwrap()[RES],
+        Some(vec![Hint::new(&[0], true), Hint::new(&[0, 1], false)])
+    );
+    // A pod asking for no plugin's device gives no hints.
+    let plain = &other.spec.as_ref().unwrap().containers[1];
+    assert_eq!(s.manager.hints(&other, plain, all, &machine), None);
 }
 
 #[test]

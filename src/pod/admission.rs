@@ -1,13 +1,15 @@
 //! Admission of a pod at the start of its sync, as the kubelet's
 //! `canAdmitPod` on pod addition and `rejectPod`: the eviction manager's
-//! handler, the admit handlers, the GeneralPredicates against the pods
-//! admitted before it, and the devices it asks for.
+//! handler, the admit handlers, the resource managers' allocation (devices,
+//! CPUs, memory, aligned by the topology manager) and the GeneralPredicates
+//! against the pods admitted before it.
 
 use k8s_openapi::api::core::v1::Pod;
 use tracing::info;
 
 use super::admission_manager::Handlers;
 use super::context::Context;
+use super::topology_admission::{self, Managers};
 use crate::events::EventType;
 use crate::pod_core::admit::{self, Rejection};
 use crate::pod_core::fit::NodeView;
@@ -100,41 +102,39 @@ pub async fn admission(
     // resize still pending.
     let bound = ctx.allocated_pods();
     let bound: Vec<&Pod> = bound.iter().collect();
-    let handlers = NodeHandlers { abilities, ctx };
-    let verdict = ctx.admission().admit(pod, &bound, &view, &handlers);
-    if let Some(rejection) = verdict {
-        return Ok(Verdict::Reject(rejection));
-    }
-    // The devices its containers ask of device plugins, given now (the
-    // kubelet's device manager admit handler).
-    if let Some(devices) = ctx.devices() {
-        let active = |uid: &str| {
-            bound.iter().any(|p| {
-                p.metadata.uid.as_deref() == Some(uid) && !crate::pod_core::spec::is_terminal(p)
-            }) || pod.metadata.uid.as_deref() == Some(uid)
-        };
-        if let Err(e) = devices.allocate_pod(pod, active).await {
-            handlers.release(pod);
-            let rejection = Rejection {
-                reason: crate::reasons::admission::UNEXPECTED_ADMISSION_ERROR.into(),
-                message: format!("Allocate failed due to {e}, which is unexpected"),
-            };
-            ctx.admission().overrule(
-                pod.metadata.uid.as_deref().unwrap_or_default(),
-                rejection.clone(),
-            );
-            return Ok(Verdict::Reject(rejection));
-        }
-    }
-    Ok(Verdict::Admit)
+    let handlers = NodeHandlers {
+        abilities,
+        ctx,
+        bound: &bound,
+    };
+    Ok(
+        match ctx.admission().admit(pod, &bound, &view, &handlers).await {
+            Some(rejection) => Verdict::Reject(rejection),
+            None => Verdict::Admit,
+        },
+    )
 }
 
 /// The admit handlers of this node: the checks of [`admit::admit`], and the
-/// topology manager's handler, which gives the containers their CPUs and
-/// memory, aligned, before the GeneralPredicates (the kubelet's order).
+/// topology manager's handler, which gives the containers their devices,
+/// CPUs and memory, aligned, before the GeneralPredicates (the kubelet's
+/// order).
 struct NodeHandlers<'a> {
     abilities: admit::NodeAbilities<'a>,
     ctx: &'a Context,
+    /// The pods bound to this node: those not terminal hold their devices.
+    bound: &'a [&'a Pod],
+}
+
+impl NodeHandlers<'_> {
+    fn managers(&self) -> Managers<'_> {
+        Managers {
+            topology: self.ctx.topology(),
+            devices: self.ctx.devices(),
+            cpus: self.ctx.cpus(),
+            memory: self.ctx.memory(),
+        }
+    }
 }
 
 impl Handlers for NodeHandlers<'_> {
@@ -142,19 +142,22 @@ impl Handlers for NodeHandlers<'_> {
         admit::admit(pod, &self.abilities).err()
     }
 
-    fn allocate(&self, pod: &Pod) -> Option<Rejection> {
-        let cpus = self.ctx.cpus()?;
-        super::topology_admission::admit(pod, self.ctx.topology(), cpus, self.ctx.memory()).err()
+    async fn allocate(&self, pod: &Pod) -> Option<Rejection> {
+        let this = pod.metadata.uid.as_deref();
+        let active = |uid: &str| {
+            this == Some(uid)
+                || self.bound.iter().any(|p| {
+                    p.metadata.uid.as_deref() == Some(uid) && !crate::pod_core::spec::is_terminal(p)
+                })
+        };
+        topology_admission::admit(pod, self.managers(), active)
+            .await
+            .err()
     }
 
     fn release(&self, pod: &Pod) {
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        if let Some(cpus) = self.ctx.cpus() {
-            cpus.remove_pod(uid);
-        }
-        if let Some(memory) = self.ctx.memory() {
-            memory.remove_pod(uid);
-        }
+        self.managers()
+            .release(pod.metadata.uid.as_deref().unwrap_or_default());
     }
 }
 

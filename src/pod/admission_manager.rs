@@ -5,11 +5,13 @@
 //! against are those admitted and still active, and older pods not decided
 //! yet are decided first, in creation order. Pods that already run (after an
 //! agent restart) hold their resources without being judged again. One lock
-//! serializes admission, so two pods synced at once never both take the last
-//! of a resource.
+//! serializes admission (held across the resource managers' calls to device
+//! plugins, as the kubelet admits one pod at a time), so two pods synced at
+//! once never both take the last of a resource.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -21,15 +23,15 @@ use crate::reasons::condition;
 
 /// The admit handlers run on each pod decided, in the kubelet's order
 /// around the GeneralPredicates: the checks, then the resource allocation
-/// handler (the topology manager's, which gives the pod its CPUs and
-/// memory), then the predicates. A closure is a handler of checks alone.
+/// handler (the topology manager's, which gives the pod its devices, CPUs
+/// and memory), then the predicates. A closure is a handler of checks alone.
 pub trait Handlers {
     /// The admit handlers that allocate nothing (sysctls, OS, AppArmor …).
     fn check(&self, pod: &Pod) -> Option<Rejection>;
     /// Allocates what the pod asks of the resource managers; `Some` when
     /// it cannot be allocated (nothing is kept then).
-    fn allocate(&self, _pod: &Pod) -> Option<Rejection> {
-        None
+    fn allocate(&self, _pod: &Pod) -> impl Future<Output = Option<Rejection>> + Send {
+        std::future::ready(None)
     }
     /// Gives back what [`Handlers::allocate`] gave a pod the predicates
     /// then rejected.
@@ -43,13 +45,16 @@ impl<F: Fn(&Pod) -> Option<Rejection>> Handlers for F {
 }
 
 /// One pod's verdict: the handlers, then the predicates against `admitted`.
-fn decide(
+async fn decide(
     handlers: &impl Handlers,
     pod: &Pod,
     admitted: &[&Pod],
     node: &NodeView,
 ) -> Option<Rejection> {
-    if let Some(r) = handlers.check(pod).or_else(|| handlers.allocate(pod)) {
+    if let Some(r) = handlers.check(pod) {
+        return Some(r);
+    }
+    if let Some(r) = handlers.allocate(pod).await {
         return Some(r);
     }
     let v = fit(pod, admitted, node);
@@ -63,6 +68,8 @@ fn decide(
 #[derive(Debug, Default)]
 pub struct AdmissionManager {
     verdicts: Mutex<HashMap<String, Option<Rejection>>>,
+    /// Serializes [`AdmissionManager::admit`].
+    serial: tokio::sync::Mutex<()>,
 }
 
 fn uid(p: &Pod) -> &str {
@@ -117,57 +124,58 @@ impl AdmissionManager {
     /// pods bound to this node) that were admitted or already run, after the
     /// older undecided pods of `bound` were decided the same way. Terminal
     /// pods hold nothing. None admits.
-    pub fn admit(
+    pub async fn admit(
         &self,
         candidate: &Pod,
         bound: &[&Pod],
         node: &NodeView,
         handlers: &impl Handlers,
     ) -> Option<Rejection> {
-        let mut verdicts = self.verdicts.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(v) = verdicts.get(uid(candidate)) {
-            return v.clone();
-        }
-        let mut others: Vec<&Pod> = bound
-            .iter()
-            .copied()
-            .filter(|p| uid(p) != uid(candidate) && !is_terminal(p))
-            .collect();
-        others.sort_by(|a, b| by_creation(a, b));
-        let mut admitted: Vec<&Pod> = Vec::new();
-        let mut older: Vec<&Pod> = Vec::new();
-        for p in others {
-            match verdicts.get(uid(p)) {
-                Some(None) => admitted.push(p),
-                Some(Some(_)) => {}
-                None if has_started(p) => {
-                    verdicts.insert(uid(p).to_string(), None);
-                    admitted.push(p);
-                }
-                None if by_creation(p, candidate) == Ordering::Less => older.push(p),
-                None => {}
+        let _serial = self.serial.lock().await;
+        let (mut admitted, older) = {
+            let mut verdicts = self.verdicts.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(v) = verdicts.get(uid(candidate)) {
+                return v.clone();
             }
-        }
+            let mut others: Vec<&Pod> = bound
+                .iter()
+                .copied()
+                .filter(|p| uid(p) != uid(candidate) && !is_terminal(p))
+                .collect();
+            others.sort_by(|a, b| by_creation(a, b));
+            let mut admitted: Vec<&Pod> = Vec::new();
+            let mut older: Vec<&Pod> = Vec::new();
+            for p in others {
+                match verdicts.get(uid(p)) {
+                    Some(None) => admitted.push(p),
+                    Some(Some(_)) => {}
+                    None if has_started(p) => {
+                        verdicts.insert(uid(p).to_string(), None);
+                        admitted.push(p);
+                    }
+                    None if by_creation(p, candidate) == Ordering::Less => older.push(p),
+                    None => {}
+                }
+            }
+            (admitted, older)
+        };
         for p in older {
-            let v = decide(handlers, p, &admitted, node);
+            let v = decide(handlers, p, &admitted, node).await;
             if v.is_none() {
                 admitted.push(p);
             }
-            verdicts.insert(uid(p).to_string(), v);
+            self.record(uid(p), v);
         }
-        let v = decide(handlers, candidate, &admitted, node);
-        verdicts.insert(uid(candidate).to_string(), v.clone());
+        let v = decide(handlers, candidate, &admitted, node).await;
+        self.record(uid(candidate), v.clone());
         v
     }
 
-    /// Replaces the verdict on pod `uid` with `rejection`: an admit handler
-    /// that runs after [`AdmissionManager::admit`] (the device manager's)
-    /// refused the pod it admitted.
-    pub fn overrule(&self, uid: &str, rejection: Rejection) {
+    fn record(&self, uid: &str, verdict: Option<Rejection>) {
         self.verdicts
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(uid.to_string(), Some(rejection));
+            .insert(uid.to_string(), verdict);
     }
 
     /// The verdict already decided on the pod `uid`, if any (None inside:
@@ -234,8 +242,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn pods_are_admitted_oldest_first_whatever_order_they_are_synced_in() {
+    #[tokio::test]
+    async fn pods_are_admitted_oldest_first_whatever_order_they_are_synced_in() {
         let m = AdmissionManager::new();
         let old = cpu_pod("old", 0, "600m");
         let new = cpu_pod("new", 10, "600m");
@@ -243,17 +251,22 @@ mod tests {
         // The newer pod is synced first: the older one is decided before it.
         let v = m
             .admit(&new, &bound, &node(), &|_: &Pod| None)
+            .await
             .expect("rejected");
         assert_eq!(v.reason, "OutOfcpu");
-        assert_eq!(m.admit(&old, &bound, &node(), &|_: &Pod| None), None);
+        assert_eq!(m.admit(&old, &bound, &node(), &|_: &Pod| None).await, None);
         // A verdict is kept.
-        assert!(m.admit(&new, &bound, &node(), &|_: &Pod| None).is_some());
+        assert!(
+            m.admit(&new, &bound, &node(), &|_: &Pod| None)
+                .await
+                .is_some()
+        );
         m.retain(|uid| uid != "uid-new");
         assert_eq!(m.remembered(), 1);
     }
 
-    #[test]
-    fn running_pods_keep_their_place_and_finished_ones_hold_nothing() {
+    #[tokio::test]
+    async fn running_pods_keep_their_place_and_finished_ones_hold_nothing() {
         let m = AdmissionManager::new();
         let mut running = cpu_pod("running", 20, "600m");
         running.status = Some(PodStatus {
@@ -269,6 +282,7 @@ mod tests {
         let bound = [&done, &candidate, &running];
         let v = m
             .admit(&candidate, &bound, &node(), &|_: &Pod| None)
+            .await
             .expect("rejected");
         assert!(v.message.contains("used: 600"), "{}", v.message);
         // The admit handlers come first.
@@ -281,6 +295,7 @@ mod tests {
         };
         assert_eq!(
             m.admit(&other, &[&other], &node(), &reject)
+                .await
                 .map(|r| r.reason),
             Some("SysctlForbidden".into())
         );
@@ -295,7 +310,7 @@ mod tests {
             self.0.lock().unwrap().push(format!("check {}", uid(pod)));
             None
         }
-        fn allocate(&self, pod: &Pod) -> Option<Rejection> {
+        async fn allocate(&self, pod: &Pod) -> Option<Rejection> {
             self.0
                 .lock()
                 .unwrap()
@@ -307,14 +322,14 @@ mod tests {
         }
     }
 
-    #[test]
-    fn resources_are_allocated_before_the_predicates_and_given_back_on_their_rejection() {
+    #[tokio::test]
+    async fn resources_are_allocated_before_the_predicates_and_given_back_on_their_rejection() {
         let m = AdmissionManager::new();
         let old = cpu_pod("old", 0, "600m");
         let new = cpu_pod("new", 10, "600m");
         let bound = [&new, &old];
         let handlers = Recorder::default();
-        assert!(m.admit(&new, &bound, &node(), &handlers).is_some());
+        assert!(m.admit(&new, &bound, &node(), &handlers).await.is_some());
         // The older pod is decided first, with its resources allocated; the
         // newer one gets its resources, then fails the predicates and gives
         // them back.
