@@ -856,6 +856,7 @@ fn node_facts(base: &Base) -> anyhow::Result<NodeFacts> {
         max_images: settings.node_status_max_images,
         extra_labels: base.args.node_labels.clone(),
         taints: settings.register_with_taints.clone(),
+        pod_level_resize_disabled: !settings.pod_level_resize,
     };
     let machine = MachineInfo::read(&settings.root_dir);
     crate::node::status::check_reservations(&machine, settings.max_pods, &settings.reservations)
@@ -1267,6 +1268,8 @@ fn node_context(base: &Base, facts: &NodeFacts, host_dns: HostDns) -> NodeContex
         seccomp_default: settings.seccomp_default,
         apparmor_enabled: apparmor_enabled(),
         user_namespaces_support: settings.user_namespaces_support,
+        pod_level_resources_disabled: !settings.pod_level_resources,
+        pod_level_resize_disabled: !settings.pod_level_resize,
         initial_labels: crate::node::status::labels(&facts.cfg),
         initial_taints: facts.cfg.taints.clone(),
         crash_backoff: crate::pod_core::backoff::CrashBackoff::with_max(

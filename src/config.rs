@@ -194,6 +194,14 @@ pub struct Settings {
     /// `featureGates.ReloadKubeletClientCAFile` (true, as the kubelet since
     /// 1.36): the client CA bundle is reloaded when its file changes.
     pub reload_client_ca_file: bool,
+    /// `featureGates.PodLevelResources` (true): off, a pod that sets
+    /// pod-level resources is rejected at admission, as the kubelet's pod
+    /// features admit handler.
+    pub pod_level_resources: bool,
+    /// `featureGates.InPlacePodLevelResourcesVerticalScaling` (true): off, a
+    /// resize of pod-level resources is `Infeasible` and the Node does not
+    /// declare the feature.
+    pub pod_level_resize: bool,
     /// `featureGates.ReloadKubeletServerCertificateFile` (true, as the
     /// kubelet): the serving certificate and key files are reloaded when
     /// they change.
@@ -205,6 +213,9 @@ pub struct Settings {
     /// this agent does not have (not in [`HONOURED_GATES`]): the agent says
     /// so once at start.
     pub gates_without_effect: Vec<String>,
+    /// The gates the file sets away from their defaults (gate → on), shown
+    /// again by `/configz` so that a document written back keeps them.
+    pub feature_gates: BTreeMap<String, bool>,
     /// `failSwapOn` as set in the file: true makes the agent refuse to start
     /// on a node with swap enabled (unset: not checked).
     pub fail_swap_on: Option<bool>,
@@ -544,10 +555,13 @@ impl Default for Settings {
             authorization_cache_unauthorized_ttl: Duration::from_secs(30),
             seccomp_default: false,
             user_namespaces_support: true,
+            pod_level_resources: true,
+            pod_level_resize: true,
             reload_client_ca_file: true,
             reload_server_certificate_file: true,
             rotate_server_certificate: true,
             gates_without_effect: Vec::new(),
+            feature_gates: BTreeMap::new(),
             fail_swap_on: None,
             reservations: Reservations::default(),
             eviction: EvictionSettings::default(),
@@ -696,6 +710,13 @@ impl Settings {
                 "shutdownGracePeriodByPodPriority".into(),
                 serde_json::json!(self.shutdown_grace_period_by_pod_priority),
             );
+            // Every gate the file set, so that a document written back
+            // keeps those whose dependencies it turned off.
+            if let Some(Value::Object(gates)) = doc.get_mut("featureGates") {
+                for (gate, on) in &self.feature_gates {
+                    gates.insert(gate.clone(), Value::Bool(*on));
+                }
+            }
         }
         doc
     }
@@ -738,6 +759,8 @@ impl Settings {
                 "ReloadKubeletServerCertificateFile": self.reload_server_certificate_file,
                 "RotateKubeletServerCertificate": self.rotate_server_certificate,
                 "CPUManagerPolicyBetaOptions": self.resource_managers.cpu_beta_options,
+                "PodLevelResources": self.pod_level_resources,
+                "InPlacePodLevelResourcesVerticalScaling": self.pod_level_resize,
             },
             "failSwapOn": self.fail_swap_on,
             "kubeReserved": self.reservations.kube_reserved,
@@ -800,7 +823,6 @@ pub const HONOURED_GATES: &[&str] = &[
     "HostnameOverride",
     "ImageMaximumGCAge",
     "ImageVolume",
-    "InPlacePodLevelResourcesVerticalScaling",
     "InPlacePodVerticalScaling",
     "InPlacePodVerticalScalingInitContainers",
     "KubeletCgroupDriverFromCRI",
@@ -825,12 +847,23 @@ pub const HONOURED_GATES: &[&str] = &[
 /// Feature gates of the kubelet this agent can turn on and off.
 pub const SETTABLE_GATES: &[&str] = &[
     "CPUManagerPolicyBetaOptions",
+    "CustomCPUCFSQuotaPeriod",
+    "InPlacePodLevelResourcesVerticalScaling",
+    "PodLevelResources",
+    "PodLevelResourcesFixDefaulting",
+    "PodLevelResourcesFixKubeletQOSClass",
     "ReloadKubeletClientCAFile",
     "ReloadKubeletServerCertificateFile",
     "RotateKubeletServerCertificate",
     "TopologyManagerPolicyAlphaOptions",
     "TopologyManagerPolicyBetaOptions",
 ];
+
+/// KubeletConfiguration fields read only to be checked as the kubelet
+/// checks them against a feature gate, and otherwise without effect (listed
+/// under "Accepted, no effect" in `docs/configuration.md`, and reported as
+/// ignored when set): `cpuCFSQuotaPeriod` with `CustomCPUCFSQuotaPeriod`.
+pub const CHECKED_ONLY_FIELDS: &[&str] = &["cpuCFSQuotaPeriod"];
 
 /// KubeletConfiguration fields this agent reads; every other field is reported as ignored.
 pub const SUPPORTED_FIELDS: &[&str] = &[
@@ -1325,6 +1358,10 @@ struct KubeletConfiguration {
     /// `topologyManagerPolicyOptions`.
     #[serde(deserialize_with = "options")]
     topology_manager_policy_options: Option<BTreeMap<String, String>>,
+    /// `cpuCFSQuotaPeriod`: checked against `CustomCPUCFSQuotaPeriod`, and
+    /// otherwise without effect (the runtime's default period is used).
+    #[serde(rename = "cpuCFSQuotaPeriod")]
+    cpu_cfs_quota_period: Option<Value>,
     /// Every other field, by name.
     #[serde(flatten)]
     rest: BTreeMap<String, IgnoredAny>,
@@ -1889,14 +1926,25 @@ impl KubeletConfiguration {
                     ),
                 ));
             }
+            if on != spec.default {
+                s.feature_gates.insert(gate.clone(), on);
+            }
             match gate.as_str() {
                 "ReloadKubeletClientCAFile" => s.reload_client_ca_file = on,
                 "ReloadKubeletServerCertificateFile" => s.reload_server_certificate_file = on,
                 "RotateKubeletServerCertificate" => s.rotate_server_certificate = on,
                 "CPUManagerPolicyBetaOptions" => s.resource_managers.cpu_beta_options = on,
-                // The v1.37 topology manager has no alpha or beta options:
+                // The v1.37 topology manager has no alpha or beta options,
+                // and no code of the v1.37 kubelet reads the two fixes of
+                // pod-level resources (the API server's defaulting does):
                 // these gates change nothing in the kubelet either.
-                "TopologyManagerPolicyAlphaOptions" | "TopologyManagerPolicyBetaOptions" => {}
+                "TopologyManagerPolicyAlphaOptions"
+                | "TopologyManagerPolicyBetaOptions"
+                | "PodLevelResourcesFixDefaulting"
+                | "PodLevelResourcesFixKubeletQOSClass" => {}
+                "PodLevelResources" => s.pod_level_resources = on,
+                "InPlacePodLevelResourcesVerticalScaling" => s.pod_level_resize = on,
+                "CustomCPUCFSQuotaPeriod" => self.check_cfs_quota_period(path, on)?,
                 _ if on != spec.default => {
                     return Err(refuse(
                         field,
@@ -1912,6 +1960,70 @@ impl KubeletConfiguration {
                 }
                 _ => {}
             }
+        }
+        self.check_gate_dependencies(path)
+    }
+
+    /// Whether gate `name` is on: as set in the file, else its default.
+    fn gate_on(&self, gate: &crate::feature_gates::Gate) -> bool {
+        self.feature_gates
+            .as_ref()
+            .and_then(|g| g.get(gate.name))
+            .and_then(Value::as_bool)
+            .unwrap_or(gate.default)
+    }
+
+    /// Every gate that is on has its dependencies on, as the kubelet's
+    /// `validateDependencies` checks after `SetFromMap`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on `featureGates` with the kubelet's message
+    /// for the first gate (by name) that depends on one that is off.
+    fn check_gate_dependencies(&self, path: &Path) -> Result<(), Error> {
+        for gate in crate::feature_gates::all() {
+            if gate.depends_on.is_empty() || !self.gate_on(&gate) {
+                continue;
+            }
+            let off: Vec<&str> = gate
+                .dependencies()
+                .filter(|d| crate::feature_gates::lookup(d).is_some_and(|g| !self.gate_on(&g)))
+                .collect();
+            if !off.is_empty() {
+                return Err(Error::Unsupported {
+                    path: path.to_path_buf(),
+                    field: "featureGates".into(),
+                    message: format!(
+                        "{} is enabled, but depends on features that are disabled: [{}]",
+                        gate.name,
+                        off.join(" ")
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// With `CustomCPUCFSQuotaPeriod` off, `cpuCFSQuotaPeriod` may only be
+    /// the default 100ms, as the kubelet's validation.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] on `cpuCFSQuotaPeriod` with the kubelet's
+    /// message; [`Error::Parse`] for a period that is no duration.
+    fn check_cfs_quota_period(&self, path: &Path, on: bool) -> Result<(), Error> {
+        let Some(v) = &self.cpu_cfs_quota_period else {
+            return Ok(());
+        };
+        let field = "cpuCFSQuotaPeriod";
+        let period = parse_duration(v).map_err(|e| bad(path, field, &e))?;
+        if !on && period != Duration::from_millis(100) {
+            return Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                field: field.into(),
+                message: format!(
+                    "invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {} requires feature gate CustomCPUCFSQuotaPeriod",
+                    go_duration(period)
+                ),
+            });
         }
         Ok(())
     }
@@ -1934,7 +2046,12 @@ impl KubeletConfiguration {
             .logging
             .iter()
             .flat_map(|l| prefixed("logging.", &l.rest));
+        let period = self
+            .cpu_cfs_quota_period
+            .as_ref()
+            .map(|_| "cpuCFSQuotaPeriod".to_string());
         let mut ignored: Vec<String> = top
+            .chain(period)
             .chain(authn)
             .chain(authz)
             .chain(crash)
@@ -2920,6 +3037,7 @@ volumeStatsAggPeriod: 0s
         let file: KubeletConfiguration = serde_json::from_value(Value::Object(doc)).unwrap();
         let mut read: Vec<&str> = all().filter(|f| !file.rest.contains_key(*f)).collect();
         let mut supported = SUPPORTED_FIELDS.to_vec();
+        supported.extend(CHECKED_ONLY_FIELDS);
         read.sort_unstable();
         supported.sort_unstable();
         assert_eq!(read, supported);
@@ -3102,6 +3220,59 @@ volumeStatsAggPeriod: 0s
             assert!(err.contains(&message), "{text}: {err}");
             assert!(!err.contains('\n'), "one line: {err}");
         }
+    }
+
+    /// The gates the node suite's CPU and memory manager tests turn off are
+    /// read as the kubelet reads them: together they are accepted and take
+    /// effect; a gate whose dependency is off, or a custom CFS period with
+    /// its gate off, is refused with the kubelet's message.
+    #[test]
+    fn pod_level_resources_and_the_cfs_period_gates_go_off_with_their_dependents() {
+        let suite = "featureGates:\n  CustomCPUCFSQuotaPeriod: false\n  PodLevelResources: false\n  \
+            PodLevelResourcesFixDefaulting: false\n  PodLevelResourcesFixKubeletQOSClass: false\n  \
+            InPlacePodLevelResourcesVerticalScaling: false\n";
+        let mut s = Settings::default();
+        assert!(s.pod_level_resources && s.pod_level_resize);
+        let ignored = apply_file_text(&mut s, Path::new("k.yaml"), suite).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert!(!s.pod_level_resources && !s.pod_level_resize);
+        assert!(s.gates_without_effect.is_empty());
+        let doc = s.kubelet_configuration();
+        assert_eq!(doc["featureGates"]["PodLevelResources"], false);
+        // Shown as set, so that the document written back is accepted.
+        assert_eq!(doc["featureGates"]["PodLevelResourcesFixDefaulting"], false);
+        let back = serde_json::to_string(&doc).unwrap();
+        apply_file_text(&mut Settings::default(), Path::new("k.json"), &back).unwrap();
+        // The default period passes with the gate off; it is read, and
+        // still has no effect.
+        let with_period = format!("{suite}cpuCFSQuotaPeriod: 100ms\n");
+        let ignored =
+            apply_file_text(&mut Settings::default(), Path::new("k.yaml"), &with_period).unwrap();
+        assert_eq!(ignored, ["cpuCFSQuotaPeriod"]);
+        for (text, message) in [
+            (
+                "featureGates: {PodLevelResources: false}\n".to_string(),
+                "featureGates: InPlacePodLevelResourcesVerticalScaling is enabled, but depends on features that are disabled: [PodLevelResources]",
+            ),
+            (
+                format!("{suite}cpuCFSQuotaPeriod: 50ms\n"),
+                "cpuCFSQuotaPeriod: invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) 50ms requires feature gate CustomCPUCFSQuotaPeriod",
+            ),
+            (
+                format!("{suite}cpuCFSQuotaPeriod: soon\n"),
+                "cpuCFSQuotaPeriod: expected",
+            ),
+        ] {
+            let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), &text)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(message), "{text}: {err}");
+        }
+        // With the gate on, a custom period is accepted as before: read,
+        // without effect.
+        let on = "featureGates: {CustomCPUCFSQuotaPeriod: true}\ncpuCFSQuotaPeriod: 50ms\n";
+        let ignored = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), on).unwrap();
+        assert_eq!(ignored, ["cpuCFSQuotaPeriod"]);
     }
 
     /// `podPidsLimit` is read as the kubelet reads it; an unset

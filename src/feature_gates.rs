@@ -34,10 +34,20 @@ pub struct Gate {
     pub locked: bool,
     /// Its stage.
     pub stage: Stage,
+    /// The gates it depends on, comma separated (empty: none): each must be
+    /// on while it is, as the kubelet's `validateDependencies`.
+    pub depends_on: &'static str,
 }
 
-/// The generated table: a `#` comment line, then `name default locked stage`
-/// per line, tab separated.
+impl Gate {
+    /// The gates it depends on.
+    pub fn dependencies(&self) -> impl Iterator<Item = &'static str> {
+        self.depends_on.split(',').filter(|d| !d.is_empty())
+    }
+}
+
+/// The generated table: a `#` comment line, then `name default locked stage
+/// depends-on` per line, tab separated (`-`: no dependency).
 const TABLE: &str = include_str!("feature_gates.tsv");
 
 /// Every gate of the table, sorted by name; lines that do not parse are
@@ -73,11 +83,16 @@ fn parse(line: &'static str) -> Option<Gate> {
         "DEPRECATED" => Stage::Deprecated,
         _ => return None,
     };
+    let depends_on = match fields.next()? {
+        "-" => "",
+        list => list,
+    };
     (fields.next().is_none() && !name.is_empty()).then_some(Gate {
         name,
         default,
         locked,
         stage,
+        depends_on,
     })
 }
 
@@ -108,6 +123,13 @@ mod tests {
             "no GA gate locked on"
         );
         assert!(all().any(|g| g.stage == Stage::Alpha && !g.default));
+        // Dependencies, as the kubelet registers them.
+        let fix = lookup("PodLevelResourcesFixDefaulting").expect("PodLevelResourcesFixDefaulting");
+        assert_eq!(
+            fix.dependencies().collect::<Vec<_>>(),
+            ["PodLevelResources"]
+        );
+        assert!(all().all(|g| g.dependencies().all(|d| lookup(d).is_some())));
     }
 
     #[test]
@@ -117,19 +139,23 @@ mod tests {
             "X\ttrue\tfalse",
             "X\tyes\tfalse\tGA",
             "X\ttrue\tfalse\tRC",
-            "X\ttrue\tfalse\tGA\textra",
+            "X\ttrue\tfalse\tGA",
+            "X\ttrue\tfalse\tGA\t-\textra",
             "\ttrue\tfalse\tGA",
         ] {
             assert_eq!(parse(bad), None, "{bad:?}");
         }
         assert_eq!(
-            parse("X\ttrue\ttrue\tGA"),
+            parse("X\ttrue\ttrue\tGA\t-"),
             Some(Gate {
                 name: "X",
                 default: true,
                 locked: true,
-                stage: Stage::Ga
+                stage: Stage::Ga,
+                depends_on: "",
             })
         );
+        let y = parse("Y\ttrue\tfalse\tBETA\tA,B").unwrap();
+        assert_eq!(y.dependencies().collect::<Vec<_>>(), ["A", "B"]);
     }
 }

@@ -267,6 +267,9 @@ pub mod admission {
     /// support it (`predicateAdmitHandler`'s `SupplementalGroupsPolicyNotSupported`).
     pub const SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED: &str =
         "SupplementalGroupsPolicyNotSupported";
+    /// Pod-level resources on a node whose `PodLevelResources` gate is off
+    /// (the pod features admit handler's `PodLevelResourcesNotAdmittedReason`).
+    pub const POD_LEVEL_RESOURCES_NOT_SUPPORTED: &str = "PodLevelResourcesNotSupported";
     /// `spec.nodeSelector` or the required node affinity does not match the
     /// node (the `NodeAffinity` predicate; a selector mismatch too).
     pub const NODE_AFFINITY: &str = "NodeAffinity";

@@ -91,6 +91,18 @@ pub const DECLARED_FEATURES: &[&str] = &[
     "RestartAllContainersOnContainerExits",
 ];
 
+/// The features the Node declares: [`DECLARED_FEATURES`] but those whose
+/// gate is off.
+fn declared_features(cfg: &NodeConfig) -> Vec<String> {
+    DECLARED_FEATURES
+        .iter()
+        .filter(|f| {
+            !(cfg.pod_level_resize_disabled && **f == "InPlacePodLevelResourcesVerticalScaling")
+        })
+        .map(|f| (*f).to_string())
+        .collect()
+}
+
 /// The most names an image has in `status.images`
 /// (`MaxNamesPerImageInNodeStatus`).
 pub const MAX_NAMES_PER_IMAGE: usize = 5;
@@ -148,6 +160,9 @@ pub struct NodeConfig {
     /// existing Node keeps its own, as the kubelet only sets them at
     /// registration).
     pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// The `InPlacePodLevelResourcesVerticalScaling` gate is off: the
+    /// feature is not declared.
+    pub pod_level_resize_disabled: bool,
 }
 
 /// The labels of the node: those of `--node-labels`, then the standard ones
@@ -660,7 +675,7 @@ pub fn status(
             .runtime_handlers
             .clone()
             .or_else(|| old.and_then(|o| o.runtime_handlers.clone())),
-        declared_features: Some(DECLARED_FEATURES.iter().map(|f| (*f).to_string()).collect()),
+        declared_features: Some(declared_features(cfg)),
         ..Default::default()
     }
 }
@@ -940,6 +955,19 @@ mod tests {
         let mut sorted = declared.clone();
         sorted.sort();
         assert_eq!(declared, sorted);
+        // With its gate off, pod-level resize is not declared.
+        let off = NodeConfig {
+            pod_level_resize_disabled: true,
+            ..cfg()
+        };
+        let without = status(&off, &machine(), &ok, None, t(0), &[]);
+        let without = without.declared_features.unwrap();
+        assert_eq!(without.len(), declared.len() - 1);
+        assert!(
+            !without
+                .iter()
+                .any(|f| f == "InPlacePodLevelResourcesVerticalScaling")
+        );
         // A Node that declared others (an earlier version) is updated.
         let mut stored = mine.clone();
         stored.declared_features = None;

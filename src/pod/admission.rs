@@ -84,6 +84,7 @@ pub async fn admission(
         allowed_unsafe_sysctls: &node.allowed_unsafe_sysctls,
         apparmor_enabled: node.apparmor_enabled,
         supplemental_groups_policy,
+        pod_level_resources_disabled: node.pod_level_resources_disabled,
     };
     let view = match ctx.node_view() {
         Some(view) => view,

@@ -41,6 +41,11 @@ pub fn allocate(pod: Arc<Pod>, kind: PodKind, ctx: &Context) -> (Arc<Pod>, Optio
     let Some(view) = ctx.node_view() else {
         return (Arc::new(allocation::apply(&pod, &current)), None);
     };
+    if ctx.node().pod_level_resize_disabled
+        && let Some(refused) = allocation::pod_level_resize_refused(&pod, &current)
+    {
+        return (Arc::new(allocation::apply(&pod, &current)), Some(refused));
+    }
     let static_cpus = ctx
         .cpus()
         .is_some_and(|m| m.policy() == crate::cpu_manager::PolicyName::Static);

@@ -1593,6 +1593,7 @@ fn check_sync(c: &Case) {
             allowed_unsafe_sysctls: &node.allowed_unsafe_sysctls,
             apparmor_enabled: node.apparmor_enabled,
             supplemental_groups_policy: c.node_flags[3],
+            pod_level_resources_disabled: false,
         },
     );
     let _ = hosts::hostname_and_domain(pod, &node.cluster_domain)

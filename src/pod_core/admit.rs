@@ -8,7 +8,8 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::reasons::admission::{
-    APPARMOR, POD_OS_NOT_SUPPORTED, SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED, SYSCTL_FORBIDDEN,
+    APPARMOR, POD_LEVEL_RESOURCES_NOT_SUPPORTED, POD_OS_NOT_SUPPORTED,
+    SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED, SYSCTL_FORBIDDEN,
 };
 
 /// What the node can enforce, for admission.
@@ -21,6 +22,24 @@ pub struct NodeAbilities<'a> {
     /// The runtime supports `supplementalGroupsPolicy: Strict` (CRI `Status`
     /// `features.supplemental_groups_policy`).
     pub supplemental_groups_policy: bool,
+    /// The `PodLevelResources` feature gate is off.
+    pub pod_level_resources_disabled: bool,
+}
+
+/// True when `pod` sets pod-level requests or limits of a resource pod
+/// level supports (component-helpers' `IsPodLevelResourcesSet`).
+#[must_use]
+pub fn pod_level_resources_set(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .is_some_and(|r| {
+            [r.requests.as_ref(), r.limits.as_ref()]
+                .into_iter()
+                .flatten()
+                .flat_map(|m| m.keys())
+                .any(|name| super::fit::is_pod_level_resource(name))
+        })
 }
 
 /// The sysctls the kubelet allows without configuration (`safeSysctls`): namespaced
@@ -261,6 +280,13 @@ pub fn admit(pod: &Pod, node: &NodeAbilities<'_>) -> Result<(), Rejection> {
             message: "Cannot enforce AppArmor: AppArmor is not enabled on the host".into(),
         });
     }
+    // The pod features admit handler (`isPodLevelResourcesSupported`).
+    if node.pod_level_resources_disabled && pod_level_resources_set(pod) {
+        return Err(Rejection {
+            reason: POD_LEVEL_RESOURCES_NOT_SUPPORTED.into(),
+            message: "PodLevelResources feature gate is disabled".into(),
+        });
+    }
     Ok(())
 }
 
@@ -486,6 +512,7 @@ mod tests {
                 allowed_unsafe_sysctls: &[],
                 apparmor_enabled: apparmor,
                 supplemental_groups_policy: sgp,
+                pod_level_resources_disabled: false,
             };
             let got = admit(&p, &node).err();
             assert_eq!(
@@ -500,6 +527,50 @@ mod tests {
                 };
                 assert_eq!(r.message, message);
             }
+        }
+    }
+
+    /// With `PodLevelResources` off, a pod that sets pod-level cpu, memory
+    /// or huge pages is rejected as the kubelet's pod features handler
+    /// rejects it; one that sets only container resources, or another
+    /// resource at pod level, is not.
+    #[test]
+    fn pod_level_resources_are_refused_with_their_gate_off() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let off = NodeAbilities {
+            pod_level_resources_disabled: true,
+            ..Default::default()
+        };
+        for (resources, refused) in [
+            (None, false),
+            (Some(("requests", "cpu")), true),
+            (Some(("limits", "memory")), true),
+            (Some(("limits", "hugepages-2Mi")), true),
+            (Some(("requests", "example.com/dev")), false),
+        ] {
+            let mut p = pod("p").container("c", "busybox").build();
+            if let Some((kind, name)) = resources {
+                let list = Some([(name.to_string(), Quantity("1".into()))].into());
+                let mut r = ResourceRequirements::default();
+                if kind == "requests" {
+                    r.requests = list;
+                } else {
+                    r.limits = list;
+                }
+                p.spec.as_mut().unwrap().resources = Some(r);
+            }
+            assert_eq!(pod_level_resources_set(&p), refused, "{resources:?}");
+            let got = admit(&p, &off).err();
+            assert_eq!(
+                got.map(|r| (r.reason, r.message)),
+                refused.then(|| (
+                    POD_LEVEL_RESOURCES_NOT_SUPPORTED.to_string(),
+                    "PodLevelResources feature gate is disabled".to_string()
+                )),
+                "{resources:?}"
+            );
+            assert!(admit(&p, &NodeAbilities::default()).is_ok());
         }
     }
 }

@@ -98,6 +98,22 @@ pub fn resize_requested(pod: &Pod, allocation: &Allocation) -> bool {
     of(pod) != completed(pod, allocation)
 }
 
+/// The message of a resize of pod-level resources with the
+/// `InPlacePodLevelResourcesVerticalScaling` gate off.
+pub const POD_LEVEL_RESIZE_DISABLED_MESSAGE: &str =
+    "InPlacePodLevelResourcesVerticalScaling is disabled";
+
+/// With `InPlacePodLevelResourcesVerticalScaling` off, a resize that changes
+/// the pod-level resources is `Infeasible`, as the kubelet's resize admit
+/// handler (`IsInPlacePodLevelResourcesVerticalScalingAllowed`).
+#[must_use]
+pub fn pod_level_resize_refused(pod: &Pod, allocation: &Allocation) -> Option<Rejection> {
+    (of(pod).pod != completed(pod, allocation).pod).then(|| Rejection {
+        reason: INFEASIBLE.into(),
+        message: POD_LEVEL_RESIZE_DISABLED_MESSAGE.into(),
+    })
+}
+
 /// The message of a resize the static CPU manager policy refuses.
 pub const STATIC_CPU_RESIZE_MESSAGE: &str =
     "Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\"";
@@ -174,5 +190,43 @@ pub fn admit_resize(
             message: r.message,
         }),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    use super::*;
+
+    fn with_pod_level(cpu: &str) -> Pod {
+        let mut p = crate::fixtures::pod("p").container("c", "busybox").build();
+        let list: BTreeMap<String, Quantity> = [("cpu".to_string(), Quantity(cpu.into()))].into();
+        p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
+            requests: Some(list.clone()),
+            limits: Some(list),
+            ..Default::default()
+        });
+        p
+    }
+
+    /// A resize of the pod-level resources is `Infeasible` with
+    /// `InPlacePodLevelResourcesVerticalScaling` off, with its message; a
+    /// pod whose pod-level resources did not change is not refused.
+    #[test]
+    fn a_pod_level_resize_is_refused_with_its_gate_off() {
+        let allocated = of(&with_pod_level("1"));
+        assert_eq!(
+            pod_level_resize_refused(&with_pod_level("1"), &allocated),
+            None
+        );
+        let resized = with_pod_level("2");
+        assert!(resize_requested(&resized, &allocated));
+        let r = pod_level_resize_refused(&resized, &allocated).expect("refused");
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str()),
+            (INFEASIBLE, POD_LEVEL_RESIZE_DISABLED_MESSAGE)
+        );
     }
 }

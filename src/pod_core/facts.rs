@@ -41,6 +41,12 @@ pub struct NodeContext {
     /// The kernel enforces AppArmor (`/sys/module/apparmor/parameters/enabled`
     /// is `Y`), for admission.
     pub apparmor_enabled: bool,
+    /// The `PodLevelResources` feature gate is off: a pod that sets
+    /// pod-level resources is rejected at admission.
+    pub pod_level_resources_disabled: bool,
+    /// The `InPlacePodLevelResourcesVerticalScaling` feature gate is off: a
+    /// resize of pod-level resources is `Infeasible`.
+    pub pod_level_resize_disabled: bool,
     /// The `UserNamespacesSupport` feature gate (on by default, as in the
     /// kubelet since 1.33); off, a pod that sets `hostUsers` fails.
     pub user_namespaces_support: bool,

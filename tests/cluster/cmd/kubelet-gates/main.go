@@ -2,7 +2,9 @@
 // module's k8s.io/kubernetes knows, at its own version, as rustlet's table
 // (src/feature_gates.tsv): one gate per line, tab separated, sorted by
 // name: the gate, its default (true or false), whether it is locked to that
-// default (true or false) and its stage (ALPHA, BETA, GA or DEPRECATED).
+// default (true or false), its stage (ALPHA, BETA, GA or DEPRECATED) and the
+// gates it depends on (comma separated, "-" for none), which must be on
+// while it is.
 //
 // It imports the kubelet's command package, so that every gate the kubelet
 // binary registers (Kubernetes', client-go's, logging's) is listed.
@@ -12,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/component-base/featuregate"
@@ -25,14 +28,24 @@ func main() {
 		names = append(names, string(name))
 	}
 	sort.Strings(names)
-	fmt.Println("# gate\tdefault\tlocked\tstage")
+	deps := utilfeature.DefaultMutableFeatureGate.Dependencies()
+	fmt.Println("# gate\tdefault\tlocked\tstage\tdepends on")
 	for _, name := range names {
 		spec := all[featuregate.Feature(name)]
 		stage := string(spec.PreRelease)
 		if spec.PreRelease == featuregate.GA {
 			stage = "GA"
 		}
-		fmt.Printf("%s\t%t\t%t\t%s\n", name, spec.Default, spec.LockToDefault, stage)
+		on := make([]string, 0, len(deps[featuregate.Feature(name)]))
+		for _, d := range deps[featuregate.Feature(name)] {
+			on = append(on, string(d))
+		}
+		sort.Strings(on)
+		dependsOn := "-"
+		if len(on) > 0 {
+			dependsOn = strings.Join(on, ",")
+		}
+		fmt.Printf("%s\t%t\t%t\t%s\t%s\n", name, spec.Default, spec.LockToDefault, stage, dependsOn)
 	}
 	if len(names) == 0 {
 		fmt.Fprintln(os.Stderr, "kubelet-gates: no feature gates registered")
