@@ -70,6 +70,37 @@ pub fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::Explain(args) => {
+            init_logging(LogFormat::Plain, 0);
+            let (namespace, name) = args.pod;
+            let fetched = async {
+                let config = kube_config(args.kubeconfig.as_deref()).await?;
+                let client = Client::try_from(config).context("build API client")?;
+                crate::pod::explain::fetch(&client, &namespace, &name)
+                    .await
+                    .with_context(|| format!("explain pod {namespace}/{name}"))
+            };
+            match block_on_current_thread(fetched) {
+                Ok(e) if args.json => match serde_json::to_string_pretty(&e) {
+                    Ok(text) => {
+                        println!("{text}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("rustlet: error: {e}");
+                        ExitCode::FAILURE
+                    }
+                },
+                Ok(e) => {
+                    print!("{}", crate::pod_core::explain::render(&e));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("rustlet: error: {}", one_line(&format!("{e:#}")));
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::DeleteNodes(args) => {
             init_logging(LogFormat::Plain, 0);
             let (namespace, name) = args.record;
@@ -1564,6 +1595,7 @@ fn spawn_server(
             client: client.clone(),
             pods: store.clone(),
             statuses: ctx.status().clone(),
+            explanations: ctx.explanations().clone(),
             runtime: base.runtime.runtime.clone(),
             stats: stats.clone(),
         },

@@ -39,6 +39,10 @@ pub enum Command {
     /// Print the project's custom resource definitions (`crds/`) as YAML,
     /// or write them into a directory.
     Crds(CrdsArgs),
+    /// Explain why a pod is not running as its spec asks: the last sync of
+    /// the node agent it is bound to, read through the API server's node
+    /// proxy.
+    Explain(ExplainArgs),
     /// Print the version.
     Version,
 }
@@ -50,6 +54,21 @@ pub struct CrdsArgs {
     /// (one YAML stream).
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+/// Flags of `rustlet explain`.
+#[derive(Debug, Parser)]
+pub struct ExplainArgs {
+    /// `<namespace>/<name>` of the pod.
+    #[arg(value_parser = namespaced_name)]
+    pub pod: (String, String),
+    /// Kubeconfig to reach the API server (default: in-cluster config, then
+    /// $KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Print the account as JSON (the node API's document) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `rustlet delete-nodes`.

@@ -90,6 +90,8 @@ pub struct Context {
     node_store: Store<Node>,
     /// Admission verdicts, decided in creation order.
     admission: AdmissionManager,
+    /// Each pod's last sync, explained (the node API serves them).
+    explanations: Arc<super::explain::Explanations>,
     /// The node's pressure conditions, from the eviction manager.
     pressures: tokio::sync::watch::Receiver<Vec<crate::eviction::Pressure>>,
     shutting_down: tokio::sync::watch::Receiver<bool>,
@@ -178,6 +180,7 @@ impl Context {
             pleg_connected: parts.pleg_connected,
             node_store: parts.node_store,
             admission: AdmissionManager::new(),
+            explanations: Arc::default(),
             pressures: parts.pressures,
             shutting_down: parts.shutting_down,
             evictions: std::sync::Mutex::default(),
@@ -309,6 +312,12 @@ impl Context {
     #[must_use]
     pub fn admission(&self) -> &AdmissionManager {
         &self.admission
+    }
+
+    /// Each pod's last sync, explained.
+    #[must_use]
+    pub fn explanations(&self) -> &Arc<super::explain::Explanations> {
+        &self.explanations
     }
 
     /// The node's pressure conditions now.

@@ -269,6 +269,7 @@ pub fn forget_gone(ctx: &Context, store: &Store<Pod>) {
     let keep = |uid: &str| known.contains(uid);
     ctx.status().retain(keep);
     ctx.admission().retain(keep);
+    ctx.explanations().retain(keep);
     ctx.retain_evictions(keep);
     ctx.images().retain(keep);
     ctx.allocations().retain(keep);

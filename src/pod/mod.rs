@@ -41,6 +41,7 @@ pub mod cpu_reconciler;
 pub mod credentials;
 pub mod env_sources;
 pub mod eviction_pods;
+pub mod explain;
 pub mod hosts;
 pub mod housekeeping;
 pub mod image_manager;

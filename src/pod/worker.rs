@@ -22,6 +22,7 @@ use super::static_pods::{mirror_seed, sync_mirror_pod};
 use super::teardown::{delete, finish_static};
 use crate::container::observe;
 use crate::events::EventType;
+use crate::pod_core::explain;
 use crate::pod_core::facts::pod_identity;
 use crate::pod_core::kind::PodKind;
 use crate::pod_core::plan::{self, Plan, Policy, VolumeNeed, Volumes, Waiting, plan_with};
@@ -81,12 +82,17 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
             }
         }
         Verdict::Reject(rejection) => {
+            let e = explain::not_admitted(&pod, Some(&rejection), Timestamp::now(), None);
+            ctx.explanations().record(e);
             reject(&pod, &rejection, &ctx).await.map_err(api_err)?;
             return Ok(Action::await_change());
         }
         Verdict::NodeNotSeen => {
             debug!("the Node is not listed yet: admission waits");
-            return Ok(Action::requeue(Duration::from_secs(1)));
+            let again = Duration::from_secs(1);
+            let e = explain::not_admitted(&pod, None, Timestamp::now(), Some(again));
+            ctx.explanations().record(e);
+            return Ok(Action::requeue(again));
         }
     }
     // The pod as allocated: a resize its spec asks for is admitted now or
@@ -96,7 +102,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let (pod, resize_pending) = allocate(pod, kind, &ctx);
     // Step 3: volumes, before anything starts.
     let now = Timestamp::now();
-    let (volumes, ready) = prepare_volumes(&pod, &rt, now, &ctx).await;
+    let (volumes, ready, volume_errors) = prepare_volumes(&pod, &rt, now, &ctx).await;
     // Step 4: the plan.
     sync_probes(&pod, &rt, &ctx);
     let probes = ctx.prober().results(&pod, &rt);
@@ -175,8 +181,20 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     }
     let requeue = plan
         .requeue_after
-        .map_or(ctx.resync(), |r| r.min(ctx.resync()));
-    Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+        .map_or(ctx.resync(), |r| r.min(ctx.resync()))
+        .max(Duration::from_millis(100));
+    ctx.explanations().record(explain::explain(&explain::Sync {
+        pod: &pod,
+        runtime: &rt,
+        plan: &plan,
+        waiting: &waiting,
+        pull_backoffs: &backoffs,
+        volume_errors: &volume_errors,
+        resize_pending: resize_pending.as_ref(),
+        now,
+        requeue: Some(requeue),
+    }));
+    Ok(Action::requeue(requeue))
 }
 
 /// The pod as one sync sees it ([`seen`]).
@@ -251,21 +269,22 @@ fn sync_probes(pod: &Pod, rt: &PodRuntime, ctx: &Context) {
 /// Sets up (or refreshes) the pod's volumes when it is active, or tears them
 /// down once it finished and nothing of it runs ([`plan::volume_need`]).
 /// Each volume that fails is a `FailedMount` event; returns the volumes
-/// containers can mount and whether all are set up (the plan's input).
+/// containers can mount, whether all are set up (the plan's input), and the
+/// volumes that failed with why.
 async fn prepare_volumes(
     pod: &Pod,
     rt: &PodRuntime,
     now: Timestamp,
     ctx: &Context,
-) -> (PodVolumes, Volumes) {
+) -> (PodVolumes, Volumes, Vec<(String, String)>) {
     match plan::volume_need(pod, rt, now) {
-        VolumeNeed::Leave => (PodVolumes::new(), Volumes::Ready),
+        VolumeNeed::Leave => (PodVolumes::new(), Volumes::Ready, Vec::new()),
         VolumeNeed::Unmount => {
             let uid = pod.metadata.uid.as_deref().unwrap_or_default();
             if let Err(e) = ctx.volumes().teardown_volumes(uid).await {
                 warn!(error = %e, "tear down the volumes of a finished pod");
             }
-            (PodVolumes::new(), Volumes::Ready)
+            (PodVolumes::new(), Volumes::Ready, Vec::new())
         }
         VolumeNeed::Mount => {
             let node_name = &ctx.node().node_name;
@@ -276,11 +295,16 @@ async fn prepare_volumes(
             let outcome = ctx.volumes().setup(pod, &node).await;
             mount_events(pod, &outcome, ctx);
             let unmounted = outcome.unmounted(pod);
+            let errors = outcome
+                .errors
+                .iter()
+                .map(|(v, e)| (v.clone(), e.to_string()))
+                .collect();
             if unmounted.is_empty() {
-                (outcome.volumes, Volumes::Ready)
+                (outcome.volumes, Volumes::Ready, errors)
             } else {
                 debug!(?unmounted, "waiting for volumes");
-                (outcome.volumes, Volumes::NotReady)
+                (outcome.volumes, Volumes::NotReady, errors)
             }
         }
     }

@@ -17,6 +17,7 @@
 //! | [`admit`] | admission of a pod to the node | `canAdmitPod`, the admit handlers |
 //! | [`fit`] | resources, node selectors and affinity against the node | `GeneralPredicates` |
 //! | [`allocation`] | allocated resources and resize requests | `pkg/kubelet/allocation` |
+//! | [`explain`] | what holds a pod back, from one sync's runtime state, plan and waits | (none: the agent's own) |
 //! | [`kind`] | static, mirror, terminal, critical and QoS, read once per sync | `IsStaticPod`, `IsMirrorPod`, `IsCriticalPod` |
 //! | [`qos`] | the pod's QoS class | `v1qos.GetPodQOS` |
 //! | [`probes`] | what the probes say of a container | `prober/results` |
@@ -27,6 +28,7 @@ pub mod admit;
 pub mod allocation;
 pub mod backoff;
 pub mod env;
+pub mod explain;
 pub mod facts;
 pub mod fit;
 pub mod hosts;

@@ -104,6 +104,8 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Containers held back by a back-off, by name.
     pub waiting: BTreeMap<String, Waiting>,
+    /// When the CrashLoopBackOff of each container it holds ends, by name.
+    pub held_until: BTreeMap<String, Timestamp>,
     /// The earliest deadline (a back-off ending) after which the pod must be synced again.
     pub requeue_after: Option<Duration>,
     /// The pod ran past `spec.activeDeadlineSeconds`: its containers are killed
@@ -782,6 +784,7 @@ fn new_sandbox(
             && let Some((held, due)) = crash_loop(pod, c, (x, older), now, backoff)
         {
             plan.waiting.insert(c.name.clone(), held);
+            plan.held_until.insert(c.name.clone(), due);
             plan.requeue_at(now, due);
             return;
         }
@@ -992,6 +995,7 @@ impl Planner<'_> {
                     let backoff = &self.backoff;
                     if let Some((held, due)) = crash_loop(pod, c, (x, older), now, backoff) {
                         self.plan.waiting.insert(c.name.clone(), held);
+                        self.plan.held_until.insert(c.name.clone(), due);
                         self.plan.requeue_at(now, due);
                         false
                     } else {

@@ -319,6 +319,8 @@ pub struct Deps {
     /// its last status patch is shown with the status sent, as the kubelet's
     /// handlers read its status manager's cache.
     pub statuses: Arc<crate::pod::status_manager::StatusManager>,
+    /// Each pod's last sync, explained (`/debug/pods/<ns>/<pod>/plan`).
+    pub explanations: Arc<crate::pod::explain::Explanations>,
     /// The container runtime: streaming URLs and container lookups.
     pub runtime: crate::cri::Runtime,
     /// Resource statistics for `/stats/summary` and `/metrics/resource`
@@ -399,6 +401,7 @@ struct App {
     flagz_delimiter: &'static str,
     pods: Store<Pod>,
     statuses: Arc<crate::pod::status_manager::StatusManager>,
+    explanations: Arc<crate::pod::explain::Explanations>,
     runtime: crate::cri::Runtime,
     pod_logs_dir: PathBuf,
     stats: Arc<crate::stats::Provider>,
@@ -485,6 +488,7 @@ impl Server {
             flagz_delimiter: zpages::random_delimiter(),
             pods: deps.pods,
             statuses: deps.statuses,
+            explanations: deps.explanations,
             stats: deps.stats,
             runtime: deps.runtime,
             pod_logs_dir: cfg.pod_logs_dir,
@@ -523,6 +527,7 @@ impl Server {
                 "/containerLogs/{namespace}/{pod}/{container}",
                 get(container_logs),
             )
+            .route("/debug/pods/{namespace}/{pod}/plan", get(pod_plan))
             .route(
                 "/exec/{namespace}/{pod}/{container}",
                 get(stream::exec).post(stream::exec),
@@ -1395,6 +1400,33 @@ async fn pods(State(app): State<Arc<App>>) -> Response {
         "items": items.iter().map(|p| &**p).collect::<Vec<&Pod>>(),
     });
     match serde_json::to_vec(&list) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `GET /debug/pods/{namespace}/{pod}/plan`: the pod worker's last account
+/// of the pod ([`crate::pod_core::explain::Explanation`]) as JSON; 404 when
+/// the pod is not bound to this node or has not been synced yet.
+async fn pod_plan(
+    State(app): State<Arc<App>>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    let oref = ObjectRef::<Pod>::new(&name).within(&namespace);
+    let Some(pod) = app.pod(&oref) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("pod {namespace}/{name} is not bound to this node"),
+        );
+    };
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let Some(e) = app.explanations.get(uid) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("pod {namespace}/{name} has not been synced yet"),
+        );
+    };
+    match serde_json::to_vec(&e) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }

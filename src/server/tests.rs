@@ -135,6 +135,8 @@ struct Fixture {
     seen: Arc<Mutex<Vec<Value>>>,
     /// The status manager the server reads sent statuses from.
     statuses: Arc<StatusManager>,
+    /// The pods' last syncs, explained, as the server serves them.
+    explanations: Arc<crate::pod::explain::Explanations>,
     _dir: tempfile::TempDir,
     /// Keeps the server running while the fixture lives.
     _stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -206,6 +208,7 @@ async fn start_until_with(
         fake_api(seen.clone()),
         crate::pod::sources::PodSources::new(&[]).0,
     ));
+    let explanations = Arc::new(crate::pod::explain::Explanations::new());
     let mut cfg = ServerConfig::new(
         "n1",
         vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
@@ -229,6 +232,7 @@ async fn start_until_with(
             client: fake_api(seen.clone()),
             pods: store,
             statuses: statuses.clone(),
+            explanations: explanations.clone(),
             stats: Arc::new(crate::stats::Provider::new(
                 "n1",
                 runtime.clone(),
@@ -270,6 +274,7 @@ async fn start_until_with(
             ca,
             seen,
             statuses,
+            explanations,
             _dir: dir,
             _stop: None,
         },
@@ -456,6 +461,54 @@ async fn a_client_certificate_authenticates_and_reviews_authorize() {
         sar["spec"]["resourceAttributes"],
         json!({"verb": "get", "resource": "nodes", "subresource": "healthz", "name": "n1", "version": "v1", "group": "", "namespace": ""})
     );
+}
+
+/// A pod's last sync, explained, as JSON to a user who may proxy to the
+/// node; 404 for a pod not on the node or not synced yet.
+#[tokio::test]
+async fn a_pods_plan_is_served_to_those_who_may_proxy() {
+    let f = start().await;
+    let p = pod();
+    let rejection = crate::pod_core::admit::Rejection {
+        reason: "OutOfcpu".into(),
+        message: "Node didn't have enough resource: cpu".into(),
+    };
+    let now = crate::fixtures::t(0);
+    f.explanations
+        .record(crate::pod_core::explain::not_admitted(
+            &p,
+            Some(&rejection),
+            now,
+            None,
+        ));
+    let (status, body) = f
+        .get("/debug/pods/ns/p/plan", f.tester(), None)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let e: crate::pod_core::explain::Explanation = serde_json::from_str(&body).unwrap();
+    assert_eq!((e.pod.as_str(), e.uid.as_str()), ("ns/p", "u1"));
+    assert_eq!(e.blockers[0].reason, "OutOfcpu");
+    for (path, message) in [
+        (
+            "/debug/pods/ns/fresh/plan",
+            "pod ns/fresh has not been synced yet",
+        ),
+        (
+            "/debug/pods/ns/gone/plan",
+            "pod ns/gone is not bound to this node",
+        ),
+    ] {
+        let (status, body) = f.get(path, f.tester(), None).await.unwrap();
+        assert_eq!((status, body.as_str()), (StatusCode::NOT_FOUND, message));
+    }
+    // Authorized as nodes/proxy, as logs are.
+    let (status, body) = f
+        .get("/debug/pods/ns/p/plan", None, Some("good"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(body.contains("subresource(s)=[proxy]"), "{body}");
 }
 
 #[tokio::test]

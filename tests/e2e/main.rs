@@ -19,6 +19,7 @@ mod common;
 mod bootstrap;
 mod claims;
 mod csi;
+mod explain;
 mod hooks;
 mod hostile_isolation;
 mod hostile_leaks;
