@@ -38,7 +38,7 @@ pub fn pod_level_resources_set(pod: &Pod) -> bool {
                 .into_iter()
                 .flatten()
                 .flat_map(|m| m.keys())
-                .any(|name| super::fit::is_pod_level_resource(name))
+                .any(|name| super::spec::is_pod_level_resource(name))
         })
 }
 

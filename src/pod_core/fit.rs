@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use super::admit::Rejection;
+pub use super::spec::is_pod_level_resource;
 use super::spec::is_sidecar;
 use crate::reasons::admission::{NODE_AFFINITY, NODE_PORTS, TAINT_TOLERATION};
 use crate::resource::Quantity;
@@ -112,14 +113,6 @@ fn aggregate(
         }
     }
     total
-}
-
-/// A resource a pod may set for itself (`spec.resources`), as
-/// component-helpers' `IsSupportedPodLevelResource`: cpu, memory and huge
-/// pages.
-#[must_use]
-pub fn is_pod_level_resource(name: &str) -> bool {
-    name == "cpu" || name == "memory" || name.starts_with("hugepages-")
 }
 
 /// The container's limits, parsed.

@@ -348,3 +348,11 @@ pub fn recursive_read_only(
         other => Err(format!("unknown recursive read-only mode {other:?}")),
     }
 }
+
+/// A resource a pod may set for itself (`spec.resources`), as
+/// component-helpers' `IsSupportedPodLevelResource`: cpu, memory and huge
+/// pages.
+#[must_use]
+pub fn is_pod_level_resource(name: &str) -> bool {
+    name == "cpu" || name == "memory" || name.starts_with("hugepages-")
+}
