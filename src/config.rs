@@ -691,6 +691,10 @@ impl Settings {
             "cpuManagerPolicy": r.cpu_policy.name(),
             "cpuManagerPolicyOptions": r.cpu_policy_options,
             "cpuManagerReconcilePeriod": go_duration(r.cpu_reconcile_period),
+            // The period in effect (the runtime's default): a document
+            // written back with it passes the `CustomCPUCFSQuotaPeriod`
+            // check.
+            "cpuCFSQuotaPeriod": "100ms",
             "reservedSystemCPUs": r.reserved_system_cpus.as_ref().map(ToString::to_string).unwrap_or_default(),
             "memoryManagerPolicy": r.memory_policy,
             "reservedMemory": r.reserved_memory,
@@ -2046,9 +2050,11 @@ impl KubeletConfiguration {
             .logging
             .iter()
             .flat_map(|l| prefixed("logging.", &l.rest));
+        // The default period is the one in effect; another is not applied.
         let period = self
             .cpu_cfs_quota_period
             .as_ref()
+            .filter(|v| parse_duration(v).ok() != Some(Duration::from_millis(100)))
             .map(|_| "cpuCFSQuotaPeriod".to_string());
         let mut ignored: Vec<String> = top
             .chain(period)
@@ -3241,14 +3247,15 @@ volumeStatsAggPeriod: 0s
         assert_eq!(doc["featureGates"]["PodLevelResources"], false);
         // Shown as set, so that the document written back is accepted.
         assert_eq!(doc["featureGates"]["PodLevelResourcesFixDefaulting"], false);
+        assert_eq!(doc["cpuCFSQuotaPeriod"], "100ms");
         let back = serde_json::to_string(&doc).unwrap();
         apply_file_text(&mut Settings::default(), Path::new("k.json"), &back).unwrap();
-        // The default period passes with the gate off; it is read, and
-        // still has no effect.
+        // The default period passes with the gate off: it is the one in
+        // effect.
         let with_period = format!("{suite}cpuCFSQuotaPeriod: 100ms\n");
         let ignored =
             apply_file_text(&mut Settings::default(), Path::new("k.yaml"), &with_period).unwrap();
-        assert_eq!(ignored, ["cpuCFSQuotaPeriod"]);
+        assert!(ignored.is_empty(), "{ignored:?}");
         for (text, message) in [
             (
                 "featureGates: {PodLevelResources: false}\n".to_string(),
