@@ -142,7 +142,7 @@ impl ResourceTopology {
             .collect();
         let touches = |set: NumaMask, m: NumaMask| set.0 & m.0 != 0;
         let mut min_size = nodes.len();
-        let mut hints = Vec::new();
+        let mut masks = Vec::new();
         for set in NumaMask::subsets(&nodes) {
             let in_set: usize = all
                 .iter()
@@ -163,16 +163,10 @@ impl ResourceTopology {
                     .map(|(_, n)| n)
                     .sum::<usize>();
             if matching >= request {
-                hints.push(Hint {
-                    affinity: Some(set),
-                    preferred: false,
-                });
+                masks.push(set);
             }
         }
-        for h in &mut hints {
-            h.preferred = h.affinity.is_some_and(|m| m.count() as usize == min_size);
-        }
-        hints
+        Hint::preferring(masks, min_size)
     }
 
     /// The picker for a container that needs `required` devices: `reusable`

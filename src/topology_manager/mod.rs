@@ -143,6 +143,21 @@ impl Hint {
             preferred,
         }
     }
+
+    /// The hints of `masks` (the sets of nodes that can hold a request),
+    /// preferred those of `narrowest` nodes: what each provider's hint
+    /// generation ends with (`generateCPUTopologyHints`,
+    /// `generateDeviceTopologyHints`).
+    #[must_use]
+    pub fn preferring(masks: Vec<NumaMask>, narrowest: usize) -> Vec<Self> {
+        masks
+            .into_iter()
+            .map(|m| Self {
+                affinity: Some(m),
+                preferred: m.count() as usize == narrowest,
+            })
+            .collect()
+    }
 }
 
 /// One provider's hints: by resource name, `None` for a resource without

@@ -454,7 +454,7 @@ impl StaticPolicy {
     fn generate_hints(&self, available: &CpuSet, reusable: &CpuSet, request: usize) -> Vec<Hint> {
         let nodes = self.topo.numa_nodes();
         let mut min_size = nodes.len();
-        let mut hints = Vec::new();
+        let mut masks = Vec::new();
         for mask in NumaMask::subsets(&nodes) {
             let in_mask = self.topo.cpus_in_numa_nodes(&mask.nodes());
             if in_mask.len() >= request {
@@ -464,16 +464,10 @@ impl StaticPolicy {
                 continue;
             }
             if reusable.len() + available.intersection(&in_mask).len() >= request {
-                hints.push(Hint {
-                    affinity: Some(mask),
-                    preferred: false,
-                });
+                masks.push(mask);
             }
         }
-        for h in &mut hints {
-            h.preferred = h.affinity.is_some_and(|m| m.count() as usize == min_size);
-        }
-        hints
+        Hint::preferring(masks, min_size)
     }
 }
 
