@@ -5,7 +5,9 @@
 # rendered RBAC: the agent's ServiceAccount granted nothing but the built-in
 # role of a node's TLS bootstrap and `get` on its own DaemonSet (no
 # `nodeclient` auto-approval), the approver's only the approval of one
-# signer's requests, reading a pod and writing its record, and the uninstall
+# signer's requests, reading a pod and writing its record (and, for the
+# NodeConfigurations' status writer, reading Nodes and the resources and
+# writing their status), and the uninstall
 # hook's Node deletion existing only while the hook runs; the token in the
 # agent container only, and the containers' securityContexts.
 #
@@ -83,7 +85,7 @@ own = [d for d in docs if d['kind'] in ('Role', 'ClusterRole') and d['metadata']
 rules = [{'apiGroups': ['apps'], 'resources': ['daemonsets'], 'resourceNames': ['rustlet'], 'verbs': ['get']}]
 assert len(own) == 1 and own[0]['kind'] == 'Role' and own[0]['rules'] == rules
 PY"
-check "RBAC: the approver may approve kubelet client requests, read pods and write its record, nothing else" bash -c \
+check "RBAC: the approver may approve kubelet client requests, read pods and write its record, and read Nodes and NodeConfigurations and write their status, nothing else" bash -c \
   "python3 - '$rendered' <<'PY'
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
@@ -99,6 +101,9 @@ assert cluster['rules'] == [
     {'apiGroups': g, 'resources': ['certificatesigningrequests'], 'verbs': ['get', 'list', 'watch']},
     {'apiGroups': g, 'resources': ['certificatesigningrequests/approval'], 'verbs': ['update']},
     {'apiGroups': g, 'resources': ['signers'], 'resourceNames': ['kubernetes.io/kube-apiserver-client-kubelet'], 'verbs': ['approve']},
+    {'apiGroups': [''], 'resources': ['nodes'], 'verbs': ['list', 'watch']},
+    {'apiGroups': ['rustlet.dev'], 'resources': ['nodeconfigurations'], 'verbs': ['list', 'watch']},
+    {'apiGroups': ['rustlet.dev'], 'resources': ['nodeconfigurations/status'], 'verbs': ['patch']},
 ], cluster['rules']
 role = next(d for d in docs if d['kind'] == 'Role' and d['metadata']['name'] == sa)
 assert role['metadata']['namespace'] == 'rustlet-system'
@@ -115,6 +120,11 @@ c = spec['containers'][0]
 assert c['image'] == ds['spec']['template']['spec']['containers'][1]['image'], 'not the agent image'
 assert c['args'] == ['approve-csrs', '--kubeconfig=/etc/rustlet-approver/kubeconfig', '--namespace=rustlet-system',
     '--service-account=rustlet', '--daemonset=rustlet', '--node-name-suffix=-rustlet', '--record=rustlet-nodes'], c['args']
+# The second container: the NodeConfigurations' status writer, same image.
+w = spec['containers'][1]
+assert w['image'] == c['image'] and w['args'] == ['report-node-configurations',
+    '--kubeconfig=/etc/rustlet-approver/kubeconfig'], w
+assert len(spec['containers']) == 2
 # Its pods are not the DaemonSet's.
 sel = ds['spec']['selector']['matchLabels']
 assert any(dep['spec']['template']['metadata']['labels'].get(k) != v for k, v in sel.items())

@@ -31,6 +31,61 @@ use crate::pod_core::status::StatusContext;
 use crate::reasons::phase;
 use crate::volume::VolumeManager;
 
+/// `rustlet report-node-configurations`: the NodeConfigurations' status
+/// writer, until a stop signal.
+fn report_node_configurations(args: &crate::cli::ReportArgs) -> ExitCode {
+    init_logging(LogFormat::Plain, 0);
+    let report = async {
+        let config = kube_config(args.kubeconfig.as_deref()).await?;
+        let client = Client::try_from(config).context("build API client")?;
+        tokio::select! {
+            () = crate::node::configuration_status::run(client) => {}
+            () = stop_signal() => {}
+        }
+        anyhow::Ok(())
+    };
+    match block_on_current_thread(report) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rustlet: error: {}", one_line(&format!("{e:#}")));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `rustlet explain`: a pod's last sync, from the node it is bound to.
+fn explain(args: crate::cli::ExplainArgs) -> ExitCode {
+    init_logging(LogFormat::Plain, 0);
+    let (namespace, name) = args.pod;
+    let fetched = async {
+        let config = kube_config(args.kubeconfig.as_deref()).await?;
+        let client = Client::try_from(config).context("build API client")?;
+        crate::pod::explain::fetch(&client, &namespace, &name)
+            .await
+            .with_context(|| format!("explain pod {namespace}/{name}"))
+    };
+    match block_on_current_thread(fetched) {
+        Ok(e) if args.json => match serde_json::to_string_pretty(&e) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rustlet: error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Ok(e) => {
+            print!("{}", crate::pod_core::explain::render(&e));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rustlet: error: {}", one_line(&format!("{e:#}")));
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Entry point of the `rustlet` binary: parses flags, runs, and turns any error
 /// into one line on stderr and exit code 1 (2 for bad flags).
 #[must_use]
@@ -70,37 +125,8 @@ pub fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Command::Explain(args) => {
-            init_logging(LogFormat::Plain, 0);
-            let (namespace, name) = args.pod;
-            let fetched = async {
-                let config = kube_config(args.kubeconfig.as_deref()).await?;
-                let client = Client::try_from(config).context("build API client")?;
-                crate::pod::explain::fetch(&client, &namespace, &name)
-                    .await
-                    .with_context(|| format!("explain pod {namespace}/{name}"))
-            };
-            match block_on_current_thread(fetched) {
-                Ok(e) if args.json => match serde_json::to_string_pretty(&e) {
-                    Ok(text) => {
-                        println!("{text}");
-                        ExitCode::SUCCESS
-                    }
-                    Err(e) => {
-                        eprintln!("rustlet: error: {e}");
-                        ExitCode::FAILURE
-                    }
-                },
-                Ok(e) => {
-                    print!("{}", crate::pod_core::explain::render(&e));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("rustlet: error: {}", one_line(&format!("{e:#}")));
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::ReportNodeConfigurations(args) => report_node_configurations(&args),
+        Command::Explain(args) => explain(args),
         Command::DeleteNodes(args) => {
             init_logging(LogFormat::Plain, 0);
             let (namespace, name) = args.record;

@@ -39,6 +39,10 @@ pub enum Command {
     /// Print the project's custom resource definitions (`crds/`) as YAML,
     /// or write them into a directory.
     Crds(CrdsArgs),
+    /// Write the status of every `NodeConfiguration` from what the nodes
+    /// report on their Nodes (one replica: the Helm chart's approver
+    /// Deployment runs it).
+    ReportNodeConfigurations(ReportArgs),
     /// Explain why a pod is not running as its spec asks: the last sync of
     /// the node agent it is bound to, read through the API server's node
     /// proxy.
@@ -54,6 +58,15 @@ pub struct CrdsArgs {
     /// (one YAML stream).
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+/// Flags of `rustlet report-node-configurations`.
+#[derive(Debug, Parser)]
+pub struct ReportArgs {
+    /// Kubeconfig to reach the API server (default: in-cluster config, then
+    /// $KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// Flags of `rustlet explain`.

@@ -200,6 +200,12 @@ fn bad_reset_delete_nodes_and_approve_csrs_flags_are_one_line_and_exit_2() {
         &["delete-nodes", "--record", "rustlet-nodes"],
         &["delete-nodes", "--selector", "rustlet.dev/companion=true"],
         &["delete-nodes"],
+        // A pod to explain is a namespaced name; the status writer takes no
+        // other flag than its kubeconfig.
+        &["explain"],
+        &["explain", "no-slash"],
+        &["explain", "ns/p", "--node", "n1"],
+        &["report-node-configurations", "--all"],
         // The approver needs its release named in full, with valid names.
         &["approve-csrs"],
         &[

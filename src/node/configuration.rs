@@ -26,11 +26,12 @@ use crate::config::Settings;
 use crate::eviction::manager::Limits;
 use crate::image_gc::ImageGc;
 use crate::node_config::decide::{Decision, Verdict, decide};
+use crate::node_config::report::{REFUSED_ANNOTATION, applied_annotation, refused_annotation};
 use crate::node_config::{LiveKubeletConfiguration, NodeConfiguration};
 
 /// The Node annotation naming the resources applied: `name/generation`,
 /// comma-separated, by name.
-pub const ANNOTATION: &str = "rustlet.dev/node-configuration";
+pub const ANNOTATION: &str = crate::node_config::report::APPLIED_ANNOTATION;
 /// The Node condition of the resources' application.
 pub const CONDITION: &str = "NodeConfigurationApplied";
 /// How often the resources and the Node's labels are looked at.
@@ -68,16 +69,6 @@ pub struct Controller {
     pub live: Live,
 }
 
-/// The annotation's value for `verdicts`: the applied ones.
-fn annotation(verdicts: &[Verdict]) -> String {
-    verdicts
-        .iter()
-        .filter(|v| v.refused.is_none())
-        .map(|v| format!("{}/{}", v.name, v.generation))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// The condition's status, reason and message for `verdicts`.
 fn condition(verdicts: &[Verdict]) -> (&'static str, &'static str, String) {
     let refused: Vec<&Verdict> = verdicts.iter().filter(|v| v.refused.is_some()).collect();
@@ -88,7 +79,10 @@ fn condition(verdicts: &[Verdict]) -> (&'static str, &'static str, String) {
             "no NodeConfiguration selects this node".into(),
         );
     } else if refused.is_empty() {
-        format!("applied {}", annotation(verdicts).replace(',', ", "))
+        format!(
+            "applied {}",
+            applied_annotation(verdicts).replace(',', ", ")
+        )
     } else {
         refused
             .iter()
@@ -218,7 +212,7 @@ impl Controller {
         }
         self.live.configz.send_replace(s.kubelet_configuration());
         info!(
-            applied = %annotation(&d.verdicts),
+            applied = %applied_annotation(&d.verdicts),
             "node configuration applied"
         );
     }
@@ -226,12 +220,11 @@ impl Controller {
     /// Writes the annotation and the condition on this node's Node.
     async fn report(&self, verdicts: &[Verdict]) -> kube::Result<()> {
         let api = Api::<Node>::all(self.client.clone());
-        let value = annotation(verdicts);
-        let annotations = if value.is_empty() {
-            serde_json::json!({ ANNOTATION: null })
-        } else {
-            serde_json::json!({ ANNOTATION: value })
-        };
+        let value = applied_annotation(verdicts);
+        let annotations = serde_json::json!({
+            ANNOTATION: (!value.is_empty()).then_some(value),
+            REFUSED_ANNOTATION: refused_annotation(verdicts),
+        });
         api.patch(
             &self.node_name,
             &PatchParams::default(),
@@ -298,7 +291,7 @@ mod tests {
             )
         );
         let ok = [verdict("a", 2, None), verdict("b", 1, None)];
-        assert_eq!(annotation(&ok), "a/2,b/1");
+        assert_eq!(applied_annotation(&ok), "a/2,b/1");
         assert_eq!(
             condition(&ok),
             ("True", "Applied", "applied a/2, b/1".to_string())
@@ -316,7 +309,7 @@ mod tests {
                 Some(("Conflict", "imageGCHighThresholdPercent is also set by b")),
             ),
         ];
-        assert_eq!(annotation(&mixed), "a/2");
+        assert_eq!(applied_annotation(&mixed), "a/2");
         let (status, reason, message) = condition(&mixed);
         assert_eq!((status, reason), ("False", "Conflict"));
         assert_eq!(

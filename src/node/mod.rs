@@ -7,6 +7,7 @@
 pub mod bootstrap;
 pub mod client_cert;
 pub mod configuration;
+pub mod configuration_status;
 pub mod info;
 pub mod lease;
 pub mod registration;

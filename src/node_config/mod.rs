@@ -1,9 +1,11 @@
 //! Node configuration as a custom resource: the `NodeConfiguration` type
 //! ([`resource`]), which of them a node applies and the settings they make
-//! ([`decide`], pure), and the project's custom resource definitions as
-//! YAML ([`crds_yaml`], checked in under `crds/`).
+//! ([`decide`], pure), what the nodes report and each resource's status
+//! made from it ([`report`], pure), and the project's custom resource
+//! definitions as YAML ([`crds_yaml`], checked in under `crds/`).
 
 pub mod decide;
+pub mod report;
 pub mod resource;
 
 use kube::CustomResourceExt;

@@ -268,3 +268,96 @@ fn conflicts_and_invalid_values_are_refused_and_the_last_values_kept() {
     }));
     assert_eq!(d.settings, base);
 }
+
+/// A resource named `name` of `generation` selecting `pool=<pool>`.
+fn in_pool(name: &str, generation: i64, pool: &str) -> NodeConfiguration {
+    let selector = serde_json::json!({ "matchLabels": { "pool": pool } });
+    resource(name, generation, selector, serde_json::json!({}))
+}
+
+fn node(name: &str, pool: &str, annotations: &[(&str, String)]) -> report::NodeReport {
+    let labels = [("pool".to_string(), pool.to_string())].into();
+    let annotations = annotations
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), v.clone()))
+        .collect();
+    report::NodeReport::read(name, &labels, &annotations)
+}
+
+/// What nodes report on their Nodes makes each resource's status: the
+/// selected nodes that reported, how many applied and refused the current
+/// generation, and why; a report of an older generation counts as
+/// selected only; a node not selected, or silent, is not counted.
+#[test]
+fn a_resources_status_counts_what_the_selected_nodes_reported() {
+    use decide::Verdict;
+    let verdicts = [
+        Verdict {
+            name: "gc".into(),
+            generation: 3,
+            refused: None,
+        },
+        Verdict {
+            name: "evict".into(),
+            generation: 2,
+            refused: Some(("Conflict", "x".repeat(1000))),
+        },
+    ];
+    let applied = report::applied_annotation(&verdicts);
+    assert_eq!(applied, "gc/3");
+    let refused = report::refused_annotation(&verdicts).expect("one refused");
+    let nodes = [
+        node(
+            "a",
+            "blue",
+            &[
+                (report::APPLIED_ANNOTATION, applied.clone()),
+                (report::REFUSED_ANNOTATION, refused.clone()),
+            ],
+        ),
+        node("b", "blue", &[(report::APPLIED_ANNOTATION, "gc/2".into())]),
+        node("c", "blue", &[]),
+        node("d", "green", &[(report::APPLIED_ANNOTATION, "gc/3".into())]),
+        node(
+            "e",
+            "blue",
+            &[(report::REFUSED_ANNOTATION, "not json".into())],
+        ),
+    ];
+    let gc = report::status(&in_pool("gc", 3, "blue"), &nodes);
+    assert_eq!(
+        (gc.observed_generation, gc.selected, gc.applied, gc.refused),
+        (Some(3), 2, 1, 0)
+    );
+    assert!(gc.refusals.is_empty());
+    let evict = report::status(&in_pool("evict", 2, "blue"), &nodes);
+    assert_eq!((evict.selected, evict.applied, evict.refused), (1, 0, 1));
+    assert_eq!(evict.refusals[0].node, "a");
+    assert_eq!(evict.refusals[0].reason, "Conflict");
+    assert!(evict.refusals[0].message.chars().count() <= report::MAX_REFUSAL_MESSAGE + 1);
+    // Bounded: a node lists at most MAX_REFUSALS, and a status as many.
+    let many: Vec<Verdict> = (0..100)
+        .map(|i| Verdict {
+            name: format!("r{i}"),
+            generation: 1,
+            refused: Some(("Invalid", "bad".into())),
+        })
+        .collect();
+    let text = report::refused_annotation(&many).unwrap();
+    let listed: Vec<report::Refused> = serde_json::from_str(&text).unwrap();
+    assert_eq!(listed.len(), resource::MAX_REFUSALS);
+    let crowd: Vec<report::NodeReport> = (0..50)
+        .map(|i| {
+            node(
+                &format!("n{i:02}"),
+                "blue",
+                &[(report::REFUSED_ANNOTATION, refused.clone())],
+            )
+        })
+        .collect();
+    let evict = report::status(&in_pool("evict", 2, "blue"), &crowd);
+    assert_eq!((evict.selected, evict.refused), (50, 50));
+    assert_eq!(evict.refusals.len(), resource::MAX_REFUSALS);
+    assert_eq!(evict.refusals[0].node, "n00");
+    assert_eq!(report::refused_annotation(&verdicts[..1]), None);
+}

@@ -5,8 +5,10 @@
 //! reports MemoryPressure). A second resource setting the same field is a
 //! conflict, a value the kubelet refuses is invalid: both are refused on
 //! the condition and the node keeps its values. Deleting the resources
-//! brings the file's values back. It changes the node's eviction
-//! thresholds: it runs alone.
+//! brings the file's values back. The status writer (`rustlet
+//! report-node-configurations`, run here as the chart's approver Deployment
+//! runs it) counts each resource's nodes in its status. It changes the
+//! node's eviction thresholds: it runs alone.
 
 use std::time::{Duration, Instant};
 
@@ -96,6 +98,36 @@ async fn eventually<T: std::fmt::Debug>(
     }
 }
 
+/// A resource's status, as `kubectl get` shows it.
+fn status_of(name: &str) -> serde_json::Value {
+    let (code, out, err) = kubectl(&["get", "nodeconfig", name, "-o", "json"], "");
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    doc["status"].clone()
+}
+
+/// The status writer, stopped with the test.
+struct Reporter(std::process::Child);
+
+impl Reporter {
+    fn start() -> Self {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_rustlet"))
+            .args(["report-node-configurations", "--kubeconfig"])
+            .arg(local().join("admin.kubeconfig"))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("run rustlet report-node-configurations");
+        Self(child)
+    }
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Removes the resources and the label, also when the test fails.
 struct Cleanup;
 
@@ -122,6 +154,7 @@ async fn a_selected_configuration_applies_live_and_conflicts_are_refused() {
     let client = client().await;
     let nodes = Api::<Node>::all(client.clone());
     let _cleanup = Cleanup;
+    let _reporter = Reporter::start();
     let file = configz();
     assert_eq!(file["imageGCHighThresholdPercent"], 100, "{file}");
 
@@ -162,6 +195,23 @@ async fn a_selected_configuration_applies_live_and_conflicts_are_refused() {
     let (status, reason, message) = condition.expect("the condition");
     assert_eq!((status.as_str(), reason.as_str()), ("True", "Applied"));
     assert_eq!(message, "applied e2e-gc/1");
+    // The resource's status counts the node.
+    let counted = eventually(
+        30,
+        "the status counts the node",
+        async || status_of("e2e-gc"),
+        |s| s["applied"] == 1,
+    )
+    .await;
+    assert_eq!(counted["selected"], 1, "{counted}");
+    assert_eq!(counted["refused"], 0, "{counted}");
+    assert_eq!(counted["observedGeneration"], 1, "{counted}");
+    let (code, table, err) = kubectl(&["get", "nodeconfigurations", "e2e-gc"], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        table.starts_with("NAME") && table.contains("SELECTED") && table.contains("APPLIED"),
+        "{table}"
+    );
     // The soft threshold acts: available memory is under 100000Gi.
     eventually(
         60,
@@ -204,6 +254,19 @@ async fn a_selected_configuration_applies_live_and_conflicts_are_refused() {
     );
     assert!(message.contains("e2e-gc/1 refused (Conflict)"), "{message}");
     assert_eq!(annotation, None, "nothing applied by name");
+    // Each refused resource's status names the node and the reason.
+    for (name, reason) in [("e2e-clash", "Conflict"), ("e2e-bad", "Invalid")] {
+        let s = eventually(
+            30,
+            "the refusal counted",
+            async || status_of(name),
+            |s| s["refused"] == 1,
+        )
+        .await;
+        assert_eq!(s["applied"], 0, "{s}");
+        assert_eq!(s["refusals"][0]["node"], node_name(), "{s}");
+        assert_eq!(s["refusals"][0]["reason"], reason, "{s}");
+    }
     let kept = configz();
     assert_eq!(kept["imageGCHighThresholdPercent"], 90, "kept: {kept}");
     assert_eq!(kept["evictionSoft"]["memory.available"], "100000Gi");
