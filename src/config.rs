@@ -274,6 +274,10 @@ pub struct ResourceManagers {
     /// `featureGates.CPUManagerPolicyBetaOptions` (true): off, the beta
     /// options of `cpuManagerPolicyOptions` are refused.
     pub cpu_beta_options: bool,
+    /// `featureGates.CPUManagerPolicyAlphaOptions` (false): with it on, the
+    /// CPU manager's alpha options are refused as unsupported by this agent
+    /// rather than as not enabled.
+    pub cpu_alpha_options: bool,
 }
 
 impl Default for ResourceManagers {
@@ -290,6 +294,7 @@ impl Default for ResourceManagers {
             topology_options: crate::topology_manager::Options::default(),
             topology_options_text: BTreeMap::new(),
             cpu_beta_options: true,
+            cpu_alpha_options: false,
         }
     }
 }
@@ -850,6 +855,7 @@ pub const HONOURED_GATES: &[&str] = &[
 
 /// Feature gates of the kubelet this agent can turn on and off.
 pub const SETTABLE_GATES: &[&str] = &[
+    "CPUManagerPolicyAlphaOptions",
     "CPUManagerPolicyBetaOptions",
     "CustomCPUCFSQuotaPeriod",
     "InPlacePodLevelResourcesVerticalScaling",
@@ -1938,6 +1944,7 @@ impl KubeletConfiguration {
                 "ReloadKubeletServerCertificateFile" => s.reload_server_certificate_file = on,
                 "RotateKubeletServerCertificate" => s.rotate_server_certificate = on,
                 "CPUManagerPolicyBetaOptions" => s.resource_managers.cpu_beta_options = on,
+                "CPUManagerPolicyAlphaOptions" => s.resource_managers.cpu_alpha_options = on,
                 // The v1.37 topology manager has no alpha or beta options,
                 // and no code of the v1.37 kubelet reads the two fixes of
                 // pod-level resources (the API server's defaulting does):
@@ -3234,7 +3241,7 @@ volumeStatsAggPeriod: 0s
     /// its gate off, is refused with the kubelet's message.
     #[test]
     fn pod_level_resources_and_the_cfs_period_gates_go_off_with_their_dependents() {
-        let suite = "featureGates:\n  CustomCPUCFSQuotaPeriod: false\n  PodLevelResources: false\n  \
+        let suite = "featureGates:\n  CPUManagerPolicyAlphaOptions: true\n  CustomCPUCFSQuotaPeriod: false\n  PodLevelResources: false\n  \
             PodLevelResourcesFixDefaulting: false\n  PodLevelResourcesFixKubeletQOSClass: false\n  \
             InPlacePodLevelResourcesVerticalScaling: false\n";
         let mut s = Settings::default();
@@ -3242,6 +3249,7 @@ volumeStatsAggPeriod: 0s
         let ignored = apply_file_text(&mut s, Path::new("k.yaml"), suite).unwrap();
         assert!(ignored.is_empty(), "{ignored:?}");
         assert!(!s.pod_level_resources && !s.pod_level_resize);
+        assert!(s.resource_managers.cpu_alpha_options);
         assert!(s.gates_without_effect.is_empty());
         let doc = s.kubelet_configuration();
         assert_eq!(doc["featureGates"]["PodLevelResources"], false);

@@ -125,8 +125,12 @@ impl CpuManager {
                 None
             }
             PolicyName::Static => {
-                let options = PolicyOptions::parse(&settings.cpu_policy_options, beta_options)
-                    .map_err(|e| Error::Policy(format!("new static policy error: {e}")))?;
+                let options = PolicyOptions::parse(
+                    &settings.cpu_policy_options,
+                    beta_options,
+                    settings.cpu_alpha_options,
+                )
+                .map_err(|e| Error::Policy(format!("new static policy error: {e}")))?;
                 let count = match (&settings.reserved_system_cpus, reserved_millicores) {
                     (Some(set), _) => set.len(),
                     (None, Some(milli)) => {

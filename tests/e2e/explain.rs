@@ -19,6 +19,23 @@ async fn plan_of(ns: &str, name: &str) -> Explanation {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
+/// The node's account of pod `ns`/`name` once it names a blocker of `kind`
+/// (at most 60 s): a sync may run between the pod's status and the read.
+async fn plan_blocked_by(ns: &str, name: &str, kind: &str) -> Explanation {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let e = plan_of(ns, name).await;
+        if e.blockers.iter().any(|b| b.kind == kind) {
+            return e;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {kind} blocker: {e:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
 /// `rustlet explain <ns>/<name>` with the local cluster's kubeconfig:
 /// (exit code, stdout, stderr).
 fn explain(target: &str, json: bool) -> (i32, String, String) {
@@ -63,7 +80,7 @@ async fn the_plan_names_a_crash_loop_and_a_missing_config_map_with_their_next_tr
     )
     .await;
 
-    let e = plan_of(&ns, "crash").await;
+    let e = plan_blocked_by(&ns, "crash", "Container").await;
     assert_eq!(e.pod, format!("{ns}/crash"));
     let held = e
         .blockers
@@ -89,15 +106,7 @@ async fn the_plan_names_a_crash_loop_and_a_missing_config_map_with_their_next_tr
 
     // The missing ConfigMap: the volume is named, with the kubelet's
     // message, and the next try is due.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let e = loop {
-        let e = plan_of(&ns, "missing").await;
-        if e.blockers.iter().any(|b| b.kind == "Volume") {
-            break e;
-        }
-        assert!(std::time::Instant::now() < deadline, "{e:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    };
+    let e = plan_blocked_by(&ns, "missing", "Volume").await;
     let volume = e.blockers.iter().find(|b| b.kind == "Volume").unwrap();
     assert_eq!(volume.subject.as_deref(), Some("cfg"));
     assert_eq!(volume.reason, "FailedMount");

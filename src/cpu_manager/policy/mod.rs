@@ -41,22 +41,32 @@ pub const OPTIONS: [(&str, &str); 6] = [
 
 impl PolicyOptions {
     /// Reads the options as `NewStaticPolicyOptions`; beta options need
-    /// `CPUManagerPolicyBetaOptions` (on by default); the alpha ones are
-    /// refused by name: this agent does not have them.
+    /// `CPUManagerPolicyBetaOptions` (on by default), alpha ones
+    /// `CPUManagerPolicyAlphaOptions` (off by default), and with it on they
+    /// are still refused by name: this agent does not have them.
     ///
     /// # Errors
     /// The kubelet's message for an unknown option, a stage not enabled, a
     /// value that is not a Go boolean or options that exclude each other.
-    pub fn parse(options: &BTreeMap<String, String>, beta_enabled: bool) -> Result<Self, String> {
+    pub fn parse(
+        options: &BTreeMap<String, String>,
+        beta_enabled: bool,
+        alpha_enabled: bool,
+    ) -> Result<Self, String> {
         let mut out = Self::default();
         for (name, value) in options {
             let Some((_, stage)) = OPTIONS.iter().find(|(n, _)| n == name) else {
                 return Err(format!("unknown CPU Manager Policy option: {name:?}"));
             };
             match *stage {
-                "alpha" => {
+                "alpha" if !alpha_enabled => {
                     return Err(format!(
                         "CPU Manager Policy Alpha-level Options not enabled, but option {name:?} provided"
+                    ));
+                }
+                "alpha" => {
+                    return Err(format!(
+                        "CPU Manager Policy option {name:?} is alpha and not supported by this agent"
                     ));
                 }
                 "beta" if !beta_enabled => {

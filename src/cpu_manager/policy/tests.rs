@@ -395,6 +395,7 @@ fn options_are_read_with_their_stages() {
                 .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
                 .collect(),
             beta,
+            false,
         )
     };
     assert_eq!(
@@ -419,6 +420,13 @@ fn options_are_read_with_their_stages() {
         opts(&[("align-by-socket", "true")], true).unwrap_err(),
         "CPU Manager Policy Alpha-level Options not enabled, but option \"align-by-socket\" provided"
     );
+    // With the alpha gate on, still refused, by name.
+    let alpha = [("align-by-socket".to_string(), "true".to_string())].into();
+    assert_eq!(
+        PolicyOptions::parse(&alpha, true, true).unwrap_err(),
+        "CPU Manager Policy option \"align-by-socket\" is alpha and not supported by this agent"
+    );
+    assert!(PolicyOptions::parse(&BTreeMap::new(), true, true).is_ok());
     assert_eq!(
         opts(&[("pin", "true")], true).unwrap_err(),
         "unknown CPU Manager Policy option: \"pin\""
