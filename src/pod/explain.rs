@@ -66,6 +66,20 @@ impl Explanations {
         Self::default()
     }
 
+    /// Keeps the account of a sync that went no further than admission
+    /// ([`crate::pod_core::explain::not_admitted`]), made now.
+    pub fn not_admitted(
+        &self,
+        pod: &Pod,
+        rejection: Option<&crate::pod_core::admit::Rejection>,
+        requeue: Option<std::time::Duration>,
+    ) {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        self.record(crate::pod_core::explain::not_admitted(
+            pod, rejection, now, requeue,
+        ));
+    }
+
     /// Keeps `e` as its pod's last account, in place of the one before.
     pub fn record(&self, e: Explanation) {
         self.lock().insert(e.uid.clone(), e);

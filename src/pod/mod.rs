@@ -55,6 +55,7 @@ pub mod status_manager;
 pub mod teardown;
 pub mod topology_admission;
 pub mod userns;
+pub mod volume_events;
 pub mod worker;
 
 #[cfg(test)]

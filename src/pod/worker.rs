@@ -34,6 +34,9 @@ use crate::volume::PodVolumes;
 /// How often the status of a terminating pod is refreshed while its containers stop.
 const TERMINATING_STATUS_PERIOD: Duration = Duration::from_secs(1);
 
+/// How soon admission is tried again while the Node is not listed.
+const NODE_RETRY: Duration = Duration::from_secs(1);
+
 /// One sync of `pod`, in the steps of the kubelet's `SyncPod`. Never sleeps;
 /// waiting is a requeue.
 ///
@@ -76,28 +79,23 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         return Ok(Action::await_change());
     }
     match admission(&pod, kind, &rt, &ctx).await.map_err(rt_err)? {
-        Verdict::Admit => {
-            if kind.is_static {
-                sync_mirror_pod(&pod, &ctx).await;
-            }
-        }
+        Verdict::Admit if kind.is_static => sync_mirror_pod(&pod, &ctx).await,
+        Verdict::Admit => {}
         Verdict::Reject(rejection) => {
-            let e = explain::not_admitted(&pod, Some(&rejection), Timestamp::now(), None);
-            ctx.explanations().record(e);
+            ctx.explanations()
+                .not_admitted(&pod, Some(&rejection), None);
             reject(&pod, &rejection, &ctx).await.map_err(api_err)?;
             return Ok(Action::await_change());
         }
         Verdict::NodeNotSeen => {
             debug!("the Node is not listed yet: admission waits");
-            let again = Duration::from_secs(1);
-            let e = explain::not_admitted(&pod, None, Timestamp::now(), Some(again));
-            ctx.explanations().record(e);
-            return Ok(Action::requeue(again));
+            ctx.explanations()
+                .not_admitted(&pod, None, Some(NODE_RETRY));
+            return Ok(Action::requeue(NODE_RETRY));
         }
     }
-    // The pod as allocated: a resize its spec asks for is admitted now or
-    // stays pending.
-    // As asked, for the messages of a resize left pending.
+    // The pod as allocated (a resize is admitted now or stays pending); as
+    // asked, for the messages of a resize left pending.
     let requested = pod.clone();
     let (pod, resize_pending) = allocate(pod, kind, &ctx);
     // Step 3: volumes, before anything starts.
@@ -293,7 +291,7 @@ async fn prepare_volumes(
                 labels: ctx.node_view().map(|n| n.labels).unwrap_or_default(),
             };
             let outcome = ctx.volumes().setup(pod, &node).await;
-            mount_events(pod, &outcome, ctx);
+            super::volume_events::mount_events(pod, &outcome, ctx);
             let unmounted = outcome.unmounted(pod);
             let errors = outcome
                 .errors
@@ -307,40 +305,6 @@ async fn prepare_volumes(
                 (outcome.volumes, Volumes::NotReady, errors)
             }
         }
-    }
-}
-
-/// The `FailedMount` events of a volume setup: one per volume that failed,
-/// as the kubelet's `MountVolume.SetUp failed for volume "v" : …`, and one
-/// for the volumes whose claims could not be processed, as the kubelet's
-/// `Unable to attach or mount volumes: unmounted volumes=[…], unattached
-/// volumes=[…], failed to process volumes=[…]: …`.
-fn mount_events(pod: &Pod, outcome: &crate::volume::SetupOutcome, ctx: &Context) {
-    let mut unprocessed = Vec::new();
-    let mut reasons = Vec::new();
-    for (volume, e) in &outcome.errors {
-        if let crate::volume::Error::Claim(message) = e {
-            unprocessed.push(volume.as_str());
-            reasons.push(message.as_str());
-            continue;
-        }
-        let note = format!("MountVolume.SetUp failed for volume \"{volume}\" : {e}");
-        ctx.event(pod, None, EventType::Warning, event::FAILED_MOUNT, note);
-    }
-    for (reason, note) in &outcome.notices {
-        ctx.event(pod, None, EventType::Warning, reason, note.clone());
-    }
-    if !unprocessed.is_empty() {
-        let mut unmounted = outcome.unmounted(pod);
-        unmounted.sort();
-        unprocessed.sort_unstable();
-        let note = format!(
-            "Unable to attach or mount volumes: unmounted volumes=[{}], unattached volumes=[], failed to process volumes=[{}]: {}",
-            unmounted.join(" "),
-            unprocessed.join(" "),
-            reasons.join("; ")
-        );
-        ctx.event(pod, None, EventType::Warning, event::FAILED_MOUNT, note);
     }
 }
 
