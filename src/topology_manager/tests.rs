@@ -85,6 +85,31 @@ fn masks_order_and_subsets_as_the_kubelets_bitmask() {
     assert_eq!(NumaMask::subsets(&[0, 1, 2, 3, 4, 5, 6, 7]).len(), 255);
 }
 
+/// Each case merged under the three policies: `best` under best-effort
+/// (always admitted) and restricted (admitted when preferred), `single`
+/// under single-numa-node when given.
+fn check_cases(info: &NumaInfo, cases: Vec<(&str, Vec<ProviderHints>, Hint, Option<Hint>)>) {
+    for (case, providers, best, single) in cases {
+        assert_eq!(
+            run(Policy::BestEffort, false, info, &providers),
+            (best, true),
+            "best-effort: {case}"
+        );
+        assert_eq!(
+            run(Policy::Restricted, false, info, &providers),
+            (best, best.preferred),
+            "restricted: {case}"
+        );
+        if let Some(single) = single {
+            assert_eq!(
+                run(Policy::SingleNumaNode, false, info, &providers),
+                (single, single.preferred),
+                "single-numa-node: {case}"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_common_merge_cases_under_best_effort_restricted_and_single_numa_node() {
     let info = four_nodes();
@@ -225,25 +250,18 @@ fn the_common_merge_cases_under_best_effort_restricted_and_single_numa_node() {
             Some(h(&[0], true)),
         ),
     ];
-    for (case, providers, best, single) in cases {
-        assert_eq!(
-            run(Policy::BestEffort, false, &info, &providers),
-            (best, true),
-            "best-effort: {case}"
-        );
-        assert_eq!(
-            run(Policy::Restricted, false, &info, &providers),
-            (best, best.preferred),
-            "restricted: {case}"
-        );
-        if let Some(single) = single {
-            assert_eq!(
-                run(Policy::SingleNumaNode, false, &info, &providers),
-                (single, single.preferred),
-                "single-numa-node: {case}"
-            );
-        }
-    }
+    check_cases(&info, cases);
+}
+
+/// The merge cases of pairs and of one provider with two resources.
+#[test]
+fn non_preferred_pairs_and_two_resources_of_one_provider() {
+    let info = four_nodes();
+    let all_f = h(&[0, 1, 2, 3], false);
+    let none_f = Hint {
+        affinity: None,
+        preferred: false,
+    };
     // Each non-preferred pair r2 offers is taken against r1's {0,1}/all.
     for pair in [[0, 1], [0, 3], [1, 2], [2, 3]] {
         let providers = [
