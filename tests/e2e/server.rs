@@ -639,11 +639,18 @@ async fn kubectl_exec_runs_commands_with_stdin_and_exit_codes() {
         "KUBECONFIG={} timeout --foreground 60 kubectl exec -it -n {ns} sh -- sh -c 'tty; stty size; exit 4'",
         local().join("admin.kubeconfig").display()
     );
-    let out = Command::new("script")
+    // script's stdin stays open until it exits: at an end of input it may
+    // hang up the terminal before kubectl has written anything.
+    let mut child = Command::new("script")
         .args(["-qefc", &cmd, "/dev/null"])
-        .stdin(std::process::Stdio::null())
-        .output()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("run script");
+    let held_open = child.stdin.take();
+    let out = child.wait_with_output().expect("wait for script");
+    drop(held_open);
     let text = String::from_utf8_lossy(&out.stdout);
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(
