@@ -38,9 +38,9 @@ async fn a_due_client_certificate_is_renewed_and_the_agent_goes_on_after_it_expi
     let node = node_name();
     let pki = local().join("pki");
     let store = local().join("rustlet/pki");
-    // A node certificate of the cluster CA, valid from 20 minutes ago for 22:
-    // past 80 % of its life, so due now, and expired in 120 s (the restart
-    // below must not outlast it, or the agent starts on the kubeconfig's).
+    // A node certificate of the cluster CA, valid from 20 minutes ago until
+    // 75 s from now: past 80 % of its life, so due now (the restart below
+    // must not outlast it, or the agent starts on the kubeconfig's).
     let ca_pem = std::fs::read_to_string(pki.join("ca.crt")).expect("cluster CA");
     let ca_key =
         rcgen::KeyPair::from_pem(&std::fs::read_to_string(pki.join("ca.key")).expect("CA key"))
@@ -57,7 +57,7 @@ async fn a_due_client_certificate_is_renewed_and_the_agent_goes_on_after_it_expi
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::minutes(20);
-    params.not_after = now + time::Duration::seconds(120);
+    params.not_after = now + time::Duration::seconds(75);
     let short = params.signed_by(&key, &issuer).expect("sign");
     let short_pem = format!("{}{}", short.pem(), key.serialize_pem());
     std::fs::create_dir_all(&store).expect("cert dir");

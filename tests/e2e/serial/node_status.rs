@@ -30,23 +30,6 @@ fn quantity(n: &Node, field: &str) -> Option<String> {
 
 #[tokio::test]
 #[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
-async fn node_status_is_patched_only_when_it_changes() {
-    // Heartbeats go to the Lease; the Node is written when its status changes
-    // or every nodeStatusReportFrequency (5 min), as the kubelet does.
-    let client = client().await;
-    let nodes = Api::<Node>::all(client.clone());
-    let version = |n: Node| n.metadata.resource_version.expect("resourceVersion");
-    // A first patch may still be due right after the agent started.
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    let before = version(nodes.get(&node_name()).await.expect("node"));
-    // Two and a half nodeStatusUpdateFrequency periods (10 s).
-    tokio::time::sleep(Duration::from_secs(25)).await;
-    let after = version(nodes.get(&node_name()).await.expect("node"));
-    assert_eq!(before, after, "the Node was written without a change");
-}
-
-#[tokio::test]
-#[ignore = "needs the local cluster: hack/local-up.sh --agent rustlet"]
 async fn an_advertised_extended_resource_becomes_allocatable_and_stays() {
     let client = client().await;
     let nodes = Api::<Node>::all(client);
@@ -80,7 +63,10 @@ async fn an_advertised_extended_resource_becomes_allocatable_and_stays() {
     };
     let before = node.metadata.resource_version.clone();
 
-    // Two and a half update periods later: still advertised, and not rewritten.
+    // Two and a half update periods later: still advertised, and not
+    // rewritten. Heartbeats go to the Lease; the Node is written when its
+    // status changes or every nodeStatusReportFrequency (5 min), as the
+    // kubelet does.
     tokio::time::sleep(Duration::from_secs(25)).await;
     let after = nodes.get(&name).await.expect("node");
     set(serde_json::Value::Null).await;

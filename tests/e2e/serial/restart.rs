@@ -252,9 +252,9 @@ async fn kill_during_a_csi_mount_and_its_teardown_leaves_it_mounted_once_or_not_
     use kube::ResourceExt;
 
     let client = client().await;
-    // Each mount and unmount of the driver waits 5 s: the agent is killed
+    // Each mount and unmount of the driver waits 2 s: the agent is killed
     // meanwhile.
-    let (_stack, ns, class) = stack_in_namespace(&client, "e2e-csi-kill", 5).await;
+    let (_stack, ns, class) = stack_in_namespace(&client, "e2e-csi-kill", 2).await;
     let claim: PersistentVolumeClaim = from_json(serde_json::json!({
         "metadata": {"name": "data"},
         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
