@@ -1201,6 +1201,7 @@ fn pod_worker(
             host_ips: vec![base.node_ip.clone()],
             runtime_name: base.runtime.name.clone(),
             runtime_rro: base.runtime.rro,
+            cpu_period_us: base.settings.cpu_period_us(),
         },
         volumes: Arc::new(node.volumes),
         prober,
@@ -1339,6 +1340,7 @@ fn node_context(base: &Base, facts: &NodeFacts, host_dns: HostDns) -> NodeContex
             .iter()
             .map(|(kib, _)| kib.saturating_mul(1024))
             .collect(),
+        cpu_period_us: settings.cpu_period_us(),
     }
 }
 
@@ -1900,6 +1902,7 @@ fn pod_cgroups(
     }
     let manager = manager
         .with_pod_pids_limit(settings.pod_pids_limit)?
+        .with_cpu_period(settings.cpu_period_us())
         .with_huge_pages(
             machine
                 .huge_pages

@@ -169,6 +169,10 @@ pub struct CgroupManager {
     pids: Option<PathBuf>,
     /// `pids.max` of each pod's cgroup (`podPidsLimit` above 0), or none.
     pod_pids_limit: Option<u64>,
+    /// The CFS period of every quota written, microseconds
+    /// (`cpuCFSQuotaPeriod`; [`CPU_PERIOD_US`] unless
+    /// [`CgroupManager::with_cpu_period`] says otherwise).
+    cpu_period_us: i64,
     /// The hierarchy holding the `hugetlb` controller, if any.
     hugetlb: Option<Hugetlb>,
     /// The node's huge page pools: (page size, pool size), bytes
@@ -261,6 +265,7 @@ impl CgroupManager {
             cpuset,
             pids,
             pod_pids_limit: None,
+            cpu_period_us: CPU_PERIOD_US,
             hugetlb,
             huge_pages: Vec::new(),
             root: root_parts.iter().collect(),
@@ -288,6 +293,7 @@ impl CgroupManager {
             cpuset: None,
             pids: offered.contains("pids").then(|| mount.to_path_buf()),
             pod_pids_limit: None,
+            cpu_period_us: CPU_PERIOD_US,
             hugetlb: offered.contains("hugetlb").then(|| Hugetlb {
                 dir: mount.to_path_buf(),
                 v2: true,
@@ -350,6 +356,15 @@ impl CgroupManager {
         }
         self.pod_pids_limit = Some(limit);
         Ok(self)
+    }
+
+    /// This manager with quotas over a CFS period of `period_us`
+    /// microseconds (`cpuCFSQuotaPeriod`, validated from 1 ms to 1 s), as
+    /// the kubelet's pod container manager writes `CPUPeriod`.
+    #[must_use]
+    pub fn with_cpu_period(mut self, period_us: i64) -> Self {
+        self.cpu_period_us = period_us;
+        self
     }
 
     /// This manager with the node's huge page pools, (page size, pool size)
@@ -504,9 +519,10 @@ impl CgroupManager {
         }
         // systemd keeps a quota in whole 10 ms a second and writes that
         // when it realizes the slice again (a `daemon-reload`).
-        let per_sec = crate::systemd::cpu_quota_per_sec(wanted.cpu_quota, CPU_PERIOD_US);
+        let period = self.cpu_period_us;
+        let per_sec = crate::systemd::cpu_quota_per_sec(wanted.cpu_quota, period);
         let systemds =
-            i64::try_from(per_sec.saturating_mul(CPU_PERIOD_US.unsigned_abs()) / 1_000_000).ok();
+            i64::try_from(per_sec.saturating_mul(period.unsigned_abs()) / 1_000_000).ok();
         if self.systemd.is_some() && wanted.cpu_quota.is_some() && now.cpu_quota == systemds {
             out.cpu_quota = wanted.cpu_quota;
         }
@@ -608,7 +624,7 @@ impl CgroupManager {
         {
             use crate::systemd::{INFINITY, Property};
             let v2 = self.version == Version::V2;
-            let per_sec = crate::systemd::cpu_quota_per_sec(limits.cpu_quota, CPU_PERIOD_US);
+            let per_sec = crate::systemd::cpu_quota_per_sec(limits.cpu_quota, self.cpu_period_us);
             let mut props = Vec::new();
             if limits.cpu_shares > 0 {
                 props.push(if v2 {
@@ -620,7 +636,7 @@ impl CgroupManager {
             if systemd.has_quota_period() {
                 props.push(Property::U64(
                     "CPUQuotaPeriodUSec",
-                    CPU_PERIOD_US.unsigned_abs(),
+                    self.cpu_period_us.unsigned_abs(),
                 ));
             }
             props.push(Property::U64("CPUQuotaPerSecUSec", per_sec));
@@ -645,7 +661,10 @@ impl CgroupManager {
             let quota = limits
                 .cpu_quota
                 .map_or_else(|| "max".to_string(), |q| q.to_string());
-            write(&at.join("cpu.max"), &format!("{quota} {CPU_PERIOD_US}"))?;
+            write(
+                &at.join("cpu.max"),
+                &format!("{quota} {}", self.cpu_period_us),
+            )?;
             let memory = limits
                 .memory
                 .map_or_else(|| "max".to_string(), |m| m.to_string());
@@ -655,7 +674,10 @@ impl CgroupManager {
             let at = cpu.join(dir);
             write(&at.join("cpu.shares"), &limits.cpu_shares.to_string())?;
             if limits.cpu_quota.is_some() {
-                write(&at.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+                write(
+                    &at.join("cpu.cfs_period_us"),
+                    &self.cpu_period_us.to_string(),
+                )?;
             }
             write(
                 &at.join("cpu.cfs_quota_us"),
@@ -1640,6 +1662,36 @@ mod tests {
         std::fs::write(root.join("kubepods/burstable/podu1/cpu.max"), "lots 100000").unwrap();
         assert!(m.limits(&dir_u1).is_err());
     }
+    /// With `cpuCFSQuotaPeriod`, a pod cgroup's quota is written over that
+    /// period: `cpu.max` on cgroup v2, `cpu.cfs_period_us` on v1.
+    #[test]
+    fn a_custom_cfs_period_is_written_with_the_quota() {
+        let limits = Limits {
+            cpu_shares: 256,
+            cpu_quota: Some(25_000),
+            memory: None,
+        };
+        let (dir, m) = fake_v2(
+            "cpu memory",
+            &["kubepods", "kubepods/burstable", "kubepods/besteffort"],
+        );
+        let m = m.with_cpu_period(50_000);
+        m.ensure_qos(None).unwrap();
+        m.ensure_pod(QosClass::Burstable, "u1", limits, &NO_HUGE)
+            .unwrap();
+        let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
+        assert_eq!(read("kubepods/burstable/podu1/cpu.max"), "25000 50000");
+
+        let (dir, m) = fake_v1(&[], None);
+        let m = m.with_cpu_period(50_000);
+        m.ensure_qos(None).unwrap();
+        m.ensure_pod(QosClass::Burstable, "u1", limits, &NO_HUGE)
+            .unwrap();
+        let cpu = dir.path().join("cpu,cpuacct/kubepods/burstable/podu1");
+        let read = |f: &str| std::fs::read_to_string(cpu.join(f)).unwrap();
+        assert_eq!(read("cpu.cfs_period_us"), "50000");
+        assert_eq!(read("cpu.cfs_quota_us"), "25000");
+    }
 
     #[test]
     fn a_v2_root_without_cpu_or_memory_is_no_manager() {
@@ -1674,6 +1726,7 @@ mod tests {
             cpuset: None,
             pids: None,
             pod_pids_limit: None,
+            cpu_period_us: CPU_PERIOD_US,
             hugetlb: None,
             huge_pages: Vec::new(),
             root: Path::new(&name).join("kubepods"),

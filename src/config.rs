@@ -128,6 +128,15 @@ pub struct Settings {
     /// holds, `pids.max`; 0 or below sets none, as the kubelet's pod
     /// container manager.
     pub pod_pids_limit: i64,
+    /// `cpuCFSQuotaPeriod` (100 ms): the CFS period of every CPU quota the
+    /// agent sets, a container's (CRI `cpu_period`, the quota its cpu limit
+    /// in millicores × period / 1000) and a pod cgroup's, as the kubelet's
+    /// `milliCPUToQuota` under the `CustomCPUCFSQuotaPeriod` gate; only
+    /// 100 ms with the gate off.
+    pub cpu_cfs_quota_period: Duration,
+    /// The `CustomCPUCFSQuotaPeriod` feature gate (off): another
+    /// `cpuCFSQuotaPeriod` than 100 ms may be set.
+    pub custom_cpu_cfs_quota_period: bool,
     /// `shutdownGracePeriod` (0: no graceful node shutdown): how long a node
     /// shutdown is held back while pods stop.
     pub shutdown_grace_period: Duration,
@@ -541,6 +550,8 @@ impl Default for Settings {
             cgroups_per_qos: true,
             cgroup_root: "/".into(),
             pod_pids_limit: -1,
+            cpu_cfs_quota_period: Duration::from_millis(100),
+            custom_cpu_cfs_quota_period: false,
             shutdown_grace_period: Duration::ZERO,
             shutdown_grace_period_critical_pods: Duration::ZERO,
             shutdown_grace_period_by_pod_priority: Vec::new(),
@@ -619,6 +630,13 @@ pub fn go_duration(d: Duration) -> String {
 }
 
 impl Settings {
+    /// `cpuCFSQuotaPeriod` in microseconds (validated: 1000 to 1000000; the
+    /// default 100000 for a period past `i64`, which validation refuses).
+    #[must_use]
+    pub fn cpu_period_us(&self) -> i64 {
+        i64::try_from(self.cpu_cfs_quota_period.as_micros()).unwrap_or(100_000)
+    }
+
     /// The settings as KubeletConfiguration (`kubelet.config.k8s.io/v1beta1`)
     /// fields, for `/configz`: durations in Go's form, paths as strings.
     #[must_use]
@@ -696,10 +714,7 @@ impl Settings {
             "cpuManagerPolicy": r.cpu_policy.name(),
             "cpuManagerPolicyOptions": r.cpu_policy_options,
             "cpuManagerReconcilePeriod": go_duration(r.cpu_reconcile_period),
-            // The period in effect (the runtime's default): a document
-            // written back with it passes the `CustomCPUCFSQuotaPeriod`
-            // check.
-            "cpuCFSQuotaPeriod": "100ms",
+            "cpuCFSQuotaPeriod": go_duration(self.cpu_cfs_quota_period),
             "reservedSystemCPUs": r.reserved_system_cpus.as_ref().map(ToString::to_string).unwrap_or_default(),
             "memoryManagerPolicy": r.memory_policy,
             "reservedMemory": r.reserved_memory,
@@ -869,12 +884,6 @@ pub const SETTABLE_GATES: &[&str] = &[
     "TopologyManagerPolicyBetaOptions",
 ];
 
-/// KubeletConfiguration fields read only to be checked as the kubelet
-/// checks them against a feature gate, and otherwise without effect (listed
-/// under "Accepted, no effect" in `docs/configuration.md`, and reported as
-/// ignored when set): `cpuCFSQuotaPeriod` with `CustomCPUCFSQuotaPeriod`.
-pub const CHECKED_ONLY_FIELDS: &[&str] = &["cpuCFSQuotaPeriod"];
-
 /// KubeletConfiguration fields this agent reads; every other field is reported as ignored.
 pub const SUPPORTED_FIELDS: &[&str] = &[
     "apiVersion",
@@ -898,6 +907,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "tlsPrivateKeyFile",
     "cgroupDriver",
     "podPidsLimit",
+    "cpuCFSQuotaPeriod",
     "shutdownGracePeriod",
     "shutdownGracePeriodCriticalPods",
     "shutdownGracePeriodByPodPriority",
@@ -1368,8 +1378,7 @@ struct KubeletConfiguration {
     /// `topologyManagerPolicyOptions`.
     #[serde(deserialize_with = "options")]
     topology_manager_policy_options: Option<BTreeMap<String, String>>,
-    /// `cpuCFSQuotaPeriod`: checked against `CustomCPUCFSQuotaPeriod`, and
-    /// otherwise without effect (the runtime's default period is used).
+    /// `cpuCFSQuotaPeriod`: a Go duration.
     #[serde(rename = "cpuCFSQuotaPeriod")]
     cpu_cfs_quota_period: Option<Value>,
     /// Every other field, by name.
@@ -1577,6 +1586,10 @@ impl KubeletConfiguration {
     /// scope or option, or a CPU list that is not one;
     /// [`Error::Unsupported`] for the memory manager's `Static` policy.
     fn apply_resource_managers(&self, path: &Path, s: &mut Settings) -> Result<(), Error> {
+        if let Some(v) = &self.cpu_cfs_quota_period {
+            s.cpu_cfs_quota_period =
+                parse_duration(v).map_err(|e| bad(path, "cpuCFSQuotaPeriod", &e))?;
+        }
         let r = &mut s.resource_managers;
         if let Some(name) = &self.cpu_manager_policy {
             r.cpu_policy =
@@ -1955,7 +1968,7 @@ impl KubeletConfiguration {
                 | "PodLevelResourcesFixKubeletQOSClass" => {}
                 "PodLevelResources" => s.pod_level_resources = on,
                 "InPlacePodLevelResourcesVerticalScaling" => s.pod_level_resize = on,
-                "CustomCPUCFSQuotaPeriod" => self.check_cfs_quota_period(path, on)?,
+                "CustomCPUCFSQuotaPeriod" => s.custom_cpu_cfs_quota_period = on,
                 _ if on != spec.default => {
                     return Err(refuse(
                         field,
@@ -2014,31 +2027,6 @@ impl KubeletConfiguration {
         Ok(())
     }
 
-    /// With `CustomCPUCFSQuotaPeriod` off, `cpuCFSQuotaPeriod` may only be
-    /// the default 100ms, as the kubelet's validation.
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`] on `cpuCFSQuotaPeriod` with the kubelet's
-    /// message; [`Error::Parse`] for a period that is no duration.
-    fn check_cfs_quota_period(&self, path: &Path, on: bool) -> Result<(), Error> {
-        let Some(v) = &self.cpu_cfs_quota_period else {
-            return Ok(());
-        };
-        let field = "cpuCFSQuotaPeriod";
-        let period = parse_duration(v).map_err(|e| bad(path, field, &e))?;
-        if !on && period != Duration::from_millis(100) {
-            return Err(Error::Unsupported {
-                path: path.to_path_buf(),
-                field: field.into(),
-                message: format!(
-                    "invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {} requires feature gate CustomCPUCFSQuotaPeriod",
-                    go_duration(period)
-                ),
-            });
-        }
-        Ok(())
-    }
-
     /// The fields this agent does not read, dotted and sorted; the fields
     /// checked with the security fields are read (at their one value).
     fn ignored(&self) -> Vec<String> {
@@ -2057,14 +2045,7 @@ impl KubeletConfiguration {
             .logging
             .iter()
             .flat_map(|l| prefixed("logging.", &l.rest));
-        // The default period is the one in effect; another is not applied.
-        let period = self
-            .cpu_cfs_quota_period
-            .as_ref()
-            .filter(|v| parse_duration(v).ok() != Some(Duration::from_millis(100)))
-            .map(|_| "cpuCFSQuotaPeriod".to_string());
         let mut ignored: Vec<String> = top
-            .chain(period)
             .chain(authn)
             .chain(authz)
             .chain(crash)
@@ -2132,12 +2113,44 @@ fn validate(path: &Path, s: &Settings) -> Result<(), Error> {
         ));
     }
     validate_enforcement(path, s)?;
+    validate_cfs_quota_period(path, s)?;
     // A limit above 1 needs parallel pulls.
     if s.serialize_image_pulls && s.max_parallel_image_pulls.is_some_and(|n| n > 1) {
         return Err(bad(
             path,
             "maxParallelImagePulls",
             "1 or nothing when serializeImagePulls is true",
+        ));
+    }
+    Ok(())
+}
+
+/// `cpuCFSQuotaPeriod` as the kubelet's validation: 100 ms unless
+/// `CustomCPUCFSQuotaPeriod` is on, and then from 1 ms to 1 s.
+///
+/// # Errors
+/// [`Error::Unsupported`] for another period with the gate off,
+/// [`Error::Parse`] for one out of range; each with the kubelet's message.
+fn validate_cfs_quota_period(path: &Path, s: &Settings) -> Result<(), Error> {
+    let (field, period) = ("cpuCFSQuotaPeriod", s.cpu_cfs_quota_period);
+    if !s.custom_cpu_cfs_quota_period && period != Duration::from_millis(100) {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            field: field.into(),
+            message: format!(
+                "invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {} requires feature gate CustomCPUCFSQuotaPeriod",
+                go_duration(period)
+            ),
+        });
+    }
+    if !(Duration::from_millis(1)..=Duration::from_secs(1)).contains(&period) {
+        return Err(bad(
+            path,
+            field,
+            &format!(
+                "from 1ms to 1s (invalid configuration: cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {} must be between 1ms and 1sec, inclusive)",
+                go_duration(period)
+            ),
         ));
     }
     Ok(())
@@ -3050,7 +3063,6 @@ volumeStatsAggPeriod: 0s
         let file: KubeletConfiguration = serde_json::from_value(Value::Object(doc)).unwrap();
         let mut read: Vec<&str> = all().filter(|f| !file.rest.contains_key(*f)).collect();
         let mut supported = SUPPORTED_FIELDS.to_vec();
-        supported.extend(CHECKED_ONLY_FIELDS);
         read.sort_unstable();
         supported.sort_unstable();
         assert_eq!(read, supported);
@@ -3283,11 +3295,44 @@ volumeStatsAggPeriod: 0s
                 .to_string();
             assert!(err.contains(message), "{text}: {err}");
         }
-        // With the gate on, a custom period is accepted as before: read,
-        // without effect.
+        // With the gate off (its default) and not named, another period is
+        // refused too.
+        let err = apply_file_text(
+            &mut Settings::default(),
+            Path::new("k.yaml"),
+            "cpuCFSQuotaPeriod: 50ms\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("requires feature gate CustomCPUCFSQuotaPeriod"),
+            "{err}"
+        );
+        // With the gate on, a period from 1ms to 1s takes effect and is shown.
         let on = "featureGates: {CustomCPUCFSQuotaPeriod: true}\ncpuCFSQuotaPeriod: 50ms\n";
-        let ignored = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), on).unwrap();
-        assert_eq!(ignored, ["cpuCFSQuotaPeriod"]);
+        let mut s = Settings::default();
+        let ignored = apply_file_text(&mut s, Path::new("k.yaml"), on).unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(s.cpu_cfs_quota_period, Duration::from_millis(50));
+        assert_eq!(s.kubelet_configuration()["cpuCFSQuotaPeriod"], "50ms");
+        for period in ["500us", "1500ms", "0s"] {
+            let text = format!(
+                "featureGates: {{CustomCPUCFSQuotaPeriod: true}}\ncpuCFSQuotaPeriod: {period}\n"
+            );
+            let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), &text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("must be between 1ms and 1sec, inclusive"),
+                "{period}: {err}"
+            );
+        }
+        for period in ["1ms", "1s"] {
+            let text = format!(
+                "featureGates: {{CustomCPUCFSQuotaPeriod: true}}\ncpuCFSQuotaPeriod: {period}\n"
+            );
+            apply_file_text(&mut Settings::default(), Path::new("k.yaml"), &text).unwrap();
+        }
     }
 
     /// `podPidsLimit` is read as the kubelet reads it; an unset

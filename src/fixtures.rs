@@ -226,12 +226,14 @@ pub fn node_context() -> crate::pod_core::facts::NodeContext {
 }
 
 /// The status facts of a test node: host IP `10.0.0.1`, runtime
-/// `containerd` mounting recursively read-only.
+/// `containerd` mounting recursively read-only, the default 100 ms CFS
+/// period.
 #[must_use]
 pub fn status_context() -> crate::pod_core::status::StatusContext {
     crate::pod_core::status::StatusContext {
         host_ips: vec!["10.0.0.1".into()],
         runtime_name: "containerd".into(),
         runtime_rro: true,
+        cpu_period_us: crate::pod_core::limits::CPU_PERIOD_US,
     }
 }

@@ -1731,7 +1731,7 @@ fn hostile_quantities_never_panic() {
             }
             let shares = translate::cpu_shares(millicores);
             prop_assert!((translate::MIN_SHARES..=translate::MAX_SHARES).contains(&shares));
-            let quota = translate::cpu_quota(millicores);
+            let quota = translate::cpu_quota(millicores, translate::CPU_PERIOD_US);
             prop_assert!(quota == 0 || quota >= translate::MIN_QUOTA_US);
             Ok(())
         },

@@ -317,7 +317,12 @@ impl RuntimeManager {
             .pod_dir(qos, uid)
             .and_then(|dir| cgroups.limits(&dir))
             .ok()
-            .map(|now| cgroups.as_allocated(now, &translate::pod_cgroup_limits(pod)))
+            .map(|now| {
+                cgroups.as_allocated(
+                    now,
+                    &translate::pod_cgroup_limits(pod, self.node.cpu_period_us),
+                )
+            })
     }
 
     /// Whether the running `pod`'s cgroup must be resized to its
@@ -336,9 +341,9 @@ impl RuntimeManager {
                 )
             });
         running
-            && self
-                .pod_cgroup_now(pod)
-                .is_some_and(|now| !now.same_as(&translate::pod_cgroup_limits(pod)))
+            && self.pod_cgroup_now(pod).is_some_and(|now| {
+                !now.same_as(&translate::pod_cgroup_limits(pod, self.node.cpu_period_us))
+            })
     }
 
     /// Notes how a container start went: its pull back-off ends, or its
@@ -414,7 +419,7 @@ impl RuntimeManager {
         let mut errors = Vec::new();
         if let Some((cgroups, qos, uid)) = self.pod_cgroup(pod)
             && cgroups.has_pod(qos, uid)
-            && let Some(desired) = translate::pod_cgroup_limits(pod).memory
+            && let Some(desired) = translate::pod_cgroup_limits(pod, self.node.cpu_period_us).memory
         {
             let current = cgroups
                 .pod_dir(qos, uid)
@@ -522,7 +527,7 @@ impl RuntimeManager {
         if !cgroups.has_pod(qos, uid) {
             return Ok(());
         }
-        let new = translate::pod_cgroup_limits(pod);
+        let new = translate::pod_cgroup_limits(pod, self.node.cpu_period_us);
         let limits = if grow {
             let now = cgroups.limits(&cgroups.pod_dir(qos, uid)?)?;
             // None is no limit, the largest of all.
@@ -565,7 +570,12 @@ impl RuntimeManager {
                     "the node has no hugetlb cgroup controller: the pod's huge page requests are not enforced as limits".into(),
                 );
             }
-            cgroups.ensure_pod(qos, uid, translate::pod_cgroup_limits(pod), &huge)?
+            cgroups.ensure_pod(
+                qos,
+                uid,
+                translate::pod_cgroup_limits(pod, self.node.cpu_period_us),
+                &huge,
+            )?
         } else if cgroups.has_pod(qos, uid) {
             cgroups.cgroup_parent(qos, uid)?
         } else {

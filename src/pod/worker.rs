@@ -108,6 +108,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let policy = Policy {
         eviction_grace: eviction.map_or(crate::pod_core::spec::EVICTION_GRACE_SECONDS, |e| e.grace),
         crash_backoff: ctx.node().crash_backoff,
+        cpu_period_us: ctx.node().cpu_period_us,
     };
     let plan = plan_with(&pod, &rt, &backoffs, &probes, ready, now, &policy);
     if !plan.steps.is_empty() {
@@ -148,13 +149,17 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         ctx.status_context(),
         Timestamp::now(),
     );
-    status::pod_level_resources(&mut new, &pod, outcome.pod_cgroup.as_ref());
+    let pod_cgroup = status::PodCgroup {
+        read: outcome.pod_cgroup.as_ref(),
+        cpu_period_us: ctx.node().cpu_period_us,
+    };
+    status::pod_level_resources(&mut new, &pod, pod_cgroup);
     ctx.dra().update_allocated_resources_status(&pod, &mut new);
     status::resize_conditions(
         &mut new,
         &pod,
         &rt,
-        outcome.pod_cgroup.as_ref(),
+        pod_cgroup,
         resize_pending.as_ref(),
         outcome.resize_error.as_deref(),
         Timestamp::now(),

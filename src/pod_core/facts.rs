@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 /// The node-side facts a sandbox config needs.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct NodeContext {
     /// The node's name.
     pub node_name: String,
@@ -65,6 +65,10 @@ pub struct NodeContext {
     /// libcontainer's `HugePageSizes`), each of which a container's
     /// resources name.
     pub huge_page_sizes: Vec<u64>,
+    /// `cpuCFSQuotaPeriod` in microseconds (the kubelet's default
+    /// [`super::limits::CPU_PERIOD_US`], 100 ms): the period of every CPU
+    /// quota, containers' and pod cgroups'.
+    pub cpu_period_us: i64,
 }
 
 /// What the node offers containers of swap, for the kubelet's
@@ -81,6 +85,36 @@ pub struct Swap {
     pub limited: bool,
     /// The node's swap in bytes (`SwapTotal`).
     pub capacity_bytes: u64,
+}
+
+/// Empty facts, the default 100 ms CFS period.
+impl Default for NodeContext {
+    fn default() -> Self {
+        Self {
+            node_name: Default::default(),
+            node_ips: Default::default(),
+            pod_logs_dir: Default::default(),
+            root_dir: Default::default(),
+            host_dns: Default::default(),
+            cluster_dns: Default::default(),
+            cluster_domain: Default::default(),
+            allocatable: Default::default(),
+            memory_capacity_bytes: Default::default(),
+            hosts_file: Default::default(),
+            allowed_unsafe_sysctls: Default::default(),
+            seccomp_default: Default::default(),
+            apparmor_enabled: Default::default(),
+            pod_level_resources_disabled: Default::default(),
+            pod_level_resize_disabled: Default::default(),
+            user_namespaces_support: Default::default(),
+            initial_labels: Default::default(),
+            initial_taints: Default::default(),
+            crash_backoff: Default::default(),
+            swap: Default::default(),
+            huge_page_sizes: Default::default(),
+            cpu_period_us: super::limits::CPU_PERIOD_US,
+        }
+    }
 }
 
 impl NodeContext {

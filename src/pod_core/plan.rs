@@ -593,6 +593,9 @@ pub struct Policy {
     pub eviction_grace: i64,
     /// The CrashLoopBackOff curve (`crashLoopBackOff.maxContainerRestartPeriod`).
     pub crash_backoff: CrashBackoff,
+    /// `cpuCFSQuotaPeriod` in microseconds: the period of the CPU quotas a
+    /// running container's are compared with (a resize).
+    pub cpu_period_us: i64,
 }
 
 impl Default for Policy {
@@ -600,6 +603,7 @@ impl Default for Policy {
         Self {
             eviction_grace: EVICTION_GRACE_SECONDS,
             crash_backoff: CrashBackoff::default(),
+            cpu_period_us: super::limits::CPU_PERIOD_US,
         }
     }
 }
@@ -711,6 +715,7 @@ fn plan_ready(
                 probes,
                 now,
                 backoff: policy.crash_backoff,
+                cpu_period_us: policy.cpu_period_us,
                 plan: &mut plan,
             };
             planner.in_sandbox(&sandbox_id);
@@ -851,6 +856,8 @@ struct Planner<'a> {
     now: Timestamp,
     /// The node's CrashLoopBackOff curve.
     backoff: CrashBackoff,
+    /// The node's CFS period, microseconds.
+    cpu_period_us: i64,
     plan: &'a mut Plan,
 }
 
@@ -964,7 +971,7 @@ impl Planner<'_> {
                         ),
                     });
                     true
-                } else if let Some(restart) = resize(pod, c, x) {
+                } else if let Some(restart) = resize(pod, c, x, self.cpu_period_us) {
                     if restart {
                         self.plan.steps.push(Step::KillContainer {
                             id: x.id.clone(),
@@ -1067,9 +1074,9 @@ fn garbage<'a>(
 /// when a changed cpu or memory limit (or cpu request) has `resizePolicy`
 /// `RestartContainer`, so the container restarts with them, false when it
 /// is updated in place.
-fn resize(pod: &Pod, c: &Container, x: &RuntimeContainer) -> Option<bool> {
+fn resize(pod: &Pod, c: &Container, x: &RuntimeContainer, period_us: i64) -> Option<bool> {
     let actual = x.resources?;
-    let desired = super::translate::cgroup_limits(pod, c);
+    let desired = super::translate::cgroup_limits(pod, c, period_us);
     let restarts = |resource: &str| {
         c.resize_policy
             .iter()
@@ -2217,6 +2224,54 @@ mod tests {
             t(61),
         );
         assert!(plain.steps.is_empty(), "{:?}", plain.steps);
+    }
+
+    /// A running container's quota is compared over the node's CFS period
+    /// (`cpuCFSQuotaPeriod`): 25 ms a 50 ms period is its 500m limit, not a
+    /// resize; over the default 100 ms period it is one.
+    #[test]
+    fn a_running_containers_quota_is_read_over_the_nodes_period() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let mut p = pod("web").container("a", "busybox:1").build();
+        p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "cpu".to_string(),
+                Quantity("500m".into()),
+            )])),
+            ..Default::default()
+        });
+        let spec = p.spec.as_ref().unwrap().containers[0].clone();
+        let mut c = ctr("a1", "a", 0, "s0", Running);
+        c.hash = super::super::translate::container_hash(&spec);
+        c.resources = Some(super::super::translate::cgroup_limits(&p, &spec, 50_000));
+        assert_eq!(
+            c.resources.map(|r| (r.cpu_quota, r.cpu_period)),
+            Some((25_000, 50_000))
+        );
+        let rt = runtime(vec![sandbox("s0", 0, true)], vec![c]);
+        let steps = |cpu_period_us| {
+            let policy = Policy {
+                cpu_period_us,
+                ..Policy::default()
+            };
+            plan_with(
+                &p,
+                &rt,
+                &BTreeMap::new(),
+                &BTreeMap::new(),
+                Volumes::Ready,
+                t(100),
+                &policy,
+            )
+            .steps
+        };
+        assert_eq!(steps(50_000), vec![]);
+        assert!(
+            matches!(&steps(100_000)[..], [Step::ResizeContainer { .. }]),
+            "{:?}",
+            steps(100_000)
+        );
     }
 
     #[test]

@@ -37,6 +37,20 @@ pub struct StatusContext {
     /// IfPossible`. Pods of another RuntimeClass are shown as the default
     /// handler would mount them.
     pub runtime_rro: bool,
+    /// `cpuCFSQuotaPeriod` in microseconds: the period of the quotas the
+    /// agent sets, by which a quota read back becomes millicores.
+    pub cpu_period_us: i64,
+}
+
+/// A pod's cgroup limits as read (None: no pod cgroup, or not read), and
+/// the node's CFS period in microseconds (`cpuCFSQuotaPeriod`) every quota
+/// is over.
+#[derive(Clone, Copy, Debug)]
+pub struct PodCgroup<'a> {
+    /// The limits the pod's cgroup holds.
+    pub read: Option<&'a super::limits::Limits>,
+    /// The node's CFS period, microseconds.
+    pub cpu_period_us: i64,
 }
 
 /// A container's `volumeMounts` status, as the kubelet's
@@ -134,7 +148,12 @@ fn container_status(
             let allocated = spec.resources.clone().unwrap_or_default();
             st.allocated_resources = allocated.requests.clone().filter(|r| !r.is_empty());
             let actual = c.resources.filter(|_| c.state == ContainerState::Running);
-            st.resources = Some(running_resources(pod, spec, actual.as_ref()));
+            st.resources = Some(running_resources(
+                pod,
+                spec,
+                actual.as_ref(),
+                ctx.cpu_period_us,
+            ));
             st.restart_count = i32::try_from(c.attempt).unwrap_or(i32::MAX);
             st.last_state = previous
                 .filter(|p| p.state == ContainerState::Exited)
@@ -295,19 +314,21 @@ pub fn phase(
 /// as the kubelet's `convertToAPIContainerStatuses`: its requests and
 /// limits, but the cpu request, cpu limit and memory limit the runtime
 /// reports (`actual`, for a running container) where they are not what the
-/// allocation asks for, converted back (millicores from shares and quota,
-/// bytes).
+/// allocation asks for (its quota over the node's period of `period_us`
+/// microseconds), converted back (millicores from shares and quota over
+/// the period the runtime reports, bytes).
 fn running_resources(
     pod: &Pod,
     spec: &ApiContainer,
     actual: Option<&CgroupLimits>,
+    period_us: i64,
 ) -> ResourceRequirements {
     let mut out = spec.resources.clone().unwrap_or_default();
     out.claims = None;
     let Some(actual) = actual else {
         return out;
     };
-    let desired = super::translate::cgroup_limits(pod, spec);
+    let desired = super::translate::cgroup_limits(pod, spec, period_us);
     let set = |map: &mut Option<BTreeMap<String, Quantity>>, name: &str, value: Option<String>| {
         match value {
             Some(v) => {
@@ -461,7 +482,7 @@ pub fn resize_conditions(
     status: &mut PodStatus,
     pod: &Pod,
     rt: &PodRuntime,
-    pod_cgroup: Option<&super::limits::Limits>,
+    pod_cgroup: PodCgroup<'_>,
     pending: Option<&super::admit::Rejection>,
     error: Option<&str>,
     now: Timestamp,
@@ -470,7 +491,12 @@ pub fn resize_conditions(
     // runtime does not report as its allocation's, or the pod's cgroup.
     let sandbox_ready = rt.latest_sandbox().is_some_and(|s| s.ready);
     let pod_in_progress = sandbox_ready
-        && pod_cgroup.is_some_and(|l| !l.same_as(&super::translate::pod_cgroup_limits(pod)));
+        && pod_cgroup.read.is_some_and(|l| {
+            !l.same_as(&super::translate::pod_cgroup_limits(
+                pod,
+                pod_cgroup.cpu_period_us,
+            ))
+        });
     let in_progress = pod_in_progress
         || super::spec::main_containers(pod)
             .iter()
@@ -479,7 +505,8 @@ pub fn resize_conditions(
                 rt.latest_two(&c.name).0.is_some_and(|x| {
                     x.state == ContainerState::Running
                         && x.resources.is_some_and(|actual| {
-                            !super::translate::cgroup_limits(pod, c).enforced_by(&actual)
+                            !super::translate::cgroup_limits(pod, c, pod_cgroup.cpu_period_us)
+                                .enforced_by(&actual)
                         })
                 })
             });
@@ -539,11 +566,7 @@ pub fn resize_conditions(
 /// up), the cpu limit from the CFS quota above 10 millicores, the memory
 /// limit in bytes; the memory request, when the pod level sets none, is
 /// the pod's.
-pub fn pod_level_resources(
-    status: &mut PodStatus,
-    pod: &Pod,
-    pod_cgroup: Option<&super::limits::Limits>,
-) {
+pub fn pod_level_resources(status: &mut PodStatus, pod: &Pod, pod_cgroup: PodCgroup<'_>) {
     use super::fit::{pod_limits, pod_requests};
     let api = |list: BTreeMap<String, crate::resource::Quantity>| {
         let out: BTreeMap<String, Quantity> = list
@@ -567,7 +590,7 @@ pub fn pod_level_resources(
     let mut resources = pod_level.clone().unwrap_or_default();
     resources.claims = None;
     let running = status.phase.as_deref() == Some(phase::RUNNING);
-    match pod_cgroup.filter(|_| running) {
+    match pod_cgroup.read.filter(|_| running) {
         None => {
             resources.requests.clone_from(&requests);
             resources.limits = api(pod_limits(pod));
@@ -602,7 +625,8 @@ pub fn pod_level_resources(
                 set(&mut resources.requests, "memory", m.0.clone());
             }
             if let Some(quota) = actual.cpu_quota {
-                let milli = i128::from(quota) * 1000 / i128::from(super::limits::CPU_PERIOD_US);
+                let period = i128::from(pod_cgroup.cpu_period_us.max(1));
+                let milli = i128::from(quota) * 1000 / period;
                 if milli > 0 && (milli > 10 || allocated(lim, "cpu", true) > 10) {
                     set(&mut resources.limits, "cpu", format!("{milli}m"));
                 }
@@ -1249,6 +1273,10 @@ mod tests {
     #[test]
     fn pod_level_status_resources_are_the_allocation_then_what_the_pod_cgroup_holds() {
         use super::*;
+        let cgroup = |read| PodCgroup {
+            read,
+            cpu_period_us: crate::pod_core::limits::CPU_PERIOD_US,
+        };
         let list = |cpu: &str, memory: &str| {
             Some(BTreeMap::from([
                 ("cpu".to_string(), Quantity(cpu.into())),
@@ -1267,7 +1295,7 @@ mod tests {
             phase: Some("Pending".into()),
             ..Default::default()
         };
-        pod_level_resources(&mut st, &p, None);
+        pod_level_resources(&mut st, &p, cgroup(None));
         let bytes = |m: u64| (m << 20).to_string();
         assert_eq!(st.allocated_resources, list("200m", &bytes(128)));
         let r = st.resources.clone().unwrap();
@@ -1280,7 +1308,7 @@ mod tests {
             cpu_quota: Some(40_000),
             memory: Some(256 << 20),
         };
-        pod_level_resources(&mut st, &p, Some(&applied));
+        pod_level_resources(&mut st, &p, cgroup(Some(&applied)));
         let r = st.resources.clone().unwrap();
         assert_eq!(r.requests, list("200m", "128Mi"), "the allocation's");
         assert_eq!(r.limits, list("400m", &bytes(256)));
@@ -1289,13 +1317,13 @@ mod tests {
             cpu_quota: Some(80_000),
             memory: Some(512 << 20),
         };
-        pod_level_resources(&mut st, &p, Some(&growing));
+        pod_level_resources(&mut st, &p, cgroup(Some(&growing)));
         let r = st.resources.unwrap();
         assert_eq!(r.requests, list("400m", "128Mi"), "shares rounded up");
         assert_eq!(r.limits, list("800m", &bytes(512)));
         // A BestEffort pod has neither.
         let mut st = PodStatus::default();
-        pod_level_resources(&mut st, &crate::fixtures::pod("be").build(), None);
+        pod_level_resources(&mut st, &crate::fixtures::pod("be").build(), cgroup(None));
         assert_eq!((st.allocated_resources, st.resources), (None, None));
     }
 

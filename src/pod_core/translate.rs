@@ -456,7 +456,7 @@ pub fn sandbox_config(
         labels: pod_labels(pod),
         annotations: pod_annotations(pod),
         linux: Some(cri::LinuxPodSandboxConfig {
-            overhead: overhead(pod),
+            overhead: overhead(pod, node.cpu_period_us),
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespace_options(pod, isolation)),
                 selinux_options: psc.and_then(|p| p.se_linux_options.as_ref()).map(selinux),
@@ -505,7 +505,9 @@ fn amount(q: Option<&Quantity>, milli: bool) -> Option<i64> {
 pub const MIN_SHARES: i64 = super::limits::MIN_SHARES as i64;
 /// Maximum CPU shares (the kubelet's `MaxShares`, the kernel's limit).
 pub const MAX_SHARES: i64 = 262_144;
-/// CFS period in microseconds (100 ms, `QuotaPeriod`), the cgroup manager's.
+/// The default CFS period in microseconds (100 ms, the kubelet's
+/// `QuotaPeriod`); `cpuCFSQuotaPeriod` sets another
+/// ([`NodeContext::cpu_period_us`]).
 pub const CPU_PERIOD_US: i64 = super::limits::CPU_PERIOD_US;
 /// Minimum CFS quota in microseconds (`MinQuotaPeriod`, 1 ms).
 pub const MIN_QUOTA_US: i64 = 1_000;
@@ -520,17 +522,18 @@ pub fn cpu_shares(millicores: i64) -> i64 {
     i64::try_from(shares).unwrap_or(MAX_SHARES)
 }
 
-/// The CFS quota in microseconds of a limit of `millicores` over
-/// [`CPU_PERIOD_US`], as the kubelet's `milliCPUToQuota`: 0 (no quota) for a
-/// zero limit, else millicores × period / 1000, at least [`MIN_QUOTA_US`];
-/// a quota beyond `i64` is `i64::MAX`, where the kubelet's product wraps.
+/// The CFS quota in microseconds of a limit of `millicores` over a period
+/// of `period_us` microseconds, as the kubelet's `milliCPUToQuota`: 0 (no
+/// quota) for a zero limit, else millicores × period / 1000, at least
+/// [`MIN_QUOTA_US`]; a quota beyond `i64` is `i64::MAX`, where the kubelet's
+/// product wraps.
 #[must_use]
-pub fn cpu_quota(millicores: i64) -> i64 {
+pub fn cpu_quota(millicores: i64, period_us: i64) -> i64 {
     if millicores == 0 {
         return 0;
     }
     let quota =
-        (i128::from(millicores) * i128::from(CPU_PERIOD_US) / 1000).max(i128::from(MIN_QUOTA_US));
+        (i128::from(millicores) * i128::from(period_us) / 1000).max(i128::from(MIN_QUOTA_US));
     i64::try_from(quota).unwrap_or(i64::MAX)
 }
 
@@ -559,7 +562,7 @@ pub fn burstable_oom_score_adj(request_bytes: i64, capacity_bytes: u64) -> i64 {
 
 /// The container's Linux resources, as the kubelet's `calculateLinuxResources`:
 /// cpu shares from the request ([`cpu_shares`]), CFS quota from the limit over
-/// a 100 ms period ([`cpu_quota`]), the memory limit in bytes
+/// the node's period ([`NodeContext::cpu_period_us`], [`cpu_quota`]), the memory limit in bytes
 /// ([`memory_limit_bytes`]), and `oom_score_adj` from the pod's QoS class
 /// (`GetContainerOOMScoreAdjust`, [`burstable_oom_score_adj`]). However large
 /// the quantities, nothing overflows.
@@ -569,7 +572,7 @@ pub fn linux_resources(
     c: &Container,
     node: &NodeContext,
 ) -> cri::LinuxContainerResources {
-    let limits = cgroup_limits(pod, c);
+    let limits = cgroup_limits(pod, c, node.cpu_period_us);
     let memory_request = {
         let res = c.resources.as_ref();
         let request = res
@@ -698,10 +701,11 @@ fn limited_swap(pod: &Pod, c: &Container, node: &NodeContext) -> Option<i64> {
 /// The limits of `pod`'s cgroup, as the kubelet's `ResourceConfigForPod`:
 /// shares from the pod's cpu requests ([`super::fit::pod_requests`]: containers,
 /// init containers, overhead, pod-level resources), a CFS quota from its cpu
-/// limits when every container declares one (or the pod does), a memory
-/// limit alike; a BestEffort pod gets the smallest share and no limits.
+/// limits over a period of `period_us` microseconds when every container
+/// declares one (or the pod does), a memory limit alike; a BestEffort pod
+/// gets the smallest share and no limits.
 #[must_use]
-pub fn pod_cgroup_limits(pod: &Pod) -> super::limits::Limits {
+pub fn pod_cgroup_limits(pod: &Pod, period_us: i64) -> super::limits::Limits {
     use super::fit::{pod_limits, pod_requests};
     if qos_class(pod) == QosClass::BestEffort {
         return super::limits::Limits {
@@ -735,7 +739,7 @@ pub fn pod_cgroup_limits(pod: &Pod) -> super::limits::Limits {
     super::limits::Limits {
         cpu_shares: u64::try_from(cpu_shares(milli(requests.get("cpu")))).unwrap_or(2),
         cpu_quota: declared("cpu")
-            .then(|| cpu_quota(milli(limits.get("cpu"))))
+            .then(|| cpu_quota(milli(limits.get("cpu")), period_us))
             .filter(|q| *q > 0),
         memory: declared("memory")
             .then(|| bytes(limits.get("memory")))
@@ -746,12 +750,13 @@ pub fn pod_cgroup_limits(pod: &Pod) -> super::limits::Limits {
 
 /// The cgroup limits of container `c` of `pod`, as the kubelet's
 /// `calculateLinuxResources`: cpu shares from the cpu request (the limit when
-/// no request, at least 2), CFS quota and period from the cpu limit, and the
-/// memory limit in bytes (0: none). When the pod sets pod-level cpu or memory
-/// resources, a limit the container does not set is the pod's (the kubelet's
-/// `getCPULimit` / `getMemoryLimit`).
+/// no request, at least 2), CFS quota from the cpu limit over a period of
+/// `period_us` microseconds, and the memory limit in bytes (0: none). When
+/// the pod sets pod-level cpu or memory resources, a limit the container
+/// does not set is the pod's (the kubelet's `getCPULimit` /
+/// `getMemoryLimit`).
 #[must_use]
-pub fn cgroup_limits(pod: &Pod, c: &Container) -> CgroupLimits {
+pub fn cgroup_limits(pod: &Pod, c: &Container, period_us: i64) -> CgroupLimits {
     let res = c.resources.as_ref();
     let pod_limits = pod
         .spec
@@ -772,7 +777,7 @@ pub fn cgroup_limits(pod: &Pod, c: &Container) -> CgroupLimits {
     let cpu_request = amount(request("cpu"), true);
     let cpu_limit = amount(limit("cpu"), true);
     let (cpu_quota, cpu_period) = match cpu_limit {
-        Some(m) => (cpu_quota(m), CPU_PERIOD_US),
+        Some(m) => (cpu_quota(m, period_us), period_us),
         None => (0, 0),
     };
     CgroupLimits {
@@ -1039,14 +1044,14 @@ fn supplemental_groups_policy(psc: Option<&PodSecurityContext>) -> Result<i32, E
 /// The pod's `overhead` (set by the API server from its RuntimeClass) as the
 /// sandbox's resources, as the kubelet's `convertOverheadToLinuxResources`:
 /// cpu as both request and limit, memory as the limit; none without one.
-fn overhead(pod: &Pod) -> Option<cri::LinuxContainerResources> {
+fn overhead(pod: &Pod, period_us: i64) -> Option<cri::LinuxContainerResources> {
     let o = pod.spec.as_ref()?.overhead.as_ref()?;
     let cpu = amount(o.get("cpu"), true).unwrap_or(0);
-    let quota = cpu_quota(cpu);
+    let quota = cpu_quota(cpu, period_us);
     Some(cri::LinuxContainerResources {
         cpu_shares: cpu_shares(cpu),
         cpu_quota: quota,
-        cpu_period: if quota == 0 { 0 } else { CPU_PERIOD_US },
+        cpu_period: if quota == 0 { 0 } else { period_us },
         memory_limit_in_bytes: memory_limit_bytes(amount(o.get("memory"), false)),
         ..Default::default()
     })
@@ -1545,13 +1550,13 @@ mod tests {
                 ..Default::default()
             });
         }
-        let l = pod_cgroup_limits(&p);
+        let l = pod_cgroup_limits(&p, CPU_PERIOD_US);
         assert_eq!(l.cpu_shares, 262_144, "the kernel's most");
         assert_eq!(l.cpu_quota, Some(i64::MAX));
         assert_eq!(l.memory, Some(i64::MAX));
         // One container without a memory limit: no pod memory limit.
         p.spec.as_mut().unwrap().containers[1].resources = None;
-        let l = pod_cgroup_limits(&p);
+        let l = pod_cgroup_limits(&p, CPU_PERIOD_US);
         assert_eq!((l.cpu_quota, l.memory), (None, None));
     }
 
@@ -1725,7 +1730,11 @@ mod tests {
             (-1, MIN_SHARES, MIN_QUOTA_US),
         ];
         for (m, shares, quota) in cpu {
-            assert_eq!((cpu_shares(m), cpu_quota(m)), (shares, quota), "{m}m");
+            assert_eq!(
+                (cpu_shares(m), cpu_quota(m, CPU_PERIOD_US)),
+                (shares, quota),
+                "{m}m"
+            );
         }
         // (limit bytes, CRI limit)
         let memory = [
@@ -2277,5 +2286,44 @@ mod tests {
             ),
             (256, 25_000, CPU_PERIOD_US, 120 << 20)
         );
+    }
+
+    /// With `cpuCFSQuotaPeriod` at 50 ms every quota is over that period, as
+    /// the kubelet's `milliCPUToQuota` with `CustomCPUCFSQuotaPeriod`: a
+    /// container's, the sandbox's overhead and the pod cgroup's, still at
+    /// least 1 ms.
+    #[test]
+    fn a_custom_cfs_period_is_every_quotas_period() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        let mut n = node();
+        n.cpu_period_us = 50_000;
+        let mut p = pod("web").container("c", "busybox").build();
+        let spec = p.spec.as_mut().unwrap();
+        spec.containers[0].resources = Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "cpu".to_string(),
+                Quantity("500m".into()),
+            )])),
+            ..Default::default()
+        });
+        spec.overhead = Some(BTreeMap::from([(
+            "cpu".to_string(),
+            Quantity("250m".into()),
+        )]));
+        let r = linux_resources(&p, &p.spec.as_ref().unwrap().containers[0], &n);
+        assert_eq!((r.cpu_quota, r.cpu_period), (25_000, 50_000));
+        let o = sandbox_config(&p, 0, &n, &Isolation::default())
+            .unwrap()
+            .linux
+            .unwrap()
+            .overhead
+            .unwrap();
+        assert_eq!((o.cpu_quota, o.cpu_period), (12_500, 50_000));
+        // The pod's cgroup: the container's limit and the overhead.
+        assert_eq!(pod_cgroup_limits(&p, 50_000).cpu_quota, Some(37_500));
+        assert_eq!(pod_cgroup_limits(&p, CPU_PERIOD_US).cpu_quota, Some(75_000));
+        assert_eq!(cpu_quota(1, 50_000), MIN_QUOTA_US);
+        assert_eq!(cpu_quota(1, 1_000_000), MIN_QUOTA_US);
+        assert_eq!(cpu_quota(1500, 1_000_000), 1_500_000);
     }
 }
