@@ -45,6 +45,9 @@
 #                            kubelet-idle.json, rustlet-steady.json, ...)
 #   round-<k>/<agent>-audit.log  the API server's audit logs
 #   round-<k>/local-up-<agent>.log  the clusters' start-up logs (agent none: bare CRI)
+#   round-<k>/rustlet-resident-code.{txt,json}  rustlet's code in memory after
+#                            the idle phase, by crate (hack/resident-code.py;
+#                            --quick prints it)
 # then hack/bench-report.py (see there how figures are summarised):
 #   results.json   every figure per round and its median, min and max over
 #                  the rounds, ratios, targets, API request counts, run.json
@@ -245,6 +248,11 @@ run_agent() {
   # containers of leftover pods) settle.
   sleep 15
   bench pod_start -- --mode idle --seconds "$idle" --pid "$pid" --json "$dir/$agent-idle.json"
+  if [[ $agent == rustlet ]]; then
+    # Whose code the idle agent keeps in memory, by crate and module.
+    python3 "$ROOT/hack/resident-code.py" "$pid" --top 40 --json "$dir/rustlet-resident-code.json" \
+      >"$dir/rustlet-resident-code.txt" || log "hack/resident-code.py failed: no resident code table this round"
+  fi
   bench pod_start -- --mode single --count "$count" --pid "$pid" --json "$dir/$agent-single.json"
   bench pod_start -- --mode burst --count "$burst" --pid "$pid" --json "$dir/$agent-burst.json"
   if ((steady > 0)); then
@@ -318,4 +326,8 @@ for ((k = 1; k <= rounds; k++)); do
 done
 
 log "$rounds rounds done in $(span "$t_run")"
+if $quick && [[ -f $OUT/round-1/rustlet-resident-code.txt ]]; then
+  log "rustlet's resident code at idle (hack/resident-code.py):"
+  head -n 25 "$OUT/round-1/rustlet-resident-code.txt"
+fi
 if $publish; then report --publish; else report; fi
