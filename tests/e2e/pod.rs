@@ -357,6 +357,11 @@ async fn syncs_of_an_unchanged_pod_send_no_status_patch() {
     );
     // Each label change is a watch event, so a sync of the same pod.
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let status_now = || async {
+        let p = api.get("quiet").await.expect("get quiet");
+        serde_json::to_string_pretty(&p.status).unwrap_or_default()
+    };
+    let first = status_now().await;
     for i in 0..3 {
         let patch = serde_json::json!({ "metadata": { "labels": { "touch": i.to_string() } } });
         api.patch(
@@ -369,10 +374,13 @@ async fn syncs_of_an_unchanged_pod_send_no_status_patch() {
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = status_patches(&ns, "quiet");
+    // What a patch changed, should there be one: the status before the
+    // label changes and now.
+    let last = status_now().await;
     assert_eq!(
-        status_patches(&ns, "quiet"),
-        before,
-        "syncs without a change patched the status"
+        after, before,
+        "syncs without a change patched the status; before:\n{first}\nnow:\n{last}"
     );
     drop_namespace(&client, &ns).await;
 }
