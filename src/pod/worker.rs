@@ -149,20 +149,14 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         ctx.status_context(),
         Timestamp::now(),
     );
-    let pod_cgroup = status::PodCgroup {
-        read: outcome.pod_cgroup.as_ref(),
-        cpu_period_us: ctx.node().cpu_period_us,
-    };
-    status::pod_level_resources(&mut new, &pod, pod_cgroup);
-    ctx.dra().update_allocated_resources_status(&pod, &mut new);
-    status::resize_conditions(
+    resource_status(
         &mut new,
         &pod,
         &rt,
-        pod_cgroup,
+        outcome.pod_cgroup.as_ref(),
         resize_pending.as_ref(),
         outcome.resize_error.as_deref(),
-        Timestamp::now(),
+        &ctx,
     );
     // A static pod's mirror pod listed while this sync ran (the agent has
     // just started): its status, not this one built without it, is what the
@@ -259,6 +253,28 @@ fn seen(pod: Arc<Pod>, uid: &str, ctx: &Context) -> Seen {
 /// unless the pod has left the reflector's store meanwhile (force-deleted
 /// while this sync ran): housekeeping has stopped its workers or is about to,
 /// and a sync that outlived the pod must not start them again.
+/// The resources part of the new status `new`: the pod-level resources
+/// its cgroup (`pod_cgroup`, as read) holds, the DRA drivers' device
+/// statuses, and the resize conditions (`pending`: a resize not admitted;
+/// `error`: the runtime's refusal of one).
+fn resource_status(
+    new: &mut k8s_openapi::api::core::v1::PodStatus,
+    pod: &Pod,
+    rt: &PodRuntime,
+    pod_cgroup: Option<&crate::cgroups::Limits>,
+    pending: Option<&crate::pod_core::admit::Rejection>,
+    error: Option<&str>,
+    ctx: &Context,
+) {
+    let pod_cgroup = status::PodCgroup {
+        read: pod_cgroup,
+        cpu_period_us: ctx.node().cpu_period_us,
+    };
+    status::pod_level_resources(new, pod, pod_cgroup);
+    ctx.dra().update_allocated_resources_status(pod, new);
+    status::resize_conditions(new, pod, rt, pod_cgroup, pending, error, Timestamp::now());
+}
+
 fn sync_probes(pod: &Pod, rt: &PodRuntime, ctx: &Context) {
     let key = kube::runtime::reflector::ObjectRef::from_obj(pod);
     let stored = ctx.pods().get(&key);
