@@ -3327,6 +3327,17 @@ volumeStatsAggPeriod: 0s
                 "{period}: {err}"
             );
         }
+        // A period past any duration, or of another type: refused, whatever
+        // the gate.
+        for period in ["9999999999999999999h", "-5ms", "[1]", "100"] {
+            let text = format!(
+                "featureGates: {{CustomCPUCFSQuotaPeriod: true}}\ncpuCFSQuotaPeriod: {period}\n"
+            );
+            let err = apply_file_text(&mut Settings::default(), Path::new("k.yaml"), &text)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("cpuCFSQuotaPeriod"), "{period}: {err}");
+        }
         for period in ["1ms", "1s"] {
             let text = format!(
                 "featureGates: {{CustomCPUCFSQuotaPeriod: true}}\ncpuCFSQuotaPeriod: {period}\n"
