@@ -11,9 +11,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-/// The checkpoint's file name in the agent's root directory (the
-/// kubelet's `dra_manager_state`).
-pub const CHECKPOINT: &str = "dra_manager_state";
+/// The checkpoint's file name in the agent's root directory: the kubelet's
+/// `dra_manager_state` with the agent's prefix, because the format is the
+/// agent's own (the kubelet refuses to start on a checkpoint it cannot
+/// read, and this agent on the kubelet's).
+pub const CHECKPOINT: &str = "rustlet_dra_manager_state";
+/// Where an earlier version of the agent kept the checkpoint (the kubelet's
+/// name): taken over once, when it holds this agent's format.
+pub const LEGACY_CHECKPOINT: &str = "dra_manager_state";
 /// The version of the checkpoint's format.
 const VERSION: &str = "rustlet/dra/v1";
 /// The most devices one driver may prepare for one claim (a claim

@@ -115,6 +115,7 @@ impl DraManager {
     /// the file.
     pub fn open(client: kube::Client, node: &str, state_dir: &Path) -> Result<Self, String> {
         let checkpoint = state_dir.join(cache::CHECKPOINT);
+        take_over_legacy(&state_dir.join(cache::LEGACY_CHECKPOINT), &checkpoint);
         let cache = restore(&checkpoint).map_err(|e| {
             format!(
                 "DRA checkpoint {}: {e}; drain the node and remove the DRA state file",
@@ -862,6 +863,29 @@ fn namespace(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
+/// Moves the checkpoint an earlier version kept at `legacy` (the kubelet's
+/// file name) to `checkpoint`, when there is none at `checkpoint` yet and
+/// `legacy` is in this agent's format; a file there in any other format is
+/// the kubelet's own, and stays untouched (logged).
+fn take_over_legacy(legacy: &Path, checkpoint: &Path) {
+    if checkpoint.exists() || !legacy.is_file() {
+        return;
+    }
+    match restore(legacy) {
+        Ok(_) => match std::fs::rename(legacy, checkpoint) {
+            Ok(()) => {
+                info!(from = %legacy.display(), to = %checkpoint.display(), "DRA checkpoint moved to the agent's own file name")
+            }
+            Err(e) => {
+                warn!(path = %legacy.display(), error = %e, "DRA checkpoint of an earlier version not moved")
+            }
+        },
+        Err(_) => {
+            info!(path = %legacy.display(), "a DRA checkpoint not in this agent's format (the kubelet's) left as it is")
+        }
+    }
+}
+
 /// The claim cache the checkpoint at `path` holds (empty when there is
 /// none).
 ///
@@ -889,6 +913,36 @@ fn restore(path: &Path) -> Result<ClaimCache, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_checkpoint_under_the_kubelets_name_is_taken_over_only_in_this_agents_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let api = crate::fake_api::FakeApi::default();
+        let legacy = dir.path().join(cache::LEGACY_CHECKPOINT);
+        // The kubelet's own checkpoint (its shape: the data as a string
+        // and a checksum) stays where it is, and the agent starts.
+        let kubelets = r#"{"Data":"{\"kind\":\"DRACheckpoint\",\"apiVersion\":\"checkpoint.dra.kubelet.k8s.io/v1\",\"ClaimInfoStateList\":{}}","Checksum":1234}"#;
+        std::fs::write(&legacy, kubelets).unwrap();
+        let dra = DraManager::open(api.client(), "node-1", dir.path()).unwrap();
+        assert!(dra.cache().is_empty());
+        assert_eq!(std::fs::read_to_string(&legacy).unwrap(), kubelets);
+        assert!(!dir.path().join(cache::CHECKPOINT).exists());
+        // One an earlier version of this agent wrote there moves to the
+        // agent's own name, with its claims.
+        let mut claims = ClaimCache::default();
+        claims.insert(ClaimInfo {
+            uid: "claim-uid".into(),
+            name: "c".into(),
+            namespace: "ns".into(),
+            pod_uids: ["p1".to_string()].into(),
+            ..Default::default()
+        });
+        std::fs::write(&legacy, claims.checkpoint().unwrap()).unwrap();
+        let dra = DraManager::open(api.client(), "node-1", dir.path()).unwrap();
+        assert_eq!(dra.cache().claims_of("p1"), ["c"]);
+        assert!(!legacy.exists());
+        assert!(dir.path().join(cache::CHECKPOINT).is_file());
+    }
 
     #[tokio::test]
     async fn a_checkpoint_that_is_garbage_too_long_or_of_another_version_stops_the_start() {

@@ -17,9 +17,14 @@ use tracing::warn;
 
 use crate::pod_core::allocation::{Allocation, apply, of};
 
-/// The file allocations are kept in, under the root directory (the
-/// kubelet's name).
-pub const STATE_FILE: &str = "allocated_pods_state";
+/// The file allocations are kept in, under the root directory: the
+/// kubelet's `allocated_pods_state` with the agent's prefix, because the
+/// format is the agent's own (the kubelet stops on a checkpoint it cannot
+/// read).
+pub const STATE_FILE: &str = "rustlet_allocated_pods_state";
+/// Where an earlier version of the agent kept them (the kubelet's name):
+/// taken over once, when the file there is in this agent's format.
+pub const LEGACY_STATE_FILE: &str = "allocated_pods_state";
 
 /// The version of [`STATE_FILE`] this agent writes. Version 1 held only
 /// the regular containers and sidecars.
@@ -48,6 +53,7 @@ impl Allocations {
     #[must_use]
     pub fn load(root_dir: &Path) -> Self {
         let path = root_dir.join(STATE_FILE);
+        take_over_legacy(&root_dir.join(LEGACY_STATE_FILE), &path);
         let pods = match std::fs::read(&path) {
             Ok(bytes) => match serde_json::from_slice::<State>(&bytes) {
                 Ok(mut state) => {
@@ -135,6 +141,25 @@ impl Allocations {
     }
 }
 
+/// Moves the allocations an earlier version kept at `legacy` (the
+/// kubelet's file name) to `path`, when there is no file at `path` yet and
+/// `legacy` is in this agent's format; a file there in any other format is
+/// the kubelet's own, and stays untouched.
+fn take_over_legacy(legacy: &Path, path: &Path) {
+    if path.exists() {
+        return;
+    }
+    let Ok(bytes) = std::fs::read(legacy) else {
+        return;
+    };
+    if serde_json::from_slice::<State>(&bytes).is_err() {
+        return;
+    }
+    if let Err(e) = std::fs::rename(legacy, path) {
+        warn!(path = %legacy.display(), error = %e, "allocated resources of an earlier version not moved");
+    }
+}
+
 /// `pods`, each with the resources `allocations` holds for it (its spec's
 /// when it has none yet).
 #[must_use]
@@ -179,6 +204,18 @@ mod tests {
         // A file that is not ours is set aside: nothing allocated.
         std::fs::write(dir.path().join(STATE_FILE), "{not json").unwrap();
         assert!(Allocations::load(dir.path()).get("u1").is_none());
+        // The kubelet's own checkpoint under its name (its shape: the data
+        // as a string and a checksum) is neither read nor moved.
+        let other = tempfile::tempdir().unwrap();
+        let kubelets = r#"{"Data":"{\"allocationEntries\":{}}","Checksum":1234}"#;
+        std::fs::write(other.path().join(LEGACY_STATE_FILE), kubelets).unwrap();
+        let a = Allocations::load(other.path());
+        a.allocate(&p);
+        assert_eq!(
+            std::fs::read_to_string(other.path().join(LEGACY_STATE_FILE)).unwrap(),
+            kubelets
+        );
+        assert!(Allocations::load(other.path()).get("u1").is_some());
     }
 
     #[test]
@@ -200,8 +237,12 @@ mod tests {
         spec.init_containers.as_mut().unwrap()[0].resources = Some(cpu("200m"));
         // Version 1 held the regular containers only.
         let v1 = r#"{"version":1,"pods":{"u1":{"containers":{"c":{"requests":{"cpu":"100m"}}}}}}"#;
-        std::fs::write(dir.path().join(STATE_FILE), v1).unwrap();
+        // It was kept under the kubelet's file name, and moves to the
+        // agent's own.
+        std::fs::write(dir.path().join(LEGACY_STATE_FILE), v1).unwrap();
         let a = Allocations::load(dir.path());
+        assert!(!dir.path().join(LEGACY_STATE_FILE).exists());
+        assert!(dir.path().join(STATE_FILE).is_file());
         let kept = a.get("u1").unwrap();
         assert!(kept.partial);
         assert!(!resize_requested(&p, &kept), "nothing was resized");

@@ -159,7 +159,11 @@ async fn a_prepared_claim_gives_its_container_the_device_across_a_restart_until_
     ] {
         assert!(text.contains(series), "{series} in {text}");
     }
-    let checkpoint = n.dir.path().join("root").join("dra_manager_state");
+    let checkpoint = n
+        .dir
+        .path()
+        .join("root")
+        .join(crate::dra::cache::CHECKPOINT);
     let kept = std::fs::read_to_string(&checkpoint).expect("the checkpoint");
     assert!(kept.contains("gpu.example.com/gpu=claim-uid"), "{kept}");
     assert!(kept.contains(&uid), "{kept}");
