@@ -79,6 +79,25 @@ struct Record {
     /// The workload's window, RFC 3339, for counting the agent's API requests.
     window_start: String,
     window_end: String,
+    /// Single/burst/steady: each pod's name, when its create was sent (for a
+    /// burst: the burst's start) and when it was seen Running, UNIX seconds
+    /// (`hack/startup-trace.py` lays the agent's startup trace over them).
+    pods: Vec<PodTimes>,
+}
+
+/// One pod's start as the workload saw it, UNIX seconds.
+#[derive(Serialize)]
+struct PodTimes {
+    name: String,
+    created: f64,
+    running: f64,
+}
+
+/// The wall clock, UNIX seconds.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// A pod that sleeps and exits at once on SIGTERM.
@@ -115,16 +134,20 @@ async fn client() -> anyhow::Result<Client> {
     Ok(Client::try_from(cfg)?)
 }
 
-/// One pod at a time: create → Running and delete → gone, seconds.
-async fn single(api: &Api<Pod>, count: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
-    let (mut start, mut stop) = (Vec::new(), Vec::new());
+/// One pod at a time: create → Running and delete → gone, seconds; each
+/// pod's times.
+async fn single(
+    api: &Api<Pod>,
+    count: usize,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<PodTimes>)> {
+    let (mut start, mut stop, mut pods) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..count {
         let name = format!("bench-single-{}-{i}", std::process::id());
         let wp = WatchParams::default()
             .fields(&format!("metadata.name={name}"))
             .timeout(290);
         let mut events = api.watch(&wp, "0").await?.boxed();
-        let t0 = Instant::now();
+        let (t0, created) = (Instant::now(), unix_now());
         api.create(&PostParams::default(), &pod(&name, "single")?)
             .await?;
         while let Some(ev) = tokio::time::timeout(Duration::from_secs(120), events.try_next())
@@ -136,6 +159,11 @@ async fn single(api: &Api<Pod>, count: usize) -> anyhow::Result<(Vec<f64>, Vec<f
             }
         }
         start.push(t0.elapsed().as_secs_f64());
+        pods.push(PodTimes {
+            name: name.clone(),
+            created,
+            running: unix_now(),
+        });
         let t1 = Instant::now();
         api.delete(&name, &DeleteParams::default()).await?;
         while let Some(ev) = tokio::time::timeout(Duration::from_secs(120), events.try_next())
@@ -148,12 +176,16 @@ async fn single(api: &Api<Pod>, count: usize) -> anyhow::Result<(Vec<f64>, Vec<f
         }
         stop.push(t1.elapsed().as_secs_f64());
     }
-    Ok((start, stop))
+    Ok((start, stop, pods))
 }
 
 /// Creates `count` pods at once and waits until all run: each pod's time from
-/// the burst's start to Running, and the wall time.
-async fn burst(api: &Api<Pod>, count: usize, label: &str) -> anyhow::Result<(Vec<f64>, f64)> {
+/// the burst's start to Running, the wall time, and each pod's times.
+async fn burst(
+    api: &Api<Pod>,
+    count: usize,
+    label: &str,
+) -> anyhow::Result<(Vec<f64>, f64, Vec<PodTimes>)> {
     let lp = ListParams::default().labels(&format!("bench={label}"));
     let rv = api.list_metadata(&lp).await?.metadata.resource_version;
     let wp = WatchParams::default()
@@ -163,7 +195,7 @@ async fn burst(api: &Api<Pod>, count: usize, label: &str) -> anyhow::Result<(Vec
     let names: Vec<String> = (0..count)
         .map(|i| format!("bench-{label}-{}-{i}", std::process::id()))
         .collect();
-    let t0 = Instant::now();
+    let (t0, created) = (Instant::now(), unix_now());
     let creates = names.iter().map(|n| async move {
         api.create(&PostParams::default(), &pod(n, label)?)
             .await
@@ -207,7 +239,15 @@ async fn burst(api: &Api<Pod>, count: usize, label: &str) -> anyhow::Result<(Vec
         }
     }
     let wall = t0.elapsed().as_secs_f64();
-    Ok((started.into_values().collect(), wall))
+    let pods = started
+        .iter()
+        .map(|(name, s)| PodTimes {
+            name: name.clone(),
+            created,
+            running: created + s,
+        })
+        .collect();
+    Ok((started.into_values().collect(), wall, pods))
 }
 
 /// Deletes every pod labelled `bench=label` and waits until all are gone, seconds.
@@ -254,22 +294,25 @@ async fn main() -> anyhow::Result<()> {
         }
         Mode::Single => {
             let sampler = Sampler::start(args.pid);
-            let (start, stop) = single(&api, args.count).await?;
+            let (start, stop, pods) = single(&api, args.count).await?;
             rec.agent = sampler.finish().await?;
+            rec.pods = pods;
             rec.start = Some(Latency::of(start));
             rec.delete = Some(Latency::of(stop));
         }
         Mode::Burst => {
             let sampler = Sampler::start(args.pid);
-            let (start, wall) = burst(&api, args.count, "burst").await?;
+            let (start, wall, pods) = burst(&api, args.count, "burst").await?;
             rec.agent = sampler.finish().await?;
+            rec.pods = pods;
             rec.all_running_s = Some(wall);
             rec.start = Some(Latency::of(start));
             rec.all_gone_s = Some(delete_all(&api, "burst").await?);
         }
         Mode::Steady => {
-            let (start, wall) = burst(&api, args.count, "steady").await?;
+            let (start, wall, pods) = burst(&api, args.count, "steady").await?;
             rec.all_running_s = Some(wall);
+            rec.pods = pods;
             rec.start = Some(Latency::of(start));
             let sampler = Sampler::start(args.pid);
             tokio::time::sleep(Duration::from_secs(args.seconds)).await;

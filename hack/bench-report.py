@@ -341,6 +341,8 @@ def fmt(v, unit):
         return f"{v:.1f}"
     if unit in ("requests", "ratio"):
         return f"{v:.2f}"
+    if unit == "ms":
+        return f"{v:.0f}"
     return f"{v:.3f}"
 
 
@@ -429,6 +431,41 @@ def api_lines(api, idle):
             if data:
                 parts = [f"{q} {cell(s, 'requests')}" for q, s in data["summary"].items()]
                 lines += ["", f"{a}: API requests {what}: " + ", ".join(parts)]
+    return lines
+
+
+def startup_summary(d, rounds):
+    """rustlet's startup trace over the rounds (round-<k>/rustlet-startup.json,
+    hack/startup-trace.py): for each workload and stage, the rounds' medians
+    (ms from the create) summarised. The stages keep the first round's order."""
+    per = {}
+    for r in rounds:
+        p = d / r["dir"] / "rustlet-startup.json"
+        if not p.exists():
+            continue
+        for mode, rows in json.loads(p.read_text()).items():
+            stages = per.setdefault(mode, {})
+            for row in rows:
+                stages.setdefault(row["stage"], []).append(row["median_ms"])
+    return {mode: {stage: summary(v) for stage, v in stages.items()} for mode, stages in per.items()}
+
+
+def startup_lines(startup):
+    modes = [m for m in ("single", "burst", "steady") if m in startup]
+    if not modes:
+        return []
+    names = {"single": "(a) one at a time", "burst": "(b) burst", "steady": "(c) steady"}
+    stages = []
+    for m in modes:
+        stages += [s for s in startup[m] if s not in stages]
+    lines = ["", "rustlet's startup trace (src/startup_trace.rs, hack/startup-trace.py): ms from the "
+             "create to each stage's first mark, the median over a round's pods, then over the rounds "
+             "[smallest–largest].", "",
+             "| stage | " + " | ".join(names[m] for m in modes) + " |",
+             "|---|" + "---|" * len(modes)]
+    for st in stages:
+        cells = [cell(startup[m][st], "ms") if st in startup[m] else "–" for m in modes]
+        lines.append(f"| {st} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -574,6 +611,7 @@ def main():
         return
     api = api_summary(rounds, "api")
     idle = api_summary(rounds, "idle_api_per_minute")
+    startup = startup_summary(d, rounds)
     results = {
         "run": run,
         "method": method(),
@@ -583,9 +621,10 @@ def main():
         "figures": figs,
         "api_per_pod_lifecycle": api,
         "api_per_minute_idle": idle,
+        "rustlet_startup_ms": startup,
     }
     md = "\n".join(run_lines(run, rounds) + [""] + table(figs)
-                   + api_lines(api, idle)) + "\n"
+                   + api_lines(api, idle) + startup_lines(startup)) + "\n"
     (d / "results.md").write_text(md)
     (d / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     print(md)

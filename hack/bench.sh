@@ -48,6 +48,11 @@
 #   round-<k>/rustlet-resident-code.{txt,json}  rustlet's code in memory after
 #                            the idle phase, by crate (hack/resident-code.py;
 #                            --quick prints it)
+#   round-<k>/rustlet.log    rustlet's log, with its startup trace
+#                            (RUST_LOG=info,rustlet::startup=debug)
+#   round-<k>/rustlet-startup.{txt,json}  where each workload's pod starts
+#                            spent their time, stage by stage, from the
+#                            create (hack/startup-trace.py; --quick prints it)
 # then hack/bench-report.py (see there how figures are summarised):
 #   results.json   every figure per round and its median, min and max over
 #                  the rounds, ratios, targets, API request counts, run.json
@@ -217,7 +222,9 @@ bench() { (cd "$ROOT" && cargo bench --quiet --bench "$@"); }
 cluster_up() {
   rm -f "$LOGS"/audit*.log
   up=true
-  RUSTLET_PROFILE=release "$ROOT/hack/local-up.sh" --agent "$1" >"$2/local-up-$1.log" 2>&1 ||
+  # rustlet logs its startup trace (src/startup_trace.rs) for
+  # hack/startup-trace.py.
+  RUST_LOG=info,rustlet::startup=debug RUSTLET_PROFILE=release "$ROOT/hack/local-up.sh" --agent "$1" >"$2/local-up-$1.log" 2>&1 ||
     die "hack/local-up.sh --agent $1 failed (log: ${2#"$ROOT"/}/local-up-$1.log)"
   # Pods left in the cluster's state by earlier runs would run beside the
   # workload and count against maxPods.
@@ -259,6 +266,14 @@ run_agent() {
     bench pod_start -- --mode steady --count "$steady" --seconds "$hold" --pid "$pid" --json "$dir/$agent-steady.json"
   fi
   cp "$LOGS/audit.log" "$dir/$agent-audit.log"
+  if [[ $agent == rustlet ]]; then
+    # Where each pod start's time went, by stage.
+    cp "$LOGS/rustlet.log" "$dir/rustlet.log"
+    local records=("$dir/rustlet-single.json" "$dir/rustlet-burst.json")
+    ((steady == 0)) || records+=("$dir/rustlet-steady.json")
+    python3 "$ROOT/hack/startup-trace.py" "$dir/rustlet.log" "${records[@]}" --json "$dir/rustlet-startup.json" \
+      >"$dir/rustlet-startup.txt" || log "hack/startup-trace.py failed: no startup table this round"
+  fi
   cluster_down
 }
 
@@ -326,6 +341,10 @@ for ((k = 1; k <= rounds; k++)); do
 done
 
 log "$rounds rounds done in $(span "$t_run")"
+if $quick && [[ -f $OUT/round-1/rustlet-startup.txt ]]; then
+  log "rustlet's startup trace (hack/startup-trace.py):"
+  cat "$OUT/round-1/rustlet-startup.txt"
+fi
 if $quick && [[ -f $OUT/round-1/rustlet-resident-code.txt ]]; then
   log "rustlet's resident code at idle (hack/resident-code.py):"
   head -n 25 "$OUT/round-1/rustlet-resident-code.txt"

@@ -7,8 +7,10 @@
 #
 # SUITE:AGENT pairs name the runs and their order (default: e2e:kubelet
 # e2e:rustlet node:kubelet node:rustlet node-protection:kubelet
-# node-protection:rustlet storage:kubelet storage:rustlet storage-csi:kubelet
-# storage-csi:rustlet e2e-slow:kubelet e2e-slow:rustlet);
+# node-protection:rustlet node-resources:kubelet node-resources:rustlet
+# node-cpu:kubelet node-cpu:rustlet certificates:kubelet certificates:rustlet
+# storage:kubelet storage:rustlet storage-csi:kubelet storage-csi:rustlet
+# e2e-slow:kubelet e2e-slow:rustlet);
 # each is `hack/conformance.sh --suite SUITE --agent AGENT --resume`. The dra
 # result set (the node suite's DRA tests, one at a time, each failing one
 # waiting minutes) is no part of the default: it runs when named,
@@ -73,12 +75,12 @@ done
 BY_NAME=(dra:kubelet dra:rustlet)
 named=${#runs[@]}
 ((named)) || runs=(e2e:kubelet e2e:rustlet node:kubelet node:rustlet node-protection:kubelet
-  node-protection:rustlet node-resources:kubelet node-resources:rustlet certificates:kubelet certificates:rustlet storage:kubelet storage:rustlet storage-csi:kubelet storage-csi:rustlet
+  node-protection:rustlet node-resources:kubelet node-resources:rustlet node-cpu:kubelet node-cpu:rustlet certificates:kubelet certificates:rustlet storage:kubelet storage:rustlet storage-csi:kubelet storage-csi:rustlet
   e2e-slow:kubelet e2e-slow:rustlet)
 for r in "${runs[@]}"; do
   case ${r%%:*} in
-    e2e | e2e-slow | node | node-protection | node-resources | certificates | storage | storage-csi | dra) ;;
-    *) die "unknown suite in '$r' (e2e|e2e-slow|node|node-protection|node-resources|certificates|storage|storage-csi|dra)" ;;
+    e2e | e2e-slow | node | node-protection | node-resources | node-cpu | certificates | storage | storage-csi | dra) ;;
+    *) die "unknown suite in '$r' (e2e|e2e-slow|node|node-protection|node-resources|node-cpu|certificates|storage|storage-csi|dra)" ;;
   esac
   case ${r#*:} in kubelet | rustlet) ;; *) die "unknown agent in '$r' (kubelet|rustlet)" ;; esac
 done

@@ -74,6 +74,14 @@ SETS = [
      "`Pod Level HugePages Resources`), all `[Serial]`: each reserves huge pages or sets the "
      "limit and restarts the agent, then reads the pod's cgroup files through a hostPath pod "
      "(`hack/conformance.sh --suite node-resources`)"),
+    ("node-cpu", "e2e_node.test CPU, memory and topology managers",
+     "`e2e_node.test`'s tests of the CPU manager, the memory manager and the topology manager and "
+     "their metrics, all `[Serial]`: each writes a configuration with the static policies and "
+     "restarts the agent, whose root directory is `/var/lib/kubelet`, where the suite reads and "
+     "removes the managers' checkpoints; not those of pod-level resource managers (alpha gate "
+     "`PodLevelResourceManagers`). Most skip themselves on this machine (2 CPUs, one NUMA node, no "
+     "SMT siblings, cgroup v1), with the reason in the table below "
+     "(`hack/conformance.sh --suite node-cpu`)"),
     ("certificates", "e2e.test pod certificates and trust bundles",
      "`e2e.test`'s `[sig-auth]` tests of projected `podCertificate` volumes (the suite runs its own "
      "signer), of `clusterTrustBundle` volumes and of the PodCertificateRequest API, without "

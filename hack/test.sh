@@ -205,6 +205,7 @@ step "unit tests" 15 "cargo build (every target)" cargo test --lib --bins --test
 step "conformance-table.py self-test" 2 - python3 hack/conformance-table.py selftest
 step "conformance-shards.py self-test" 2 - python3 hack/conformance-shards.py selftest
 step "resident-code.py self-test" 2 - python3 hack/resident-code.py selftest
+step "startup-trace.py self-test" 2 - python3 hack/startup-trace.py selftest
 if ! $quick; then
   step "cluster smoke test (kubelet)" 10 "Go builds" hack/test-cluster-smoke.sh --agent kubelet
   step "the README's path: hack/local-up.sh, examples/busybox-sleep.yaml Running" 10 "Go builds,cargo build (every target)" \

@@ -54,6 +54,7 @@ pub mod redact;
 pub mod registry;
 pub mod resource;
 pub mod server;
+pub mod startup_trace;
 pub mod static_pod;
 pub mod stats;
 pub mod systemd;

@@ -111,7 +111,10 @@ pub async fn admission(
     Ok(
         match ctx.admission().admit(pod, &bound, &view, &handlers).await {
             Some(rejection) => Verdict::Reject(rejection),
-            None => Verdict::Admit,
+            None => {
+                crate::startup_trace::mark(pod, crate::startup_trace::Stage::Admitted);
+                Verdict::Admit
+            }
         },
     )
 }

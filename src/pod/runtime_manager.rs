@@ -743,6 +743,7 @@ impl RuntimeManager {
             )
             .await
             .map_err(|e| failed(e.to_string()))?;
+        crate::startup_trace::mark(pod, crate::startup_trace::Stage::SandboxReady);
         let pod_ips = match self.runtime.pod_sandbox_status(&sandbox_id).await {
             Ok(Some(st)) => crate::container::observe::sandbox_from(&st).ips,
             _ => Vec::new(),
@@ -783,6 +784,7 @@ impl RuntimeManager {
         let image = (self.images)
             .ensure_image(pod, name, &image, &policy, &at.config)
             .await?;
+        crate::startup_trace::mark(pod, crate::startup_trace::Stage::ImageReady);
         // Step 2: the config, then the container.
         let pod_ips = self.pod_ips(pod, &at.pod_ips);
         let (mut config, image_sub_paths) = self
@@ -824,6 +826,7 @@ impl RuntimeManager {
                 message: e.to_string(),
             }
         })?;
+        crate::startup_trace::mark(pod, crate::startup_trace::Stage::ContainerCreated);
         let note = format!("Created container: {name}");
         self.event(pod, Some(name), EventType::Normal, event::CREATED, note);
         // Step 3: start.
@@ -835,6 +838,7 @@ impl RuntimeManager {
                 message: e.to_string(),
             });
         }
+        crate::startup_trace::mark(pod, crate::startup_trace::Stage::ContainerStarted);
         let note = format!("Started container {name}");
         self.event(pod, Some(name), EventType::Normal, event::STARTED, note);
         // The log link for collectors, as the kubelet's startContainer.

@@ -400,6 +400,7 @@ impl PodSources {
                 inner.trigger(&keys);
             }
             watcher::Event::Apply(pod) => {
+                crate::startup_trace::watched(&pod);
                 let key = inner.config.api_apply(pod);
                 inner.changed(&BTreeSet::from([key]));
             }

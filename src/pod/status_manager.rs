@@ -109,6 +109,7 @@ impl StatusManager {
         if !self.patch(&ns, &name, &uid, &status).await? {
             return Ok(false);
         }
+        crate::startup_trace::status_sent(pod, status.phase.as_deref());
         let at = pod.metadata.resource_version.clone().unwrap_or_default();
         self.sent
             .lock()

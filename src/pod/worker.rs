@@ -320,6 +320,7 @@ async fn prepare_volumes(
                 .map(|(v, e)| (v.clone(), e.to_string()))
                 .collect();
             if unmounted.is_empty() {
+                crate::startup_trace::mark(pod, crate::startup_trace::Stage::VolumesReady);
                 (outcome.volumes, Volumes::Ready, errors)
             } else {
                 debug!(?unmounted, "waiting for volumes");
