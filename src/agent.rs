@@ -2094,7 +2094,10 @@ fn server_config(
     );
     cfg.port = u16::try_from(settings.port)
         .with_context(|| format!("port {} is not a TCP port", settings.port))?;
-    cfg.healthz_port = (args.healthz_port != 0).then_some(args.healthz_port);
+    let healthz_port = args.healthz_port.unwrap_or(settings.healthz_port);
+    cfg.healthz_port = (healthz_port != 0).then_some(healthz_port);
+    cfg.address = settings.address;
+    cfg.healthz_address = settings.healthz_bind_address;
     cfg.read_only_port = (settings.read_only_port != 0).then_some(settings.read_only_port);
     let files = match (&args.tls_cert_file, &args.tls_private_key_file) {
         (Some(cert), Some(key)) => Some((cert, key)),
@@ -2158,5 +2161,54 @@ mod tests {
         for v in [0, 4, 10] {
             assert!(tracing_subscriber::EnvFilter::try_new(log_directives(v)).is_ok());
         }
+    }
+
+    #[tokio::test]
+    async fn the_node_api_listens_where_the_file_says_and_the_healthz_flag_wins() {
+        let run_args = |extra: &[&str]| {
+            let mut argv = vec!["rustlet", "run"];
+            argv.extend_from_slice(extra);
+            match <Cli as clap::Parser>::try_parse_from(argv).unwrap().command {
+                Command::Run(args) => args,
+                _ => panic!("not run"),
+            }
+        };
+        let api = crate::fake_api::FakeApi::default();
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = Settings {
+            root_dir: dir.path().to_path_buf(),
+            ..Settings::default()
+        };
+        crate::config::apply_file_text(
+            &mut settings,
+            std::path::Path::new("k.yaml"),
+            "address: 127.0.0.2\nhealthzPort: 11248\nhealthzBindAddress: 127.0.0.3\n",
+        )
+        .unwrap();
+        let cfg =
+            server_config(&run_args(&[]), &settings, &api.client(), "n1", "10.0.0.1").unwrap();
+        assert_eq!(cfg.address.to_string(), "127.0.0.2");
+        assert_eq!(cfg.healthz_address.to_string(), "127.0.0.3");
+        assert_eq!(cfg.healthz_port, Some(11248));
+        let flag = run_args(&["--healthz-port", "0"]);
+        let cfg = server_config(&flag, &settings, &api.client(), "n1", "10.0.0.1").unwrap();
+        assert_eq!(cfg.healthz_port, None);
+        // Without a file, the kubelet's defaults.
+        let cfg = server_config(
+            &run_args(&[]),
+            &Settings::default(),
+            &api.client(),
+            "n1",
+            "10.0.0.1",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                cfg.address.to_string(),
+                cfg.healthz_address.to_string(),
+                cfg.healthz_port
+            ),
+            ("0.0.0.0".to_string(), "127.0.0.1".to_string(), Some(10248))
+        );
     }
 }

@@ -202,9 +202,11 @@ pub struct RunArgs {
     /// Port of the node API (HTTPS on 0.0.0.0) [default: 10250].
     #[arg(long)]
     pub port: Option<u16>,
-    /// Port of the local health endpoint (plain HTTP on 127.0.0.1; 0 disables it).
-    #[arg(long, default_value_t = 10248)]
-    pub healthz_port: u16,
+    /// Port of the local health endpoint (plain HTTP on `healthzBindAddress`,
+    /// 127.0.0.1; 0 disables it) [default: the configuration's `healthzPort`,
+    /// else 10248].
+    #[arg(long)]
+    pub healthz_port: Option<u16>,
     /// Serving certificate of the node API (PEM, leaf first). Without it a
     /// self-signed one for the node name and IP is kept in <root-dir>/pki.
     #[arg(long, requires = "tls_private_key_file")]
@@ -480,7 +482,7 @@ mod tests {
             args.container_runtime_endpoint.as_deref(),
             Some("unix:///tmp/c.sock")
         );
-        assert_eq!((args.port, args.healthz_port), (None, 10248));
+        assert_eq!((args.port, args.healthz_port), (None, None));
         // The kubelet's container GC defaults.
         assert_eq!(
             (
@@ -542,7 +544,7 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!("not run")
         };
-        assert_eq!((args.port, args.healthz_port), (Some(11250), 0));
+        assert_eq!((args.port, args.healthz_port), (Some(11250), Some(0)));
         assert_eq!(args.client_ca_file, Some(PathBuf::from("/pki/ca.crt")));
         assert!(Cli::try_parse_from(["rustlet", "run", "--tls-cert-file", "/c.crt"]).is_err());
     }
@@ -599,7 +601,7 @@ mod tests {
         assert_eq!(flags["node-labels"], "a=1,b=2");
         assert_eq!(flags["rotate-server-certificates"], "true");
         // Defaults, and flags without one.
-        assert_eq!(flags["healthz-port"], "10248");
+        assert_eq!(flags["healthz-port"], "");
         assert_eq!(flags["maximum-dead-containers"], "-1");
         assert_eq!(flags["kubeconfig"], "");
         assert_eq!(flags["tls-private-key-file"], "");

@@ -83,6 +83,15 @@ pub struct Settings {
     /// `readOnlyPort` (0: off, the kubelet's default): a plain, unauthenticated
     /// read-only API (pods, stats, metrics) on the node API's address.
     pub read_only_port: u16,
+    /// `address`: where the node API (and the read-only API) listen
+    /// (0.0.0.0, every address; empty takes the default, as the kubelet's).
+    pub address: std::net::IpAddr,
+    /// `healthzPort`: the port of the plain health endpoint (10248; 0: none).
+    /// `--healthz-port` given on the command line wins.
+    pub healthz_port: u16,
+    /// `healthzBindAddress`: where the health endpoint listens (127.0.0.1;
+    /// empty takes the default).
+    pub healthz_bind_address: std::net::IpAddr,
     /// `staticPodPath`: a manifest, or a directory of them, whose pods run
     /// as static pods (none when unset).
     pub static_pod_path: Option<PathBuf>,
@@ -533,6 +542,9 @@ impl Default for Settings {
             resolv_conf: "/etc/resolv.conf".into(),
             port: 10250,
             read_only_port: 0,
+            address: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            healthz_port: 10248,
+            healthz_bind_address: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             static_pod_path: None,
             file_check_frequency: Duration::from_secs(20),
             client_ca_file: None,
@@ -659,6 +671,9 @@ impl Settings {
             "kubeReservedCgroup": self.kube_reserved_cgroup,
             "tlsCertFile": self.tls_cert_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             "tlsPrivateKeyFile": self.tls_private_key_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            "address": self.address.to_string(),
+            "healthzPort": self.healthz_port,
+            "healthzBindAddress": self.healthz_bind_address.to_string(),
             "registerNode": true,
             // The fields honoured at one value, at that value: a
             // configuration written back from this document (the node
@@ -900,6 +915,9 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "resolvConf",
     "port",
     "readOnlyPort",
+    "address",
+    "healthzPort",
+    "healthzBindAddress",
     "staticPodPath",
     "fileCheckFrequency",
     "staticPodURL",
@@ -1186,6 +1204,15 @@ struct KubeletConfiguration {
     /// `readOnlyPort` (0: off).
     #[serde(deserialize_with = "read_only_port")]
     read_only_port: Option<u16>,
+    /// `address`; empty is the default.
+    #[serde(deserialize_with = "ip_or_empty")]
+    address: Option<Option<std::net::IpAddr>>,
+    /// `healthzPort` (0: off).
+    #[serde(deserialize_with = "healthz_port")]
+    healthz_port: Option<u16>,
+    /// `healthzBindAddress`; empty is the default.
+    #[serde(deserialize_with = "ip_or_empty")]
+    healthz_bind_address: Option<Option<std::net::IpAddr>>,
     /// `staticPodPath`; empty is none.
     #[serde(deserialize_with = "text")]
     static_pod_path: Option<String>,
@@ -1768,6 +1795,17 @@ impl KubeletConfiguration {
         let file = |f: &String| (!f.is_empty()).then(|| PathBuf::from(f));
         set(&mut s.port, self.port);
         set(&mut s.read_only_port, self.read_only_port);
+        let defaults = Settings::default();
+        set(
+            &mut s.address,
+            self.address.map(|a| a.unwrap_or(defaults.address)),
+        );
+        set(&mut s.healthz_port, self.healthz_port);
+        set(
+            &mut s.healthz_bind_address,
+            self.healthz_bind_address
+                .map(|a| a.unwrap_or(defaults.healthz_bind_address)),
+        );
         set(&mut s.tls_cert_file, self.tls_cert_file.as_ref().map(file));
         set(
             &mut s.tls_private_key_file,
@@ -2345,6 +2383,29 @@ fn read_only_port<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Err
     read(d, "a port, or 0 for none", Some)
 }
 
+/// `healthzPort`: 0 (none) or a port, as the kubelet's validation.
+fn healthz_port<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    read(
+        d,
+        "0 or a port between 1 and 65535, inclusive (the kubelet's healthzPort (--healthz-port) check)",
+        |p: i64| u16::try_from(p).ok(),
+    )
+}
+
+/// `address`, `healthzBindAddress`: an IP address, or empty (the default:
+/// `Some(None)`).
+fn ip_or_empty<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<std::net::IpAddr>>, D::Error> {
+    read(d, "an IP address", |a: String| {
+        if a.is_empty() {
+            Some(None)
+        } else {
+            a.parse().ok().map(Some)
+        }
+    })
+}
+
 /// `clusterDNS`: a list of strings.
 fn ips<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
     read(d, "a list of IPs", Some)
@@ -2731,6 +2792,54 @@ volumeStatsAggPeriod: 0s
 ";
 
     #[test]
+    fn the_node_apis_address_and_the_health_endpoint_are_read_as_the_kubelets() {
+        let read = |text: &str| {
+            let mut s = Settings::default();
+            apply_file_text(&mut s, Path::new("k.yaml"), text).map(|_| s)
+        };
+        let d = Settings::default();
+        assert_eq!(d.address.to_string(), "0.0.0.0");
+        assert_eq!(
+            (d.healthz_port, d.healthz_bind_address.to_string().as_str()),
+            (10248, "127.0.0.1")
+        );
+        let s = read("address: 10.0.0.7\nhealthzPort: 0\nhealthzBindAddress: \"::1\"\n").unwrap();
+        assert_eq!(s.address.to_string(), "10.0.0.7");
+        assert_eq!(s.healthz_port, 0);
+        assert_eq!(s.healthz_bind_address.to_string(), "::1");
+        // Empty is the default, as the kubelet's defaulting makes it.
+        let s = read("address: \"\"\nhealthzBindAddress: \"\"\nhealthzPort: 11248\n").unwrap();
+        assert_eq!(
+            (s.address, s.healthz_bind_address),
+            (d.address, d.healthz_bind_address)
+        );
+        assert_eq!(s.healthz_port, 11248);
+        // /configz shows what is in effect.
+        let doc = s.kubelet_configuration();
+        assert_eq!(doc["healthzPort"], 11248);
+        assert_eq!(doc["address"], "0.0.0.0");
+        for (text, field, why) in [
+            ("healthzPort: 65536\n", "healthzPort", "between 1 and 65535"),
+            ("healthzPort: -1\n", "healthzPort", "between 1 and 65535"),
+            (
+                "healthzPort: \"10248\"\n",
+                "healthzPort",
+                "between 1 and 65535",
+            ),
+            ("address: localhost\n", "address", "an IP address"),
+            ("address: 10.0.0.300\n", "address", "an IP address"),
+            (
+                "healthzBindAddress: [127.0.0.1]\n",
+                "healthzBindAddress",
+                "an IP address",
+            ),
+        ] {
+            let e = read(text).map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains(why), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn a_kubeadm_nodes_configuration_is_honoured_with_zero_durations_as_defaults() {
         let mut s = Settings::default();
         let ignored = apply_file_text(&mut s, Path::new("config.yaml"), KUBEADM_CONFIG).unwrap();
@@ -2773,15 +2882,7 @@ volumeStatsAggPeriod: 0s
         assert!(s.rotate_certificates);
         assert_eq!(s.cluster_dns, ["10.96.0.10"]);
         // What is left is named, each in docs/configuration.md.
-        assert_eq!(
-            ignored,
-            [
-                "healthzBindAddress",
-                "healthzPort",
-                "streamingConnectionIdleTimeout",
-                "syncFrequency",
-            ]
-        );
+        assert_eq!(ignored, ["streamingConnectionIdleTimeout", "syncFrequency"]);
     }
 
     #[test]
