@@ -340,6 +340,29 @@ pub fn settings(args: &RunArgs) -> anyhow::Result<Settings> {
             );
         }
     }
+    let mut flagged = |field: &str, flag: &str| {
+        s.sources
+            .insert(field.to_string(), format!("flag --{flag}"));
+    };
+    if args.container_runtime_endpoint.is_some() {
+        flagged("containerRuntimeEndpoint", "container-runtime-endpoint");
+    }
+    if args.pod_logs_dir.is_some() {
+        flagged("podLogsDir", "pod-logs-dir");
+    }
+    if args.port.is_some() {
+        flagged("port", "port");
+    }
+    if args.healthz_port.is_some() {
+        flagged("healthzPort", "healthz-port");
+    }
+    if args.minimum_image_ttl_duration.is_some() {
+        flagged("imageMinimumGCAge", "minimum-image-ttl-duration");
+    }
+    if args.tls_cert_file.is_some() {
+        flagged("tlsCertFile", "tls-cert-file");
+        flagged("tlsPrivateKeyFile", "tls-private-key-file");
+    }
     if let Some(v) = &args.container_runtime_endpoint {
         s.container_runtime_endpoint.clone_from(v);
     }
@@ -351,6 +374,9 @@ pub fn settings(args: &RunArgs) -> anyhow::Result<Settings> {
     }
     if let Some(v) = args.port {
         s.port = i32::from(v);
+    }
+    if let Some(v) = args.healthz_port {
+        s.healthz_port = v;
     }
     if let Some(v) = args.minimum_image_ttl_duration {
         s.image_gc.min_age = v;
@@ -1493,7 +1519,7 @@ fn start_loops(
     );
     tokio::spawn(image_gc.clone().run());
     let (limits_tx, limits) = tokio::sync::watch::channel(limits);
-    let (configz_tx, configz) = tokio::sync::watch::channel(settings.kubelet_configuration());
+    let (configz_tx, configz) = tokio::sync::watch::channel(settings.effective());
     tokio::spawn(
         crate::node::configuration::Controller {
             client: client.clone(),
@@ -1603,7 +1629,7 @@ fn spawn_server(
     ctx: &Arc<worker::Context>,
     store: &reflector::Store<Pod>,
     stats: &Arc<crate::stats::Provider>,
-    configz: tokio::sync::watch::Receiver<serde_json::Value>,
+    configz: tokio::sync::watch::Receiver<crate::config::Effective>,
 ) -> anyhow::Result<(
     tokio::task::JoinHandle<crate::server::Result<()>>,
     tokio::sync::oneshot::Sender<()>,
@@ -2094,8 +2120,7 @@ fn server_config(
     );
     cfg.port = u16::try_from(settings.port)
         .with_context(|| format!("port {} is not a TCP port", settings.port))?;
-    let healthz_port = args.healthz_port.unwrap_or(settings.healthz_port);
-    cfg.healthz_port = (healthz_port != 0).then_some(healthz_port);
+    cfg.healthz_port = (settings.healthz_port != 0).then_some(settings.healthz_port);
     cfg.address = settings.address;
     cfg.healthz_address = settings.healthz_bind_address;
     cfg.read_only_port = (settings.read_only_port != 0).then_some(settings.read_only_port);
@@ -2137,7 +2162,7 @@ fn server_config(
         serving_files: settings.reload_server_certificate_file,
         client_ca: settings.reload_client_ca_file,
     };
-    cfg.kubelet_config = tokio::sync::watch::channel(settings.kubelet_configuration()).1;
+    cfg.kubelet_config = tokio::sync::watch::channel(settings.effective()).1;
     cfg.started = args.invocation.started;
     cfg.flags = args.invocation.flags.clone();
     cfg.auth_ttls = crate::server::auth::CacheTtls {
@@ -2175,24 +2200,43 @@ mod tests {
         };
         let api = crate::fake_api::FakeApi::default();
         let dir = tempfile::tempdir().unwrap();
-        let mut settings = Settings {
-            root_dir: dir.path().to_path_buf(),
-            ..Settings::default()
-        };
-        crate::config::apply_file_text(
-            &mut settings,
-            std::path::Path::new("k.yaml"),
-            "address: 127.0.0.2\nhealthzPort: 11248\nhealthzBindAddress: 127.0.0.3\n",
+        let file = dir.path().join("config.yaml");
+        std::fs::write(
+            &file,
+            "address: 127.0.0.2\nhealthzPort: 11248\nhealthzBindAddress: 127.0.0.3\nmaxPods: 20\n",
         )
         .unwrap();
+        let config = file.to_str().unwrap();
+        let settings = super::settings(&run_args(&["--config", config])).unwrap();
         let cfg =
             server_config(&run_args(&[]), &settings, &api.client(), "n1", "10.0.0.1").unwrap();
         assert_eq!(cfg.address.to_string(), "127.0.0.2");
         assert_eq!(cfg.healthz_address.to_string(), "127.0.0.3");
         assert_eq!(cfg.healthz_port, Some(11248));
-        let flag = run_args(&["--healthz-port", "0"]);
-        let cfg = server_config(&flag, &settings, &api.client(), "n1", "10.0.0.1").unwrap();
+        // Where each field came from: the file, a flag, or the default.
+        let flags = run_args(&[
+            "--config",
+            config,
+            "--healthz-port",
+            "0",
+            "--pod-logs-dir",
+            "/logs",
+        ]);
+        let settings = super::settings(&flags).unwrap();
+        let cfg = server_config(&flags, &settings, &api.client(), "n1", "10.0.0.1").unwrap();
         assert_eq!(cfg.healthz_port, None);
+        let sources = settings.configuration_sources();
+        let from = |field: &str| {
+            sources["kubeletconfig"][field]
+                .as_str()
+                .unwrap_or("absent")
+                .to_string()
+        };
+        assert_eq!(from("maxPods"), format!("file {config}"));
+        assert_eq!(from("address"), format!("file {config}"));
+        assert_eq!(from("healthzPort"), "flag --healthz-port");
+        assert_eq!(from("podLogsDir"), "flag --pod-logs-dir");
+        assert_eq!(from("evictionHard"), "default");
         // Without a file, the kubelet's defaults.
         let cfg = server_config(
             &run_args(&[]),

@@ -43,6 +43,18 @@ pub enum Error {
     },
 }
 
+/// The configuration in effect, as the node API serves it: `/configz`'s
+/// KubeletConfiguration ([`Settings::kubelet_configuration`]) and
+/// `/configz/sources` ([`Settings::configuration_sources`]); both JSON
+/// objects.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Effective {
+    /// The effective KubeletConfiguration.
+    pub configuration: Value,
+    /// Where each of its fields came from.
+    pub sources: Value,
+}
+
 /// The settings rustlet runs with, after flags, file and defaults are merged.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -234,6 +246,11 @@ pub struct Settings {
     /// The gates the file sets away from their defaults (gate → on), shown
     /// again by `/configz` so that a document written back keeps them.
     pub feature_gates: BTreeMap<String, bool>,
+    /// Where each top-level KubeletConfiguration field that is not at its
+    /// default came from (field → `file <path>`, `flag --<name>` or
+    /// `NodeConfiguration <name>`), as `/configz/sources` shows it
+    /// ([`Settings::configuration_sources`]).
+    pub sources: BTreeMap<String, String>,
     /// `failSwapOn` as set in the file: true makes the agent refuse to start
     /// on a node with swap enabled (unset: not checked).
     pub fail_swap_on: Option<bool>,
@@ -589,6 +606,7 @@ impl Default for Settings {
             reload_server_certificate_file: true,
             rotate_server_certificate: true,
             gates_without_effect: Vec::new(),
+            sources: BTreeMap::new(),
             feature_gates: BTreeMap::new(),
             fail_swap_on: None,
             reservations: Reservations::default(),
@@ -758,6 +776,37 @@ impl Settings {
             }
         }
         doc
+    }
+
+    /// The configuration in effect as the node API shows it.
+    #[must_use]
+    pub fn effective(&self) -> Effective {
+        Effective {
+            configuration: self.kubelet_configuration(),
+            sources: self.configuration_sources(),
+        }
+    }
+
+    /// Where each top-level field of [`Settings::kubelet_configuration`]
+    /// came from, as `/configz/sources` shows it: `{"kubeletconfig":
+    /// {field: source}}`, the source one of [`Settings::sources`] or
+    /// `default`.
+    #[must_use]
+    pub fn configuration_sources(&self) -> Value {
+        let fields = match self.kubelet_configuration() {
+            Value::Object(m) => m.into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            _ => Vec::new(),
+        };
+        let sources: serde_json::Map<String, Value> = fields
+            .into_iter()
+            .filter(|f| !matches!(f.as_str(), "apiVersion" | "kind"))
+            .map(|f| {
+                let source = self.sources.get(&f).map_or("default", String::as_str);
+                let source = Value::String(source.to_string());
+                (f, source)
+            })
+            .collect();
+        serde_json::json!({ "kubeletconfig": sources })
     }
 
     /// [`Settings::kubelet_configuration`] but the static pod sources,
@@ -2664,7 +2713,18 @@ pub fn apply_file_text(
     let file: KubeletConfiguration =
         serde_path_to_error::deserialize(&doc).map_err(|e| parse_error(e.to_string()))?;
     file.apply(path, settings)?;
-    Ok(file.ignored())
+    let ignored = file.ignored();
+    let origin = format!("file {}", path.display());
+    // Null is no value (as Go's decoding): such a field keeps its source.
+    for (field, value) in map {
+        let counted = !ignored.contains(field)
+            && !matches!(field.as_str(), "apiVersion" | "kind")
+            && !value.is_null();
+        if counted {
+            settings.sources.insert(field.clone(), origin.clone());
+        }
+    }
+    Ok(ignored)
 }
 
 /// Reads a KubeletConfiguration file onto `settings`; returns the ignored fields.
@@ -3178,6 +3238,9 @@ volumeStatsAggPeriod: 0s
                     featureGates: null\nevictionHard: null\n";
         let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
         assert!(ignored.is_empty(), "{ignored:?}");
+        // Only the block that is there counts as the file's.
+        let sources = std::mem::take(&mut s.sources);
+        assert_eq!(sources.keys().collect::<Vec<_>>(), ["authentication"]);
         assert_eq!(s, Settings::default());
     }
 
@@ -3915,8 +3978,23 @@ kubeReservedCgroup: /kube
         // What /configz shows can be read back as the same settings.
         let mut again = Settings::default();
         let ignored = apply_file_text(&mut again, Path::new("k.json"), &v.to_string()).unwrap();
-        assert_eq!(again, s);
         assert!(ignored.is_empty(), "{ignored:?}");
+        // Every field now comes from that document.
+        assert!(again.sources.values().all(|source| source == "file k.json"));
+        assert_eq!(
+            again
+                .sources
+                .keys()
+                .collect::<std::collections::BTreeSet<_>>(),
+            v.as_object()
+                .unwrap()
+                .iter()
+                .filter(|(k, v)| *k != "apiVersion" && *k != "kind" && !v.is_null())
+                .map(|(k, _)| k)
+                .collect()
+        );
+        again.sources.clone_from(&s.sources);
+        assert_eq!(again, s);
     }
 
     #[test]

@@ -51,8 +51,9 @@ pub struct Live {
     pub image_gc: Arc<ImageGc>,
     /// The eviction manager's thresholds and timings.
     pub limits: watch::Sender<Limits>,
-    /// The effective KubeletConfiguration `/configz` shows.
-    pub configz: watch::Sender<serde_json::Value>,
+    /// The configuration in effect, as `/configz` and `/configz/sources`
+    /// show it.
+    pub configz: watch::Sender<crate::config::Effective>,
 }
 
 /// The controller's inputs.
@@ -210,7 +211,7 @@ impl Controller {
             // `decide` checked them; kept as they are otherwise.
             Err(e) => warn!(error = %e, "eviction thresholds not applied"),
         }
-        self.live.configz.send_replace(s.kubelet_configuration());
+        self.live.configz.send_replace(s.effective());
         info!(
             applied = %applied_annotation(&d.verdicts),
             "node configuration applied"

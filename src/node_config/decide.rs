@@ -24,6 +24,9 @@ use crate::config::Settings;
 pub const INVALID: &str = "Invalid";
 /// The reason of a resource refused because another sets one of its fields.
 pub const CONFLICT: &str = "Conflict";
+/// The source `/configz/sources` names for a field whose value was kept from
+/// the configuration applied last (its resources were refused).
+pub const KEPT_SOURCE: &str = "NodeConfiguration (kept from the last configuration applied)";
 /// The most characters of a refusal's message.
 pub const MAX_MESSAGE: usize = 512;
 
@@ -143,6 +146,10 @@ pub fn decide(
         .collect();
     let last = fields(previous);
     let mut merged: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    // Who each applied field is from; the fields kept from the last
+    // configuration applied.
+    let mut owners: BTreeMap<String, String> = BTreeMap::new();
+    let mut kept: BTreeSet<String> = BTreeSet::new();
     // A refused resource's fields keep the values applied last.
     let keep = |merged: &mut BTreeMap<String, serde_json::Value>,
                 mine: &BTreeMap<String, serde_json::Value>| {
@@ -174,29 +181,44 @@ pub fn decide(
             .collect();
         if !clashes.is_empty() {
             keep(&mut merged, &mine);
+            kept.extend(mine.keys().cloned());
             verdicts.push(verdict(Some((CONFLICT, truncate(clashes.join("; "))))));
             continue;
         }
         if let Err(e) = over(base, &name, &mine) {
             keep(&mut merged, &mine);
+            kept.extend(mine.keys().cloned());
             verdicts.push(verdict(Some((INVALID, truncate(e)))));
             continue;
+        }
+        for f in mine.keys() {
+            owners.insert(f.clone(), format!("NodeConfiguration {name}"));
         }
         merged.extend(mine);
         verdicts.push(verdict(None));
     }
     // Fields checked alone may still clash together (a low threshold from
     // one resource above a high one from another): then none applies.
-    let settings = match over(base, "(merged)", &merged) {
+    let mut settings = match over(base, "(merged)", &merged) {
         Ok(s) => s,
         Err(e) => {
             for v in verdicts.iter_mut().filter(|v| v.refused.is_none()) {
                 v.refused = Some((INVALID, truncate(format!("together with the others: {e}"))));
             }
             merged = fields(previous);
+            owners.clear();
+            kept = merged.keys().cloned().collect();
             over(base, "(previous)", &merged).unwrap_or_else(|_| base.clone())
         }
     };
+    // Where each field now comes from, for /configz/sources.
+    for f in merged.keys() {
+        let source = match owners.get(f) {
+            Some(owner) if !kept.contains(f) => owner.clone(),
+            _ => KEPT_SOURCE.to_string(),
+        };
+        settings.sources.insert(f.clone(), source);
+    }
     verdicts.sort_by(|a, b| a.name.cmp(&b.name));
     let live = serde_json::from_value(serde_json::Value::Object(merged.into_iter().collect()))
         .unwrap_or_default();

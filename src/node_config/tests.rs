@@ -155,6 +155,14 @@ fn selected_resources_are_laid_over_the_file() {
     assert_eq!(d.live.image_gc_high_threshold_percent, Some(70));
     // The file's other values stay.
     assert_eq!(d.settings.max_pods, base.max_pods);
+    // /configz/sources names the resource of each field it set.
+    let sources = &d.settings.sources;
+    assert_eq!(
+        sources["imageGCHighThresholdPercent"],
+        "NodeConfiguration gpu"
+    );
+    assert_eq!(sources["evictionSoftGracePeriod"], "NodeConfiguration soft");
+    assert!(!sources.contains_key("maxPods"));
     // No label matches: the file alone.
     let d = decide::decide(&base, &all, &labels(&[]), &Default::default());
     assert!(d.verdicts.is_empty());
@@ -208,6 +216,11 @@ fn conflicts_and_invalid_values_are_refused_and_the_last_values_kept() {
     assert_eq!(d.settings.image_gc.high_percent, 90);
     assert_eq!(d.settings.image_gc.min_age, base.image_gc.min_age);
     assert_eq!(d.settings.eviction.max_pod_grace_period, 30);
+    // Their sources: kept, applied, and not applied at all.
+    let sources = &d.settings.sources;
+    assert_eq!(sources["imageGCHighThresholdPercent"], decide::KEPT_SOURCE);
+    assert_eq!(sources["evictionMaxPodGracePeriod"], "NodeConfiguration c");
+    assert!(!sources.contains_key("imageMinimumGCAge"));
 
     // A value the kubelet refuses over the file (low above the file's high).
     let low = resource(

@@ -6,7 +6,9 @@
 //! - `/healthz`, `/healthz/ping`, `/healthz/log`, `/healthz/syncloop`: `ok`
 //!   (`?verbose` lists the checks).
 //! - `/configz`: the agent's effective KubeletConfiguration as
-//!   `{"kubeletconfig": {…}}`.
+//!   `{"kubeletconfig": {…}}`; `/configz/sources`: where each of its
+//!   top-level fields came from (a default, the file, a flag, a
+//!   `NodeConfiguration`).
 //! - `/pods`: the pods bound to this node, a v1 `PodList` from the pod reflector.
 //! - `/containerLogs/{namespace}/{pod}/{container}`: the container's CRI log file
 //!   with the `PodLogOptions` query ([`logs`]), which is what `kubectl logs` reaches
@@ -140,10 +142,11 @@ pub struct ServerConfig {
     pub reload: tls::Reload,
     /// Directory of pod logs (`podLogsDir`, `/var/log/pods`).
     pub pod_logs_dir: PathBuf,
-    /// The agent's other effective KubeletConfiguration fields (a JSON object),
-    /// shown by `/configz` with this server's own; the latest value is
-    /// shown (a `NodeConfiguration` applied changes it).
-    pub kubelet_config: tokio::sync::watch::Receiver<serde_json::Value>,
+    /// The agent's other effective KubeletConfiguration fields, shown by
+    /// `/configz` with this server's own, and where each came from, shown
+    /// by `/configz/sources`; the latest value is shown (a
+    /// `NodeConfiguration` applied changes it).
+    pub kubelet_config: tokio::sync::watch::Receiver<crate::config::Effective>,
     /// The image credential providers in effect (flags, hash, providers),
     /// shown by `/configz` beside `kubeletconfig` as
     /// `imageCredentialProviders`: they are flags, no KubeletConfiguration
@@ -294,7 +297,7 @@ impl ServerConfig {
             client_ca_file: None,
             reload: tls::Reload::default(),
             pod_logs_dir,
-            kubelet_config: tokio::sync::watch::channel(serde_json::json!({})).1,
+            kubelet_config: tokio::sync::watch::channel(crate::config::Effective::default()).1,
             credential_providers: None,
             auth_ttls: auth::CacheTtls::default(),
             limits: Limits::default(),
@@ -390,8 +393,9 @@ struct App {
     streams: Arc<fair::Quota>,
     /// The server's own `/configz` fields ([`configz`]).
     configz: serde_json::Value,
-    /// The agent's effective KubeletConfiguration, as it changes.
-    kubelet_config: tokio::sync::watch::Receiver<serde_json::Value>,
+    /// The agent's effective KubeletConfiguration and its sources, as they
+    /// change.
+    kubelet_config: tokio::sync::watch::Receiver<crate::config::Effective>,
     /// What `/statusz` shows.
     status: zpages::Status,
     /// The flags `/flagz` shows.
@@ -514,6 +518,7 @@ impl Server {
         let router = Router::new()
             .merge(healthz_routes(draining_rx))
             .route("/configz", get(configz_handler))
+            .route("/configz/sources", get(configz_sources))
             .route("/flagz", any(flagz))
             .route("/statusz", any(statusz))
             .route("/pods", get(pods))
@@ -1309,9 +1314,9 @@ fn configz(cfg: &ServerConfig) -> serde_json::Value {
 /// it (`overlay`, made once by [`configz`]).
 fn configz_now(
     overlay: &serde_json::Value,
-    live: &tokio::sync::watch::Receiver<serde_json::Value>,
+    live: &tokio::sync::watch::Receiver<crate::config::Effective>,
 ) -> serde_json::Value {
-    let mut doc = match &*live.borrow() {
+    let mut doc = match &live.borrow().configuration {
         serde_json::Value::Object(m) => m.clone(),
         _ => serde_json::Map::new(),
     };
@@ -1327,6 +1332,19 @@ async fn configz_handler(State(app): State<Arc<App>>) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
         configz_now(&app.configz, &app.kubelet_config).to_string(),
+    )
+        .into_response()
+}
+
+/// `/configz/sources`: where each top-level field `/configz` shows came
+/// from (`{"kubeletconfig": {field: source}}`, the source `default`, `file
+/// <path>`, `flag --<name>` or `NodeConfiguration <name>`), authorized as
+/// `/configz` is (its subpath).
+async fn configz_sources(State(app): State<Arc<App>>) -> Response {
+    let sources = app.kubelet_config.borrow().sources.clone();
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        sources.to_string(),
     )
         .into_response()
 }

@@ -219,7 +219,11 @@ async fn start_until_with(
     cfg.port = 0;
     cfg.healthz_port = Some(0);
     cfg.client_ca_file = Some(ca_file);
-    cfg.kubelet_config = tokio::sync::watch::channel(json!({"maxPods": 7, "port": 1})).1;
+    cfg.kubelet_config = tokio::sync::watch::channel(crate::config::Effective {
+        configuration: json!({"maxPods": 7, "port": 1}),
+        sources: json!({"kubeletconfig": {"maxPods": "file /etc/rustlet.yaml", "port": "default"}}),
+    })
+    .1;
     tweak(&mut cfg);
     let runtime = crate::cri::Runtime::connect_lazy(
         &format!("unix://{}", dir.path().join("no-runtime.sock").display()),
@@ -802,26 +806,54 @@ async fn configz_shows_the_effective_configuration() {
 
 #[tokio::test]
 async fn configz_follows_a_configuration_applied_while_serving() {
-    let (tx, rx) = tokio::sync::watch::channel(json!({"imageGCHighThresholdPercent": 100}));
-    let f = start_with(move |cfg| cfg.kubelet_config = rx).await;
-    let read = || async {
-        let (status, body) = f
-            .get(
-                "/configz",
-                Some(client_cert(&f.ca, "tester", "testers")),
-                None,
-            )
-            .await
-            .unwrap();
-        assert_eq!(status, StatusCode::OK);
-        serde_json::from_str::<Value>(&body).unwrap()["kubeletconfig"].clone()
+    let effective = |configuration: Value, source: &str| crate::config::Effective {
+        configuration,
+        sources: json!({"kubeletconfig": {"imageGCHighThresholdPercent": source}}),
     };
-    assert_eq!(read().await["imageGCHighThresholdPercent"], 100);
-    tx.send_replace(json!({"imageGCHighThresholdPercent": 70, "port": 1}));
-    let c = read().await;
+    let (tx, rx) = tokio::sync::watch::channel(effective(
+        json!({"imageGCHighThresholdPercent": 100}),
+        "file /etc/rustlet.yaml",
+    ));
+    let f = start_with(move |cfg| cfg.kubelet_config = rx).await;
+    let read = |path: &'static str| {
+        let f = &f;
+        async move {
+            let (status, body) = f
+                .get(path, Some(client_cert(&f.ca, "tester", "testers")), None)
+                .await
+                .unwrap();
+            assert_eq!(status, StatusCode::OK, "{path}: {body}");
+            serde_json::from_str::<Value>(&body).unwrap()["kubeletconfig"].clone()
+        }
+    };
+    assert_eq!(read("/configz").await["imageGCHighThresholdPercent"], 100);
+    assert_eq!(
+        read("/configz/sources").await["imageGCHighThresholdPercent"],
+        "file /etc/rustlet.yaml"
+    );
+    tx.send_replace(effective(
+        json!({"imageGCHighThresholdPercent": 70, "port": 1}),
+        "NodeConfiguration gc",
+    ));
+    let c = read("/configz").await;
     assert_eq!(c["imageGCHighThresholdPercent"], 70);
     // The server's own fields still win.
     assert_eq!(c["port"], 0);
+    assert_eq!(
+        read("/configz/sources").await["imageGCHighThresholdPercent"],
+        "NodeConfiguration gc"
+    );
+    // Authorized as /configz: a user without nodes/configz (nor proxy)
+    // is refused.
+    let (status, _) = f
+        .get(
+            "/configz/sources",
+            Some(client_cert(&f.ca, "nobody", "nogroup")),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::FORBIDDEN);
 }
 
 #[tokio::test]

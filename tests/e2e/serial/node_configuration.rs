@@ -32,15 +32,25 @@ fn apply(yaml: &str) {
 }
 
 fn configz() -> serde_json::Value {
+    node_api("configz")
+}
+
+/// Where each field of `/configz` came from (`/configz/sources`).
+fn sources() -> serde_json::Value {
+    node_api("configz/sources")
+}
+
+/// The `kubeletconfig` of the node API's `path`, through the API server.
+fn node_api(path: &str) -> serde_json::Value {
     let (code, out, err) = kubectl(
         &[
             "get",
             "--raw",
-            &format!("/api/v1/nodes/{}/proxy/configz", node_name()),
+            &format!("/api/v1/nodes/{}/proxy/{path}", node_name()),
         ],
         "",
     );
-    assert_eq!(code, 0, "configz: {err}");
+    assert_eq!(code, 0, "{path}: {err}");
     let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON");
     doc["kubeletconfig"].clone()
 }
@@ -157,6 +167,14 @@ async fn a_selected_configuration_applies_live_and_conflicts_are_refused() {
     let _reporter = Reporter::start();
     let file = configz();
     assert_eq!(file["imageGCHighThresholdPercent"], 100, "{file}");
+    // Where each value comes from: the file, or the kubelet's default.
+    let from_file = sources();
+    let file_source = from_file["imageGCHighThresholdPercent"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(file_source.starts_with("file /"), "{from_file}");
+    assert_eq!(from_file["evictionSoft"], "default", "{from_file}");
 
     apply(&resource(
         "e2e-gc",
@@ -184,6 +202,17 @@ async fn a_selected_configuration_applies_live_and_conflicts_are_refused() {
     assert_eq!(live["imageGCLowThresholdPercent"], 80);
     assert_eq!(live["evictionSoft"]["memory.available"], "100000Gi");
     assert_eq!(live["evictionPressureTransitionPeriod"], "5s");
+    let applied = sources();
+    for field in [
+        "imageGCHighThresholdPercent",
+        "evictionSoft",
+        "evictionPressureTransitionPeriod",
+    ] {
+        assert_eq!(
+            applied[field], "NodeConfiguration e2e-gc",
+            "{field}: {applied}"
+        );
+    }
     let (annotation, condition) = eventually(
         30,
         "the Node reports it",
@@ -307,6 +336,13 @@ async fn a_selected_configuration_applies_live_and_conflicts_are_refused() {
     )
     .await;
     assert_eq!(back["evictionSoft"], file["evictionSoft"], "{back}");
+    let restored = sources();
+    assert_eq!(
+        restored["imageGCHighThresholdPercent"],
+        file_source.as_str(),
+        "{restored}"
+    );
+    assert_eq!(restored["evictionSoft"], "default", "{restored}");
     assert_eq!(
         back["evictionPressureTransitionPeriod"],
         file["evictionPressureTransitionPeriod"]
