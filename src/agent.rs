@@ -178,13 +178,14 @@ pub fn main() -> ExitCode {
             // This read is quiet (nothing logs yet): the agent reads the
             // file again once logging is set up, and says then what it
             // found wrong in it.
-            let file = settings(&args).map(|s| s.logging).unwrap_or_default();
+            let (file, tracing) = settings(&args)
+                .map(|s| (s.logging, s.tracing))
+                .unwrap_or_default();
             let format = args.log_format.unwrap_or(if file.json {
                 LogFormat::Json
             } else {
                 LogFormat::Plain
             });
-            init_logging(format, file.verbosity);
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -195,6 +196,17 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            // The exporter's channel is made inside the runtime.
+            let provider = match &tracing {
+                Some(t) => {
+                    let _inside = rt.enter();
+                    init_logging_and_tracing(format, file.verbosity, t)
+                }
+                None => {
+                    init_logging(format, file.verbosity);
+                    None
+                }
+            };
             let code = match rt.block_on(run(args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -202,6 +214,13 @@ pub fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             };
+            // The spans still batched are sent before the runtime their
+            // channel lives on stops.
+            if let Some(provider) = provider
+                && let Err(e) = provider.shutdown()
+            {
+                eprintln!("rustlet: warning: tracing: {e}");
+            }
             // Work still under way (a pod worker's blocking volume set-up)
             // does not hold the exit: what it left is adopted at the next
             // start.
@@ -270,8 +289,7 @@ fn one_line(text: &str) -> String {
 /// Logs to stderr in `format`; `RUST_LOG` filters, or else the kubelet's
 /// `verbosity` ([`log_directives`]).
 fn init_logging(format: LogFormat, verbosity: u32) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_directives(verbosity)));
+    let filter = log_filter(verbosity);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -279,6 +297,42 @@ fn init_logging(format: LogFormat, verbosity: u32) {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+}
+
+fn log_filter(verbosity: u32) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_directives(verbosity)))
+}
+
+/// [`init_logging`] with spans exported as `tracing` says ([`crate::otel`]):
+/// the log's filter applies to the log alone, the export's to the export.
+/// Returns the provider to shut down at exit; call it inside the runtime.
+/// An exporter that cannot be built is said on stderr, and the log is set
+/// up without it.
+fn init_logging_and_tracing(
+    format: LogFormat,
+    verbosity: u32,
+    tracing: &config::Tracing,
+) -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    type Boxed = Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>;
+    let (otel, provider) = match crate::otel::layer(tracing) {
+        Ok(parts) => parts,
+        Err(e) => {
+            eprintln!("rustlet: warning: tracing: {e}; no spans are exported");
+            init_logging(format, verbosity);
+            return None;
+        }
+    };
+    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let log: Boxed = match format {
+        LogFormat::Plain => log.with_filter(log_filter(verbosity)).boxed(),
+        LogFormat::Json => log.json().with_filter(log_filter(verbosity)).boxed(),
+    };
+    tracing_subscriber::registry().with(log).with(otel).init();
+    Some(provider)
 }
 
 /// The log filter of the kubelet's `logging.verbosity` (klog's `-v`): up to

@@ -193,6 +193,9 @@ pub struct Settings {
     pub crash_loop_max_restart_period: Duration,
     /// `logging`: the log's format and verbosity.
     pub logging: Logging,
+    /// `tracing`: where OpenTelemetry spans go, and how many are sampled
+    /// (none when unset, as the kubelet).
+    pub tracing: Option<Tracing>,
     /// `oomScoreAdj` (-999, from -1000 to 1000): the agent's own
     /// `oom_score_adj`, so that the kernel's OOM killer takes it last.
     pub oom_score_adj: i32,
@@ -592,6 +595,7 @@ impl Default for Settings {
             crash_loop_max_restart_period: Duration::from_secs(300),
             limited_swap: false,
             logging: Logging::default(),
+            tracing: None,
             oom_score_adj: -999,
             registry_pull_qps: 5,
             registry_burst: 10,
@@ -738,6 +742,10 @@ impl Settings {
                 "format": if self.logging.json { "json" } else { "text" },
                 "verbosity": self.logging.verbosity,
             },
+            "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
+                "endpoint": t.endpoint,
+                "samplingRatePerMillion": t.sampling_rate_per_million,
+            })),
             "memorySwap": {
                 "swapBehavior": if self.limited_swap { "LimitedSwap" } else { "NoSwap" },
             },
@@ -987,6 +995,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "crashLoopBackOff",
     "memorySwap",
     "logging",
+    "tracing",
     "oomScoreAdj",
     "registerWithTaints",
     "staticPodURLHeader",
@@ -1359,6 +1368,9 @@ struct KubeletConfiguration {
     memory_swap: Option<MemorySwap>,
     /// `logging`.
     logging: Option<LoggingFile>,
+    /// `tracing`.
+    #[serde(deserialize_with = "tracing_block")]
+    tracing: Option<TracingFile>,
     /// `oomScoreAdj`.
     #[serde(rename = "oomScoreAdj", deserialize_with = "oom_score")]
     oom_score_adj: Option<i32>,
@@ -1475,6 +1487,73 @@ struct CrashLoopBackOff {
     /// Every other field, by name.
     #[serde(flatten)]
     rest: BTreeMap<String, IgnoredAny>,
+}
+
+/// The kubelet's `tracing` (component-base's `TracingConfiguration`): spans
+/// exported over OTLP gRPC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tracing {
+    /// `endpoint`: the collector, `host:port` or a URL (`localhost:4317`
+    /// when unset, OTLP gRPC's default); plain text, as the kubelet's.
+    pub endpoint: String,
+    /// `samplingRatePerMillion` (0 to 1,000,000; 0 by default): how many of
+    /// a million root spans are sampled; a span with a sampled parent always
+    /// is.
+    pub sampling_rate_per_million: u32,
+}
+
+impl Tracing {
+    /// The endpoint as a URL tonic takes: `http://` before a bare
+    /// `host:port`.
+    #[must_use]
+    pub fn endpoint_url(&self) -> String {
+        if self.endpoint.contains("://") {
+            self.endpoint.clone()
+        } else {
+            format!("http://{}", self.endpoint)
+        }
+    }
+}
+
+/// `tracing`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, expecting = "a mapping")]
+struct TracingFile {
+    /// `endpoint`.
+    #[serde(deserialize_with = "tracing_endpoint")]
+    endpoint: Option<String>,
+    /// `samplingRatePerMillion`.
+    #[serde(rename = "samplingRatePerMillion", deserialize_with = "sampling_rate")]
+    sampling_rate_per_million: Option<u32>,
+}
+
+/// `tracing`: a mapping (serde would take a list for the struct's fields
+/// in order).
+fn tracing_block<'de, D: Deserializer<'de>>(d: D) -> Result<Option<TracingFile>, D::Error> {
+    match Option::<Value>::deserialize(d)? {
+        None => Ok(None),
+        Some(v @ Value::Object(_)) => TracingFile::deserialize(v)
+            .map(Some)
+            .map_err(D::Error::custom),
+        Some(_) => Err(D::Error::custom("expected a mapping")),
+    }
+}
+
+/// `tracing.endpoint`: a `host:port` or URL without spaces.
+fn tracing_endpoint<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    read(d, "a host:port or URL", |e: String| {
+        (!e.is_empty() && !e.contains(char::is_whitespace)).then_some(e)
+    })
+}
+
+/// `tracing.samplingRatePerMillion`: 0 to 1,000,000, as component-base's
+/// validation.
+fn sampling_rate<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    read(
+        d,
+        "a number from 0 to 1000000 (sampling rate per million)",
+        |r: i64| u32::try_from(r).ok().filter(|r| *r <= 1_000_000),
+    )
 }
 
 /// The agent's log as `logging` sets it (the kubelet's
@@ -1928,6 +2007,15 @@ impl KubeletConfiguration {
         if let Some(l) = &self.logging {
             set(&mut s.logging.json, l.format);
             set(&mut s.logging.verbosity, l.verbosity);
+        }
+        if let Some(t) = &self.tracing {
+            s.tracing = Some(Tracing {
+                endpoint: t
+                    .endpoint
+                    .clone()
+                    .unwrap_or_else(|| "localhost:4317".to_string()),
+                sampling_rate_per_million: t.sampling_rate_per_million.unwrap_or(0),
+            });
         }
         set(&mut s.registry_pull_qps, self.registry_pull_qps);
         set(&mut s.registry_burst, self.registry_burst);
@@ -2896,6 +2984,53 @@ volumeStatsAggPeriod: 0s
         ] {
             let e = read(text).map(|_| ()).unwrap_err().to_string();
             assert!(e.contains(field) && e.contains(why), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn tracing_is_read_as_component_bases_tracing_configuration() {
+        let read = |text: &str| {
+            let mut s = Settings::default();
+            apply_file_text(&mut s, Path::new("k.yaml"), text).map(|_| s)
+        };
+        assert_eq!(Settings::default().tracing, None);
+        let s = read("tracing:\n  endpoint: otel.example:4317\n  samplingRatePerMillion: 1000\n")
+            .unwrap();
+        let t = s.tracing.clone().unwrap();
+        assert_eq!(
+            (t.endpoint.as_str(), t.sampling_rate_per_million),
+            ("otel.example:4317", 1000)
+        );
+        assert_eq!(t.endpoint_url(), "http://otel.example:4317");
+        assert_eq!(
+            s.kubelet_configuration()["tracing"]["samplingRatePerMillion"],
+            1000
+        );
+        // Unset fields take component-base's defaults: OTLP gRPC's endpoint, no sampling.
+        let t = read("tracing: {}\n").unwrap().tracing.unwrap();
+        assert_eq!(
+            (t.endpoint.as_str(), t.sampling_rate_per_million),
+            ("localhost:4317", 0)
+        );
+        assert_eq!(
+            read("tracing:\n  endpoint: https://otel:4317\n")
+                .unwrap()
+                .tracing
+                .unwrap()
+                .endpoint_url(),
+            "https://otel:4317"
+        );
+        for bad in [
+            "tracing:\n  samplingRatePerMillion: 1000001\n",
+            "tracing:\n  samplingRatePerMillion: -1\n",
+            "tracing:\n  endpoint: \"a b\"\n",
+            "tracing:\n  endpoint: \"\"\n",
+            "tracing: [localhost:4317]\n",
+        ] {
+            let Err(e) = read(bad).map(|s| s.tracing) else {
+                panic!("{bad} was taken");
+            };
+            assert!(e.to_string().contains("tracing"), "{bad}: {e}");
         }
     }
 

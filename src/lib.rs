@@ -42,6 +42,7 @@ pub mod node;
 pub mod node_config;
 pub mod node_selector;
 pub mod node_shutdown;
+pub mod otel;
 pub mod paths;
 pub mod plugin_manager;
 pub mod pod;

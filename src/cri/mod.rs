@@ -197,7 +197,14 @@ impl Runtime {
         F: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let started = std::time::Instant::now();
-        let result = tokio::time::timeout(self.timeout, fut).await;
+        // A span per call (exported when tracing is on, src/otel.rs).
+        let span = tracing::debug_span!(
+            "cri",
+            otel.name = %crate::otel::cri_span_name(call),
+            otel.kind = "client",
+        );
+        let result =
+            tracing::Instrument::instrument(tokio::time::timeout(self.timeout, fut), span).await;
         crate::metrics::metrics().record_runtime_operation(
             call,
             started.elapsed(),

@@ -243,6 +243,25 @@ pub fn client(
             .build(connector);
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
+        // A span per request, named as client-go's traced transport names
+        // them (`HTTP PATCH`); exported when tracing is on (crate::otel).
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(|req: &http::Request<kube::client::Body>| {
+                    tracing::debug_span!(
+                        "HTTP",
+                        otel.name = %format_args!("HTTP {}", req.method()),
+                        otel.kind = "client",
+                        http.method = %req.method(),
+                        http.url = %req.uri(),
+                    )
+                })
+                .on_request(())
+                .on_response(())
+                .on_body_chunk(())
+                .on_eos(())
+                .on_failure(()),
+        )
         .option_layer(config.default_retry.then(|| {
             tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())
         }))

@@ -1,6 +1,6 @@
 //! The topics that must run alone, one test at a time, after every other
 //! topic: they restart the agent ([`restart`], [`eviction`], [`devices`],
-//! [`client_cert`], [`cpu_manager`], [`credential_provider`], [`pids`], [`hugepages`], [`reserved`], [`api_rate`], [`node_limits`], [`dra`], [`node_shutdown`]), change the node's eviction thresholds ([`node_configuration`]), add a node of their own ([`image_gc`]), take most of the
+//! [`client_cert`], [`cpu_manager`], [`credential_provider`], [`pids`], [`hugepages`], [`reserved`], [`api_rate`], [`node_limits`], [`dra`], [`node_shutdown`], [`otel`]), change the node's eviction thresholds ([`node_configuration`]), add a node of their own ([`image_gc`]), take most of the
 //! node's cpu ([`admission`]), measure the agent's memory and the API
 //! server's TokenReviews under load ([`hostile_nodeapi`]) or the agent's
 //! peak memory ([`hostile_bounded`]: other topics' pods would add to it),
@@ -28,6 +28,7 @@ mod node_configuration;
 mod node_limits;
 mod node_shutdown;
 mod node_status;
+mod otel;
 mod pids;
 mod reserved;
 mod restart;
