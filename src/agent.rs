@@ -394,28 +394,31 @@ pub fn settings(args: &RunArgs) -> anyhow::Result<Settings> {
             );
         }
     }
-    let mut flagged = |field: &str, flag: &str| {
+    // Where each field a flag sets comes from (`/configz/sources`).
+    let given = [
+        (
+            args.container_runtime_endpoint.is_some(),
+            "containerRuntimeEndpoint",
+            "container-runtime-endpoint",
+        ),
+        (args.pod_logs_dir.is_some(), "podLogsDir", "pod-logs-dir"),
+        (args.port.is_some(), "port", "port"),
+        (args.healthz_port.is_some(), "healthzPort", "healthz-port"),
+        (
+            args.minimum_image_ttl_duration.is_some(),
+            "imageMinimumGCAge",
+            "minimum-image-ttl-duration",
+        ),
+        (args.tls_cert_file.is_some(), "tlsCertFile", "tls-cert-file"),
+        (
+            args.tls_private_key_file.is_some(),
+            "tlsPrivateKeyFile",
+            "tls-private-key-file",
+        ),
+    ];
+    for (_, field, flag) in given.into_iter().filter(|g| g.0) {
         s.sources
             .insert(field.to_string(), format!("flag --{flag}"));
-    };
-    if args.container_runtime_endpoint.is_some() {
-        flagged("containerRuntimeEndpoint", "container-runtime-endpoint");
-    }
-    if args.pod_logs_dir.is_some() {
-        flagged("podLogsDir", "pod-logs-dir");
-    }
-    if args.port.is_some() {
-        flagged("port", "port");
-    }
-    if args.healthz_port.is_some() {
-        flagged("healthzPort", "healthz-port");
-    }
-    if args.minimum_image_ttl_duration.is_some() {
-        flagged("imageMinimumGCAge", "minimum-image-ttl-duration");
-    }
-    if args.tls_cert_file.is_some() {
-        flagged("tlsCertFile", "tls-cert-file");
-        flagged("tlsPrivateKeyFile", "tls-private-key-file");
     }
     if let Some(v) = &args.container_runtime_endpoint {
         s.container_runtime_endpoint.clone_from(v);

@@ -36,6 +36,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "node_selector",
             "names",
             "metrics",
+            "startup_trace",
             "feature_gates",
             "cpuset",
             "topology_manager",
@@ -52,7 +53,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "clients of the runtime and of the host's service manager, gRPC servers",
-        &["cri", "systemd", "proto", "grpc_socket", "throttle"],
+        &["cri", "systemd", "proto", "grpc_socket", "throttle", "otel"],
     ),
     ("runtime's view of a pod", &["container"]),
     (

@@ -914,6 +914,19 @@ fn restore(path: &Path) -> Result<ClaimCache, String> {
 mod tests {
     use super::*;
 
+    /// A cache of one claim, `c` in `ns`, used by pod `p1`.
+    fn one_claim() -> ClaimCache {
+        let mut claims = ClaimCache::default();
+        claims.insert(ClaimInfo {
+            uid: "claim-uid".into(),
+            name: "c".into(),
+            namespace: "ns".into(),
+            pod_uids: ["p1".to_string()].into(),
+            ..Default::default()
+        });
+        claims
+    }
+
     #[tokio::test]
     async fn a_checkpoint_under_the_kubelets_name_is_taken_over_only_in_this_agents_format() {
         let dir = tempfile::tempdir().unwrap();
@@ -929,14 +942,7 @@ mod tests {
         assert!(!dir.path().join(cache::CHECKPOINT).exists());
         // One an earlier version of this agent wrote there moves to the
         // agent's own name, with its claims.
-        let mut claims = ClaimCache::default();
-        claims.insert(ClaimInfo {
-            uid: "claim-uid".into(),
-            name: "c".into(),
-            namespace: "ns".into(),
-            pod_uids: ["p1".to_string()].into(),
-            ..Default::default()
-        });
+        let claims = one_claim();
         std::fs::write(&legacy, claims.checkpoint().unwrap()).unwrap();
         let dra = DraManager::open(api.client(), "node-1", dir.path()).unwrap();
         assert_eq!(dra.cache().claims_of("p1"), ["c"]);
@@ -953,14 +959,7 @@ mod tests {
         let dra = DraManager::open(api.client(), "node-1", dir.path()).unwrap();
         assert!(dra.cache().is_empty());
         // One written by a manager comes back.
-        let mut claims = ClaimCache::default();
-        claims.insert(ClaimInfo {
-            uid: "claim-uid".into(),
-            name: "c".into(),
-            namespace: "ns".into(),
-            pod_uids: ["p1".to_string()].into(),
-            ..Default::default()
-        });
+        let claims = one_claim();
         let good = claims.checkpoint().unwrap();
         std::fs::write(&file, &good).unwrap();
         let dra = DraManager::open(api.client(), "node-1", dir.path()).unwrap();
