@@ -43,6 +43,12 @@ pub enum Error {
     },
 }
 
+/// `address`'s default: every address.
+const DEFAULT_ADDRESS: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+/// `healthzBindAddress`'s default: loopback.
+const DEFAULT_HEALTHZ_BIND_ADDRESS: std::net::IpAddr =
+    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
 /// The configuration in effect, as the node API serves it: `/configz`'s
 /// KubeletConfiguration ([`Settings::kubelet_configuration`]) and
 /// `/configz/sources` ([`Settings::configuration_sources`]); both JSON
@@ -562,9 +568,9 @@ impl Default for Settings {
             resolv_conf: "/etc/resolv.conf".into(),
             port: 10250,
             read_only_port: 0,
-            address: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            address: DEFAULT_ADDRESS,
             healthz_port: 10248,
-            healthz_bind_address: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            healthz_bind_address: DEFAULT_HEALTHZ_BIND_ADDRESS,
             static_pod_path: None,
             file_check_frequency: Duration::from_secs(20),
             client_ca_file: None,
@@ -789,9 +795,11 @@ impl Settings {
     /// The configuration in effect as the node API shows it.
     #[must_use]
     pub fn effective(&self) -> Effective {
+        let configuration = self.kubelet_configuration();
+        let sources = self.sources_of(&configuration);
         Effective {
-            configuration: self.kubelet_configuration(),
-            sources: self.configuration_sources(),
+            configuration,
+            sources,
         }
     }
 
@@ -801,17 +809,20 @@ impl Settings {
     /// `default`.
     #[must_use]
     pub fn configuration_sources(&self) -> Value {
-        let fields = match self.kubelet_configuration() {
-            Value::Object(m) => m.into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
-            _ => Vec::new(),
-        };
-        let sources: serde_json::Map<String, Value> = fields
+        self.sources_of(&self.kubelet_configuration())
+    }
+
+    /// [`Settings::configuration_sources`] of the fields of `configuration`
+    /// (this settings' [`Settings::kubelet_configuration`]).
+    fn sources_of(&self, configuration: &Value) -> Value {
+        let sources: serde_json::Map<String, Value> = configuration
+            .as_object()
             .into_iter()
+            .flat_map(serde_json::Map::keys)
             .filter(|f| !matches!(f.as_str(), "apiVersion" | "kind"))
             .map(|f| {
-                let source = self.sources.get(&f).map_or("default", String::as_str);
-                let source = Value::String(source.to_string());
-                (f, source)
+                let source = self.sources.get(f).map_or("default", String::as_str);
+                (f.clone(), Value::String(source.to_string()))
             })
             .collect();
         serde_json::json!({ "kubeletconfig": sources })
@@ -1923,16 +1934,15 @@ impl KubeletConfiguration {
         let file = |f: &String| (!f.is_empty()).then(|| PathBuf::from(f));
         set(&mut s.port, self.port);
         set(&mut s.read_only_port, self.read_only_port);
-        let defaults = Settings::default();
         set(
             &mut s.address,
-            self.address.map(|a| a.unwrap_or(defaults.address)),
+            self.address.map(|a| a.unwrap_or(DEFAULT_ADDRESS)),
         );
         set(&mut s.healthz_port, self.healthz_port);
         set(
             &mut s.healthz_bind_address,
             self.healthz_bind_address
-                .map(|a| a.unwrap_or(defaults.healthz_bind_address)),
+                .map(|a| a.unwrap_or(DEFAULT_HEALTHZ_BIND_ADDRESS)),
         );
         set(&mut s.tls_cert_file, self.tls_cert_file.as_ref().map(file));
         set(

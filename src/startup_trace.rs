@@ -78,19 +78,26 @@ pub fn enabled() -> bool {
 
 /// Marks `stage` for `pod`.
 pub fn mark(pod: &Pod, stage: Stage) {
-    if enabled() {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        tracing::debug!(target: TARGET, pod = %format_args!("{ns}/{name}"), stage = %stage.as_str(), "startup");
-    }
+    line(pod, stage, None);
 }
 
 /// Marks [`Stage::StatusSent`] for `pod`, with the phase of the status sent.
 pub fn status_sent(pod: &Pod, phase: Option<&str>) {
+    line(pod, Stage::StatusSent, Some(phase.unwrap_or_default()));
+}
+
+/// The trace's line of `stage` for `pod`, with `phase` when given.
+fn line(pod: &Pod, stage: Stage, phase: Option<&str>) {
     if enabled() {
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        tracing::debug!(target: TARGET, pod = %format_args!("{ns}/{name}"), stage = %Stage::StatusSent.as_str(), phase = %phase.unwrap_or_default(), "startup");
+        let pod = format_args!("{ns}/{name}");
+        match phase {
+            Some(phase) => {
+                tracing::debug!(target: TARGET, pod = %pod, stage = %stage.as_str(), phase = %phase, "startup")
+            }
+            None => tracing::debug!(target: TARGET, pod = %pod, stage = %stage.as_str(), "startup"),
+        }
     }
 }
 

@@ -146,10 +146,9 @@ pub fn decide(
         .collect();
     let last = fields(previous);
     let mut merged: BTreeMap<String, serde_json::Value> = BTreeMap::new();
-    // Who each applied field is from; the fields kept from the last
-    // configuration applied.
+    // Who each applied field is from (a field merged without one was kept
+    // from the last configuration applied).
     let mut owners: BTreeMap<String, String> = BTreeMap::new();
-    let mut kept: BTreeSet<String> = BTreeSet::new();
     // A refused resource's fields keep the values applied last.
     let keep = |merged: &mut BTreeMap<String, serde_json::Value>,
                 mine: &BTreeMap<String, serde_json::Value>| {
@@ -181,13 +180,11 @@ pub fn decide(
             .collect();
         if !clashes.is_empty() {
             keep(&mut merged, &mine);
-            kept.extend(mine.keys().cloned());
             verdicts.push(verdict(Some((CONFLICT, truncate(clashes.join("; "))))));
             continue;
         }
         if let Err(e) = over(base, &name, &mine) {
             keep(&mut merged, &mine);
-            kept.extend(mine.keys().cloned());
             verdicts.push(verdict(Some((INVALID, truncate(e)))));
             continue;
         }
@@ -207,17 +204,13 @@ pub fn decide(
             }
             merged = fields(previous);
             owners.clear();
-            kept = merged.keys().cloned().collect();
             over(base, "(previous)", &merged).unwrap_or_else(|_| base.clone())
         }
     };
     // Where each field now comes from, for /configz/sources.
     for f in merged.keys() {
-        let source = match owners.get(f) {
-            Some(owner) if !kept.contains(f) => owner.clone(),
-            _ => KEPT_SOURCE.to_string(),
-        };
-        settings.sources.insert(f.clone(), source);
+        let source = owners.get(f).map_or(KEPT_SOURCE, String::as_str);
+        settings.sources.insert(f.clone(), source.to_string());
     }
     verdicts.sort_by(|a, b| a.name.cmp(&b.name));
     let live = serde_json::from_value(serde_json::Value::Object(merged.into_iter().collect()))
