@@ -2128,7 +2128,8 @@ fn pull_concurrency(settings: &Settings) -> PullConcurrency {
 
 /// The pod worker, timed into `kubelet_pod_worker_duration_seconds` (`create`
 /// on a pod's first pass, `sync` after) and, once the pod is seen Running,
-/// `kubelet_pod_start_duration_seconds`, as the kubelet's pod workers record them.
+/// `kubelet_pod_start_duration_seconds`, as the kubelet's pod workers record them,
+/// in the kubelet's `syncPod` span ([`crate::otel::sync_span`]).
 /// A panic in a sync fails that sync only ([`worker::isolated`]).
 async fn reconcile_measured(
     pod: Arc<Pod>,
@@ -2152,8 +2153,14 @@ async fn reconcile_measured(
         m.pod_running(&uid);
     }
     let started = Instant::now();
+    let terminating = pod.metadata.deletion_timestamp.is_some() || ctx.eviction(&uid).is_some();
+    let span = crate::otel::sync_span(&pod, op, terminating);
     let sync = worker::reconcile(pod.clone(), ctx.clone());
-    let result = worker::isolated(&pod, &ctx, sync).await;
+    let result =
+        tracing::Instrument::instrument(worker::isolated(&pod, &ctx, sync), span.clone()).await;
+    if let Err(error) = &result {
+        crate::otel::record_error(&span, error);
+    }
     m.record_pod_worker(op, started.elapsed());
     result
 }

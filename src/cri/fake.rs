@@ -414,6 +414,8 @@ struct State {
     failures: HashMap<String, VecDeque<(Code, String)>>,
     calls: Vec<String>,
     execs: Vec<String>,
+    /// The `traceparent` headers of the requests received, in order.
+    trace_parents: Vec<String>,
     runtime_ready: bool,
     network_ready: bool,
     socket: Option<PathBuf>,
@@ -425,6 +427,9 @@ struct State {
     cgroup_driver: Option<i32>,
     image_fs_info: cri::ImageFsInfoResponse,
 }
+
+/// How many `traceparent` headers [`FakeRuntime::trace_parents`] keeps.
+pub const TRACE_PARENTS_KEPT: usize = 256;
 
 /// The memory a container uses unless [`FakeRuntime::set_memory_usage`]
 /// says otherwise: 4 MiB.
@@ -446,6 +451,7 @@ impl State {
             failures: HashMap::new(),
             calls: Vec::new(),
             execs: Vec::new(),
+            trace_parents: Vec::new(),
             runtime_ready: true,
             network_ready: true,
             socket: None,
@@ -1094,9 +1100,29 @@ impl FakeRuntime {
         }
         let listener = UnixListener::bind(socket)?;
         self.lock().socket = Some(socket.to_path_buf());
+        // Each request's `traceparent` header is kept, for the tests of the
+        // trace context the client sends.
+        let seen = self.clone();
+        let trace_parent = move |request: Request<()>| {
+            if let Some(value) = request.metadata().get("traceparent") {
+                let value = value.to_str().unwrap_or("(not text)").to_string();
+                let mut st = seen.lock();
+                if st.trace_parents.len() == TRACE_PARENTS_KEPT {
+                    st.trace_parents.remove(0);
+                }
+                st.trace_parents.push(value);
+            }
+            Ok(request)
+        };
         let router = tonic::transport::Server::builder()
-            .add_service(RuntimeServiceServer::new(self.clone()))
-            .add_service(ImageServiceServer::new(self.clone()));
+            .add_service(RuntimeServiceServer::with_interceptor(
+                self.clone(),
+                trace_parent.clone(),
+            ))
+            .add_service(ImageServiceServer::with_interceptor(
+                self.clone(),
+                trace_parent,
+            ));
         let incoming = UnixListenerStream::new(listener);
         Ok(tokio::spawn(async move {
             if let Err(error) = router.serve_with_incoming(incoming).await {
@@ -1282,6 +1308,14 @@ impl FakeRuntime {
     #[must_use]
     pub fn calls(&self) -> Vec<String> {
         self.lock().calls.clone()
+    }
+
+    /// The W3C `traceparent` headers of the requests received (every call,
+    /// reads too), in order, the last [`TRACE_PARENTS_KEPT`]; requests
+    /// without one add nothing.
+    #[must_use]
+    pub fn trace_parents(&self) -> Vec<String> {
+        self.lock().trace_parents.clone()
     }
 
     /// As [`FakeRuntime::calls`], and forgets them.

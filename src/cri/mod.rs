@@ -14,6 +14,7 @@ use std::{collections::HashMap, future::Future, io, path::PathBuf, time::Duratio
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1 as cri;
 use tokio::net::UnixStream;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tower::service_fn;
 
@@ -92,10 +93,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Clone)]
 pub struct Runtime {
     channel: Channel,
-    runtime: RuntimeServiceClient<Channel>,
-    images: ImageServiceClient<Channel>,
+    runtime: RuntimeServiceClient<Traced>,
+    images: ImageServiceClient<Traced>,
     timeout: Duration,
 }
+
+/// The channel as the CRI clients use it: each request carries the W3C
+/// trace context of its span ([`crate::otel::TraceContext`]).
+pub type Traced = InterceptedService<Channel, crate::otel::TraceContext>;
 
 /// The largest CRI message (bytes) received or sent: the kubelet's
 /// `maxMsgSize` (pkg/kubelet/cri/remote), which it sets for what it
@@ -165,12 +170,18 @@ impl Runtime {
     /// either way.
     fn over(channel: Channel, timeout: Duration) -> Self {
         Self {
-            runtime: RuntimeServiceClient::new(channel.clone())
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            images: ImageServiceClient::new(channel.clone())
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            runtime: RuntimeServiceClient::with_interceptor(
+                channel.clone(),
+                crate::otel::TraceContext,
+            )
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            images: ImageServiceClient::with_interceptor(
+                channel.clone(),
+                crate::otel::TraceContext,
+            )
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
             channel,
             timeout,
         }
@@ -188,7 +199,7 @@ impl Runtime {
 
     /// The runtime service client, for calls this handle does not wrap.
     #[must_use]
-    pub fn runtime_client(&self) -> RuntimeServiceClient<Channel> {
+    pub fn runtime_client(&self) -> RuntimeServiceClient<Traced> {
         self.runtime.clone()
     }
 

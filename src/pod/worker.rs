@@ -43,7 +43,6 @@ const NODE_RETRY: Duration = Duration::from_secs(1);
 /// # Errors
 /// A failed CRI observation or call, or a failed API call; the controller's
 /// error policy requeues.
-#[tracing::instrument(name = "syncPod", skip_all, fields(pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())))]
 pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let (ns, name, uid) = pod_identity(&pod);
     let key = format!("{ns}/{name}");

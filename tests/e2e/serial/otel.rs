@@ -1,6 +1,7 @@
 //! OpenTelemetry traces (the KubeletConfiguration's `tracing`): the agent,
 //! restarted with an OTLP endpoint and every root span sampled, sends the
-//! `syncPod` spans of a pod it starts, each with its CRI calls and API
+//! `syncPod` spans of a pod it starts, with the kubelet's attributes (the
+//! first with `k8s.pod.update_type` `create`), each with its CRI calls and API
 //! requests as child spans, to a real OTLP gRPC receiver (the
 //! OpenTelemetry protocol's `TraceService`, served here on loopback). The
 //! agent is restarted with its usual configuration at the end. It restarts
@@ -92,14 +93,14 @@ async fn a_pod_syncs_trace_reaches_an_otlp_receiver() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let (syncs, children) = loop {
         let spans = receiver.spans.lock().expect("spans").clone();
-        let syncs: Vec<&Span> = spans
+        let syncs: Vec<Span> = spans
             .iter()
             .filter(|(service, s)| {
                 service == "kubelet"
                     && s.name == "syncPod"
-                    && text(&s.attributes, "pod").as_deref() == Some(pod_key.as_str())
+                    && text(&s.attributes, "k8s.pod").as_deref() == Some(pod_key.as_str())
             })
-            .map(|(_, s)| s)
+            .map(|(_, s)| s.clone())
             .collect();
         let ids: BTreeSet<&[u8]> = syncs.iter().map(|s| s.span_id.as_slice()).collect();
         let children: BTreeSet<String> = spans
@@ -111,7 +112,7 @@ async fn a_pod_syncs_trace_reaches_an_otlp_receiver() {
         let done = children.contains("runtime.v1.RuntimeService/StartContainer")
             && children.iter().any(|n| !n.starts_with("runtime.v1."));
         if done {
-            break (syncs.len(), children);
+            break (syncs, children);
         }
         assert!(
             Instant::now() < deadline,
@@ -125,7 +126,27 @@ async fn a_pod_syncs_trace_reaches_an_otlp_receiver() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    assert!(syncs >= 1);
+    assert!(!syncs.is_empty());
+    // The kubelet's attributes, on every sync; the first is the pod's creation.
+    for sync in &syncs {
+        assert_eq!(
+            text(&sync.attributes, "k8s.pod.name").as_deref(),
+            Some("traced")
+        );
+        assert_eq!(
+            text(&sync.attributes, "k8s.namespace.name").as_deref(),
+            Some(ns.as_str())
+        );
+        assert!(text(&sync.attributes, "k8s.pod.uid").is_some_and(|u| !u.is_empty()));
+    }
+    let first = syncs
+        .iter()
+        .min_by_key(|s| s.start_time_unix_nano)
+        .expect("a sync");
+    assert_eq!(
+        text(&first.attributes, "k8s.pod.update_type").as_deref(),
+        Some("create")
+    );
     for call in [
         "runtime.v1.RuntimeService/RunPodSandbox",
         "runtime.v1.RuntimeService/CreateContainer",
