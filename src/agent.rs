@@ -1424,6 +1424,7 @@ fn node_context(base: &Base, facts: &NodeFacts, host_dns: HostDns) -> NodeContex
             .map(|(kib, _)| kib.saturating_mul(1024))
             .collect(),
         cpu_period_us: settings.cpu_period_us(),
+        sync_frequency: settings.sync_frequency,
     }
 }
 

@@ -78,6 +78,10 @@ pub struct Settings {
     pub node_status_update_frequency: Duration,
     /// How often an unchanged node status is still reported (`nodeStatusReportFrequency`, 5 min).
     pub node_status_report_frequency: Duration,
+    /// `syncFrequency`: the longest a pod with nothing pending waits for its
+    /// next sync (1 min), jittered up to half again as the kubelet's pod
+    /// workers requeue (`workerResyncIntervalJitterFactor`).
+    pub sync_frequency: Duration,
     /// Node lease duration in seconds (`nodeLeaseDurationSeconds`, 40).
     pub node_lease_duration_seconds: i32,
     /// Cluster DNS server IPs (`clusterDNS`; empty: pods use the host's resolver).
@@ -558,6 +562,7 @@ impl Default for Settings {
             max_pods: 110,
             node_status_update_frequency: Duration::from_secs(10),
             node_status_report_frequency: Duration::from_secs(300),
+            sync_frequency: Duration::from_secs(60),
             node_lease_duration_seconds: 40,
             cluster_dns: Vec::new(),
             kube_api_qps: 50,
@@ -845,6 +850,7 @@ impl Settings {
             "maxPods": self.max_pods,
             "nodeStatusUpdateFrequency": go_duration(self.node_status_update_frequency),
             "nodeStatusReportFrequency": go_duration(self.node_status_report_frequency),
+            "syncFrequency": go_duration(self.sync_frequency),
             "nodeLeaseDurationSeconds": self.node_lease_duration_seconds,
             "volumeStatsAggPeriod": go_duration(self.volume_stats_agg_period),
             "clusterDNS": self.cluster_dns,
@@ -977,6 +983,7 @@ pub const SUPPORTED_FIELDS: &[&str] = &[
     "maxPods",
     "nodeStatusUpdateFrequency",
     "nodeStatusReportFrequency",
+    "syncFrequency",
     "nodeLeaseDurationSeconds",
     "clusterDNS",
     "clusterDomain",
@@ -1255,6 +1262,9 @@ struct KubeletConfiguration {
     /// `nodeStatusReportFrequency`.
     #[serde(deserialize_with = "duration")]
     node_status_report_frequency: Option<Duration>,
+    /// `syncFrequency`.
+    #[serde(deserialize_with = "duration")]
+    sync_frequency: Option<Duration>,
     /// `nodeLeaseDurationSeconds`, seconds.
     #[serde(deserialize_with = "lease_seconds")]
     node_lease_duration_seconds: Option<i32>,
@@ -1911,6 +1921,7 @@ impl KubeletConfiguration {
                 .filter(|d| !d.is_zero())
                 .or(explicit_update),
         );
+        nonzero(&mut s.sync_frequency, self.sync_frequency);
         set(
             &mut s.node_lease_duration_seconds,
             self.node_lease_duration_seconds,
@@ -3087,7 +3098,12 @@ volumeStatsAggPeriod: 0s
         assert!(s.rotate_certificates);
         assert_eq!(s.cluster_dns, ["10.96.0.10"]);
         // What is left is named, each in docs/configuration.md.
-        assert_eq!(ignored, ["streamingConnectionIdleTimeout", "syncFrequency"]);
+        assert_eq!(
+            s.sync_frequency,
+            Duration::from_secs(60),
+            "0s is the default"
+        );
+        assert_eq!(ignored, ["streamingConnectionIdleTimeout"]);
     }
 
     #[test]
@@ -3393,7 +3409,7 @@ volumeStatsAggPeriod: 0s
     fn every_unknown_nested_field_is_named() {
         let mut s = Settings::default();
         let text = "authentication: {x509: {clientCAFile: /ca.crt, a: 1, b: 2}, webhook: {c: 3}, d: 4}\n\
-                    authorization: {webhook: {enabled: true}}\nsyncFrequency: 1m\n";
+                    authorization: {webhook: {enabled: true}}\nvolumePluginDir: /x\n";
         let ignored = apply_file_text(&mut s, Path::new("k.yaml"), text).unwrap();
         assert_eq!(
             ignored,
@@ -3403,7 +3419,7 @@ volumeStatsAggPeriod: 0s
                 "authentication.x509.a",
                 "authentication.x509.b",
                 "authorization.webhook.enabled",
-                "syncFrequency",
+                "volumePluginDir",
             ]
         );
         assert_eq!(s.client_ca_file, Some(PathBuf::from("/ca.crt")));
@@ -3773,6 +3789,19 @@ kubeReservedCgroup: /kube
                 .to_string();
             assert!(err.contains(field) && err.contains(why), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn sync_frequency_is_read_and_shown() {
+        let mut s = Settings::default();
+        assert_eq!(s.sync_frequency, Duration::from_secs(60));
+        assert_eq!(s.kubelet_configuration()["syncFrequency"], "1m0s");
+        let ignored = apply_file_text(&mut s, Path::new("k.yaml"), "syncFrequency: 90s\n").unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(s.sync_frequency, Duration::from_secs(90));
+        assert_eq!(s.kubelet_configuration()["syncFrequency"], "1m30s");
+        let err = apply_file_text(&mut s, Path::new("k.yaml"), "syncFrequency: -1s\n");
+        assert!(err.is_err(), "{err:?}");
     }
 
     #[test]

@@ -123,13 +123,15 @@ impl Context {
             .cloned()
     }
 
-    /// How long a pod with nothing pending waits for its next sync: the relist
-    /// period, 2 s without runtime events (the generic PLEG relists every 1 s)
-    /// and 30 s with them (a safety net only).
+    /// How long a pod with nothing pending waits for its next sync: 2 s
+    /// without runtime events (the generic PLEG relists every 1 s); with
+    /// them, `syncFrequency` jittered by up to half again, as the kubelet's
+    /// pod workers requeue (`wait.Jitter(resyncInterval, 0.5)`), so that pods
+    /// started together do not resync together.
     #[must_use]
     pub fn resync(&self) -> Duration {
         if self.pleg_connected.load(Ordering::Relaxed) {
-            Duration::from_secs(30)
+            jittered(self.node().sync_frequency)
         } else {
             Duration::from_secs(2)
         }
@@ -374,6 +376,17 @@ impl Context {
 
 /// What admission reads of the Node in `store`; None until it is listed
 /// with an allocatable.
+/// `d` and up to half of it again, at random: the kubelet's
+/// `wait.Jitter(d, 0.5)` (millisecond steps).
+fn jittered(d: Duration) -> Duration {
+    let half = u64::try_from((d / 2).as_millis()).unwrap_or(u64::MAX);
+    let extra = match (half, getrandom::u64()) {
+        (0, _) | (_, Err(_)) => 0,
+        (n, Ok(r)) => r % n,
+    };
+    d.saturating_add(Duration::from_millis(extra))
+}
+
 fn node_view(store: &Store<Node>, name: &str) -> Option<NodeView> {
     let node = store.get(&ObjectRef::new(name))?;
     let allocatable = node.status.as_ref()?.allocatable.clone()?;
@@ -387,4 +400,21 @@ fn node_view(store: &Store<Node>, name: &str) -> Option<NodeView> {
             .unwrap_or_default(),
         allocatable,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resync_is_jittered_by_up_to_half_again() {
+        let d = Duration::from_secs(60);
+        let draws: Vec<Duration> = (0..200).map(|_| jittered(d)).collect();
+        assert!(draws.iter().all(|j| *j >= d && *j < d + d / 2), "{draws:?}");
+        // Spread, not one value: 200 draws over 30,000 steps.
+        let distinct: std::collections::BTreeSet<_> = draws.iter().collect();
+        assert!(distinct.len() > 100, "{}", distinct.len());
+        assert_eq!(jittered(Duration::ZERO), Duration::ZERO);
+        assert_eq!(jittered(Duration::MAX), Duration::MAX);
+    }
 }

@@ -69,6 +69,9 @@ pub struct NodeContext {
     /// [`super::limits::CPU_PERIOD_US`], 100 ms): the period of every CPU
     /// quota, containers' and pod cgroups'.
     pub cpu_period_us: i64,
+    /// `syncFrequency`: the longest a pod with nothing pending waits for
+    /// its next sync while runtime events arrive (1 min).
+    pub sync_frequency: std::time::Duration,
 }
 
 /// What the node offers containers of swap, for the kubelet's
@@ -113,6 +116,7 @@ impl Default for NodeContext {
             swap: Default::default(),
             huge_page_sizes: Default::default(),
             cpu_period_us: super::limits::CPU_PERIOD_US,
+            sync_frequency: std::time::Duration::from_secs(60),
         }
     }
 }
