@@ -75,12 +75,10 @@ pub fn sync_span(pod: &Pod, update_type: &'static str, terminating: bool) -> tra
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let key = format!("{namespace}/{name}");
-    let otel_name = if terminating {
-        "syncTerminatingPod"
-    } else {
-        "syncPod"
-    };
-    let span = tracing::info_span!("syncPod", otel.name = otel_name, pod = %key);
+    let span = tracing::info_span!("syncPod", pod = %key, otel.name = tracing::field::Empty);
+    if terminating {
+        span.record("otel.name", "syncTerminatingPod");
+    }
     if enabled() {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         span.set_attribute("k8s.pod.uid", uid);
