@@ -283,7 +283,10 @@ async fn every_volume_type_is_served_to_containers() {
         )
         .await
         .expect("update config map");
-    wait_file_contains(&cfg.join("conf/a.txt"), &["alpha2"], 60).await;
+    // It is written at the pod's next periodic sync, as the kubelet writes
+    // it: within `syncFrequency` (1 min) jittered by up to half again, and
+    // the object's cache (upstream's tests wait up to 240 s).
+    wait_file_contains(&cfg.join("conf/a.txt"), &["alpha2"], 120).await;
     wait_file_contains(&log, &["now-a=alpha2"], 30).await;
     assert_ne!(
         std::fs::read_link(cfg.join("..data")).unwrap(),
