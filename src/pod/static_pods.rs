@@ -36,15 +36,28 @@ pub fn mirror_seed(
     mirror.status.clone()
 }
 
+/// How soon a static pod is synced again after its mirror pod could not be
+/// written (an API server that is not up yet, as when it is itself a static
+/// pod of this node): its pod is not otherwise synced before `syncFrequency`.
+pub const MIRROR_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Keeps the mirror pod of static pod `pod` current
 /// ([`super::mirror_client::reconcile`]); a failure is logged and tried
-/// again on the next sync, as the pod runs whether or not the API server
-/// has its mirror.
-pub async fn sync_mirror_pod(pod: &Pod, ctx: &Context) {
+/// again after the returned delay ([`MIRROR_RETRY`], also while the mirror
+/// pod is not listed yet; None once it is), as the pod runs whether or not
+/// the API server has its mirror.
+pub async fn sync_mirror_pod(pod: &Pod, ctx: &Context) -> Option<std::time::Duration> {
     let node = &ctx.node().node_name;
     let client = ctx.client();
     let done = super::mirror_client::reconcile(client, ctx.sources(), ctx.node_store(), node, pod);
     if let Err(e) = done.await {
         warn!(error = %e, "mirror pod");
+        return Some(MIRROR_RETRY);
     }
+    // Not listed yet (no Node yet, or just created): looked at again soon.
+    let listed = ctx
+        .sources()
+        .mirror_of(pod)
+        .is_some_and(|m| crate::static_pod::is_mirror_of(&m, pod));
+    (!listed && pod.metadata.deletion_timestamp.is_none()).then_some(MIRROR_RETRY)
 }

@@ -77,8 +77,9 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     if never_ran(&pod, kind, &rt) {
         return Ok(Action::await_change());
     }
+    let mut mirror_retry = None;
     match admission(&pod, kind, &rt, &ctx).await.map_err(rt_err)? {
-        Verdict::Admit if kind.is_static => sync_mirror_pod(&pod, &ctx).await,
+        Verdict::Admit if kind.is_static => mirror_retry = sync_mirror_pod(&pod, &ctx).await,
         Verdict::Admit => {}
         Verdict::Reject(rejection) => {
             ctx.explanations()
@@ -175,9 +176,8 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         };
         ctx.event(&pod, None, type_, reason, note);
     }
-    let requeue = plan
-        .requeue_after
-        .map_or(ctx.resync(), |r| r.min(ctx.resync()))
+    let requeue = (plan.requeue_after.into_iter().chain(mirror_retry))
+        .fold(ctx.resync(), Duration::min)
         .max(Duration::from_millis(100));
     ctx.explanations().record(explain::explain(&explain::Sync {
         pod: &pod,
