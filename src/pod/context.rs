@@ -131,7 +131,9 @@ impl Context {
     #[must_use]
     pub fn resync(&self) -> Duration {
         if self.pleg_connected.load(Ordering::Relaxed) {
-            jittered(self.node().sync_frequency)
+            // A day at most: the controller's timer wheel holds about two
+            // years, and a file may say more.
+            jittered(self.node().sync_frequency.min(MAX_SYNC_FREQUENCY))
         } else {
             Duration::from_secs(2)
         }
@@ -376,6 +378,10 @@ impl Context {
 
 /// What admission reads of the Node in `store`; None until it is listed
 /// with an allocatable.
+/// The longest resync [`Context::resync`] waits, whatever `syncFrequency`
+/// says: one day.
+pub const MAX_SYNC_FREQUENCY: Duration = Duration::from_secs(24 * 3600);
+
 /// `d` and up to half of it again, at random: the kubelet's
 /// `wait.Jitter(d, 0.5)` (millisecond steps).
 fn jittered(d: Duration) -> Duration {
