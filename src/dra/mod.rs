@@ -8,8 +8,9 @@
 //! pod's claims). The CDI device IDs the drivers answer go to each
 //! container naming the claim ([`DraManager::cdi_devices`]). A pod whose
 //! claims do not pass never gets a sandbox: it waits, with a
-//! `FailedPrepareDynamicResources` Event, and is tried again at its next
-//! sync, as the kubelet's `SyncPod` returns before `createPodSandbox`.
+//! `FailedPrepareDynamicResources` Event, as the kubelet's `SyncPod`
+//! returns before `createPodSandbox`, and is tried again after the pod
+//! worker's back-off (`crate::pod::context::BACK_OFF_PERIOD`).
 //!
 //! Once a pod's containers are gone its claims are unprepared
 //! (`NodeUnprepareResources`), a claim shared by several pods after the

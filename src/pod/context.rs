@@ -139,6 +139,15 @@ impl Context {
         }
     }
 
+    /// How long a pod whose sandbox could not be made (its claims not
+    /// prepared, or `RunPodSandbox` failed) waits for its next sync:
+    /// [`BACK_OFF_PERIOD`] jittered by up to half again, as the kubelet's pod
+    /// workers requeue a failed sync (`wait.Jitter(backOffPeriod, 0.5)`).
+    #[must_use]
+    pub fn back_off(&self) -> Duration {
+        jittered(BACK_OFF_PERIOD).min(self.resync())
+    }
+
     /// Publishes an event about `pod` (or one of its containers) without waiting for it.
     pub fn event(&self, pod: &Pod, c: Option<&str>, type_: EventType, reason: &str, note: String) {
         crate::events::publish(&self.runtime.recorder, pod, c, type_, reason, note);
@@ -376,11 +385,14 @@ impl Context {
     }
 }
 
-/// What admission reads of the Node in `store`; None until it is listed
-/// with an allocatable.
 /// The longest resync [`Context::resync`] waits, whatever `syncFrequency`
 /// says: one day.
 pub const MAX_SYNC_FREQUENCY: Duration = Duration::from_secs(24 * 3600);
+
+/// How long a pod whose sandbox could not be made waits for its next sync
+/// before jitter ([`Context::back_off`]): the kubelet's pod worker
+/// `backOffPeriod`, 10 s.
+pub const BACK_OFF_PERIOD: Duration = Duration::from_secs(10);
 
 /// `d` and up to half of it again, at random: the kubelet's
 /// `wait.Jitter(d, 0.5)` (millisecond steps).
@@ -393,6 +405,8 @@ fn jittered(d: Duration) -> Duration {
     d.saturating_add(Duration::from_millis(extra))
 }
 
+/// What admission reads of the Node in `store`; None until it is listed
+/// with an allocatable.
 fn node_view(store: &Store<Node>, name: &str) -> Option<NodeView> {
     let node = store.get(&ObjectRef::new(name))?;
     let allocatable = node.status.as_ref()?.allocatable.clone()?;

@@ -93,6 +93,10 @@ pub struct Outcome {
     /// the pod has none, or it could not be read), for the pod-level
     /// `status.resources`.
     pub pod_cgroup: Option<crate::cgroups::Limits>,
+    /// The pass ended before a sandbox was made: the pod's claims were not
+    /// prepared or `RunPodSandbox` failed. The pod is tried again after the
+    /// pod worker's back-off, not at its next resync.
+    pub sandbox_failed: bool,
 }
 
 /// Where a container is started: the pod's current sandbox, its config and IPs.
@@ -130,7 +134,9 @@ impl RuntimeManager {
     /// Carries out `steps` of `pod`'s plan in order against its runtime state
     /// `rt`, with its set-up `volumes`. Container start failures become
     /// waiting reasons; a sandbox that cannot be created ends the pass (its
-    /// `FailedCreatePodSandBox` event sent), as `SyncPod` returns there.
+    /// `FailedCreatePodSandBox` event sent), as `SyncPod` returns there, and
+    /// so do claims that cannot be prepared (`FailedPrepareDynamicResources`):
+    /// [`Outcome::sandbox_failed`].
     ///
     /// # Errors
     /// A CRI call that stops, removes or kills failed.
@@ -182,6 +188,7 @@ impl RuntimeManager {
                         let reason = event::FAILED_PREPARE_DYNAMIC_RESOURCES;
                         let note = format!("Failed to prepare dynamic resources: {e}");
                         self.event(pod, None, EventType::Warning, reason, note);
+                        outcome.sandbox_failed = true;
                         break;
                     }
                     match self.create_sandbox(pod, *attempt).await {
@@ -189,6 +196,7 @@ impl RuntimeManager {
                         Err(msg) => {
                             let reason = event::FAILED_CREATE_POD_SANDBOX;
                             self.event(pod, None, EventType::Warning, reason, msg);
+                            outcome.sandbox_failed = true;
                             break;
                         }
                     }

@@ -176,7 +176,11 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         };
         ctx.event(&pod, None, type_, reason, note);
     }
-    let requeue = (plan.requeue_after.into_iter().chain(mirror_retry))
+    let back_off = outcome.sandbox_failed.then(|| ctx.back_off());
+    let soonest = [plan.requeue_after, mirror_retry, back_off]
+        .into_iter()
+        .flatten();
+    let requeue = soonest
         .fold(ctx.resync(), Duration::min)
         .max(Duration::from_millis(100));
     ctx.explanations().record(explain::explain(&explain::Sync {

@@ -83,11 +83,20 @@ async fn a_pod_waits_for_its_claim_and_never_runs_without_its_device() {
     .await;
 
     // Reserved for it and allocated, but no driver of its devices is
-    // registered here: it waits rather than run without the device.
+    // registered here: it waits rather than run without the device, and is
+    // tried again after the pod worker's back-off (10 s, jittered by up to
+    // half), not at the resync a minute away: nothing tells the agent of a
+    // claim's change.
     n.api
         .put("resourceclaims", "shared-gpu", claim(&uid, device));
-    n.sync_watched("web").await;
+    n.ctx.set_pleg_connected(true);
+    let action = n.sync_watched("web").await;
     assert_eq!(n.cri_calls(), Vec::<String>::new());
+    let wait = requeue(&action).expect("a requeue");
+    assert!(
+        wait >= Duration::from_secs(10) && wait <= Duration::from_secs(15),
+        "{wait:?}"
+    );
     n.event(
         "FailedPrepareDynamicResources",
         "prepare dynamic resources: DRA driver gpu.example.com is not registered",
@@ -98,8 +107,10 @@ async fn a_pod_waits_for_its_claim_and_never_runs_without_its_device() {
     // An allocation without devices needs no driver: the pod starts.
     n.api
         .put("resourceclaims", "shared-gpu", claim(&uid, json!([])));
-    n.sync_watched("web").await;
+    let action = n.sync_watched("web").await;
     assert_eq!(n.cri_calls(), started(&["c"]));
+    let wait = requeue(&action).expect("a requeue");
+    assert!(wait >= Duration::from_secs(60), "{wait:?}");
 }
 
 /// The allocation of `shared-gpu`: device `gpu-0` of driver

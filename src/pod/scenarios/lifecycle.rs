@@ -62,8 +62,15 @@ async fn a_too_long_fqdn_fails_the_sandbox_in_the_kubelet_words() {
         spec.set_hostname_as_fqdn = Some(true);
     }
     let p = n.bind(p);
-    n.sync(&p).await;
+    n.ctx.set_pleg_connected(true);
+    let action = n.sync(&p).await;
     assert_eq!(n.cri_calls(), Vec::<String>::new(), "no sandbox is created");
+    // Tried again after the pod worker's back-off, as a failed sync.
+    let wait = requeue(&action).expect("a requeue");
+    assert!(
+        wait >= Duration::from_secs(10) && wait <= Duration::from_secs(15),
+        "{wait:?}"
+    );
     n.event(
         "FailedCreatePodSandBox",
         "Failed to create pod sandbox: failed to construct FQDN from pod hostname and cluster domain, FQDN ",
@@ -82,7 +89,8 @@ async fn a_crashing_container_restarts_at_once_then_after_its_back_off_deadline(
     n.sync_watched("web").await;
     assert_eq!(n.cri_calls(), ["CreateContainer c", "StartContainer c"]);
     // The second waits 10 s: CrashLoopBackOff, requeued for the deadline
-    // (sooner than the 30 s resync of a node whose PLEG has runtime events).
+    // (sooner than the `syncFrequency` resync of a node whose PLEG has runtime
+    // events).
     n.ctx.set_pleg_connected(true);
     let action = n.sync_watched("web").await;
     assert_eq!(n.cri_calls(), Vec::<String>::new());
