@@ -2814,7 +2814,7 @@ pub fn apply_file_text(
         path: path.to_path_buf(),
         message,
     };
-    let doc: Value = serde_yaml::from_str(text).map_err(|e| parse_error(e.to_string()))?;
+    let doc: Value = crate::yaml::from_str(text).map_err(|e| parse_error(e.to_string()))?;
     let map = doc
         .as_object()
         .ok_or_else(|| parse_error("expected a KubeletConfiguration mapping".into()))?;

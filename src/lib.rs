@@ -62,6 +62,7 @@ pub mod systemd;
 pub mod throttle;
 pub mod topology_manager;
 pub mod volume;
+pub mod yaml;
 
 #[cfg(test)]
 pub mod fake_api;

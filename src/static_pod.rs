@@ -89,7 +89,7 @@ pub fn decode_from(text: &[u8], origin: Origin<'_>, node: &str) -> Result<Pod, S
     let parse_error =
         |why: String| format!("{shown}: couldn't parse as pod({why}), please check config file");
     let value: serde_json::Value =
-        serde_yaml::from_slice(text).map_err(|e| parse_error(e.to_string()))?;
+        crate::yaml::from_slice(text).map_err(|e| parse_error(e.to_string()))?;
     let kind = value
         .get("kind")
         .and_then(|k| k.as_str())
@@ -186,7 +186,7 @@ pub fn decode_url_body(
     let single = decode_from(body, origin, node);
     let as_list = |single_error: String| -> Result<BTreeMap<String, Pod>, String> {
         let value: serde_json::Value =
-            serde_yaml::from_slice(body).map_err(|_| single_error.clone())?;
+            crate::yaml::from_slice(body).map_err(|_| single_error.clone())?;
         if value.get("kind").and_then(|k| k.as_str()) != Some("PodList") {
             return Err(single_error);
         }

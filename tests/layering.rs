@@ -32,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "expansion",
             "image_policy",
             "paths",
+            "yaml",
             "resource",
             "node_selector",
             "names",

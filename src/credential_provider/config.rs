@@ -146,7 +146,7 @@ pub fn parse(files: &[(String, String)]) -> Result<Vec<Provider>, String> {
     let mut raw = Vec::new();
     let mut names = BTreeSet::new();
     for (name, text) in files {
-        let file: File = serde_yaml::from_str(text)
+        let file: File = crate::yaml::from_str(text)
             .map_err(|e| format!("error decoding config {name:?}: {e}"))?;
         if file.kind != "CredentialProviderConfig" {
             return Err(format!(

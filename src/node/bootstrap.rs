@@ -331,7 +331,7 @@ impl Pending {
             message,
         };
         let node_kc = node_kubeconfig(&self.source, &self.cert_dir.join(CURRENT)).map_err(bad)?;
-        let text = serde_yaml::to_string(&node_kc).map_err(|e| bad(e.to_string()))?;
+        let text = serde_saphyr::to_string(&node_kc).map_err(|e| bad(e.to_string()))?;
         if let Some(dir) = self.kubeconfig.parent() {
             std::fs::create_dir_all(dir).map_err(|source| Error::Write {
                 path: dir.to_path_buf(),
@@ -431,7 +431,7 @@ pub(crate) mod tests {
 
         // Written, it is usable while the certificate is valid, not after.
         let path = dir.path().join("kubelet.conf");
-        std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+        std::fs::write(&path, serde_saphyr::to_string(&kc).unwrap()).unwrap();
         assert!(
             !kubeconfig_usable(&path),
             "the certificate is not there yet"

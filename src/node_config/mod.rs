@@ -18,10 +18,10 @@ pub use resource::{LiveKubeletConfiguration, NodeConfiguration, NodeConfiguratio
 /// # Errors
 /// A definition that does not serialize (not expected: the types are
 /// plain data).
-pub fn crds_yaml() -> Result<Vec<(String, String)>, serde_yaml::Error> {
+pub fn crds_yaml() -> Result<Vec<(String, String)>, serde_saphyr::SerializeError> {
     let crd = NodeConfiguration::crd();
     let name = crd.metadata.name.clone().unwrap_or_default();
-    let yaml = serde_yaml::to_string(&crd)?;
+    let yaml = serde_saphyr::to_string(&crd)?;
     Ok(vec![(
         format!("{name}.yaml"),
         format!(

@@ -487,7 +487,8 @@ fn encode(object: &impl Serialize, media: Media, pretty: bool) -> String {
                 v
             })
             .and_then(|v| {
-                serde_yaml::to_string(&v).map_err(<serde_json::Error as serde::ser::Error>::custom)
+                serde_saphyr::to_string(&v)
+                    .map_err(<serde_json::Error as serde::ser::Error>::custom)
             }),
         Media::Json | Media::Text if pretty => serde_json::to_string_pretty(object),
         Media::Json | Media::Text => serde_json::to_string(object).map(|s| s + "\n"),
@@ -927,7 +928,7 @@ mod tests {
             r.content_type,
             "application/yaml;g=config.k8s.io;v=v1beta1;as=Flagz"
         );
-        let v: serde_yaml::Value = serde_yaml::from_str(&r.body).unwrap();
+        let v: serde_json::Value = serde_saphyr::from_str(&r.body).unwrap();
         assert_eq!(v["kind"], "Flagz");
         assert!(
             r.body
@@ -1008,7 +1009,7 @@ mod tests {
         let r = ask(Content::Flagz(&flags()), "application/yaml");
         assert_eq!(r.status, StatusCode::NOT_ACCEPTABLE);
         assert_eq!(r.content_type, "application/yaml");
-        let v: serde_yaml::Value = serde_yaml::from_str(&r.body).unwrap();
+        let v: serde_json::Value = serde_saphyr::from_str(&r.body).unwrap();
         assert_eq!(v["reason"], "NotAcceptable");
         assert_eq!(v["message"], message);
     }

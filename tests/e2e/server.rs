@@ -632,34 +632,68 @@ async fn kubectl_exec_runs_commands_with_stdin_and_exit_codes() {
     assert_ne!(code, 0);
     assert!(err.contains("nope"), "{err}");
 
-    // A terminal: `script` gives kubectl one, so it asks for a TTY. kubectl
-    // stays in the terminal's foreground process group (`--foreground`), or
-    // setting the terminal to raw mode stops it with SIGTTOU.
-    let cmd = format!(
-        "KUBECONFIG={} timeout --foreground 60 kubectl exec -it -n {ns} sh -- sh -c 'tty; stty size; exit 4'",
-        local().join("admin.kubeconfig").display()
-    );
-    // script's stdin stays open until it exits: at an end of input it may
-    // hang up the terminal before kubectl has written anything.
-    let mut child = Command::new("script")
-        .args(["-qefc", &cmd, "/dev/null"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run script");
-    let held_open = child.stdin.take();
-    let out = child.wait_with_output().expect("wait for script");
-    drop(held_open);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let said = String::from_utf8_lossy(&out.stderr);
+    // A terminal: kubectl's standard streams are a pseudoterminal of the
+    // test's own, so it asks for a TTY; it is no process group's controlling
+    // terminal, so setting it to raw mode stops nobody.
+    let (code, text) = kubectl_in_terminal(&[
+        "exec",
+        "-it",
+        "-n",
+        &ns,
+        "sh",
+        "--",
+        "sh",
+        "-c",
+        "tty; stty size; exit 4",
+    ]);
     assert!(
         text.contains("/dev/pts/"),
-        "script exited {:?}; its output: {text:?}; its errors: {said:?}",
-        out.status.code()
+        "kubectl exited {code:?}; its terminal: {text:?}"
     );
-    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert_eq!(code, Some(4), "{text}");
     drop_namespace(&client, &ns).await;
+}
+
+/// Runs kubectl (the admin's, at most 60 s) with `args`, its standard input,
+/// output and error a new pseudoterminal: its exit code and what it wrote.
+fn kubectl_in_terminal(args: &[&str]) -> (Option<i32>, String) {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    use std::io::Read as _;
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("open a pseudoterminal");
+    grantpt(&master).expect("grantpt");
+    unlockpt(&master).expect("unlockpt");
+    let name = ptsname(&master, Vec::new()).expect("ptsname");
+    let user_side = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(name.to_string_lossy().as_ref())
+        .expect("open the terminal's user side");
+    let mut cmd = Command::new("timeout");
+    cmd.arg("60")
+        .arg("kubectl")
+        .args(args)
+        .env("KUBECONFIG", local().join("admin.kubeconfig"))
+        .stdin(user_side.try_clone().expect("dup"))
+        .stdout(user_side.try_clone().expect("dup"))
+        .stderr(user_side);
+    let mut child = cmd.spawn().expect("run kubectl");
+    // Only kubectl holds the user side now: once it exits, reading the
+    // master side ends (EIO).
+    drop(cmd);
+    let mut master = std::fs::File::from(master);
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    });
+    let status = child.wait().expect("wait for kubectl");
+    (status.code(), reader.join().expect("the terminal's reader"))
 }
 
 #[tokio::test]
