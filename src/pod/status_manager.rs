@@ -25,9 +25,19 @@ use crate::static_pod;
 /// How many deleted pods' UIDs the status manager remembers.
 const DELETED_KEPT: usize = 1024;
 
-/// A status last sent: the resourceVersion of the pod object it was computed
-/// from, and the status.
-type Sent = (String, PodStatus);
+/// A status last sent.
+#[derive(Clone)]
+struct Sent {
+    /// The resourceVersion of the pod object the status was computed from;
+    /// of a static pod, the UID of the mirror pod it was written to (empty:
+    /// none).
+    at: String,
+    /// The resourceVersion the API server answered the patch with: the first
+    /// version of the object that holds this status (None: not known).
+    written: Option<String>,
+    /// The status.
+    status: PodStatus,
+}
 
 /// The status manager; one per agent, shared by every pod worker.
 pub struct StatusManager {
@@ -86,7 +96,7 @@ impl StatusManager {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&uid)
-            .is_some_and(|(written_to, _)| !written_to.is_empty())
+            .is_some_and(|s| !s.at.is_empty())
     }
 
     /// Sets `pod`'s status to `status`: patches `pods/status` (with the pod's
@@ -106,15 +116,22 @@ impl StatusManager {
             return Ok(false);
         }
         let (ns, name, uid) = pod_identity(pod);
-        if !self.patch(&ns, &name, &uid, &status).await? {
+        let Some(written) = self.patch(&ns, &name, &uid, &status).await? else {
             return Ok(false);
-        }
+        };
         crate::startup_trace::status_sent(pod, status.phase.as_deref());
         let at = pod.metadata.resource_version.clone().unwrap_or_default();
         self.sent
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(uid, (at, status));
+            .insert(
+                uid,
+                Sent {
+                    at,
+                    written,
+                    status,
+                },
+            );
         Ok(true)
     }
 
@@ -137,14 +154,18 @@ impl StatusManager {
             .cloned();
         let unchanged = last
             .as_ref()
-            .is_some_and(|(at, s)| !differs(Some(s), &status) && Some(at) == mirror.as_ref());
+            .is_some_and(|s| !differs(Some(&s.status), &status) && Some(&s.at) == mirror.as_ref());
         if unchanged {
             return Ok(false);
         }
         let mut written_to = String::new();
         if let Some(mirror_uid) = mirror {
             let (ns, name, _) = pod_identity(pod);
-            if self.patch(&ns, &name, &mirror_uid, &status).await? {
+            if self
+                .patch(&ns, &name, &mirror_uid, &status)
+                .await?
+                .is_some()
+            {
                 written_to = mirror_uid;
             }
         }
@@ -153,13 +174,21 @@ impl StatusManager {
         self.sent
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(uid, (written_to, status));
+            .insert(
+                uid,
+                Sent {
+                    at: written_to,
+                    written: None,
+                    status,
+                },
+            );
         Ok(patched)
     }
 
     /// Patches `pods/status` of pod `ns/name` to `status`, with `uid` as
-    /// precondition; false when the pod is gone (404) or another of the
-    /// same name (409): there is nothing to report on.
+    /// precondition: the resourceVersion of the object written (None inside
+    /// when the answer has none); None when the pod is gone (404) or another
+    /// of the same name (409): there is nothing to report on.
     ///
     /// # Errors
     /// The patch failed otherwise.
@@ -169,7 +198,7 @@ impl StatusManager {
         name: &str,
         uid: &str,
         status: &PodStatus,
-    ) -> Result<bool, kube::Error> {
+    ) -> Result<Option<Option<String>>, kube::Error> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         tracing::debug!(
             pod = name,
@@ -182,8 +211,8 @@ impl StatusManager {
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+            Ok(written) => Ok(Some(written.metadata.resource_version)),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -261,14 +290,35 @@ fn container_summary(status: &PodStatus) -> Vec<String> {
         .collect()
 }
 
+/// The status `pod` is to be seen with when `sent` was the last sent for
+/// it: that one when the object is the very version it was computed from, or
+/// a version older than the one the patch wrote (an update that was under
+/// way when the patch went out, its echo not arrived yet), as the kubelet's
+/// status manager compares with its own cache; None (the object's own) for
+/// the patch's echo and anything newer.
 fn sent_status_of(pod: &Pod, sent: Option<&Sent>) -> Option<PodStatus> {
+    let sent = sent?;
     if crate::pod_core::kind::PodKind::of(pod).is_static {
         // The static pod's object is the agent's own: the last status sent is its status.
-        return sent.map(|(_, status)| status.clone());
+        return Some(sent.status.clone());
     }
     let rv = pod.metadata.resource_version.as_deref()?;
-    sent.filter(|(at, _)| at == rv)
-        .map(|(_, status)| status.clone())
+    let older = sent
+        .written
+        .as_deref()
+        .is_some_and(|written| older_version(rv, written));
+    (sent.at == rv || older).then(|| sent.status.clone())
+}
+
+/// Whether resourceVersion `rv` is older than `than`: both are compared as
+/// the decimal integers the API server gives (client-go's
+/// `CompareResourceVersion`); versions that are not such integers are never
+/// older.
+fn older_version(rv: &str, than: &str) -> bool {
+    match (rv.parse::<u64>(), than.parse::<u64>()) {
+        (Ok(a), Ok(b)) => a < b,
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -285,12 +335,30 @@ mod tests {
         let mut p = pod("web").container("c", "busybox").build();
         p.metadata.resource_version = Some("7".into());
         p.status = Some(status("Pending"));
-        let sent = ("7".to_string(), status("Running"));
+        let sent = Sent {
+            at: "7".into(),
+            written: Some("10".into()),
+            status: status("Running"),
+        };
         // The watch has not brought the patched pod back: it is version 7 still.
         assert_eq!(sent_status_of(&p, Some(&sent)), Some(status("Running")));
-        // A newer version (the patch's echo, or someone else's change) wins.
-        p.metadata.resource_version = Some("8".into());
+        // A version between (the deletion's update, made while the status
+        // was computed) is older than the patch: the status sent still holds.
+        p.metadata.resource_version = Some("9".into());
+        assert_eq!(sent_status_of(&p, Some(&sent)), Some(status("Running")));
+        // The patch's echo, or a newer version (someone else's change), wins.
+        p.metadata.resource_version = Some("10".into());
         assert_eq!(sent_status_of(&p, Some(&sent)), None);
+        p.metadata.resource_version = Some("11".into());
+        assert_eq!(sent_status_of(&p, Some(&sent)), None);
+        // Versions that are not integers are only ever equal.
+        let opaque = Sent {
+            written: Some("b".into()),
+            ..sent.clone()
+        };
+        p.metadata.resource_version = Some("a".into());
+        assert_eq!(sent_status_of(&p, Some(&opaque)), None);
+        p.metadata.resource_version = Some("9".into());
         // Nothing sent, or an object without a version: the API's status.
         assert_eq!(sent_status_of(&p, None), None);
         p.metadata.resource_version = None;
