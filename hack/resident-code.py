@@ -92,9 +92,12 @@ def load_segments(binary):
     return segs
 
 
-def resident_ranges(pid, binary):
-    """The executable's code pages in memory, as ELF virtual address ranges."""
-    segs = load_segments(binary)
+def resident_ranges(pid, binary, image):
+    """The executable's code pages in memory, as ELF virtual address ranges:
+    `binary` is its path as /proc/PID/maps names it, `image` a path to read
+    it from (/proc/PID/exe, which holds it even once a rebuild replaced the
+    file)."""
+    segs = load_segments(image)
     ranges = []
     with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb") as pm:
         for line in maps:
@@ -187,11 +190,15 @@ def main(argv):
             print(f"resident-code.py: unknown argument {flag}", file=sys.stderr)
             return 2
     binary = subprocess.run(["readlink", f"/proc/{pid}/exe"], check=True, capture_output=True, text=True).stdout.strip()
-    syms = symbols(binary)
+    # A file replaced while the process runs (a rebuild) is read through
+    # /proc/PID/exe; its mappings keep the path without the suffix.
+    binary = binary.removesuffix(" (deleted)")
+    image = f"/proc/{pid}/exe"
+    syms = symbols(image)
     if not syms:
         print(f"resident-code.py: {binary} has no symbols (stripped?)", file=sys.stderr)
         return 1
-    ranges = resident_ranges(pid, binary)
+    ranges = resident_ranges(pid, binary, image)
     per, uncovered = attribute(ranges, syms, depth)
     size = totals(syms, depth)
     resident = len(ranges) * PAGE
