@@ -378,9 +378,18 @@ async fn syncs_of_an_unchanged_pod_send_no_status_patch() {
     // What a patch changed, should there be one: the status before the
     // label changes and now.
     let last = status_now().await;
-    assert_eq!(
-        after, before,
-        "syncs without a change patched the status; before:\n{first}\nnow:\n{last}"
+    // One change is not the agent's: a test beside this one pulling the same
+    // image from a registry gives it a repo digest, which the runtime then
+    // reports as the container's image ID, and that is written once.
+    let image_id = |status: &str| {
+        serde_json::from_str::<serde_json::Value>(status).unwrap_or_default()["containerStatuses"]
+            [0]["imageID"]
+            .clone()
+    };
+    let allowed = before + usize::from(image_id(&first) != image_id(&last));
+    assert!(
+        (before..=allowed).contains(&after),
+        "syncs without a change patched the status ({before} patches, then {after}); before:\n{first}\nnow:\n{last}"
     );
     drop_namespace(&client, &ns).await;
 }

@@ -663,11 +663,17 @@ fn kubectl_in_terminal(args: &[&str]) -> (Option<i32>, String) {
     grantpt(&master).expect("grantpt");
     unlockpt(&master).expect("unlockpt");
     let name = ptsname(&master, Vec::new()).expect("ptsname");
-    let user_side = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(name.to_string_lossy().as_ref())
-        .expect("open the terminal's user side");
+    // Not as a controlling terminal: a test process that leads its own
+    // session (the test script starts it with setsid) would take it as its
+    // own, and be hung up when kubectl closes it.
+    let user_side = std::fs::File::from(
+        rustix::fs::open(
+            name.as_c_str(),
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NOCTTY,
+            rustix::fs::Mode::empty(),
+        )
+        .expect("open the terminal's user side"),
+    );
     let mut cmd = Command::new("timeout");
     cmd.arg("60")
         .arg("kubectl")
