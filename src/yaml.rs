@@ -63,6 +63,19 @@ mod tests {
     }
 
     #[test]
+    fn deep_nesting_is_refused_not_a_stack_overflow() {
+        // The budget's depth is 64; a flow and a block tree far deeper.
+        let deep = format!("a: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(from_str::<Value>(&deep).is_err());
+        let mut block = String::new();
+        for i in 0..200 {
+            block.push_str(&" ".repeat(i));
+            block.push_str("k:\n");
+        }
+        assert!(from_str::<Value>(&block).is_err());
+    }
+
+    #[test]
     fn an_alias_bomb_is_refused_within_the_budget() {
         let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
         for i in 1..12 {

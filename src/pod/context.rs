@@ -142,10 +142,22 @@ impl Context {
     /// How long a pod whose sandbox could not be made (its claims not
     /// prepared, or `RunPodSandbox` failed) waits for its next sync:
     /// [`BACK_OFF_PERIOD`] jittered by up to half again, as the kubelet's pod
-    /// workers requeue a failed sync (`wait.Jitter(backOffPeriod, 0.5)`).
+    /// workers requeue a failed sync (`wait.Jitter(backOffPeriod, 0.5)`);
+    /// [`Context::next_sync`] holds it to the resync period.
     #[must_use]
     pub fn back_off(&self) -> Duration {
-        jittered(BACK_OFF_PERIOD).min(self.resync())
+        jittered(BACK_OFF_PERIOD)
+    }
+
+    /// How long a pod waits for its next sync: the soonest of `due` (the
+    /// plan's deadline, a mirror pod's retry, [`Context::back_off`] after a
+    /// sandbox that could not be made), at most [`Context::resync`], at
+    /// least 100 ms.
+    #[must_use]
+    pub fn next_sync(&self, due: impl IntoIterator<Item = Option<Duration>>) -> Duration {
+        (due.into_iter().flatten())
+            .fold(self.resync(), Duration::min)
+            .max(Duration::from_millis(100))
     }
 
     /// Publishes an event about `pod` (or one of its containers) without waiting for it.

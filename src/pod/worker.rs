@@ -177,12 +177,7 @@ pub async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         ctx.event(&pod, None, type_, reason, note);
     }
     let back_off = outcome.sandbox_failed.then(|| ctx.back_off());
-    let soonest = [plan.requeue_after, mirror_retry, back_off]
-        .into_iter()
-        .flatten();
-    let requeue = soonest
-        .fold(ctx.resync(), Duration::min)
-        .max(Duration::from_millis(100));
+    let requeue = ctx.next_sync([plan.requeue_after, mirror_retry, back_off]);
     ctx.explanations().record(explain::explain(&explain::Sync {
         pod: &pod,
         runtime: &rt,
